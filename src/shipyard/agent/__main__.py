@@ -1,0 +1,109 @@
+"""``python -m shipyard.agent --config agent.json --host algo-k``: run one instance.
+
+Exit status: 0 when the instance succeeded (``output/success`` written), the failing
+process's status otherwise (``output/failure`` holds the reason, as in SageMaker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tarfile
+import time
+import traceback
+
+from shipyard.agent import failure, runners
+from shipyard.agent.config import AgentConfig
+from shipyard.agent.entry_point import user_command
+from shipyard.agent.environment import process_env
+from shipyard.agent.layout import InstancePaths, build_tree
+from shipyard.agent.processes import Supervisor
+from shipyard.agent.runners.api import InstanceContext
+
+
+def log(message: str) -> None:
+    sys.stdout.write(f"[shipyard-agent] {message}\n")
+    sys.stdout.flush()
+
+
+def stage_code(submit_directory: str, code_dir: str) -> None:
+    """Extract sourcedir.tar.gz (or copy a directory) into a clean code dir."""
+    if os.path.isdir(code_dir):
+        shutil.rmtree(code_dir)
+    os.makedirs(code_dir)
+    source = submit_directory.removeprefix("file://")
+    if os.path.isdir(source):
+        shutil.copytree(source, code_dir, dirs_exist_ok=True, symlinks=True)
+        return
+    with tarfile.open(source, "r:*") as tar:
+        tar.extractall(code_dir, filter="data")
+
+
+def write_file(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
+    paths = build_tree(config, host)
+    stage_code(config.submit_directory, paths.code)
+    env = process_env(config, host, paths)
+    command = user_command(config, paths.code)
+    ctx = InstanceContext(config=config, host=host, paths=paths, env=env,
+                          user_command=command)
+    specs = runners.get(config.runner)(ctx)
+    for note in ctx.notes:
+        log(note)
+    for spec in specs:
+        log(f"{host}: starting {spec.name} ({spec.role}): {' '.join(spec.argv)}")
+    supervisor = Supervisor(specs, grace=float(os.environ.get("SHIPYARD_STOP_GRACE", "5")),
+                            log=log)
+    signal.signal(signal.SIGTERM, supervisor.request_stop)
+    signal.signal(signal.SIGINT, supervisor.request_stop)
+    outcome = supervisor.run()
+    if outcome.ok:
+        write_file(paths.success_file, "")
+        return 0
+    if outcome.stopped:
+        log(f"{host}: stopped by signal {outcome.exit_code - 128}")
+        return outcome.exit_code
+    failed = outcome.failed
+    output = failure.read_tail(log_path) if log_path else ""
+    text = failure.failure_text(outcome.exit_code, failed.argv if failed else command, output)
+    if failed is not None and not failed.user_facing:
+        text = f"{failed.name} failed: " + text
+    write_file(paths.failure_file, text)
+    log(f"{host}: {failed.name if failed else 'process'} exited with "
+        f"{failure.describe_exit(outcome.exit_code)}")
+    code = outcome.exit_code
+    return code if 0 < code < 256 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shipyard.agent")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--log", default=None, help="this agent's own log file (failure text)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    config = AgentConfig.load(args.config)
+    try:
+        code = run_instance(config, args.host, args.log)
+    except Exception:  # the agent's own failure: recorded like the toolkit's Framework Error
+        text = "Framework Error: \n" + traceback.format_exc()
+        paths = InstancePaths(os.path.join(config.instances_dir, args.host))
+        os.makedirs(paths.output, exist_ok=True)
+        write_file(paths.failure_file, text[-failure.LIMIT:])
+        sys.stdout.write(text)
+        return 1
+    log(f"{args.host}: finished with status {code} in {time.monotonic() - started:.2f}s")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The instance tree: SageMaker's /opt/ml layout, rooted in the job's directory.
+
+Each instance gets its own tree (``<job>/instances/algo-k``) so N instances on one
+machine never share a model or output directory, exactly as N containers would not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from shipyard.agent.config import AgentConfig
+
+GROUP_NAME = "homogeneousCluster"
+
+
+@dataclass(frozen=True)
+class InstancePaths:
+    """Every path of one instance's tree (the toolkit's module-level constants)."""
+
+    base: str
+
+    def _p(self, *parts: str) -> str:
+        return os.path.join(self.base, *parts)
+
+    @property
+    def code(self) -> str: return self._p("code")
+    @property
+    def input(self) -> str: return self._p("input")
+    @property
+    def input_config(self) -> str: return self._p("input", "config")
+    @property
+    def input_data(self) -> str: return self._p("input", "data")
+    @property
+    def model(self) -> str: return self._p("model")
+    @property
+    def output(self) -> str: return self._p("output")
+    @property
+    def output_data(self) -> str: return self._p("output", "data")
+    @property
+    def output_intermediate(self) -> str: return self._p("output", "intermediate")
+    @property
+    def checkpoints(self) -> str: return self._p("checkpoints")
+    @property
+    def success_file(self) -> str: return self._p("output", "success")
+    @property
+    def failure_file(self) -> str: return self._p("output", "failure")
+
+    def channel(self, name: str) -> str:
+        return os.path.join(self.input_data, name)
+
+    def config_file(self, name: str) -> str:
+        return os.path.join(self.input_config, name)
+
+
+def paths_for(config: AgentConfig, host: str) -> InstancePaths:
+    return InstancePaths(os.path.join(config.instances_dir, host))
+
+
+def resource_config(config: AgentConfig, host: str) -> dict[str, Any]:
+    """resourceconfig.json, in the hosted layout (with instance groups)."""
+    return {
+        "current_host": host,
+        "current_instance_type": config.instance_type,
+        "current_group_name": GROUP_NAME,
+        "hosts": list(config.hosts),
+        "instance_groups": [{
+            "instance_group_name": GROUP_NAME,
+            "instance_type": config.instance_type,
+            "hosts": list(config.hosts),
+        }],
+        "network_interface_name": config.network_interface_name,
+    }
+
+
+def _write_json(path: str, obj: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh)
+    os.replace(tmp, path)
+
+
+def build_tree(config: AgentConfig, host: str) -> InstancePaths:
+    """Create the directories and the three config JSONs; link the channels in."""
+    paths = paths_for(config, host)
+    for directory in (paths.code, paths.input_config, paths.input_data, paths.model,
+                      paths.output_data, paths.output_intermediate):
+        os.makedirs(directory, exist_ok=True)
+    if config.checkpoint_local_path:
+        os.makedirs(config.checkpoint_local_path, exist_ok=True)
+    else:
+        os.makedirs(paths.checkpoints, exist_ok=True)
+    for stale in (paths.success_file, paths.failure_file):
+        if os.path.exists(stale):  # a retried attempt starts clean
+            os.remove(stale)
+    _write_json(paths.config_file("hyperparameters.json"), config.hyperparameters)
+    _write_json(paths.config_file("resourceconfig.json"), resource_config(config, host))
+    _write_json(paths.config_file("inputdataconfig.json"), config.input_data_config)
+    for channel, source in config.channel_sources.items():
+        link_channel(source, paths.channel(channel))
+    return paths
+
+
+def link_channel(source: str, target: str) -> None:
+    """Make ``target`` (input/data/<channel>) show the channel's files.
+
+    A directory source is symlinked (no copy, starts at once); a single file gets a
+    directory holding a link to it, as SageMaker puts a single S3 object in the dir.
+    """
+    if os.path.lexists(target):
+        if os.path.islink(target):
+            os.remove(target)
+        else:
+            return  # already materialized by an earlier attempt
+    if os.path.isdir(source):
+        os.symlink(os.path.abspath(source), target, target_is_directory=True)
+    else:
+        os.makedirs(target, exist_ok=True)
+        os.symlink(os.path.abspath(source), os.path.join(target, os.path.basename(source)))

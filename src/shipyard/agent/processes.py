@@ -1,0 +1,102 @@
+"""Supervising an instance's processes: start, watch, stop; nothing may outlive them.
+
+Children run in the agent's process group (the backend made the agent a session
+leader) and get PR_SET_PDEATHSIG, so they die with the agent even if it is SIGKILLed.
+When the agent ends, every remaining descendant is terminated, then killed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+from shipyard.agent.runners.api import ProcessSpec
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - non-glibc platforms
+    _LIBC = None
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """preexec_fn: ask the kernel to send ``sig`` when our parent dies (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    exit_code: int
+    failed: ProcessSpec | None = None
+    stopped: bool = False
+
+
+def terminate_descendants(grace: float) -> None:
+    """SIGTERM every descendant of this process, then SIGKILL what is left after ``grace``."""
+    import psutil
+
+    try:
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=2)
+
+
+class Supervisor:
+    """Runs the planned processes until the instance's result is known."""
+
+    def __init__(self, specs: list[ProcessSpec], grace: float = 5.0,
+                 log=print) -> None:
+        self.specs = specs
+        self.grace = grace
+        self.log = log
+        self.stop_signal: int | None = None
+        self.procs: list[tuple[ProcessSpec, subprocess.Popen]] = []
+
+    def request_stop(self, signum: int, _frame=None) -> None:
+        self.stop_signal = signum
+
+    def start(self) -> None:
+        for spec in self.specs:
+            proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd,
+                                    preexec_fn=die_with_parent, close_fds=True)
+            self.procs.append((spec, proc))
+
+    def run(self) -> Outcome:
+        self.start()
+        delay = 0.002
+        try:
+            while True:
+                if self.stop_signal is not None:
+                    return Outcome(ok=False, exit_code=128 + self.stop_signal, stopped=True)
+                mains_running = False
+                for spec, proc in self.procs:
+                    code = proc.poll()
+                    if code is None:
+                        mains_running = mains_running or spec.role == "main"
+                        continue
+                    if code != 0:
+                        return Outcome(ok=False, exit_code=code, failed=spec)
+                if not mains_running:
+                    return Outcome(ok=True, exit_code=0)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        finally:
+            terminate_descendants(self.grace)

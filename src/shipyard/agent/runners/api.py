@@ -1,0 +1,48 @@
+"""The runner interface: (hosts, current host, spec) -> processes + environment.
+
+A runner is a pure planning step: it returns the processes an instance must run and
+their environments; the agent's supervisor runs them. ``main`` processes decide the
+instance's result; ``service`` processes (parameter servers, rendezvous daemons) are
+stopped once every main process has ended, so nothing outlives the job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from shipyard.agent.config import AgentConfig
+from shipyard.agent.layout import InstancePaths
+
+
+@dataclass
+class ProcessSpec:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    role: Literal["main", "service"] = "main"
+    # The main process whose failure text is the instance's (the user's script).
+    user_facing: bool = True
+
+
+@dataclass
+class InstanceContext:
+    config: AgentConfig
+    host: str
+    paths: InstancePaths
+    env: dict[str, str]
+    user_command: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def host_index(self) -> int:
+        return self.config.hosts.index(self.host)
+
+    @property
+    def address(self) -> str:
+        return self.config.addresses[self.host]
+
+
+class Runner(Protocol):
+    def plan(self, ctx: InstanceContext) -> list[ProcessSpec]: ...

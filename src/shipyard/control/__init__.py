@@ -1,0 +1,1 @@
+"""The control plane: job store, lifecycle, staging, artifacts and supervision."""

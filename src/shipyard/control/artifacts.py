@@ -1,0 +1,75 @@
+"""Artifacts: every instance's model/ -> model.tar.gz, output/data/ -> output.tar.gz.
+
+Like SageMaker, all instances' directories end up in one archive under
+``<output_path>/<job>/output/``. Where two instances wrote the same file, algo-1's copy
+wins (SageMaker's result would depend on upload order) and the conflict is reported.
+Archives are written to a temporary name and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+
+from shipyard.control.staging import local_path
+
+
+@dataclass
+class ArchiveResult:
+    path: str
+    uri: str
+    files: int
+    conflicts: list[str] = field(default_factory=list)
+
+
+def _walk(root: str) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            out.append(os.path.relpath(os.path.join(dirpath, name), root))
+        for name in dirnames:
+            full = os.path.join(dirpath, name)
+            if not os.listdir(full):
+                out.append(os.path.relpath(full, root) + os.sep)
+    return out
+
+
+def archive_dirs(sources: list[tuple[str, str]], dest_path: str) -> ArchiveResult:
+    """Merge ``[(host, dir), ...]`` (first wins) into a gzip tar at ``dest_path``."""
+    os.makedirs(os.path.dirname(dest_path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest_path), suffix=".tmp")
+    os.close(fd)
+    seen: dict[str, str] = {}
+    conflicts: list[str] = []
+    try:
+        with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
+            for host, directory in sources:
+                if not os.path.isdir(directory):
+                    continue
+                for rel in _walk(directory):
+                    if rel in seen:
+                        conflicts.append(f"{rel} (kept {seen[rel]}'s, ignored {host}'s)")
+                        continue
+                    seen[rel] = host
+                    tar.add(os.path.join(directory, rel.rstrip(os.sep)), arcname=rel.rstrip(os.sep),
+                            recursive=False)
+        os.replace(tmp, dest_path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return ArchiveResult(dest_path, "file://" + dest_path, len(seen), conflicts)
+
+
+def output_prefix(output_path: str, job_name: str) -> str:
+    return os.path.join(local_path(output_path), job_name, "output")
+
+
+def save(output_path: str, job_name: str, model_dirs: list[tuple[str, str]],
+         output_dirs: list[tuple[str, str]]) -> tuple[ArchiveResult, ArchiveResult]:
+    prefix = output_prefix(output_path, job_name)
+    model = archive_dirs(model_dirs, os.path.join(prefix, "model.tar.gz"))
+    output = archive_dirs(output_dirs, os.path.join(prefix, "output.tar.gz"))
+    return model, output

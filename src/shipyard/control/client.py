@@ -1,0 +1,321 @@
+"""ControlPlane: the one facade the SDK and the CLI talk to (kubeflow/sdk style).
+
+submit() validates everything that can be checked, stages the code and records the
+job -- or refuses with a clear error and leaves nothing behind. run() supervises in
+the foreground; start() hands the job to a detached supervisor process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, TextIO
+
+import psutil
+
+from shipyard.agent import runners
+from shipyard.control import plan, staging
+from shipyard.control.home import Home
+from shipyard.control.lifecycle import Event
+from shipyard.control.store import JobRecord, Store
+from shipyard.errors import (ChannelError, DistributionError, JobExistsError, JobFailedError,
+                             ValidationError)
+from shipyard.observe.logs import LogTailer, print_lines
+from shipyard.observe.metrics import final_metrics
+from shipyard.spec import ChannelSpec, JobSpec
+
+TERMINAL = ("Completed", "Failed", "Stopped")
+
+
+def check_runner(spec: JobSpec) -> None:
+    runner = spec.dist.runner
+    if runner not in runners.available():
+        planned = runners.PLANNED.get(runner, "a later release")
+        raise DistributionError(
+            f"distribution {spec.dist.kind!r} is recognised but its runner is not available "
+            f"in this version of shipyard yet (coming with: {planned}); it will not be run as "
+            "a plain job. Remove `distribution` to train without it.")
+
+
+def channel_source(ch: ChannelSpec, mode: str) -> str:
+    if mode == "Pipe":
+        raise ChannelError(
+            f"channel {ch.name!r}: Pipe input mode is not available yet (data-channels issue "
+            "#7); use 'File' or 'FastFile'")
+    if ch.uri.startswith("s3://"):
+        raise ChannelError(
+            f"channel {ch.name!r}: s3:// sources are not available yet (data-channels issue "
+            "#7); use a local directory or file://")
+    try:
+        path = staging.local_path(ch.uri)
+    except ValidationError as exc:
+        raise ChannelError(f"channel {ch.name!r}: {exc}") from None
+    if not os.path.exists(path):
+        raise ChannelError(f"channel {ch.name!r}: {ch.uri!r} does not exist")
+    return path
+
+
+class ControlPlane:
+    def __init__(self, home: str | None = None, backend: str = "local") -> None:
+        self.home = Home.from_env(home)
+        os.makedirs(self.home.root, exist_ok=True)
+        self.store = Store(self.home.db_path)
+        self.backend = backend
+
+    # -- submission -----------------------------------------------------------------------
+    def submit(self, spec: JobSpec, log=None) -> JobRecord:
+        """Validate, stage, record. On any error nothing is left but the refusal."""
+        check_runner(spec)
+        sources = {ch.name: channel_source(ch, spec.channel_mode(ch)) for ch in spec.channels}
+        if self.store.exists(spec.job_name):
+            raise JobExistsError(
+                f"a training job named {spec.job_name!r} already exists; job names are unique: "
+                "pass another job_name or base_job_name")
+        output_path = spec.output_path or self.home.default_output_path
+        staging.local_path(output_path)  # refuses unsupported schemes before writing
+        spec = spec.model_copy(update={"output_path": output_path})
+        job_dir = self.home.job_dir(spec.job_name)
+        if os.path.exists(job_dir):
+            raise JobExistsError(f"job directory {job_dir} already exists; pick another job name")
+        code_location = spec.code_location or output_path
+        staged = None
+        try:
+            staged = staging.stage(spec.code, spec.job_name, code_location,
+                                   self.home.requirements_cache)
+            encoded = plan.hyperparameters(spec, staged, self.home)
+            subnet = plan.choose_subnet(self.store.subnets_in_use())
+            config = plan.agent_config(spec, staged, encoded, self.home, subnet, sources)
+            os.makedirs(os.path.join(job_dir, "logs"))
+            with open(os.path.join(job_dir, "job.json"), "w") as fh:
+                fh.write(spec.model_dump_json(indent=1))
+            with open(os.path.join(job_dir, "agent.json"), "w") as fh:
+                fh.write(config.to_json())
+            if config.shared_dir:
+                os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
+            record = self.store.create_job(spec.job_name, spec.model_dump(mode="json"), encoded,
+                                           job_dir, self.backend, subnet)
+        except BaseException:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            if staged is not None:
+                shutil.rmtree(os.path.dirname(os.path.dirname(staged.bundle_path)),
+                              ignore_errors=True)
+            raise
+        if log:
+            from shipyard import instance_types
+
+            log(instance_types.resolve(spec.instance_type).describe())
+            for note in staged.notes:
+                log(note)
+        return record
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, name: str, stream: TextIO | None = None) -> JobRecord:
+        """Supervise the job in this process until it ends (Ctrl-C stops it)."""
+        from shipyard.control.supervisor import JobSupervisor
+
+        self.store.update(name, supervisor_pid=os.getpid())
+        self.store.transition(name, Event.DOWNLOADING, "Making input data available")
+        return JobSupervisor(self.home, self.store, name, stream=stream).run()
+
+    def start(self, name: str) -> int:
+        """Hand the job to a detached supervisor process; returns its pid."""
+        self.store.transition(name, Event.DOWNLOADING, "Making input data available")
+        log = open(os.path.join(self.home.job_dir(name), "supervisor.log"), "ab")
+        with log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "shipyard.control.supervisor", "--home", self.home.root,
+                 "--job", name], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True)
+        self.store.update(name, supervisor_pid=proc.pid)
+        return proc.pid
+
+    def stop(self, name: str, wait: bool = True, timeout: float = 60) -> JobRecord:
+        record = self.reconcile(self.store.get(name))
+        if record.terminal:
+            return record
+        self.store.request_stop(name)
+        if not wait:
+            return self.store.get(name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            record = self.reconcile(self.store.get(name))
+            if record.terminal:
+                return record
+            time.sleep(0.1)
+        return record
+
+    def wait(self, name: str, logs: bool = True, stream: TextIO | None = None,
+             from_start: bool = True) -> JobRecord:
+        """Follow a job run by another process until it ends (attach, logs --follow)."""
+        stream = stream or sys.stdout
+        tailer = LogTailer({}, from_start=from_start)
+        while True:
+            record = self.reconcile(self.store.get(name))
+            for inst in self.store.instances(name):
+                if inst.log_path:
+                    tailer.files.setdefault(inst.host + ("" if inst.attempt == 1 else
+                                                         f"#{inst.attempt}"), inst.log_path)
+                    key = inst.host + ("" if inst.attempt == 1 else f"#{inst.attempt}")
+                    tailer.offsets.setdefault(key, 0)
+                    tailer.partial.setdefault(key, b"")
+            lines = tailer.poll(flush=record.terminal)
+            if logs:
+                print_lines(lines, stream)
+            if record.terminal:
+                return record
+            time.sleep(0.1)
+
+    def reconcile(self, record: JobRecord) -> JobRecord:
+        """A job whose supervisor died is marked Failed, and its instances are stopped."""
+        if record.terminal or record.supervisor_pid is None:
+            return record
+        if _alive(record.supervisor_pid):
+            return record
+        record = self.store.get(record.name)  # it may have just finished
+        if record.terminal:
+            return record
+        from shipyard.backends import get as get_backend
+        from shipyard.backends.api import InstanceHandle
+
+        handles = [InstanceHandle(i.host, i.pid, i.log_path or "")
+                   for i in self.store.instances(record.name, record.attempt)
+                   if i.pid and _is_agent(i.pid, record.job_dir)]
+        if handles:
+            get_backend(record.backend).stop(handles, grace=2.0)
+        reason = (f"InternalServerError: the process supervising this job (pid "
+                  f"{record.supervisor_pid}) ended unexpectedly; its instances were stopped")
+        if record.stop_requested:
+            self.store.transition(record.name, Event.STOP_REQUESTED, "Stop requested")
+            return self.store.transition(record.name, Event.STOPPED, "Training job stopped")
+        return self.store.transition(record.name, Event.FAILED, "Supervisor lost",
+                                     failure_reason=reason)
+
+    # -- reading --------------------------------------------------------------------------
+    def get(self, name: str) -> JobRecord:
+        return self.reconcile(self.store.get(name))
+
+    def list(self, limit: int = 100) -> list[JobRecord]:
+        return [self.reconcile(r) for r in self.store.list(limit)]
+
+    def describe(self, name: str) -> dict[str, Any]:
+        return describe(self, self.get(name))
+
+    def log_files(self, name: str, host: str | None = None) -> dict[str, str]:
+        files = {}
+        for inst in self.store.instances(name):
+            if host and inst.host != host:
+                continue
+            key = inst.host if inst.attempt == 1 else f"{inst.host}#{inst.attempt}"
+            if inst.log_path:
+                files[key] = inst.log_path
+        return files
+
+    def raise_for_status(self, record: JobRecord) -> None:
+        if record.status == "Failed":
+            raise JobFailedError(record.name, record.status, record.failure_reason)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _is_agent(pid: int, job_dir: str) -> bool:
+    try:
+        cmd = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return False
+    return "shipyard.agent" in cmd and any(job_dir in part for part in cmd)
+
+
+def _ts(value: float | None) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc) if value else None
+
+
+def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
+    """A SageMaker DescribeTrainingJob-shaped dict (datetimes as in boto3)."""
+    spec = record.spec
+    transitions = cp.store.transitions(record.name)
+    sec = []
+    for i, t in enumerate(transitions):
+        entry = {"Status": t["secondary_status"], "StartTime": _ts(t["at"]),
+                 "StatusMessage": t["message"] or ""}
+        if i + 1 < len(transitions):
+            entry["EndTime"] = _ts(transitions[i + 1]["at"])
+        elif record.terminal:
+            entry["EndTime"] = _ts(t["at"])
+        sec.append(entry)
+    channels = []
+    for ch in spec.get("channels", []):
+        channels.append({
+            "ChannelName": ch["name"],
+            "DataSource": {"S3DataSource": {
+                "S3DataType": ch.get("s3_data_type", "S3Prefix"), "S3Uri": ch["uri"],
+                "S3DataDistributionType": ch.get("distribution", "FullyReplicated")}},
+            "CompressionType": ch.get("compression") or "None",
+            "RecordWrapperType": ch.get("record_wrapping") or "None",
+            "InputMode": ch.get("input_mode") or spec.get("input_mode", "File"),
+            **({"ContentType": ch["content_type"]} if ch.get("content_type") else {}),
+        })
+    metrics = cp.store.metrics(record.name)
+    final = [dict(m, Timestamp=_ts(m["Timestamp"])) for m in final_metrics(metrics)]
+    out: dict[str, Any] = {
+        "TrainingJobName": record.name,
+        "TrainingJobArn": f"arn:shipyard:local:training-job/{record.name}",
+        "TrainingJobStatus": record.status,
+        "SecondaryStatus": record.secondary_status,
+        "HyperParameters": dict(record.hyperparameters),
+        "AlgorithmSpecification": {
+            "TrainingImage": spec.get("framework") or "shipyard-generic",
+            "TrainingInputMode": spec.get("input_mode", "File"),
+            "MetricDefinitions": spec.get("metric_definitions", []),
+            "EnableSageMakerMetricsTimeSeries": False,
+        },
+        "RoleArn": spec.get("role") or "",
+        "InputDataConfig": channels,
+        "OutputDataConfig": {"S3OutputPath": spec.get("output_path")},
+        "ResourceConfig": {"InstanceType": spec.get("instance_type"),
+                           "InstanceCount": spec.get("instance_count"), "VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": spec.get("max_run")},
+        "CreationTime": _ts(record.created_at),
+        "TrainingStartTime": _ts(record.start_time),
+        "TrainingEndTime": _ts(record.end_time),
+        "LastModifiedTime": _ts(record.modified_at),
+        "SecondaryStatusTransitions": sec,
+        "FinalMetricDataList": final,
+        "Environment": spec.get("environment", {}),
+        "RetryStrategy": {"MaximumRetryAttempts": spec.get("max_retry_attempts", 0)},
+        "EnableNetworkIsolation": False,
+        "Tags": spec.get("tags", []),
+        "Shipyard": {
+            "JobDir": record.job_dir,
+            "Backend": record.backend,
+            "Distribution": spec.get("distribution", {}),
+            "Attempts": [dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
+                         for a in cp.store.attempts(record.name)],
+            "Instances": [{"Host": i.host, "Attempt": i.attempt, "Address": i.address,
+                           "Pid": i.pid, "Status": i.status, "ExitCode": i.exit_code,
+                           "FailureReason": i.failure_reason, "LogPath": i.log_path}
+                          for i in cp.store.instances(record.name)],
+            "OutputArtifacts": record.output_artifact,
+        },
+    }
+    if record.failure_reason:
+        out["FailureReason"] = record.failure_reason
+    if record.model_artifact:
+        out["ModelArtifacts"] = {"S3ModelArtifacts": record.model_artifact}
+    if spec.get("checkpoint_s3_uri") or spec.get("checkpoint_local_path"):
+        out["CheckpointConfig"] = {"S3Uri": spec.get("checkpoint_s3_uri"),
+                                   "LocalPath": spec.get("checkpoint_local_path")}
+    if record.start_time:
+        end = record.end_time or time.time()
+        out["TrainingTimeInSeconds"] = int(round(end - record.start_time))
+        out["BillableTimeInSeconds"] = out["TrainingTimeInSeconds"]
+    return out

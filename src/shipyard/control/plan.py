@@ -1,0 +1,118 @@
+"""From a JobSpec and its staged code to what every agent is told (AgentConfig).
+
+Also where the job's loopback subnet is chosen: instance algo-k of a job gets
+127.X.Y.k, with X.Y unique among running jobs, so SageMaker's fixed ports work for
+every instance and every concurrent job.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+from shipyard import distribution as dist_mod
+from shipyard import instance_types
+from shipyard.agent.config import AgentConfig
+from shipyard.control.home import Home
+from shipyard.control.staging import StagedCode
+from shipyard.errors import ValidationError
+from shipyard.spec import JobSpec, json_encode_hyperparameters
+
+FRAMEWORK_MODULES = {
+    "tensorflow": "sagemaker_tensorflow_container.training:main",
+    "pytorch": "sagemaker_pytorch_container.training:main",
+}
+
+
+def choose_subnet(in_use: set[str], rng: random.Random | None = None) -> str:
+    rng = rng or random.Random()
+    for _ in range(1000):
+        subnet = f"127.{rng.randint(100, 199)}.{rng.randint(0, 255)}"
+        if subnet not in in_use:
+            return subnet
+    raise ValidationError("no free loopback subnet for a new job; too many jobs running")
+
+
+def addresses(hosts: list[str], subnet: str) -> dict[str, str]:
+    if len(hosts) > 254:
+        raise ValidationError(f"at most 254 local instances per job, got {len(hosts)}")
+    return {host: f"{subnet}.{i}" for i, host in enumerate(hosts, start=1)}
+
+
+def region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def default_model_dir(spec: JobSpec, home: Home) -> str | None:
+    """TensorFlow's ``--model_dir``: a directory every instance shares (/opt/ml/shared/model
+    in SageMaker local mode); ``model_dir=False`` suppresses it."""
+    if spec.framework != "tensorflow" or spec.model_dir is False:
+        return None
+    if spec.model_dir:
+        return spec.model_dir
+    return os.path.join(home.job_dir(spec.job_name), "shared", "model")
+
+
+def hyperparameters(spec: JobSpec, staged: StagedCode, home: Home) -> dict[str, str]:
+    """hyperparameters.json: the user's plus the SDK's reserved ``sagemaker_*`` keys."""
+    hps = dict(spec.hyperparameters)
+    model_dir = default_model_dir(spec, home)
+    if model_dir is not None and "model_dir" not in hps:
+        hps["model_dir"] = model_dir
+    hps.update({
+        "sagemaker_program": staged.entry_point,
+        "sagemaker_submit_directory": staged.bundle_uri,
+        "sagemaker_container_log_level": spec.container_log_level,
+        "sagemaker_job_name": spec.job_name,
+        "sagemaker_region": region(),
+    })
+    hps.update(dist_mod.reserved_hyperparameters(spec.dist, spec.instance_type))
+    return json_encode_hyperparameters(hps)
+
+
+def input_data_config(spec: JobSpec) -> dict[str, dict[str, str]]:
+    out = {}
+    for ch in spec.channels:
+        entry = {}
+        if ch.content_type:
+            entry["ContentType"] = ch.content_type
+        entry.update({
+            "TrainingInputMode": spec.channel_mode(ch),
+            "S3DistributionType": ch.distribution,
+            "RecordWrapperType": ch.record_wrapping or "None",
+        })
+        if ch.compression:
+            entry["CompressionType"] = ch.compression
+        out[ch.name] = entry
+    return out
+
+
+def agent_config(spec: JobSpec, staged: StagedCode, encoded_hps: dict[str, str], home: Home,
+                 subnet: str, channel_sources: dict[str, str]) -> AgentConfig:
+    res = instance_types.resolve(spec.instance_type)
+    dist = spec.dist
+    return AgentConfig(
+        job_name=spec.job_name,
+        hosts=spec.hosts,
+        addresses=addresses(spec.hosts, subnet),
+        instance_type=spec.instance_type,
+        num_cpus=res.num_cpus,
+        num_gpus=res.num_gpus,
+        hyperparameters=encoded_hps,
+        input_data_config=input_data_config(spec),
+        channel_sources=channel_sources,
+        submit_directory=staged.bundle_path,
+        entry_point=staged.entry_point,
+        instances_dir=os.path.join(home.job_dir(spec.job_name), "instances"),
+        runner=dist.runner,
+        runner_options=dict(dist.options, kind=dist.kind),
+        framework_module=FRAMEWORK_MODULES.get(spec.framework or ""),
+        environment=dict(spec.environment),
+        network_interface_name="lo",
+        extra_python_path=list(staged.extra_python_path),
+        python_package=staged.python_package,
+        checkpoint_local_path=spec.checkpoint_local_path,
+        region=region(),
+        log_level=spec.container_log_level,
+        shared_dir=os.path.join(home.job_dir(spec.job_name), "shared"),
+    )

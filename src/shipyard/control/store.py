@@ -1,0 +1,307 @@
+"""The job store: SQLite in WAL mode under SHIPYARD_HOME (survives crashes, many readers).
+
+One short-lived connection per operation keeps it safe across threads and processes
+(the supervisor, the CLI and the SDK all read and write it). Every status change goes
+through lifecycle.step, so an illegal transition can never be recorded, and each
+change appends to the transitions table (SecondaryStatusTransitions in describe).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from shipyard.control.lifecycle import Event, JobState, step
+from shipyard.errors import JobExistsError, JobNotFoundError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    hyperparameters TEXT NOT NULL,
+    status TEXT NOT NULL,
+    secondary_status TEXT NOT NULL,
+    failure_reason TEXT,
+    created_at REAL NOT NULL,
+    start_time REAL,
+    end_time REAL,
+    modified_at REAL NOT NULL,
+    job_dir TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    subnet TEXT,
+    supervisor_pid INTEGER,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    model_artifact TEXT,
+    output_artifact TEXT
+);
+CREATE TABLE IF NOT EXISTS instances (
+    job TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    address TEXT,
+    pid INTEGER,
+    status TEXT NOT NULL,
+    exit_code INTEGER,
+    failure_reason TEXT,
+    log_path TEXT,
+    started_at REAL,
+    ended_at REAL,
+    PRIMARY KEY (job, attempt, host)
+);
+CREATE TABLE IF NOT EXISTS transitions (
+    job TEXT NOT NULL, status TEXT NOT NULL, secondary_status TEXT NOT NULL,
+    message TEXT, at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transitions_job ON transitions(job);
+CREATE TABLE IF NOT EXISTS attempts (
+    job TEXT NOT NULL, attempt INTEGER NOT NULL, failure_reason TEXT,
+    started_at REAL, ended_at REAL, PRIMARY KEY (job, attempt)
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    job TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, at REAL NOT NULL, host TEXT
+);
+CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job);
+"""
+
+
+@dataclass
+class JobRecord:
+    name: str
+    spec: dict[str, Any]
+    hyperparameters: dict[str, str]
+    status: str
+    secondary_status: str
+    failure_reason: str | None
+    created_at: float
+    start_time: float | None
+    end_time: float | None
+    modified_at: float
+    job_dir: str
+    backend: str
+    subnet: str | None
+    supervisor_pid: int | None
+    stop_requested: bool
+    attempt: int
+    model_artifact: str | None
+    output_artifact: str | None
+
+    @property
+    def state(self) -> JobState:
+        return JobState(self.status, self.secondary_status)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+
+@dataclass
+class InstanceRecord:
+    job: str
+    attempt: int
+    host: str
+    address: str | None
+    pid: int | None
+    status: str
+    exit_code: int | None
+    failure_reason: str | None
+    log_path: str | None
+    started_at: float | None
+    ended_at: float | None
+
+
+class Store:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with self._connect() as db:
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=30000")
+            db.row_factory = sqlite3.Row
+            yield db
+        finally:
+            db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    # -- jobs ---------------------------------------------------------------------------
+    def create_job(self, name: str, spec: dict[str, Any], hyperparameters: dict[str, str],
+                   job_dir: str, backend: str, subnet: str | None) -> JobRecord:
+        now = time.time()
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone():
+                raise JobExistsError(
+                    f"a training job named {name!r} already exists; job names are unique: "
+                    "pass another job_name or base_job_name")
+            db.execute(
+                "INSERT INTO jobs (name, spec, hyperparameters, status, secondary_status,"
+                " created_at, modified_at, job_dir, backend, subnet)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (name, json.dumps(spec), json.dumps(hyperparameters), "InProgress", "Starting",
+                 now, now, job_dir, backend, subnet))
+            db.execute("INSERT INTO transitions VALUES (?,?,?,?,?)",
+                       (name, "InProgress", "Starting", "Preparing the instances for training",
+                        now))
+        return self.get(name)
+
+    def delete_job(self, name: str) -> None:
+        """Remove a job record entirely (used only to undo a submission that failed)."""
+        with self._tx() as db:
+            for table, col in (("jobs", "name"), ("instances", "job"), ("transitions", "job"),
+                               ("attempts", "job"), ("metrics", "job")):
+                db.execute(f"DELETE FROM {table} WHERE {col}=?", (name,))
+
+    def exists(self, name: str) -> bool:
+        with self._connect() as db:
+            return db.execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone() is not None
+
+    def get(self, name: str) -> JobRecord:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
+        if row is None:
+            raise JobNotFoundError(f"no training job named {name!r} (see `shipyard jobs`)")
+        return _job(row)
+
+    def list(self, limit: int = 100) -> list[JobRecord]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?",
+                              (limit,)).fetchall()
+        return [_job(r) for r in rows]
+
+    def subnets_in_use(self) -> set[str]:
+        with self._connect() as db:
+            rows = db.execute("SELECT subnet FROM jobs WHERE status IN ('InProgress','Stopping')"
+                              " AND subnet IS NOT NULL").fetchall()
+        return {r["subnet"] for r in rows}
+
+    def transition(self, name: str, event: Event, message: str = "",
+                   failure_reason: str | None = None) -> JobRecord:
+        """Apply a lifecycle event atomically; returns the updated record."""
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute("SELECT status, secondary_status, start_time FROM jobs WHERE name=?",
+                             (name,)).fetchone()
+            if row is None:
+                raise JobNotFoundError(f"no training job named {name!r}")
+            new = step(JobState(row["status"], row["secondary_status"]), event)
+            fields = {"status": new.status, "secondary_status": new.secondary, "modified_at": now}
+            if new.secondary == "Training" and row["start_time"] is None:
+                fields["start_time"] = now
+            if new.terminal:
+                fields["end_time"] = now
+            if failure_reason is not None:
+                fields["failure_reason"] = failure_reason
+            sets = ", ".join(f"{k}=?" for k in fields)
+            db.execute(f"UPDATE jobs SET {sets} WHERE name=?", (*fields.values(), name))
+            db.execute("INSERT INTO transitions VALUES (?,?,?,?,?)",
+                       (name, new.status, new.secondary, message, now))
+        return self.get(name)
+
+    def update(self, name: str, **fields: Any) -> None:
+        allowed = {"supervisor_pid", "stop_requested", "attempt", "model_artifact",
+                   "output_artifact", "failure_reason"}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"cannot update {bad}")
+        fields["modified_at"] = time.time()
+        sets = ", ".join(f"{k}=?" for k in fields)
+        with self._tx() as db:
+            db.execute(f"UPDATE jobs SET {sets} WHERE name=?", (*fields.values(), name))
+
+    def request_stop(self, name: str) -> JobRecord:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET stop_requested=1, modified_at=? WHERE name=?",
+                       (time.time(), name))
+        return self.get(name)
+
+    def transitions(self, name: str) -> list[dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute("SELECT status, secondary_status, message, at FROM transitions"
+                              " WHERE job=? ORDER BY rowid", (name,)).fetchall()
+        return [dict(r) for r in rows]
+
+    # -- instances and attempts ---------------------------------------------------------
+    def record_instance(self, rec: InstanceRecord) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       (rec.job, rec.attempt, rec.host, rec.address, rec.pid, rec.status,
+                        rec.exit_code, rec.failure_reason, rec.log_path, rec.started_at,
+                        rec.ended_at))
+
+    def record_instances(self, recs: list[InstanceRecord]) -> None:
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                           [(r.job, r.attempt, r.host, r.address, r.pid, r.status, r.exit_code,
+                             r.failure_reason, r.log_path, r.started_at, r.ended_at)
+                            for r in recs])
+
+    def instances(self, name: str, attempt: int | None = None) -> list[InstanceRecord]:
+        with self._connect() as db:
+            if attempt is None:
+                rows = db.execute("SELECT * FROM instances WHERE job=? ORDER BY attempt, host",
+                                  (name,)).fetchall()
+            else:
+                rows = db.execute("SELECT * FROM instances WHERE job=? AND attempt=?"
+                                  " ORDER BY host", (name, attempt)).fetchall()
+        recs = [InstanceRecord(**dict(r)) for r in rows]
+        return sorted(recs, key=lambda r: (r.attempt, _host_index(r.host)))
+
+    def record_attempt(self, name: str, attempt: int, started_at: float,
+                       ended_at: float | None = None, failure_reason: str | None = None) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO attempts VALUES (?,?,?,?,?)",
+                       (name, attempt, failure_reason, started_at, ended_at))
+
+    def attempts(self, name: str) -> list[dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute("SELECT attempt, failure_reason, started_at, ended_at FROM attempts"
+                              " WHERE job=? ORDER BY attempt", (name,)).fetchall()
+        return [dict(r) for r in rows]
+
+    # -- metrics --------------------------------------------------------------------------
+    def add_metrics(self, name: str, points: list[tuple[str, float, float, str]]) -> None:
+        if not points:
+            return
+        with self._tx() as db:
+            db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?)",
+                           [(name, m, v, t, h) for (m, v, t, h) in points])
+
+    def metrics(self, name: str) -> list[dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute("SELECT name, value, at, host FROM metrics WHERE job=?"
+                              " ORDER BY rowid", (name,)).fetchall()
+        return [dict(r) for r in rows]
+
+
+def _host_index(host: str) -> int:
+    try:
+        return int(host.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _job(row: sqlite3.Row) -> JobRecord:
+    data = dict(row)
+    data["spec"] = json.loads(data["spec"])
+    data["hyperparameters"] = json.loads(data["hyperparameters"])
+    data["stop_requested"] = bool(data["stop_requested"])
+    return JobRecord(**data)

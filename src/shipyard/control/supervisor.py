@@ -1,0 +1,259 @@
+"""The job supervisor: launches the instances, watches them, decides how the job ends.
+
+Runs in the foreground of ``fit(wait=True)`` (no extra process: launch overhead
+matters) or as a detached process (``python -m shipyard.control.supervisor``) for
+``wait=False`` and ``shipyard train --detach``. Either way it is the only writer of
+the job's status after submission, and the only place that decides:
+
+* the first instance to fail is the root cause; every other instance is stopped;
+* ``max_run`` reached: instances stopped, artifacts kept, Stopped/MaxRuntimeExceeded;
+* a stop request (``shipyard stop``, Ctrl-C, SIGTERM): Stopped;
+* with ``max_retry_attempts`` a failed attempt restarts every instance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from shipyard.agent.layout import InstancePaths
+from shipyard.backends import get as get_backend
+from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
+from shipyard.control import artifacts
+from shipyard.control.home import Home
+from shipyard.control.lifecycle import Event
+from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.observe.logs import LogTailer, print_lines
+from shipyard.observe.metrics import MetricExtractor
+
+POLL_SECONDS = 0.02
+STOP_CHECK_SECONDS = 0.25
+STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
+
+
+@dataclass
+class AttemptResult:
+    kind: str                      # "succeeded" | "failed" | "stopped" | "max_runtime"
+    reason: str | None = None
+    host: str | None = None
+
+
+class StopRequested(Exception):
+    """Raised inside the monitor loop by a signal handler of a detached supervisor."""
+
+
+class JobSupervisor:
+    def __init__(self, home: Home, store: Store, name: str, stream: TextIO | None = None,
+                 backend: Backend | None = None) -> None:
+        self.home = home
+        self.store = store
+        self.name = name
+        self.stream = stream
+        self.record = store.get(name)
+        self.spec = self.record.spec
+        self.backend = backend or get_backend(self.record.backend)
+        self.handles: list[InstanceHandle] = []
+        self.metrics = MetricExtractor(self.spec.get("metric_definitions") or [])
+        self.tailer = LogTailer({})
+        self.deadline = time.monotonic() + int(self.spec.get("max_run", 86400))
+        self.signalled = False
+
+    # -- helpers --------------------------------------------------------------------------
+    @property
+    def hosts(self) -> list[str]:
+        return [f"algo-{i}" for i in range(1, int(self.spec["instance_count"]) + 1)]
+
+    def paths(self, host: str) -> InstancePaths:
+        return InstancePaths(os.path.join(self.record.job_dir, "instances", host))
+
+    def _pump_logs(self, flush: bool = False) -> None:
+        lines = self.tailer.poll(flush=flush)
+        if not lines:
+            return
+        if self.stream is not None:
+            print_lines(lines, self.stream)
+        self.store.add_metrics(self.name, self.metrics.extract(lines))
+
+    def _failure_reason(self, host: str, code: int) -> str:
+        path = self.paths(host).failure_file
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read().strip()
+        except OSError:
+            text = ""
+        if not text:
+            text = f"instance exited with status {code} without writing a failure reason"
+        return f"[{host}] {text}"[:1024]
+
+    # -- one attempt ----------------------------------------------------------------------
+    def _launch(self, attempt: int) -> None:
+        env = dict(os.environ)
+        env["SHIPYARD_ATTEMPT"] = str(attempt)
+        specs = []
+        for host in self.hosts:
+            log_path = self.home.log_path(self.name, host)
+            if attempt > 1:
+                log_path = log_path[:-4] + f".attempt{attempt}.log"
+            specs.append(LaunchSpec(self.name, host, os.path.join(self.record.job_dir,
+                                                                  "agent.json"), log_path, env))
+        self.handles = self.backend.launch(specs)
+        now = time.time()
+        addresses = self._addresses()
+        self.store.record_instances([
+            InstanceRecord(self.name, attempt, h.host, addresses.get(h.host), h.pid, "Running",
+                           None, None, h.log_path, now, None) for h in self.handles])
+        for h in self.handles:
+            self.tailer.add(h.host, h.log_path)
+
+    def _addresses(self) -> dict[str, str]:
+        subnet = self.record.subnet
+        return {h: f"{subnet}.{i}" for i, h in enumerate(self.hosts, 1)} if subnet else {}
+
+    def _finish_instance(self, handle: InstanceHandle, attempt: int, code: int,
+                         status: str, reason: str | None) -> None:
+        addresses = self._addresses()
+        self.store.record_instance(InstanceRecord(
+            self.name, attempt, handle.host, addresses.get(handle.host), handle.pid, status,
+            code, reason, handle.log_path, None, time.time()))
+
+    def _monitor(self, attempt: int) -> AttemptResult:
+        done: dict[str, int] = {}
+        next_stop_check = 0.0
+        delay = 0.002
+        while True:
+            self._pump_logs()
+            progressed = False
+            for handle in self.handles:
+                if handle.host in done:
+                    continue
+                code = self.backend.poll(handle)
+                if code is None:
+                    continue
+                progressed = True
+                done[handle.host] = code
+                if code != 0:
+                    reason = self._failure_reason(handle.host, code)
+                    self._finish_instance(handle, attempt, code, "Failed", reason)
+                    return AttemptResult("failed", reason, handle.host)
+                self._finish_instance(handle, attempt, code, "Completed", None)
+            if len(done) == len(self.handles):
+                return AttemptResult("succeeded")
+            now = time.monotonic()
+            if now >= self.deadline:
+                return AttemptResult("max_runtime",
+                                     f"MaxRuntimeExceeded: the job ran longer than max_run="
+                                     f"{self.spec.get('max_run')} seconds")
+            if self.signalled:
+                return AttemptResult("stopped")
+            if now >= next_stop_check:
+                next_stop_check = now + STOP_CHECK_SECONDS
+                if self.store.get(self.name).stop_requested:
+                    return AttemptResult("stopped")
+            time.sleep(delay if not progressed else 0)
+            delay = min(delay * 2, POLL_SECONDS)
+
+    def _stop_instances(self, attempt: int, status: str = "Stopped") -> None:
+        running = [h for h in self.handles if self.backend.poll(h) is None]
+        self.backend.stop(self.handles, grace=STOP_GRACE_SECONDS)
+        for handle in running:
+            self._finish_instance(handle, attempt, self.backend.poll(handle) or -15, status, None)
+
+    def _upload(self) -> None:
+        model_dirs = [(h, self.paths(h).model) for h in self.hosts]
+        output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
+        model, output = artifacts.save(self.spec["output_path"], self.name, model_dirs,
+                                       output_dirs)
+        self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
+        if self.stream is not None and model.conflicts:
+            self.stream.write("shipyard: several instances wrote the same model file; kept "
+                              "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n")
+
+    # -- the whole job --------------------------------------------------------------------
+    def run(self) -> JobRecord:
+        attempts_allowed = 1 + int(self.spec.get("max_retry_attempts", 0))
+        attempt = self.record.attempt
+        try:
+            while True:
+                started = time.time()
+                self.store.record_attempt(self.name, attempt, started)
+                self._launch(attempt)
+                self.store.transition(self.name, Event.TRAINING,
+                                      f"Training with {len(self.hosts)} instance(s), attempt "
+                                      f"{attempt}")
+                result = self._monitor(attempt)
+                if result.kind != "succeeded":
+                    self._stop_instances(attempt)
+                self._pump_logs(flush=True)
+                self.store.record_attempt(self.name, attempt, started, time.time(),
+                                          result.reason)
+                if result.kind == "failed" and attempt < attempts_allowed:
+                    attempt += 1
+                    self.store.update(self.name, attempt=attempt)
+                    self.store.transition(self.name, Event.RESTARTING,
+                                          f"Attempt {attempt - 1} failed on {result.host}; "
+                                          f"restarting all instances (attempt {attempt})")
+                    continue
+                return self._conclude(result)
+        except KeyboardInterrupt:
+            self._stop_instances(attempt)
+            self._pump_logs(flush=True)
+            self._safe_transition(Event.STOP_REQUESTED, "Stop requested (interrupted)")
+            self._safe_transition(Event.STOPPED, "Training job stopped")
+            raise
+        except BaseException as exc:
+            self._stop_instances(attempt)
+            self._safe_transition(Event.FAILED, "Internal error",
+                                  f"InternalServerError: {type(exc).__name__}: {exc}"[:1024])
+            raise
+
+    def _safe_transition(self, event: Event, message: str, reason: str | None = None) -> None:
+        try:
+            if not self.store.get(self.name).terminal:
+                self.store.transition(self.name, event, message, failure_reason=reason)
+        except Exception:  # the original error matters more than this bookkeeping
+            pass
+
+    def _conclude(self, result: AttemptResult) -> JobRecord:
+        if result.kind == "succeeded":
+            self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
+            self._upload()
+            return self.store.transition(self.name, Event.SUCCEEDED,
+                                         "Training job completed")
+        if result.kind == "failed":
+            return self.store.transition(self.name, Event.FAILED, "Training job failed",
+                                         failure_reason=result.reason)
+        if result.kind == "max_runtime":
+            self._upload()
+            return self.store.transition(self.name, Event.MAX_RUNTIME, result.reason or "",
+                                         failure_reason=result.reason)
+        self.store.transition(self.name, Event.STOP_REQUESTED, "Stop requested")
+        return self.store.transition(self.name, Event.STOPPED, "Training job stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Detached supervisor: ``python -m shipyard.control.supervisor --home H --job NAME``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--job", required=True)
+    args = parser.parse_args(argv)
+    home = Home(args.home)
+    store = Store(home.db_path)
+    sup = JobSupervisor(home, store, args.job, stream=None)
+
+    def on_signal(signum, _frame):
+        sup.signalled = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    record = sup.run()
+    return 0 if record.status == "Completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The ``distribution`` argument: every form SageMaker v2 accepts, validated and normalized.
+
+A pure module: it turns the user's dict into a :class:`Distribution` (one kind plus
+its options) and into the reserved ``sagemaker_*`` hyperparameters the SageMaker SDK
+writes for it (estimator.py ``_distribution_configuration``), so scripts and toolkits
+that read those keys see exactly what they would on SageMaker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from shipyard.errors import DistributionError
+
+PARAMETER_SERVER = "parameter_server"
+MPI = "mpi"
+SMDDP = "smdistributed.dataparallel"
+PYTORCHDDP = "pytorchddp"
+TORCH_DISTRIBUTED = "torch_distributed"
+MWMS = "multi_worker_mirrored_strategy"
+
+KINDS = (PARAMETER_SERVER, MPI, SMDDP, PYTORCHDDP, TORCH_DISTRIBUTED, MWMS)
+_TOP_LEVEL_KEYS = (PARAMETER_SERVER, MPI, "smdistributed", PYTORCHDDP, TORCH_DISTRIBUTED, MWMS)
+
+# Which runner executes each kind (agent/runners/<name>.py), and the issue that brings it.
+RUNNER_FOR_KIND = {
+    PARAMETER_SERVER: "parameter_server",
+    MPI: "mpi",
+    SMDDP: "torch_distributed",
+    PYTORCHDDP: "torch_distributed",
+    TORCH_DISTRIBUTED: "torch_distributed",
+    MWMS: "multi_worker_mirrored",
+}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One normalized distribution: ``kind`` is None for a plain (undistributed) job."""
+
+    kind: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def runner(self) -> str:
+        """Name of the agent runner that executes this distribution."""
+        return "plain" if self.kind is None else RUNNER_FOR_KIND[self.kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "options": dict(self.options)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "Distribution":
+        if not data:
+            return cls()
+        return cls(kind=data.get("kind"), options=dict(data.get("options") or {}))
+
+
+def _enabled(section: Any, where: str) -> bool:
+    if not isinstance(section, Mapping):
+        raise DistributionError(
+            f"distribution[{where!r}] must be a dict such as {{'enabled': True}}, "
+            f"got {type(section).__name__}: {section!r}")
+    enabled = section.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise DistributionError(
+            f"distribution[{where!r}]['enabled'] must be True or False, got {enabled!r}")
+    return enabled
+
+
+def _check_processes_per_host(options: Mapping[str, Any], where: str) -> None:
+    if "processes_per_host" in options:
+        ppn = options["processes_per_host"]
+        if isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1:
+            raise DistributionError(
+                f"distribution[{where!r}]['processes_per_host'] must be an integer >= 1, "
+                f"got {ppn!r}")
+
+
+def _check_custom_mpi_options(options: Mapping[str, Any], where: str) -> None:
+    value = options.get("custom_mpi_options", "")
+    if not isinstance(value, str):
+        raise DistributionError(
+            f"distribution[{where!r}]['custom_mpi_options'] must be a string of mpirun "
+            f"options, got {value!r}")
+
+
+def parse(distribution: Mapping[str, Any] | None) -> Distribution:
+    """Validate a SageMaker ``distribution`` dict and normalize it.
+
+    Raises DistributionError for unknown keys, two distributions at once, forms
+    shipyard does not run (model parallel, heterogeneous instance groups) and
+    malformed options.
+    """
+    if distribution is None:
+        return Distribution()
+    if not isinstance(distribution, Mapping):
+        raise DistributionError(
+            f"distribution must be a dict such as {{'mpi': {{'enabled': True}}}}, got "
+            f"{type(distribution).__name__}: {distribution!r}")
+    if "instance_groups" in distribution:
+        raise DistributionError(
+            "distribution['instance_groups'] (heterogeneous clusters) is not supported: "
+            "run one homogeneous group of instances")
+    unknown = [k for k in distribution if k not in _TOP_LEVEL_KEYS]
+    if unknown:
+        raise DistributionError(
+            f"unknown distribution key(s) {unknown}: use one of "
+            + ", ".join(repr(k) for k in _TOP_LEVEL_KEYS))
+
+    found: list[Distribution] = []
+    for key, section in distribution.items():
+        if key == "smdistributed":
+            if not isinstance(section, Mapping):
+                raise DistributionError(
+                    "distribution['smdistributed'] must be a dict such as "
+                    "{'dataparallel': {'enabled': True}}")
+            extra = [k for k in section if k not in ("dataparallel", "modelparallel")]
+            if extra:
+                raise DistributionError(
+                    f"unknown distribution['smdistributed'] key(s) {extra}: use 'dataparallel'")
+            if "modelparallel" in section and _enabled(section["modelparallel"],
+                                                       "smdistributed.modelparallel"):
+                raise DistributionError(
+                    "smdistributed.modelparallel is not supported by shipyard; use "
+                    "'torch_distributed' (DDP/FSDP in your script) instead")
+            if "dataparallel" in section and _enabled(section["dataparallel"], SMDDP):
+                options = dict(section["dataparallel"])
+                _check_custom_mpi_options(options, SMDDP)
+                found.append(Distribution(SMDDP, options))
+            continue
+        if _enabled(section, key):
+            options = dict(section)
+            if key in (MPI, TORCH_DISTRIBUTED, PYTORCHDDP, PARAMETER_SERVER):
+                _check_processes_per_host(options, key)
+            if key == MPI:
+                _check_custom_mpi_options(options, key)
+            found.append(Distribution(key, options))
+
+    if len(found) > 1:
+        raise DistributionError(
+            "two distributions at once: " + " and ".join(d.kind or "" for d in found)
+            + "; enable exactly one")
+    return found[0] if found else Distribution()
+
+
+def reserved_hyperparameters(dist: Distribution, instance_type: str) -> dict[str, Any]:
+    """The ``sagemaker_*`` hyperparameters the SageMaker SDK v2 writes for ``dist``."""
+    opts = dist.options
+    if dist.kind is None:
+        return {}
+    if dist.kind == PARAMETER_SERVER:
+        return {"sagemaker_parameter_server_enabled": True}
+    if dist.kind == MPI:
+        hps: dict[str, Any] = {"sagemaker_mpi_enabled": True}
+        if "processes_per_host" in opts:
+            hps["sagemaker_mpi_num_of_processes_per_host"] = opts["processes_per_host"]
+        hps["sagemaker_mpi_custom_mpi_options"] = opts.get("custom_mpi_options", "")
+        return hps
+    if dist.kind == SMDDP:
+        return {
+            "sagemaker_distributed_dataparallel_enabled": True,
+            "sagemaker_instance_type": instance_type,
+            "sagemaker_distributed_dataparallel_custom_mpi_options":
+                opts.get("custom_mpi_options", ""),
+        }
+    if dist.kind == PYTORCHDDP:
+        return {"sagemaker_pytorch_ddp_enabled": True, "sagemaker_instance_type": instance_type}
+    if dist.kind == TORCH_DISTRIBUTED:
+        return {"sagemaker_torch_distributed_enabled": True,
+                "sagemaker_instance_type": instance_type}
+    if dist.kind == MWMS:
+        return {"sagemaker_multi_worker_mirrored_strategy_enabled": True}
+    raise AssertionError(dist.kind)  # parse() admits nothing else

@@ -1,0 +1,66 @@
+"""The typed error tree of shipyard, in one module (httpx style).
+
+Every error a user can cause is a ``ShipyardError``; the message always says what
+was wrong and what to do instead. Validation errors are also ``ValueError`` so code
+written against the SageMaker SDK (which raises ``ValueError`` for bad arguments)
+keeps catching them.
+
+    ShipyardError
+    ├── ValidationError (ValueError)      bad input, refused before anything starts
+    │   ├── DistributionError             unknown / conflicting / not-yet-supported distribution
+    │   └── ChannelError                  an input channel that cannot be used
+    ├── StagingError                      code could not be staged (git clone, requirements, ...)
+    ├── JobExistsError                    a job of that name is already recorded
+    ├── JobNotFoundError (KeyError)       no such job in the store
+    ├── BackendError                      instances could not be started or supervised
+    └── JobFailedError                    a waited-for job ended Failed (carries the FailureReason)
+"""
+
+from __future__ import annotations
+
+
+class ShipyardError(Exception):
+    """Base of every error shipyard raises on purpose."""
+
+
+class ValidationError(ShipyardError, ValueError):
+    """Bad input: refused before anything was started or written."""
+
+
+class DistributionError(ValidationError):
+    """The ``distribution`` argument is unknown, ambiguous or not runnable yet."""
+
+
+class ChannelError(ValidationError):
+    """An input channel points at something that cannot be read."""
+
+
+class StagingError(ShipyardError):
+    """The training code could not be staged (missing files, git clone, pip)."""
+
+
+class JobExistsError(ValidationError):
+    """A job with this name already exists; job names are unique like in SageMaker."""
+
+
+class JobNotFoundError(ShipyardError, KeyError):
+    """No job with this name in the store."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else "job not found"
+
+
+class BackendError(ShipyardError):
+    """The backend could not start or supervise the job's instances."""
+
+
+class JobFailedError(ShipyardError):
+    """A job the caller waited for ended in ``Failed``; ``reason`` is its FailureReason."""
+
+    def __init__(self, job_name: str, status: str, reason: str | None) -> None:
+        self.job_name = job_name
+        self.status = status
+        self.reason = reason or ""
+        super().__init__(
+            f"Error for Training job {job_name}: {status}. Reason: {self.reason}"
+        )

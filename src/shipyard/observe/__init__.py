@@ -1,0 +1,1 @@
+"""Observability: log streaming, metrics from log lines, reports."""

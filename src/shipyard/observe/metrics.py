@@ -1,0 +1,44 @@
+"""metric_definitions: SageMaker's ``[{'Name': ..., 'Regex': ...}]`` applied to log lines.
+
+As in SageMaker, the first capture group of a matching regex is the value; every
+match is kept with its time and host, and the last value of each metric is the
+``FinalMetricDataList`` entry.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import Any, Iterable
+
+
+class MetricExtractor:
+    def __init__(self, definitions: Iterable[dict[str, str]]) -> None:
+        self.patterns = [(d["Name"], re.compile(d["Regex"])) for d in definitions]
+
+    def extract(self, lines: Iterable[tuple[str, str]],
+                now: float | None = None) -> list[tuple[str, float, float, str]]:
+        if not self.patterns:
+            return []
+        now = time.time() if now is None else now
+        points = []
+        for host, line in lines:
+            for name, pattern in self.patterns:
+                for match in pattern.finditer(line):
+                    raw = match.group(1) if match.groups() else match.group(0)
+                    try:
+                        value = float(raw)
+                    except (TypeError, ValueError):
+                        continue
+                    if math.isfinite(value):
+                        points.append((name, value, now, host))
+        return points
+
+
+def final_metrics(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Last value of each metric, in first-seen order (FinalMetricDataList)."""
+    last: dict[str, dict[str, Any]] = {}
+    for p in points:
+        last[p["name"]] = p
+    return [{"MetricName": n, "Value": p["value"], "Timestamp": p["at"]} for n, p in last.items()]

@@ -1,0 +1,5 @@
+"""``shipyard.pytorch`` (as ``sagemaker.pytorch``)."""
+
+from shipyard.sdk.pytorch import PyTorch
+
+__all__ = ["PyTorch"]

@@ -1,0 +1,255 @@
+"""Estimator, Framework: the SageMaker Python SDK v2 training API on shipyard.
+
+Porting a notebook means changing the import: the constructor takes the same
+parameters (v1 names too, with a DeprecationWarning), ``fit`` the same inputs, and
+``latest_training_job.describe()`` returns a DescribeTrainingJob-shaped dict. Options
+that only make sense on AWS are accepted and ignored with a debug log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from typing import Any, Optional
+
+from shipyard import distribution as dist_mod
+from shipyard import instance_types
+from shipyard.errors import JobFailedError, ValidationError
+from shipyard.sdk.inputs import channels_from_inputs
+from shipyard.sdk.session import Session
+from shipyard.sdk.training_job import TrainingJob, _logs_on
+from shipyard.spec import JobSpec, validated
+
+logger = logging.getLogger("shipyard")
+
+# SageMaker parameters with no meaning without AWS: accepted, ignored, logged at debug.
+_AWS_ONLY = (
+    "role", "keep_alive_period_in_seconds", "volume_size", "volume_kms_key", "output_kms_key",
+    "subnets", "security_group_ids", "model_uri", "model_channel_name",
+    "encrypt_inter_container_traffic", "use_spot_instances", "max_wait", "rules",
+    "debugger_hook_config", "tensorboard_output_config", "enable_sagemaker_metrics",
+    "enable_network_isolation", "profiler_config", "disable_profiler", "image_uri",
+    "training_repository_access_mode", "training_repository_credentials_provider_arn",
+    "enable_infra_check", "container_entry_point", "container_arguments",
+    "disable_output_compression", "enable_remote_debug", "enable_session_tag_chaining",
+    "training_plan", "instance_placement_config", "compiler_config", "instance_groups",
+    "sagemaker_session", "image_name",
+)
+_V1_RENAMES = {
+    "train_instance_count": "instance_count",
+    "train_instance_type": "instance_type",
+    "train_max_run": "max_run",
+    "distributions": "distribution",
+    "train_use_spot_instances": "use_spot_instances",
+    "train_max_wait": "max_wait",
+    "train_volume_size": "volume_size",
+    "train_volume_kms_key": "volume_kms_key",
+}
+
+
+def timestamp() -> str:
+    """SageMaker's ``sagemaker_timestamp()``: YYYY-MM-DD-HH-MM-SS-mmm."""
+    now = time.time()
+    ms = str(int(now * 1000) % 1000).zfill(3)
+    return time.strftime("%Y-%m-%d-%H-%M-%S-{}".format(ms), time.gmtime(now))
+
+
+def name_from_base(base: str, max_length: int = 63) -> str:
+    stamp = timestamp()
+    return "{}-{}".format(base[: max_length - len(stamp) - 1], stamp)
+
+
+def _renamed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    for old, new in _V1_RENAMES.items():
+        if old in kwargs:
+            value = kwargs.pop(old)
+            warnings.warn(
+                f"the {old!r} parameter is deprecated (SageMaker Python SDK v2 renamed it); "
+                f"use {new!r} instead", DeprecationWarning, stacklevel=4)
+            if new in kwargs and kwargs[new] is not None:
+                raise ValidationError(f"both {old!r} and {new!r} were given; pass only {new!r}")
+            kwargs[new] = value
+    return kwargs
+
+
+class EstimatorBase:
+    """Common to every estimator: builds a JobSpec and hands it to the control plane."""
+
+    _framework: Optional[str] = None
+    _default_base_job_name = "shipyard-training"
+
+    def __init__(self, entry_point: Optional[str] = None, source_dir: Optional[str] = None,
+                 hyperparameters: Optional[dict[str, Any]] = None,
+                 instance_count: Optional[int] = None, instance_type: Optional[str] = None,
+                 distribution: Optional[dict[str, Any]] = None,
+                 dependencies: Optional[list[str]] = None,
+                 git_config: Optional[dict[str, str]] = None,
+                 model_dir: Any = None, base_job_name: Optional[str] = None,
+                 tags: Optional[list[dict[str, str]]] = None, output_path: Optional[str] = None,
+                 code_location: Optional[str] = None,
+                 environment: Optional[dict[str, str]] = None, max_run: int = 24 * 60 * 60,
+                 input_mode: str = "File",
+                 metric_definitions: Optional[list[dict[str, str]]] = None,
+                 checkpoint_s3_uri: Optional[str] = None,
+                 checkpoint_local_path: Optional[str] = None,
+                 max_retry_attempts: Optional[int] = None,
+                 framework_version: Optional[str] = None, py_version: Optional[str] = None,
+                 container_log_level: int = logging.INFO,
+                 session: Optional[Session] = None, **kwargs: Any) -> None:
+        kwargs = _renamed(dict(kwargs))
+        instance_count = kwargs.pop("instance_count", instance_count)
+        instance_type = kwargs.pop("instance_type", instance_type)
+        max_run = kwargs.pop("max_run", max_run)
+        distribution = kwargs.pop("distribution", distribution)
+        self.session = kwargs.pop("sagemaker_session", None) or session or Session()
+        if not isinstance(self.session, Session):
+            raise ValidationError("sagemaker_session/session must be a shipyard.Session")
+        for name in list(kwargs):
+            if name in _AWS_ONLY:
+                logger.debug("%s=%r is accepted for SageMaker compatibility and not used",
+                             name, kwargs.pop(name))
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) "
+                            f"{sorted(kwargs)}")
+        if entry_point is None:
+            raise ValidationError("entry_point is required: shipyard runs your training script "
+                                  "(script mode); pass entry_point='train.py'")
+        if instance_count is None or instance_type is None:
+            raise ValidationError("instance_count and instance_type are required (e.g. "
+                                  "instance_count=2, instance_type='local')")
+        self.entry_point = entry_point
+        self.source_dir = source_dir
+        self.dependencies = list(dependencies or [])
+        self.git_config = git_config
+        self._hyperparameters = dict(hyperparameters or {})
+        self.instance_count = instance_count
+        self.instance_type = instance_type
+        self.distribution = dist_mod.parse(distribution)  # refuses bad forms right here
+        self.model_dir = model_dir
+        self.base_job_name = base_job_name
+        self.tags = list(tags or [])
+        self.output_path = output_path
+        self.code_location = code_location
+        self.environment = dict(environment or {})
+        self.max_run = max_run
+        self.input_mode = input_mode
+        self.metric_definitions = list(metric_definitions or [])
+        self.checkpoint_s3_uri = checkpoint_s3_uri
+        self.checkpoint_local_path = checkpoint_local_path
+        self.max_retry_attempts = max_retry_attempts or 0
+        self.framework_version = framework_version
+        self.py_version = py_version
+        self.container_log_level = container_log_level
+        self.resources = instance_types.resolve(instance_type)
+        logger.info(self.resources.describe())
+        self.latest_training_job: Optional[TrainingJob] = None
+        self._current_job_name: Optional[str] = None
+
+    # -- SageMaker-compatible API ---------------------------------------------------------
+    def hyperparameters(self) -> dict[str, str]:
+        """The user's hyperparameters, JSON-encoded as the SDK sends them."""
+        from shipyard.spec import json_encode_hyperparameters
+
+        return json_encode_hyperparameters(self._hyperparameters)
+
+    def set_hyperparameters(self, **kwargs: Any) -> None:
+        self._hyperparameters.update(kwargs)
+
+    def _job_spec(self, inputs: Any, job_name: Optional[str]) -> JobSpec:
+        name = job_name or name_from_base(self.base_job_name or self._default_base_job_name)
+        return validated(
+            job_name=name, framework=self._framework, framework_version=self.framework_version,
+            py_version=self.py_version,
+            code=dict(entry_point=self.entry_point, source_dir=self.source_dir,
+                      dependencies=self.dependencies, git_config=self.git_config),
+            hyperparameters=self._hyperparameters, instance_count=self.instance_count,
+            instance_type=self.instance_type, distribution=self.distribution.to_dict(),
+            channels=channels_from_inputs(inputs), input_mode=self.input_mode,
+            output_path=self.output_path, code_location=self.code_location,
+            checkpoint_s3_uri=self.checkpoint_s3_uri,
+            checkpoint_local_path=self.checkpoint_local_path, environment=self.environment,
+            max_run=self.max_run, max_retry_attempts=self.max_retry_attempts,
+            metric_definitions=self.metric_definitions, tags=self.tags,
+            model_dir=self.model_dir, container_log_level=self.container_log_level)
+
+    def fit(self, inputs: Any = None, wait: bool = True, logs: Any = True,
+            job_name: Optional[str] = None, experiment_config: Any = None) -> None:
+        """Run a training job. With ``wait`` it returns when the job ends (raising
+        JobFailedError if it failed); Ctrl-C stops the job."""
+        spec = self._job_spec(inputs, job_name)
+        control = self.session.control
+        control.submit(spec, log=logger.info)
+        self._current_job_name = spec.job_name
+        self.latest_training_job = TrainingJob(control, spec.job_name)
+        if not wait:
+            control.start(spec.job_name)
+            return
+        record = control.run(spec.job_name, stream=sys.stdout if _logs_on(logs) else None)
+        if record.status == "Failed":
+            raise JobFailedError(record.name, record.status, record.failure_reason)
+
+    def _require_job(self) -> TrainingJob:
+        if self.latest_training_job is None:
+            raise ValidationError("no training job yet: call fit() or attach() first")
+        return self.latest_training_job
+
+    def logs(self) -> None:
+        """Stream the latest job's logs, following until it ends."""
+        self._require_job().logs()
+
+    def stop_training_job(self) -> None:
+        self._require_job().stop()
+
+    @property
+    def model_data(self) -> Optional[str]:
+        """URI of model.tar.gz once the job has completed (S3ModelArtifacts)."""
+        desc = self._require_job().describe()
+        return desc.get("ModelArtifacts", {}).get("S3ModelArtifacts")
+
+    @classmethod
+    def attach(cls, training_job_name: str, sagemaker_session: Optional[Session] = None,
+               model_channel_name: str = "model") -> "EstimatorBase":
+        """Re-attach to an existing job; blocks until it ends, as the SageMaker SDK does."""
+        session = sagemaker_session or Session()
+        record = session.control.get(training_job_name)
+        spec = record.spec
+        code = spec["code"]
+        dist = dist_mod.Distribution.from_dict(spec.get("distribution"))
+        dist_arg = None
+        if dist.kind == dist_mod.SMDDP:
+            dist_arg = {"smdistributed": {"dataparallel": dist.options}}
+        elif dist.kind:
+            dist_arg = {dist.kind: dist.options}
+        estimator = cls(entry_point=code["entry_point"], source_dir=code.get("source_dir"),
+                        dependencies=code.get("dependencies"), git_config=code.get("git_config"),
+                        hyperparameters=spec.get("hyperparameters"),
+                        instance_count=spec["instance_count"],
+                        instance_type=spec["instance_type"], distribution=dist_arg,
+                        output_path=spec.get("output_path"),
+                        environment=spec.get("environment"), max_run=spec.get("max_run"),
+                        metric_definitions=spec.get("metric_definitions"),
+                        max_retry_attempts=spec.get("max_retry_attempts"),
+                        session=session, **cls._attach_kwargs(spec))
+        estimator._current_job_name = training_job_name
+        estimator.latest_training_job = TrainingJob(session.control, training_job_name)
+        estimator.latest_training_job.wait(logs=False)
+        return estimator
+
+    @classmethod
+    def _attach_kwargs(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+
+class Estimator(EstimatorBase):
+    """The generic estimator (sagemaker.estimator.Estimator) for any framework."""
+
+
+class Framework(EstimatorBase):
+    """Base of the framework estimators: script mode with a framework's conventions."""
+
+    @classmethod
+    def _attach_kwargs(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        return {"framework_version": spec.get("framework_version"),
+                "py_version": spec.get("py_version")}

@@ -1,0 +1,76 @@
+"""TrainingInput: one channel's source and options (sagemaker.inputs.TrainingInput)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from shipyard.spec import ChannelSpec
+
+
+class TrainingInput:
+    def __init__(self, s3_data: str, distribution: Optional[str] = None,
+                 compression: Optional[str] = None, content_type: Optional[str] = None,
+                 record_wrapping: Optional[str] = None, s3_data_type: str = "S3Prefix",
+                 instance_groups: Any = None, input_mode: Optional[str] = None,
+                 attribute_names: Any = None, target_attribute_name: Any = None,
+                 shuffle_config: Any = None, **_unused: Any) -> None:
+        if instance_groups:
+            raise ValueError("TrainingInput(instance_groups=...) is not supported: shipyard "
+                             "runs one homogeneous group of instances")
+        self.s3_data = s3_data
+        self.distribution = distribution or "FullyReplicated"
+        self.compression = compression
+        self.content_type = content_type
+        self.record_wrapping = record_wrapping
+        self.s3_data_type = s3_data_type
+        self.input_mode = input_mode
+        # The SageMaker SDK exposes the request dict as .config; keep a compatible view.
+        self.config = {
+            "DataSource": {"S3DataSource": {"S3DataType": s3_data_type, "S3Uri": s3_data,
+                                            "S3DataDistributionType": self.distribution}},
+        }
+        if compression:
+            self.config["CompressionType"] = compression
+        if content_type:
+            self.config["ContentType"] = content_type
+        if record_wrapping:
+            self.config["RecordWrapperType"] = record_wrapping
+        if input_mode:
+            self.config["InputMode"] = input_mode
+
+    def to_channel(self, name: str) -> dict[str, Any]:
+        return dict(name=name, uri=self.s3_data, input_mode=self.input_mode,
+                    distribution=self.distribution, compression=self.compression,
+                    content_type=self.content_type, record_wrapping=self.record_wrapping,
+                    s3_data_type=self.s3_data_type)
+
+    def __repr__(self) -> str:
+        return f"TrainingInput({self.s3_data!r}, input_mode={self.input_mode!r})"
+
+
+def channels_from_inputs(inputs: Any) -> list[dict[str, Any]]:
+    """fit(inputs): str | TrainingInput | {channel: str | TrainingInput} -> channel dicts.
+
+    A bare string or a single TrainingInput is the channel ``training`` (SageMaker's rule).
+    """
+    if inputs is None:
+        return []
+    if isinstance(inputs, (str, TrainingInput)):
+        inputs = {"training": inputs}
+    if not isinstance(inputs, dict):
+        raise ValueError(
+            f"inputs must be a str, a TrainingInput or a dict of channel name -> str or "
+            f"TrainingInput; got {type(inputs).__name__}")
+    out = []
+    for name, value in inputs.items():
+        if isinstance(value, str):
+            out.append(dict(name=name, uri=value))
+        elif isinstance(value, TrainingInput):
+            out.append(value.to_channel(name))
+        else:
+            raise ValueError(f"channel {name!r}: expected a str or TrainingInput, got "
+                             f"{type(value).__name__}")
+    return out
+
+
+__all__ = ["TrainingInput", "ChannelSpec", "channels_from_inputs"]

@@ -1,0 +1,206 @@
+"""JobSpec: the one validated, serializable description of a training job.
+
+Every entry point (the SDK, the CLI, later a REST API) produces a JobSpec; the control
+plane stores it as JSON and everything downstream reads it. Validation here is about
+the *shape* of the request (types, ranges, forms); checks against the filesystem
+(does the entry point exist?) happen in control.staging, before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shipyard import distribution as dist_mod
+from shipyard.errors import ValidationError
+
+InputMode = Literal["File", "FastFile", "Pipe"]
+JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class ChannelSpec(_Model):
+    """One input channel, mirroring sagemaker.inputs.TrainingInput."""
+
+    name: str
+    uri: str
+    input_mode: Optional[InputMode] = None
+    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
+    compression: Optional[Literal["Gzip"]] = None
+    content_type: Optional[str] = None
+    record_wrapping: Optional[Literal["RecordIO"]] = None
+    s3_data_type: Literal["S3Prefix", "ManifestFile"] = "S3Prefix"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9\.\-_]{1,64}$", value):
+            raise ValueError(
+                f"channel name {value!r} must be 1-64 letters, digits, '.', '-' or '_'")
+        return value
+
+
+class CodeSpec(_Model):
+    """Where the user's code comes from (resolved by control.staging)."""
+
+    entry_point: str
+    source_dir: Optional[str] = None
+    dependencies: list[str] = Field(default_factory=list)
+    git_config: Optional[dict[str, str]] = None
+
+
+class MetricDefinition(_Model):
+    Name: str
+    Regex: str
+
+    @field_validator("Regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"metric regex {value!r} does not compile: {exc}") from exc
+        return value
+
+
+class JobSpec(_Model):
+    """A training job as submitted. Serialized into the job store and the job dir."""
+
+    job_name: str
+    framework: Optional[Literal["tensorflow", "pytorch"]] = None
+    framework_version: Optional[str] = None
+    py_version: Optional[str] = None
+    code: CodeSpec
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    instance_count: int = 1
+    instance_type: str = "local"
+    distribution: dict[str, Any] = Field(default_factory=dict)
+    channels: list[ChannelSpec] = Field(default_factory=list)
+    input_mode: InputMode = "File"
+    output_path: Optional[str] = None
+    code_location: Optional[str] = None
+    checkpoint_s3_uri: Optional[str] = None
+    checkpoint_local_path: Optional[str] = None
+    environment: dict[str, str] = Field(default_factory=dict)
+    max_run: int = 24 * 60 * 60
+    max_retry_attempts: int = 0
+    metric_definitions: list[MetricDefinition] = Field(default_factory=list)
+    tags: list[dict[str, str]] = Field(default_factory=list)
+    model_dir: Union[str, Literal[False], None] = None
+    role: Optional[str] = None
+    container_log_level: int = 20
+    backend: Literal["local"] = "local"
+
+    @field_validator("job_name")
+    @classmethod
+    def _job_name(cls, value: str) -> str:
+        if not JOB_NAME_PATTERN.match(value):
+            raise ValueError(
+                f"job name {value!r} must be 1-63 letters, digits or hyphens, starting "
+                "with a letter or digit (SageMaker's rule)")
+        return value
+
+    @field_validator("instance_count")
+    @classmethod
+    def _count(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"instance_count must be at least 1, got {value}")
+        return value
+
+    @field_validator("max_run")
+    @classmethod
+    def _max_run(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"max_run must be a positive number of seconds, got {value}")
+        return value
+
+    @field_validator("max_retry_attempts")
+    @classmethod
+    def _retries(cls, value: int) -> int:
+        if not 0 <= value <= 30:
+            raise ValueError(f"max_retry_attempts must be between 0 and 30, got {value}")
+        return value
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _hps(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, item in value.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"hyperparameter names must be non-empty strings, got {key!r}")
+            try:
+                json.dumps(item, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"hyperparameter {key!r} = {item!r} cannot be JSON-encoded ({exc}); "
+                    "use numbers, strings, booleans, lists or dicts of those") from exc
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key or "=" in key or "\0" in key:
+                raise ValueError(f"environment variable name {key!r} is not valid")
+        return value
+
+    @model_validator(mode="after")
+    def _channels_unique(self) -> "JobSpec":
+        names = [c.name for c in self.channels]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"channel name(s) {dupes} given more than once")
+        dist_mod.parse(self.distribution_dict_for_parse())
+        return self
+
+    def distribution_dict_for_parse(self) -> dict[str, Any] | None:
+        """The stored distribution is already normalized; re-validate it."""
+        norm = dist_mod.Distribution.from_dict(self.distribution)
+        if norm.kind is None:
+            return None
+        if norm.kind == dist_mod.SMDDP:
+            return {"smdistributed": {"dataparallel": norm.options}}
+        return {norm.kind: norm.options}
+
+    @property
+    def dist(self) -> dist_mod.Distribution:
+        return dist_mod.Distribution.from_dict(self.distribution)
+
+    def channel_mode(self, channel: ChannelSpec) -> str:
+        """The channel's input mode: its own, else the job's (TrainingInput overrides)."""
+        return channel.input_mode or self.input_mode
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f"algo-{i}" for i in range(1, self.instance_count + 1)]
+
+
+def validated(**fields: Any) -> JobSpec:
+    """Build a JobSpec, turning pydantic's report into a shipyard ValidationError."""
+    from pydantic import ValidationError as PydanticError
+
+    try:
+        return JobSpec(**fields)
+    except PydanticError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err.get("loc", ())) or "job"
+            msg = err.get("msg", "invalid")
+            problems.append(f"{where}: {msg.removeprefix('Value error, ')}")
+        raise ValidationError("invalid training job: " + "; ".join(problems)) from None
+
+
+def json_encode_hyperparameters(hps: dict[str, Any]) -> dict[str, str]:
+    """hyperparameters.json values: each one ``json.dumps``-ed, as the SageMaker SDK does."""
+    out = {}
+    for key, value in hps.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError(f"hyperparameter {key!r} = {value!r} is not finite")
+        out[str(key)] = json.dumps(value)
+    return out

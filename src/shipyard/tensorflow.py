@@ -1,0 +1,5 @@
+"""``shipyard.tensorflow`` (as ``sagemaker.tensorflow``)."""
+
+from shipyard.sdk.tensorflow import TensorFlow
+
+__all__ = ["TensorFlow"]
