@@ -1,0 +1,212 @@
+"""The ``shipyard`` command line: train, jobs, describe, logs, stop.
+
+Exit codes: 0 success; 1 the job failed (or was stopped); 2 bad input, refused before
+anything started; 3 no such job; 130 interrupted (the job was stopped).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="SageMaker-style distributed training on your own machines.")
+console = Console(stderr=True, highlight=False)
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+def _control():
+    from shipyard.control.client import ControlPlane
+
+    return ControlPlane()
+
+
+def _pairs(items: list[str], what: str, parse_json: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValidationError(f"{what} {item!r} must look like name=value")
+        if parse_json:
+            try:
+                out[key] = json.loads(value)
+            except ValueError:
+                out[key] = value
+        else:
+            out[key] = value
+    return out
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
+
+
+def _fail(message: str, code: int) -> None:
+    console.print(f"[bold red]error:[/] {message}", markup=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def train(
+    entry_point: str = typer.Argument(..., help="training script (relative to --source-dir)"),
+    source_dir: Optional[str] = typer.Option(None, "--source-dir", help="directory shipped with the script"),
+    instance_count: int = typer.Option(1, "--instance-count", "-n"),
+    instance_type: str = typer.Option("local", "--instance-type"),
+    hyperparameter: List[str] = typer.Option([], "--hyperparameter", "-H",
+                                             help="k=v; v is parsed as JSON when it can be (2 -> int)"),
+    channel: List[str] = typer.Option([], "--channel", "-c", help="name=uri (local path or file://)"),
+    distribution: Optional[str] = typer.Option(None, "--distribution", help="JSON, e.g. '{\"mpi\": {\"enabled\": true}}'"),
+    framework: Optional[str] = typer.Option(None, "--framework", help="tensorflow | pytorch"),
+    dependency: List[str] = typer.Option([], "--dependency"),
+    env: List[str] = typer.Option([], "--env", "-e", help="K=V for the training processes"),
+    metric: List[str] = typer.Option([], "--metric", help="Name=Regex (first group is the value)"),
+    job_name: Optional[str] = typer.Option(None, "--job-name"),
+    base_job_name: Optional[str] = typer.Option(None, "--base-job-name"),
+    output_path: Optional[str] = typer.Option(None, "--output-path"),
+    max_run: int = typer.Option(24 * 3600, "--max-run"),
+    max_retry_attempts: int = typer.Option(0, "--max-retry-attempts"),
+    detach: bool = typer.Option(False, "--detach", "-d", help="return at once; the job keeps running"),
+) -> None:
+    """Run a training script on N instances (SageMaker script mode)."""
+    from shipyard.sdk.estimator import Estimator
+    from shipyard.sdk.pytorch import PyTorch
+    from shipyard.sdk.tensorflow import TensorFlow
+
+    classes = {None: Estimator, "tensorflow": TensorFlow, "pytorch": PyTorch}
+    try:
+        if framework not in classes:
+            raise ValidationError(f"--framework must be tensorflow or pytorch, got {framework!r}")
+        try:
+            dist = json.loads(distribution) if distribution else None
+        except ValueError as exc:
+            raise ValidationError(f"--distribution is not valid JSON: {exc}") from None
+        estimator = classes[framework](
+            entry_point=entry_point, source_dir=source_dir, instance_count=instance_count,
+            instance_type=instance_type, hyperparameters=_pairs(hyperparameter, "--hyperparameter", True),
+            distribution=dist, dependencies=dependency, environment=_pairs(env, "--env"),
+            metric_definitions=[{"Name": k, "Regex": v} for k, v in _pairs(metric, "--metric").items()],
+            base_job_name=base_job_name, output_path=output_path, max_run=max_run,
+            max_retry_attempts=max_retry_attempts)
+        inputs = _pairs(channel, "--channel") or None
+        estimator.fit(inputs, wait=not detach, job_name=job_name)
+    except JobFailedError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        console.print("interrupted: the job was stopped")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except (ValidationError, TypeError) as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except ShipyardError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    name = estimator.latest_training_job.job_name
+    if detach:
+        typer.echo(name)
+        return
+    record = estimator.session.control.get(name)
+    console.print(f"{name}: [bold]{record.status}[/]" + (
+        f"  model: {record.model_artifact}" if record.model_artifact else ""))
+    if record.status != "Completed":
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def jobs(limit: int = typer.Option(50, "--limit"),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """List training jobs, newest first."""
+    records = _control().list(limit)
+    if as_json:
+        typer.echo(json.dumps([{"TrainingJobName": r.name, "TrainingJobStatus": r.status,
+                                "SecondaryStatus": r.secondary_status,
+                                "CreationTime": r.created_at} for r in records], indent=1))
+        return
+    table = Table("name", "status", "secondary", "instances", "created", "duration")
+    for r in records:
+        created = dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S")
+        duration = f"{(r.end_time or dt.datetime.now().timestamp()) - r.created_at:.1f}s"
+        color = {"Completed": "green", "Failed": "red", "Stopped": "yellow"}.get(r.status, "cyan")
+        table.add_row(r.name, f"[{color}]{r.status}[/]", r.secondary_status,
+                      str(r.spec.get("instance_count")), created, duration)
+    Console().print(table)
+
+
+@app.command()
+def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Describe a job (DescribeTrainingJob shape with --json)."""
+    try:
+        desc = _control().describe(job)
+    except JobNotFoundError as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    if as_json:
+        typer.echo(json.dumps(desc, indent=1, default=_json_default))
+        return
+    out = Console()
+    out.print(f"[bold]{desc['TrainingJobName']}[/]  {desc['TrainingJobStatus']} / "
+              f"{desc['SecondaryStatus']}")
+    if desc.get("FailureReason"):
+        out.print("[red]FailureReason:[/]", desc["FailureReason"], markup=True, highlight=False)
+    if desc.get("ModelArtifacts"):
+        out.print("model:", desc["ModelArtifacts"]["S3ModelArtifacts"])
+    table = Table("host", "attempt", "address", "status", "exit", "log")
+    for inst in desc["Shipyard"]["Instances"]:
+        table.add_row(inst["Host"], str(inst["Attempt"]), str(inst["Address"]), inst["Status"],
+                      str(inst["ExitCode"]), inst["LogPath"] or "")
+    out.print(table)
+    if desc["FinalMetricDataList"]:
+        metrics = Table("metric", "value")
+        for m in desc["FinalMetricDataList"]:
+            metrics.add_row(m["MetricName"], f"{m['Value']:g}")
+        out.print(metrics)
+    steps = Table("secondary status", "start", "message")
+    for t in desc["SecondaryStatusTransitions"]:
+        steps.add_row(t["Status"], t["StartTime"].strftime("%H:%M:%S.%f")[:-3], t["StatusMessage"])
+    out.print(steps)
+
+
+@app.command()
+def logs(job: str, follow: bool = typer.Option(False, "--follow", "-f"),
+         host: Optional[str] = typer.Option(None, "--host")) -> None:
+    """Print a job's logs, each line prefixed with its host."""
+    from shipyard.observe.logs import LogTailer, print_lines
+
+    control = _control()
+    try:
+        record = control.get(job)
+    except JobNotFoundError as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    if follow and not record.terminal:
+        if host:
+            _fail("--follow shows every host; leave out --host", EXIT_BAD_INPUT)
+        control.wait(job, logs=True, stream=sys.stdout)
+        return
+    files = control.log_files(job, host)
+    if host and not files:
+        _fail(f"job {job!r} has no host {host!r}", EXIT_BAD_INPUT)
+    print_lines(LogTailer(files).poll(flush=True), sys.stdout)
+
+
+@app.command()
+def stop(job: str) -> None:
+    """Stop a running job: SIGTERM, a grace period, then SIGKILL."""
+    try:
+        record = _control().stop(job)
+    except JobNotFoundError as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    console.print(f"{job}: {record.status}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
