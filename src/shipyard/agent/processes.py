@@ -2,7 +2,9 @@
 
 Children run in the agent's process group (the backend made the agent a session
 leader) and get PR_SET_PDEATHSIG, so they die with the agent even if it is SIGKILLed.
-When the agent ends, every remaining descendant is terminated, then killed.
+The agent is a child subreaper, so even descendants that daemonize (new session,
+parent exited) stay its descendants; when the agent ends, every remaining descendant
+is terminated, then killed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from shipyard.agent.runners.api import ProcessSpec
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 try:
     _LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - non-glibc platforms
@@ -27,6 +30,13 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """preexec_fn: ask the kernel to send ``sig`` when our parent dies (Linux)."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (a script's daemonized helpers) so they can be reaped
+    and stopped with the instance instead of escaping to init."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 @dataclass
@@ -74,6 +84,7 @@ class Supervisor:
         self.stop_signal = signum
 
     def start(self) -> None:
+        become_subreaper()
         for spec in self.specs:
             proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd,
                                     preexec_fn=die_with_parent, close_fds=True)

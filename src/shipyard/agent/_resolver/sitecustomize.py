@@ -51,6 +51,29 @@ def _install() -> None:
             return reverse[ip], [], [ip]
         return real_gethostbyaddr(ip)
 
+    def _addr(address):
+        if isinstance(address, tuple) and address and isinstance(address[0], (str, bytes)):
+            return (_map(address[0]),) + address[1:]
+        return address
+
+    # socket methods resolve names in C, past socket.getaddrinfo: map them at the call.
+    cls = socket.socket
+    for method in ("bind", "connect", "connect_ex"):
+        real = getattr(cls, method)
+
+        def wrapper(self, address, _real=real):
+            return _real(self, _addr(address))
+
+        wrapper.__name__ = method
+        setattr(cls, method, wrapper)
+    real_sendto = cls.sendto
+
+    def sendto(self, data, *args):
+        args = list(args)
+        args[-1] = _addr(args[-1])
+        return real_sendto(self, data, *args)
+
+    cls.sendto = sendto
     socket.getaddrinfo = getaddrinfo
     socket.gethostbyname = gethostbyname
     socket.gethostbyname_ex = gethostbyname_ex

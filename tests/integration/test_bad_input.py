@@ -1,0 +1,79 @@
+"""Bad input: a clear error before anything starts, and nothing written but the refusal."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import shipyard
+from shipyard.errors import DistributionError, JobExistsError, ValidationError
+
+
+def written(home) -> list[str]:
+    out = []
+    for dirpath, _, files in os.walk(home):
+        for f in files:
+            if not f.startswith("shipyard.db"):
+                out.append(os.path.relpath(os.path.join(dirpath, f), home))
+    return out
+
+
+@pytest.fixture
+def src(write_script):
+    return write_script("train.py", "print('ok')\n")
+
+
+CASES = [
+    (dict(entry_point="missing.py"), "entry_point 'missing.py' not found"),
+    (dict(source_dir="/nonexistent/dir"), "source_dir '/nonexistent/dir' does not exist"),
+    (dict(entry_point="../outside.py"), "outside source_dir"),
+    (dict(instance_count=0), "instance_count must be at least 1"),
+    (dict(distribution={"bogus": {"enabled": True}}), "unknown distribution key"),
+    (dict(distribution={"mpi": {"enabled": True}, "parameter_server": {"enabled": True}}),
+     "two distributions at once"),
+    (dict(hyperparameters={"bad": object()}), "cannot be JSON-encoded"),
+    (dict(hyperparameters={"nan": float("nan")}), "cannot be JSON-encoded"),
+    (dict(git_config={"repo": "/nonexistent/repo.git"}), "could not clone"),
+    (dict(instance_type="ml.nope.big"), "is not known"),
+    (dict(distribution={"mpi": {"enabled": True}}), "runner is not available"),
+    (dict(metric_definitions=[{"Name": "x", "Regex": "(unclosed"}]), "does not compile"),
+]
+
+
+@pytest.mark.parametrize("override,message", CASES, ids=[c[1][:30] for c in CASES])
+def test_refused_before_anything_starts(session, src, home, tmp_path, override, message):
+    (tmp_path / "outside.py").write_text("")
+    kwargs = dict(entry_point="train.py", source_dir=src, instance_count=2,
+                  instance_type="local", session=session)
+    kwargs.update(override)
+    with pytest.raises(ValidationError, match=message):
+        est = shipyard.Estimator(**kwargs)
+        est.fit(job_name="refused-job")
+    assert written(home) == []
+    assert session.control.list() == []
+
+
+def test_channel_that_does_not_exist(session, src, home):
+    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=1,
+                             instance_type="local", session=session)
+    with pytest.raises(ValidationError, match="channel 'training': '/no/such/data' does not exist"):
+        est.fit("/no/such/data")
+    assert written(home) == []
+
+
+def test_job_name_that_exists(session, src, home):
+    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=1,
+                             instance_type="local", session=session)
+    est.fit(job_name="taken")
+    before = sorted(written(home))
+    with pytest.raises(JobExistsError, match="already exists"):
+        est.fit(job_name="taken")
+    assert sorted(written(home)) == before
+    assert session.control.get("taken").status == "Completed"
+
+
+def test_distribution_error_is_raised_by_the_constructor(session, src):
+    with pytest.raises(DistributionError):
+        shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=1,
+                           instance_type="local", distribution={"mpi": "yes"}, session=session)

@@ -1,0 +1,20 @@
+import pytest
+
+from shipyard import instance_types
+from shipyard.errors import ValidationError
+
+
+def test_ml_types_map_to_counts_capped_to_this_machine():
+    res = instance_types.resolve("ml.m5.4xlarge")
+    assert (res.nominal_cpus, res.nominal_gpus) == (16, 0)
+    assert res.num_cpus == min(16, instance_types.machine_cpus())
+    gpu = instance_types.resolve("ml.p3.8xlarge")
+    assert (gpu.nominal_cpus, gpu.nominal_gpus) == (32, 4)
+    assert gpu.num_gpus == min(4, instance_types.machine_gpus())
+    assert "ml.p3.8xlarge" in gpu.describe()
+
+
+@pytest.mark.parametrize("name", ["ml.zz.huge", "m5.xlarge", "ml.p9.xlarge", ""])
+def test_unknown_types_are_refused(name):
+    with pytest.raises(ValidationError):
+        instance_types.resolve(name)
