@@ -41,7 +41,7 @@ def check_runner(spec: JobSpec) -> None:
             "a plain job. Remove `distribution` to train without it.")
 
 
-def channel_source(ch: ChannelSpec, mode: str) -> str:
+def channel_source(ch: ChannelSpec, mode: str, instance_count: int) -> str:
     if mode == "Pipe":
         raise ChannelError(
             f"channel {ch.name!r}: Pipe input mode is not available yet (data-channels issue "
@@ -56,6 +56,14 @@ def channel_source(ch: ChannelSpec, mode: str) -> str:
         raise ChannelError(f"channel {ch.name!r}: {exc}") from None
     if not os.path.exists(path):
         raise ChannelError(f"channel {ch.name!r}: {ch.uri!r} does not exist")
+    if ch.distribution == "ShardedByS3Key" and instance_count > 1:
+        raise ChannelError(
+            f"channel {ch.name!r}: ShardedByS3Key is not available yet (data-channels issue "
+            "#7); use FullyReplicated and shard in the script by SM_CURRENT_HOST")
+    if ch.compression or ch.record_wrapping or ch.s3_data_type != "S3Prefix":
+        raise ChannelError(
+            f"channel {ch.name!r}: compression, record_wrapping and ManifestFile are not "
+            "available yet (data-channels issue #7)")
     return path
 
 
@@ -70,7 +78,13 @@ class ControlPlane:
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
         """Validate, stage, record. On any error nothing is left but the refusal."""
         check_runner(spec)
-        sources = {ch.name: channel_source(ch, spec.channel_mode(ch)) for ch in spec.channels}
+        sources = {ch.name: channel_source(ch, spec.channel_mode(ch), spec.instance_count)
+                   for ch in spec.channels}
+        if spec.checkpoint_s3_uri:
+            raise ValidationError(
+                "checkpoint_s3_uri is not available yet (checkpoint sync comes with the "
+                "data-channels issue #7); leave it out and write checkpoints to the "
+                "instance's checkpoints/ directory or checkpoint_local_path")
         if self.store.exists(spec.job_name):
             raise JobExistsError(
                 f"a training job named {spec.job_name!r} already exists; job names are unique: "
