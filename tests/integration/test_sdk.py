@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -13,7 +12,7 @@ import warnings
 import pytest
 
 import shipyard
-from shipyard.errors import JobFailedError, ValidationError
+from shipyard.errors import JobFailedError
 from tests.conftest import job_processes
 
 SAVE = r'''

@@ -162,20 +162,14 @@ class ControlPlane:
             time.sleep(0.1)
         return record
 
-    def wait(self, name: str, logs: bool = True, stream: TextIO | None = None,
-             from_start: bool = True) -> JobRecord:
+    def wait(self, name: str, logs: bool = True, stream: TextIO | None = None) -> JobRecord:
         """Follow a job run by another process until it ends (attach, logs --follow)."""
         stream = stream or sys.stdout
-        tailer = LogTailer({}, from_start=from_start)
+        tailer = LogTailer({})
         while True:
             record = self.reconcile(self.store.get(name))
-            for inst in self.store.instances(name):
-                if inst.log_path:
-                    tailer.files.setdefault(inst.host + ("" if inst.attempt == 1 else
-                                                         f"#{inst.attempt}"), inst.log_path)
-                    key = inst.host + ("" if inst.attempt == 1 else f"#{inst.attempt}")
-                    tailer.offsets.setdefault(key, 0)
-                    tailer.partial.setdefault(key, b"")
+            for key, path in self.log_files(name).items():
+                tailer.add(key, path)
             lines = tailer.poll(flush=record.terminal)
             if logs:
                 print_lines(lines, stream)
