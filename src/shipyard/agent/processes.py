@@ -10,7 +10,6 @@ is terminated, then killed.
 from __future__ import annotations
 
 import ctypes
-import os
 import signal
 import subprocess
 import time
