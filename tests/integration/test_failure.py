@@ -76,3 +76,29 @@ def test_supervisor_killed_leaves_no_orphans(session, write_script, home):
     record = session.control.get("orphan-job")
     assert record.status == "Failed"
     assert "ended unexpectedly" in record.failure_reason
+
+
+def test_ctrl_c_in_fit_stops_the_job(session, write_script, home):
+    import signal
+
+    src = write_script("train.py", "import time\nprint('running', flush=True)\ntime.sleep(120)\n")
+    code = ("import shipyard\n"
+            f"e = shipyard.Estimator(entry_point='train.py', source_dir={src!r}, "
+            "instance_count=2, instance_type='local')\n"
+            "try:\n    e.fit(job_name='ctrlc-job')\nexcept KeyboardInterrupt:\n"
+            "    print('interrupted')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job_dir = os.path.join(str(home), "jobs", "ctrlc-job")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        logs = [os.path.join(job_dir, "logs", f"algo-{i}.log") for i in (1, 2)]
+        if all(os.path.exists(p) and "running" in open(p).read() for p in logs):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=20)
+    assert "interrupted" in out
+    record = session.control.get("ctrlc-job")
+    assert (record.status, record.secondary_status) == ("Stopped", "Stopped")
+    assert job_processes(job_dir) == []

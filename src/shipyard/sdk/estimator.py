@@ -23,6 +23,13 @@ from shipyard.sdk.training_job import TrainingJob, _logs_on
 from shipyard.spec import JobSpec, validated
 
 logger = logging.getLogger("shipyard")
+if not logger.handlers and not logging.getLogger().handlers:
+    # Like the SageMaker SDK, say what is happening (instance-type mapping, staging)
+    # without the user configuring logging; a configured root logger takes over.
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("shipyard: %(message)s"))
+    logger.addHandler(_handler)
+    logger.setLevel(logging.INFO)
 
 # SageMaker parameters with no meaning without AWS: accepted, ignored, logged at debug.
 _AWS_ONLY = (
