@@ -46,6 +46,14 @@ class Distribution:
         """Name of the agent runner that executes this distribution."""
         return "plain" if self.kind is None else RUNNER_FOR_KIND[self.kind]
 
+    def to_sagemaker(self) -> dict[str, Any] | None:
+        """The ``distribution=`` argument that parses back to this (None for plain)."""
+        if self.kind is None:
+            return None
+        if self.kind == SMDDP:
+            return {"smdistributed": {"dataparallel": dict(self.options)}}
+        return {self.kind: dict(self.options)}
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "options": dict(self.options)}
 

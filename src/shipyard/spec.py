@@ -156,17 +156,8 @@ class JobSpec(_Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"channel name(s) {dupes} given more than once")
-        dist_mod.parse(self.distribution_dict_for_parse())
+        dist_mod.parse(self.dist.to_sagemaker())  # the stored form is re-validated
         return self
-
-    def distribution_dict_for_parse(self) -> dict[str, Any] | None:
-        """The stored distribution is already normalized; re-validate it."""
-        norm = dist_mod.Distribution.from_dict(self.distribution)
-        if norm.kind is None:
-            return None
-        if norm.kind == dist_mod.SMDDP:
-            return {"smdistributed": {"dataparallel": norm.options}}
-        return {norm.kind: norm.options}
 
     @property
     def dist(self) -> dist_mod.Distribution:

@@ -163,13 +163,6 @@ class Store:
                         now))
         return self.get(name)
 
-    def delete_job(self, name: str) -> None:
-        """Remove a job record entirely (used only to undo a submission that failed)."""
-        with self._tx() as db:
-            for table, col in (("jobs", "name"), ("instances", "job"), ("transitions", "job"),
-                               ("attempts", "job"), ("metrics", "job")):
-                db.execute(f"DELETE FROM {table} WHERE {col}=?", (name,))
-
     def exists(self, name: str) -> bool:
         with self._connect() as db:
             return db.execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone() is not None

@@ -24,7 +24,7 @@ from typing import TextIO
 from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
-from shipyard.control import artifacts
+from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event
 from shipyard.control.store import InstanceRecord, JobRecord, Store
@@ -112,7 +112,7 @@ class JobSupervisor:
 
     def _addresses(self) -> dict[str, str]:
         subnet = self.record.subnet
-        return {h: f"{subnet}.{i}" for i, h in enumerate(self.hosts, 1)} if subnet else {}
+        return plan.addresses(self.hosts, subnet) if subnet else {}
 
     def _finish_instance(self, handle: InstanceHandle, attempt: int, code: int,
                          status: str, reason: str | None) -> None:

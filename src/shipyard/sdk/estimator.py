@@ -223,12 +223,7 @@ class EstimatorBase:
         record = session.control.get(training_job_name)
         spec = record.spec
         code = spec["code"]
-        dist = dist_mod.Distribution.from_dict(spec.get("distribution"))
-        dist_arg = None
-        if dist.kind == dist_mod.SMDDP:
-            dist_arg = {"smdistributed": {"dataparallel": dist.options}}
-        elif dist.kind:
-            dist_arg = {dist.kind: dist.options}
+        dist_arg = dist_mod.Distribution.from_dict(spec.get("distribution")).to_sagemaker()
         estimator = cls(entry_point=code["entry_point"], source_dir=code.get("source_dir"),
                         dependencies=code.get("dependencies"), git_config=code.get("git_config"),
                         hyperparameters=spec.get("hyperparameters"),
