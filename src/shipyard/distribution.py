@@ -23,9 +23,10 @@ MWMS = "multi_worker_mirrored_strategy"
 KINDS = (PARAMETER_SERVER, MPI, SMDDP, PYTORCHDDP, TORCH_DISTRIBUTED, MWMS)
 _TOP_LEVEL_KEYS = (PARAMETER_SERVER, MPI, "smdistributed", PYTORCHDDP, TORCH_DISTRIBUTED, MWMS)
 
-# Which runner executes each kind (agent/runners/<name>.py), and the issue that brings it.
+# Which runner executes each kind (agent/runners/<name>.py). parameter_server depends on
+# the framework too: see Distribution.runner_for.
 RUNNER_FOR_KIND = {
-    PARAMETER_SERVER: "parameter_server",
+    PARAMETER_SERVER: "native_ps",
     MPI: "mpi",
     SMDDP: "torch_distributed",
     PYTORCHDDP: "torch_distributed",
@@ -43,8 +44,23 @@ class Distribution:
 
     @property
     def runner(self) -> str:
-        """Name of the agent runner that executes this distribution."""
+        """Name of the agent runner that executes this distribution (framework-neutral)."""
         return "plain" if self.kind is None else RUNNER_FOR_KIND[self.kind]
+
+    def runner_for(self, framework: str | None) -> str:
+        """The runner for this distribution under ``framework``.
+
+        parameter_server means TensorFlow's own parameter servers for the TensorFlow
+        estimator (what the SageMaker tutorials run) and shipyard's native parameter
+        server (shipyard.ps) for every other framework; ``implementation`` inside the
+        parameter_server dict picks one explicitly ('tensorflow' or 'shipyard', e.g. a
+        Keras 3 script under the TensorFlow estimator that uses shipyard.ps).
+        """
+        if self.kind != PARAMETER_SERVER:
+            return self.runner
+        implementation = self.options.get("implementation") or (
+            "tensorflow" if framework == "tensorflow" else "shipyard")
+        return "tf_parameter_server" if implementation == "tensorflow" else "native_ps"
 
     def to_sagemaker(self) -> dict[str, Any] | None:
         """The ``distribution=`` argument that parses back to this (None for plain)."""
@@ -91,6 +107,18 @@ def _check_custom_mpi_options(options: Mapping[str, Any], where: str) -> None:
         raise DistributionError(
             f"distribution[{where!r}]['custom_mpi_options'] must be a string of mpirun "
             f"options, got {value!r}")
+
+
+PS_IMPLEMENTATIONS = ("tensorflow", "shipyard")
+
+
+def _check_ps_implementation(options: Mapping[str, Any]) -> None:
+    value = options.get("implementation")
+    if value is not None and value not in PS_IMPLEMENTATIONS:
+        raise DistributionError(
+            f"distribution['parameter_server']['implementation'] must be one of "
+            f"{PS_IMPLEMENTATIONS} (TensorFlow's parameter servers or shipyard.ps), "
+            f"got {value!r}")
 
 
 def parse(distribution: Mapping[str, Any] | None) -> Distribution:
@@ -143,6 +171,8 @@ def parse(distribution: Mapping[str, Any] | None) -> Distribution:
                 _check_processes_per_host(options, key)
             if key == MPI:
                 _check_custom_mpi_options(options, key)
+            if key == PARAMETER_SERVER:
+                _check_ps_implementation(options)
             found.append(Distribution(key, options))
 
     if len(found) > 1:

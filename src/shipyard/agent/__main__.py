@@ -21,7 +21,7 @@ from shipyard.agent.entry_point import user_command
 from shipyard.agent.environment import process_env
 from shipyard.agent.layout import InstancePaths, build_tree
 from shipyard.agent.processes import Supervisor
-from shipyard.agent.runners.api import InstanceContext
+from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 
 
 def log(message: str) -> None:
@@ -49,6 +49,15 @@ def write_file(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def own_failure_text(spec: ProcessSpec | None) -> str | None:
+    """The failure text a process wrote itself (ProcessSpec.failure_file), if any."""
+    if spec is None or not spec.failure_file or not os.path.isfile(spec.failure_file):
+        return None
+    with open(spec.failure_file, encoding="utf-8", errors="replace") as fh:
+        text = fh.read().strip()
+    return text[:failure.LIMIT] or None
+
+
 def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
     paths = build_tree(config, host)
     stage_code(config.submit_directory, paths.code)
@@ -62,7 +71,7 @@ def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
     for spec in specs:
         log(f"{host}: starting {spec.name} ({spec.role}): {' '.join(spec.argv)}")
     supervisor = Supervisor(specs, grace=float(os.environ.get("SHIPYARD_STOP_GRACE", "5")),
-                            log=log)
+                            log=log, lost_file=paths.lost_file)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)
     outcome = supervisor.run()
@@ -73,8 +82,11 @@ def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
         log(f"{host}: stopped by signal {outcome.exit_code - 128}")
         return outcome.exit_code
     failed = outcome.failed
-    output = failure.read_tail(log_path) if log_path else ""
-    text = failure.failure_text(outcome.exit_code, failed.argv if failed else command, output)
+    text = own_failure_text(failed)
+    if text is None:
+        output = failure.read_tail(log_path) if log_path else ""
+        text = failure.failure_text(outcome.exit_code, failed.argv if failed else command,
+                                    output)
     if failed is not None and not failed.user_facing:
         text = f"{failed.name} failed: " + text
     write_file(paths.failure_file, text)

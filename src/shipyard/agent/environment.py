@@ -150,6 +150,8 @@ def process_env(config: AgentConfig, host: str, paths: InstancePaths,
         "AWS_REGION": env.get("AWS_REGION", config.region),
         "SAGEMAKER_BASE_DIR": paths.base,
         "PYTHONUNBUFFERED": "1",
+        # where a distribution's processes leave the placement/traffic report
+        "SHIPYARD_REPORT_PATH": paths.report_file,
     })
     if config.framework_module:
         env["SAGEMAKER_TRAINING_MODULE"] = config.framework_module

@@ -47,6 +47,15 @@ class InstancePaths:
     def success_file(self) -> str: return self._p("output", "success")
     @property
     def failure_file(self) -> str: return self._p("output", "failure")
+    @property
+    def agent_dir(self) -> str: return self._p("agent")
+    @property
+    def lost_file(self) -> str: return self._p("agent", "lost.jsonl")
+    @property
+    def report_file(self) -> str:
+        """Where a runner's processes write the job's distribution report (placement and
+        traffic, schema shipyard.ps.report/v1); the control plane collects it."""
+        return self._p("agent", "distribution-report.json")
 
     def channel(self, name: str) -> str:
         return os.path.join(self.input_data, name)

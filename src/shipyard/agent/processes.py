@@ -10,6 +10,8 @@ is terminated, then killed.
 from __future__ import annotations
 
 import ctypes
+import json
+import os
 import signal
 import subprocess
 import time
@@ -72,10 +74,12 @@ class Supervisor:
     """Runs the planned processes until the instance's result is known."""
 
     def __init__(self, specs: list[ProcessSpec], grace: float = 5.0,
-                 log=print) -> None:
+                 log=print, lost_file: str | None = None) -> None:
         self.specs = specs
         self.grace = grace
         self.log = log
+        self.lost_file = lost_file
+        self.lost: list[tuple[ProcessSpec, int]] = []
         self.stop_signal: int | None = None
         self.procs: list[tuple[ProcessSpec, subprocess.Popen]] = []
 
@@ -97,10 +101,13 @@ class Supervisor:
                 if self.stop_signal is not None:
                     return Outcome(ok=False, exit_code=128 + self.stop_signal, stopped=True)
                 mains_running = False
-                for spec, proc in self.procs:
+                for spec, proc in list(self.procs):
                     code = proc.poll()
                     if code is None:
                         mains_running = mains_running or spec.role == "main"
+                        continue
+                    if code != 0 and not spec.critical:
+                        self._record_lost(spec, proc, code)
                         continue
                     if code != 0:
                         return Outcome(ok=False, exit_code=code, failed=spec)
@@ -110,3 +117,15 @@ class Supervisor:
                 delay = min(delay * 2, 0.05)
         finally:
             terminate_descendants(self.grace)
+
+    def _record_lost(self, spec: ProcessSpec, proc: subprocess.Popen, code: int) -> None:
+        """A non-critical process died: note it once and carry on without it."""
+        self.procs.remove((spec, proc))
+        self.lost.append((spec, code))
+        self.log(f"{spec.name} exited with status {code}; it is not critical to this "
+                 "instance, which carries on without it")
+        if self.lost_file:
+            os.makedirs(os.path.dirname(self.lost_file), exist_ok=True)
+            with open(self.lost_file, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"process": spec.name, "exit_code": code,
+                                     "time": time.time()}) + "\n")

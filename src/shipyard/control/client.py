@@ -8,6 +8,7 @@ the foreground; start() hands the job to a detached supervisor process.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 import subprocess
@@ -17,11 +18,13 @@ from typing import Any, TextIO
 
 import psutil
 
+from shipyard import instance_types
 from shipyard.agent import runners
 from shipyard.control import plan, staging
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event
 from shipyard.control.store import JobRecord, Store
+from shipyard.control.supervisor import REPORT_NAME, lost_processes
 from shipyard.errors import (ChannelError, DistributionError, JobExistsError, JobFailedError,
                              ValidationError)
 from shipyard.observe.logs import LogTailer, print_lines
@@ -32,13 +35,21 @@ TERMINAL = ("Completed", "Failed", "Stopped")
 
 
 def check_runner(spec: JobSpec) -> None:
-    runner = spec.dist.runner
+    """Refuse, at submission, a distribution this build cannot run or options its runner
+    rejects (each runner's optional ``validate``), so nothing is half-started."""
+    runner = spec.dist.runner_for(spec.framework)
+    if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
+        raise DistributionError(
+            "distribution['parameter_server']['implementation']='tensorflow' needs the "
+            f"TensorFlow estimator, not {spec.framework!r}; use 'shipyard' (shipyard.ps)")
     if runner not in runners.available():
         planned = runners.PLANNED.get(runner, "a later release")
         raise DistributionError(
             f"distribution {spec.dist.kind!r} is recognised but its runner is not available "
             f"in this version of shipyard yet (coming with: {planned}); it will not be run as "
             "a plain job. Remove `distribution` to train without it.")
+    runners.validate(runner, spec.dist.options, spec.instance_count,
+                     instance_types.resolve(spec.instance_type))
 
 
 def channel_source(ch: ChannelSpec, mode: str, instance_count: int) -> str:
@@ -247,6 +258,10 @@ def _ts(value: float | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc) if value else None
 
 
+def plan_hosts(spec: dict[str, Any]) -> list[str]:
+    return [f"algo-{i}" for i in range(1, int(spec.get("instance_count", 1)) + 1)]
+
+
 def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     """A SageMaker DescribeTrainingJob-shaped dict (datetimes as in boto3)."""
     spec = record.spec
@@ -313,8 +328,14 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
                            "FailureReason": i.failure_reason, "LogPath": i.log_path}
                           for i in cp.store.instances(record.name)],
             "OutputArtifacts": record.output_artifact,
+            "LostProcesses": lost_processes(record.job_dir, plan_hosts(spec)),
         },
     }
+    report_path = os.path.join(record.job_dir, REPORT_NAME)
+    if os.path.isfile(report_path):
+        with open(report_path, encoding="utf-8") as fh:
+            out["Shipyard"]["DistributionReport"] = json.load(fh)
+        out["Shipyard"]["DistributionReportPath"] = report_path
     if record.failure_reason:
         out["FailureReason"] = record.failure_reason
     if record.model_artifact:

@@ -6,6 +6,9 @@ matters) or as a detached process (``python -m shipyard.control.supervisor``) fo
 the job's status after submission, and the only place that decides:
 
 * the first instance to fail is the root cause; every other instance is stopped;
+* the job succeeds when every deciding instance has succeeded (all of them, unless the
+  runner names fewer: TF parameter_server's chief, mpi's master); the rest are then
+  stopped, since they only serve (TF worker/ps servers, mpi's waiting hosts);
 * ``max_run`` reached: instances stopped, artifacts kept, Stopped/MaxRuntimeExceeded;
 * a stop request (``shipyard stop``, Ctrl-C, SIGTERM): Stopped;
 * with ``max_retry_attempts`` a failed attempt restarts every instance.
@@ -15,12 +18,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import json
+import shutil
 import signal
 import sys
 import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from shipyard.agent import runners
+from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
@@ -31,6 +38,7 @@ from shipyard.control.store import InstanceRecord, JobRecord, Store
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 
+REPORT_NAME = "distribution-report.json"
 POLL_SECONDS = 0.02
 STOP_CHECK_SECONDS = 0.25
 STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
@@ -41,6 +49,22 @@ class AttemptResult:
     kind: str                      # "succeeded" | "failed" | "stopped" | "max_runtime"
     reason: str | None = None
     host: str | None = None
+
+
+def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
+    """Non-critical processes that died while their instance went on (agent lost files)."""
+    out = []
+    for host in hosts:
+        path = InstancePaths(os.path.join(job_dir, "instances", host)).lost_file
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    out.append(dict(json.loads(line), host=host))
+                except ValueError:
+                    continue
+    return out
 
 
 class StopRequested(Exception):
@@ -62,6 +86,9 @@ class JobSupervisor:
         self.tailer = LogTailer({})
         self.deadline = time.monotonic() + int(self.spec.get("max_run", 86400))
         self.signalled = False
+        config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
+        self.deciding = set(runners.deciding_hosts(config.runner, config.runner_options,
+                                                   self.hosts))
 
     # -- helpers --------------------------------------------------------------------------
     @property
@@ -143,6 +170,9 @@ class JobSupervisor:
                 self._finish_instance(handle, attempt, code, "Completed", None)
             if len(done) == len(self.handles):
                 return AttemptResult("succeeded")
+            if progressed and self.deciding.issubset(done):
+                self._release_servers(attempt, done)
+                return AttemptResult("succeeded")
             now = time.monotonic()
             if now >= self.deadline:
                 return AttemptResult("max_runtime",
@@ -156,6 +186,17 @@ class JobSupervisor:
                     return AttemptResult("stopped")
             time.sleep(delay if not progressed else 0)
             delay = min(delay * 2, POLL_SECONDS)
+
+    def _release_servers(self, attempt: int, done: dict[str, int]) -> None:
+        """The deciding instances succeeded: stop the ones that only serve them."""
+        serving = [h for h in self.handles if h.host not in done]
+        if self.stream is not None:
+            self.stream.write(f"shipyard: {', '.join(sorted(self.deciding))} finished; "
+                              f"stopping {', '.join(h.host for h in serving)}\n")
+        self.backend.stop(serving, grace=STOP_GRACE_SECONDS)
+        for handle in serving:
+            self._finish_instance(handle, attempt, self.backend.poll(handle) or 0, "Completed",
+                                  None)
 
     def _stop_instances(self, attempt: int, status: str = "Stopped") -> None:
         running = [h for h in self.handles if self.backend.poll(h) is None]
@@ -218,7 +259,25 @@ class JobSupervisor:
         except Exception:  # the original error matters more than this bookkeeping
             pass
 
+    def _collect_agent_records(self) -> None:
+        """Copy the distribution report (algo-1's first) to the job dir; it and the lost
+        processes recorded by the agents are what describe shows beyond SageMaker."""
+        for host in self.hosts:
+            report = self.paths(host).report_file
+            if os.path.isfile(report):
+                target = os.path.join(self.record.job_dir, REPORT_NAME)
+                tmp = target + ".tmp"
+                shutil.copyfile(report, tmp)
+                os.replace(tmp, target)
+                break
+        lost = lost_processes(self.record.job_dir, self.hosts)
+        if lost and self.stream is not None:
+            self.stream.write("shipyard: lost during training (the job went on without "
+                              "them): " + ", ".join(f"{x['host']}/{x['process']} (status "
+                                                    f"{x['exit_code']})" for x in lost) + "\n")
+
     def _conclude(self, result: AttemptResult) -> JobRecord:
+        self._collect_agent_records()
         if result.kind == "succeeded":
             self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
             self._upload()

@@ -24,6 +24,13 @@ class ProcessSpec:
     role: Literal["main", "service"] = "main"
     # The main process whose failure text is the instance's (the user's script).
     user_facing: bool = True
+    # False: when this process fails the instance goes on without it (a TF or shipyard.ps
+    # worker whose loss training tolerates); the loss is logged and recorded in
+    # InstancePaths.lost_file, and the control plane reports it in describe.
+    critical: bool = True
+    # A file the process (or its wrapper, e.g. an mpi rank) may write with its own failure
+    # text; when it exists after a failure it is used instead of the log's tail.
+    failure_file: str | None = None
 
 
 @dataclass
