@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 # torch==2.13.0 and tensorflow-cpu==2.21.0 are pinned for development and CI.
-EXTRAS := dev,torch,tensorflow,ps
+EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
 
 .PHONY: demo test venv clean bench
 
