@@ -117,7 +117,9 @@ class ControlPlane:
             os.makedirs(os.path.join(job_dir, "logs"))
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
-            with open(os.path.join(job_dir, "agent.json"), "w") as fh:
+            # agent.json holds the job's secret: readable by its owner only
+            with open(os.open(os.path.join(job_dir, "agent.json"),
+                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
                 fh.write(config.to_json())
             if config.shared_dir:
                 os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)

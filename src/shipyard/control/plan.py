@@ -8,6 +8,7 @@ every instance and every concurrent job.
 from __future__ import annotations
 
 import os
+import secrets
 import random
 
 from shipyard import distribution as dist_mod
@@ -115,4 +116,5 @@ def agent_config(spec: JobSpec, staged: StagedCode, encoded_hps: dict[str, str],
         region=region(),
         log_level=spec.container_log_level,
         shared_dir=os.path.join(home.job_dir(spec.job_name), "shared"),
+        job_secret=secrets.token_hex(32),
     )
