@@ -1,0 +1,1 @@
+"""Holds the ``horovod`` shim package; see ``shipyard.horovod.shim_path()``."""

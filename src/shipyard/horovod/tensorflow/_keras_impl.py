@@ -1,0 +1,293 @@
+"""Keras optimizer wrapping and callbacks, shared by Keras 3 (TF backend) and tf_keras.
+
+Keras 3: the wrapper is a subclass of the optimizer's class (rebuilt ``from_config``) whose
+``apply(grads, variables)`` (what ``fit`` and ``apply_gradients`` call) reduces the
+gradients first. With ``backward_passes_per_step=k > 1`` it uses Keras' own
+``gradient_accumulation_steps=k`` and reduces in ``_clip_gradients``, which Keras calls
+only on the update step with the averaged accumulated gradients, so the allreduce runs
+once per k passes (Keras averages the k passes: ``average_aggregated_gradients`` is implied).
+
+tf_keras (``TF_USE_LEGACY_KERAS=1``; both the new and the legacy optimizer classes):
+``apply_gradients`` reduces first. ``backward_passes_per_step > 1`` is not supported there.
+
+Callbacks are built per Keras flavour (their base class must be that flavour's Callback):
+``make_callbacks(keras_module)``.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+
+from .. import engine as _engine
+from ..errors import UnsupportedError
+from ..ops import Average
+
+
+def _is_keras3_optimizer(opt) -> bool:
+    try:
+        import keras
+    except ImportError:
+        return False
+    return keras.__version__.split(".")[0] >= "3" and isinstance(opt, keras.optimizers.Optimizer)
+
+
+def _reduce(grads, settings):
+    from . import _reduce_gradients
+
+    if _engine.get().size == 1:
+        return list(grads)
+    return _reduce_gradients(list(grads), settings["op"], settings["compression"], settings["sparse_as_dense"],
+                             settings["prescale"], settings["postscale"])
+
+
+class _Keras3Mixin:
+    def apply(self, grads, trainable_variables=None):
+        if self._hvd_settings["bpps"] == 1:
+            grads = _reduce(grads, self._hvd_settings)
+        return super().apply(grads, trainable_variables)
+
+    def _clip_gradients(self, grads):
+        if self._hvd_settings["bpps"] > 1:
+            grads = _reduce(grads, self._hvd_settings)
+        return super()._clip_gradients(grads)
+
+
+class _TFKerasMixin:
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        gv = list(grads_and_vars)
+        grads = _reduce([g for g, _ in gv], self._hvd_settings)
+        return super().apply_gradients(list(zip(grads, [v for _, v in gv])), *args, **kwargs)
+
+
+def _subclass(mixin, base):
+    """Same name and module as ``base``: a saved model's optimizer config then names the
+    plain Keras class, so ``keras.models.load_model`` works without shipyard."""
+    return type(base.__name__, (mixin, base), {"__module__": base.__module__, "__qualname__": base.__qualname__})
+
+
+def _settings(compression, sparse_as_dense, backward_passes_per_step, op, gradient_predivide_factor):
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor != 1.0 needs op=Average")
+    return {
+        "op": op,
+        "compression": compression,
+        "sparse_as_dense": sparse_as_dense,
+        "prescale": 1.0 / gradient_predivide_factor,
+        "postscale": float(gradient_predivide_factor),
+        "bpps": int(backward_passes_per_step),
+    }
+
+
+def wrap_optimizer(optimizer, name=None, compression=None, sparse_as_dense=False, backward_passes_per_step=1,
+                   op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False):
+    from . import Compression
+
+    settings = _settings(compression or Compression.none, sparse_as_dense, backward_passes_per_step, op,
+                         gradient_predivide_factor)
+    if getattr(optimizer, "_hvd_settings", None) is not None:
+        raise ValueError("the optimizer is already a DistributedOptimizer")
+    config = optimizer.get_config()
+    if _is_keras3_optimizer(optimizer):
+        mixin = _Keras3Mixin
+        if settings["bpps"] > 1:
+            if config.get("gradient_accumulation_steps") not in (None, settings["bpps"]):
+                raise ValueError("backward_passes_per_step conflicts with the optimizer's gradient_accumulation_steps")
+            config["gradient_accumulation_steps"] = settings["bpps"]
+    else:
+        mixin = _TFKerasMixin
+        if settings["bpps"] > 1:
+            raise UnsupportedError(
+                "backward_passes_per_step > 1 with tf_keras optimizers is not supported by shipyard.horovod; "
+                "use Keras 3 (gradient_accumulation_steps) or accumulate gradients yourself"
+            )
+    if name:
+        config["name"] = name
+    cls = _subclass(mixin, optimizer.__class__)
+    wrapped = cls.from_config(config)
+    wrapped._hvd_settings = settings
+    return wrapped
+
+
+def wrap_in_place(optimizer, compression=None, **kw):
+    """Turn an existing (possibly built) optimizer into a distributed one, keeping its state
+    (used by ``load_model``)."""
+    from . import Compression
+
+    settings = _settings(compression or Compression.none, kw.get("sparse_as_dense", False), 1, Average, 1.0)
+    mixin = _Keras3Mixin if _is_keras3_optimizer(optimizer) else _TFKerasMixin
+    optimizer.__class__ = _subclass(mixin, optimizer.__class__)
+    optimizer._hvd_settings = settings
+    return optimizer
+
+
+# ---------------------------------------------------------------- learning-rate helpers
+def _get_lr(opt) -> float:
+    return float(np.asarray(opt.learning_rate))
+
+
+def _set_lr(opt, value: float) -> None:
+    opt.learning_rate = value
+
+
+def _momentum_var(opt):
+    """Momentum as a variable we may change per batch (tf_keras legacy optimizers), else None."""
+    hyper = getattr(opt, "_hyper", None)
+    if isinstance(hyper, dict) and "momentum" in hyper:
+        return opt
+    return None
+
+
+def _optimizer_variables(opt) -> list:
+    v = getattr(opt, "variables", None)
+    if callable(v):
+        v = v()
+    return list(v or [])
+
+
+def make_callbacks(keras_module) -> types.SimpleNamespace:
+    """Horovod's Keras callbacks, subclassing ``keras_module.callbacks.Callback``."""
+    Callback = keras_module.callbacks.Callback
+
+    class BroadcastGlobalVariablesCallback(Callback):
+        """Broadcast the model's (and optimizer's) variables from ``root_rank`` at the start
+        of training, so every rank starts from the same weights."""
+
+        def __init__(self, root_rank=0, device=""):
+            super().__init__()
+            self.root_rank = root_rank
+            self.broadcast_done = False
+            self._optimizer_done = False
+
+        def _broadcast(self):
+            from . import broadcast_variables
+
+            if not self.broadcast_done:
+                broadcast_variables(self.model.variables, root_rank=self.root_rank)
+                self.broadcast_done = True
+            opt = getattr(self.model, "optimizer", None)
+            if opt is not None and not self._optimizer_done:
+                opt_vars = _optimizer_variables(opt)
+                if opt_vars:
+                    broadcast_variables(opt_vars, root_rank=self.root_rank)
+                    self._optimizer_done = True
+
+        def on_train_begin(self, logs=None):
+            self._broadcast()
+
+        def on_train_batch_end(self, batch, logs=None):
+            # Optimizers that create their slots lazily (tf_keras legacy) have them now.
+            if not self._optimizer_done:
+                self._broadcast()
+
+    class MetricAverageCallback(Callback):
+        """Average the epoch's metrics over all ranks (put it before callbacks that read them)."""
+
+        def __init__(self, device=""):
+            super().__init__()
+
+        def on_epoch_end(self, epoch, logs=None):
+            if logs is None:
+                return
+            keys = sorted(k for k, v in logs.items() if _is_number(v))
+            if not keys:
+                return
+            values = np.array([float(np.asarray(logs[k])) for k in keys], np.float64)
+            reduced = _engine.get().allreduce(values, name="metrics:" + ",".join(keys))
+            for k, v in zip(keys, reduced.tolist()):
+                logs[k] = v
+
+    class LearningRateScheduleCallback(Callback):
+        """lr = initial_lr * multiplier(epoch) between start_epoch and end_epoch, per epoch
+        (staircase) or per batch."""
+
+        def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                     momentum_correction=True, steps_per_epoch=None, *args):
+            super().__init__()
+            self.initial_lr = initial_lr
+            self.start_epoch = start_epoch
+            self.end_epoch = end_epoch
+            self.staircase = staircase
+            self.momentum_correction = momentum_correction
+            self.steps_per_epoch = steps_per_epoch
+            self.current_epoch = None
+            self.restore_momentum = None
+            self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+
+        def _in_range(self, epoch):
+            return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+
+        def _adjust(self, epoch):
+            opt = self.model.optimizer
+            old = _get_lr(opt)
+            new = self.initial_lr * self.multiplier(epoch)
+            _set_lr(opt, new)
+            holder = _momentum_var(opt) if self.momentum_correction else None
+            if holder is not None and old > 0:
+                self.restore_momentum = float(np.asarray(holder.momentum))
+                holder.momentum = self.restore_momentum * new / old
+
+        def _restore(self):
+            if self.restore_momentum is not None:
+                self.model.optimizer.momentum = self.restore_momentum
+                self.restore_momentum = None
+
+        def on_train_begin(self, logs=None):
+            if self.initial_lr is None:
+                self.initial_lr = _get_lr(self.model.optimizer)
+            if not self.staircase and not self.steps_per_epoch:
+                self.steps_per_epoch = (self.params or {}).get("steps")
+                if not self.steps_per_epoch:
+                    raise ValueError("steps_per_epoch is needed for staircase=False (pass it or use fit(steps_per_epoch=...))")
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.current_epoch = epoch
+            if self.staircase and self._in_range(epoch):
+                self._adjust(epoch)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if not self.staircase and self._in_range(self.current_epoch):
+                self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._restore()
+
+        def on_epoch_end(self, epoch, logs=None):
+            if logs is not None:
+                logs["lr"] = _get_lr(self.model.optimizer)
+
+    class LearningRateWarmupCallback(LearningRateScheduleCallback):
+        """Ramp lr from initial_lr / size to initial_lr over ``warmup_epochs`` (Goyal et al.)."""
+
+        def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
+            def multiplier(epoch):
+                n = _engine.get().size
+                epoch += 1.0 / self.steps_per_epoch
+                return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
+
+            super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs, staircase=False,
+                             momentum_correction=momentum_correction, steps_per_epoch=steps_per_epoch)
+            self.verbose = verbose
+
+        def on_epoch_end(self, epoch, logs=None):
+            super().on_epoch_end(epoch, logs)
+            if epoch == self.end_epoch - 1 and self.verbose > 0 and _engine.get().rank == 0:
+                sys.stdout.write(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
+                                 f"{_get_lr(self.model.optimizer):g}.\n")
+
+    return types.SimpleNamespace(
+        BroadcastGlobalVariablesCallback=BroadcastGlobalVariablesCallback,
+        MetricAverageCallback=MetricAverageCallback,
+        LearningRateScheduleCallback=LearningRateScheduleCallback,
+        LearningRateWarmupCallback=LearningRateWarmupCallback,
+    )
+
+
+def _is_number(v) -> bool:
+    try:
+        a = np.asarray(v)
+    except Exception:  # noqa: BLE001 - best-effort probe
+        return False
+    return a.shape == () and a.dtype.kind in "fiub"
