@@ -1,0 +1,238 @@
+"""shipyard.ps push+pull throughput against raw loopback TCP, same bytes, same run.
+
+Goal (issue: "shipyard.ps engine"): one worker doing push_pull of a whole model
+against two shard processes on loopback reaches >= 0.5 (stretch 0.7) of what
+plain Python sockets move in the same pattern.
+
+What is measured, per model size (5 MB: the tutorial CNN's gradient size; 100 MB):
+
+* ps:   ``PSClient.push_pull`` of every tensor (SGD on the shards, MACs on every
+        message, placement ``auto``) with two ``python -m shipyard.ps.server``
+        processes. Time from first byte out to last value in.
+* tcp:  the same bytes per shard over plain sockets to two echo processes.
+        ``tcp-saf`` (store and forward): each echo process reads its whole share,
+        then sends it back, both connections at once (the pattern of a server
+        that must see a whole message before answering). ``tcp-stream``: the
+        echo returns each piece as it arrives and the client sends and receives
+        at once (full duplex): the best plain sockets can do here.
+
+Throughput = 2 x model bytes / time (bytes cross loopback both ways). PS and TCP
+iterations are interleaved so machine noise hits both alike; medians are
+reported, and the ratio is ps / best tcp. On a shared 2-core machine expect
++-20% run to run; compare ratios, not absolute numbers.
+
+Run:  python benchmarks/ps_throughput.py [--sizes 5,100] [--repeats 15] [--mac hmac-sha256|blake3|all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from shipyard.ps import wire
+from shipyard.ps.client import PSClient
+from shipyard.ps.launch import start_shards, stop_shards
+from shipyard.ps.placement import DEFAULT_CHUNK_BYTES
+
+SECRET = "benchmark-secret"
+PIECE = 1 << 20
+
+
+def cnn_model() -> dict[str, np.ndarray]:
+    """The tutorial Keras CIFAR-10 CNN (conv32 same, conv32, pool, conv64 same, conv64, pool,
+    dense512, dense10): 1,250,858 float32 parameters, 5.0 MB."""
+    shapes = {
+        "conv1.weight": (32, 3, 3, 3), "conv1.bias": (32,), "conv2.weight": (32, 32, 3, 3), "conv2.bias": (32,),
+        "conv3.weight": (64, 32, 3, 3), "conv3.bias": (64,), "conv4.weight": (64, 64, 3, 3), "conv4.bias": (64,),
+        "dense1.weight": (512, 2304), "dense1.bias": (512,), "dense2.weight": (10, 512), "dense2.bias": (10,),
+    }
+    rng = np.random.default_rng(0)
+    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+def big_model(total_mb: int) -> dict[str, np.ndarray]:
+    """One embedding-like tensor (80%) and ten dense layers (20%)."""
+    rng = np.random.default_rng(0)
+    total = total_mb * 1_000_000 // 4
+    emb = int(total * 0.8)
+    layer = (total - emb) // 10
+    out = {"embedding.weight": rng.standard_normal(emb).astype(np.float32).reshape(-1, 100)}
+    for i in range(10):
+        out[f"layer{i}.weight"] = rng.standard_normal(layer).astype(np.float32)
+    return out
+
+
+def model_of(mb: int) -> dict[str, np.ndarray]:
+    return cnn_model() if mb <= 5 else big_model(mb)
+
+
+# ---------------------------------------------------------------------------------- raw TCP
+def _recv_exact(conn: socket.socket, view: memoryview) -> None:
+    n = 0
+    while n < len(view):
+        r = conn.recv_into(view[n:])
+        if not r:
+            raise EOFError
+        n += r
+
+
+def _echo_server(port_q: mp.Queue, mode: str) -> None:
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port_q.put(srv.getsockname()[1])
+    conn, _ = srv.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    header = bytearray(8)
+    buf = bytearray(0)
+    while True:
+        try:
+            _recv_exact(conn, memoryview(header))
+        except EOFError:
+            return
+        n = int.from_bytes(header, "little")
+        if len(buf) < n:
+            buf = bytearray(n)
+        view = memoryview(buf)[:n]
+        if mode == "saf":
+            _recv_exact(conn, view)
+            conn.sendall(view)
+        else:
+            for off in range(0, n, PIECE):
+                piece = view[off:off + PIECE]
+                _recv_exact(conn, piece)
+                conn.sendall(piece)
+
+
+class RawTcp:
+    """Two echo processes and one client connection to each."""
+
+    def __init__(self, mode: str) -> None:
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        self.procs = [ctx.Process(target=_echo_server, args=(q, mode), daemon=True) for _ in range(2)]
+        for p in self.procs:
+            p.start()
+        self.conns = []
+        for _ in self.procs:
+            c = socket.create_connection(("127.0.0.1", q.get(timeout=60)))
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.conns.append(c)
+
+    def roundtrip(self, shares: list[memoryview], outs: list[memoryview]) -> float:
+        def one(conn: socket.socket, data: memoryview, out: memoryview) -> None:
+            sender = threading.Thread(target=lambda: (conn.sendall(len(data).to_bytes(8, "little")),
+                                                      conn.sendall(data)))
+            sender.start()
+            _recv_exact(conn, out)
+            sender.join()
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=one, args=(c, d, o)) for c, d, o in zip(self.conns, shares, outs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        for p in self.procs:
+            p.join(timeout=10)
+
+
+# ---------------------------------------------------------------------------------- driver
+def bench_size(mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
+    params = model_of(mb)
+    nbytes = sum(v.nbytes for v in params.values())
+    shards = start_shards(2, SECRET, run_dir=os.path.join(run_dir, f"{mb}-{mac}"), checkpoint_interval=0)
+    tcp = {m: RawTcp(m) for m in ("saf", "stream")}
+    try:
+        client = PSClient([s.endpoint for s in shards], worker_id=0, secret=SECRET, heartbeat_interval=1.0,
+                          mac=mac, timeout=120)
+        client.register(params, {"name": "sgd", "lr": 0.0}, chunk_bytes=chunk_bytes)
+        grads = {k: np.ones_like(v) for k, v in params.items()}
+        outs = {k: np.empty_like(v) for k, v in params.items()}
+        shard_bytes = list(client.report.chosen.shard_bytes)
+        blob = np.random.default_rng(1).integers(0, 255, nbytes, dtype=np.uint8)
+        shares, offs = [], 0
+        for b in shard_bytes:
+            shares.append(memoryview(blob[offs:offs + b]))
+            offs += b
+        sink = [memoryview(bytearray(b)) for b in shard_bytes]
+        times: dict[str, list[float]] = {"ps": [], "tcp-saf": [], "tcp-stream": []}
+        for i in range(repeats + 2):  # two warm-up rounds
+            t0 = time.perf_counter()
+            client.push_pull(grads, outs=outs)
+            dt = time.perf_counter() - t0
+            d_saf = tcp["saf"].roundtrip(shares, sink)
+            d_stream = tcp["stream"].roundtrip(shares, sink)
+            if i >= 2:
+                times["ps"].append(dt)
+                times["tcp-saf"].append(d_saf)
+                times["tcp-stream"].append(d_stream)
+        for k in params:
+            assert np.array_equal(outs[k], params[k]), "lr=0: values must come back unchanged"
+        report = client.stats()
+        client.close()
+    finally:
+        for t in tcp.values():
+            t.close()
+        stop_shards(shards)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    gbps = {k: 2 * nbytes / v / 1e9 for k, v in med.items()}
+    best_tcp = max(gbps["tcp-saf"], gbps["tcp-stream"])
+    return {
+        "model_mb": round(nbytes / 1e6, 2), "mac": mac, "repeats": repeats,
+        "policy": report["policy"], "imbalance": report["imbalance"][report["policy"]],
+        "messages_per_step": sum(len(kp.chunks) for kp in client.report.chosen.keys),
+        "median_s": {k: round(v, 5) for k, v in med.items()},
+        "GBps": {k: round(v, 3) for k, v in gbps.items()},
+        "ratio_vs_best_tcp": round(gbps["ps"] / best_tcp, 3),
+        "ratio_vs_tcp_saf": round(gbps["ps"] / gbps["tcp-saf"], 3),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="5,100", help="model sizes in MB (5 = the tutorial CNN)")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--mac", default="all", help="hmac-sha256 | blake3 | all (those installed)")
+    ap.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_BYTES / 2**20,
+                    help="placement chunk size (sliced policy) in MiB")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+    macs = wire.available_macs() if args.mac == "all" else [args.mac]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="ps-bench-") as run_dir:
+        for mac in macs:
+            for mb in (int(x) for x in args.sizes.split(",")):
+                r = bench_size(mb, mac, args.repeats, run_dir, int(args.chunk_mb * 2**20))
+                results.append(r)
+                g = r["GBps"]
+                print(f"{r['model_mb']:>7.2f} MB  mac={mac:<11} policy={r['policy']:<12} "
+                      f"ps {g['ps']:.2f} GB/s | tcp-saf {g['tcp-saf']:.2f} | tcp-stream {g['tcp-stream']:.2f} "
+                      f"| ratio ps/best-tcp {r['ratio_vs_best_tcp']:.2f} (vs saf {r['ratio_vs_tcp_saf']:.2f})",
+                      flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

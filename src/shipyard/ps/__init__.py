@@ -1,0 +1,128 @@
+"""shipyard.ps: a native, framework-agnostic parameter server (numpy buffers, ZeroMQ).
+
+Why: PyTorch has no maintained parameter server and Keras 3 dropped
+ParameterServerStrategy; SageMaker's ``parameter_server`` distribution still
+needs one. This package brings asynchronous PS training back for any framework:
+shards hold the parameters and run the optimizer, workers push gradients and
+pull parameters, and everything that crosses the wire is counted and reported.
+
+Modules (one job each)::
+
+    errors.py       the typed error tree
+    wire.py         header format, HMAC, encode/decode (no pickle, zero-copy)
+    placement.py    round_robin | greedy_bytes | sliced | auto, and the report
+    optimizers.py   SGD (momentum, nesterov), Adam, AdamW, Adagrad: torch's formulas
+    consistency.py  async | bounded staleness | sync, worker liveness (pure)
+    shard.py        parameters + optimizer state of one shard (no sockets)
+    checkpoint.py   atomic .npz + JSON manifest checkpoints, resume
+    stats.py        counters, traffic matrix, the JSON report schema
+    core.py         the shard's protocol state machine (frames in, frames out)
+    transport.py    the client's transport seam: ZeroMQ DEALERs, or in-process
+    server.py       the shard process (ROUTER loop) and ``python -m shipyard.ps.server``
+    launch.py       shard command lines, start/stop shard processes (runners, tests, benchmarks)
+    client.py       PSClient
+    torch.py        PyTorch adapter: DistributedOptimizer (imports torch; nothing else here does)
+
+Configuration a runner sets
+---------------------------
+Shards (one process per instance by default; ``--num-shards`` is configurable)::
+
+    SHIPYARD_PS_SECRET=<per-job random secret>            # required, same everywhere
+    python -m shipyard.ps.server --bind tcp://0.0.0.0:PORT --shard-index I \\
+        --num-shards N --checkpoint-dir /opt/ml/checkpoints \\
+        [--consistency async|bounded|sync] [--max-staleness S] [--num-workers W] \\
+        [--heartbeat-timeout 10] [--checkpoint-interval 60] [--max-message-bytes N] \\
+        [--ready-file F] [--stats-file F] [--exit-with-parent]
+
+    ``launch.shard_command(...)`` builds exactly this argv; SIGTERM or a SHUTDOWN
+    message ends a shard after a final checkpoint (exit code 0).
+
+Workers (the training script's environment)::
+
+    SHIPYARD_PS_SECRET      same secret as the shards (required)
+    SHIPYARD_PS_ENDPOINTS   comma-separated shard endpoints, shard 0 first (required)
+    SHIPYARD_PS_RANK        this worker's id, 0..W-1 (default 0; rank 0 initializes)
+    SHIPYARD_PS_TIMEOUT     seconds without any reply before PSTimeoutError (default 300)
+    SHIPYARD_PS_HEARTBEAT   heartbeat interval in seconds (default 1; 0 disables)
+    SHIPYARD_PS_REPORT      rank 0 writes the JSON report (stats.py schema) here on close
+    SHIPYARD_PS_MAC         hmac-sha256 (default) | poly1305 (needs `cryptography`) |
+                            blake3 (needs `blake3`); shards accept any they have installed
+
+PyTorch::
+
+    import shipyard.ps.torch as ps_torch
+    opt = ps_torch.DistributedOptimizer(torch.optim.Adam(model.parameters()),
+                                        named_parameters=model.named_parameters())
+
+Minimal use::
+
+    from shipyard.ps import PSClient
+    with PSClient() as ps:
+        params = ps.register({"w": w0, "b": b0}, optimizer={"name": "sgd", "lr": 0.1})
+        params = ps.push_pull({"w": gw, "b": gb})
+        report = ps.stats()     # JSON: placement, shards, traffic matrix, staleness
+"""
+
+from __future__ import annotations
+
+from .client import (
+    ENDPOINTS_ENV,
+    HEARTBEAT_ENV,
+    RANK_ENV,
+    REPORT_ENV,
+    TIMEOUT_ENV,
+    PSClient,
+)
+from .consistency import Consistency
+from .core import ServerConfig, ServerCore
+from .errors import (
+    AuthenticationError,
+    CheckpointError,
+    PSConfigError,
+    PSError,
+    PSTimeoutError,
+    RemoteError,
+    ShapeMismatchError,
+    UnknownKeyError,
+    WireError,
+)
+from .optimizers import SGD, Adagrad, Adam, AdamW, make_optimizer
+from .placement import PlacementReport, TensorSpec, place
+from .stats import build_report
+from .transport import LocalNetwork, LocalTransport, Transport, ZmqTransport
+from .wire import SECRET_ENV
+
+__all__ = [
+    "ENDPOINTS_ENV",
+    "HEARTBEAT_ENV",
+    "RANK_ENV",
+    "REPORT_ENV",
+    "SECRET_ENV",
+    "SGD",
+    "TIMEOUT_ENV",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "AuthenticationError",
+    "CheckpointError",
+    "Consistency",
+    "LocalNetwork",
+    "LocalTransport",
+    "PSClient",
+    "PSConfigError",
+    "PSError",
+    "PSTimeoutError",
+    "PlacementReport",
+    "RemoteError",
+    "ServerConfig",
+    "ServerCore",
+    "ShapeMismatchError",
+    "TensorSpec",
+    "Transport",
+    "UnknownKeyError",
+    "WireError",
+    "ZmqTransport",
+    "build_report",
+    "make_optimizer",
+    "place",
+]

@@ -1,0 +1,171 @@
+"""Consistency models and worker liveness: pure decisions, no sockets, no clocks read.
+
+Why pure: whether a request may proceed is the part of a parameter server that is
+easy to get subtly wrong (deadlocks when a worker dies, a bound off by one), so it
+lives here as small functions and a table that tests can step through.
+
+Modes
+-----
+``async`` (default, SageMaker/TensorFlow semantics)
+    every push is applied the moment it arrives; pulls never wait.
+``bounded`` (``max_staleness=s``, stale synchronous parallel)
+    worker steps are counted per worker; a request of a worker at step ``t``
+    waits while ``t - min(progress of live workers) > s``, where a worker's
+    progress is one past the highest step it has pushed. ``s = 0`` is lock-step
+    at the granularity of a push. ``async`` plus a ``max_staleness`` means
+    ``bounded``.
+``sync``
+    each key aggregates one gradient from every live worker, averages them and
+    applies the optimizer once; a pull from a worker whose gradient is still
+    pending waits for that update. A worker that leaves or misses heartbeats is
+    dropped from the live set and the round proceeds without it (its gradient,
+    if it already arrived, still counts). With ``expected_workers`` set, no
+    round completes before that many distinct workers have joined once.
+
+Liveness: every message (heartbeats included) refreshes a worker; one silent for
+longer than the heartbeat timeout is dead until it speaks again (a restarted
+worker with the same id simply rejoins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import PSConfigError
+
+ASYNC = "async"
+BOUNDED = "bounded"
+SYNC = "sync"
+MODES = (ASYNC, BOUNDED, SYNC)
+
+
+@dataclass(frozen=True)
+class Consistency:
+    """A validated consistency setting."""
+
+    mode: str = ASYNC
+    max_staleness: int | None = None
+
+    @classmethod
+    def parse(cls, mode: str = ASYNC, max_staleness: int | None = None) -> Consistency:
+        """Validate user input; PSConfigError with what to use instead."""
+        mode = (mode or ASYNC).lower()
+        if mode in ("ssp", "stale", "bounded_staleness"):
+            mode = BOUNDED
+        if mode not in MODES:
+            raise PSConfigError(
+                f"unknown consistency mode {mode!r}; use 'async' (default), 'bounded' "
+                "(with max_staleness) or 'sync'"
+            )
+        if max_staleness is not None:
+            if isinstance(max_staleness, bool) or not isinstance(max_staleness, int):
+                raise PSConfigError(f"max_staleness must be an integer >= 0, got {max_staleness!r}")
+            if max_staleness < 0:
+                raise PSConfigError(f"max_staleness must be >= 0, got {max_staleness}")
+            if mode == SYNC:
+                raise PSConfigError("max_staleness does not apply to mode 'sync'; drop it or use 'bounded'")
+            mode = BOUNDED
+        elif mode == BOUNDED:
+            raise PSConfigError("mode 'bounded' needs max_staleness=s (an integer >= 0)")
+        return cls(mode, max_staleness)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "max_staleness": self.max_staleness}
+
+
+@dataclass
+class WorkerState:
+    """What a shard knows about one worker."""
+
+    worker: int
+    live: bool = True
+    last_seen: float = 0.0
+    progress: int = 0  # one past the highest step pushed
+    rejoins: int = 0
+
+
+@dataclass
+class WorkerTable:
+    """Membership and progress of the workers one shard has heard from."""
+
+    heartbeat_timeout: float = 10.0
+    workers: dict[int, WorkerState] = field(default_factory=dict)
+
+    def seen(self, worker: int, now: float) -> bool:
+        """Record a message from ``worker``; True when it (re)joins the live set."""
+        st = self.workers.get(worker)
+        if st is None:
+            self.workers[worker] = WorkerState(worker, True, now)
+            return True
+        st.last_seen = now
+        if not st.live:
+            st.live = True
+            st.rejoins += 1
+            return True
+        return False
+
+    def leave(self, worker: int) -> bool:
+        """Mark ``worker`` gone; True if it was live."""
+        st = self.workers.get(worker)
+        if st is None or not st.live:
+            return False
+        st.live = False
+        return True
+
+    def expire(self, now: float) -> list[int]:
+        """Workers silent for longer than the timeout become dead; returns them."""
+        dead = [w for w, st in self.workers.items()
+                if st.live and now - st.last_seen > self.heartbeat_timeout]
+        for w in dead:
+            self.workers[w].live = False
+        return dead
+
+    def live(self) -> set[int]:
+        return {w for w, st in self.workers.items() if st.live}
+
+    def is_live(self, worker: int) -> bool:
+        st = self.workers.get(worker)
+        return bool(st and st.live)
+
+    def advance(self, worker: int, step: int) -> bool:
+        """A push at ``step`` happened; True if the worker's progress moved."""
+        st = self.workers.setdefault(worker, WorkerState(worker))
+        if step + 1 > st.progress:
+            st.progress = step + 1
+            return True
+        return False
+
+    def min_progress(self, exclude: int | None = None) -> int | None:
+        """Slowest live worker's progress (None if no other live worker)."""
+        vals = [st.progress for w, st in self.workers.items() if st.live and w != exclude]
+        return min(vals) if vals else None
+
+    def resume_step(self, worker: int) -> int:
+        """The step a (re)joining worker should continue from: its own progress, or
+        the slowest other live worker's, whichever is later (so a worker that was
+        away does not hold everyone back under a staleness bound)."""
+        own = self.workers[worker].progress if worker in self.workers else 0
+        others = self.min_progress(exclude=worker)
+        return max(own, others if others is not None else 0)
+
+    def restore(self, progress: dict[int, int]) -> None:
+        """Progress from a checkpoint; restored workers are not live until they speak."""
+        for w, p in progress.items():
+            self.workers[int(w)] = WorkerState(int(w), live=False, progress=int(p))
+
+    def to_json(self) -> dict[str, Any]:
+        return {str(w): {"live": st.live, "progress": st.progress, "rejoins": st.rejoins}
+                for w, st in sorted(self.workers.items())}
+
+
+def staleness_blocked(step: int, min_progress: int | None, max_staleness: int) -> bool:
+    """Bounded staleness: may a worker at ``step`` proceed? (True = it must wait)."""
+    return min_progress is not None and step - min_progress > max_staleness
+
+
+def sync_round_ready(contributors: Iterable[int], live: Iterable[int], quorum_met: bool) -> bool:
+    """A sync round applies once every live worker has contributed (and it has at least one)."""
+    contrib = set(contributors)
+    return bool(contrib) and quorum_met and set(live) <= contrib

@@ -1,0 +1,435 @@
+"""The shard's protocol state machine: frames in, frames out. No sockets, no threads.
+
+Why a separate core: the server loop (server.py) only moves frames between a
+ZeroMQ ROUTER socket and this object, and tests (or an in-process transport) can
+drive the very same logic by calling ``handle`` and ``tick`` with a fake clock.
+
+``handle(peer, frames, now)`` decodes and authenticates one request and returns
+the replies that became possible because of it (to this peer and, when a sync
+round completes or a staleness bound moves, to others). ``tick(now)`` expires
+silent workers and returns what that unblocked. Nothing here raises out: a bad
+message is counted in ``stats.rejected`` by reason and, if it was authenticated,
+answered with an ERROR reply; an unauthenticated one is dropped.
+
+Ordering: data requests (INIT, PUSH, PULL, PUSH_PULL) of one worker are served in
+arrival order; one that must wait (key not initialized yet, staleness bound,
+sync round still open) holds back the worker's later data requests. Control
+requests (HELLO, REGISTER, SET_LR, STATS, LEAVE, CHECKPOINT, SHUTDOWN) are
+answered at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import checkpoint as ckpt
+from . import wire
+from .consistency import (
+    BOUNDED,
+    SYNC,
+    Consistency,
+    WorkerTable,
+    staleness_blocked,
+    sync_round_ready,
+)
+from .errors import (
+    ErrorCode,
+    PSConfigError,
+    PSError,
+    RemoteError,
+    UnknownKeyError,
+    WireError,
+)
+from .shard import DEFAULT_GROUP, Shard, Slot
+from .stats import ShardStats
+from .wire import Buffer, Header, Message, MsgType
+
+log = logging.getLogger("shipyard.ps.core")
+
+DEFAULT_MAX_PAYLOAD = 1 << 30  # 1 GiB per message; tensors above it are sliced by placement
+DATA_TYPES = frozenset({MsgType.INIT, MsgType.PUSH, MsgType.PULL, MsgType.PUSH_PULL})
+TENSOR_IN = frozenset({MsgType.INIT, MsgType.PUSH, MsgType.PUSH_PULL})
+
+
+class Hold:
+    """A parameter buffer referenced by a reply: not to be overwritten until done.
+
+    Set when the reply is produced (later replies of the same ``handle`` call may
+    update the parameter in place); the sender then attaches the socket's delivery
+    tracker (zero-copy send) or marks it released (it copied the bytes).
+    """
+
+    __slots__ = ("released", "tracker")
+
+    def __init__(self) -> None:
+        self.tracker: Any = None
+        self.released = False
+
+    @property
+    def done(self) -> bool:
+        return self.released or (self.tracker is not None and bool(self.tracker.done))
+
+
+@dataclass
+class Outgoing:
+    """A reply to send: ``frames`` to ``peer``. ``hold``, when set, guards a parameter
+    buffer inside the frames: the sender must attach a tracker or release it."""
+
+    peer: bytes
+    frames: list[Buffer]
+    hold: Hold | None = None
+
+
+@dataclass
+class _Pending:
+    peer: bytes
+    msg: Message
+    slot: Slot
+    pushed: bool = False
+    arrived: float = 0.0
+
+
+@dataclass
+class ServerConfig:
+    """Everything a shard needs besides its secret (CLI flags map 1:1 onto these)."""
+
+    index: int = 0
+    num_shards: int = 1
+    consistency: Consistency = field(default_factory=Consistency)
+    heartbeat_timeout: float = 10.0
+    expected_workers: int | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_interval: float = 60.0  # seconds; <= 0 disables periodic checkpoints
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+
+    def __post_init__(self) -> None:
+        if self.num_shards < 1 or not 0 <= self.index < self.num_shards:
+            raise PSConfigError(f"shard index {self.index} not in [0, {self.num_shards})")
+        if self.heartbeat_timeout <= 0:
+            raise PSConfigError(f"heartbeat_timeout must be > 0, got {self.heartbeat_timeout}")
+        if self.expected_workers is not None and self.expected_workers < 1:
+            raise PSConfigError(f"expected_workers must be >= 1, got {self.expected_workers}")
+        if self.max_payload < 1:
+            raise PSConfigError(f"max_payload must be >= 1, got {self.max_payload}")
+
+
+class ServerCore:
+    """One shard's protocol logic."""
+
+    def __init__(self, config: ServerConfig, secret: str | bytes,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.signer = wire.Signer(secret)
+        self._macs = {wire.MAC_ALGORITHMS[n] for n in wire.available_macs()}
+        self.clock = clock
+        self.shard = Shard(config.index, config.num_shards)
+        self.workers = WorkerTable(config.heartbeat_timeout)
+        self.stats = ShardStats()
+        self.queues: dict[int, deque[_Pending]] = {}
+        self.last_pull: dict[tuple[int, int], int] = {}
+        self.shutdown_requested = False
+        self._changed = False
+        self._last_checkpoint = clock()
+        self.resumed_from: str | None = None
+        if config.checkpoint_dir:
+            loaded = ckpt.load(config.checkpoint_dir, config.index, config.num_shards)
+            if loaded is not None:
+                ckpt.restore(self.shard, self.workers, loaded)
+                self.resumed_from = str(ckpt.manifest_path(config.checkpoint_dir, config.index))
+                log.info("shard %d resumed from %s (updates=%d)", config.index,
+                         self.resumed_from, self.shard.updates)
+
+    # entry points --------------------------------------------------------------
+    def handle(self, peer: bytes, frames: Sequence[Buffer], now: float | None = None) -> list[Outgoing]:
+        """Process one request; returns the replies to send now (never raises)."""
+        now = self.clock() if now is None else now
+        try:
+            msg = wire.decode(self.signer, frames, self.config.max_payload)
+        except WireError as err:
+            self.stats.reject(err.code)
+            hdr = getattr(err, "header", None)
+            if getattr(err, "authenticated", False) and hdr is not None:
+                return [self._error(peer, hdr, err.code, str(err))]
+            return []
+        except Exception as exc:  # never let a frame take the server down
+            self.stats.reject(ErrorCode.MALFORMED)
+            log.debug("undecodable frames: %r", exc)
+            return []
+        h = msg.header
+        self.stats.received(h.worker, msg.wire_bytes)
+        try:
+            return self._dispatch(peer, msg, now)
+        except PSError as err:
+            self.stats.reject(err.code)
+            return [self._error(peer, h, err.code, str(err))]
+        except Exception as exc:  # a bug must not stop the shard serving others
+            log.exception("internal error handling %s", h)
+            self.stats.reject(ErrorCode.INTERNAL)
+            return [self._error(peer, h, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")]
+
+    def tick(self, now: float | None = None) -> list[Outgoing]:
+        """Expire silent workers and serve whatever that unblocks."""
+        now = self.clock() if now is None else now
+        dead = self.workers.expire(now)
+        if not dead:
+            return []
+        for w in dead:  # its queued requests stay: a worker declared dead by mistake loses nothing
+            log.info("shard %d: worker %d missed heartbeats; continuing without it", self.config.index, w)
+        return self._drain()
+
+    def checkpoint_due(self, now: float | None = None) -> bool:
+        now = self.clock() if now is None else now
+        iv = self.config.checkpoint_interval
+        return bool(self.config.checkpoint_dir and iv > 0 and self.shard.dirty
+                    and now - self._last_checkpoint >= iv)
+
+    def checkpoint(self, force: bool = False) -> Path | None:
+        """Write a checkpoint now (if there is a directory and, unless forced, changes)."""
+        if not self.config.checkpoint_dir:
+            return None
+        self._last_checkpoint = self.clock()
+        if not (force or self.shard.dirty):
+            return ckpt.manifest_path(self.config.checkpoint_dir, self.config.index)
+        path = ckpt.save(self.shard, self.workers, self.config.checkpoint_dir)
+        self.stats.checkpoints += 1
+        self.stats.last_checkpoint = time.time()
+        return path
+
+    # dispatch ---------------------------------------------------------------------
+    def _dispatch(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
+        h = msg.header
+        if h.msg_type >= MsgType.OK:
+            raise RemoteError("replies are not requests", code=ErrorCode.BAD_REQUEST)
+        if h.shard != self.config.index and h.msg_type != MsgType.HELLO:
+            raise RemoteError(f"request addressed to shard {h.shard} reached shard {self.config.index} "
+                              "(endpoint list out of order?)", code=ErrorCode.WRONG_SHARD)
+        w = h.worker
+        self.workers.seen(w, now)
+        t = MsgType(h.msg_type)
+        if t == MsgType.HEARTBEAT:
+            return []
+        if t in DATA_TYPES:
+            return self._enqueue(peer, msg, now)
+        if t == MsgType.HELLO:
+            info = {
+                "protocol": wire.PROTOCOL_VERSION, "shard": self.config.index,
+                "num_shards": self.config.num_shards, "consistency": self.config.consistency.to_json(),
+                "step": self.workers.resume_step(w), "keys": len(self.shard.slots),
+                "heartbeat_timeout": self.config.heartbeat_timeout, "pid": os.getpid(),
+                "max_message_bytes": self.config.max_payload,
+                "host": socket.gethostname(), "resumed_from": self.resumed_from,
+            }
+            return [self._json(peer, h, info)]
+        if t == MsgType.REGISTER:
+            body = self._json_body(msg)
+            result = self.shard.register(body.get("keys", []), body.get("optimizer"),
+                                         str(body.get("group") or DEFAULT_GROUP))
+            return [self._json(peer, h, result)]
+        if t == MsgType.SET_LR:
+            body = self._json_body(msg)
+            lr = body.get("lr")
+            if not isinstance(lr, (int, float)) or isinstance(lr, bool):
+                raise RemoteError(f"set_lr needs a number, got {lr!r}", code=ErrorCode.BAD_REQUEST)
+            try:
+                groups = self.shard.set_lr(float(lr), body.get("group"))
+            except PSError:
+                raise
+            except ValueError as exc:
+                raise RemoteError(str(exc), code=ErrorCode.BAD_REQUEST) from None
+            return [self._json(peer, h, {"lr": float(lr), "groups": groups})]
+        if t == MsgType.STATS:
+            return [self._json(peer, h, self.stats_json(now))]
+        if t == MsgType.LEAVE:
+            self.workers.leave(w)
+            self.queues.pop(w, None)
+            return [self._json(peer, h, {"left": w})] + self._drain()
+        if t == MsgType.CHECKPOINT:
+            path = self.checkpoint(force=True)
+            return [self._json(peer, h, {"path": str(path) if path else None,
+                                         "updates": self.shard.updates})]
+        if t == MsgType.SHUTDOWN:
+            self.shutdown_requested = True
+            return [self._json(peer, h, {"shutdown": True})]
+        raise RemoteError(f"unhandled message type {t.name}", code=ErrorCode.UNKNOWN_TYPE)
+
+    def _json_body(self, msg: Message) -> dict[str, Any]:
+        try:
+            body = msg.json()
+        except WireError as err:
+            raise RemoteError(str(err), code=ErrorCode.BAD_REQUEST) from None
+        if not isinstance(body, dict):
+            raise RemoteError("control message payload must be a JSON object", code=ErrorCode.BAD_REQUEST)
+        return body
+
+    def _enqueue(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
+        h = msg.header
+        try:
+            slot = self.shard.slot(h.key)
+        except UnknownKeyError as err:
+            raise RemoteError(str(err), code=ErrorCode.UNKNOWN_KEY) from None
+        if h.msg_type in TENSOR_IN:
+            if h.flags & wire.FLAG_JSON:
+                raise RemoteError("tensor message with a JSON payload", code=ErrorCode.BAD_REQUEST)
+            self.shard.check_tensor(slot, h.dtype, h.shape)
+            if h.msg_type != MsgType.INIT and slot.dtype.kind != "f":
+                raise RemoteError(f"{slot.label} is {slot.dtype.name}: only float parameters take gradients",
+                                  code=ErrorCode.NOT_TRAINABLE)
+        q = self.queues.get(h.worker)
+        if q is None:
+            q = self.queues[h.worker] = deque()
+        q.append(_Pending(peer, msg, slot, arrived=now))
+        if len(q) > 1:
+            return []  # the head is waiting; an arrival alone unblocks nobody
+        return self._drain()
+
+    def _drain(self) -> list[Outgoing]:
+        """Serve queue heads until nothing more can proceed."""
+        out: list[Outgoing] = []
+        while True:
+            self._changed = False
+            for w in list(self.queues):
+                q = self.queues.get(w)
+                while q:
+                    done = self._try(q[0], out)
+                    if not done:
+                        break
+                    q.popleft()
+                if q is not None and not q:
+                    del self.queues[w]
+            if self.config.consistency.mode == SYNC and self._finish_rounds():
+                self._changed = True
+            if not self._changed:
+                return out
+
+    def _finish_rounds(self) -> bool:
+        live = self.workers.live()
+        quorum = (self.config.expected_workers is None
+                  or len(self.workers.workers) >= self.config.expected_workers)
+        finished = False
+        for slot in self.shard.slots.values():
+            if slot.contributors and sync_round_ready(slot.contributors, live, quorum):
+                self.shard.finish_round(slot)
+                self.stats.sync_rounds += 1
+                finished = True
+        return finished
+
+    def _try(self, req: _Pending, out: list[Outgoing]) -> bool:
+        """Serve one request if its conditions hold; False = it must keep waiting."""
+        h = req.msg.header
+        slot = req.slot
+        w = h.worker
+        mode = self.config.consistency.mode
+        if h.msg_type == MsgType.INIT:
+            applied = self.shard.init(slot, req.msg.tensor())
+            self.stats.inits += 1
+            self._changed = True
+            flags = wire.FLAG_APPLIED if applied else 0
+            out.append(self._reply(req.peer, h, MsgType.OK, flags=flags, step=slot.version))
+            return True
+        if not slot.initialized:
+            return False
+        if mode == BOUNDED and staleness_blocked(h.step, self.workers.min_progress(exclude=w),
+                                                 int(self.config.consistency.max_staleness or 0)):
+            return False
+        if h.msg_type in (MsgType.PUSH, MsgType.PUSH_PULL) and not req.pushed:
+            grad = req.msg.tensor()
+            if mode == SYNC:
+                if w in slot.contributors:
+                    return False  # already gave a gradient to the open round
+                self.shard.accumulate(slot, w, grad)
+            else:
+                self.stats.record_staleness(slot.version - self.last_pull.get((w, slot.key_id), 0))
+                self.shard.apply(slot, grad)
+            req.pushed = True
+            slot.pushes += 1
+            self.stats.pushes += 1
+            self.stats.worker(w).pushes += 1
+            self.workers.advance(w, h.step)
+            self._changed = True
+            if mode == SYNC:
+                self._finish_rounds()
+            if h.msg_type == MsgType.PUSH:
+                out.append(self._reply(req.peer, h, MsgType.OK, step=slot.version))
+                return True
+        if mode == SYNC and w in slot.contributors:
+            return False  # the round holding this worker's gradient is still open
+        value, digest = self.shard.payload(slot, h.mac_alg)
+        slot.pulls += 1
+        self.stats.pulls += 1
+        self.stats.worker(w).pulls += 1
+        self.last_pull[(w, slot.key_id)] = slot.version
+        hdr = Header(msg_type=MsgType.TENSOR, key=h.key, worker=w, request_id=h.request_id,
+                     shard=self.config.index, step=slot.version, dtype=wire.dtype_code(slot.dtype),
+                     shape=slot.shape)
+        frames = wire.encode(self.signer, hdr, [value], digests=[digest], alg=h.mac_alg)
+        self.stats.sent(w, wire.frames_nbytes(frames))
+        hold = Hold()
+        slot.inflight = [t for t in slot.inflight if not t.done]
+        slot.inflight.append(hold)
+        out.append(Outgoing(req.peer, frames, hold=hold))
+        return True
+
+    # replies ------------------------------------------------------------------------
+    def _reply(self, peer: bytes, req: Header, mtype: MsgType, flags: int = 0, step: int = 0) -> Outgoing:
+        hdr = Header(msg_type=mtype, key=req.key, worker=req.worker, request_id=req.request_id,
+                     shard=self.config.index, step=step, flags=flags)
+        frames = wire.encode(self.signer, hdr, alg=self._reply_alg(req))
+        self.stats.sent(req.worker, wire.frames_nbytes(frames))
+        return Outgoing(peer, frames)
+
+    def _json(self, peer: bytes, req: Header, obj: Any, mtype: MsgType = MsgType.OK) -> Outgoing:
+        hdr = Header(msg_type=mtype, key=req.key, worker=req.worker, request_id=req.request_id,
+                     shard=self.config.index)
+        frames = wire.encode_json(self.signer, hdr, obj, alg=self._reply_alg(req))
+        self.stats.sent(req.worker, wire.frames_nbytes(frames))
+        return Outgoing(peer, frames)
+
+    def _reply_alg(self, req: Header) -> int:
+        """Answer with the request's MAC algorithm when this process has it."""
+        return req.mac_alg if req.mac_alg in self._macs else self.signer.alg
+
+    def _error(self, peer: bytes, req: Header, code: str, message: str) -> Outgoing:
+        return self._json(peer, req, {"code": code, "message": message}, MsgType.ERROR)
+
+    # introspection ------------------------------------------------------------------
+    def stats_json(self, now: float | None = None) -> dict[str, Any]:
+        """This shard's STATS reply (see stats.py for the merged report schema)."""
+        s, st = self.shard, self.stats
+        workers = {}
+        table = self.workers.workers
+        for w in sorted(set(st.workers) | set(table)):
+            t = st.worker(w)
+            ws = table.get(w)
+            workers[str(w)] = {"live": bool(ws and ws.live), "progress": ws.progress if ws else 0,
+                               "rejoins": ws.rejoins if ws else 0, "bytes_in": t.bytes_in,
+                               "bytes_out": t.bytes_out, "pushes": t.pushes, "pulls": t.pulls,
+                               "waiting": len(self.queues.get(w, ()))}
+        return {
+            "shard": self.config.index, "num_shards": self.config.num_shards,
+            "consistency": self.config.consistency.to_json(),
+            "keys": len(s.slots), "bytes": s.param_bytes, "optimizer_bytes": s.optimizer_bytes,
+            "pushes": st.pushes, "pulls": st.pulls, "inits": st.inits, "updates": s.updates,
+            "sync_rounds": st.sync_rounds, "global_step": s.global_step,
+            "bytes_in": st.bytes_in, "bytes_out": st.bytes_out,
+            "messages_in": st.messages_in, "messages_out": st.messages_out,
+            "rejected": dict(sorted(st.rejected.items())),
+            "live_workers": sorted(self.workers.live()),
+            "workers": workers,
+            "staleness_histogram": st.staleness_json(),
+            "optimizers": {g: o.config() for g, o in s.optimizers.items()},
+            "keys_detail": [{"id": k.key_id, "name": k.name, "chunk": k.chunk, "bytes": k.nbytes,
+                             "version": k.version, "pushes": k.pushes, "pulls": k.pulls,
+                             "initialized": k.initialized}
+                            for k in sorted(s.slots.values(), key=lambda k: k.key_id)],
+            "checkpoint": {"dir": self.config.checkpoint_dir, "count": st.checkpoints,
+                           "last": st.last_checkpoint, "resumed_from": self.resumed_from},
+            "uptime_s": round(time.time() - st.started, 3),
+        }
