@@ -121,7 +121,8 @@ class PSClient:
     ``transport_factory`` builds a Transport (the seam); it is called once for
     requests and once more for the heartbeat thread when ``heartbeat_interval``
     is set (default ``$SHIPYARD_PS_HEARTBEAT`` or 1 s; 0 disables). ``mac``
-    picks the MAC algorithm (default ``$SHIPYARD_PS_MAC`` or ``hmac-sha256``).
+    picks the MAC algorithm (default ``$SHIPYARD_PS_MAC``, else poly1305 when
+    ``cryptography`` is installed, else ``hmac-sha256``).
     """
 
     def __init__(self, endpoints: Sequence[str] | None = None, *, worker_id: int | None = None,
@@ -325,15 +326,19 @@ class PSClient:
         return self.pull_all()
 
     def _init_all(self, values: Mapping[str, np.ndarray]) -> None:
+        self._exchange(self._send_reqs(values, MsgType.INIT))
+
+    def _send_reqs(self, tensors: Mapping[str, ArrayLike], mtype: MsgType) -> list[_Req]:
+        """One request per chunk of every tensor (INIT or PUSH; no reply payload)."""
         reqs = []
-        for name, arr in values.items():
-            kp = self._keys[name]
-            arr = self._check(kp, arr)
+        for name, value in tensors.items():
+            kp = self.placement(name)
+            arr = self._check(kp, value)
             flat = arr.reshape(-1)
             for c in kp.chunks:
                 payload = arr if c.whole else flat[c.offset:c.offset + c.length]
-                reqs.append(self._tensor_req(kp, c, MsgType.INIT, payload, None))
-        self._exchange(reqs)
+                reqs.append(self._tensor_req(kp, c, mtype, payload, None))
+        return reqs
 
     @property
     def keys(self) -> list[str]:
@@ -352,15 +357,7 @@ class PSClient:
 
     def push_all(self, grads: Mapping[str, ArrayLike]) -> None:
         """Send several gradients at once (pipelined over all shards)."""
-        reqs = []
-        for name, g in grads.items():
-            kp = self.placement(name)
-            arr = self._check(kp, g)
-            flat = arr.reshape(-1)
-            for c in kp.chunks:
-                payload = arr if c.whole else flat[c.offset:c.offset + c.length]
-                reqs.append(self._tensor_req(kp, c, MsgType.PUSH, payload, None))
-        self._exchange(reqs)
+        self._exchange(self._send_reqs(grads, MsgType.PUSH))
 
     def pull(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
         """Current value of ``key`` (waits as the consistency mode requires)."""

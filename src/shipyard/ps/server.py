@@ -34,7 +34,7 @@ from . import wire
 from .consistency import Consistency
 from .core import DEFAULT_MAX_PAYLOAD, Outgoing, ServerConfig, ServerCore
 from .errors import PSError
-from .transport import ZERO_COPY_MIN
+from .transport import ZERO_COPY_MIN, tuned_socket
 
 log = logging.getLogger("shipyard.ps.server")
 
@@ -56,15 +56,7 @@ class PSServer:
         self.stats_file = stats_file
         self.core = ServerCore(config, wire.secret_from_env(secret))
         self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        s = self._sock
-        s.setsockopt(zmq.LINGER, 2000)
-        s.setsockopt(zmq.SNDHWM, 0)
-        s.setsockopt(zmq.RCVHWM, 0)
-        if sndbuf > 0:
-            s.setsockopt(zmq.SNDBUF, sndbuf)
-        if rcvbuf > 0:
-            s.setsockopt(zmq.RCVBUF, rcvbuf)
+        self._sock = s = tuned_socket(self._ctx, zmq.ROUTER, linger=2000, sndbuf=sndbuf, rcvbuf=rcvbuf)
         # a frame far above the limit disconnects its peer (ZeroMQ itself); one just
         # above it is read, authenticated and answered with an "oversized" error
         s.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_payload + (1 << 20))

@@ -24,7 +24,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .wire import Buffer
 
@@ -32,6 +32,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core import ServerCore
 
 ZERO_COPY_MIN = 64 * 1024  # below this ZeroMQ copies anyway
+
+
+def tuned_socket(ctx: Any, kind: int, *, linger: int, sndbuf: int, rcvbuf: int) -> Any:
+    """A ZeroMQ socket set up the same way on both ends: no high-water mark (the
+    client bounds what is in flight), explicit kernel buffers when given (> 0)."""
+    import zmq
+
+    s = ctx.socket(kind)
+    s.setsockopt(zmq.LINGER, linger)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.setsockopt(zmq.RCVHWM, 0)
+    if sndbuf > 0:
+        s.setsockopt(zmq.SNDBUF, sndbuf)
+    if rcvbuf > 0:
+        s.setsockopt(zmq.RCVBUF, rcvbuf)
+    return s
 
 
 class Transport(ABC):
@@ -77,14 +93,7 @@ class ZmqTransport(Transport):
         self._poller = zmq.Poller()
         self._index = {}
         for i, ep in enumerate(self.endpoints):
-            s = self._ctx.socket(zmq.DEALER)
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.SNDHWM, 0)
-            s.setsockopt(zmq.RCVHWM, 0)
-            if sndbuf > 0:
-                s.setsockopt(zmq.SNDBUF, sndbuf)
-            if rcvbuf > 0:
-                s.setsockopt(zmq.RCVBUF, rcvbuf)
+            s = tuned_socket(self._ctx, zmq.DEALER, linger=0, sndbuf=sndbuf, rcvbuf=rcvbuf)
             s.connect(ep)
             self._socks.append(s)
             self._poller.register(s, zmq.POLLIN)

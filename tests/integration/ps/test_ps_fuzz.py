@@ -137,7 +137,7 @@ def test_authenticated_bad_requests_get_error_replies(shard):
 
     def hand_signed(header, payload):  # header fields that encode() would fix up
         hb = header.pack()
-        return [hb, *payload, s.mac(hb, payload)]
+        return [hb, *payload, s.mac(hb, payload, alg=header.mac_alg)]
 
     cases = [
         (signed(MsgType.PUSH, 4242, np.ones(8, np.float32), dtype=f32, shape=(8,)), "unknown_key"),

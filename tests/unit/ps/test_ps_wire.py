@@ -119,7 +119,7 @@ def test_authenticated_but_inconsistent_messages_say_why():
     hb = Header(msg_type=MsgType.PUSH, dtype=2, shape=(6,), nbytes=24).pack()
 
     def signed(header_bytes, payload):
-        return [header_bytes, *payload, SIGNER.mac(header_bytes, payload)]
+        return [header_bytes, *payload, SIGNER.mac(header_bytes, payload, alg=wire.MAC_HMAC_SHA256)]
 
     with pytest.raises(TruncatedFrameError) as ei:
         wire.decode(SIGNER, signed(hb, [arr.tobytes()[:20]]))
