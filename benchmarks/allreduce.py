@@ -37,10 +37,10 @@ def _launched() -> bool:
 
 def _relaunch(args) -> int:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-    from shipyard.horovod import mpi_launcher
+    from shipyard.agent.runners import mpi_command
 
-    cmd = mpi_launcher.mpirun_command([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], args.np)
-    env = mpi_launcher.launcher_env()
+    cmd = mpi_command.mpirun_command([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], args.np)
+    env = mpi_command.launcher_env()
     env.setdefault("OMP_NUM_THREADS", "1")
     print("$ " + " ".join(cmd), flush=True)
     return subprocess.call(cmd, env=env)

@@ -1019,9 +1019,27 @@ def init(comm=None) -> Engine:
                 comm = MPI.COMM_WORLD.Create(group)
                 if comm == MPI.COMM_NULL:
                     raise errors.HorovodError("this rank is not in the ranks passed to hvd.init(comm=[...])")
+            _launch_marker("init")
             _engine = Engine(comm)
+            _launch_marker("ready")
             atexit.register(_atexit_shutdown)
         return _engine
+
+
+def _launch_marker(stage: str) -> None:
+    """Tell the mpi runner's rank wrapper how far init got (``<stage>.<rank>`` in
+    $SHIPYARD_MPI_RUN_DIR). MPI_Init blocks until every rank has called it, possibly holding
+    the GIL, so a rank that never calls init cannot be diagnosed from in here; the wrapper
+    (shipyard.agent.runners.mpi_rank) watches these files and names the missing ranks."""
+    run_dir = os.environ.get("SHIPYARD_MPI_RUN_DIR")
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK")
+    if not run_dir or rank is None:
+        return
+    try:
+        with open(os.path.join(run_dir, f"{stage}.{rank}"), "w"):
+            pass
+    except OSError:  # diagnostics only; never fail init because of them
+        pass
 
 
 def _atexit_shutdown() -> None:

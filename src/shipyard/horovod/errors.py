@@ -3,7 +3,7 @@
 Names follow Horovod's (``horovod.common.exceptions``) so ``except HorovodInternalError``
 in an unmodified script keeps working; the shim maps ``horovod.common.exceptions`` here.
 
-    HorovodError (RuntimeError)
+    HorovodError (shipyard.errors.ShipyardError, RuntimeError)
     ├── HorovodInternalError               a collective failed; the job should stop (or restart)
     │   ├── TensorMismatchError            ranks disagreed on (op, name, shape, dtype, root):
     │   │                                  raised on *every* rank, before any data moved
@@ -17,15 +17,19 @@ in an unmodified script keeps working; the shim maps ``horovod.common.exceptions
                                            a Horovod feature shipyard does not implement
                                            (process sets, elastic, Adasum with join, ...)
 
-``MPIRunNotFoundError`` (FileNotFoundError) lives in ``mpi_launcher``: it is a launcher
+``MPIRunNotFoundError``
+lives with the mpi runner (``shipyard.agent.runners.mpi_command``): it is a launcher
 error, raised in the agent, never inside a rank.
 """
 
 from __future__ import annotations
 
+from shipyard.errors import ShipyardError
 
-class HorovodError(RuntimeError):
-    """Base of every error shipyard.horovod raises on purpose."""
+
+class HorovodError(ShipyardError, RuntimeError):
+    """Base of every error shipyard.horovod raises on purpose (a ShipyardError, and a
+    RuntimeError as Horovod's own errors are)."""
 
 
 class HorovodInternalError(HorovodError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 import shipyard.horovod as hvd
-from shipyard.horovod import mpi_launcher
+from shipyard.agent.runners import mpi_command
 
 
 @dataclass
@@ -30,7 +30,7 @@ class MPIResult:
 @pytest.fixture(scope="session")
 def mpirun() -> str:
     pytest.importorskip("mpi4py")
-    return mpi_launcher.find_mpirun()
+    return mpi_command.find_mpirun()
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def run_mpi(mpirun, tmp_path):
              per_rank_hosts: list[str] | None = None) -> MPIResult:
         path = tmp_path / f"script_{np}_{int(time.monotonic() * 1e6)}.py"
         path.write_text(textwrap.dedent(script))
-        full_env = mpi_launcher.launcher_env()
+        full_env = mpi_command.launcher_env()
         for k in ("HOROVOD_TIMELINE", "HOROVOD_FUSION_THRESHOLD", "SHIPYARD_HOROVOD_BACKEND"):
             full_env.pop(k, None)
         full_env.update({"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1",
@@ -52,7 +52,7 @@ def run_mpi(mpirun, tmp_path):
         kwargs = {}
         if per_rank_hosts:
             kwargs = {"hosts": per_rank_hosts, "processes_per_host": np // len(per_rank_hosts), "per_rank_env": True}
-        cmd = mpi_launcher.mpirun_command([sys.executable, str(path)], np, mpirun=mpirun, **kwargs)
+        cmd = mpi_command.mpirun_command([sys.executable, str(path)], np, mpirun=mpirun, **kwargs)
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
                                 cwd=tmp_path, start_new_session=True)

@@ -9,7 +9,9 @@ import stat
 import numpy as np
 import pytest
 
-from shipyard.horovod import adasum, fusion, mpi_launcher, timeline, topology
+from shipyard.agent.runners import mpi_command
+from shipyard.errors import ShipyardError
+from shipyard.horovod import adasum, fusion, timeline, topology
 from shipyard.horovod.topology import RankFacts, derive_topology
 
 
@@ -104,20 +106,21 @@ def test_find_mpirun_honours_override(tmp_path):
     fake = tmp_path / "my-mpirun"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    assert mpi_launcher.find_mpirun({"SHIPYARD_MPIRUN": str(fake)}) == str(fake)
-    with pytest.raises(mpi_launcher.MPIRunNotFoundError, match="SHIPYARD_MPIRUN"):
-        mpi_launcher.find_mpirun({"SHIPYARD_MPIRUN": str(tmp_path / "missing")})
-    assert issubclass(mpi_launcher.MPIRunNotFoundError, FileNotFoundError)
+    assert mpi_command.find_mpirun({"SHIPYARD_MPIRUN": str(fake)}) == str(fake)
+    with pytest.raises(mpi_command.MPIRunNotFoundError, match="SHIPYARD_MPIRUN"):
+        mpi_command.find_mpirun({"SHIPYARD_MPIRUN": str(tmp_path / "missing")})
+    assert issubclass(mpi_command.MPIRunNotFoundError, FileNotFoundError)
+    assert issubclass(mpi_command.MPIRunNotFoundError, ShipyardError)
 
 
 def test_find_mpirun_finds_the_wheel_or_path():
     pytest.importorskip("mpi4py")
-    path = mpi_launcher.find_mpirun({"PATH": os.environ.get("PATH", "")})
+    path = mpi_command.find_mpirun({"PATH": os.environ.get("PATH", "")})
     assert os.access(path, os.X_OK) and os.path.basename(path) == "mpirun"
 
 
 def test_mpirun_command_flags_and_per_rank_contexts():
-    argv = mpi_launcher.mpirun_command(["python", "train.py"], mpirun="/x/mpirun", hosts=["algo-1", "algo-2"],
+    argv = mpi_command.mpirun_command(["python", "train.py"], mpirun="/x/mpirun", hosts=["algo-1", "algo-2"],
                                        processes_per_host=2, per_rank_env=True, env_vars={"A": "1"},
                                        allow_run_as_root=True, oversubscribe=True)
     assert argv[:5] == ["/x/mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
@@ -126,12 +129,12 @@ def test_mpirun_command_flags_and_per_rank_contexts():
     assert contexts[3].startswith("-np 1 -x A=1 -x HOROVOD_HOSTNAME=algo-2 -x HOROVOD_RANK=3")
     assert "-x HOROVOD_LOCAL_RANK=1" in contexts[3] and "-x HOROVOD_CROSS_RANK=1" in contexts[3]
     assert contexts[3].endswith("python train.py")
-    plain = mpi_launcher.mpirun_command(["p"], 3, mpirun="m", allow_run_as_root=False, oversubscribe=False)
+    plain = mpi_command.mpirun_command(["p"], 3, mpirun="m", allow_run_as_root=False, oversubscribe=False)
     assert plain == ["m", "--bind-to", "none", "-np", "3", "p"]
 
 
 def test_rank_env_layout():
-    env = mpi_launcher.rank_env(["algo-1", "algo-2", "algo-3"], 2, 5)
+    env = mpi_command.rank_env(["algo-1", "algo-2", "algo-3"], 2, 5)
     assert env == {"HOROVOD_HOSTNAME": "algo-3", "HOROVOD_RANK": "5", "HOROVOD_SIZE": "6",
                    "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_RANK": "2",
                    "HOROVOD_CROSS_SIZE": "3"}
@@ -139,7 +142,7 @@ def test_rank_env_layout():
 
 def test_launcher_env_as_root_sets_permission_pair(monkeypatch):
     monkeypatch.setattr(mpi_launcher, "is_root", lambda: True)
-    env = mpi_launcher.launcher_env({"PATH": "/bin"})
+    env = mpi_command.launcher_env({"PATH": "/bin"})
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
 
 

@@ -1,4 +1,7 @@
-"""Finding mpirun and building its command line: what the mpi runner needs from us.
+"""Finding mpirun and building its command line (pure; no numpy, no MPI import).
+
+Used by the ``mpi`` runner (agent side) and by the shipyard.horovod tests and benchmarks
+that start mpirun themselves.
 
 ``find_mpirun()`` looks, in order, at
 
@@ -16,22 +19,27 @@
 * more ranks than cores needs ``--oversubscribe`` (Open MPI 5 then also yields when idle);
 * ``--bind-to none``: the default binds ranks to cores, which piles the ranks of
   concurrent jobs onto the same cores of a shared machine;
+* ``custom_mpi_options`` are read as SageMaker's toolkit reads them
+  (``sagemaker_training.mpi._parse_custom_mpi_options``): split on whitespace, only
+  ``--NCCL_DEBUG <level>`` is known (default INFO, exported as ``-x NCCL_DEBUG=<level>``),
+  everything else goes to mpirun verbatim;
 * per-rank environment (HOROVOD_HOSTNAME, HOROVOD_LOCAL_RANK, ...) is passed with MPMD
   app contexts: ``mpirun -np 1 -x A=1 prog : -np 1 -x A=2 prog`` (one context per rank).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .errors import HorovodError
+from shipyard.errors import ShipyardError
 
 
-class MPIRunNotFoundError(HorovodError, FileNotFoundError):
+class MPIRunNotFoundError(ShipyardError, FileNotFoundError):
     """No usable mpirun: install shipyard[mpi] or set SHIPYARD_MPIRUN."""
 
 
@@ -92,6 +100,29 @@ def launcher_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def parse_custom_mpi_options(options: str) -> tuple[str, list[str]]:
+    """(NCCL_DEBUG level, the other options in order), as SageMaker's toolkit splits them."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--NCCL_DEBUG", default="INFO", type=str)
+    known, rest = parser.parse_known_args(options.split())
+    return known.NCCL_DEBUG, rest
+
+
+def default_slots() -> int:
+    """How many ranks mpirun places here without ``--oversubscribe``: one per core
+    (Open MPI counts cores, not hardware threads), within this process's CPU affinity."""
+    try:
+        import psutil
+
+        cores = psutil.cpu_count(logical=False) or 1
+    except ImportError:  # pragma: no cover - psutil is a core dependency
+        cores = os.cpu_count() or 1
+    try:
+        return max(1, min(cores, len(os.sched_getaffinity(0))))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return cores
+
+
 def rank_env(hosts: Sequence[str], processes_per_host: int, rank: int) -> dict[str, str]:
     """The HOROVOD_* variables of one rank when ranks are placed host by host
     (rank = host_index * processes_per_host + local_rank)."""
@@ -137,7 +168,7 @@ def mpirun_command(
     argv = [mpirun or find_mpirun()]
     if allow_run_as_root if allow_run_as_root is not None else is_root():
         argv.append("--allow-run-as-root")
-    if oversubscribe if oversubscribe is not None else np > (os.cpu_count() or 1):
+    if oversubscribe if oversubscribe is not None else np > default_slots():
         argv.append("--oversubscribe")
     argv += ["--bind-to", "none"]
     for k, v in (mca or {}).items():

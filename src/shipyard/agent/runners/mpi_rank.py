@@ -1,0 +1,228 @@
+"""The rank wrapper: what mpirun starts for every rank of an ``mpi`` job.
+
+``python -m shipyard.agent.runners.mpi_rank --plan <master>/agent/mpi-plan.json -- <command>``
+
+mpirun runs on the master instance, so every rank starts with the master's environment
+and working directory. A rank belongs to instance ``hosts[rank // processes_per_host]``
+(ranks are placed host by host, as ``mpirun --host algo-1:N,algo-2:N`` does); this wrapper
+gives it that instance's world before the user's command runs:
+
+* the instance's process environment (``<instance>/agent/process-env.json``, written by
+  that instance's agent when it planned; waited for, boundedly, since the agents start
+  together), so SM_CURRENT_HOST, SM_MODEL_DIR, the channels and the hostname resolver
+  are that instance's;
+* on top, whatever mpirun changed or added relative to the master's planned environment
+  (OMPI_*/PMIX_* rank variables, ``-x`` exports of custom_mpi_options, NCCL_DEBUG), and
+  Horovod's per-rank HOROVOD_HOSTNAME / LOCAL_RANK / CROSS_RANK ... (instance-relative);
+* the instance's code directory as working directory.
+
+It forwards the command's output tagged as mpirun's ``--tag-output`` tags it
+(``[1,<rank>]<stdout>:``), as SageMaker's logs show MPI jobs.
+
+Failure: when the command fails on its own (non-zero exit, or a traceback before the job
+was torn down) the wrapper writes the failure text (exception line first,
+shipyard.agent.failure) to the job's mpi failure file, first writer wins (O_EXCL): the
+earliest failing rank is the root cause; ranks merely killed by the teardown stay silent.
+
+init watch: shipyard.horovod's ``init()`` touches ``init.<rank>`` then ``ready.<rank>`` in
+``$SHIPYARD_MPI_RUN_DIR``. MPI_Init waits for every rank, so a rank that never calls
+``hvd.init()`` leaves the others blocked inside MPI (where Python cannot run). This wrapper
+sees it from outside: init started, not ready after ``init_timeout`` seconds, it names the
+ranks without an ``init`` marker, fails the rank and so the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import IO
+
+from shipyard.agent import failure
+from shipyard.agent.processes import die_with_parent
+from shipyard.agent.runners.mpi_command import rank_env
+
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+TRACEBACK = "Traceback (most recent call last):"
+_TAIL_LINES = 200
+
+
+def world_rank(env: dict[str, str] | os._Environ) -> int:
+    for key in RANK_VARS:
+        if env.get(key, "") != "":
+            return int(env[key])
+    raise SystemExit("shipyard mpi_rank: not started by mpirun (no OMPI_COMM_WORLD_RANK)")
+
+
+def load_env(path: str, timeout: float) -> dict[str, str] | None:
+    """An instance's planned environment, waiting up to ``timeout`` s for its agent."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+
+def rank_environment(instance_env: dict[str, str], master_env: dict[str, str],
+                     current: dict[str, str] | os._Environ, hosts: list[str],
+                     processes_per_host: int, rank: int) -> dict[str, str]:
+    """Instance env < what mpirun set or changed (vs the master's planned env) < HOROVOD_*."""
+    env = dict(instance_env)
+    env.update({k: v for k, v in current.items() if master_env.get(k) != v})
+    env.update(rank_env(hosts, processes_per_host, rank))
+    return env
+
+
+def trim_traceback(lines: list[str]) -> list[str]:
+    """Cut what follows the last traceback's exception line (MPI_ABORT banners, abort
+    notices), so the exception line is what failure.error_excerpt reports."""
+    starts = [i for i, ln in enumerate(lines) if ln.startswith(TRACEBACK)]
+    if not starts:
+        return lines
+    for j in range(starts[-1] + 1, len(lines)):
+        if lines[j].strip() and not lines[j].startswith((" ", "\t")):
+            return lines[:j + 1]
+    return lines
+
+
+def claim_failure(path: str, text: str) -> bool:
+    """Write the job's failure text unless an earlier rank already did."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text[:failure.LIMIT])
+    return True
+
+
+class Pump(threading.Thread):
+    """Copies one output stream of the command, tagged, and keeps its tail."""
+
+    def __init__(self, source: IO[bytes], sink: IO[str], tag: str) -> None:
+        super().__init__(daemon=True)
+        self.source, self.sink, self.tag = source, sink, tag
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+
+    def run(self) -> None:
+        for raw in iter(self.source.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.tail.append(line)
+            self.sink.write(f"{self.tag}{line}\n")
+            self.sink.flush()
+
+
+class RankWrapper:
+    def __init__(self, plan: dict, command: list[str], rank: int) -> None:
+        self.plan = plan
+        self.command = command
+        self.rank = rank
+        self.host = plan["hosts"][rank // plan["processes_per_host"]]
+        self.signalled = False
+        self.proc: subprocess.Popen | None = None
+
+    def marker(self, stage: str, rank: int | None = None) -> str:
+        return os.path.join(self.plan["run_dir"], f"{stage}.{self.rank if rank is None else rank}")
+
+    def fail(self, text: str) -> int:
+        claim_failure(self.plan["failure_file"], f"rank {self.rank} ({self.host}): {text}")
+        sys.stderr.write(f"[1,{self.rank}]<stderr>:shipyard: {text}\n")
+        sys.stderr.flush()
+        return 1
+
+    def on_signal(self, signum: int, _frame=None) -> None:
+        self.signalled = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def run(self) -> int:
+        plan = self.plan
+        instance_dir = os.path.join(plan["instances_dir"], self.host)
+        instance_env = load_env(os.path.join(instance_dir, "agent", plan["env_file"]),
+                                plan["env_timeout"])
+        master_env = load_env(plan["master_env"], 0)
+        if instance_env is None or master_env is None:
+            return self.fail(f"instance {self.host} did not plan its environment within "
+                             f"{plan['env_timeout']:.0f} s (its agent did not start?)")
+        env = rank_environment(instance_env, master_env, os.environ, plan["hosts"],
+                               plan["processes_per_host"], self.rank)
+        env["SHIPYARD_MPI_RUN_DIR"] = plan["run_dir"]
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        self.proc = subprocess.Popen(self.command, env=env, cwd=os.path.join(instance_dir, "code"),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, preexec_fn=die_with_parent)
+        pumps = [Pump(self.proc.stdout, sys.stdout, f"[1,{self.rank}]<stdout>:"),
+                 Pump(self.proc.stderr, sys.stderr, f"[1,{self.rank}]<stderr>:")]
+        for pump in pumps:
+            pump.start()
+        stalled = self.watch_init()
+        code = self.proc.wait()
+        for pump in pumps:
+            pump.join(timeout=5)
+        if stalled:
+            return self.fail(stalled)
+        if code == 0:
+            return 0
+        err, out = list(pumps[1].tail), list(pumps[0].tail)
+        lines = trim_traceback(err if err else out)
+        own = not self.signalled  # not a casualty of the job's teardown
+        if own or any(ln.startswith(TRACEBACK) for ln in lines):
+            text = failure.failure_text(code, self.command, "\n".join(lines))
+            claim_failure(plan["failure_file"], f"rank {self.rank} ({self.host}): {text}")
+        return code if code > 0 else 128 - code
+
+    def watch_init(self) -> str | None:
+        """Wait for the command; if it began hvd.init() but is not through it after
+        init_timeout, stop it and return the message naming the ranks that never came."""
+        timeout = float(self.plan["init_timeout"])
+        begun: float | None = None
+        while self.proc.poll() is None:
+            time.sleep(0.1)
+            if timeout <= 0 or self.signalled:
+                continue
+            if begun is None:
+                if os.path.exists(self.marker("init")):
+                    begun = time.monotonic()
+                continue
+            if os.path.exists(self.marker("ready")) or time.monotonic() - begun < timeout:
+                continue
+            size = len(self.plan["hosts"]) * self.plan["processes_per_host"]
+            missing = [r for r in range(size) if not os.path.exists(self.marker("init", r))]
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            who = (f"rank(s) {missing} never called hvd.init()" if missing else
+                   "every rank called hvd.init() but MPI could not connect them")
+            return (f"HorovodInitTimeout: rank {self.rank} waited {timeout:.0f} s in hvd.init(): "
+                    f"{who} (SHIPYARD_HOROVOD_INIT_TIMEOUT={timeout:g})")
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        raise SystemExit("usage: python -m shipyard.agent.runners.mpi_rank --plan FILE -- COMMAND...")
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="python -m shipyard.agent.runners.mpi_rank")
+    parser.add_argument("--plan", required=True)
+    args = parser.parse_args(argv[:split])
+    with open(args.plan, encoding="utf-8") as fh:
+        plan = json.load(fh)
+    return RankWrapper(plan, argv[split + 1:], world_rank(os.environ)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
