@@ -25,12 +25,12 @@ from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 # runner name -> module implementing ``plan(ctx) -> list[ProcessSpec]``
 _RUNNERS = {
     "plain": "shipyard.agent.runners.plain",
+    "mpi": "shipyard.agent.runners.mpi",
 }
 # runner name -> the open issue that brings it (used in the refusal message)
 PLANNED = {
     "tf_parameter_server": "TensorFlow parameter servers (issue #3)",
     "native_ps": "native parameter server shipyard.ps (issue #4)",
-    "mpi": "MPI + Horovod-compatible API (issue #5)",
     "torch_distributed": "PyTorch DDP (issue #6)",
     "multi_worker_mirrored": "TensorFlow multi_worker_mirrored_strategy (issue #3)",
 }
