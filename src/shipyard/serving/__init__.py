@@ -1,0 +1,17 @@
+"""shipyard.serving: the model server (SageMaker hosting protocol + TF Serving REST API).
+
+A layer of its own: it reads model artifacts (a directory or model.tar.gz) and never
+imports the training side (sdk, control, backends, agent). ``python -m shipyard.serving``
+runs a server; control/endpoints.py starts one per endpoint as a detached process.
+
+    model_data.py   safe extraction of model.tar.gz, TF Serving model discovery
+    protocol.py     request/response conversions (SageMaker TFS container, TFS REST)
+    servables.py    loaded models: TF SavedModel signatures, PyTorch modules
+    user_module.py  inference.py contracts (TF handlers, model_fn/input_fn/...)
+    service.py      one model directory served: routing of invocations and TFS calls
+    batching.py     dynamic batching of concurrent requests into one model call
+    app.py          the aiohttp application (routes, errors as {"error": ...})
+    server.py       master process: socket, worker processes, state file
+    worker.py       one worker process
+    batch.py        batch transform: record splitting, filters, joining, assembly
+"""

@@ -1,0 +1,134 @@
+"""Runners: how a worker calls a model. Direct, or with dynamic batching.
+
+Model calls run on one dedicated thread per worker (frameworks parallelise inside a
+call; several threads would only fight over the cores), so the event loop stays free
+to read and parse the next requests while the model works. ``BatchingRunner`` merges
+requests that arrive together (same model, signature, per-row shapes and dtypes) into
+one call of at most ``max_batch_size`` rows, waiting at most ``max_wait`` for company;
+while a call runs, newcomers queue and form the next batch. If a merged call fails,
+its requests are retried one by one so an error reaches only the request that caused it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shipyard.serving.servables import Servable
+
+Arrays = dict[str, np.ndarray]
+
+
+class DirectRunner:
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="model")
+
+    async def run(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, servable.run, signature, inputs)
+
+    def call(self, fn: Any, *args: Any) -> "asyncio.Future[Any]":
+        """Any other blocking model work (a user's predict_fn) on the model thread."""
+        return asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+
+@dataclass
+class _Item:
+    inputs: Arrays
+    rows: int
+    future: "asyncio.Future[Arrays]"
+
+
+@dataclass
+class _Queue:
+    items: list[_Item] = field(default_factory=list)
+    rows: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    task: "asyncio.Task[None] | None" = None
+
+
+class BatchingRunner(DirectRunner):
+    def __init__(self, max_batch_size: int, max_wait: float) -> None:
+        super().__init__()
+        self.max_batch_size = max(1, max_batch_size)
+        self.max_wait = max(0.0, max_wait)
+        self.queues: dict[tuple[Any, ...], _Queue] = {}
+        self.calls = 0  # model calls made (the benchmark reports requests per call)
+
+    async def run(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
+        rows = {a.shape[0] if a.ndim else -1 for a in inputs.values()}
+        if len(rows) != 1 or -1 in rows:
+            return await super().run(servable, signature, inputs)
+        (n,) = rows
+        key = (id(servable), signature) + tuple(
+            (k, a.shape[1:], a.dtype.str) for k, a in sorted(inputs.items()))
+        queue = self.queues.setdefault(key, _Queue())
+        future: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
+        queue.items.append(_Item(inputs, n, future))
+        queue.rows += n
+        queue.arrived.set()
+        if queue.task is None:
+            queue.task = asyncio.create_task(self._drain(key, queue, servable, signature))
+        return await future
+
+    async def _drain(self, key: tuple[Any, ...], queue: _Queue, servable: Servable,
+                     signature: str) -> None:
+        try:
+            while queue.items:
+                deadline = time.monotonic() + self.max_wait
+                while queue.rows < self.max_batch_size:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    queue.arrived.clear()
+                    try:
+                        await asyncio.wait_for(queue.arrived.wait(), left)
+                    except asyncio.TimeoutError:
+                        break
+                batch, rows = [], 0
+                while queue.items and (not batch
+                                       or rows + queue.items[0].rows <= self.max_batch_size):
+                    item = queue.items.pop(0)
+                    batch.append(item)
+                    rows += item.rows
+                queue.rows -= rows
+                await self._call(servable, signature, batch, rows)
+        finally:
+            queue.task = None
+            if queue.items:  # raced with a cancellation: keep serving what is left
+                queue.task = asyncio.create_task(self._drain(key, queue, servable, signature))
+
+    async def _call(self, servable: Servable, signature: str, batch: list[_Item],
+                    rows: int) -> None:
+        loop = asyncio.get_running_loop()
+        if len(batch) > 1:
+            merged = {k: np.concatenate([it.inputs[k] for it in batch]) for k in batch[0].inputs}
+            try:
+                self.calls += 1
+                out = await loop.run_in_executor(self.pool, servable.run, signature, merged)
+                if all(v.ndim and v.shape[0] == rows for v in out.values()):
+                    start = 0
+                    for it in batch:
+                        if not it.future.done():
+                            it.future.set_result({k: v[start:start + it.rows]
+                                                  for k, v in out.items()})
+                        start += it.rows
+                    return
+            except Exception:  # noqa: BLE001 - retried singly below: errors find their owner
+                pass
+        for it in batch:
+            try:
+                self.calls += 1
+                result = await loop.run_in_executor(self.pool, servable.run, signature,
+                                                    it.inputs)
+            except Exception as exc:  # noqa: BLE001
+                if not it.future.done():
+                    it.future.set_exception(exc)
+            else:
+                if not it.future.done():
+                    it.future.set_result(result)

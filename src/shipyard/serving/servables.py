@@ -1,0 +1,169 @@
+"""Loaded models behind one interface: ``run(signature, arrays) -> arrays``.
+
+A ``Servable`` is one version of one model. The TF Serving API, /invocations and the
+batcher all go through ``run``; frameworks are imported only when a model of theirs
+is loaded, so a PyTorch endpoint never imports TensorFlow and vice versa.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from shipyard.serving.errors import BadRequest, ModelLoadError, NotFound
+from shipyard.serving.protocol import Signature, TensorSpec
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class Servable:
+    """One model version: its signatures and a blocking ``run``."""
+
+    def __init__(self, name: str, version: int, signatures: dict[str, Signature]) -> None:
+        self.name = name
+        self.version = version
+        self.signatures = signatures
+
+    def signature(self, name: Optional[str]) -> Signature:
+        key = name or DEFAULT_SIGNATURE
+        if key not in self.signatures:
+            if not name and len(self.signatures) == 1:
+                return next(iter(self.signatures.values()))
+            raise BadRequest(f"Serving signature name: {key!r} not found in signature def; "
+                             f"model {self.name!r} has {sorted(self.signatures)}")
+        return self.signatures[key]
+
+    def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+
+# -- TensorFlow SavedModel -------------------------------------------------------------------
+def _tf_dtype(dtype: Any) -> str:
+    return "string" if dtype.name == "string" else dtype.as_numpy_dtype().dtype.name
+
+
+def _tf_spec(name: str, spec: Any) -> TensorSpec:
+    shape = None if spec.shape.rank is None else tuple(spec.shape.as_list())
+    return TensorSpec(name, _tf_dtype(spec.dtype), shape)
+
+
+class TFServable(Servable):
+    """A SavedModel's signatures, called as concrete functions (no TF Serving binary)."""
+
+    def __init__(self, name: str, version: int, path: str) -> None:
+        import tensorflow as tf
+
+        self._tf = tf
+        try:
+            loaded = tf.saved_model.load(path)
+        except Exception as exc:  # noqa: BLE001 - any load failure is the model's fault
+            raise ModelLoadError(f"could not load SavedModel {name}/{version} from {path}: "
+                                 f"{type(exc).__name__}: {str(exc)[:500]}") from None
+        self._loaded = loaded  # keeps the variables alive
+        self._functions = dict(loaded.signatures)
+        if not self._functions:
+            raise ModelLoadError(f"SavedModel {path} has no serving signatures; export it with "
+                                 "model.export(...) or tf.saved_model.save(..., signatures=...)")
+        sigs = {}
+        for key, fn in self._functions.items():
+            _, kwargs = fn.structured_input_signature
+            inputs = {k: _tf_spec(k, s) for k, s in sorted(kwargs.items())}
+            outputs = {k: _tf_spec(k, s) for k, s in sorted(fn.structured_outputs.items())}
+            sigs[key] = Signature(key, inputs, outputs)
+        super().__init__(name, version, sigs)
+
+    def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tf = self._tf
+        fn = self._functions[signature]
+        try:
+            result = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
+            msg = getattr(exc, "message", None) or str(exc)
+            raise BadRequest(f"{msg.strip().splitlines()[0][:300]}; expected "
+                             f"{self.signatures[signature].describe()}") from None
+        return {k: v.numpy() for k, v in result.items()}
+
+
+# -- PyTorch -----------------------------------------------------------------------------------
+TORCH_SIGNATURE = Signature(DEFAULT_SIGNATURE, {"input": TensorSpec("input", "float32", None)},
+                            {"output": TensorSpec("output", "float32", None)})
+
+
+def load_torchscript(model_dir: str) -> Any:
+    """The default PyTorch model_fn: ``model.pt`` or the one .pt/.pth file, as TorchScript."""
+    import torch
+
+    path = os.path.join(model_dir, "model.pt")
+    if not os.path.exists(path):
+        files = sorted(f for f in os.listdir(model_dir) if f.endswith((".pt", ".pth")))
+        if len(files) != 1:
+            raise ModelLoadError(f"exactly one .pt or .pth file is needed for a PyTorch model "
+                                 f"without model_fn; found {files} in the model directory")
+        path = os.path.join(model_dir, files[0])
+    try:
+        return torch.jit.load(path, map_location="cpu")
+    except Exception:  # noqa: BLE001
+        raise ModelLoadError(
+            f"{os.path.basename(path)} is not TorchScript (a state_dict?): save it with "
+            "torch.jit.save(torch.jit.script(model), ...) or give an inference.py whose "
+            "model_fn(model_dir) builds the model and loads the state_dict") from None
+
+
+def torch_predict(data: Any, model: Any) -> Any:
+    """The PyTorch toolkit's default predict_fn: eval mode, no grad."""
+    import torch
+
+    if hasattr(model, "eval"):
+        model.eval()
+    with torch.inference_mode():
+        return model(data)
+
+
+class TorchServable(Servable):
+    """A PyTorch model (any callable) with one tensor in, one out."""
+
+    def __init__(self, name: str, model: Any,
+                 predict_fn: Optional[Callable[[Any, Any], Any]] = None) -> None:
+        super().__init__(name, 1, {DEFAULT_SIGNATURE: TORCH_SIGNATURE})
+        import torch
+
+        self._torch = torch
+        self.model = model
+        self.predict_fn = predict_fn or torch_predict
+        if hasattr(model, "eval"):
+            model.eval()
+
+    def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        (arr,) = inputs.values()
+        out = self.predict_fn(self._torch.from_numpy(np.ascontiguousarray(arr)), self.model)
+        return {"output": to_numpy(out)}
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+class Registry:
+    """Models by name and version, resolved as TF Serving does (latest when unspecified)."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, dict[int, Servable]] = {}
+
+    def add(self, servable: Servable) -> None:
+        self.models.setdefault(servable.name, {})[servable.version] = servable
+
+    def resolve(self, name: Optional[str], version: Optional[int] = None) -> Servable:
+        if name is None:
+            if len(self.models) != 1:
+                raise NotFound(f"this endpoint serves several models {sorted(self.models)}: "
+                               "name one (custom attribute tfs-model-name=<name>)")
+            name = next(iter(self.models))
+        versions = self.models.get(name)
+        if not versions or (version is not None and version not in versions):
+            spec = f"Latest({name})" if version is None else f"Specific({name}, {version})"
+            raise NotFound(f"Servable not found for request: {spec}")
+        return versions[max(versions) if version is None else version]

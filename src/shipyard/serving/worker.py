@@ -1,0 +1,97 @@
+"""One worker process: loads the model, then serves the shared listening socket.
+
+It answers /ping with 503 while loading and 500 with the reason if loading failed
+(never 200), tells the master ``ready`` or ``failed <reason>`` on its report pipe, and
+dies with the master (PR_SET_PDEATHSIG), so a killed endpoint leaves no orphans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+
+from shipyard.serving.config import CONFIG_ENV, ServerConfig
+
+log = logging.getLogger("shipyard.serving")
+
+
+def die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the master's own cleanup still applies
+        pass
+    if os.getppid() == 1:
+        sys.exit(0)
+
+
+def limit_threads(n: int) -> None:
+    """Framework threads per worker, set before any framework is imported."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"):
+        os.environ.setdefault(var, str(n))
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _after_load_threads(n: int) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", n)))
+
+
+async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> None:
+    from aiohttp import web
+
+    from shipyard.serving.app import State, build_app
+    from shipyard.serving.batching import BatchingRunner, DirectRunner
+    from shipyard.serving.errors import ShipyardError
+    from shipyard.serving.service import load_service
+
+    state = State(config.max_payload_mb, config.execution_parameters())
+    runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.SockSite(runner, sock, backlog=1024).start()
+    model_runner = (BatchingRunner(config.batch_size, config.batch_wait_ms / 1000)
+                    if config.batch_size > 1 else DirectRunner())
+
+    def report(line: str) -> None:
+        os.write(report_fd, (line.replace("\n", " ") + "\n").encode())
+
+    loop = asyncio.get_running_loop()
+    try:
+        state.service = await loop.run_in_executor(
+            None, load_service, config.model_dir, config.framework, model_runner,
+            config.program, config.port)
+        _after_load_threads(config.threads_per_worker())
+        report(f"ready {os.getpid()}")
+    except ShipyardError as exc:
+        state.failure = str(exc)
+        report("failed " + json.dumps(state.failure))
+    except Exception as exc:  # noqa: BLE001 - any load failure becomes the endpoint's reason
+        state.failure = f"loading the model failed: {type(exc).__name__}: {exc}"
+        report("failed " + json.dumps(state.failure))
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main() -> None:
+    die_with_parent()
+    config = ServerConfig.from_json(os.environ[CONFIG_ENV])
+    limit_threads(config.threads_per_worker())
+    logging.basicConfig(level=logging.INFO, format=f"worker {os.getpid()}: %(message)s")
+    sock = socket.socket(fileno=int(os.environ["SHIPYARD_SERVING_FD"]))
+    report_fd = int(os.environ["SHIPYARD_SERVING_REPORT_FD"])
+    asyncio.run(serve(config, sock, report_fd))
+
+
+if __name__ == "__main__":
+    main()
