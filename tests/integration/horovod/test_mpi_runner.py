@@ -1,0 +1,171 @@
+"""The ``mpi`` runner end to end: real jobs, real mpirun, 2 instances x 2 processes.
+
+Every rank sees its own instance's world; a failing rank is the job's root cause; a rank
+that never calls hvd.init() is named; mpirun's own errors surface; nothing is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+import shipyard
+from shipyard.errors import JobFailedError
+from tests.conftest import job_processes
+
+pytestmark = pytest.mark.usefixtures("mpirun")
+
+MPI_2x2 = {"mpi": {"enabled": True, "processes_per_host": 2}}
+
+ENV_SCRIPT = r'''
+import json, os, socket, sys
+import numpy as np
+from horovod.common.exceptions import HorovodInternalError   # through the shim
+import shipyard.horovod as hvd
+
+hvd.init()
+r = hvd.rank()
+total = hvd.allreduce(np.array([r + 1.0]), op=hvd.Sum)
+record = {
+    "rank": r, "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+    "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "sum": total.tolist(),
+    "host": os.environ["SM_CURRENT_HOST"], "cwd": os.getcwd(), "argv": sys.argv[1:],
+    "model_dir": os.environ["SM_MODEL_DIR"], "channel": os.listdir(os.environ["SM_CHANNEL_TRAINING"]),
+    "resolved": socket.gethostbyname(os.environ["SM_CURRENT_HOST"]),
+    "nccl_debug": os.environ.get("NCCL_DEBUG"), "extra": os.environ.get("EXTRA_VAR"),
+    "mpi4py_main": "mpi4py" in sys.modules,
+}
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank{r}.json"), "w") as fh:
+    json.dump(record, fh)
+'''
+
+
+def _estimator(session, src, **kwargs):
+    kwargs.setdefault("distribution", MPI_2x2)
+    return shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
+                              instance_type="local", session=session, **kwargs)
+
+
+@pytest.mark.timeout(120)
+def test_each_rank_sees_its_instance(session, write_script, tmp_path):
+    src = write_script("train.py", ENV_SCRIPT)
+    data = tmp_path / "train"
+    data.mkdir()
+    (data / "part-0").write_text("x")
+    est = _estimator(session, src, hyperparameters={"epochs": 2},
+                     distribution={"mpi": {"enabled": True, "processes_per_host": 2,
+                                           "custom_mpi_options": "--NCCL_DEBUG WARN -x EXTRA_VAR=7"}})
+    est.fit({"training": str(data)}, job_name="mpi-env")
+    desc = est.latest_training_job.describe()
+    assert desc["TrainingJobStatus"] == "Completed"
+    job_dir = desc["Shipyard"]["JobDir"]
+    records = {}
+    for host in ("algo-1", "algo-2"):
+        model = os.path.join(job_dir, "instances", host, "model")
+        for name in os.listdir(model):
+            with open(os.path.join(model, name)) as fh:
+                rec = json.load(fh)
+            records[rec["rank"]] = rec
+            assert rec["host"] == host and rec["model_dir"] == model
+    assert sorted(records) == [0, 1, 2, 3]
+    for r, rec in records.items():
+        host = f"algo-{r // 2 + 1}"
+        assert rec["host"] == host
+        assert rec["cwd"] == os.path.join(job_dir, "instances", host, "code")
+        assert (rec["size"], rec["local_rank"], rec["local_size"]) == (4, r % 2, 2)
+        assert (rec["cross_rank"], rec["cross_size"]) == (r // 2, 2)
+        assert rec["sum"] == [10.0]
+        assert rec["argv"] == ["--epochs", "2"]
+        assert rec["channel"] == ["part-0"]
+        assert rec["resolved"].endswith(f".{r // 2 + 1}")
+        assert (rec["nccl_debug"], rec["extra"]) == ("WARN", "7")
+        assert rec["mpi4py_main"]
+    assert job_processes(job_dir) == []
+
+
+FAIL_SCRIPT = r'''
+import time
+import numpy as np
+import shipyard.horovod as hvd
+
+hvd.init()
+hvd.allreduce(np.ones(4))
+if hvd.rank() == 3:
+    time.sleep(0.3)
+    raise ValueError("rank three lost its data")
+while True:
+    hvd.allreduce(np.ones(4))
+'''
+
+
+@pytest.mark.timeout(120)
+def test_failing_rank_is_the_root_cause_and_nothing_is_left(session, write_script):
+    est = _estimator(session, write_script("train.py", FAIL_SCRIPT))
+    with pytest.raises(JobFailedError):
+        est.fit(job_name="mpi-fail")
+    desc = est.latest_training_job.describe()
+    reason = desc["FailureReason"]
+    assert reason.startswith("[algo-1] rank 3 (algo-2): AlgorithmError"), reason
+    assert 'ErrorMessage "ValueError: rank three lost its data"' in reason
+    assert len(reason) <= 1024
+    assert job_processes(desc["Shipyard"]["JobDir"]) == []
+
+
+NO_INIT_SCRIPT = r'''
+import os, time
+import shipyard.horovod as hvd
+if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
+    time.sleep(300)          # forgot hvd.init()
+hvd.init()
+hvd.barrier()
+'''
+
+
+@pytest.mark.timeout(120)
+def test_rank_that_never_calls_init_is_named(session, write_script):
+    est = _estimator(session, write_script("train.py", NO_INIT_SCRIPT),
+                     environment={"SHIPYARD_HOROVOD_INIT_TIMEOUT": "4"})
+    started = time.monotonic()
+    with pytest.raises(JobFailedError):
+        est.fit(job_name="mpi-noinit")
+    assert time.monotonic() - started < 60
+    desc = est.latest_training_job.describe()
+    assert "rank(s) [1] never called hvd.init()" in desc["FailureReason"], desc["FailureReason"]
+    assert job_processes(desc["Shipyard"]["JobDir"]) == []
+
+
+@pytest.mark.timeout(60)
+def test_mpirun_rejecting_an_option_surfaces_its_message(session, write_script):
+    est = _estimator(session, write_script("train.py", "print('never')\n"),
+                     distribution={"mpi": {"enabled": True, "custom_mpi_options": "--bogus-flag 1"}})
+    with pytest.raises(JobFailedError):
+        est.fit(job_name="mpi-badopt")
+    reason = est.latest_training_job.describe()["FailureReason"]
+    assert "mpirun failed" in reason and "--bogus-flag" in reason, reason
+
+
+@pytest.mark.timeout(90)
+def test_stopping_an_mpi_job_leaves_nothing(session, write_script, home):
+    script = ("import time, shipyard.horovod as hvd\nhvd.init()\nprint('up', flush=True)\n"
+              "time.sleep(300)\n")
+    est = _estimator(session, write_script("train.py", script))
+    est.fit(job_name="mpi-stop", wait=False)
+    job_dir = os.path.join(str(home), "jobs", "mpi-stop")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready = os.path.join(job_dir, "instances", "algo-1", "agent", "mpi-run")
+        if os.path.isdir(ready) and len([n for n in os.listdir(ready) if n.startswith("ready.")]) == 4:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("ranks did not start")
+    assert any("mpirun" in " ".join(p.cmdline()) for p in job_processes(job_dir))
+    record = session.control.stop("mpi-stop")
+    assert record.status == "Stopped"
+    deadline = time.monotonic() + 10
+    while job_processes(job_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job_processes(job_dir) == []
