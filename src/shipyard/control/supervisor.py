@@ -121,6 +121,7 @@ class JobSupervisor:
     def _launch(self, attempt: int) -> None:
         env = dict(os.environ)
         env["SHIPYARD_ATTEMPT"] = str(attempt)
+        env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.get("max_retry_attempts", 0))
         specs = []
         for host in self.hosts:
             log_path = self.home.log_path(self.name, host)

@@ -26,12 +26,12 @@ from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 _RUNNERS = {
     "plain": "shipyard.agent.runners.plain",
     "mpi": "shipyard.agent.runners.mpi",
+    "torch_distributed": "shipyard.agent.runners.torch_distributed",
 }
 # runner name -> the open issue that brings it (used in the refusal message)
 PLANNED = {
     "tf_parameter_server": "TensorFlow parameter servers (issue #3)",
     "native_ps": "native parameter server shipyard.ps (issue #4)",
-    "torch_distributed": "PyTorch DDP (issue #6)",
     "multi_worker_mirrored": "TensorFlow multi_worker_mirrored_strategy (issue #3)",
 }
 

@@ -1,0 +1,119 @@
+"""The torch_distributed runner: ``torch_distributed``, ``pytorchddp`` and
+``smdistributed.dataparallel`` as torchrun would run them.
+
+Per instance, ``processes_per_host`` ranks (default: the instance's GPU count, else 1),
+each under shipyard.ddp.rank with the full torchrun environment; on algo-1 also the
+rendezvous service (shipyard.ddp.rendezvous) that hosts the job's store. With no
+arguments ``dist.init_process_group()`` then picks gloo for CPU tensors and NCCL for
+CUDA ones (torch's default backend map). The smddp shim is on PYTHONPATH for all three
+forms, so SMDDP scripts run unmodified. How the parts meet: shipyard/ddp/__init__.py.
+
+Options (inside the distribution's dict): ``processes_per_host``, ``master_port`` (first
+MASTER_PORT tried, default 7777 as on SageMaker), ``rendezvous_timeout`` (seconds the
+other ranks get to join after the first one did; default 900, torchrun's join timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.ddp import contract, shim_path
+from shipyard.errors import DistributionError
+
+logger = logging.getLogger("shipyard")
+SHIM_ENV = "SHIPYARD_SMDDP_SHIM"  # "off": leave the smdistributed shim off PYTHONPATH
+_OPTIONS = {"enabled", "kind", "processes_per_host", "master_port", "rendezvous_timeout",
+            "custom_mpi_options"}
+
+
+def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
+    return int(options.get("processes_per_host") or num_gpus or 1)
+
+
+def _kind(options: dict[str, Any]) -> str:
+    return str(options.get("kind") or "torch_distributed")
+
+
+def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
+    """Refuse options that cannot work; warn about ones that only run slowly."""
+    where = f"distribution[{_kind(options)!r}]"
+    port = options.get("master_port", contract.DEFAULT_MASTER_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535 - 16:
+        raise DistributionError(f"{where}['master_port'] must be an integer port in "
+                                f"1024..65519, got {port!r}")
+    timeout = options.get("rendezvous_timeout", contract.DEFAULT_RENDEZVOUS_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise DistributionError(f"{where}['rendezvous_timeout'] must be a number of seconds "
+                                f"> 0, got {timeout!r}")
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        logger.warning("%s: ignoring unknown option(s) %s (known: processes_per_host, "
+                       "master_port, rendezvous_timeout)", where, unknown)
+    if "processes_per_host" not in options:
+        return
+    ppn = options["processes_per_host"]
+    if resources.num_gpus and ppn > resources.num_gpus:
+        raise DistributionError(
+            f"{where}['processes_per_host']={ppn} but {resources.instance_type!r} has "
+            f"{resources.num_gpus} GPU(s) per instance here: NCCL needs one GPU per rank. "
+            f"Use processes_per_host <= {resources.num_gpus} or leave it out (one per GPU).")
+    if ppn > resources.num_cpus:
+        logger.warning(
+            "%s['processes_per_host']=%d exceeds the %d CPU(s) of %r here: the ranks will "
+            "share cores and each step waits for the slowest; it works, but slower than "
+            "processes_per_host=%d.", where, ppn, resources.num_cpus,
+            resources.instance_type, resources.num_cpus)
+
+
+def plan(ctx: InstanceContext) -> list[ProcessSpec]:
+    config = ctx.config
+    options = config.runner_options
+    hosts = list(config.hosts)
+    nproc = processes_per_host(options, config.num_gpus)
+    master_addr = config.addresses[hosts[0]]
+    attempt = int(ctx.env.get("SHIPYARD_ATTEMPT", "1"))
+    max_restarts = int(ctx.env.get("SHIPYARD_MAX_RETRY_ATTEMPTS", "0"))
+    master_ports = contract.master_ports(int(options.get("master_port",
+                                                         contract.DEFAULT_MASTER_PORT)))
+    announce_ports = ",".join(map(str, contract.announce_ports(config.job_secret,
+                                                               config.job_name)))
+    timeout = str(float(options.get("rendezvous_timeout", contract.DEFAULT_RENDEZVOUS_TIMEOUT)))
+    work = os.path.join(ctx.paths.agent_dir, "ddp", f"attempt-{attempt}")
+    os.makedirs(work, exist_ok=True)
+    rank_failure = os.path.join(work, "failure")
+
+    base = dict(ctx.env)
+    base["SHIPYARD_DDP_SECRET"] = config.job_secret
+    if os.environ.get(SHIM_ENV, "").lower() != "off":
+        base["PYTHONPATH"] = os.pathsep.join(filter(None, [base.get("PYTHONPATH"), shim_path()]))
+
+    specs = []
+    if ctx.host_index == 0:
+        specs.append(ProcessSpec(
+            name="rendezvous", role="service", user_facing=False, env=dict(base),
+            cwd=ctx.paths.code, failure_file=os.path.join(work, "rendezvous.failure"),
+            argv=[sys.executable, "-m", "shipyard.ddp.rendezvous", "--addr", master_addr,
+                  "--master-ports", ",".join(map(str, master_ports)),
+                  "--announce-ports", announce_ports, "--hosts", ",".join(hosts),
+                  "--nproc", str(nproc), "--timeout", timeout,
+                  "--linger", str(max(0.5, float(ctx.env.get("SHIPYARD_STOP_GRACE", "5")) - 1)),
+                  "--failure-file", os.path.join(work, "rendezvous.failure")]))
+    wrapper = [sys.executable, "-m", "shipyard.ddp.rank", "--announce-addr", master_addr,
+               "--announce-ports", announce_ports, "--hosts", ",".join(hosts),
+               "--failure-file", rank_failure, "--timeout", timeout, "--"]
+    for rank in contract.ranks_of(ctx.host_index, nproc, len(hosts)):
+        env = dict(base)
+        env.update(contract.rank_env(
+            rank, master_addr=master_addr, master_port=master_ports[0],
+            restart_count=attempt - 1, max_restarts=max_restarts, run_id=config.job_name,
+            inherited=ctx.env, error_file=os.path.join(work, f"rank-{rank.rank}.error.json")))
+        specs.append(ProcessSpec(name=f"rank-{rank.rank}", argv=wrapper + list(ctx.user_command),
+                                 env=env, cwd=ctx.paths.code, failure_file=rank_failure))
+    ctx.notes.append(f"{ctx.host}: {_kind(options)} via DDP: ranks "
+                     f"{nproc * ctx.host_index}..{nproc * (ctx.host_index + 1) - 1} of "
+                     f"{nproc * len(hosts)}, MASTER_ADDR={master_addr}")
+    return specs
