@@ -10,6 +10,7 @@ keeps catching them.
     │   ├── DistributionError             unknown / conflicting / not-yet-supported distribution
     │   └── ChannelError                  an input channel that cannot be used
     ├── StagingError                      code could not be staged (git clone, requirements, ...)
+    ├── StorageError                      an s3:// or file:// location could not be read or written
     ├── JobExistsError                    a job of that name is already recorded
     ├── JobNotFoundError (KeyError)       no such job in the store
     ├── BackendError                      instances could not be started or supervised
@@ -33,6 +34,10 @@ class DistributionError(ValidationError):
 
 class ChannelError(ValidationError):
     """An input channel points at something that cannot be read."""
+
+
+class StorageError(ShipyardError):
+    """An object store location is missing, refuses the credentials or does not answer."""
 
 
 class StagingError(ShipyardError):

@@ -15,7 +15,7 @@ import tarfile
 import time
 import traceback
 
-from shipyard.agent import failure, runners
+from shipyard.agent import channels, failure, runners
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.entry_point import user_command
 from shipyard.agent.environment import process_env
@@ -61,11 +61,20 @@ def own_failure_text(spec: ProcessSpec | None) -> str | None:
 def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
     paths = build_tree(config, host)
     stage_code(config.submit_directory, paths.code)
+    data = channels.prepare(config, host, paths, log)
+    try:
+        return _run(config, host, log_path, paths, data)
+    finally:
+        data.close()
+
+
+def _run(config: AgentConfig, host: str, log_path: str | None, paths: InstancePaths,
+         data: channels.ChannelSession) -> int:
     env = process_env(config, host, paths)
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env,
                           user_command=command)
-    specs = runners.get(config.runner)(ctx)
+    specs = runners.get(config.runner)(ctx) + data.services()
     for note in ctx.notes:
         log(note)
     for spec in specs:

@@ -156,6 +156,10 @@ def process_env(config: AgentConfig, host: str, paths: InstancePaths,
     if config.framework_module:
         env["SAGEMAKER_TRAINING_MODULE"] = config.framework_module
     python_path = [paths.code, *config.extra_python_path, resolver.shim_dir()]
+    if config.input_data_config:  # `from sagemaker_tensorflow import PipeModeDataset`
+        from shipyard.data.shims import sagemaker_tensorflow_path
+
+        python_path += [p for p in [sagemaker_tensorflow_path()] if p]
     if env.get("PYTHONPATH"):
         python_path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(python_path)

@@ -92,7 +92,8 @@ def _write_json(path: str, obj: Any) -> None:
 
 
 def build_tree(config: AgentConfig, host: str) -> InstancePaths:
-    """Create the directories and the three config JSONs; link the channels in."""
+    """Create the directories and the three config JSONs. The channels' data is made
+    available by shipyard.agent.channels.prepare() (File, FastFile, Pipe)."""
     paths = paths_for(config, host)
     for directory in (paths.code, paths.input_config, paths.input_data, paths.model,
                       paths.output_data, paths.output_intermediate):
@@ -107,24 +108,4 @@ def build_tree(config: AgentConfig, host: str) -> InstancePaths:
     _write_json(paths.config_file("hyperparameters.json"), config.hyperparameters)
     _write_json(paths.config_file("resourceconfig.json"), resource_config(config, host))
     _write_json(paths.config_file("inputdataconfig.json"), config.input_data_config)
-    for channel, source in config.channel_sources.items():
-        link_channel(source, paths.channel(channel))
     return paths
-
-
-def link_channel(source: str, target: str) -> None:
-    """Make ``target`` (input/data/<channel>) show the channel's files.
-
-    A directory source is symlinked (no copy, starts at once); a single file gets a
-    directory holding a link to it, as SageMaker puts a single S3 object in the dir.
-    """
-    if os.path.lexists(target):
-        if os.path.islink(target):
-            os.remove(target)
-        else:
-            return  # already materialized by an earlier attempt
-    if os.path.isdir(source):
-        os.symlink(os.path.abspath(source), target, target_is_directory=True)
-    else:
-        os.makedirs(target, exist_ok=True)
-        os.symlink(os.path.abspath(source), os.path.join(target, os.path.basename(source)))

@@ -3,7 +3,8 @@
 Like SageMaker, all instances' directories end up in one archive under
 ``<output_path>/<job>/output/``. Where two instances wrote the same file, algo-1's copy
 wins (SageMaker's result would depend on upload order) and the conflict is reported.
-Archives are written to a temporary name and renamed, so a reader never sees half a file.
+Archives are written to a temporary name and renamed, so a reader never sees half a file;
+an s3:// output_path gets them uploaded whole.
 """
 
 from __future__ import annotations
@@ -69,7 +70,26 @@ def output_prefix(output_path: str, job_name: str) -> str:
 
 def save(output_path: str, job_name: str, model_dirs: list[tuple[str, str]],
          output_dirs: list[tuple[str, str]]) -> tuple[ArchiveResult, ArchiveResult]:
-    prefix = output_prefix(output_path, job_name)
-    model = archive_dirs(model_dirs, os.path.join(prefix, "model.tar.gz"))
-    output = archive_dirs(output_dirs, os.path.join(prefix, "output.tar.gz"))
-    return model, output
+    """Write model.tar.gz and output.tar.gz under ``<output_path>/<job>/output/``.
+
+    For an s3:// output_path the archives are built in a temporary directory and
+    uploaded; each is uploaded whole (PutObject), so the bucket never holds half of one.
+    """
+    if not output_path.startswith("s3://"):
+        prefix = output_prefix(output_path, job_name)
+        model = archive_dirs(model_dirs, os.path.join(prefix, "model.tar.gz"))
+        output = archive_dirs(output_dirs, os.path.join(prefix, "output.tar.gz"))
+        return model, output
+    from shipyard import storage
+
+    base = storage.parse(output_path).child(f"{job_name}/output")
+    store = storage.store_for(base)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="shipyard-artifacts-") as scratch:
+        for name, dirs in (("model.tar.gz", model_dirs), ("output.tar.gz", output_dirs)):
+            result = archive_dirs(dirs, os.path.join(scratch, name))
+            target = base.child(name)
+            store.upload(result.path, target)
+            results.append(ArchiveResult(target.uri, target.uri, result.files,
+                                         result.conflicts))
+    return results[0], results[1]

@@ -26,7 +26,7 @@ from shipyard.control.lifecycle import Event
 from shipyard.control.store import JobRecord, Store
 from shipyard.control.supervisor import REPORT_NAME, lost_processes
 from shipyard.errors import (ChannelError, DistributionError, JobExistsError, JobFailedError,
-                             ValidationError)
+                             StorageError, ValidationError)
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import final_metrics
 from shipyard.spec import ChannelSpec, JobSpec
@@ -53,29 +53,50 @@ def check_runner(spec: JobSpec) -> None:
 
 
 def channel_source(ch: ChannelSpec, mode: str, instance_count: int) -> str:
-    if mode == "Pipe":
+    """Check one channel against its source and return what the agents read from: an
+    absolute local path, or the s3:// URI. Refuses, naming the channel, a source that
+    is missing or empty, an unreachable endpoint, and option combinations SageMaker
+    rejects (compression / record wrapping outside Pipe mode, FastFile from a manifest)."""
+    from shipyard import storage
+
+    if mode != "Pipe" and (ch.compression or ch.record_wrapping):
         raise ChannelError(
-            f"channel {ch.name!r}: Pipe input mode is not available yet (data-channels issue "
-            "#7); use 'File' or 'FastFile'")
-    if ch.uri.startswith("s3://"):
-        raise ChannelError(
-            f"channel {ch.name!r}: s3:// sources are not available yet (data-channels issue "
-            "#7); use a local directory or file://")
+            f"channel {ch.name!r}: compression and record_wrapping apply to Pipe mode only "
+            f"(SageMaker's rule); this channel is in {mode} mode: drop them or use "
+            "input_mode='Pipe'")
+    if mode == "FastFile" and ch.s3_data_type != "S3Prefix":
+        raise ChannelError(f"channel {ch.name!r}: FastFile reads an S3Prefix only; use "
+                           "File or Pipe mode for a ManifestFile")
     try:
-        path = staging.local_path(ch.uri)
-    except ValidationError as exc:
+        loc = storage.parse(ch.uri)
+        if loc.scheme == "file" and not os.path.exists(loc.path):
+            raise ChannelError(f"channel {ch.name!r}: {ch.uri!r} does not exist")
+        objects = storage.list_channel(ch.uri, ch.s3_data_type)
+    except (ValidationError, StorageError) as exc:
+        if isinstance(exc, ChannelError):
+            raise
         raise ChannelError(f"channel {ch.name!r}: {exc}") from None
-    if not os.path.exists(path):
-        raise ChannelError(f"channel {ch.name!r}: {ch.uri!r} does not exist")
-    if ch.distribution == "ShardedByS3Key" and instance_count > 1:
+    if ch.distribution == "ShardedByS3Key" and len(objects) < instance_count:
         raise ChannelError(
-            f"channel {ch.name!r}: ShardedByS3Key is not available yet (data-channels issue "
-            "#7); use FullyReplicated and shard in the script by SM_CURRENT_HOST")
-    if ch.compression or ch.record_wrapping or ch.s3_data_type != "S3Prefix":
-        raise ChannelError(
-            f"channel {ch.name!r}: compression, record_wrapping and ManifestFile are not "
-            "available yet (data-channels issue #7)")
-    return path
+            f"channel {ch.name!r}: ShardedByS3Key over {instance_count} instances needs at "
+            f"least {instance_count} objects, {ch.uri!r} has {len(objects)}; split the data "
+            "into more files or use FullyReplicated")
+    return loc.uri if loc.scheme == "s3" else loc.path
+
+
+def check_location(what: str, uri: str) -> str:
+    """An output_path / code_location / checkpoint_s3_uri: s3:// (its bucket must exist),
+    file:// or a local path. Returns the normalized URI."""
+    from shipyard import storage
+
+    try:
+        loc = storage.parse(uri)
+        if loc.scheme == "s3" and not storage.store_for(loc).exists(loc):
+            raise ValidationError(f"{what} {uri!r}: bucket {loc.bucket!r} does not exist at "
+                                  f"{storage.endpoint_url() or 'the default AWS endpoint'}")
+    except StorageError as exc:
+        raise ValidationError(f"{what} {uri!r}: {exc}") from None
+    return loc.uri
 
 
 class ControlPlane:
@@ -92,16 +113,15 @@ class ControlPlane:
         sources = {ch.name: channel_source(ch, spec.channel_mode(ch), spec.instance_count)
                    for ch in spec.channels}
         if spec.checkpoint_s3_uri:
-            raise ValidationError(
-                "checkpoint_s3_uri is not available yet (checkpoint sync comes with the "
-                "data-channels issue #7); leave it out and write checkpoints to the "
-                "instance's checkpoints/ directory or checkpoint_local_path")
+            check_location("checkpoint_s3_uri", spec.checkpoint_s3_uri)
         if self.store.exists(spec.job_name):
             raise JobExistsError(
                 f"a training job named {spec.job_name!r} already exists; job names are unique: "
                 "pass another job_name or base_job_name")
-        output_path = spec.output_path or self.home.default_output_path
-        staging.local_path(output_path)  # refuses unsupported schemes before writing
+        output_path = check_location("output_path",
+                                     spec.output_path or self.home.default_output_path)
+        if spec.code_location:
+            check_location("code_location", spec.code_location)
         spec = spec.model_copy(update={"output_path": output_path})
         job_dir = self.home.job_dir(spec.job_name)
         if os.path.exists(job_dir):
@@ -110,7 +130,8 @@ class ControlPlane:
         staged = None
         try:
             staged = staging.stage(spec.code, spec.job_name, code_location,
-                                   self.home.requirements_cache)
+                                   self.home.requirements_cache,
+                                   local_dir=os.path.join(job_dir, "source"))
             encoded = plan.hyperparameters(spec, staged, self.home)
             subnet = plan.choose_subnet(self.store.subnets_in_use())
             config = plan.agent_config(spec, staged, encoded, self.home, subnet, sources)
@@ -128,8 +149,7 @@ class ControlPlane:
         except BaseException:
             shutil.rmtree(job_dir, ignore_errors=True)
             if staged is not None:
-                shutil.rmtree(os.path.dirname(os.path.dirname(staged.bundle_path)),
-                              ignore_errors=True)
+                staging.discard(staged)
             raise
         if log:
             from shipyard import instance_types

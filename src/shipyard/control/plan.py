@@ -117,4 +117,15 @@ def agent_config(spec: JobSpec, staged: StagedCode, encoded_hps: dict[str, str],
         log_level=spec.container_log_level,
         shared_dir=os.path.join(home.job_dir(spec.job_name), "shared"),
         job_secret=secrets.token_hex(32),
+        data=data_config(spec),
     )
+
+
+def data_config(spec: JobSpec) -> dict:
+    """What the agents' channel code needs beyond inputdataconfig.json (AgentConfig.data)."""
+    from shipyard import storage
+
+    return {"endpoint_url": storage.endpoint_url(),
+            "data_types": {ch.name: ch.s3_data_type for ch in spec.channels},
+            "checkpoint_uri": (storage.parse(spec.checkpoint_s3_uri).uri
+                               if spec.checkpoint_s3_uri else None)}

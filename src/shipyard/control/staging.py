@@ -51,7 +51,7 @@ def local_path(uri: str) -> str:
         scheme = uri.split("://", 1)[0]
         raise ValidationError(
             f"{uri!r}: {scheme}:// locations are not supported yet for this setting; "
-            "use a local path or file:// (s3:// arrives with the data-channels issue #7)")
+            "use a local path or file://")
     return os.path.abspath(os.path.expanduser(uri))
 
 
@@ -250,15 +250,54 @@ def _tree_digest(root: str) -> bytes:
     return h.digest()
 
 
-def stage(code: CodeSpec, job_name: str, code_location: str, cache_root: str) -> StagedCode:
-    """Resolve, bundle and install the job's code. Nothing is left behind on failure."""
-    location = local_path(code_location)
-    bundle = os.path.join(location, job_name, "source", "sourcedir.tar.gz")
+def stage(code: CodeSpec, job_name: str, code_location: str, cache_root: str,
+          local_dir: str | None = None) -> StagedCode:
+    """Resolve, bundle and install the job's code. Nothing is left behind on failure.
+
+    An s3:// ``code_location`` gets the bundle uploaded to
+    ``<code_location>/<job>/source/sourcedir.tar.gz`` (what sagemaker_submit_directory
+    names); the agents on this machine read the local copy written to ``local_dir``.
+    """
+    remote = code_location.startswith("s3://")
+    if remote:
+        if local_dir is None:
+            raise ValidationError("an s3:// code_location needs a local staging directory")
+        bundle = os.path.join(local_dir, "sourcedir.tar.gz")
+    else:
+        bundle = os.path.join(local_path(code_location), job_name, "source",
+                              "sourcedir.tar.gz")
     with tempfile.TemporaryDirectory(prefix="shipyard-stage-") as workdir:
         root, entry, notes = resolve_code(code, workdir)
         is_package = any(os.path.isfile(os.path.join(root, m)) for m in PACKAGE_MARKERS)
         extra, install_notes = install_requirements(root, cache_root)
         make_bundle(root, bundle)
-    return StagedCode(bundle_path=bundle, bundle_uri="file://" + bundle, entry_point=entry,
+    uri = "file://" + bundle
+    if remote:
+        from shipyard import storage
+
+        target = storage.parse(code_location).child(f"{job_name}/source/sourcedir.tar.gz")
+        try:
+            storage.store_for(target).upload(bundle, target)
+        except BaseException:
+            os.unlink(bundle)
+            raise
+        uri = target.uri
+        notes = notes + [f"code bundle uploaded to {uri}"]
+    return StagedCode(bundle_path=bundle, bundle_uri=uri, entry_point=entry,
                       python_package=is_package, extra_python_path=extra,
                       notes=notes + install_notes)
+
+
+def discard(staged: StagedCode) -> None:
+    """Undo stage() after a later refusal: the local bundle dir and any uploaded copy."""
+    if staged.bundle_uri.startswith("s3://"):
+        from shipyard import storage
+
+        try:
+            target = storage.parse(staged.bundle_uri)
+            storage.store_for(target).delete(target)
+        except Exception:  # the refusal being raised matters more
+            pass
+        shutil.rmtree(os.path.dirname(staged.bundle_path), ignore_errors=True)
+    else:
+        shutil.rmtree(os.path.dirname(os.path.dirname(staged.bundle_path)), ignore_errors=True)

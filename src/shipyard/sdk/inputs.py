@@ -1,10 +1,24 @@
-"""TrainingInput: one channel's source and options (sagemaker.inputs.TrainingInput)."""
+"""TrainingInput: one channel's source and options (sagemaker.inputs.TrainingInput).
+
+``s3_data`` is an s3:// URI (any S3 API: see shipyard.storage), a file:// URI or a local
+path; ``input_mode`` overrides the estimator's for this channel. AugmentedManifestFile,
+shuffle_config and attribute_names are not supported.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from shipyard.errors import ValidationError
 from shipyard.spec import ChannelSpec
+
+
+def _check(name: str, value: Any, allowed: tuple) -> None:
+    """SageMaker's values, refused at construction with the list of what is accepted."""
+    if value not in allowed:
+        shown = ", ".join(repr(a) for a in allowed if a is not None)
+        raise ValidationError(f"TrainingInput({name}={value!r}) is not valid; use one of "
+                              f"{shown}" + (" or None" if None in allowed else ""))
 
 
 class TrainingInput:
@@ -14,6 +28,18 @@ class TrainingInput:
                  instance_groups: Any = None, input_mode: Optional[str] = None,
                  attribute_names: Any = None, target_attribute_name: Any = None,
                  shuffle_config: Any = None, **_unused: Any) -> None:
+        _check("input_mode", input_mode, (None, "File", "FastFile", "Pipe"))
+        _check("distribution", distribution, (None, "FullyReplicated", "ShardedByS3Key"))
+        _check("compression", compression, (None, "Gzip"))
+        _check("record_wrapping", record_wrapping, (None, "RecordIO"))
+        _check("s3_data_type", s3_data_type, ("S3Prefix", "ManifestFile"))
+        if not isinstance(s3_data, str) or not s3_data:
+            raise ValidationError(f"TrainingInput(s3_data={s3_data!r}): give an s3:// URI, a "
+                                  "file:// URI or a local path")
+        if attribute_names or target_attribute_name or shuffle_config:
+            raise ValidationError("TrainingInput: attribute_names, target_attribute_name and "
+                                  "shuffle_config (augmented manifests, shuffling) are not "
+                                  "supported by shipyard; leave them out")
         if instance_groups:
             raise ValueError("TrainingInput(instance_groups=...) is not supported: shipyard "
                              "runs one homogeneous group of instances")

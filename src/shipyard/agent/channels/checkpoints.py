@@ -1,0 +1,96 @@
+"""checkpoint_s3_uri <-> the instance's checkpoint directory, as SageMaker syncs them.
+
+At start every object under the URI is copied in (a restarted job resumes); while the
+script runs, new or changed files are uploaded every SHIPYARD_CHECKPOINT_SYNC_SECONDS
+(default 10) by a background thread; when the script has ended a last pass uploads
+what is left. Files are uploaded whole; a file still being written is uploaded again
+on the next pass once its size or mtime changes. Local deletions are not propagated.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from shipyard import storage
+from shipyard.agent.channels.file import download_objects
+from shipyard.errors import StorageError
+
+
+class CheckpointSync:
+    def __init__(self, uri: str, local_dir: str, endpoint: str | None,
+                 log: Callable[[str], None]) -> None:
+        self.base = storage.parse(uri)
+        self.local_dir = local_dir
+        self.store = storage.store_for(self.base, endpoint)
+        self.log = log
+        self.interval = float(os.environ.get("SHIPYARD_CHECKPOINT_SYNC_SECONDS", "10"))
+        self.uploaded: dict[str, tuple[int, int]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def restore(self) -> int:
+        """Copy existing checkpoints in; returns how many objects there were."""
+        os.makedirs(self.local_dir, exist_ok=True)
+        try:
+            objects = self.store.list(self.base)
+        except StorageError as exc:
+            if "does not exist" in str(exc) and self.base.scheme == "file":
+                return 0
+            raise
+        base_key = self.base.key if self.base.scheme == "s3" else ""
+        if base_key and not base_key.endswith("/"):
+            # keep paths relative to the URI itself, not to its parent "directory"
+            objects = [storage.ObjectInfo(o.location, o.size,
+                                          o.location.key[len(base_key):].lstrip("/"))
+                       for o in objects if o.location.key.startswith(base_key + "/")]
+        if objects:
+            download_objects(self.store, objects, self.local_dir,
+                             f"checkpoints from {self.base.uri}", self.log)
+            for obj in objects:
+                path = os.path.join(self.local_dir, obj.relative)
+                st = os.stat(path)
+                self.uploaded[obj.relative] = (st.st_size, st.st_mtime_ns)
+        return len(objects)
+
+    def sync_once(self) -> int:
+        """Upload new or changed files; returns how many were uploaded."""
+        count = 0
+        with self._lock:
+            for dirpath, _, files in os.walk(self.local_dir):
+                for name in sorted(files):
+                    if name.startswith(".shipyard-"):
+                        continue
+                    path = os.path.join(dirpath, name)
+                    rel = os.path.relpath(path, self.local_dir).replace(os.sep, "/")
+                    try:
+                        st = os.stat(path)
+                    except FileNotFoundError:
+                        continue
+                    stamp = (st.st_size, st.st_mtime_ns)
+                    if self.uploaded.get(rel) == stamp:
+                        continue
+                    self.store.upload(path, self.base.child(rel))
+                    self.uploaded[rel] = stamp
+                    count += 1
+        return count
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.interval):
+                try:
+                    self.sync_once()
+                except Exception as exc:  # keep trying; the final pass reports for real
+                    self.log(f"checkpoint upload to {self.base.uri} failed, will retry: {exc}")
+
+        self._thread = threading.Thread(target=loop, name="checkpoint-sync", daemon=True)
+        self._thread.start()
+
+    def finish(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        count = self.sync_once()
+        self.log(f"checkpoints: {count} file(s) uploaded to {self.base.uri} at the end")

@@ -1,0 +1,73 @@
+"""File mode: the channel's objects are in input/data/<channel>/ before the script starts.
+
+Local sources are linked, not copied, where that is safe: a whole directory is one
+symlink (instant, whatever its size); a shard gets one symlink per file. The linked
+data is the user's own: a script that writes into its channel writes into it (SageMaker
+hands out a copy; copy the data first if a script modifies its input). s3:// objects
+are downloaded in parallel (SHIPYARD_DOWNLOAD_THREADS, default 8), each to a temporary
+name renamed into place, with progress logged.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from shipyard.agent.channels.progress import Progress
+from shipyard.storage import ObjectInfo, Store
+
+
+def safe_join(root: str, relative: str) -> str:
+    """``root/relative``, refusing a relative path that climbs out of ``root``."""
+    target = os.path.normpath(os.path.join(root, relative))
+    if not (target == root or target.startswith(root.rstrip(os.sep) + os.sep)):
+        raise ValueError(f"object path {relative!r} would land outside {root}")
+    return target
+
+
+def link_directory(source: str, target: str) -> None:
+    """The whole local source as input/data/<channel> (a single file: a dir holding it)."""
+    if os.path.islink(target):
+        os.remove(target)
+    elif os.path.isdir(target):
+        return  # materialized by an earlier attempt
+    if os.path.isdir(source):
+        os.symlink(os.path.abspath(source), target, target_is_directory=True)
+    else:
+        os.makedirs(target, exist_ok=True)
+        link = os.path.join(target, os.path.basename(source))
+        if not os.path.lexists(link):
+            os.symlink(os.path.abspath(source), link)
+
+
+def link_objects(objects: list[ObjectInfo], target: str) -> None:
+    """One symlink per local object (a shard of a local directory)."""
+    os.makedirs(target, exist_ok=True)
+    for obj in objects:
+        dest = safe_join(target, obj.relative)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if os.path.lexists(dest):
+            os.remove(dest)
+        os.symlink(obj.location.path, dest)
+
+
+def download_objects(store: Store, objects: list[ObjectInfo], target: str, label: str,
+                     log: Callable[[str], None]) -> Progress:
+    """Fetch every object into ``target`` in parallel; objects already there with the
+    right size (an earlier attempt) are kept."""
+    os.makedirs(target, exist_ok=True)
+    progress = Progress(label, len(objects), sum(o.size for o in objects), log)
+
+    def fetch(obj: ObjectInfo) -> None:
+        dest = safe_join(target, obj.relative)
+        if not (os.path.isfile(dest) and os.path.getsize(dest) == obj.size):
+            store.download(obj, dest)
+        progress.add(obj.size)
+
+    threads = max(1, int(os.environ.get("SHIPYARD_DOWNLOAD_THREADS", "8")))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for future in [pool.submit(fetch, obj) for obj in objects]:
+            future.result()  # the first failure is raised (the others finish first)
+    log(progress.line())
+    return progress

@@ -1,0 +1,165 @@
+"""Pipe mode: feed a channel's objects into FIFOs ``input/data/<channel>_<epoch>``.
+
+One feeder process per Pipe channel (a ``service`` of the instance: stopped when the
+script ends, so a script that never opens its FIFO does not hold the job). Per epoch it
+waits for a reader (non-blocking open, polled, so a stop is never held up), streams
+every object of the instance's share in key order -- gunzipped for
+``CompressionType=Gzip``, each object wrapped as one RecordIO record for
+``RecordWrapperType=RecordIO``, RecordIO framing checked for ``application/x-recordio``
+content -- then creates the next epoch's FIFO *before* closing this one, so a reader
+that sees end-of-file always finds the next epoch waiting. A reader that closes early
+ends the epoch (as in SageMaker). Any object that cannot be read or decoded ends the
+feeder with a failure text naming the object, which fails the instance.
+
+``python -m shipyard.agent.channels.pipe --source <agent>/pipe-X.json --input-data DIR``
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+import time
+import zlib
+from typing import Iterator
+
+from shipyard.agent.channels.source import ChannelSource
+from shipyard.data import recordio
+from shipyard.storage import ObjectInfo, Store
+
+RECORDIO_TYPES = ("application/x-recordio", "application/x-recordio-protobuf")
+CHUNK = 1 << 20
+
+
+class FeedError(Exception):
+    """An object could not be streamed; the message names it."""
+
+
+def fifo_path(input_data: str, channel: str, epoch: int) -> str:
+    return os.path.join(input_data, f"{channel}_{epoch}")
+
+
+def make_fifo(path: str) -> None:
+    try:
+        os.mkfifo(path, 0o600)
+    except FileExistsError:
+        pass
+
+
+def object_bytes(store: Store, obj: ObjectInfo, gzip: bool, wrap: bool,
+                 check_recordio: bool) -> Iterator[bytes]:
+    """The bytes of one object as the script must see them."""
+    try:
+        body = store.open(obj.location)
+        try:
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzip else None
+            check = recordio.Splitter() if check_recordio else None
+            pending = [] if wrap else None
+            for chunk in iter(lambda: body.read(CHUNK), b""):
+                if inflate is not None:
+                    chunk = inflate.decompress(chunk)
+                if check is not None:
+                    check.feed(chunk)
+                if pending is not None:
+                    pending.append(chunk)
+                elif chunk:
+                    yield chunk
+            if inflate is not None:
+                tail = inflate.flush()
+                if not inflate.eof:
+                    raise zlib.error("the gzip stream is truncated")
+                if check is not None:
+                    check.feed(tail)
+                if pending is not None:
+                    pending.append(tail)
+                elif tail:
+                    yield tail
+            if check is not None:
+                check.close()
+            if pending is not None:
+                yield recordio.wrap(b"".join(pending))
+        finally:
+            body.close()
+    except zlib.error as exc:
+        raise FeedError(f"object {obj.uri} is not valid gzip ({exc}); the channel has "
+                        "CompressionType=Gzip") from None
+    except recordio.RecordIOError as exc:
+        raise FeedError(f"object {obj.uri} has corrupt RecordIO framing: {exc}") from None
+    except Exception as exc:  # storage errors, connection drops
+        raise FeedError(f"object {obj.uri} could not be read: {exc}") from None
+
+
+def open_writer(path: str, poll: float = 0.02) -> int:
+    """Wait for a reader of the FIFO, then return a blocking write descriptor."""
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: nobody has it open for reading yet
+                raise
+            time.sleep(poll)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def feed(store: Store, objects: list[ObjectInfo], input_data: str, channel: str,
+         options: dict, epochs: int | None = None, log=print) -> None:
+    gzip = options.get("CompressionType") == "Gzip"
+    wrap = options.get("RecordWrapperType") == "RecordIO"
+    check = (not wrap) and options.get("ContentType") in RECORDIO_TYPES
+    epoch = 0
+    make_fifo(fifo_path(input_data, channel, 0))
+    while epochs is None or epoch < epochs:
+        path = fifo_path(input_data, channel, epoch)
+        fd = open_writer(path)
+        written = 0
+        try:
+            for obj in objects:
+                for data in object_bytes(store, obj, gzip, wrap, check):
+                    write_all(fd, data)
+                    written += len(data)
+        except BrokenPipeError:
+            log(f"channel {channel}: the reader closed epoch {epoch} after {written} bytes")
+        finally:
+            make_fifo(fifo_path(input_data, channel, epoch + 1))
+            os.close(fd)
+            os.unlink(path)
+        log(f"channel {channel}: epoch {epoch} fed ({written / 1e6:.1f} MB)")
+        epoch += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shipyard.agent.channels.pipe")
+    parser.add_argument("--source", required=True, help="the channel (ChannelSource JSON)")
+    parser.add_argument("--input-data", required=True, help="the instance's input/data dir")
+    parser.add_argument("--failure-file", default=None)
+    args = parser.parse_args(argv)
+    source = ChannelSource.load(args.source)
+
+    def log(message: str) -> None:
+        sys.stdout.write(f"[shipyard-agent] {message}\n")
+        sys.stdout.flush()
+
+    try:
+        store, objects = source.objects()
+        feed(store, objects, args.input_data, source.name, source.options, log=log)
+    except Exception as exc:
+        text = f"channel {source.name!r} (Pipe): {exc}"
+        log(text)
+        if args.failure_file:
+            with open(args.failure_file, "w", encoding="utf-8") as fh:
+                fh.write(text[:1024])
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
