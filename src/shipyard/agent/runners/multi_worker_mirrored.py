@@ -1,0 +1,55 @@
+"""TensorFlow's MultiWorkerMirroredStrategy: every instance a worker, as SageMaker runs it.
+
+TF_CONFIG lists every instance as a ``worker`` on SageMaker's port 8890
+(``{'multi_worker_mirrored_strategy': {'enabled': True, 'port': N}}`` to change it),
+with ``"environment": "cloud"`` as the toolkit writes it. The user's script runs on
+every instance and each one's result counts. As for the parameter servers, a
+process sees its own task at a private port and the others at their public address,
+served by a byte-counting relay (see shipyard.tf.cluster for why).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Callable
+
+from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.errors import DistributionError
+from shipyard.tf import cluster
+from shipyard.tf.processes import private_ports, relay_arg, server_env, server_spec, user_env
+
+
+def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
+    unknown = sorted(k for k in options if k not in cluster.MWMS_OPTION_KEYS)
+    if unknown:
+        raise DistributionError(
+            f"unknown distribution['multi_worker_mirrored_strategy'] key(s) {unknown}; known: "
+            f"{list(cluster.MWMS_OPTION_KEYS)}")
+    if "port" in options:
+        cluster._check_port(options["port"],
+                            "distribution['multi_worker_mirrored_strategy']['port']")
+    if importlib.util.find_spec("tensorflow") is None:
+        raise DistributionError(
+            "distribution 'multi_worker_mirrored_strategy' needs TensorFlow, which is not "
+            "installed here: pip install 'shipyard[tensorflow]'")
+
+
+def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port
+         ) -> list[ProcessSpec]:
+    options = ctx.config.runner_options
+    hosts = ctx.config.hosts
+    tasks = cluster.mwms_tasks(hosts, int(options.get("port") or cluster.MWMS_PORT))
+    (me,) = cluster.tasks_on(tasks, ctx.host)
+    ports = private_ports([me], picker)
+    config = cluster.encode(cluster.tf_config(tasks, ctx.config.addresses, me, ports[me]))
+    specs = [ProcessSpec(name="user", argv=list(ctx.user_command),
+                         env=user_env(ctx, config, me.name), cwd=ctx.paths.code)]
+    if len(hosts) > 1:
+        ip = ctx.address
+        specs.append(server_spec(ctx, f"relay-{me.name}",
+                                 server_env(ctx, None, f"relay-{me.name}", cpu_only=True),
+                                 serve=False, relays=[relay_arg(me.name, (ip, me.port),
+                                                                (ip, ports[me]))]))
+    ctx.notes.append(f"{ctx.host}: multi_worker_mirrored_strategy {me.name} at "
+                     f"{ctx.address}:{me.port}")
+    return specs

@@ -1,0 +1,311 @@
+"""What crosses the wire: byte-counting TCP relays in front of a job's servers.
+
+Framework-agnostic on purpose (TensorFlow's parameter servers use it; shipyard.ps and
+mpi can too). A :class:`Relay` listens on a server's public address (an instance's own
+IP and a well-known port) and forwards every connection to the server's private port,
+counting the bytes of each direction for each connection. The peer of a connection is
+named by the process that opened it -- its ``SHIPYARD_PEER_LABEL`` environment variable
+(``chief:0``, ``worker:1``), found through the kernel's socket table -- because on one
+machine every client connects from 127.0.0.1, so the source IP alone names no one. Peers
+on other machines are named by their instance's IP.
+
+Counts are real bytes of TCP payload (gRPC/HTTP2 framing included), exact, sampled over
+time, and served to the job's coordinator through the relay's own port: a connection
+whose first bytes are ``SHIPYARD-STATS <job secret>\\n`` gets the counters as JSON
+instead of being relayed (:func:`fetch_stats`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+MAGIC = b"SHIPYARD-STATS "
+LABEL_ENV = "SHIPYARD_PEER_LABEL"
+_BUFFER = 256 * 1024
+MAX_POINTS = 600
+
+
+class PeerNamer:
+    """Names the process behind a connection's remote end (cached per address)."""
+
+    def __init__(self, addresses: Mapping[str, str] | None = None) -> None:
+        self.host_by_ip = {ip: host for host, ip in (addresses or {}).items()}
+        self._cache: dict[tuple[str, int], str] = {}
+        self._lock = threading.Lock()
+
+    def name_all(self, peers: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """Names for ``peers``; one scan of the socket table for all the unknown ones."""
+        with self._lock:
+            todo = [p for p in peers if p not in self._cache]
+            if todo:
+                owners = self._local_owners(set(todo))
+                for peer in todo:
+                    pid = owners.get(peer)
+                    self._cache[peer] = (self._label_of(pid) if pid is not None
+                                         else self.host_by_ip.get(peer[0], peer[0]))
+            return {p: self._cache[p] for p in peers}
+
+    @staticmethod
+    def _local_owners(peers: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        import psutil
+
+        try:
+            conns = psutil.net_connections(kind="tcp")
+        except (psutil.Error, OSError):
+            return {}
+        owners = {}
+        for c in conns:  # gRPC's sockets are dual-stack: ::ffff:127.0.0.1 is 127.0.0.1
+            if c.pid is not None and c.laddr:
+                local = (_ipv4(c.laddr.ip), c.laddr.port)
+                if local in peers:
+                    owners[local] = c.pid
+        return owners
+
+    @staticmethod
+    def _label_of(pid: int) -> str:
+        import psutil
+
+        try:
+            env = psutil.Process(pid).environ()
+        except (psutil.Error, OSError):
+            return f"pid:{pid}"
+        label = env.get(LABEL_ENV)
+        if label:
+            return label
+        return f"{env.get('SHIPYARD_CURRENT_HOST', '?')}/pid:{pid}"
+
+
+def _ipv4(ip: str) -> str:
+    return ip[7:] if ip.startswith("::ffff:") else ip
+
+
+@dataclass
+class Link:
+    """One relayed connection and its byte counts (client -> server is ``bytes_in``)."""
+
+    relay: str
+    peer: tuple[str, int]
+    opened: float = field(default_factory=time.time)
+    bytes_in: int = 0
+    bytes_out: int = 0
+    closed: float | None = None
+
+
+class TrafficBook:
+    """Every link of the relays of one process, their peers' names and a timeline."""
+
+    def __init__(self, namer: PeerNamer, interval: float = 1.0) -> None:
+        self.namer = namer
+        self.links: list[Link] = []
+        self.started = time.time()
+        self.interval = interval
+        self.points: list[tuple[float, dict[str, list[int]]]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def add(self, link: Link) -> None:
+        with self._lock:
+            self.links.append(link)
+
+    def totals(self) -> dict[str, dict[str, dict[str, int]]]:
+        """relay -> peer name -> {bytes_in, bytes_out, connections}."""
+        with self._lock:
+            links = list(self.links)
+        names = self.namer.name_all([ln.peer for ln in links])
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for ln in links:
+            entry = out.setdefault(ln.relay, {}).setdefault(
+                names[ln.peer], {"bytes_in": 0, "bytes_out": 0, "connections": 0})
+            entry["bytes_in"] += ln.bytes_in
+            entry["bytes_out"] += ln.bytes_out
+            entry["connections"] += 1
+        return out
+
+    def sample(self) -> None:
+        flat = {f"{relay}|{peer}": [v["bytes_in"], v["bytes_out"]]
+                for relay, peers in self.totals().items() for peer, v in peers.items()}
+        with self._lock:
+            self.points.append((round(time.time() - self.started, 3), flat))
+            if len(self.points) > MAX_POINTS:  # halve the resolution, keep the span
+                self.points = self.points[::2]
+                self.interval *= 2
+
+    def start_sampling(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.interval):
+                self.sample()
+
+        threading.Thread(target=loop, name="traffic-sampler", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def to_json(self) -> dict[str, Any]:
+        totals = self.totals()
+        with self._lock:
+            points = list(self.points)
+        return {"started": self.started, "relays": totals,
+                "timeline": {"interval_s": self.interval, "points": [
+                    {"t": t, "bytes": flat} for t, flat in points]}}
+
+
+class Relay:
+    """Listens on ``listen`` and forwards each connection to ``upstream``, counting bytes.
+
+    ``stats`` (with ``secret``) answers :func:`fetch_stats` requests on the same port.
+    The upstream may start later than the relay (a TensorFlow server takes seconds to
+    import): a new connection waits up to ``connect_timeout`` for it rather than being
+    refused, which would push gRPC clients into exponential reconnect back-off.
+    """
+
+    def __init__(self, name: str, listen: tuple[str, int], upstream: tuple[str, int],
+                 book: TrafficBook, stats: Callable[[], dict] | None = None,
+                 secret: str = "", connect_timeout: float = 30.0) -> None:
+        self.name = name
+        self.listen = listen
+        self.upstream = upstream
+        self.book = book
+        self.stats = stats
+        self.secret = secret
+        self.connect_timeout = connect_timeout
+        self.sock: socket.socket | None = None
+
+    def bind(self) -> None:
+        """Bind the public address now, so a taken port fails at once and clearly."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(self.listen)
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, f"cannot listen on {self.listen[0]}:{self.listen[1]} "
+                                     f"for {self.name}: {exc.strerror}") from None
+        sock.listen(128)
+        self.sock = sock
+
+    def start(self) -> None:
+        if self.sock is None:
+            self.bind()
+        threading.Thread(target=self._accept_loop, name=f"relay-{self.name}",
+                         daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        assert self.sock is not None
+        while True:
+            try:
+                client, peer = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client, peer), daemon=True).start()
+
+    def _is_stats_request(self, client: socket.socket) -> bool:
+        if self.stats is None:
+            return False
+        client.settimeout(5.0)
+        try:
+            head = b""
+            while len(head) < len(MAGIC):
+                head = client.recv(len(MAGIC), socket.MSG_PEEK)
+                if not head or not MAGIC.startswith(head[:len(MAGIC)]):
+                    return False
+                if len(head) < len(MAGIC):
+                    time.sleep(0.005)
+        except OSError:  # a client that says nothing: relay it like any other
+            return False
+        finally:
+            client.settimeout(None)
+        return head == MAGIC
+
+    def _answer_stats(self, client: socket.socket) -> None:
+        with client:
+            client.settimeout(5.0)
+            data = b""
+            while not data.endswith(b"\n") and len(data) < 4096:
+                chunk = client.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            given = data[len(MAGIC):].strip().decode("ascii", "replace")
+            if not hmac.compare_digest(given, self.secret):
+                return
+            assert self.stats is not None
+            client.sendall(json.dumps(self.stats()).encode())
+
+    def _connect_upstream(self) -> socket.socket | None:
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            try:
+                return socket.create_connection(self.upstream, timeout=5.0)
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.05)
+
+    def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
+        if self._is_stats_request(client):
+            self._answer_stats(client)
+            return
+        upstream = self._connect_upstream()
+        if upstream is None:
+            client.close()
+            return
+        upstream.settimeout(None)
+        for sock in (client, upstream):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = Link(self.name, (_ipv4(peer[0]), peer[1]))
+        self.book.add(link)
+        back = threading.Thread(target=_pump, args=(upstream, client, link, "bytes_out"),
+                                daemon=True)
+        back.start()
+        _pump(client, upstream, link, "bytes_in")
+        back.join()
+        link.closed = time.time()
+        client.close()
+        upstream.close()
+
+
+def _pump(src: socket.socket, dst: socket.socket, link: Link, counter: str) -> None:
+    buf = bytearray(_BUFFER)
+    view = memoryview(buf)
+    try:
+        while True:
+            n = src.recv_into(buf)
+            if not n:
+                break
+            dst.sendall(view[:n])
+            setattr(link, counter, getattr(link, counter) + n)
+    except OSError:
+        pass
+    try:
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+def fetch_stats(address: tuple[str, int], secret: str, timeout: float = 5.0) -> dict[str, Any]:
+    """Ask the relay at ``address`` for its process's traffic counters."""
+    with socket.create_connection(address, timeout=timeout) as sock:
+        sock.sendall(MAGIC + secret.encode("ascii") + b"\n")
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    if not chunks:
+        raise ConnectionError(f"no traffic counters from {address[0]}:{address[1]} "
+                              "(wrong job secret, or not a shipyard relay)")
+    return json.loads(b"".join(chunks))
+
+
+def peer_env(label: str) -> dict[str, str]:
+    """Environment that names a process in every relay's counters."""
+    return {LABEL_ENV: label}
+
+

@@ -1,0 +1,126 @@
+"""Where TensorFlow put each variable, recorded from inside the chief without script edits.
+
+Installed by ``shipyard/tf/_hook/sitecustomize.py`` when ``SHIPYARD_TF_PLACEMENT_FILE``
+is set (only in the chief/master process). It waits for TensorFlow's variable modules to
+be imported -- nothing is imported early, scripts that never use TensorFlow pay nothing --
+then wraps the constructors of resource variables (TF2, ``ParameterServerStrategy``,
+Keras) and reference variables (TF1 graphs placed by ``replica_device_setter``). Each
+new variable's name, shape, dtype, device and trainability is recorded as TensorFlow
+placed it (the device string is TensorFlow's own decision: round-robin by creation
+order, a ``variable_partitioner``'s shards, a custom device function); the records are
+written as JSON when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import json
+import os
+import re
+import sys
+import threading
+from typing import Any
+
+PLACEMENT_ENV = "SHIPYARD_TF_PLACEMENT_FILE"
+_PS_TASK = re.compile(r"/job:ps(?:/replica:\d+)?/task:(\d+)")
+_TARGETS = {
+    "tensorflow.python.ops.resource_variable_ops": ("BaseResourceVariable",),
+    "tensorflow.python.ops.ref_variable": ("RefVariable",),
+}
+_SKIP_CLASSES = {"_UnreadVariable"}  # transient read handles of an existing variable
+
+
+def ps_task_of(device: str) -> int | None:
+    match = _PS_TASK.search(device or "")
+    return int(match.group(1)) if match else None
+
+
+class Recorder:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.variables: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def record(self, var: Any) -> None:
+        try:
+            shape = var.shape.as_list() if var.shape.rank is not None else None
+            dtype = var.dtype.base_dtype
+            numel = 1
+            for dim in shape or []:
+                numel *= dim if dim is not None else 0
+            entry = {"name": var.name, "shape": shape, "dtype": dtype.name,
+                     "bytes": numel * dtype.size if shape is not None else 0,
+                     "device": var.device or "", "trainable": bool(var.trainable)}
+        except Exception:  # never break the user's model over a report
+            return
+        entry["ps_task"] = ps_task_of(entry["device"])
+        with self._lock:
+            self.variables.append(entry)
+
+    def write(self) -> None:
+        with self._lock:
+            data = {"pid": os.getpid(), "variables": list(self.variables)}
+        tmp = self.path + ".tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+
+def _wrap(cls: type, recorder: Recorder) -> None:
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if type(self).__name__ not in _SKIP_CLASSES:
+            recorder.record(self)
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
+class _Watcher(importlib.abc.MetaPathFinder):
+    """Patches a target module right after it has executed."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def find_spec(self, name, path, target=None):
+        if name not in _TARGETS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                exec_module = spec.loader.exec_module
+                recorder = self.recorder
+
+                def patched_exec(module, _exec=exec_module):
+                    _exec(module)
+                    for cls_name in _TARGETS[name]:
+                        cls = getattr(module, cls_name, None)
+                        if isinstance(cls, type):
+                            _wrap(cls, recorder)
+
+                spec.loader.exec_module = patched_exec
+                return spec
+        return None
+
+
+def install(path: str) -> Recorder:
+    recorder = Recorder(path)
+    sys.meta_path.insert(0, _Watcher(recorder))
+    atexit.register(recorder.write)
+    return recorder
+
+
+def read(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
