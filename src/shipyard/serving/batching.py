@@ -12,6 +12,7 @@ its requests are retried one by one so an error reaches only the request that ca
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import numpy as np
 from shipyard.serving.servables import Servable
 
 Arrays = dict[str, np.ndarray]
+log = logging.getLogger("shipyard.serving")
 
 
 class DirectRunner:
@@ -32,7 +34,7 @@ class DirectRunner:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, servable.run, signature, inputs)
 
-    def call(self, fn: Any, *args: Any) -> "asyncio.Future[Any]":
+    def call(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
         """Any other blocking model work (a user's predict_fn) on the model thread."""
         return asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
@@ -41,7 +43,7 @@ class DirectRunner:
 class _Item:
     inputs: Arrays
     rows: int
-    future: "asyncio.Future[Arrays]"
+    future: asyncio.Future[Arrays]
 
 
 @dataclass
@@ -49,7 +51,7 @@ class _Queue:
     items: list[_Item] = field(default_factory=list)
     rows: int = 0
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    task: "asyncio.Task[None] | None" = None
+    task: asyncio.Task[None] | None = None
 
 
 class BatchingRunner(DirectRunner):
@@ -119,8 +121,9 @@ class BatchingRunner(DirectRunner):
                                                   for k, v in out.items()})
                         start += it.rows
                     return
-            except Exception:  # noqa: BLE001 - retried singly below: errors find their owner
-                pass
+            except Exception as exc:  # noqa: BLE001 - retried singly: errors find their owner
+                log.debug("merged call of %d requests failed (%s); retrying singly",
+                          len(batch), exc)
         for it in batch:
             try:
                 self.calls += 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 CONFIG_ENV = "SHIPYARD_SERVING_CONFIG"
 
@@ -17,18 +16,18 @@ class ServerConfig:
     host: str = "127.0.0.1"
     workers: int = 1
     framework: str = "auto"            # auto | tensorflow | pytorch | python
-    program: Optional[str] = None      # inference.py in code/ (SAGEMAKER_PROGRAM)
+    program: str | None = None      # inference.py in code/ (SAGEMAKER_PROGRAM)
     max_payload_mb: float = 6.0        # SAGEMAKER_MAX_PAYLOAD_IN_MB
     batch_size: int = 0                # dynamic batching: max rows per call; 0 = off
     batch_wait_ms: float = 2.0         # dynamic batching: longest wait for company
     threads: int = 0                   # framework threads per worker; 0 = cores / workers
-    state_file: Optional[str] = None   # JSON status for whoever started the server
+    state_file: str | None = None   # JSON status for whoever started the server
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "ServerConfig":
+    def from_json(cls, text: str) -> ServerConfig:
         return cls(**json.loads(text))
 
     def threads_per_worker(self) -> int:

@@ -13,7 +13,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +29,7 @@ NPY_TYPE = "application/x-npy"
 class TensorSpec:
     name: str
     dtype: str                                  # numpy dtype name, or "string"
-    shape: Optional[tuple[Optional[int], ...]]  # None: unknown rank
+    shape: tuple[int | None, ...] | None  # None: unknown rank
 
     def describe(self) -> str:
         dims = "?" if self.shape is None else "[" + ",".join(
@@ -50,9 +50,9 @@ class Signature:
         return f"signature {self.name!r} (inputs {{{ins}}}; outputs {{{outs}}})"
 
 
-def media_type(header: Optional[str]) -> str:
-    """``text/csv; charset=utf-8`` -> ``text/csv``."""
-    return (header or "").split(";", 1)[0].strip().lower()
+def media_type(header: str | None) -> str:
+    """``text/csv; charset=utf-8`` -> ``text/csv``; of an Accept list, the first."""
+    return (header or "").split(",", 1)[0].split(";", 1)[0].strip().lower()
 
 
 # -- SageMaker TF Serving container: /invocations -> TF Serving request -----------------
@@ -164,10 +164,9 @@ def to_array(value: Any, spec: TensorSpec, sig: Signature) -> np.ndarray:
                 arr = arr.astype(spec.dtype, copy=False)
         except (ValueError, TypeError, OverflowError) as exc:
             raise bad(f"cannot be read as {spec.dtype} ({exc})") from None
-    if spec.shape is not None:
-        if arr.ndim != len(spec.shape) or any(
-                d is not None and d != n for d, n in zip(spec.shape, arr.shape)):
-            raise bad(f"shape {list(arr.shape)} does not match")
+    if spec.shape is not None and (arr.ndim != len(spec.shape) or any(
+            d is not None and d != n for d, n in zip(spec.shape, arr.shape))):
+        raise bad(f"shape {list(arr.shape)} does not match")
     return arr
 
 

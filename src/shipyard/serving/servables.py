@@ -8,7 +8,8 @@ is loaded, so a PyTorch endpoint never imports TensorFlow and vice versa.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ class Servable:
         self.version = version
         self.signatures = signatures
 
-    def signature(self, name: Optional[str]) -> Signature:
+    def signature(self, name: str | None) -> Signature:
         key = name or DEFAULT_SIGNATURE
         if key not in self.signatures:
             if not name and len(self.signatures) == 1:
@@ -125,7 +126,7 @@ class TorchServable(Servable):
     """A PyTorch model (any callable) with one tensor in, one out."""
 
     def __init__(self, name: str, model: Any,
-                 predict_fn: Optional[Callable[[Any, Any], Any]] = None) -> None:
+                 predict_fn: Callable[[Any, Any], Any] | None = None) -> None:
         super().__init__(name, 1, {DEFAULT_SIGNATURE: TORCH_SIGNATURE})
         import torch
 
@@ -156,7 +157,7 @@ class Registry:
     def add(self, servable: Servable) -> None:
         self.models.setdefault(servable.name, {})[servable.version] = servable
 
-    def resolve(self, name: Optional[str], version: Optional[int] = None) -> Servable:
+    def resolve(self, name: str | None, version: int | None = None) -> Servable:
         if name is None:
             if len(self.models) != 1:
                 raise NotFound(f"this endpoint serves several models {sorted(self.models)}: "

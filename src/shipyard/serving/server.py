@@ -20,15 +20,15 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Optional
+from typing import Any
 
 from shipyard.serving.config import CONFIG_ENV, ServerConfig
 
 log = logging.getLogger("shipyard.serving")
-READY_TIMEOUT = float(os.environ.get("SAGEMAKER_STARTUP_TIMEOUT", 600))
+READY_TIMEOUT = float(os.environ.get("SAGEMAKER_STARTUP_TIMEOUT", "600"))
 
 
-def write_state(path: Optional[str], **state: Any) -> None:
+def write_state(path: str | None, **state: Any) -> None:
     if not path:
         return
     state.setdefault("pid", os.getpid())
@@ -65,7 +65,7 @@ class Master:
         os.set_inheritable(self.write_fd, True)
         self.workers: dict[int, subprocess.Popen] = {}
         self.ready: set[int] = set()
-        self.failure: Optional[str] = None
+        self.failure: str | None = None
         self.stopping = False
         self.restarts: list[float] = []
         self.buffer = b""
@@ -79,7 +79,7 @@ class Master:
                                 stdin=subprocess.DEVNULL)
         self.workers[proc.pid] = proc
 
-    def state(self, status: str, reason: Optional[str] = None) -> None:
+    def state(self, status: str, reason: str | None = None) -> None:
         write_state(self.config.state_file, status=status, failure_reason=reason,
                     port=self.sock.getsockname()[1], workers=sorted(self.workers))
 

@@ -14,18 +14,30 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from shipyard.serving import model_data, protocol, user_module
 from shipyard.serving.batching import DirectRunner
-from shipyard.serving.errors import (BadRequest, HandlerError, ModelLoadError, NotFound,
-                                     ServingError, UnsupportedMediaType)
+from shipyard.serving.errors import (
+    BadRequest,
+    HandlerError,
+    ModelLoadError,
+    NotFound,
+    ServingError,
+    UnsupportedMediaType,
+)
 from shipyard.serving.protocol import media_type
-from shipyard.serving.servables import (DEFAULT_SIGNATURE, Registry, Servable, TFServable,
-                                        TorchServable, load_torchscript, to_numpy,
-                                        torch_predict)
+from shipyard.serving.servables import (
+    DEFAULT_SIGNATURE,
+    Registry,
+    TFServable,
+    TorchServable,
+    load_torchscript,
+    to_numpy,
+    torch_predict,
+)
 
 
 @dataclass
@@ -70,14 +82,14 @@ class Service:
         self.handler_pool = ThreadPoolExecutor(8, thread_name_prefix="handler")
 
     # -- TF Serving REST API ------------------------------------------------------------
-    async def tfs(self, name: str, version: Optional[int], method: str, body: bytes) -> Reply:
+    async def tfs(self, name: str, version: int | None, method: str, body: bytes) -> Reply:
         try:
             request = json.loads(body)
         except ValueError as exc:
             raise BadRequest(f"malformed JSON: {exc}") from None
         return _json(await self.tfs_call(name, version, method, request))
 
-    async def tfs_call(self, name: Optional[str], version: Optional[int], method: str,
+    async def tfs_call(self, name: str | None, version: int | None, method: str,
                        request: Any) -> dict[str, Any]:
         servable = self.registry.resolve(name, version)
         if not isinstance(request, dict):
@@ -97,7 +109,7 @@ class Service:
                     else protocol.format_regress(outputs))
         raise NotFound(f"unknown method {method!r}: use predict, classify or regress")
 
-    def status(self, name: str, version: Optional[int]) -> dict[str, Any]:
+    def status(self, name: str, version: int | None) -> dict[str, Any]:
         versions = self.registry.models.get(name)
         if not versions or (version is not None and version not in versions):
             self.registry.resolve(name, version)  # raises TF Serving's 404
@@ -106,7 +118,7 @@ class Service:
             {"version": str(v), "state": "AVAILABLE",
              "status": {"error_code": "OK", "error_message": ""}} for v in chosen]}
 
-    def metadata(self, name: str, version: Optional[int]) -> dict[str, Any]:
+    def metadata(self, name: str, version: int | None) -> dict[str, Any]:
         servable = self.registry.resolve(name, version)
         return {"model_spec": {"name": servable.name, "signature_name": "",
                                "version": str(servable.version)},
@@ -162,7 +174,7 @@ class _TFResponse:
 class TFService(Service):
     """SavedModels found as TF Serving finds them, plus the TF container's inference.py."""
 
-    def __init__(self, model_dir: str, runner: DirectRunner, program: Optional[str],
+    def __init__(self, model_dir: str, runner: DirectRunner, program: str | None,
                  port: int) -> None:
         super().__init__(runner)
         self.port = port
@@ -190,8 +202,8 @@ class TFService(Service):
         body, ctype = protocol.predictions_as(payload, req.accept)
         return Reply(200, body, ctype)
 
-    async def _user_invocation(self, req: Request, attrs: dict[str, str], name: Optional[str],
-                               version: Optional[int], method: str) -> Reply:
+    async def _user_invocation(self, req: Request, attrs: dict[str, str], name: str | None,
+                               version: int | None, method: str) -> Reply:
         servable = self.registry.resolve(name, version)
         path = f"/v1/models/{servable.name}" + (
             f"/versions/{version}" if version is not None else "") + f":{method}"
@@ -236,7 +248,7 @@ def _user_reply(result: Any, default_type: str) -> Reply:
     return Reply(200, bytes(body), ctype or default_type)
 
 
-def _version(value: Optional[str]) -> Optional[int]:
+def _version(value: str | None) -> int | None:
     if value in (None, ""):
         return None
     if not value.isdigit():
@@ -283,7 +295,7 @@ def encode_array(prediction: Any, accept: str) -> tuple[bytes, str]:
 class PythonService(Service):
     """model_fn / input_fn / predict_fn / output_fn or transform_fn, with defaults."""
 
-    def __init__(self, model_dir: str, runner: DirectRunner, program: Optional[str],
+    def __init__(self, model_dir: str, runner: DirectRunner, program: str | None,
                  torch_defaults: bool) -> None:
         super().__init__(runner)
         module = user_module.load(model_dir, program)
@@ -310,7 +322,7 @@ class PythonService(Service):
             if not callable(self.model):
                 raise ModelLoadError("model_fn returned a model that is not callable; define "
                                      "predict_fn(data, model) in inference.py")
-            predict = lambda data, model: model(data)  # noqa: E731
+            predict = lambda data, model: model(data)
         self.torch = _is_torch(self.model)
         self.servable = TorchServable("model", self.model, predict) if predict else None
         if self.servable:
@@ -356,7 +368,7 @@ def _is_torch(model: Any) -> bool:
 
 
 def load_service(model_dir: str, framework: str, runner: DirectRunner,
-                 program: Optional[str] = None, port: int = 8080) -> Service:
+                 program: str | None = None, port: int = 8080) -> Service:
     """The service for ``model_dir``; ModelLoadError says why it cannot be served."""
     if not os.path.isdir(model_dir):
         raise ModelLoadError(f"model directory {model_dir} does not exist")

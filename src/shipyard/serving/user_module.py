@@ -20,8 +20,9 @@ import inspect
 import os
 import sys
 from collections import namedtuple
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any
 
 from shipyard.serving.errors import ModelLoadError
 
@@ -32,7 +33,7 @@ PYTHON_FUNCTIONS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transfor
 TF_FUNCTIONS = ("handler", "input_handler", "output_handler")
 
 
-def load(model_dir: str, program: Optional[str]) -> Optional[ModuleType]:
+def load(model_dir: str, program: str | None) -> ModuleType | None:
     """Import ``code/<program>`` (default inference.py) from the model, or None if absent."""
     code_dir = os.path.join(model_dir, "code")
     name = program or os.environ.get("SAGEMAKER_PROGRAM") or "inference.py"
@@ -54,7 +55,7 @@ def load(model_dir: str, program: Optional[str]) -> Optional[ModuleType]:
     return module
 
 
-def function(module: Optional[ModuleType], name: str) -> Optional[Callable[..., Any]]:
+def function(module: ModuleType | None, name: str) -> Callable[..., Any] | None:
     fn = getattr(module, name, None) if module is not None else None
     return fn if callable(fn) else None
 
@@ -72,7 +73,7 @@ def caller(fn: Callable[..., Any], base_args: int) -> Callable[..., Any]:
     return lambda *args, context=None: fn(*args)
 
 
-def tf_handlers(module: Optional[ModuleType]) -> Optional[Callable[[Any, Context], Any]]:
+def tf_handlers(module: ModuleType | None) -> Callable[[Any, Context], Any] | None:
     """The TF container's handler: ``handler`` or the input/output pair, or None."""
     handler = function(module, "handler")
     if handler:

@@ -1,0 +1,383 @@
+"""Endpoints: model servers that outlive the process that created them.
+
+An endpoint is a detached ``python -m shipyard.serving`` process (its own session,
+so Ctrl-C in a notebook does not take it down) recorded in the ``endpoints`` table of
+the job store's SQLite file. Its model directory lives under
+``$SHIPYARD_HOME/endpoints/<name>/model``: model_data extracted safely, the inference
+code (entry_point/source_dir) copied into ``model/code`` as the SageMaker SDK repacks
+it, and ``code/requirements.txt`` installed in staging's cached environment.
+
+The server writes its status to ``state.json``; ``get`` reconciles the record with it
+and with the process (a dead server is Failed). ``delete`` stops the server and its
+workers and removes everything it made. Creation that fails leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from shipyard.control import staging
+from shipyard.control.home import Home
+from shipyard.errors import ShipyardError, ValidationError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS endpoints (
+    name TEXT PRIMARY KEY,
+    model_data TEXT NOT NULL,
+    endpoint_dir TEXT NOT NULL,
+    host TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    pid INTEGER,
+    status TEXT NOT NULL,
+    failure_reason TEXT,
+    config TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    modified_at REAL NOT NULL
+);
+"""
+
+
+class EndpointError(ShipyardError):
+    """An endpoint could not be created, reached or deleted."""
+
+
+class EndpointNotFoundError(EndpointError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "endpoint not found"
+
+
+@dataclass
+class EndpointRecord:
+    name: str
+    model_data: str
+    endpoint_dir: str
+    host: str
+    port: int
+    pid: int | None
+    status: str                 # Creating | InService | Failed
+    failure_reason: str | None
+    config: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    modified_at: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def state_file(self) -> str:
+        return os.path.join(self.endpoint_dir, "state.json")
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.endpoint_dir, "server.log")
+
+    def describe(self) -> dict[str, Any]:
+        """DescribeEndpoint's shape, with where it listens."""
+        return {"EndpointName": self.name, "EndpointStatus": self.status,
+                "FailureReason": self.failure_reason, "CreationTime": self.created_at,
+                "LastModifiedTime": self.modified_at,
+                "Shipyard": {"Url": self.url, "Pid": self.pid, "ModelData": self.model_data,
+                             "Log": self.log_path, **self.config}}
+
+
+@contextmanager
+def _db(path: str) -> Iterator[sqlite3.Connection]:
+    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA busy_timeout=30000")
+        db.row_factory = sqlite3.Row
+        yield db
+    finally:
+        db.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class Endpoints:
+    def __init__(self, home: str | None = None) -> None:
+        self.home = Home.from_env(home)
+        os.makedirs(self.home.root, exist_ok=True)
+        self.db_path = self.home.db_path
+        with _db(self.db_path) as db:
+            db.executescript(_SCHEMA)
+
+    def endpoint_dir(self, name: str) -> str:
+        return os.path.join(self.home.root, "endpoints", name)
+
+    # -- reading --------------------------------------------------------------------------
+    def _row(self, name: str) -> EndpointRecord | None:
+        with _db(self.db_path) as db:
+            row = db.execute("SELECT * FROM endpoints WHERE name=?", (name,)).fetchone()
+        if row is None:
+            return None
+        data = dict(row)
+        data["config"] = json.loads(data["config"])
+        return EndpointRecord(**data)
+
+    def get(self, name: str) -> EndpointRecord:
+        record = self._row(name)
+        if record is None:
+            raise EndpointNotFoundError(f"no endpoint named {name!r} (see `shipyard endpoints`)")
+        return self._reconcile(record)
+
+    def list(self) -> list[EndpointRecord]:
+        with _db(self.db_path) as db:
+            names = [r["name"] for r in db.execute(
+                "SELECT name FROM endpoints ORDER BY created_at DESC").fetchall()]
+        return [r for r in (self._row(n) for n in names) if r is not None]
+
+    def _reconcile(self, record: EndpointRecord) -> EndpointRecord:
+        """The server's own state file and liveness decide the status."""
+        status, reason = record.status, record.failure_reason
+        try:
+            with open(record.state_file) as fh:
+                state = json.load(fh)
+            status, reason = state["status"], state.get("failure_reason") or reason
+        except (OSError, ValueError, KeyError):
+            pass
+        if status in ("Creating", "InService") and not _server_alive(record):
+            status = "Failed"
+            reason = reason or f"the server process ({record.pid}) is gone; see {record.log_path}"
+        if status == "Deleted":
+            status, reason = "Failed", reason or "the server stopped"
+        if (status, reason) != (record.status, record.failure_reason):
+            with _db(self.db_path) as db:
+                db.execute("UPDATE endpoints SET status=?, failure_reason=?, modified_at=? "
+                           "WHERE name=?", (status, reason, time.time(), record.name))
+            record.status, record.failure_reason = status, reason
+        return record
+
+    # -- creating -------------------------------------------------------------------------
+    def create(self, name: str, model_data: str, framework: str = "auto",
+               entry_point: str | None = None, source_dir: str | None = None,
+               dependencies: list[str] | None = None, env: dict[str, str] | None = None,
+               port: int | None = None, host: str = "127.0.0.1", workers: int = 1,
+               batch_size: int = 0, batch_wait_ms: float = 2.0,
+               max_payload_mb: float = 6.0) -> EndpointRecord:
+        """Prepare the model and start the detached server; returns at once (Creating)."""
+        from shipyard.serving.model_data import ModelLoadError, check_tree, extract
+
+        if not name or not all(c.isalnum() or c == "-" for c in name) or len(name) > 63:
+            raise ValidationError(f"endpoint name {name!r}: use up to 63 letters, digits and "
+                                  "hyphens")
+        if self._row(name) is not None:
+            raise ValidationError(f"an endpoint named {name!r} already exists; delete it "
+                                  "(`shipyard endpoints delete`) or pick another name")
+        if port is not None and not port_free(host, port):
+            raise ValidationError(f"port {port} on {host} is already in use; pick another port "
+                                  "or leave it out to get a free one")
+        source = self.resolve_model_data(model_data)
+        edir = self.endpoint_dir(name)
+        if os.path.exists(edir):
+            raise ValidationError(f"{edir} already exists; pick another endpoint name")
+        model_dir = os.path.join(edir, "model")
+        record: EndpointRecord | None = None
+        proc: subprocess.Popen | None = None
+        try:
+            os.makedirs(edir)
+            try:
+                if os.path.isdir(source):
+                    check_tree(source)
+                    shutil.copytree(source, model_dir, symlinks=True)
+                else:
+                    extract(source, model_dir)
+            except ModelLoadError as exc:
+                raise ValidationError(str(exc)) from None
+            program = self._add_code(model_dir, entry_point, source_dir, dependencies or [])
+            code_dir = os.path.join(model_dir, "code")
+            paths = (staging.install_requirements(code_dir, self.home.requirements_cache)[0]
+                     if os.path.isdir(code_dir) else [])
+            port = port or free_port(host)
+            config = {"Framework": framework, "Workers": workers, "BatchSize": batch_size,
+                      "BatchWaitMs": batch_wait_ms, "Program": program,
+                      "MaxPayloadInMB": max_payload_mb}
+            now = time.time()
+            with _db(self.db_path) as db:
+                db.execute("INSERT INTO endpoints VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                           (name, model_data, edir, host, port, None, "Creating", None,
+                            json.dumps(config), now, now))
+            record = self._row(name)
+            proc = self._launch(record, model_dir, framework, program, workers, batch_size,
+                                batch_wait_ms, max_payload_mb, env or {}, paths)
+            with _db(self.db_path) as db:
+                db.execute("UPDATE endpoints SET pid=? WHERE name=?", (proc.pid, name))
+        except BaseException:
+            if proc is not None:
+                _stop_tree(proc.pid, grace=5)
+            if record is not None:
+                with _db(self.db_path) as db:
+                    db.execute("DELETE FROM endpoints WHERE name=?", (name,))
+            shutil.rmtree(edir, ignore_errors=True)
+            raise
+        return self.get(name)
+
+    def resolve_model_data(self, model_data: str) -> str:
+        """A local path, file:// URI or training job name -> a local archive or directory."""
+        if "://" not in model_data and not os.path.exists(model_data):
+            from shipyard.control.store import Store
+
+            store = Store(self.db_path)
+            if store.exists(model_data):
+                job = store.get(model_data)
+                if not job.model_artifact:
+                    raise ValidationError(f"training job {model_data!r} has no model artifact "
+                                          f"(status {job.status}); serve a Completed job")
+                model_data = job.model_artifact
+        if model_data.startswith("s3://"):
+            raise ValidationError(
+                f"{model_data!r}: s3:// model_data is not available yet (it arrives with the "
+                "data-channels issue #7); download it and give the local path")
+        path = staging.local_path(model_data)
+        if not os.path.exists(path):
+            raise ValidationError(f"model_data {model_data!r} does not exist (give a "
+                                  "model.tar.gz, a model directory or a training job name)")
+        return path
+
+    @staticmethod
+    def _add_code(model_dir: str, entry_point: str | None, source_dir: str | None,
+                  dependencies: list[str]) -> str | None:
+        """Copy the inference code into model/code (SageMaker's repack); returns program."""
+        if not entry_point and not source_dir:
+            return None
+        code_dir = os.path.join(model_dir, "code")
+        if source_dir:
+            src = staging.local_path(source_dir)
+            if not os.path.isdir(src):
+                raise ValidationError(f"source_dir {source_dir!r} is not a directory")
+            shutil.copytree(src, code_dir, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+        if entry_point:
+            path = entry_point if source_dir is None else os.path.join(code_dir, entry_point)
+            if not os.path.isfile(path):
+                raise ValidationError(f"entry_point {entry_point!r} not found"
+                                      + (f" in source_dir {source_dir!r}" if source_dir else ""))
+            if source_dir is None:
+                os.makedirs(code_dir, exist_ok=True)
+                shutil.copy2(path, os.path.join(code_dir, os.path.basename(path)))
+                entry_point = os.path.basename(path)
+        for dep in dependencies:
+            dep_path = staging.local_path(dep)
+            target = os.path.join(code_dir, "lib", os.path.basename(os.path.normpath(dep_path)))
+            if os.path.isdir(dep_path):
+                shutil.copytree(dep_path, target, dirs_exist_ok=True)
+            elif os.path.isfile(dep_path):
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copy2(dep_path, target)
+            else:
+                raise ValidationError(f"dependency {dep!r} does not exist")
+        return entry_point
+
+    def _launch(self, record: EndpointRecord, model_dir: str, framework: str,
+                program: str | None, workers: int, batch_size: int, batch_wait_ms: float,
+                max_payload_mb: float, env: dict[str, str], paths: list[str]) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "shipyard.serving", model_dir, "--port", str(record.port),
+               "--host", record.host, "--workers", str(workers), "--framework", framework,
+               "--max-payload-mb", str(max_payload_mb), "--batch-size", str(batch_size),
+               "--batch-wait-ms", str(batch_wait_ms), "--state-file", record.state_file]
+        if program:
+            cmd += ["--program", program]
+        full_env = dict(os.environ, **env, SHIPYARD_ENDPOINT=record.name)
+        if paths:
+            full_env["PYTHONPATH"] = os.pathsep.join(
+                paths + [p for p in [full_env.get("PYTHONPATH")] if p])
+        with open(record.log_path, "ab") as log:
+            return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=full_env,
+                                    start_new_session=True, close_fds=True)
+
+    def wait(self, name: str, timeout: float = 600) -> EndpointRecord:
+        """Until InService and /ping answers 200; EndpointError with the reason if Failed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self.get(name)
+            if record.status == "Failed":
+                raise EndpointError(f"endpoint {name!r} failed: {record.failure_reason}")
+            if record.status == "InService" and ping(record):
+                return record
+            if time.monotonic() > deadline:
+                raise EndpointError(f"endpoint {name!r} was not InService within {timeout:.0f} s "
+                                    f"(status {record.status}); see {record.log_path}")
+            time.sleep(0.1)
+
+    # -- deleting -------------------------------------------------------------------------
+    def delete(self, name: str, grace: float = 15.0) -> None:
+        """Stop the server and every worker, then forget the endpoint and its files."""
+        record = self._row(name)
+        if record is None:
+            raise EndpointNotFoundError(f"no endpoint named {name!r} (see `shipyard endpoints`)")
+        if record.pid and _server_alive(record):
+            _stop_tree(record.pid, grace)
+        with _db(self.db_path) as db:
+            db.execute("DELETE FROM endpoints WHERE name=?", (name,))
+        shutil.rmtree(record.endpoint_dir, ignore_errors=True)
+
+
+def ping(record: EndpointRecord, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(record.url + "/ping", timeout=timeout) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _server_alive(record: EndpointRecord) -> bool:
+    """The recorded pid is still this endpoint's server (not a reused pid)."""
+    if not record.pid:
+        return False
+    try:
+        proc = psutil.Process(record.pid)
+        return (proc.status() != psutil.STATUS_ZOMBIE
+                and any(record.endpoint_dir in part for part in proc.cmdline()))
+    except psutil.Error:
+        return False
+
+
+def _stop_tree(pid: int, grace: float) -> None:
+    """SIGTERM the server (it stops its workers), SIGKILL whatever is left after grace."""
+    try:
+        proc = psutil.Process(pid)
+        tree = [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+    except psutil.Error:
+        pass
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)

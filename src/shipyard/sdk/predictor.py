@@ -1,0 +1,189 @@
+"""Predictor: invoke an endpoint by name (mirrors ``sagemaker.predictor.Predictor``).
+
+Requests go over one kept-alive HTTP connection per thread with TCP_NODELAY, so a
+small request costs one round trip on loopback. A non-2xx answer raises ModelError
+with the server's message, as InvokeEndpoint's ``ModelError`` does.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import socket
+import threading
+from typing import Any
+
+from shipyard.control.endpoints import EndpointError, Endpoints
+from shipyard.errors import ShipyardError
+from shipyard.sdk.deserializers import (
+    BaseDeserializer,
+    BytesDeserializer,
+    JSONDeserializer,
+)
+from shipyard.sdk.serializers import BaseSerializer, IdentitySerializer, JSONSerializer
+
+CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+
+
+class ModelError(ShipyardError):
+    """The model server answered with an error status (InvokeEndpoint's ModelError)."""
+
+    def __init__(self, status: int, message: str, endpoint: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(f"An error occurred (ModelError) when calling the InvokeEndpoint "
+                         f"operation on {endpoint!r}: Received "
+                         f"{'client' if status < 500 else 'server'} error ({status}) with "
+                         f"message \"{message}\"")
+
+
+class Predictor:
+    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
+                 serializer: BaseSerializer | None = None,
+                 deserializer: BaseDeserializer | None = None,
+                 component_name: str | None = None, **kwargs: Any) -> None:
+        self.endpoint_name = endpoint_name
+        self.sagemaker_session = sagemaker_session
+        self.serializer = serializer or IdentitySerializer()
+        self.deserializer = deserializer or BytesDeserializer()
+        self.component_name = component_name
+        home = getattr(sagemaker_session, "home", None)
+        self._endpoints = Endpoints(home)
+        self._local = threading.local()
+        self._address: tuple[str, int] | None = None
+
+    @property
+    def content_type(self) -> str:
+        return self.serializer.content_type
+
+    @property
+    def accept(self) -> tuple[str, ...]:
+        return self.deserializer.accept
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._address is None:
+                record = self._endpoints.get(self.endpoint_name)
+                if record.status != "InService":
+                    raise EndpointError(f"endpoint {self.endpoint_name!r} is {record.status}"
+                                        + (f": {record.failure_reason}"
+                                           if record.failure_reason else ""))
+                self._address = (record.host, record.port)
+            conn = http.client.HTTPConnection(*self._address, timeout=60)
+            conn.connect()
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._local.conn = conn
+        return conn
+
+    def _request(self, path: str, body: Any, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                conn.request("POST", path, body=body, headers=headers)
+                resp = conn.getresponse()
+                return resp.status, resp.getheader("Content-Type", ""), resp.read()
+            except (ConnectionError, http.client.HTTPException, OSError):
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def predict(self, data: Any, initial_args: dict[str, str] | None = None,
+                target_model: str | None = None, target_variant: str | None = None,
+                inference_id: str | None = None, custom_attributes: str | None = None,
+                component_name: str | None = None) -> Any:
+        """Serialize ``data``, POST it to /invocations, deserialize the answer."""
+        args = dict(initial_args or {})
+        body = args.pop("Body", None)
+        if body is None:
+            body = self.serializer.serialize(data)
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        headers = {"Content-Type": args.get("ContentType", self.content_type),
+                   "Accept": args.get("Accept", ", ".join(self.accept))}
+        attrs = custom_attributes or args.get("CustomAttributes")
+        if attrs:
+            headers[CUSTOM_ATTRIBUTES] = attrs
+        if target_model:
+            headers["X-Amzn-SageMaker-Target-Model"] = target_model
+        status, ctype, payload = self._request("/invocations", body, headers)
+        if status >= 300:
+            raise ModelError(status, _message(payload), self.endpoint_name)
+        return self.deserializer.deserialize(io.BytesIO(payload), ctype)
+
+    def delete_endpoint(self, delete_endpoint_config: bool = True) -> None:
+        """Stop the endpoint's server and forget it (nothing is left running)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+        self._endpoints.delete(self.endpoint_name)
+
+    def delete_model(self) -> None:
+        """Models are not kept apart from endpoints here; nothing to delete."""
+
+    def describe(self) -> dict[str, Any]:
+        return self._endpoints.get(self.endpoint_name).describe()
+
+
+def _message(payload: bytes) -> str:
+    import json
+
+    try:
+        data = json.loads(payload)
+        if isinstance(data, dict) and "error" in data:
+            return str(data["error"])
+    except ValueError:
+        pass
+    return payload.decode("utf-8", "replace")[:1000]
+
+
+class TensorFlowPredictor(Predictor):
+    """JSON in and out; ``model_name``/``model_version`` pick a TF Serving model by the
+    tfs-model-name/tfs-model-version custom attributes; classify/regress by tfs-method."""
+
+    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
+                 serializer: BaseSerializer | None = None,
+                 deserializer: BaseDeserializer | None = None,
+                 model_name: str | None = None, model_version: str | None = None,
+                 component_name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(endpoint_name, sagemaker_session, serializer or JSONSerializer(),
+                         deserializer or JSONDeserializer(), component_name)
+        self._model_attributes = ",".join(
+            f"{k}={v}" for k, v in (("tfs-model-name", model_name),
+                                    ("tfs-model-version", model_version)) if v)
+
+    def classify(self, data: Any) -> Any:
+        return self._classify_or_regress(data, "classify")
+
+    def regress(self, data: Any) -> Any:
+        return self._classify_or_regress(data, "regress")
+
+    def _classify_or_regress(self, data: Any, method: str) -> Any:
+        if self.content_type != "application/json":
+            raise ValueError(f"The {method} api requires json requests.")
+        return self.predict(data, {"CustomAttributes": f"tfs-method={method}"})
+
+    def predict(self, data: Any, initial_args: dict[str, str] | None = None, **kwargs: Any
+                ) -> Any:
+        args = dict(initial_args or {})
+        if self._model_attributes:
+            args["CustomAttributes"] = ",".join(
+                a for a in (self._model_attributes, args.get("CustomAttributes")) if a)
+        return super().predict(data, args, **kwargs)
+
+
+class PyTorchPredictor(Predictor):
+    """NumPy in and out, as ``sagemaker.pytorch.PyTorchPredictor``."""
+
+    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
+                 serializer: BaseSerializer | None = None,
+                 deserializer: BaseDeserializer | None = None,
+                 component_name: str | None = None, **kwargs: Any) -> None:
+        from shipyard.sdk.deserializers import NumpyDeserializer
+        from shipyard.sdk.serializers import NumpySerializer
+
+        super().__init__(endpoint_name, sagemaker_session, serializer or NumpySerializer(),
+                         deserializer or NumpyDeserializer(), component_name)
