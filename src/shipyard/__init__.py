@@ -19,6 +19,13 @@ _EXPORTS = {
     "PyTorch": "shipyard.sdk.pytorch",
     "TrainingInput": "shipyard.sdk.inputs",
     "Session": "shipyard.sdk.session",
+    "Model": "shipyard.sdk.model",
+    "TensorFlowModel": "shipyard.sdk.model",
+    "PyTorchModel": "shipyard.sdk.model",
+    "Predictor": "shipyard.sdk.predictor",
+    "TensorFlowPredictor": "shipyard.sdk.predictor",
+    "PyTorchPredictor": "shipyard.sdk.predictor",
+    "Transformer": "shipyard.sdk.transformer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -215,6 +215,24 @@ class EstimatorBase:
         desc = self._require_job().describe()
         return desc.get("ModelArtifacts", {}).get("S3ModelArtifacts")
 
+    # -- hosting (issue #8): the model of the latest job, served or batch-transformed ----
+    def create_model(self, **kwargs: Any) -> Any:
+        from shipyard.sdk.model import model_for_estimator
+
+        return model_for_estimator(self, **kwargs)
+
+    def deploy(self, *args: Any, **kwargs: Any) -> Any:
+        """Serve the trained model on an endpoint; returns a Predictor once it is healthy."""
+        from shipyard.sdk.model import deploy_from_estimator
+
+        return deploy_from_estimator(self, *args, **kwargs)
+
+    def transformer(self, *args: Any, **kwargs: Any) -> Any:
+        """A batch Transformer over the trained model."""
+        from shipyard.sdk.model import transformer_from_estimator
+
+        return transformer_from_estimator(self, *args, **kwargs)
+
     @classmethod
     def attach(cls, training_job_name: str, sagemaker_session: Optional[Session] = None,
                model_channel_name: str = "model") -> "EstimatorBase":
