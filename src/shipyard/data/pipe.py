@@ -14,7 +14,7 @@ import fcntl
 import json
 import os
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from shipyard.data import recordio, tfrecord
 

@@ -10,7 +10,7 @@ back between the parts).
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 MAGIC = 0xCED7230A
 MAGIC_BYTES = struct.pack("<I", MAGIC)

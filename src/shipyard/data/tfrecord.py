@@ -9,7 +9,7 @@ pure-Python CRC32C costs ~0.1 ms per KB.
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 
 class TFRecordError(ValueError):
@@ -52,11 +52,10 @@ def encode(record: bytes) -> bytes:
 def write(path: str, records: Iterable[bytes]) -> None:
     """Write a TFRecord file (tf.io.TFRecordWriter when TensorFlow is importable: fast)."""
     try:
-        import tensorflow as tf  # noqa: F401
+        import tensorflow as tf
     except ImportError:
         with open(path, "wb") as fh:
-            for record in records:
-                fh.write(encode(record))
+            fh.writelines(encode(record) for record in records)
         return
     with tf.io.TFRecordWriter(path) as writer:
         for record in records:

@@ -8,7 +8,7 @@ worker 0 reads (the others yield nothing) rather than splitting one stream wrong
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -19,9 +19,9 @@ __all__ = ["PipeDataset", "PipeModeDatasetException"]
 
 class PipeDataset(IterableDataset):
     def __init__(self, channel: str, record_format: str = "RecordIO",
-                 transform: Optional[Callable[[bytes], object]] = None,
-                 state_dir: Optional[str] = None, pipe_dir: Optional[str] = None,
-                 config_dir: Optional[str] = None) -> None:
+                 transform: Callable[[bytes], object] | None = None,
+                 state_dir: str | None = None, pipe_dir: str | None = None,
+                 config_dir: str | None = None) -> None:
         super().__init__()
         self.reader = EpochReader(channel, record_format, state_dir, pipe_dir, config_dir)
         self.transform = transform

@@ -10,8 +10,8 @@ never to boto3 directly, so the same code path serves a laptop and a cluster.
 from __future__ import annotations
 
 from shipyard.storage.api import ObjectInfo, Store
-from shipyard.storage.uri import Location, endpoint_url, is_remote, parse
 from shipyard.storage.listing import list_channel, store_for
+from shipyard.storage.uri import Location, endpoint_url, is_remote, parse
 
 __all__ = ["Location", "ObjectInfo", "Store", "endpoint_url", "is_remote", "list_channel",
            "parse", "store_for"]

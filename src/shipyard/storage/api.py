@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Protocol
+from typing import BinaryIO, Protocol
 
 from shipyard.storage.uri import Location
 

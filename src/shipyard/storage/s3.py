@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from typing import Any, BinaryIO, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, BinaryIO, TypeVar
 
 from shipyard.errors import StorageError
 from shipyard.storage.api import ObjectInfo
@@ -55,9 +56,13 @@ class S3Store:
         return self.endpoint or "the default AWS endpoint"
 
     def _call(self, what: str, location: Location, fn: Callable[[], T]) -> T:
-        from botocore.exceptions import (ClientError, EndpointConnectionError,
-                                         NoCredentialsError, ConnectTimeoutError,
-                                         ReadTimeoutError)
+        from botocore.exceptions import (
+            ClientError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            ReadTimeoutError,
+        )
 
         try:
             return fn()

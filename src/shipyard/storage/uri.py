@@ -30,7 +30,7 @@ class Location:
             return f"s3://{self.bucket}/{self.key}"
         return "file://" + self.path
 
-    def child(self, relative: str) -> "Location":
+    def child(self, relative: str) -> Location:
         """The location ``relative`` below this one (a "directory" join)."""
         relative = relative.lstrip("/")
         if self.scheme == "s3":

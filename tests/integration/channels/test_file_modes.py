@@ -69,7 +69,8 @@ def test_file_and_fastfile_from_s3_and_local(session, write_script, bucket, tmp_
     assert seen["localfile"] == local_expected and seen["localfast"] == local_expected
     assert seen["modes"] == {"s3file": "File", "s3fast": "FastFile", "localfile": "File",
                              "localfast": "FastFile"}
-    log = open(os.path.join(session.home, "jobs", "file-modes", "logs", "algo-1.log")).read()
+    with open(os.path.join(session.home, "jobs", "file-modes", "logs", "algo-1.log")) as fh:
+        log = fh.read()
     # FastFile fetched only what the script read: one of the two objects, not the 5 MiB one
     assert "channel s3fast (FastFile): read 1 of 2 objects, fetched 3.1 MB" in log, log[-3000:]
     assert "channel s3file (File) from s3://" in log  # progress line

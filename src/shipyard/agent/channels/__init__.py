@@ -13,7 +13,7 @@ import ctypes
 import os
 import shutil
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from shipyard.agent.channels import fastfile, file, fuse
 from shipyard.agent.channels.checkpoints import CheckpointSync
@@ -46,7 +46,7 @@ class ChannelSession:
                 os.remove(failure)
             specs.append(ProcessSpec(
                 name=f"pipe-feeder-{source.name}",
-                argv=[sys.executable, "-m", "shipyard.agent.channels.pipe", "--source",
+                argv=[sys.executable, "-m", "shipyard.agent.channels.feeder", "--source",
                       spec_file, "--input-data", self.paths.input_data,
                       "--failure-file", failure],
                 env=dict(os.environ), cwd=self.paths.agent_dir, role="service",

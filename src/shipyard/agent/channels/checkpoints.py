@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from shipyard import storage
 from shipyard.agent.channels.file import download_objects
@@ -82,7 +82,7 @@ class CheckpointSync:
             while not self._stop.wait(self.interval):
                 try:
                     self.sync_once()
-                except Exception as exc:  # keep trying; the final pass reports for real
+                except Exception as exc:  # noqa: BLE001 - retried; the final pass raises
                     self.log(f"checkpoint upload to {self.base.uri} failed, will retry: {exc}")
 
         self._thread = threading.Thread(target=loop, name="checkpoint-sync", daemon=True)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from shipyard.agent.channels import fuse
 from shipyard.storage import ObjectInfo, Store

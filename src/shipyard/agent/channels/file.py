@@ -11,8 +11,8 @@ name renamed into place, with progress logged.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from shipyard.agent.channels.progress import Progress
 from shipyard.storage import ObjectInfo, Store

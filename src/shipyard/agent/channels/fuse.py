@@ -17,9 +17,9 @@ import stat
 import struct
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
 _IN_HEADER = struct.Struct("<IIQQIIII")
 _OUT_HEADER = struct.Struct("<IiQ")
@@ -155,7 +155,7 @@ class FuseMount:
             try:
                 if self._handle(opcode, unique, nodeid, body) is False:
                     return
-            except Exception as exc:  # never take the mount down on one bad request
+            except Exception as exc:  # noqa: BLE001 - one bad request must not end the mount
                 self.log(f"fuse {self.name}: request {opcode} failed: {exc}")
                 if opcode not in _NO_REPLY:
                     self._reply(unique, errno.EIO)
@@ -163,7 +163,7 @@ class FuseMount:
     def _handle(self, opcode: int, unique: int, nodeid: int, body: bytes):
         node = self.nodes.get(nodeid)
         if opcode == INIT:
-            major, minor, readahead, flags = struct.unpack_from("<IIII", body)
+            _major, minor, readahead, flags = struct.unpack_from("<IIII", body)
             out = struct.pack("<IIIIHHIIHHI", 7, min(minor, 31), readahead, flags & 1,
                               16, 12, MAX_READ, 1, 32, 0, 0) + b"\0" * 28
             self._reply(unique, 0, out)
@@ -209,7 +209,7 @@ class FuseMount:
         try:
             data = self.read(node, offset, min(size, max(0, node.size - offset)))
             self._reply(unique, 0, data)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - becomes EIO for the reader
             self.log(f"fuse {self.name}: reading {node.name} at {offset} failed: {exc}")
             self._reply(unique, errno.EIO)
 

@@ -11,20 +11,17 @@ that sees end-of-file always finds the next epoch waiting. A reader that closes 
 ends the epoch (as in SageMaker). Any object that cannot be read or decoded ends the
 feeder with a failure text naming the object, which fails the instance.
 
-``python -m shipyard.agent.channels.pipe --source <agent>/pipe-X.json --input-data DIR``
+Run by ``python -m shipyard.agent.channels.feeder --source <agent>/pipe-X.json --input-data DIR``.
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
-import sys
 import time
 import zlib
-from typing import Iterator
+from collections.abc import Iterator
 
-from shipyard.agent.channels.source import ChannelSource
 from shipyard.data import recordio
 from shipyard.storage import ObjectInfo, Store
 
@@ -86,7 +83,7 @@ def object_bytes(store: Store, obj: ObjectInfo, gzip: bool, wrap: bool,
                         "CompressionType=Gzip") from None
     except recordio.RecordIOError as exc:
         raise FeedError(f"object {obj.uri} has corrupt RecordIO framing: {exc}") from None
-    except Exception as exc:  # storage errors, connection drops
+    except Exception as exc:  # noqa: BLE001 - storage errors, dropped connections
         raise FeedError(f"object {obj.uri} could not be read: {exc}") from None
 
 
@@ -128,38 +125,10 @@ def feed(store: Store, objects: list[ObjectInfo], input_data: str, channel: str,
                     written += len(data)
         except BrokenPipeError:
             log(f"channel {channel}: the reader closed epoch {epoch} after {written} bytes")
-        finally:
-            make_fifo(fifo_path(input_data, channel, epoch + 1))
-            os.close(fd)
-            os.unlink(path)
+        # On a FeedError the FIFO stays open until this process has exited: the reader
+        # must not see a clean end of the epoch before the instance knows it failed.
+        make_fifo(fifo_path(input_data, channel, epoch + 1))
+        os.close(fd)
+        os.unlink(path)
         log(f"channel {channel}: epoch {epoch} fed ({written / 1e6:.1f} MB)")
         epoch += 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shipyard.agent.channels.pipe")
-    parser.add_argument("--source", required=True, help="the channel (ChannelSource JSON)")
-    parser.add_argument("--input-data", required=True, help="the instance's input/data dir")
-    parser.add_argument("--failure-file", default=None)
-    args = parser.parse_args(argv)
-    source = ChannelSource.load(args.source)
-
-    def log(message: str) -> None:
-        sys.stdout.write(f"[shipyard-agent] {message}\n")
-        sys.stdout.flush()
-
-    try:
-        store, objects = source.objects()
-        feed(store, objects, args.input_data, source.name, source.options, log=log)
-    except Exception as exc:
-        text = f"channel {source.name!r} (Pipe): {exc}"
-        log(text)
-        if args.failure_file:
-            with open(args.failure_file, "w", encoding="utf-8") as fh:
-                fh.write(text[:1024])
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

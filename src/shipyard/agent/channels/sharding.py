@@ -7,7 +7,8 @@ their union is the whole channel (SageMaker: "approximately 1/n of the objects")
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ class ChannelSource:
     endpoint_url: str | None = None
 
     @classmethod
-    def of(cls, config: AgentConfig, host: str, name: str) -> "ChannelSource":
+    def of(cls, config: AgentConfig, host: str, name: str) -> ChannelSource:
         options = dict(config.input_data_config.get(name, {}))
         return cls(name=name, uri=config.channel_sources[name],
                    mode=str(options.get("TrainingInputMode", "File")), hosts=list(config.hosts),
@@ -55,6 +55,6 @@ class ChannelSource:
         return json.dumps(asdict(self))
 
     @classmethod
-    def load(cls, path: str) -> "ChannelSource":
+    def load(cls, path: str) -> ChannelSource:
         with open(path, encoding="utf-8") as fh:
             return cls(**json.load(fh))
