@@ -1,0 +1,138 @@
+"""The mpi runner's pure parts: options, validation, the planned processes, the rank
+wrapper's environment merge and failure excerpts, mpirun's own messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from shipyard.agent.config import AgentConfig
+from shipyard.agent.layout import paths_for
+from shipyard.agent.runners import mpi, mpi_command, mpi_launch, mpi_rank
+from shipyard.agent.runners.api import InstanceContext
+from shipyard.errors import DistributionError
+from shipyard.instance_types import InstanceResources
+
+CPU = InstanceResources("local", num_cpus=2, num_gpus=0, nominal_cpus=2, nominal_gpus=0)
+GPU4 = InstanceResources("ml.g5.12xlarge", num_cpus=48, num_gpus=4, nominal_cpus=48, nominal_gpus=4)
+
+
+def test_processes_per_host_defaults_to_gpus_else_one():
+    assert mpi.processes_per_host({}, 0) == 1
+    assert mpi.processes_per_host({}, 4) == 4
+    assert mpi.processes_per_host({"processes_per_host": 3}, 4) == 3
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"processes_per_host": 0}, "integer >= 1"),
+    ({"processes_per_host": True}, "integer >= 1"),
+    ({"process_per_host": 2}, "unknown option"),
+])
+def test_validate_refuses_bad_options(options, match):
+    with pytest.raises(DistributionError, match=match):
+        mpi.validate(dict(options, enabled=True), 2, CPU)
+
+
+def test_validate_gpus_and_cpus():
+    with pytest.raises(DistributionError, match="processes_per_host <= 4"):
+        mpi.validate({"enabled": True, "processes_per_host": 8}, 1, GPU4)
+    mpi.validate({"enabled": True}, 2, GPU4)
+    with pytest.warns(UserWarning, match="more than the 2 CPU"):
+        mpi.validate({"enabled": True, "processes_per_host": 3}, 1, CPU)
+
+
+def test_validate_without_mpirun(monkeypatch, tmp_path):
+    monkeypatch.setenv("SHIPYARD_MPIRUN", str(tmp_path / "nope"))
+    with pytest.raises(DistributionError, match="needs mpirun"):
+        mpi.validate({"enabled": True}, 2, CPU)
+
+
+def test_only_the_master_decides():
+    assert mpi.deciding_hosts({}, ["algo-1", "algo-2", "algo-3"]) == ["algo-1"]
+
+
+@pytest.mark.parametrize("text,level,rest", [
+    ("", "INFO", []),
+    ("--NCCL_DEBUG WARN -x FOO=1", "WARN", ["-x", "FOO=1"]),
+    ("--mca btl_tcp_if_include lo --NCCL_DEBUG=TRACE", "TRACE", ["--mca", "btl_tcp_if_include", "lo"]),
+])
+def test_custom_mpi_options_split_as_sagemaker_does(text, level, rest):
+    assert mpi_command.parse_custom_mpi_options(text) == (level, rest)
+
+
+def _ctx(tmp_path, host, options) -> InstanceContext:
+    config = AgentConfig(job_name="j", hosts=["algo-1", "algo-2"],
+                         addresses={"algo-1": "127.1.2.1", "algo-2": "127.1.2.2"},
+                         instance_type="local", num_cpus=2, num_gpus=0, hyperparameters={},
+                         input_data_config={}, channel_sources={}, submit_directory=str(tmp_path),
+                         entry_point="train.py", instances_dir=str(tmp_path / "instances"),
+                         runner="mpi", runner_options=dict(options, kind="mpi"))
+    paths = paths_for(config, host)
+    return InstanceContext(config=config, host=host, paths=paths,
+                           env={"PATH": os.environ["PATH"], "SM_CURRENT_HOST": host},
+                           user_command=[sys.executable, "train.py", "--epochs", "2"])
+
+
+def test_master_plans_mpirun_and_workers_wait(tmp_path):
+    options = {"processes_per_host": 3, "custom_mpi_options": "--NCCL_DEBUG WARN --mca x y"}
+    [worker] = mpi.plan(_ctx(tmp_path, "algo-2", options))
+    assert worker.argv[-2:] == ["shipyard.agent.runners.mpi_launch", "--wait"]
+    assert not worker.user_facing
+    [master] = mpi.plan(_ctx(tmp_path, "algo-1", options))
+    argv = master.argv
+    assert master.failure_file and argv[argv.index("--failure-file") + 1] == master.failure_file
+    mpirun = argv[argv.index("--") + 1:]
+    assert mpirun[mpirun.index("-np") + 1] == "6"
+    assert "--bind-to" in mpirun and "--oversubscribe" in mpirun
+    assert ["-x", "NCCL_DEBUG=WARN"] == mpirun[mpirun.index("-x"):mpirun.index("-x") + 2]
+    assert "--mca x y" in " ".join(mpirun)
+    assert mpirun[-6:] == [sys.executable, "-m", "mpi4py", "train.py", "--epochs", "2"]
+    plan = json.loads(open(mpirun[mpirun.index("--plan") + 1]).read())
+    assert plan["processes_per_host"] == 3 and plan["hosts"] == ["algo-1", "algo-2"]
+    for host in ("algo-1", "algo-2"):
+        env_file = tmp_path / "instances" / host / "agent" / mpi.ENV_FILE
+        assert json.loads(env_file.read_text())["SM_CURRENT_HOST"] == host
+        assert oct(env_file.stat().st_mode & 0o777) == "0o600"
+
+
+def test_shim_goes_on_the_path_when_horovod_is_missing():
+    env = mpi.rank_python_path({"PYTHONPATH": "/code"})
+    first, shim = env["PYTHONPATH"].split(os.pathsep)
+    assert first == "/code" and os.path.isdir(os.path.join(shim, "horovod"))
+
+
+def test_rank_environment_layers():
+    instance = {"SM_CURRENT_HOST": "algo-2", "PATH": "/bin", "SM_MODEL_DIR": "/j/algo-2/model"}
+    master = {"SM_CURRENT_HOST": "algo-1", "PATH": "/bin", "SM_MODEL_DIR": "/j/algo-1/model"}
+    current = dict(master, OMPI_COMM_WORLD_RANK="3", NCCL_DEBUG="INFO", PATH="/ompi/bin:/bin")
+    env = mpi_rank.rank_environment(instance, master, current, ["algo-1", "algo-2"], 2, 3)
+    assert env["SM_CURRENT_HOST"] == "algo-2" and env["SM_MODEL_DIR"] == "/j/algo-2/model"
+    assert env["OMPI_COMM_WORLD_RANK"] == "3" and env["NCCL_DEBUG"] == "INFO"
+    assert env["PATH"] == "/ompi/bin:/bin"
+    assert (env["HOROVOD_HOSTNAME"], env["HOROVOD_LOCAL_RANK"], env["HOROVOD_CROSS_RANK"]) == ("algo-2", "1", "1")
+
+
+def test_trim_traceback_drops_what_follows_the_exception():
+    lines = ["x", "Traceback (most recent call last):", '  File "t.py", line 1', "    boom()",
+             "ValueError: boom", "shipyard.horovod: uncaught ValueError on rank 1; aborting",
+             "-----", "MPI_ABORT was invoked on rank 1"]
+    assert mpi_rank.trim_traceback(lines)[-1] == "ValueError: boom"
+    assert mpi_rank.trim_traceback(["a", "b"]) == ["a", "b"]
+
+
+def test_first_failure_wins(tmp_path):
+    path = str(tmp_path / "failure")
+    assert mpi_rank.claim_failure(path, "rank 1 first")
+    assert not mpi_rank.claim_failure(path, "rank 0 later")
+    assert open(path).read() == "rank 1 first"
+
+
+def test_banner_text_is_mpiruns_message():
+    lines = ["noise", "-" * 74, "An unrecognized option was included on the mpirun command line:", "",
+             "  Option: --bogus", "-" * 74]
+    assert mpi_launch.banner_text(lines) == ("An unrecognized option was included on the mpirun command "
+                                             "line: Option: --bogus")
+    assert mpi_launch.banner_text(["a", "", "b"]) == "a b"
