@@ -19,11 +19,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402
-
-import horovod.tensorflow.keras as hvd  # noqa: E402
+import horovod.tensorflow.keras as hvd
+import keras
+import numpy as np
+import tensorflow as tf
 
 parser = argparse.ArgumentParser(description="Keras 3 digits (MNIST-style) Example")
 parser.add_argument("--epochs", type=int, default=12)

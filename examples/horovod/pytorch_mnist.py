@@ -15,14 +15,12 @@ to SM_MODEL_DIR.
 import argparse
 import os
 
+import horovod.torch as hvd
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-import torch.optim as optim
 import torch.utils.data.distributed
-
-import horovod.torch as hvd
+from torch import nn, optim
 
 # Training settings
 parser = argparse.ArgumentParser(description="PyTorch digits (MNIST-style) Example")
@@ -53,7 +51,7 @@ parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR"))
 
 class Net(nn.Module):
     def __init__(self):
-        super(Net, self).__init__()
+        super().__init__()
         self.conv1 = nn.Conv2d(1, 16, kernel_size=3, padding=1)
         self.conv2 = nn.Conv2d(16, 32, kernel_size=3, padding=1)
         self.conv2_drop = nn.Dropout2d(0.1)
@@ -89,9 +87,7 @@ def train(epoch):
         if batch_idx % args.log_interval == 0 and hvd.rank() == 0:
             # Horovod: use train_sampler to determine the number of examples in
             # this worker's partition.
-            print("Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(
-                epoch, batch_idx * len(data), len(train_sampler),
-                100. * batch_idx / len(train_loader), loss.item()))
+            print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_sampler)} ({100. * batch_idx / len(train_loader):.0f}%)]\tLoss: {loss.item():.6f}")
 
 
 def metric_average(val, name):
@@ -124,9 +120,8 @@ def test():
 
     # Horovod: print output only on first rank.
     if hvd.rank() == 0:
-        print("\nTest set: Average loss: {:.4f}, Accuracy: {:.2f}%\n".format(
-            test_loss, 100. * test_accuracy))
-        print("test_accuracy={:.4f}".format(test_accuracy))
+        print(f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {100. * test_accuracy:.2f}%\n")
+        print(f"test_accuracy={test_accuracy:.4f}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import shipyard
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 sys.path.insert(0, os.path.join(EXAMPLES, "data"))
-from make_digits import write_digits  # noqa: E402
+from make_digits import write_digits
 
 ACC = [{"Name": "test:accuracy", "Regex": r"test_accuracy=([0-9.]+)"}]
 MPI_2x2 = {"mpi": {"enabled": True, "processes_per_host": 2}}

@@ -141,7 +141,7 @@ def test_rank_env_layout():
 
 
 def test_launcher_env_as_root_sets_permission_pair(monkeypatch):
-    monkeypatch.setattr(mpi_launcher, "is_root", lambda: True)
+    monkeypatch.setattr(mpi_command, "is_root", lambda: True)
     env = mpi_command.launcher_env({"PATH": "/bin"})
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -90,7 +91,7 @@ def test_master_plans_mpirun_and_workers_wait(tmp_path):
     assert ["-x", "NCCL_DEBUG=WARN"] == mpirun[mpirun.index("-x"):mpirun.index("-x") + 2]
     assert "--mca x y" in " ".join(mpirun)
     assert mpirun[-6:] == [sys.executable, "-m", "mpi4py", "train.py", "--epochs", "2"]
-    plan = json.loads(open(mpirun[mpirun.index("--plan") + 1]).read())
+    plan = json.loads(Path(mpirun[mpirun.index("--plan") + 1]).read_text())
     assert plan["processes_per_host"] == 3 and plan["hosts"] == ["algo-1", "algo-2"]
     for host in ("algo-1", "algo-2"):
         env_file = tmp_path / "instances" / host / "agent" / mpi.ENV_FILE
@@ -127,7 +128,7 @@ def test_first_failure_wins(tmp_path):
     path = str(tmp_path / "failure")
     assert mpi_rank.claim_failure(path, "rank 1 first")
     assert not mpi_rank.claim_failure(path, "rank 0 later")
-    assert open(path).read() == "rank 1 first"
+    assert Path(path).read_text() == "rank 1 first"
 
 
 def test_banner_text_is_mpiruns_message():

@@ -38,7 +38,7 @@ def banner_text(lines: list[str]) -> str:
 
 def launch(command: list[str], failure_file: str) -> int:
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            preexec_fn=die_with_parent)
+                            preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads yet
 
     def forward(signum: int, _frame=None) -> None:
         if proc.poll() is None:

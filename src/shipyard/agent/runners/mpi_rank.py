@@ -161,7 +161,8 @@ class RankWrapper:
         signal.signal(signal.SIGINT, self.on_signal)
         self.proc = subprocess.Popen(self.command, env=env, cwd=os.path.join(instance_dir, "code"),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, preexec_fn=die_with_parent)
+                                     stderr=subprocess.PIPE,
+                                     preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads yet
         pumps = [Pump(self.proc.stdout, sys.stdout, f"[1,{self.rank}]<stdout>:"),
                  Pump(self.proc.stderr, sys.stderr, f"[1,{self.rank}]<stderr>:")]
         for pump in pumps:
