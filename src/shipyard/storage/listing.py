@@ -31,14 +31,16 @@ def store_for(location: Location | str, endpoint: str | None = None) -> Store:
 
 def list_channel(uri: str, s3_data_type: str = "S3Prefix",
                  endpoint: str | None = None) -> list[ObjectInfo]:
-    """Every object of a channel, sorted; raises StorageError when there are none."""
+    """Every object of a channel, sorted. An s3:// prefix or a manifest with no objects
+    is an error (SageMaker refuses it too); an existing empty local directory is not --
+    SageMaker local mode mounts it as it is."""
     loc = parse(uri)
     store = store_for(loc, endpoint)
     if s3_data_type == "ManifestFile":
         objects = _manifest_objects(store, loc, endpoint)
     else:
         objects = store.list(loc)
-    if not objects:
+    if not objects and (loc.scheme == "s3" or s3_data_type == "ManifestFile"):
         raise StorageError(f"no objects under {uri!r}: the prefix is empty or wrong")
     return objects
 

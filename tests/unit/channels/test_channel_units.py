@@ -75,9 +75,11 @@ def test_local_manifest_lists_entries_and_refuses_escapes(tmp_path):
     manifest.write_text(json.dumps([{"prefix": f"file://{tmp_path}/d/"}, "../m.json"]))
     with pytest.raises(StorageError, match="points outside its prefix"):
         storage.list_channel(str(manifest), "ManifestFile")
+    (tmp_path / "empty").mkdir()
+    assert storage.list_channel(str(tmp_path / "empty")) == []  # as SageMaker local mode
+    manifest.write_text(json.dumps([{"prefix": f"file://{tmp_path}/d/"}]))
     with pytest.raises(StorageError, match="no objects under"):
-        (tmp_path / "empty").mkdir()
-        storage.list_channel(str(tmp_path / "empty"))
+        storage.list_channel(str(manifest), "ManifestFile")
 
 
 def _pipe_setup(tmp_path, blobs):
