@@ -66,64 +66,33 @@ Minimal use::
 
 from __future__ import annotations
 
-from .client import (
-    ENDPOINTS_ENV,
-    HEARTBEAT_ENV,
-    RANK_ENV,
-    REPORT_ENV,
-    TIMEOUT_ENV,
-    PSClient,
-)
-from .consistency import Consistency
-from .core import ServerConfig, ServerCore
-from .errors import (
-    AuthenticationError,
-    CheckpointError,
-    PSConfigError,
-    PSError,
-    PSTimeoutError,
-    RemoteError,
-    ShapeMismatchError,
-    UnknownKeyError,
-    WireError,
-)
-from .optimizers import SGD, Adagrad, Adam, AdamW, make_optimizer
-from .placement import PlacementReport, TensorSpec, place
-from .stats import build_report
-from .transport import LocalNetwork, LocalTransport, Transport, ZmqTransport
-from .wire import SECRET_ENV
+import importlib
+from typing import Any
 
-__all__ = [
-    "ENDPOINTS_ENV",
-    "HEARTBEAT_ENV",
-    "RANK_ENV",
-    "REPORT_ENV",
-    "SECRET_ENV",
-    "SGD",
-    "TIMEOUT_ENV",
-    "Adagrad",
-    "Adam",
-    "AdamW",
-    "AuthenticationError",
-    "CheckpointError",
-    "Consistency",
-    "LocalNetwork",
-    "LocalTransport",
-    "PSClient",
-    "PSConfigError",
-    "PSError",
-    "PSTimeoutError",
-    "PlacementReport",
-    "RemoteError",
-    "ServerConfig",
-    "ServerCore",
-    "ShapeMismatchError",
-    "TensorSpec",
-    "Transport",
-    "UnknownKeyError",
-    "WireError",
-    "ZmqTransport",
-    "build_report",
-    "make_optimizer",
-    "place",
-]
+# Public names -> the module that defines them. Imported lazily (PEP 562) so that
+# ``shipyard.ps.options`` (what the control plane validates submissions with) does not
+# drag numpy and ZeroMQ into every ``shipyard train``.
+_EXPORTS = {
+    "client": ("ENDPOINTS_ENV", "HEARTBEAT_ENV", "RANK_ENV", "REPORT_ENV", "TIMEOUT_ENV", "PSClient"),
+    "consistency": ("Consistency",),
+    "core": ("ServerConfig", "ServerCore"),
+    "errors": ("AuthenticationError", "CheckpointError", "PSConfigError", "PSError", "PSTimeoutError",
+               "RemoteError", "ShapeMismatchError", "UnknownKeyError", "WireError"),
+    "optimizers": ("SGD", "Adagrad", "Adam", "AdamW", "make_optimizer"),
+    "options": ("PSOptions",),
+    "placement": ("PlacementReport", "TensorSpec", "place"),
+    "stats": ("build_report",),
+    "transport": ("LocalNetwork", "LocalTransport", "Transport", "ZmqTransport"),
+    "wire": ("SECRET_ENV",),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shipyard.ps' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -69,6 +69,7 @@ RANK_ENV = "SHIPYARD_PS_RANK"
 TIMEOUT_ENV = "SHIPYARD_PS_TIMEOUT"
 HEARTBEAT_ENV = "SHIPYARD_PS_HEARTBEAT"
 REPORT_ENV = "SHIPYARD_PS_REPORT"  # rank 0 writes the stats report here when it closes
+POLICY_ENV = "SHIPYARD_PS_POLICY"  # placement policy when register() is not given one
 DEFAULT_TIMEOUT = 300.0
 PARALLEL_DECODE_MIN = 256 * 1024  # replies larger than this are verified on the hash pool
 
@@ -253,7 +254,7 @@ class PSClient:
 
     # registration --------------------------------------------------------------
     def register(self, params: Mapping[str, ArrayLike] | Sequence[TensorSpec] | Iterable[tuple[str, ArrayLike]],
-                 optimizer: Any = None, *, policy: str = "auto", chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 optimizer: Any = None, *, policy: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
                  init: bool | None = None, groups: Mapping[str, str] | None = None,
                  optimizers: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         """Place and declare the parameters, initialize them, and return their current values.
@@ -279,6 +280,7 @@ class PSClient:
                 given.append((name, arr))
                 values[name] = arr
         specs = as_specs(given)
+        policy = policy or os.environ.get(POLICY_ENV) or "auto"
         report = place(specs, self.num_shards, policy, chunk_bytes)
         limit = min((int(x.get("max_message_bytes") or 0) for x in self.shard_info), default=0)
         too_big = [(k.spec.name, c.nbytes) for k in report.chosen.keys for c in k.chunks
@@ -299,6 +301,8 @@ class PSClient:
                 raise PSConfigError(f"group {g!r} of {name!r} has no entry in optimizers")
         opt_cfgs = {g: (make_optimizer(c).config() if c is not None else None)  # validate first
                     for g, c in group_cfg.items()}
+        if init is None:
+            init = self.worker_id == 0
         reqs = []
         for shard in range(self.num_shards):
             for g, cfg in group_cfg.items():
@@ -314,10 +318,10 @@ class PSClient:
                 if not entries and cfg is None:
                     continue
                 body = {"keys": entries, "optimizer": opt_cfgs[g], "group": g}
+                if init and shard == 0 and g == next(iter(group_cfg)):  # for the job's final report
+                    body["placement"] = report.to_json()
                 reqs.append(self._json_req(shard, MsgType.REGISTER, body, None, f"register {g}"))
         self._exchange(reqs)
-        if init is None:
-            init = self.worker_id == 0
         if init:
             missing = [n for n, v in values.items() if v is None]
             if missing:
@@ -503,6 +507,23 @@ class PSClient:
 
         self._exchange([self._json_req(i, MsgType.CHECKPOINT, {}, keep(i), "checkpoint") for i in range(self.num_shards)])
         return paths
+
+    def finish(self, exit_code: int, error: str = "", timeout: float | None = None) -> list[dict[str, Any]]:
+        """Tell every shard this worker's process ended (what the runner's worker wrapper
+        sends) and wait until every worker of the job has ended; returns each shard's
+        final answer: ``{"finished": {rank: outcome}, "stats": ..., "placement": ...}``."""
+        out: list[Any] = [None] * self.num_shards
+
+        def keep(i: int) -> Callable[[Message], None]:
+            def cb(m: Message) -> None:
+                out[i] = m.json()
+            return cb
+
+        body = {"exit_code": int(exit_code), "error": error[-2000:]}
+        self._exchange([self._json_req(i, MsgType.DONE, body, keep(i), "done") for i in range(self.num_shards)],
+                       timeout)
+        self._servers_down = True  # they stop right after answering
+        return out
 
     def shutdown_servers(self) -> None:
         """Tell every shard to write its final checkpoint and exit."""

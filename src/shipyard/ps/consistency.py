@@ -29,7 +29,7 @@ worker with the same id simply rejoins).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,3 +169,34 @@ def sync_round_ready(contributors: Iterable[int], live: Iterable[int], quorum_me
     """A sync round applies once every live worker has contributed (and it has at least one)."""
     contrib = set(contributors)
     return bool(contrib) and quorum_met and set(live) <= contrib
+
+
+def job_outcome(expected: int, exits: Mapping[int, int], workers: WorkerTable, joined: Iterable[int],
+                now: float, started: float, join_timeout: float) -> dict[int, dict[str, Any]] | None:
+    """Has every worker of the job ended? None while one may still be running, else
+    rank -> ``{"exit_code": c}`` (its wrapper reported) or ``{"lost": why}``.
+
+    Why a shard needs this: shards must end by themselves once training is over
+    (a parameter server that never exits hangs the job), yet never while a worker
+    still needs them. A rank is over when its process reported its exit (DONE), when
+    it went silent for longer than the heartbeat timeout after joining, or when it
+    never joined within ``join_timeout`` seconds of the shard's start.
+    """
+    seen = set(joined)
+    out: dict[int, dict[str, Any]] = {}
+    for rank in range(expected):
+        if rank in exits:
+            out[rank] = {"exit_code": int(exits[rank])}
+            continue
+        st = workers.workers.get(rank)
+        if rank in seen and st is not None:
+            silent = now - st.last_seen
+            if st.live or silent <= workers.heartbeat_timeout:
+                return None
+            out[rank] = {"lost": f"no message for {silent:.0f}s (heartbeat timeout "
+                                 f"{workers.heartbeat_timeout:g}s)"}
+        elif now - started < join_timeout:
+            return None
+        else:
+            out[rank] = {"lost": f"never connected within {join_timeout:g}s"}
+    return out

@@ -37,6 +37,7 @@ from .consistency import (
     SYNC,
     Consistency,
     WorkerTable,
+    job_outcome,
     staleness_blocked,
     sync_round_ready,
 )
@@ -109,6 +110,10 @@ class ServerConfig:
     checkpoint_dir: str | None = None
     checkpoint_interval: float = 60.0  # seconds; <= 0 disables periodic checkpoints
     max_payload: int = DEFAULT_MAX_PAYLOAD
+    # End once every one of ``expected_workers`` ranks has ended (DONE, lost, or never
+    # joined within ``join_timeout``): how shards stop by themselves in a job.
+    exit_when_done: bool = False
+    join_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         if self.num_shards < 1 or not 0 <= self.index < self.num_shards:
@@ -117,6 +122,8 @@ class ServerConfig:
             raise PSConfigError(f"heartbeat_timeout must be > 0, got {self.heartbeat_timeout}")
         if self.expected_workers is not None and self.expected_workers < 1:
             raise PSConfigError(f"expected_workers must be >= 1, got {self.expected_workers}")
+        if self.exit_when_done and self.expected_workers is None:
+            raise PSConfigError("exit_when_done needs expected_workers (--num-workers)")
         if self.max_payload < 1:
             raise PSConfigError(f"max_payload must be >= 1, got {self.max_payload}")
 
@@ -139,6 +146,13 @@ class ServerCore:
         self._changed = False
         self._last_checkpoint = clock()
         self.resumed_from: str | None = None
+        self.started = clock()
+        self.joined: set[int] = set()  # ranks heard from by this process (not restored ones)
+        self.exits: dict[int, int] = {}  # rank -> exit status its wrapper reported (DONE)
+        self.errors: dict[int, str] = {}  # rank -> the tail of its error output
+        self.held_done: list[tuple[bytes, Header]] = []  # DONE requests answered at the end
+        self.placement: dict[str, Any] | None = None  # the placement report rank 0 registered
+        self.outcome: dict[int, dict[str, Any]] | None = None  # set when the job has ended
         if config.checkpoint_dir:
             loaded = ckpt.load(config.checkpoint_dir, config.index, config.num_shards)
             if loaded is not None:
@@ -179,11 +193,45 @@ class ServerCore:
         """Expire silent workers and serve whatever that unblocks."""
         now = self.clock() if now is None else now
         dead = self.workers.expire(now)
-        if not dead:
-            return []
         for w in dead:  # its queued requests stay: a worker declared dead by mistake loses nothing
             log.info("shard %d: worker %d missed heartbeats; continuing without it", self.config.index, w)
-        return self._drain()
+        return (self._drain() if dead else []) + self._maybe_end(now)
+
+    @property
+    def exit_code(self) -> int:
+        """0 unless the job ended with no worker that finished successfully."""
+        if self.outcome is None:
+            return 0
+        return 0 if any(o.get("exit_code") == 0 for o in self.outcome.values()) else 1
+
+    def failure_text(self) -> str | None:
+        """Why the job's training failed when every worker failed (the shard's exit text)."""
+        if self.exit_code == 0 or self.outcome is None:
+            return None
+        parts = [f"rank {r}: " + (f"exit status {o['exit_code']}" if "exit_code" in o else f"lost, {o['lost']}")
+                 for r, o in sorted(self.outcome.items())]
+        text = "every worker of the job failed (" + "; ".join(parts) + ")"
+        first = next((r for r in sorted(self.errors) if self.errors[r].strip()), None)
+        if first is not None:
+            text += f". Rank {first}'s error:\n{self.errors[first].strip()}"
+        return text
+
+    def _maybe_end(self, now: float) -> list[Outgoing]:
+        """When every worker has ended: answer the held DONE requests and stop."""
+        cfg = self.config
+        if not cfg.exit_when_done or self.outcome is not None or cfg.expected_workers is None:
+            return []
+        outcome = job_outcome(cfg.expected_workers, self.exits, self.workers, self.joined, now,
+                              self.started, cfg.join_timeout)
+        if outcome is None:
+            return []
+        self.outcome = outcome
+        self.shutdown_requested = True
+        log.info("shard %d: every worker has ended (%s); stopping", cfg.index,
+                 ", ".join(f"{r}: {o}" for r, o in sorted(outcome.items())))
+        body = {"finished": {str(r): o for r, o in sorted(outcome.items())},
+                "stats": self.stats_json(now), "placement": self.placement}
+        return [self._json(peer, h, body) for peer, h in self.held_done]
 
     def checkpoint_due(self, now: float | None = None) -> bool:
         now = self.clock() if now is None else now
@@ -213,6 +261,7 @@ class ServerCore:
                               "(endpoint list out of order?)", code=ErrorCode.WRONG_SHARD)
         w = h.worker
         self.workers.seen(w, now)
+        self.joined.add(w)
         t = MsgType(h.msg_type)
         if t == MsgType.HEARTBEAT:
             return []
@@ -222,7 +271,7 @@ class ServerCore:
             info = {
                 "protocol": wire.PROTOCOL_VERSION, "shard": self.config.index,
                 "num_shards": self.config.num_shards, "consistency": self.config.consistency.to_json(),
-                "step": self.workers.resume_step(w), "keys": len(self.shard.slots),
+                "step": self._resume_step(w), "keys": len(self.shard.slots),
                 "heartbeat_timeout": self.config.heartbeat_timeout, "pid": os.getpid(),
                 "max_message_bytes": self.config.max_payload,
                 "host": socket.gethostname(), "resumed_from": self.resumed_from,
@@ -232,6 +281,8 @@ class ServerCore:
             body = self._json_body(msg)
             result = self.shard.register(body.get("keys", []), body.get("optimizer"),
                                          str(body.get("group") or DEFAULT_GROUP))
+            if isinstance(body.get("placement"), dict):
+                self.placement = body["placement"]
             return [self._json(peer, h, result)]
         if t == MsgType.SET_LR:
             body = self._json_body(msg)
@@ -255,10 +306,30 @@ class ServerCore:
             path = self.checkpoint(force=True)
             return [self._json(peer, h, {"path": str(path) if path else None,
                                          "updates": self.shard.updates})]
+        if t == MsgType.DONE:
+            body = self._json_body(msg)
+            code = body.get("exit_code")
+            if isinstance(code, bool) or not isinstance(code, int):
+                raise RemoteError(f"done needs an integer exit_code, got {code!r}", code=ErrorCode.BAD_REQUEST)
+            self.exits[w] = code
+            if isinstance(body.get("error"), str):
+                self.errors[w] = body["error"][-2000:]
+            self.workers.leave(w)
+            self.queues.pop(w, None)
+            self.held_done.append((peer, h))
+            return self._drain() + self._maybe_end(now)
         if t == MsgType.SHUTDOWN:
             self.shutdown_requested = True
             return [self._json(peer, h, {"shutdown": True})]
         raise RemoteError(f"unhandled message type {t.name}", code=ErrorCode.UNKNOWN_TYPE)
+
+    def _resume_step(self, w: int) -> int:
+        """Where a joining worker's step counter starts. sync: the rounds completed (a
+        worker that joins while round 0 is open takes part in round 0); otherwise its own
+        progress or the slowest other worker's (WorkerTable.resume_step)."""
+        if self.config.consistency.mode == SYNC:
+            return self.shard.global_step
+        return self.workers.resume_step(w)
 
     def _json_body(self, msg: Message) -> dict[str, Any]:
         try:

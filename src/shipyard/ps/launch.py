@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import PSError
-from .wire import SECRET_ENV
 
 
 def shard_command(index: int, num_shards: int, bind: str, *, checkpoint_dir: str | None = None,
@@ -29,7 +28,9 @@ def shard_command(index: int, num_shards: int, bind: str, *, checkpoint_dir: str
                   num_workers: int | None = None, heartbeat_timeout: float | None = None,
                   checkpoint_interval: float | None = None, ready_file: str | None = None,
                   max_message_bytes: int | None = None, exit_with_parent: bool = False,
-                  stats_file: str | None = None, python: str = sys.executable) -> list[str]:
+                  stats_file: str | None = None, exit_when_done: bool = False,
+                  join_timeout: float | None = None, failure_file: str | None = None,
+                  python: str = sys.executable) -> list[str]:
     """argv for ``python -m shipyard.ps.server`` (the secret travels in the environment)."""
     cmd = [python, "-m", "shipyard.ps.server", "--bind", bind, "--shard-index", str(index),
            "--num-shards", str(num_shards), "--consistency", consistency]
@@ -49,6 +50,12 @@ def shard_command(index: int, num_shards: int, bind: str, *, checkpoint_dir: str
         cmd += ["--ready-file", str(ready_file)]
     if exit_with_parent:
         cmd += ["--exit-with-parent"]
+    if exit_when_done:
+        cmd += ["--exit-when-done"]
+    if join_timeout is not None:
+        cmd += ["--join-timeout", str(join_timeout)]
+    if failure_file:
+        cmd += ["--failure-file", str(failure_file)]
     if stats_file:  # "{index}" in the path becomes the shard index
         cmd += ["--stats-file", str(stats_file).format(index=index)]
     return cmd
@@ -103,6 +110,8 @@ def start_shards(num_shards: int, secret: str, *, host: str = "127.0.0.1",
     ``options`` are ``shard_command`` keyword arguments (checkpoint_dir,
     consistency, max_staleness, num_workers, heartbeat_timeout, ...).
     """
+    from .wire import SECRET_ENV  # numpy: not needed by the runners' planning (shard_command)
+
     rd = Path(run_dir or tempfile.mkdtemp(prefix="shipyard-ps-"))
     rd.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)

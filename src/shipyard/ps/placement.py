@@ -35,11 +35,7 @@ import numpy as np
 
 from .errors import PSConfigError
 
-ROUND_ROBIN = "round_robin"
-GREEDY_BYTES = "greedy_bytes"
-SLICED = "sliced"
-AUTO = "auto"
-POLICIES = (ROUND_ROBIN, GREEDY_BYTES, SLICED)
+from .options import AUTO, GREEDY_BYTES, POLICIES, ROUND_ROBIN, SLICED, check_policy  # noqa: F401
 DEFAULT_CHUNK_BYTES = 2 << 20  # 2 MiB: small enough to balance and pipeline, big enough to amortize a message
 
 
@@ -267,15 +263,6 @@ def sliced(specs: Sequence[TensorSpec], num_shards: int,
 
 
 _POLICY_FUNCS = {ROUND_ROBIN: round_robin, GREEDY_BYTES: greedy_bytes, SLICED: sliced}
-
-
-def check_policy(policy: str) -> str:
-    """Validate a policy name (``auto`` or one of POLICIES)."""
-    if policy != AUTO and policy not in _POLICY_FUNCS:
-        raise PSConfigError(
-            f"unknown placement policy {policy!r}; use one of: auto, " + ", ".join(POLICIES)
-        )
-    return policy
 
 
 def place(params: SpecsLike | Iterable[tuple[str, Any]], num_shards: int,

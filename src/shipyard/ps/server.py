@@ -164,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write this shard's stats JSON here at every checkpoint and at exit")
     p.add_argument("--exit-with-parent", action="store_true",
                    help="stop (after a final checkpoint) when the launching process exits")
+    p.add_argument("--exit-when-done", action="store_true",
+                   help="stop once every one of --num-workers ranks has ended (DONE or lost)")
+    p.add_argument("--join-timeout", type=float, default=600.0,
+                   help="with --exit-when-done: a rank not heard from this long after start is lost")
+    p.add_argument("--failure-file", default=None,
+                   help="why this shard failed, for the agent: written at start (a kill leaves it), "
+                        "replaced by the reason on a failing exit, removed on success")
     p.add_argument("--log-level", default=os.environ.get("SHIPYARD_PS_LOG_LEVEL", "INFO"))
     return p
 
@@ -178,16 +185,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             consistency=Consistency.parse(args.consistency, args.max_staleness),
             heartbeat_timeout=args.heartbeat_timeout, expected_workers=args.num_workers,
             checkpoint_dir=args.checkpoint_dir, checkpoint_interval=args.checkpoint_interval,
-            max_payload=args.max_message_bytes,
+            max_payload=args.max_message_bytes, exit_when_done=args.exit_when_done,
+            join_timeout=args.join_timeout,
         )
         server = PSServer(config, args.bind, exit_with_parent=args.exit_with_parent,
                           stats_file=args.stats_file)
     except PSError as exc:
-        print(f"shipyard.ps.server: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(args.failure_file, f"shipyard.ps.server: error: {exc}")
     except Exception as exc:  # e.g. the port is taken: say so in one line
-        print(f"shipyard.ps.server: error: cannot serve on {args.bind}: {exc}", file=sys.stderr)
-        return 2
+        return _fail(args.failure_file, f"shipyard.ps.server: error: cannot serve on {args.bind}: {exc}")
+    where = args.checkpoint_dir or "nowhere (no --checkpoint-dir)"
+    _write_text(args.failure_file, (
+        f"parameter-server shard {args.shard_index} of {args.num_shards} ({server.endpoint}) ended "
+        "unexpectedly (killed or crashed; its exit status is in the log); the workers cannot train "
+        f"without it. Its last checkpoint is in {where}: run the job again with the same checkpoint "
+        "location (checkpoint_local_path) to resume from it."))
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
     print(f"shipyard.ps.server: shard {args.shard_index}/{args.num_shards} listening on "
@@ -198,8 +210,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dump({"endpoint": server.endpoint, "pid": os.getpid(), "shard": args.shard_index,
                        "resumed_from": server.core.resumed_from}, f)
         os.replace(tmp, args.ready_file)
-    code = server.serve()
+    server.serve()
+    failure = server.core.failure_text()
+    if failure:
+        return _fail(args.failure_file, f"shipyard.ps.server: shard {args.shard_index}: {failure}", code=1)
+    if args.failure_file and os.path.exists(args.failure_file):
+        os.remove(args.failure_file)
     print(f"shipyard.ps.server: shard {args.shard_index} stopped", flush=True)
+    return 0
+
+
+def _write_text(path: str | None, text: str) -> None:
+    if path:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+
+
+def _fail(failure_file: str | None, text: str, code: int = 2) -> int:
+    print(text, file=sys.stderr, flush=True)
+    _write_text(failure_file, text)
     return code
 
 

@@ -31,8 +31,15 @@ except ``bytes``/``shard_bytes``/``placement[].bytes``, which are tensor bytes::
                   "bytes_to_shard":   [[w0->s0, w0->s1], [w1->s0, w1->s1]],
                   "bytes_from_shard": [[s0->w0, s1->w0], [s0->w1, s1->w1]]},
       "staleness_histogram": {"0": 17, "1": 3},   # updates since the pusher's last pull
-      "rejected": {"bad_mac": 1, "unknown_key": 2}  # summed over shards
+      "rejected": {"bad_mac": 1, "unknown_key": 2}, # summed over shards
+      # only in the job's final report (``final_report``, written when a job run by the
+      # native_ps runner ends; absent from live ``PSClient.stats()`` reports):
+      "workers_final": {"0": {"exit_code": 0}, "1": {"lost": "no message for 11s ..."}},
+      "warnings": ["parameter_server was enabled but no worker pushed a gradient ..."]
     }
+
+Producers other than shipyard.ps (TensorFlow's parameter servers, issue #3) fill the
+same keys; ``placement[].shard`` lists every shard holding part of the key.
 
 A shard's own STATS reply (``ShardStats.to_json``) carries the per-shard entry
 plus ``workers`` (per worker: live, progress, bytes_in, bytes_out, pushes, pulls),
@@ -157,3 +164,25 @@ def build_report(placement: Mapping[str, Any] | None, shard_stats: Sequence[Mapp
         "staleness_histogram": {k: staleness[k] for k in sorted(staleness, key=_order)},
         "rejected": dict(sorted(rejected.items())),
     }
+
+
+NEVER_USED = ("parameter_server was enabled but no worker pushed a gradient to the parameter "
+              "servers: every process trained its own copy of the model. Wrap the optimizer "
+              "(shipyard.ps.torch.DistributedOptimizer, shipyard.ps.keras.DistributedOptimizer) "
+              "or use shipyard.ps.PSClient.")
+
+
+def final_report(answers: Sequence[Mapping[str, Any] | None],
+                 endpoints: Sequence[str] | None = None) -> dict[str, Any]:
+    """The job's report from the shards' answers to DONE (``PSClient.finish``): their
+    last counters, the placement rank 0 registered, and how each worker ended."""
+    present = [a for a in answers if a]
+    placement = next((a["placement"] for a in present if a.get("placement")), None)
+    report = build_report(placement, [a.get("stats") or {} for a in present], endpoints)
+    finished: dict[str, Any] = {}
+    for a in present:
+        finished.update(a.get("finished") or {})
+    report["workers_final"] = dict(sorted(finished.items(), key=lambda kv: int(kv[0])))
+    pushes = sum(int((a.get("stats") or {}).get("pushes") or 0) for a in present)
+    report["warnings"] = [] if pushes else [NEVER_USED]
+    return report

@@ -96,7 +96,7 @@ class DistributedOptimizer:
 
     def __init__(self, optimizer: torch.optim.Optimizer,
                  named_parameters: Iterable[tuple[str, torch.nn.Parameter]] | None = None, *,
-                 client: PSClient | None = None, policy: str = "auto",
+                 client: PSClient | None = None, policy: str | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, overlap: bool = True, **client_kwargs: Any) -> None:
         self.optimizer = optimizer
         names_by_id: dict[int, str] = {}

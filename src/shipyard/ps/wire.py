@@ -111,6 +111,8 @@ class MsgType(enum.IntEnum):
     LEAVE = 10  # worker leaves cleanly -> OK
     CHECKPOINT = 11  # write a checkpoint now -> OK JSON {"path"}
     SHUTDOWN = 12  # final checkpoint then exit -> OK
+    DONE = 13  # a worker process ended: JSON {"exit_code", "error"} -> held until every
+    #            worker of the job is done or lost, then OK JSON {"finished", "stats", "placement"}
     OK = 64
     TENSOR = 65
     ERROR = 66  # JSON {"code", "message"}

@@ -27,11 +27,11 @@ _RUNNERS = {
     "plain": "shipyard.agent.runners.plain",
     "mpi": "shipyard.agent.runners.mpi",
     "torch_distributed": "shipyard.agent.runners.torch_distributed",
+    "native_ps": "shipyard.agent.runners.native_ps",
 }
 # runner name -> the open issue that brings it (used in the refusal message)
 PLANNED = {
     "tf_parameter_server": "TensorFlow parameter servers (issue #3)",
-    "native_ps": "native parameter server shipyard.ps (issue #4)",
     "multi_worker_mirrored": "TensorFlow multi_worker_mirrored_strategy (issue #3)",
 }
 
