@@ -84,7 +84,7 @@ class TFServable(Servable):
             msg = getattr(exc, "message", None) or str(exc)
             raise BadRequest(f"{msg.strip().splitlines()[0][:300]}; expected "
                              f"{self.signatures[signature].describe()}") from None
-        return {k: v.numpy() for k, v in result.items()}
+        return {k: result[k].numpy() for k in self.signatures[signature].outputs}
 
 
 # -- PyTorch -----------------------------------------------------------------------------------
