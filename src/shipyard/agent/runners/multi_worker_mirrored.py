@@ -10,12 +10,11 @@ served by a byte-counting relay (see shipyard.tf.cluster for why).
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any, Callable
 
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
-from shipyard.tf import cluster
+from shipyard.tf import EXTRA, cluster, installed
 from shipyard.tf.processes import private_ports, relay_arg, server_env, server_spec, user_env
 
 
@@ -28,10 +27,10 @@ def validate(options: dict[str, Any], instance_count: int, resources: Any) -> No
     if "port" in options:
         cluster._check_port(options["port"],
                             "distribution['multi_worker_mirrored_strategy']['port']")
-    if importlib.util.find_spec("tensorflow") is None:
+    if not installed("tensorflow"):
         raise DistributionError(
             "distribution 'multi_worker_mirrored_strategy' needs TensorFlow, which is not "
-            "installed here: pip install 'shipyard[tensorflow]'")
+            f"installed here: {EXTRA}")
 
 
 def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port

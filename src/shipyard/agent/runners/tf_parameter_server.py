@@ -23,7 +23,6 @@ Keras: ParameterServerStrategy needs tf_keras (Keras 2), so the tf2 layout sets
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from typing import Any, Callable
@@ -31,7 +30,7 @@ from typing import Any, Callable
 from shipyard.agent.runners import plain
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
-from shipyard.tf import cluster
+from shipyard.tf import EXTRA, cluster, installed
 from shipyard.tf.processes import (HOOK_DIR, private_ports, relay_arg, server_env,
                                    server_spec, user_env)
 
@@ -40,19 +39,18 @@ LEGACY_KERAS_NOTE = (
     "(Keras 2), which ParameterServerStrategy needs; Keras 3 has no parameter-server "
     "training: for a Keras 3 script use {'parameter_server': {'enabled': True, "
     "'implementation': 'shipyard'}}")
-_EXTRA = "pip install 'shipyard[tensorflow]'"
 
 
 def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
     cluster.check_ps_options(options)
-    if importlib.util.find_spec("tensorflow") is None:
+    if not installed("tensorflow"):
         raise DistributionError(
             "distribution 'parameter_server' runs TensorFlow's parameter servers, but "
-            f"TensorFlow is not installed here: {_EXTRA}")
-    if cluster.layout_of(options) == "tf2" and importlib.util.find_spec("tf_keras") is None:
+            f"TensorFlow is not installed here: {EXTRA}")
+    if cluster.layout_of(options) == "tf2" and not installed("tf_keras"):
         raise DistributionError(
             "distribution 'parameter_server' (tf2 layout) needs tf_keras for "
-            f"ParameterServerStrategy with model.fit, and it is not installed: {_EXTRA}")
+            f"ParameterServerStrategy with model.fit, and it is not installed: {EXTRA}")
 
 
 def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
