@@ -248,6 +248,9 @@ class Relay:
                 time.sleep(0.05)
 
     def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
+        peer = (_ipv4(peer[0]), peer[1])
+        # name the peer while its process surely lives (the socket table forgets it after)
+        threading.Thread(target=self.book.namer.name_all, args=([peer],), daemon=True).start()
         if self._is_stats_request(client):
             self._answer_stats(client)
             return
@@ -258,7 +261,7 @@ class Relay:
         upstream.settimeout(None)
         for sock in (client, upstream):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = Link(self.name, (_ipv4(peer[0]), peer[1]))
+        link = Link(self.name, peer)
         self.book.add(link)
         back = threading.Thread(target=_pump, args=(upstream, client, link, "bytes_out"),
                                 daemon=True)

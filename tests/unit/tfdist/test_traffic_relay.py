@@ -13,8 +13,9 @@ import pytest
 from shipyard.observe.traffic import PeerNamer, Relay, TrafficBook, fetch_stats
 
 CLIENT = r"""
-import socket, sys
+import socket, sys, time
 sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+time.sleep(1.0)  # alive while the relay names it
 payload = b"x" * int(sys.argv[2])
 sock.sendall(payload)
 sock.shutdown(socket.SHUT_WR)
