@@ -2,17 +2,7 @@
 
 import keras
 
-from shipyard.horovod.tensorflow._keras_impl import make_callbacks
+from shipyard.horovod.tensorflow._keras_impl import CALLBACKS, callbacks_for
 
-_cb = make_callbacks(keras)
-BroadcastGlobalVariablesCallback = _cb.BroadcastGlobalVariablesCallback
-MetricAverageCallback = _cb.MetricAverageCallback
-LearningRateScheduleCallback = _cb.LearningRateScheduleCallback
-LearningRateWarmupCallback = _cb.LearningRateWarmupCallback
-
-__all__ = [
-           "BroadcastGlobalVariablesCallback",
-           "LearningRateScheduleCallback",
-           "LearningRateWarmupCallback",
-           "MetricAverageCallback",
-]
+globals().update(callbacks_for(keras))
+__all__ = list(CALLBACKS)

@@ -23,50 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from shipyard.horovod import (  # noqa: F401  (re-exported API)
-    Adasum,
-    Average,
-    HorovodError,
-    HorovodInternalError,
-    HostsUpdatedInterrupt,
-    Max,
-    Min,
-    NotInitializedError,
-    ProcessSet,
-    Product,
-    Sum,
-    TensorMismatchError,
-    UnsupportedError,
-    add_process_set,
-    allgather_object,
-    barrier,
-    broadcast_object,
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    global_process_set,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    join,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    remove_process_set,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from shipyard.horovod import allgather_object, barrier, broadcast_object, join  # noqa: F401 - re-exported
+from shipyard.horovod.basics import *  # the framework-neutral API, listed once
 
 from .. import engine as _engine
 from ..ops import check_process_set, resolve_op

@@ -147,6 +147,24 @@ def _optimizer_variables(opt) -> list:
     return list(v or [])
 
 
+CALLBACKS = ("BroadcastGlobalVariablesCallback", "LearningRateScheduleCallback",
+             "LearningRateWarmupCallback", "MetricAverageCallback")
+
+
+def callbacks_for(keras_module) -> dict[str, type]:
+    """The four callbacks for one Keras (tf.keras or standalone ``keras``), by name: what
+    both ``callbacks`` modules export. Built once per Keras module, so when ``tf.keras`` is
+    Keras 3 the two modules share the very same classes."""
+    cached = _CALLBACKS.get(id(keras_module))
+    if cached is None:
+        made = make_callbacks(keras_module)
+        cached = _CALLBACKS[id(keras_module)] = {name: getattr(made, name) for name in CALLBACKS}
+    return cached
+
+
+_CALLBACKS: dict[int, dict[str, type]] = {}
+
+
 def make_callbacks(keras_module) -> types.SimpleNamespace:
     """Horovod's Keras callbacks, subclassing ``keras_module.callbacks.Callback``."""
     Callback = keras_module.callbacks.Callback

@@ -7,46 +7,7 @@ and ``_async`` variants with ``synchronize``/``poll``), ``DistributedOptimizer``
 ``allgather_object`` and ``Compression``.
 """
 
-from shipyard.horovod import (  # noqa: F401  (re-exported API)
-    Adasum,
-    Average,
-    HorovodError,
-    HorovodInternalError,
-    HostsUpdatedInterrupt,
-    Max,
-    Min,
-    NotInitializedError,
-    ProcessSet,
-    Product,
-    Sum,
-    TensorMismatchError,
-    UnsupportedError,
-    add_process_set,
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    global_process_set,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    remove_process_set,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from shipyard.horovod.basics import *  # the framework-neutral API, listed once
 
 from .compression import Compression  # noqa: F401
 from .functions import (  # noqa: F401

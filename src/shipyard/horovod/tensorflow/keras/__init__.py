@@ -10,53 +10,28 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from shipyard.horovod.tensorflow import (  # noqa: F401  (re-exported API)
-    Adasum,
-    Average,
+from shipyard.horovod import basics
+from shipyard.horovod.basics import *  # the framework-neutral API, listed once
+from shipyard.horovod.tensorflow import (  # re-exported
     Compression,
-    HorovodError,
-    HorovodInternalError,
-    Max,
-    Min,
-    ProcessSet,
-    Product,
-    Sum,
-    TensorMismatchError,
     allgather_object,
     barrier,
     broadcast_object,
     broadcast_variables,
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    global_process_set,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
     join,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
 )
 from shipyard.horovod.tensorflow import allgather as _tf_allgather
 from shipyard.horovod.tensorflow import allreduce as _tf_allreduce
 from shipyard.horovod.tensorflow import broadcast as _tf_broadcast
 
 from .. import _keras_impl
-from . import callbacks  # noqa: F401
+from . import callbacks
+
+# What ``from shipyard.horovod.tensorflow.keras import *`` gives (horovod.keras is built so).
+__all__ = basics.__all__ + [
+    "Compression", "DistributedOptimizer", "allgather", "allgather_object", "allreduce", "barrier",
+    "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables", "callbacks",
+    "join", "load_model"]
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,

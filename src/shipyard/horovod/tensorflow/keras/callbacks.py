@@ -2,17 +2,7 @@
 
 import tensorflow as tf
 
-from .._keras_impl import make_callbacks
+from .._keras_impl import CALLBACKS, callbacks_for
 
-_cb = make_callbacks(tf.keras)
-BroadcastGlobalVariablesCallback = _cb.BroadcastGlobalVariablesCallback
-MetricAverageCallback = _cb.MetricAverageCallback
-LearningRateScheduleCallback = _cb.LearningRateScheduleCallback
-LearningRateWarmupCallback = _cb.LearningRateWarmupCallback
-
-__all__ = [
-           "BroadcastGlobalVariablesCallback",
-           "LearningRateScheduleCallback",
-           "LearningRateWarmupCallback",
-           "MetricAverageCallback",
-]
+globals().update(callbacks_for(tf.keras))
+__all__ = list(CALLBACKS)
