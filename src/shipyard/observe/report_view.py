@@ -8,7 +8,8 @@ optional ``traffic.peers`` names and ``warnings``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -16,7 +17,7 @@ from rich.table import Table
 MAX_PLACEMENT_ROWS = 40
 
 
-def human(n: int | float | None) -> str:
+def human(n: float | None) -> str:
     if n is None:
         return "-"
     value = float(n)

@@ -22,8 +22,9 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 MAGIC = b"SHIPYARD-STATS "
 LABEL_ENV = "SHIPYARD_PEER_LABEL"
@@ -82,7 +83,7 @@ class PeerNamer:
 
 
 def _ipv4(ip: str) -> str:
-    return ip[7:] if ip.startswith("::ffff:") else ip
+    return ip.removeprefix("::ffff:")
 
 
 @dataclass

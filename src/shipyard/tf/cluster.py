@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from shipyard.errors import DistributionError
 

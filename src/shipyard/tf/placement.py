@@ -96,15 +96,13 @@ class _Watcher(importlib.abc.MetaPathFinder):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
-                exec_module = spec.loader.exec_module
-                recorder = self.recorder
-
-                def patched_exec(module, _exec=exec_module):
+                def patched_exec(module, _exec=spec.loader.exec_module,
+                                 _recorder=self.recorder):
                     _exec(module)
                     for cls_name in _TARGETS[name]:
                         cls = getattr(module, cls_name, None)
                         if isinstance(cls, type):
-                            _wrap(cls, recorder)
+                            _wrap(cls, _recorder)
 
                 spec.loader.exec_module = patched_exec
                 return spec

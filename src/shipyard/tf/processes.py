@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Iterable, Literal
+from collections.abc import Callable, Iterable
+from typing import Literal
 
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.observe.traffic import peer_env

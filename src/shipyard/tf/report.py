@@ -11,7 +11,8 @@ shows both kinds of parameter server the same way. Additions for TensorFlow:
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 SCHEMA = "shipyard.ps.report/v1"  # shipyard.ps.stats.SCHEMA; kept here so no pyzmq import
 _PART = re.compile(r"^(?P<base>.*)/part_(?P<i>\d+)$")
@@ -29,7 +30,7 @@ NO_PS_WARNING = (
 
 
 def _key(name: str) -> str:
-    return name[:-2] if name.endswith(":0") else name
+    return name.removesuffix(":0")
 
 
 def placement_entries(variables: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

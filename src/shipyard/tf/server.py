@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from shipyard.observe.traffic import PeerNamer, Relay, TrafficBook
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     host = os.environ.get("SHIPYARD_CURRENT_HOST", "?")
     book = TrafficBook(PeerNamer(decode(os.environ.get(HOSTS_ENV, ""))))
     secret = os.environ.get(SECRET_ENV, "")
-    stats = lambda: dict(book.to_json(), host=host, name=args.name)  # noqa: E731
+    stats = lambda: dict(book.to_json(), host=host, name=args.name)
     relays = [Relay(name, listen, upstream, book, stats=stats if secret else None,
                     secret=secret) for name, listen, upstream in map(parse_relay, args.relay)]
     try:

@@ -133,9 +133,9 @@ def test_mwms_byte_exact(tmp_path):
     ({"sync": True}, "unknown distribution['parameter_server'] key(s) ['sync']"),
 ])
 def test_bad_ps_options(options, message):
-    from shipyard.errors import DistributionError
-
     import re
+
+    from shipyard.errors import DistributionError
 
     with pytest.raises(DistributionError, match=re.escape(message)):
         tf_parameter_server.validate({"enabled": True, **options}, 2, None)

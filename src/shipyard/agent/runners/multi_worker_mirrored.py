@@ -10,12 +10,19 @@ served by a byte-counting relay (see shipyard.tf.cluster for why).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
 from shipyard.tf import EXTRA, cluster, installed
-from shipyard.tf.processes import private_ports, relay_arg, server_env, server_spec, user_env
+from shipyard.tf.processes import (
+    private_ports,
+    relay_arg,
+    server_env,
+    server_spec,
+    user_env,
+)
 
 
 def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:

@@ -25,14 +25,21 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from shipyard.agent.runners import plain
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
 from shipyard.tf import EXTRA, cluster, installed
-from shipyard.tf.processes import (HOOK_DIR, private_ports, relay_arg, server_env,
-                                   server_spec, user_env)
+from shipyard.tf.processes import (
+    HOOK_DIR,
+    private_ports,
+    relay_arg,
+    server_env,
+    server_spec,
+    user_env,
+)
 
 LEGACY_KERAS_NOTE = (
     "parameter_server (tf2 layout): TF_USE_LEGACY_KERAS=1 is set, so tf.keras is tf_keras "
