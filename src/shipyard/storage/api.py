@@ -49,10 +49,3 @@ class Store(Protocol):
     def exists(self, location: Location) -> bool:
         """Whether the bucket / directory that would hold ``location`` exists."""
 
-
-def iter_chunks(stream: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
-    while True:
-        chunk = stream.read(size)
-        if not chunk:
-            return
-        yield chunk
