@@ -55,7 +55,7 @@ def object_bytes(store: Store, obj: ObjectInfo, gzip: bool, wrap: bool,
             pending = [] if wrap else None
             for chunk in iter(lambda: body.read(CHUNK), b""):
                 if inflate is not None:
-                    chunk = inflate.decompress(chunk)
+                    chunk, inflate = _gunzip(inflate, chunk)
                 if check is not None:
                     check.feed(chunk)
                 if pending is not None:
@@ -85,6 +85,17 @@ def object_bytes(store: Store, obj: ObjectInfo, gzip: bool, wrap: bool,
         raise FeedError(f"object {obj.uri} has corrupt RecordIO framing: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - storage errors, dropped connections
         raise FeedError(f"object {obj.uri} could not be read: {exc}") from None
+
+
+def _gunzip(inflate, data: bytes):
+    """Decompress ``data``, continuing into the next member of a multi-member gzip file
+    (what ``cat a.gz b.gz`` makes; gzip -d reads all members, so do we)."""
+    out = [inflate.decompress(data)]
+    while inflate.eof and inflate.unused_data:
+        rest = inflate.unused_data
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out.append(inflate.decompress(rest))
+    return b"".join(out), inflate
 
 
 def open_writer(path: str, poll: float = 0.02) -> int:
