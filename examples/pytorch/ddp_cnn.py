@@ -31,7 +31,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-
 OPTIMIZERS = {  # the tutorials' choices
     "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
     "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),
@@ -111,7 +110,7 @@ def main(argv=None):
         import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401
     dist.init_process_group(backend=args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) \
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) \
         if torch.cuda.is_available() else torch.device("cpu")
     torch.manual_seed(args.seed)
     x, y = load(os.path.join(args.train, "train.npz"))

@@ -20,7 +20,7 @@ import secrets
 import socket
 import socketserver
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 _MAX_LINE = 4096
 
@@ -96,7 +96,7 @@ class AnnounceServer:
                  "mac": _mac(self.secret, "s", nonce, self.master_port)}
         wfile.write(json.dumps(reply).encode() + b"\n")
 
-    def start(self) -> "AnnounceServer":
+    def start(self) -> AnnounceServer:
         self.thread.start()
         return self
 

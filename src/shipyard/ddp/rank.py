@@ -136,8 +136,8 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         return 1
     env = dict(os.environ, MASTER_PORT=str(port))
     proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-                            close_fds=True)
+                            stderr=subprocess.STDOUT, close_fds=True,
+                            preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads here
 
     def forward(signum: int, _frame) -> None:
         if proc.poll() is None:

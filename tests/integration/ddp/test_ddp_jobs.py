@@ -35,7 +35,7 @@ TORCHRUN_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
 DDP_SCRIPT = r'''
 import json, os, torch, torch.distributed as dist
 from torch import nn
-keys = %r
+keys = KEYS
 env = {k: os.environ.get(k) for k in keys}
 dist.init_process_group()                    # no arguments: the torchrun contract
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -50,11 +50,11 @@ for _ in range(5):
     nn.functional.cross_entropy(model(x[rank::world]), y[rank::world]).backward()
     opt.step()
 out = os.environ["SM_OUTPUT_DATA_DIR"]
-torch.save(net.state_dict(), os.path.join(out, "rank-%%d.pt" %% rank))
-with open(os.path.join(out, "rank-%%d.json" %% rank), "w") as fh:
+torch.save(net.state_dict(), os.path.join(out, f"rank-{rank}.pt"))
+with open(os.path.join(out, f"rank-{rank}.json"), "w") as fh:
     json.dump({"env": env, "backend": str(dist.get_backend())}, fh)
 dist.destroy_process_group()
-''' % (TORCHRUN_KEYS,)
+'''.replace("KEYS", repr(TORCHRUN_KEYS))
 
 
 def _instances(desc: dict) -> dict[str, dict]:

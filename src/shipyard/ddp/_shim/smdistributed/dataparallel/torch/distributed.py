@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 
-from torch.distributed import *  # noqa: F401,F403 - the SMDDP module mirrors torch's
+import torch.distributed as _dist
+from torch.distributed import *
 from torch.distributed import is_initialized
 
 from smdistributed.dataparallel.torch import torch_smddp as _smddp
-import torch.distributed as _dist
 
 
 def init_process_group(backend: str = _smddp.SMDDP, *args, **kwargs):
