@@ -76,6 +76,8 @@ def train(
     max_run: int = typer.Option(24 * 3600, "--max-run"),
     max_retry_attempts: int = typer.Option(0, "--max-retry-attempts"),
     detach: bool = typer.Option(False, "--detach", "-d", help="return at once; the job keeps running"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="local (default, or $SHIPYARD_BACKEND) | ray"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="host:port, ray://host:port or auto (default $SHIPYARD_RAY_ADDRESS)"),
 ) -> None:
     """Run a training script on N instances (SageMaker script mode)."""
     from shipyard.sdk.estimator import Estimator
@@ -90,8 +92,11 @@ def train(
             dist = json.loads(distribution) if distribution else None
         except ValueError as exc:
             raise ValidationError(f"--distribution is not valid JSON: {exc}") from None
+        from shipyard.sdk.session import Session
+
+        session = Session(backend=backend, address=ray_address)
         estimator = classes[framework](
-            entry_point=entry_point, source_dir=source_dir, instance_count=instance_count,
+            session=session, entry_point=entry_point, source_dir=source_dir, instance_count=instance_count,
             instance_type=instance_type, hyperparameters=_pairs(hyperparameter, "--hyperparameter", True),
             distribution=dist, dependencies=dependency, environment=_pairs(env, "--env"),
             metric_definitions=[{"Name": k, "Regex": v} for k, v in _pairs(metric, "--metric").items()],
@@ -166,6 +171,11 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
         for m in desc["FinalMetricDataList"]:
             metrics.add_row(m["MetricName"], f"{m['Value']:g}")
         out.print(metrics)
+    if desc["Shipyard"].get("DistributionReport"):
+        from shipyard.observe.report_view import render
+
+        render(desc["Shipyard"]["DistributionReport"], out,
+               desc["Shipyard"].get("DistributionReportPath"))
     steps = Table("secondary status", "start", "message")
     for t in desc["SecondaryStatusTransitions"]:
         steps.add_row(t["Status"], t["StartTime"].strftime("%H:%M:%S.%f")[:-3], t["StatusMessage"])

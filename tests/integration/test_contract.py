@@ -44,6 +44,21 @@ def compact(obj) -> str:
 
 
 def test_three_instance_contract(session, write_script, tmp_path):
+    job_dir = os.path.join(session.home, "jobs", "contract-job")
+    table = run_contract_job(session, write_script, tmp_path,
+                             base_of=lambda host: os.path.join(job_dir, "instances", host),
+                             cpus=str(len(os.sched_getaffinity(0))))
+    # Every instance resolves the same table: three distinct addresses in one /24.
+    assert all(a.startswith("127.") for a in table.values())
+    assert len(set(table.values())) == 3
+    assert len({a.rsplit(".", 1)[0] for a in table.values()}) == 1
+
+
+def run_contract_job(session, write_script, tmp_path, base_of, cpus: str,
+                     job_name: str = "contract-job") -> dict[str, str]:
+    """Run the 3-instance contract job and check every instance byte for byte; returns
+    the host -> address table all instances resolved (the caller checks the addresses:
+    they depend on the backend). ``base_of(host)`` is the instance's tree where it ran."""
     src = write_script("train.py", SCRIPT)
     train = tmp_path / "train"
     train.mkdir()
@@ -54,7 +69,7 @@ def test_three_instance_contract(session, write_script, tmp_path):
                              instance_type="local", hyperparameters=HPS, session=session)
     est.fit({"training": str(train), "eval": shipyard.TrainingInput("file://" + str(evald),
                                                                      content_type="text/csv")},
-            job_name="contract-job")
+            job_name=job_name)
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed"
 
@@ -64,15 +79,13 @@ def test_three_instance_contract(session, write_script, tmp_path):
     assert sorted(records) == ["algo-1", "algo-2", "algo-3"]
 
     home = session.home
-    job_dir = os.path.join(home, "jobs", "contract-job")
-    submit = "file://" + os.path.join(home, "output", "contract-job", "source", "sourcedir.tar.gz")
+    submit = "file://" + os.path.join(home, "output", job_name, "source", "sourcedir.tar.gz")
     hosts = ["algo-1", "algo-2", "algo-3"]
-    cpus = str(len(os.sched_getaffinity(0)))
 
     expected_hps_file = {
         "b": "true", "epochs": "3", "layers": "[64, 32]", "learning-rate": "0.01",
         "name": '"a b"', "opt": '{"name": "sgd", "m": 0.9}',
-        "sagemaker_container_log_level": "20", "sagemaker_job_name": '"contract-job"',
+        "sagemaker_container_log_level": "20", "sagemaker_job_name": json.dumps(job_name),
         "sagemaker_program": '"train.py"', "sagemaker_region": '"us-east-1"',
         "sagemaker_submit_directory": json.dumps(submit),
     }
@@ -91,7 +104,7 @@ def test_three_instance_contract(session, write_script, tmp_path):
     addresses = set()
     for host in hosts:
         rec = records[host]
-        base = os.path.join(job_dir, "instances", host)
+        base = base_of(host)
         rc = {"current_host": host, "current_instance_type": "local",
               "current_group_name": "homogeneousCluster", "hosts": hosts,
               "instance_groups": [group], "network_interface_name": "lo"}
@@ -114,7 +127,7 @@ def test_three_instance_contract(session, write_script, tmp_path):
             "input_dir": p("input"), "instance_groups": ["homogeneousCluster"],
             "instance_groups_dict": {"homogeneousCluster": group}, "is_hetero": False,
             "is_master": host == "algo-1", "is_modelparallel_enabled": None,
-            "is_smddpmprun_installed": False, "job_name": "contract-job", "log_level": 20,
+            "is_smddpmprun_installed": False, "job_name": job_name, "log_level": 20,
             "master_hostname": "algo-1", "model_dir": p("model"), "module_dir": submit,
             "module_name": "train", "network_interface_name": "lo", "num_cpus": int(cpus),
             "num_gpus": 0, "num_neurons": 0, "output_data_dir": p("output", "data"),
@@ -143,15 +156,11 @@ def test_three_instance_contract(session, write_script, tmp_path):
             "SM_CHANNEL_EVAL": p("input", "data", "eval"),
             "SM_HP_EPOCHS": "3", "SM_HP_LEARNING-RATE": "0.01", "SM_HP_B": "true",
             "SM_HP_LAYERS": "[64,32]", "SM_HP_OPT": '{"m":0.9,"name":"sgd"}', "SM_HP_NAME": "a b",
-            "TRAINING_JOB_NAME": "contract-job", "CURRENT_HOST": host,
+            "TRAINING_JOB_NAME": job_name, "CURRENT_HOST": host,
             "SAGEMAKER_BASE_DIR": base,
         }
         assert rec["env"] == expected_env
         assert rec["hostname"] == host
-        assert rec["resolved"][host].startswith("127.")
         addresses.add(tuple(sorted(rec["resolved"].items())))
-    # Every instance resolves the same table: three distinct addresses in one /24.
-    assert len(addresses) == 1
-    table = dict(next(iter(addresses)))
-    assert len(set(table.values())) == 3
-    assert len({a.rsplit(".", 1)[0] for a in table.values()}) == 1
+    assert len(addresses) == 1  # every instance resolves the same table
+    return dict(next(iter(addresses)))

@@ -25,6 +25,9 @@ class InstanceHandle:
     host: str
     pid: int
     log_path: str
+    # The address the instance's processes use, when the backend chose it at launch (Ray:
+    # the node's IP); None: the plan's loopback address (control.plan.addresses).
+    address: str | None = None
 
 
 class Backend(Protocol):

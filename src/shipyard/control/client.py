@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import psutil
 
 from shipyard import instance_types
+from shipyard import backends
 from shipyard.agent import runners
 from shipyard.control import plan, staging
 from shipyard.control.home import Home
@@ -110,6 +111,8 @@ class ControlPlane:
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
         """Validate, stage, record. On any error nothing is left but the refusal."""
         check_runner(spec)
+        backends.validate(self.backend, spec.instance_count, spec.instance_type,
+                          spec.dist.runner_for(spec.framework))
         sources = {ch.name: channel_source(ch, spec.channel_mode(ch), spec.instance_count)
                    for ch in spec.channels}
         if spec.checkpoint_s3_uri:

@@ -140,7 +140,10 @@ class JobSupervisor:
 
     def _addresses(self) -> dict[str, str]:
         subnet = self.record.subnet
-        return plan.addresses(self.hosts, subnet) if subnet else {}
+        table = plan.addresses(self.hosts, subnet) if subnet else {}
+        # a backend that placed instances on real nodes (Ray) reports their addresses
+        table.update({h.host: h.address for h in self.handles if h.address})
+        return table
 
     def _finish_instance(self, handle: InstanceHandle, attempt: int, code: int,
                          status: str, reason: str | None) -> None:

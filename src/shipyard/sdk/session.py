@@ -2,6 +2,9 @@
 
 ``Session()`` uses SHIPYARD_HOME (default ~/.shipyard) and SHIPYARD_BACKEND (default
 ``local``), mirroring how a SageMaker session carries the region and client.
+``Session(backend='ray', address=...)`` runs jobs on a Ray cluster: the address is
+``host:port``, ``ray://host:port`` or ``auto`` (default: SHIPYARD_RAY_ADDRESS, then
+RAY_ADDRESS, then ``auto``); see shipyard.backends.ray.
 """
 
 from __future__ import annotations
@@ -10,17 +13,29 @@ import os
 from typing import Optional
 
 from shipyard.control.client import ControlPlane
+from shipyard.errors import ValidationError
+
+BACKENDS = ("local", "ray")
 
 
 class Session:
     def __init__(self, backend: Optional[str] = None, home: Optional[str] = None,
                  address: Optional[str] = None) -> None:
         self.backend = backend or os.environ.get("SHIPYARD_BACKEND", "local")
-        if self.backend != "local":
-            raise ValueError(f"backend {self.backend!r} is not available in this version; "
-                             "use 'local' (the Ray backend comes with issue #9)")
+        if self.backend not in BACKENDS:
+            raise ValidationError(f"unknown backend {self.backend!r}; available: "
+                             + ", ".join(repr(b) for b in BACKENDS))
         self.address = address
-        self.control = ControlPlane(home=home, backend=self.backend)
+        name = self.backend
+        if self.backend == "ray":
+            from shipyard.backends.ray_connect import require_ray, resolve_address
+
+            require_ray()
+            self.address = resolve_address(address)
+            name = f"ray@{self.address}"
+        elif address is not None:
+            raise ValidationError("address= is for backend='ray'; the local backend has none")
+        self.control = ControlPlane(home=home, backend=name)
 
     @property
     def home(self) -> str:

@@ -1,0 +1,86 @@
+"""A real 3-node Ray cluster on this machine, shared by the Ray backend tests of a module.
+
+Each node gets its own loopback IP (127.0.0.11-13), the documented way to run a
+multi-node cluster on one machine: every node then counts as a machine of its own, and
+instances bind SageMaker's fixed ports on their node's IP without colliding. Nodes have
+2 CPUs each (logical; the machine's cores are shared). Node work dirs live under one
+temporary SHIPYARD_RAY_WORKDIR, inherited by the nodes' processes, so the tests can check
+that nothing of a job is left on any node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+NODE_IPS = ("127.0.0.11", "127.0.0.12", "127.0.0.13")
+NODE_CPUS = 2
+# Fast failure detection for the node-death test (Ray's defaults take tens of seconds).
+SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000,
+                 "health_check_timeout_ms": 1000, "health_check_failure_threshold": 3}
+
+
+class RayCluster:
+    def __init__(self, workdir: str) -> None:
+        from ray.cluster_utils import Cluster
+
+        self.workdir = workdir
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": NODE_CPUS, "node_ip_address": NODE_IPS[0], "include_dashboard": False,
+            "_system_config": SYSTEM_CONFIG})
+        self.nodes = {NODE_IPS[0]: self.cluster.head_node}
+        for ip in NODE_IPS[1:]:
+            self.add(ip)
+        self.cluster.wait_for_nodes()
+        self.address = self.cluster.address
+
+    def add(self, ip: str):
+        node = self.cluster.add_node(num_cpus=NODE_CPUS, node_ip_address=ip)
+        self.nodes[ip] = node
+        return node
+
+    def kill(self, ip: str) -> None:
+        """Kill a worker node's processes (raylet and all), as a lost machine."""
+        self.cluster.remove_node(self.nodes.pop(ip), allow_graceful=False)
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    workdir = tempfile.mkdtemp(prefix="shipyard-ray-nodes-")
+    old = os.environ.get("SHIPYARD_RAY_WORKDIR")
+    os.environ["SHIPYARD_RAY_WORKDIR"] = workdir
+    cluster = RayCluster(workdir)
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+        if old is None:
+            os.environ.pop("SHIPYARD_RAY_WORKDIR", None)
+        else:
+            os.environ["SHIPYARD_RAY_WORKDIR"] = old
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def ray_session(home, ray_cluster):
+    import shipyard
+
+    return shipyard.Session(backend="ray", address=ray_cluster.address, home=str(home))
+
+
+def leftovers(workdir: str, job_name: str) -> list[str]:
+    """Files of the job still on any node (all nodes share this machine's disk here)."""
+    root = os.path.join(workdir, job_name)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        out.extend(os.path.join(dirpath, n) for n in dirnames + filenames)
+    return out + ([root] if os.path.exists(root) else [])
