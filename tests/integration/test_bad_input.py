@@ -36,7 +36,8 @@ CASES = [
     (dict(hyperparameters={"nan": float("nan")}), "cannot be JSON-encoded"),
     (dict(git_config={"repo": "/nonexistent/repo.git"}), "could not clone"),
     (dict(instance_type="ml.nope.big"), "is not known"),
-    (dict(distribution={"mpi": {"enabled": True}}), "runner is not available"),
+    (dict(distribution={"parameter_server": {"enabled": True, "implementation": "byteps"}}),
+     "implementation"),
     (dict(metric_definitions=[{"Name": "x", "Regex": "(unclosed"}]), "does not compile"),
 ]
 
@@ -52,6 +53,18 @@ def test_refused_before_anything_starts(session, src, home, tmp_path, override, 
         est.fit(job_name="refused-job")
     assert written(home) == []
     assert session.control.list() == []
+
+
+def test_a_distribution_without_its_runner_is_refused_not_run_plain(session, src, home,
+                                                                   monkeypatch):
+    from shipyard.agent import runners
+    monkeypatch.delitem(runners._RUNNERS, "mpi")
+    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
+                             instance_type="local", session=session,
+                             distribution={"mpi": {"enabled": True}})
+    with pytest.raises(ValidationError, match="runner is not available"):
+        est.fit(job_name="refused-job")
+    assert written(home) == []
 
 
 def test_channel_that_does_not_exist(session, src, home):
