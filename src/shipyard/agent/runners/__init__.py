@@ -25,14 +25,14 @@ from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 # runner name -> module implementing ``plan(ctx) -> list[ProcessSpec]``
 _RUNNERS = {
     "plain": "shipyard.agent.runners.plain",
+    "tf_parameter_server": "shipyard.agent.runners.tf_parameter_server",
+    "multi_worker_mirrored": "shipyard.agent.runners.multi_worker_mirrored",
     "mpi": "shipyard.agent.runners.mpi",
     "torch_distributed": "shipyard.agent.runners.torch_distributed",
     "native_ps": "shipyard.agent.runners.native_ps",
 }
 # runner name -> the open issue that brings it (used in the refusal message)
 PLANNED = {
-    "tf_parameter_server": "TensorFlow parameter servers (issue #3)",
-    "multi_worker_mirrored": "TensorFlow multi_worker_mirrored_strategy (issue #3)",
 }
 
 
