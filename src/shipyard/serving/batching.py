@@ -100,10 +100,16 @@ class BatchingRunner(DirectRunner):
                     rows += item.rows
                 queue.rows -= rows
                 await self._call(servable, signature, batch, rows)
+        except BaseException as exc:  # noqa: BLE001 - no request may wait forever
+            for item in queue.items:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+            queue.items.clear()
+            raise
         finally:
             queue.task = None
-            if queue.items:  # raced with a cancellation: keep serving what is left
-                queue.task = asyncio.create_task(self._drain(key, queue, servable, signature))
+            if self.queues.get(key) is queue:
+                del self.queues[key]
 
     async def _call(self, servable: Servable, signature: str, batch: list[_Item],
                     rows: int) -> None:
