@@ -24,7 +24,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def parse_args():
@@ -64,8 +64,8 @@ def main():
     import shipyard.ps.keras as ps_keras
 
     keras.utils.set_random_seed(0)
-    rank = int(os.environ.get("SHIPYARD_PS_RANK", 0))
-    world = int(os.environ.get("SHIPYARD_PS_NUM_WORKERS", 1))
+    rank = int(os.environ.get("SHIPYARD_PS_RANK", "0"))
+    world = int(os.environ.get("SHIPYARD_PS_NUM_WORKERS", "1"))
     train, test = np.load(os.path.join(args.train, "train.npz")), np.load(os.path.join(args.train, "test.npz"))
     x, y = train["x"][rank::world], train["y"][rank::world]
     model = cnn(keras)

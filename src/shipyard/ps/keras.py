@@ -123,7 +123,7 @@ class _ParameterServerStep:
         return [values[n] for n in self._names]
 
 
-def DistributedOptimizer(optimizer: Any, *, client: PSClient | None = None, policy: str | None = None,  # noqa: N802
+def DistributedOptimizer(optimizer: Any, *, client: PSClient | None = None, policy: str | None = None,
                          chunk_bytes: int = DEFAULT_CHUNK_BYTES, **client_kwargs: Any) -> Any:
     """Make a Keras 3 optimizer train through the parameter server; returns it.
 

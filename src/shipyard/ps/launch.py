@@ -110,7 +110,9 @@ def start_shards(num_shards: int, secret: str, *, host: str = "127.0.0.1",
     ``options`` are ``shard_command`` keyword arguments (checkpoint_dir,
     consistency, max_staleness, num_workers, heartbeat_timeout, ...).
     """
-    from .wire import SECRET_ENV  # numpy: not needed by the runners' planning (shard_command)
+    from .wire import (
+        SECRET_ENV,  # numpy: not needed by the runners' planning (shard_command)
+    )
 
     rd = Path(run_dir or tempfile.mkdtemp(prefix="shipyard-ps-"))
     rd.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,8 @@ from typing import Any, Union
 import numpy as np
 
 from .errors import PSConfigError
+from .options import AUTO, GREEDY_BYTES, POLICIES, ROUND_ROBIN, SLICED, check_policy
 
-from .options import AUTO, GREEDY_BYTES, POLICIES, ROUND_ROBIN, SLICED, check_policy  # noqa: F401
 DEFAULT_CHUNK_BYTES = 2 << 20  # 2 MiB: small enough to balance and pipeline, big enough to amortize a message
 
 

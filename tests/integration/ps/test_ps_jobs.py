@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -168,7 +169,7 @@ def test_a_killed_shard_fails_the_job_and_a_rerun_resumes(session, write_script,
     assert 0 < saved < 400
     again = estimator(session, src, {"steps": 400}, ps, checkpoint_local_path=ckpt)
     again.fit(logs=False)
-    log = open(os.path.join(job_dir(again), "logs", "algo-1.log")).read()
+    log = Path(job_dir(again), "logs", "algo-1.log").read_text()
     start = int(log.split("rank=0 start_step=")[1].split()[0])
     assert start >= saved * 0.5 and start > 0, log[-2000:]
     assert "rank=0 final_step=400" in log
