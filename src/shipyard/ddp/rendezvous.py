@@ -105,11 +105,14 @@ class Rendezvous:
         return 0
 
     def linger(self) -> None:
-        """Keep the store up until every rank has reported its exit (or ``--linger``)."""
+        """Keep the store up until every rank has reported its exit (or ``--linger``).
+
+        Not after a rank failed: the job is going down, and waiting would only delay
+        the instance's report of the failure."""
         deadline = time.monotonic() + self.args.linger
         while time.monotonic() < deadline:
             with self.lock:
-                if len(self.exited) >= self.world:
+                if len(self.exited) >= self.world or any(self.exited.values()):
                     return
             time.sleep(0.05)
         with self.lock:
