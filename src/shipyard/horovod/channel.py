@@ -14,6 +14,7 @@ Implementations: ``MPIChannel`` (mpi4py, numpy buffers, in place where MPI allow
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,30 +81,63 @@ class SelfChannel:
 
 
 class MPIChannel:
-    kind = "mpi"
+    """Collectives on one communicator.
 
-    def __init__(self, comm, MPI) -> None:
+    ``polite`` (the background communication thread's channel): the data collectives run
+    as nonblocking MPI calls completed by a test-then-sleep loop instead of a blocking call.
+    A blocking MPI call busy-polls its core while it waits for slower ranks; on the comm
+    thread that wait overlaps the rank's own backward pass, so with one core per rank (the
+    usual CPU setting, and any shared machine) the spinning thread would take the core from
+    the computation it is meant to overlap with. Sleeping between tests gives it back, for a
+    few tens of microseconds of extra latency per collective.
+    """
+
+    kind = "mpi"
+    _SPINS = 20              # tests before the first sleep (short waits stay fast)
+    _MAX_SLEEP = 0.0005      # seconds; the backoff doubles up to this
+
+    def __init__(self, comm, MPI, polite: bool = False) -> None:
         self.comm = comm
         self.MPI = MPI
+        self.polite = polite
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._table = np.zeros((self.size, META_WIDTH), np.int64)
         self._ops = {Sum: MPI.SUM, Average: MPI.SUM, Min: MPI.MIN, Max: MPI.MAX, Product: MPI.PROD}
         self._bool_ops = {Sum: MPI.LOR, Average: MPI.LOR, Max: MPI.LOR, Min: MPI.LAND, Product: MPI.LAND}
 
+    def _complete(self, request) -> None:
+        spins = 0
+        delay = 0.00002
+        while not request.Test():
+            if spins < self._SPINS:
+                spins += 1
+                continue
+            time.sleep(delay)
+            delay = min(delay * 2, self._MAX_SLEEP)
+
     def allgather_meta(self, row: np.ndarray) -> np.ndarray:
         """Every rank's fixed-width int64 metadata row. The returned table is reused by the
         next call: read it before issuing another collective on this channel."""
-        self.comm.Allgather(row, self._table)
+        if self.polite:
+            self._complete(self.comm.Iallgather(row, self._table))
+        else:
+            self.comm.Allgather(row, self._table)
         return self._table
 
     def allreduce_(self, buf: np.ndarray, op: int) -> None:
         mpi_op = (self._bool_ops if _is_bool(buf) else self._ops)[op]
-        self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=mpi_op)
+        if self.polite:
+            self._complete(self.comm.Iallreduce(self.MPI.IN_PLACE, buf, op=mpi_op))
+        else:
+            self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=mpi_op)
 
     def allreduce_into(self, send: np.ndarray, recv: np.ndarray, op: int) -> None:
         mpi_op = (self._bool_ops if _is_bool(send) else self._ops)[op]
-        self.comm.Allreduce(send, recv, op=mpi_op)
+        if self.polite:
+            self._complete(self.comm.Iallreduce(send, recv, op=mpi_op))
+        else:
+            self.comm.Allreduce(send, recv, op=mpi_op)
 
     def allgather_rows(self, send: np.ndarray, counts: Sequence[int], recv: np.ndarray) -> None:
         """Allgatherv of flat buffers; ``counts`` in elements per rank."""
@@ -113,7 +147,10 @@ class MPIChannel:
         self.comm.Allgatherv(send, [recv, (list(map(int, counts)), list(map(int, displs)))])
 
     def bcast_(self, buf: np.ndarray, root: int) -> None:
-        self.comm.Bcast(buf, root=root)
+        if self.polite:
+            self._complete(self.comm.Ibcast(buf, root=root))
+        else:
+            self.comm.Bcast(buf, root=root)
 
     def alltoall_ints(self, send: np.ndarray) -> np.ndarray:
         recv = np.empty_like(send)

@@ -276,7 +276,8 @@ class Engine:
             world = comm if comm is not None else MPI.COMM_WORLD
             self.thread_level_multiple = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
             main = MPIChannel(world.Dup(), MPI)
-            bg = MPIChannel(world.Dup(), MPI) if self.thread_level_multiple else main
+            # The comm thread waits politely (see MPIChannel): it overlaps the caller's compute.
+            bg = MPIChannel(world.Dup(), MPI, polite=True) if self.thread_level_multiple else main
         # A third communicator for control traffic only (init/shutdown exchanges, "I am
         # exiting" notices): it can never be matched against a user's collective.
         self._ctl = MPIChannel(world.Dup(), self.MPI) if self.MPI is not None else SelfChannel()
@@ -859,14 +860,15 @@ class Engine:
         return self.run(lambda ctx: self._grouped_reduce(ctx, arrays, names, op, prescale_factor, postscale_factor, inplace))
 
     def allreduce_fused_(self, flat: np.ndarray, shapes: Sequence[tuple], names=None, op=Average,
-                         prescale_factor=1.0, postscale_factor=1.0) -> np.ndarray:
-        """Allreduce, in place, a 1-D buffer that already holds several tensors packed back to
-        back (``shapes``, in order): what a framework adapter calls after packing with its own
-        fast concatenation. Negotiated as one grouped op."""
+                         prescale_factor=1.0, postscale_factor=1.0, src: np.ndarray | None = None) -> np.ndarray:
+        """Allreduce a 1-D buffer that holds several tensors packed back to back (``shapes``,
+        in order): what a framework adapter calls after packing with its own fast
+        concatenation. Negotiated as one grouped op. In place, or from ``src`` (same size and
+        dtype; e.g. a reused packing buffer) into ``flat``."""
         desc = self._fused_desc(flat, shapes, names, op, prescale_factor, postscale_factor)
         label = self._fused_label(names, len(shapes))
         self.run(lambda ctx: self._reduce_flat(ctx, flat, desc, op, prescale_factor, postscale_factor, label,
-                                               {"tensors": len(shapes)}))
+                                               {"tensors": len(shapes)}, src=src))
         return flat
 
     def allreduce_fused_async(self, flat: np.ndarray, shapes: Sequence[tuple], names=None, op=Average,

@@ -101,6 +101,14 @@ hs = [hvd.allreduce_async(torch.ones(3) * (i + r), op=hvd.Sum) for i in range(3)
 assert [hvd.synchronize(h).tolist() for h in hs] == [[float(sum(i + k for k in range(n)))] * 3 for i in range(3)]
 outs = hvd.grouped_allreduce([torch.ones(2) * r, torch.ones(3, dtype=torch.float64)], op=hvd.Sum)
 assert outs[0].tolist() == [float(sum(range(n)))] * 2 and outs[1].tolist() == [float(n)] * 3
+# several fusion batches of one dtype through the reused packing buffer, Average + scaling
+_eng = __import__("shipyard.horovod.engine", fromlist=["get"]).get()
+_eng.fusion_threshold, saved = 64, _eng.fusion_threshold
+ins = [torch.full((k + 5,), float(r + k)) for k in range(6)]
+outs = hvd.grouped_allreduce(ins, prescale_factor=2.0, postscale_factor=0.5)
+_eng.fusion_threshold = saved
+assert [o.tolist() for o in outs] == [[k + (n - 1) / 2] * (k + 5) for k in range(6)], outs
+assert [i.tolist() for i in ins] == [[float(r + k)] * (k + 5) for k in range(6)]  # inputs untouched
 x = torch.ones(3, requires_grad=True)
 (hvd.allreduce(x * (r + 1), op=hvd.Sum) * 2).sum().backward()
 assert x.grad.tolist() == [2.0 * n * (r + 1)] * 3, x.grad

@@ -165,20 +165,43 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 
 # ---------------------------------------------------------------- grouped allreduce
-def _grouped_batches(tensors, compression, name):
+_packing = threading.local()
+
+
+def _packing_buffer(dtype: torch.dtype, numel: int) -> torch.Tensor:
+    """This thread's reusable packing buffer for ``dtype``: packing a fusion batch into
+    warm memory avoids a fresh allocation (and its page faults) per call, which costs as
+    much as the copy itself for MB-sized batches."""
+    bufs = _packing.__dict__.setdefault("bufs", {})
+    buf = bufs.get(dtype)
+    if buf is None or buf.numel() < numel:
+        buf = bufs[dtype] = torch.empty(numel, dtype=dtype)
+    return buf[:numel]
+
+
+def _grouped_batches(tensors, compression, name, pack_into_buffer=False):
     """Compress, group by dtype (order kept) and cut into fusion batches. Yields
-    (member indices, packed flat tensor, shapes, names, compression contexts)."""
+    (member indices, packed flat tensor, shapes, names, compression contexts). With
+    ``pack_into_buffer`` the packed tensor is this thread's reusable buffer: valid until the
+    next batch, so the caller must reduce it out of place before asking for the next one."""
     eng = _engine.get()
-    comp = [compression.compress(t) for t in tensors]
+    if compression is Compression.none:
+        comp = [(t, None) for t in tensors]
+    else:
+        comp = [compression.compress(t) for t in tensors]
     by_dtype: dict = {}
     for i, (c, _) in enumerate(comp):
         by_dtype.setdefault(c.dtype, []).append(i)
-    for idxs in by_dtype.values():
+    for dtype, idxs in by_dtype.items():
         sizes = [comp[i][0].numel() * comp[i][0].element_size() for i in idxs]
         for batch in plan_batches(sizes, eng.fusion_threshold):
             members = [idxs[j] for j in batch]
-            # one C-level concatenation packs the batch (a fresh tensor: the inputs are untouched)
-            flat = torch.cat([comp[i][0].detach().reshape(-1) for i in members])
+            parts = [comp[i][0].detach().reshape(-1) for i in members]
+            if pack_into_buffer:
+                flat = _packing_buffer(dtype, sum(p.numel() for p in parts))
+                torch.cat(parts, out=flat)
+            else:  # a fresh tensor: the inputs are untouched
+                flat = torch.cat(parts)
             names = None if name is None else [f"{name}.{i}" for i in members]
             yield members, flat, [tuple(comp[i][0].shape) for i in members], names, [comp[i][1] for i in members]
 
@@ -211,8 +234,15 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name=None, 
                           prescale_factor=prescale_factor, postscale_factor=postscale_factor)
                 for i, t in enumerate(tensors)]
     results = [None] * len(tensors)
-    for members, flat, shapes, names, ctxs in _grouped_batches(tensors, compression, name):
-        _reduce_packed(flat, shapes, names, op, prescale_factor, postscale_factor)
+    eng = _engine.get()
+    for members, packed, shapes, names, ctxs in _grouped_batches(tensors, compression, name, pack_into_buffer=True):
+        if packed.dtype == torch.bfloat16 or op == Adasum:
+            flat = packed.clone()
+            _reduce_packed(flat, shapes, names, op, prescale_factor, postscale_factor)
+        else:  # MPI reduces the warm packing buffer straight into the fresh result
+            flat = torch.empty_like(packed)
+            eng.allreduce_fused_(flat.numpy(), shapes, names, op, prescale_factor, postscale_factor,
+                                 src=packed.numpy())
         for i, out in zip(members, _unpack(flat, shapes, ctxs, compression)):
             results[i] = out
     return results
