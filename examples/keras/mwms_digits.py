@@ -1,16 +1,15 @@
-"""A Keras 3 classifier for scikit-learn's digits under MultiWorkerMirroredStrategy.
+"""A Keras 3 classifier for scikit-learn's digits: plain ``model.fit`` under MultiWorkerMirroredStrategy.
 
 Run it with the TensorFlow estimator and
 ``distribution={'multi_worker_mirrored_strategy': {'enabled': True}}``: every instance
-runs this script as one worker of TF_CONFIG's cluster (SageMaker's port 8890), each
-worker reads its own shard of the data, and the strategy all-reduces the gradients,
-so every worker ends with the same weights (printed as ``weights_checksum``).
+runs this script as one worker of TF_CONFIG's cluster (SageMaker's port 8890), the
+strategy shards the data by worker and all-reduces the gradients, so every worker ends
+with the same weights (printed as ``weights_checksum``).
 
-Keras 3's ``model.fit`` does not run under MultiWorkerMirroredStrategy with more than
-one worker (it reduces a whole (x, y) batch with ``strategy.reduce``, which this
-strategy accepts only for single values: keras-team/keras#20585), so the Keras 3 model
-and optimizer are trained by a short ``strategy.run`` loop. With tf_keras
-(``TF_USE_LEGACY_KERAS=1``) ``model.fit`` works as in TensorFlow's tutorial.
+Nothing here works around Keras: Keras 3.15's ``model.fit`` fails under this strategy
+with more than one worker (keras-team/keras#20585), and shipyard fixes it in the
+job's processes (shipyard.tf.keras_compat; one ``shipyard: Keras ... patched`` line in
+each instance's log).
 
     python examples/data/make_digits.py /tmp/digits
     shipyard train mwms_digits.py --source-dir examples/keras --framework tensorflow -n 2 \
@@ -43,17 +42,15 @@ def main():
     import keras  # Keras 3, TensorFlow backend
 
     task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {"index": 0})
-    workers = strategy.num_replicas_in_sync
-    print(f"worker {task['index']} of {workers} (MultiWorkerMirroredStrategy)")
+    print(f"worker {task['index']} of {strategy.num_replicas_in_sync} "
+          "(MultiWorkerMirroredStrategy)")
     train = np.load(os.path.join(args.train, "train.npz"))
     test = np.load(os.path.join(args.train, "test.npz"))
-    x, y = train["x"][task["index"]::workers], train["y"][task["index"]::workers]
-    local_batch = args.batch_size // workers
-    steps = len(y) // local_batch
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(y), seed=0).repeat()
-    options = tf.data.Options()  # already sharded by worker above
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    ds = ds.batch(local_batch).with_options(options)
+    ds = tf.data.Dataset.from_tensor_slices((train["x"], train["y"]))
+    ds = ds.shuffle(len(train["y"]), seed=0).batch(args.batch_size)  # the global batch
+    options = tf.data.Options()  # each worker takes its share of every global batch
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    ds = ds.with_options(options)
     with strategy.scope():
         keras.utils.set_random_seed(0)  # the same initial weights on every worker
         model = keras.Sequential([
@@ -64,26 +61,9 @@ def main():
             keras.layers.Dense(64, activation="relu"),
             keras.layers.Dense(10, activation="softmax"),
         ])
-        optimizer = keras.optimizers.SGD(args.learning_rate, momentum=0.9)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
-    batches = iter(strategy.experimental_distribute_dataset(ds))
-
-    @tf.function
-    def train_step(iterator):
-        def replica_step(xb, yb):
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)),
-                                                  global_batch_size=args.batch_size)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))  # all-reduced
-            return loss
-
-        xb, yb = next(iterator)
-        return strategy.reduce("SUM", strategy.run(replica_step, args=(xb, yb)), axis=None)
-
-    for epoch in range(args.epochs):
-        losses = [float(train_step(batches)) for _ in range(steps)]
-        print(f"epoch {epoch + 1}/{args.epochs}: loss={np.mean(losses):.4f}")
+        model.compile(optimizer=keras.optimizers.SGD(args.learning_rate, momentum=0.9),
+                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(ds, epochs=args.epochs, verbose=2)
     predictions = np.argmax(model.predict(test["x"], verbose=0), axis=1)
     print(f"test_accuracy={float(np.mean(predictions == test['y'])):.4f}")
     digest = float(sum(float(np.sum(w)) for w in model.get_weights()))

@@ -14,13 +14,14 @@ written as JSON when the process exits.
 from __future__ import annotations
 
 import atexit
-import importlib.abc
 import json
 import os
 import re
-import sys
 import threading
+from types import ModuleType
 from typing import Any
+
+from shipyard.tf import postimport
 
 PLACEMENT_ENV = "SHIPYARD_TF_PLACEMENT_FILE"
 _PS_TASK = re.compile(r"/job:ps(?:/replica:\d+)?/task:(\d+)")
@@ -82,36 +83,21 @@ def _wrap(cls: type, recorder: Recorder) -> None:
     cls.__init__ = __init__
 
 
-class _Watcher(importlib.abc.MetaPathFinder):
-    """Patches a target module right after it has executed."""
+def _wrap_targets(recorder: Recorder) -> dict[str, postimport.Hook]:
+    def hook_for(class_names: tuple[str, ...]) -> postimport.Hook:
+        def hook(module: ModuleType) -> None:
+            for cls_name in class_names:
+                cls = getattr(module, cls_name, None)
+                if isinstance(cls, type):
+                    _wrap(cls, recorder)
+        return hook
 
-    def __init__(self, recorder: Recorder) -> None:
-        self.recorder = recorder
-
-    def find_spec(self, name, path, target=None):
-        if name not in _TARGETS:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                def patched_exec(module, _exec=spec.loader.exec_module,
-                                 _recorder=self.recorder):
-                    _exec(module)
-                    for cls_name in _TARGETS[name]:
-                        cls = getattr(module, cls_name, None)
-                        if isinstance(cls, type):
-                            _wrap(cls, _recorder)
-
-                spec.loader.exec_module = patched_exec
-                return spec
-        return None
+    return {name: hook_for(classes) for name, classes in _TARGETS.items()}
 
 
 def install(path: str) -> Recorder:
     recorder = Recorder(path)
-    sys.meta_path.insert(0, _Watcher(recorder))
+    postimport.when_imported(_wrap_targets(recorder))
     atexit.register(recorder.write)
     return recorder
 

@@ -46,6 +46,21 @@ def server_env(ctx: InstanceContext, tf_config: str | None, label: str,
     return env
 
 
+def with_hook(env: dict[str, str]) -> dict[str, str]:
+    """Put shipyard's TensorFlow ``sitecustomize`` (``_hook``) on the process's PYTHONPATH.
+
+    Right after the resolver shim, which chains to it; what it installs is chosen by
+    environment variables (the placement recorder, the Keras multi-worker fix).
+    """
+    from shipyard.agent import resolver
+
+    parts = env.get("PYTHONPATH", "").split(os.pathsep)
+    shim = resolver.shim_dir()
+    at = parts.index(shim) + 1 if shim in parts else len(parts)
+    env["PYTHONPATH"] = os.pathsep.join(parts[:at] + [HOOK_DIR] + parts[at:])
+    return env
+
+
 def relay_arg(name: str, public: tuple[str, int], private: tuple[str, int]) -> str:
     return f"{name}={public[0]}:{public[1]}>{private[0]}:{private[1]}"
 

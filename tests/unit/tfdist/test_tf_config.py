@@ -121,6 +121,14 @@ def test_mwms_byte_exact(tmp_path):
     assert relay.role == "service" and "--serve" not in relay.argv
     assert "worker:1=127.9.9.2:8890>127.9.9.2:40001" in relay.argv
     assert json.loads(specs["user"].env["TF_CONFIG"])["task"] == {"index": 1, "type": "worker"}
+    # the Keras 3 model.fit fix is loaded into the script's process (shipyard.tf.keras_compat)
+    assert specs["user"].env["SHIPYARD_KERAS_MWMS_COMPAT"] == "1"
+    path = specs["user"].env["PYTHONPATH"].split(os.pathsep)
+    assert path[:2] == ["/code", "/resolver"]
+    assert path[2].endswith(os.path.join("shipyard", "tf", "_hook"))
+    single = by_name(multi_worker_mirrored.plan(
+        ctx(tmp_path, "algo-1", opts, hosts=["algo-1"]), picker()))
+    assert "SHIPYARD_KERAS_MWMS_COMPAT" not in single["user"].env  # one worker: nothing to fix
 
 
 @pytest.mark.parametrize("options, message", [

@@ -6,6 +6,11 @@ with ``"environment": "cloud"`` as the toolkit writes it. The user's script runs
 every instance and each one's result counts. As for the parameter servers, a
 process sees its own task at a private port and the others at their public address,
 served by a byte-counting relay (see shipyard.tf.cluster for why).
+
+Keras 3 (3.15) ``model.fit`` fails under this strategy with more than one worker
+(keras-team/keras#20585); with more than one instance the script's process loads
+shipyard's hook, which fixes the two faulty Keras functions when (and if) the script
+imports Keras, and says so in one log line (shipyard.tf.keras_compat).
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from typing import Any
 
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
-from shipyard.tf import EXTRA, cluster, installed
+from shipyard.tf import EXTRA, cluster, installed, keras_compat
 from shipyard.tf.processes import (
     private_ports,
     relay_arg,
     server_env,
     server_spec,
     user_env,
+    with_hook,
 )
 
 
@@ -48,8 +54,12 @@ def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port
     (me,) = cluster.tasks_on(tasks, ctx.host)
     ports = private_ports([me], picker)
     config = cluster.encode(cluster.tf_config(tasks, ctx.config.addresses, me, ports[me]))
-    specs = [ProcessSpec(name="user", argv=list(ctx.user_command),
-                         env=user_env(ctx, config, me.name), cwd=ctx.paths.code)]
+    env = user_env(ctx, config, me.name)
+    if len(hosts) > 1:
+        env[keras_compat.COMPAT_ENV] = "1"
+        with_hook(env)
+    specs = [ProcessSpec(name="user", argv=list(ctx.user_command), env=env,
+                         cwd=ctx.paths.code)]
     if len(hosts) > 1:
         ip = ctx.address
         specs.append(server_spec(ctx, f"relay-{me.name}",

@@ -33,12 +33,12 @@ from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
 from shipyard.tf import EXTRA, cluster, installed
 from shipyard.tf.processes import (
-    HOOK_DIR,
     private_ports,
     relay_arg,
     server_env,
     server_spec,
     user_env,
+    with_hook,
 )
 
 LEGACY_KERAS_NOTE = (
@@ -119,15 +119,10 @@ def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port
 def _chief_spec(ctx: InstanceContext, task: cluster.Task, env: dict[str, str],
                 tasks: dict[str, list[cluster.Task]], layout: str) -> ProcessSpec:
     """The user's script wrapped by shipyard.tf.chief, with the placement hook loaded."""
-    from shipyard.agent import resolver
-
     addresses = ctx.config.addresses
     placement_file = os.path.join(ctx.paths.agent_dir, "tf-placement.json")
     env["SHIPYARD_JOB_SECRET"] = ctx.config.job_secret
-    parts = env.get("PYTHONPATH", "").split(os.pathsep)
-    shim = resolver.shim_dir()
-    at = parts.index(shim) + 1 if shim in parts else len(parts)
-    env["PYTHONPATH"] = os.pathsep.join(parts[:at] + [HOOK_DIR] + parts[at:])
+    with_hook(env)
     argv = [sys.executable, "-m", "shipyard.tf.chief", "--report", ctx.paths.report_file,
             "--placement", placement_file,
             "--ps", ",".join(f"{addresses[t.host]}:{t.port}" for t in tasks["ps"]),

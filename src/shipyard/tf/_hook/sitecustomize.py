@@ -1,8 +1,14 @@
-"""shipyard: record TensorFlow's variable placement in the chief (see shipyard/tf/placement.py).
+"""shipyard: hooks for TensorFlow jobs' processes, installed without importing TensorFlow.
 
-On PYTHONPATH right after the resolver shim (which chains here); active only when
-SHIPYARD_TF_PLACEMENT_FILE is set. Chains on to the next ``sitecustomize`` on sys.path
-(skipping the resolver's and this one) so a user's own customization still runs.
+On PYTHONPATH right after the resolver shim (which chains here), set by the runners:
+
+* ``SHIPYARD_TF_PLACEMENT_FILE`` (parameter_server chief): record TensorFlow's
+  variable placement (shipyard/tf/placement.py);
+* ``SHIPYARD_KERAS_MWMS_COMPAT`` (multi_worker_mirrored_strategy): make Keras 3
+  ``model.fit`` work with more than one worker (shipyard/tf/keras_compat.py).
+
+Chains on to the next ``sitecustomize`` on sys.path (skipping the resolver's and this
+one) so a user's own customization still runs.
 """
 
 import os as _os
@@ -10,14 +16,19 @@ import sys as _sys
 
 
 def _install() -> None:
-    path = _os.environ.get("SHIPYARD_TF_PLACEMENT_FILE")
-    if not path:
+    placement_file = _os.environ.get("SHIPYARD_TF_PLACEMENT_FILE")
+    keras_compat = _os.environ.get("SHIPYARD_KERAS_MWMS_COMPAT")
+    if not placement_file and not keras_compat:
         return
     try:
+        from shipyard.tf import keras_compat as _compat
         from shipyard.tf import placement
     except ImportError:
         return
-    placement.install(path)
+    if placement_file:
+        placement.install(placement_file)
+    if keras_compat:
+        _compat.install()
 
 
 def _chain() -> None:
