@@ -19,9 +19,17 @@ Modules (one job each)::
     core.py         the shard's protocol state machine (frames in, frames out)
     transport.py    the client's transport seam: ZeroMQ DEALERs, or in-process
     server.py       the shard process (ROUTER loop) and ``python -m shipyard.ps.server``
+    options.py      the job's options (policy, consistency, counts), validated; no numpy
     launch.py       shard command lines, start/stop shard processes (runners, tests, benchmarks)
     client.py       PSClient
+    worker.py       ``python -m shipyard.ps.worker -- CMD``: runs a worker, reports its end
     torch.py        PyTorch adapter: DistributedOptimizer (imports torch; nothing else here does)
+    keras.py        Keras 3 adapter: DistributedOptimizer for model.fit (imports tensorflow)
+
+In a job, ``distribution={'parameter_server': {'enabled': True, ...}}`` (PyTorch or
+any framework; the TensorFlow estimator with ``'implementation': 'shipyard'``) runs
+the native_ps runner (shipyard/agent/runners/native_ps.py): shards end by
+themselves once every worker has ended; options are documented in options.py.
 
 Configuration a runner sets
 ---------------------------

@@ -84,6 +84,7 @@ class WorkerState:
     last_seen: float = 0.0
     progress: int = 0  # one past the highest step pushed
     rejoins: int = 0
+    left: bool = False  # said LEAVE (its process may still run: saving, evaluating)
 
 
 @dataclass
@@ -100,6 +101,7 @@ class WorkerTable:
             self.workers[worker] = WorkerState(worker, True, now)
             return True
         st.last_seen = now
+        st.left = False
         if not st.live:
             st.live = True
             st.rejoins += 1
@@ -112,6 +114,7 @@ class WorkerTable:
         if st is None or not st.live:
             return False
         st.live = False
+        st.left = True
         return True
 
     def expire(self, now: float) -> list[int]:
@@ -180,7 +183,9 @@ def job_outcome(expected: int, exits: Mapping[int, int], workers: WorkerTable, j
     (a parameter server that never exits hangs the job), yet never while a worker
     still needs them. A rank is over when its process reported its exit (DONE), when
     it went silent for longer than the heartbeat timeout after joining, or when it
-    never joined within ``join_timeout`` seconds of the shard's start.
+    never joined within ``join_timeout`` seconds of the shard's start. A rank that left
+    cleanly (LEAVE) is given ``join_timeout`` for its DONE: its process may still be
+    saving or evaluating, and its wrapper must find the shards there to report to.
     """
     seen = set(joined)
     out: dict[int, dict[str, Any]] = {}
@@ -191,10 +196,12 @@ def job_outcome(expected: int, exits: Mapping[int, int], workers: WorkerTable, j
         st = workers.workers.get(rank)
         if rank in seen and st is not None:
             silent = now - st.last_seen
-            if st.live or silent <= workers.heartbeat_timeout:
+            limit = join_timeout if st.left else workers.heartbeat_timeout
+            if st.live or silent <= limit:
                 return None
-            out[rank] = {"lost": f"no message for {silent:.0f}s (heartbeat timeout "
-                                 f"{workers.heartbeat_timeout:g}s)"}
+            out[rank] = {"lost": f"no message for {silent:.0f}s (" + (
+                "it left but never reported its end" if st.left else
+                f"heartbeat timeout {workers.heartbeat_timeout:g}s") + ")"}
         elif now - started < join_timeout:
             return None
         else:

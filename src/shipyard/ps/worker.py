@@ -24,13 +24,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 
 from shipyard.agent.processes import die_with_parent
 
 from .client import PSClient
-from .errors import PSError
+from .errors import PSError, PSTimeoutError
 from .stats import final_report
 
 log = logging.getLogger("shipyard.ps.worker")
@@ -38,6 +39,7 @@ log = logging.getLogger("shipyard.ps.worker")
 TAIL_BYTES = 2000
 WAIT_FOR_JOB_S = 30 * 86400.0  # the other workers may train for days
 WAIT_WHEN_STOPPED_S = 2.0
+CHECK_EVERY_S = 30.0
 
 
 class _Tee(threading.Thread):
@@ -98,7 +100,17 @@ def report_done(status: int, error: str, report_path: str | None, timeout: float
     """DONE to every shard; wait for the job's end; write the merged report."""
     client = PSClient(heartbeat_interval=0, connect=False, timeout=timeout)
     try:
-        answers = client.finish(status, error, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                answers = client.finish(status, error, timeout=min(CHECK_EVERY_S, timeout))
+                break
+            except PSTimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+                # still training elsewhere, or the shards are gone (the job ended without
+                # waiting for this rank)? A shard answers STATS at once when it is alive.
+                client.shard_stats(timeout=CHECK_EVERY_S)
     finally:
         client.close(leave=False)
     report = final_report(answers, client.endpoints)

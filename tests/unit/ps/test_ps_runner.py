@@ -105,8 +105,9 @@ def test_job_outcome_waits_for_every_rank():
     table.seen(1, 0.0)
     # rank 1 still heartbeating, rank 0 done: not over
     assert job_outcome(2, {0: 0}, table, {0, 1}, 5.0, 0.0, 60) is None
-    table.leave(1)  # left (or expired) but within the heartbeat timeout: maybe its DONE is coming
+    table.expire(8.0)  # silent, but not for longer than the heartbeat timeout yet
     assert job_outcome(2, {0: 0}, table, {0, 1}, 8.0, 0.0, 60) is None
+    table.expire(11.0)
     out = job_outcome(2, {0: 0}, table, {0, 1}, 11.0, 0.0, 60)
     assert out[0] == {"exit_code": 0} and "heartbeat timeout" in out[1]["lost"]
 
@@ -136,3 +137,11 @@ def test_wrapper_keeps_the_error_tail_and_reports_signals(capfd):
     status, tail, _ = run_command([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
     assert status == 137 and tail == ""
     assert run_command([sys.executable, "-c", "print('ok')"])[:2] == (0, "")
+
+
+def test_job_outcome_gives_a_rank_that_left_time_to_report_its_end():
+    table = WorkerTable(heartbeat_timeout=10)
+    table.seen(0, 0.0)
+    table.leave(0)  # closed its client, still saving its model
+    assert job_outcome(1, {}, table, {0}, 30.0, 0.0, 60) is None
+    assert "never reported its end" in job_outcome(1, {}, table, {0}, 61.0, 0.0, 60)[0]["lost"]
