@@ -74,7 +74,9 @@ class Master:
         env = dict(os.environ, **{CONFIG_ENV: self.config.to_json(),
                                   "SHIPYARD_SERVING_FD": str(self.sock.fileno()),
                                   "SHIPYARD_SERVING_REPORT_FD": str(self.write_fd)})
-        proc = subprocess.Popen([sys.executable, "-m", "shipyard.serving.worker"], env=env,
+        # the model directory in argv: `ps` shows what each worker serves
+        proc = subprocess.Popen([sys.executable, "-m", "shipyard.serving.worker",
+                                 self.config.model_dir], env=env,
                                 pass_fds=(self.sock.fileno(), self.write_fd),
                                 stdin=subprocess.DEVNULL)
         self.workers[proc.pid] = proc

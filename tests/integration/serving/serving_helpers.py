@@ -98,3 +98,41 @@ def call(address: str, method: str, path: str, body: Any = None,
         return resp.status, resp.getheader("Content-Type", ""), resp.read()
     finally:
         conn.close()
+
+
+def torchscript_archive(root: str, features: int = 4, outputs: int = 3,
+                        extra: Optional[dict[str, str]] = None) -> tuple[str, Any]:
+    """A TorchScript Linear model as model.tar.gz (plus ``extra`` files, name -> text);
+    returns (archive path, the module for in-process predictions)."""
+    import tarfile
+
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(features, outputs).eval()
+    os.makedirs(root, exist_ok=True)
+    torch.jit.save(torch.jit.script(net), os.path.join(root, "model.pt"))
+    for name, text in (extra or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        with open(os.path.join(root, name), "w") as fh:
+            fh.write(text)
+    archive = root.rstrip("/") + ".tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in sorted(os.listdir(root)):
+            tar.add(os.path.join(root, name), arcname=name)
+    return archive, net
+
+
+def server_processes(marker: str) -> list[Any]:
+    """Live processes whose command line mentions ``marker`` (an endpoint directory)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and \
+                    marker in " ".join(proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
