@@ -137,3 +137,11 @@ def test_banner_text_is_mpiruns_message():
     assert mpi_launch.banner_text(lines) == ("An unrecognized option was included on the mpirun command "
                                              "line: Option: --bogus")
     assert mpi_launch.banner_text(["a", "", "b"]) == "a b"
+
+
+def test_a_rank_waits_for_the_env_of_its_own_attempt(tmp_path):
+    path = tmp_path / "process-env.json"
+    path.write_text(json.dumps({"SHIPYARD_ATTEMPT": "1", "A": "old"}))
+    assert mpi_rank.load_env(str(path), 0.1, "2") is None
+    path.write_text(json.dumps({"SHIPYARD_ATTEMPT": "2", "A": "new"}))
+    assert mpi_rank.load_env(str(path), 0.1, "2")["A"] == "new"

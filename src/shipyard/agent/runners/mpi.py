@@ -155,6 +155,9 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
         "run_dir": run_dir,
         "env_timeout": ENV_TIMEOUT_S,
         "init_timeout": float(env.get("SHIPYARD_HOROVOD_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT_S)),
+        # a retried attempt: ranks wait for the other agents' env of *this* attempt (an older
+        # file means that agent is still re-staging its code dir)
+        "attempt": env.get("SHIPYARD_ATTEMPT", ""),
     })
     nccl_debug, extra = mpi_command.parse_custom_mpi_options(
         str(options.get("custom_mpi_options") or ""))

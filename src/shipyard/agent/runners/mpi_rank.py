@@ -60,17 +60,21 @@ def world_rank(env: dict[str, str] | os._Environ) -> int:
     raise SystemExit("shipyard mpi_rank: not started by mpirun (no OMPI_COMM_WORLD_RANK)")
 
 
-def load_env(path: str, timeout: float) -> dict[str, str] | None:
-    """An instance's planned environment, waiting up to ``timeout`` s for its agent."""
+def load_env(path: str, timeout: float, attempt: str = "") -> dict[str, str] | None:
+    """An instance's planned environment for this job attempt (``SHIPYARD_ATTEMPT``),
+    waiting up to ``timeout`` s for its agent to write it."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             with open(path, encoding="utf-8") as fh:
-                return json.load(fh)
+                env = json.load(fh)
+            if env.get("SHIPYARD_ATTEMPT", "") == attempt:
+                return env
         except (OSError, ValueError):
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.02)
+            pass
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
 
 
 def rank_environment(instance_env: dict[str, str], master_env: dict[str, str],
@@ -148,9 +152,10 @@ class RankWrapper:
     def run(self) -> int:
         plan = self.plan
         instance_dir = os.path.join(plan["instances_dir"], self.host)
+        attempt = plan.get("attempt", "")
         instance_env = load_env(os.path.join(instance_dir, "agent", plan["env_file"]),
-                                plan["env_timeout"])
-        master_env = load_env(plan["master_env"], 0)
+                                plan["env_timeout"], attempt)
+        master_env = load_env(plan["master_env"], 0, attempt)
         if instance_env is None or master_env is None:
             return self.fail(f"instance {self.host} did not plan its environment within "
                              f"{plan['env_timeout']:.0f} s (its agent did not start?)")
