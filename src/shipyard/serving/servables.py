@@ -138,7 +138,17 @@ class TorchServable(Servable):
 
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         (arr,) = inputs.values()
-        out = self.predict_fn(self._torch.from_numpy(np.ascontiguousarray(arr)), self.model)
+        data = self._torch.from_numpy(np.ascontiguousarray(arr))
+        if self.predict_fn is not torch_predict:
+            return {"output": to_numpy(self.predict_fn(data, self.model))}
+        try:
+            out = torch_predict(data, self.model)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            # the default predict only feeds the client's tensor to the model: a shape or
+            # dtype the model refuses is the request's fault
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise BadRequest(f"the model refused an input of shape {list(arr.shape)} and "
+                             f"dtype {arr.dtype}: {type(exc).__name__}: {first}") from None
         return {"output": to_numpy(out)}
 
 
