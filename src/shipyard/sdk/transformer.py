@@ -241,8 +241,9 @@ class Transformer:
         ctype = options["content_type"]
         accept = self.accept or "application/json"
         with open(path, "rb") as fh:
-            records = batch.split_records(fh.read(), split_type)
-        records = [batch.filter_input(r, options["input_filter"], ctype) for r in records]
+            originals = batch.split_records(fh.read(), split_type)
+        # requests carry the filtered records; join_source joins the original ones
+        records = [batch.filter_input(r, options["input_filter"], ctype) for r in originals]
         ranges = batch.mini_batches(records, self.strategy, int(self.max_payload * 1024 * 1024),
                                     split_type)
         per_record = bool(options["join_source"] or options["output_filter"])
@@ -285,7 +286,7 @@ class Transformer:
                     for k, body in enumerate(bodies):
                         body = body if body is not None else b""
                         if per_record and body:
-                            body = batch.join_output(records[start + k], body,
+                            body = batch.join_output(originals[start + k], body,
                                                      options["join_source"],
                                                      options["output_filter"], ctype, accept)
                         fh.write(body)
