@@ -59,7 +59,7 @@ from .placement import (
     place,
 )
 from .stats import build_report
-from .transport import Transport, ZmqTransport
+from .transport import Transport, ZmqTransport, tune_malloc
 from .wire import Header, Message, MsgType
 
 log = logging.getLogger("shipyard.ps.client")
@@ -71,6 +71,7 @@ HEARTBEAT_ENV = "SHIPYARD_PS_HEARTBEAT"
 REPORT_ENV = "SHIPYARD_PS_REPORT"  # rank 0 writes the stats report here when it closes
 POLICY_ENV = "SHIPYARD_PS_POLICY"  # placement policy when register() is not given one
 DEFAULT_TIMEOUT = 300.0
+CLIENT_MALLOC_KEEP = 256 << 20  # reply buffers reused instead of page-faulted in (transport.tune_malloc)
 PARALLEL_DECODE_MIN = 256 * 1024  # replies larger than this are verified on the hash pool
 
 ArrayLike = Any
@@ -131,6 +132,7 @@ class PSClient:
                  heartbeat_interval: float | None = None,
                  transport_factory: Callable[[], Transport] | None = None,
                  mac: str | None = None, connect: bool = True) -> None:
+        tune_malloc(CLIENT_MALLOC_KEEP)
         if transport_factory is None:
             eps = list(endpoints) if endpoints is not None else endpoints_from_env()
             self.endpoints: list[str] = eps

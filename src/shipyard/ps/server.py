@@ -34,11 +34,12 @@ from . import wire
 from .consistency import Consistency
 from .core import DEFAULT_MAX_PAYLOAD, Outgoing, ServerConfig, ServerCore
 from .errors import PSError
-from .transport import ZERO_COPY_MIN, tuned_socket
+from .transport import ZERO_COPY_MIN, tune_malloc, tuned_socket
 
 log = logging.getLogger("shipyard.ps.server")
 
 TICK_S = 0.1  # liveness checks and stop-flag latency
+SHARD_MALLOC_KEEP = 1 << 30  # a shard's memory is its parameters; keep message buffers for reuse
 
 
 class PSServer:
@@ -54,6 +55,7 @@ class PSServer:
         # a shard whose launcher died must not live on (the "PS never exits" bug)
         self._parent = os.getppid() if exit_with_parent else None
         self.stats_file = stats_file
+        tune_malloc(SHARD_MALLOC_KEEP)
         self.core = ServerCore(config, wire.secret_from_env(secret))
         self._ctx = zmq.Context()
         self._sock = s = tuned_socket(self._ctx, zmq.ROUTER, linger=2000, sndbuf=sndbuf, rcvbuf=rcvbuf)
