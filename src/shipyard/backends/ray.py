@@ -95,7 +95,10 @@ class RayBackend:
         a cluster with fewer fitting machines than instances."""
         if runner == "mpi":
             raise DistributionError(MPI_REFUSAL)
-        ray = connect(self.address)
+        try:
+            ray = connect(self.address)
+        except BackendError as exc:  # the address the user gave reaches no cluster
+            raise ValidationError(str(exc)) from None
         ray_placement.plan_placement(cluster_nodes(ray), instance_count,
                                      ray_placement.demand(instance_type), self.address)
 

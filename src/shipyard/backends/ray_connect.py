@@ -84,8 +84,10 @@ def connect(address: str) -> ModuleType:
         if ray.is_initialized():
             if _connected_to in (None, address) or address == "auto":
                 return ray
+            probe(address)  # before leaving the cluster we are connected to
             ray.shutdown()
-        probe(address)
+        else:
+            probe(address)
         try:
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                      logging_level=logging.WARNING)

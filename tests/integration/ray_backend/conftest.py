@@ -1,9 +1,11 @@
 """A real 3-node Ray cluster on this machine, shared by the Ray backend tests of a module.
 
-Each node gets its own loopback IP (127.0.0.11-13), the documented way to run a
+Each node gets its own loopback IP (127.0.0.12-14), the documented way to run a
 multi-node cluster on one machine: every node then counts as a machine of its own, and
-instances bind SageMaker's fixed ports on their node's IP without colliding. Nodes have
-2 CPUs each (logical; the machine's cores are shared). Node work dirs live under one
+instances bind SageMaker's fixed ports on their node's IP without colliding. Worker nodes
+have 2 CPUs each (logical; the machine's cores are shared); the head (127.0.0.11) has
+none, so no instance lands on it and a test can kill any instance's node without taking
+the cluster down. Node work dirs live under one
 temporary SHIPYARD_RAY_WORKDIR, inherited by the nodes' processes, so the tests can check
 that nothing of a job is left on any node.
 """
@@ -16,7 +18,8 @@ import tempfile
 
 import pytest
 
-NODE_IPS = ("127.0.0.11", "127.0.0.12", "127.0.0.13")
+HEAD_IP = "127.0.0.11"
+NODE_IPS = ("127.0.0.12", "127.0.0.13", "127.0.0.14")
 NODE_CPUS = 2
 # Fast failure detection for the node-death test (Ray's defaults take tens of seconds).
 SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000,
@@ -29,10 +32,10 @@ class RayCluster:
 
         self.workdir = workdir
         self.cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": NODE_CPUS, "node_ip_address": NODE_IPS[0], "include_dashboard": False,
+            "num_cpus": 0, "node_ip_address": HEAD_IP, "include_dashboard": False,
             "_system_config": SYSTEM_CONFIG})
-        self.nodes = {NODE_IPS[0]: self.cluster.head_node}
-        for ip in NODE_IPS[1:]:
+        self.nodes = {}
+        for ip in NODE_IPS:
             self.add(ip)
         self.cluster.wait_for_nodes()
         self.address = self.cluster.address

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import tarfile
+import time
 
 import pytest
 
@@ -24,3 +26,85 @@ def test_contract_on_three_nodes(ray_session, ray_cluster, write_script, tmp_pat
     assert desc["Shipyard"]["Backend"] == f"ray@{ray_cluster.address}"
     assert leftovers(ray_cluster.workdir, job) == []
     assert job_processes(ray_cluster.workdir) == []
+
+
+@pytest.mark.timeout(240)
+def test_parameter_server_job_on_ray(ray_session, ray_cluster, write_script):
+    """native_ps (PyTorch) on 2 nodes: the local backend's test, byte for byte."""
+    from tests.integration.ps.test_ps_jobs import (
+        test_sync_mode_equals_single_process_training_on_the_combined_batch as ps_sync_job)
+
+    ps_sync_job(ray_session, write_script)
+    _assert_on_nodes(ray_session, ray_cluster)
+
+
+@pytest.mark.timeout(240)
+def test_torch_distributed_job_on_ray(ray_session, ray_cluster, write_script):
+    """DDP 2 nodes x 2 ranks over gloo between the nodes' addresses: the local test."""
+    from tests.integration.ddp.test_ddp_jobs import (
+        test_two_by_two_env_contract_taken_port_and_ddp_result as ddp_job)
+
+    ddp_job(ray_session, write_script)
+    _assert_on_nodes(ray_session, ray_cluster)
+
+
+def _assert_on_nodes(session, cluster) -> None:
+    """The latest job ran on distinct nodes, by their IPs, and left nothing on them."""
+    record = session.control.list(1)[0]
+    desc = session.control.describe(record.name)
+    addresses = [i["Address"] for i in desc["Shipyard"]["Instances"]]
+    assert len(set(addresses)) == len(addresses) and set(addresses) <= set(NODE_IPS)
+    assert leftovers(cluster.workdir, record.name) == []
+    assert job_processes(cluster.workdir) == []
+
+
+KILL_SCRIPT = r'''
+import os, sys, time
+attempt = os.environ["SHIPYARD_ATTEMPT"]
+print(f"{os.environ['SM_CURRENT_HOST']} attempt {attempt} running", flush=True)
+if attempt == "1":
+    time.sleep(300)        # killed with its node long before
+open(os.path.join(os.environ["SM_MODEL_DIR"], os.environ["SM_CURRENT_HOST"]), "w").write(attempt)
+'''
+
+
+@pytest.mark.timeout(240)
+def test_killed_node_fails_the_attempt_naming_it_and_the_retry_completes(
+        ray_session, ray_cluster, write_script):
+    """wait=False (detached supervisor reconnecting to the cluster), live logs, attach;
+    algo-2's node killed mid-job: attempt 1 fails naming that node, attempt 2 runs on the
+    nodes left and completes, and nothing of the job is left on any node."""
+    import shipyard
+
+    src = write_script("train.py", KILL_SCRIPT)
+    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
+                             instance_type="local", max_retry_attempts=1, session=ray_session)
+    est.fit(wait=False, job_name="ray-kill")
+    control = ray_session.control
+    deadline = time.monotonic() + 120
+    victim = None
+    while victim is None:
+        assert time.monotonic() < deadline, control.describe("ray-kill")
+        algo2 = [i for i in control.describe("ray-kill")["Shipyard"]["Instances"]
+                 if i["Host"] == "algo-2" and i["Attempt"] == 1]
+        log = algo2[0]["LogPath"] if algo2 else None
+        if log and os.path.exists(log) and "attempt 1 running" in open(log).read():
+            victim = algo2[0]["Address"]  # its line came back live, so it is running
+        time.sleep(0.2)
+    assert victim in NODE_IPS
+    ray_cluster.kill(victim)
+    try:
+        attached = shipyard.Estimator.attach("ray-kill", sagemaker_session=ray_session)
+        desc = attached.latest_training_job.describe()
+        assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
+        first = desc["Shipyard"]["Attempts"][0]["failure_reason"]
+        assert first.startswith("[algo-2]") and victim in first, first
+        second = [i for i in desc["Shipyard"]["Instances"] if i["Attempt"] == 2]
+        assert {i["Status"] for i in second} == {"Completed"}
+        assert victim not in {i["Address"] for i in second}
+        with tarfile.open(desc["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")) as tar:
+            assert sorted(tar.getnames()) == ["algo-1", "algo-2"]
+        assert leftovers(ray_cluster.workdir, "ray-kill") == []
+        assert job_processes(ray_cluster.workdir) == []
+    finally:
+        ray_cluster.add(victim)  # the other tests of the module expect three nodes
