@@ -32,6 +32,7 @@ class State:
         self.failure: str | None = None
         self.max_payload = int(max_payload_mb * 1024 * 1024)
         self.execution_parameters = execution_parameters
+        self.active = 0  # requests inside a handler (the batcher waits only for these)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -56,7 +57,17 @@ async def errors(request: web.Request,
 
 
 def build_app(state: State) -> web.Application:
-    app = web.Application(middlewares=[errors], client_max_size=state.max_payload,
+    @web.middleware
+    async def count(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        state.active += 1
+        try:
+            return await handler(request)
+        finally:
+            state.active -= 1
+
+    app = web.Application(middlewares=[count, errors], client_max_size=state.max_payload,
                           handler_args={"tcp_keepalive": True})
 
     def service() -> Service:

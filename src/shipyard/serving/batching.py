@@ -4,8 +4,10 @@ Model calls run on one dedicated thread per worker (frameworks parallelise insid
 call; several threads would only fight over the cores), so the event loop stays free
 to read and parse the next requests while the model works. ``BatchingRunner`` merges
 requests that arrive together (same model, signature, per-row shapes and dtypes) into
-one call of at most ``max_batch_size`` rows, waiting at most ``max_wait`` for company;
-while a call runs, newcomers queue and form the next batch. If a merged call fails,
+one call of at most ``max_batch_size`` rows, waiting at most ``max_wait`` for company --
+but only while other requests are on their way (being read or parsed by this worker:
+``active`` counts them), so a lone request at concurrency 1 pays no wait. While a call
+runs, newcomers queue and form the next batch. If a merged call fails,
 its requests are retried one by one so an error reaches only the request that caused it.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +63,13 @@ class BatchingRunner(DirectRunner):
         self.max_batch_size = max(1, max_batch_size)
         self.max_wait = max(0.0, max_wait)
         self.queues: dict[tuple[Any, ...], _Queue] = {}
-        self.calls = 0  # model calls made (the benchmark reports requests per call)
+        self.calls = 0  # model calls made
+        self.in_call = 0  # requests whose batch is in the model right now
+        self.active: Callable[[], int] = lambda: 0  # requests inside the worker's handlers
+
+    def _company_coming(self) -> bool:
+        queued = sum(len(q.items) for q in self.queues.values())
+        return self.active() - queued - self.in_call > 0
 
     async def run(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
         rows = {a.shape[0] if a.ndim else -1 for a in inputs.values()}
@@ -83,7 +92,7 @@ class BatchingRunner(DirectRunner):
         try:
             while queue.items:
                 deadline = time.monotonic() + self.max_wait
-                while queue.rows < self.max_batch_size:
+                while queue.rows < self.max_batch_size and self._company_coming():
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -99,8 +108,12 @@ class BatchingRunner(DirectRunner):
                     batch.append(item)
                     rows += item.rows
                 queue.rows -= rows
-                await self._call(servable, signature, batch, rows)
-        except BaseException as exc:  # noqa: BLE001 - no request may wait forever
+                self.in_call += len(batch)
+                try:
+                    await self._call(servable, signature, batch, rows)
+                finally:
+                    self.in_call -= len(batch)
+        except BaseException as exc:
             for item in queue.items:
                 if not item.future.done():
                     item.future.set_exception(exc)

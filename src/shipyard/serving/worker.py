@@ -57,8 +57,10 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
     runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
     await runner.setup()
     await web.SockSite(runner, sock, backlog=1024).start()
-    model_runner = (BatchingRunner(config.batch_size, config.batch_wait_ms / 1000)
-                    if config.batch_size > 1 else DirectRunner())
+    model_runner: DirectRunner = DirectRunner()
+    if config.batch_size > 1:
+        model_runner = BatchingRunner(config.batch_size, config.batch_wait_ms / 1000)
+        model_runner.active = lambda: state.active
 
     def report(line: str) -> None:
         os.write(report_fd, (line.replace("\n", " ") + "\n").encode())

@@ -236,3 +236,20 @@ def test_batcher_merges_concurrent_requests_and_isolates_errors():
     results = asyncio.run(many())
     assert sum(servable.calls) == 15 and max(servable.calls) <= 8 and len(servable.calls) < 5
     assert all(r["y"].shape == (3,) for r in results)
+
+
+def test_batcher_waits_only_while_company_is_coming():
+    import time
+
+    servable = Doubler()
+    runner = BatchingRunner(max_batch_size=8, max_wait=0.5)
+    x = {"x": np.ones((1, 2), np.float32)}
+
+    async def one():
+        start = time.monotonic()
+        await runner.run(servable, "s", x)
+        return time.monotonic() - start
+
+    assert asyncio.run(one()) < 0.25          # alone: no wait for company
+    runner.active = lambda: 3                  # two more requests are being read
+    assert asyncio.run(one()) >= 0.45          # waits (up to max_wait) for them
