@@ -232,6 +232,8 @@ def main() -> None:
         "shipyard, no batching": lambda: start_shipyard(model_dir, tmp),
         "shipyard, batching 8/1ms": lambda: start_shipyard(model_dir, tmp, "--batch-size", "8",
                                                            "--batch-wait-ms", "1"),
+        "shipyard, 2 workers, batching 8/1ms": lambda: start_shipyard(
+            model_dir, tmp, "--workers", "2", "--batch-size", "8", "--batch-wait-ms", "1"),
         "stdlib http.server + model": lambda: start_script(STDLIB_SERVER, "model", model_dir),
         "aiohttp echo (no model)": lambda: start_script(AIOHTTP_ECHO),
     }

@@ -87,10 +87,10 @@ class Service:
             request = json.loads(body)
         except ValueError as exc:
             raise BadRequest(f"malformed JSON: {exc}") from None
-        return _json(await self.tfs_call(name, version, method, request))
+        return _json(await self.tfs_call(name, version, method, request, b'"b64"' in body))
 
     async def tfs_call(self, name: str | None, version: int | None, method: str,
-                       request: Any) -> dict[str, Any]:
+                       request: Any, b64: bool = True) -> dict[str, Any]:
         servable = self.registry.resolve(name, version)
         if not isinstance(request, dict):
             raise BadRequest("request body must be a JSON object")
@@ -99,7 +99,7 @@ class Service:
             raise BadRequest("'signature_name' must be a string")
         sig = servable.signature(sig_name)
         if method == "predict":
-            arrays, row = protocol.parse_tfs_request(request, sig)
+            arrays, row = protocol.parse_tfs_request(request, sig, b64)
             outputs = await self.runner.run(servable, sig.name, arrays)
             return protocol.format_predictions(outputs, row)
         if method in ("classify", "regress"):
@@ -198,7 +198,7 @@ class TFService(Service):
         if self.handler or self.input_handler:
             return await self._user_invocation(req, attrs, name, version, method)
         request = protocol.invocations_to_tfs(req.body, req.content_type)
-        payload = await self.tfs_call(name, version, method, request)
+        payload = await self.tfs_call(name, version, method, request, b'"b64"' in req.body)
         body, ctype = protocol.predictions_as(payload, req.accept)
         return Reply(200, body, ctype)
 
