@@ -6,8 +6,9 @@ multi_worker_mirrored_strategy, each worker pinned to one thread.
 Data: random CIFAR-shaped batches made in the script (throughput only; nothing is read).
 parameter_server: ParameterServerStrategy + tf_keras model.fit, N workers (one per
 instance) -- asynchronous, images/s = steps x batch / time; one instance runs plainly (as
-SageMaker does), which is the baseline. multi_worker_mirrored: Keras 3 model, strategy.run
-loop, global batch = N x batch. Timing excludes the first epoch (tracing, connections).
+SageMaker does), which is the baseline. multi_worker_mirrored: Keras 3 model.fit (with
+shipyard's fix for keras-team/keras#20585), global batch = N x batch, each worker computing
+``batch`` of it. Timing excludes the first epoch (tracing, connections).
 Prints a table and the scaling ratio img/s(N) / img/s(1) for each distribution.
 """
 
@@ -42,6 +43,12 @@ TRAIN = textwrap.dedent('''
     def data(batch):
         x = tf.random.uniform((batch, 32, 32, 3)); y = tf.random.uniform((batch,), 0, 10, tf.int64)
         return tf.data.Dataset.from_tensors((x, y)).repeat()
+    times = []
+    def timer(k):  # epoch times, with the callback class of the Keras in use
+        class T(k.callbacks.Callback):
+            def on_epoch_begin(self, e, logs=None): self.t = time.perf_counter()
+            def on_epoch_end(self, e, logs=None): times.append(time.perf_counter() - self.t)
+        return T()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if a.mode == "ps":
         multi = bool(resolver.cluster_spec().jobs)
@@ -50,32 +57,19 @@ TRAIN = textwrap.dedent('''
             model = cnn(tf.keras)
             model.compile(tf.keras.optimizers.legacy.SGD(0.01), "sparse_categorical_crossentropy", steps_per_execution=5)
         src = tf.keras.utils.experimental.DatasetCreator(lambda ctx: data(a.batch)) if multi else data(a.batch)
-        times = []
-        class T(tf.keras.callbacks.Callback):
-            def on_epoch_begin(self, e, logs=None): self.t = time.perf_counter()
-            def on_epoch_end(self, e, logs=None): times.append(time.perf_counter() - self.t)
-        model.fit(src, epochs=3, steps_per_epoch=a.steps, verbose=0, callbacks=[T()])
-        rate = 2 * a.steps * a.batch / sum(times[1:])
+        global_batch, callback = a.batch, timer(tf.keras)  # async: a step is one worker's batch
     else:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         import keras
-        n = strategy.num_replicas_in_sync
+        global_batch = a.batch * strategy.num_replicas_in_sync
         with strategy.scope():
-            model = cnn(keras); opt = keras.optimizers.SGD(0.01)
-            loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
-        it = iter(strategy.experimental_distribute_dataset(data(a.batch)))
-        @tf.function
-        def step(it):
-            def rep(x, y):
-                with tf.GradientTape() as t:
-                    loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)), global_batch_size=a.batch * n)
-                opt.apply_gradients(zip(t.gradient(loss, model.trainable_variables), model.trainable_variables))
-                return loss
-            return strategy.run(rep, args=next(it))
-        for _ in range(a.steps): step(it)
-        t0 = time.perf_counter()
-        for _ in range(2 * a.steps): step(it)
-        rate = 2 * a.steps * a.batch * n / (time.perf_counter() - t0)
+            model = cnn(keras)
+            model.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy")  # 1 step per call: see keras_compat
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        src, callback = data(global_batch).with_options(options), timer(keras)
+    model.fit(src, epochs=3, steps_per_epoch=a.steps, verbose=0, callbacks=[callback])
+    rate = 2 * a.steps * global_batch / sum(times[1:])
     print(f"images_per_sec={rate:.1f}")
 ''')
 
@@ -93,7 +87,8 @@ def run(mode: str, instances: int, steps: int, batch: int, src: str) -> float:
                                            "TF_CPP_MIN_LOG_LEVEL": "2"})
     est.fit(logs=False)
     job = est.latest_training_job.describe()
-    log = open(os.path.join(job["Shipyard"]["JobDir"], "logs", "algo-1.log")).read()
+    with open(os.path.join(job["Shipyard"]["JobDir"], "logs", "algo-1.log")) as fh:
+        log = fh.read()
     return float(log.split("images_per_sec=")[1].split()[0])
 
 

@@ -15,17 +15,24 @@ the first is keras-team/keras#20585) stop ``fit``, ``evaluate`` and ``predict`` 
    reduces in multi-worker mode with ``strategy.reduce("MEAN", v, axis=0)``: axis 0
    of a scalar: ``ValueError: Invalid reduction dimension 0 for input with 0
    dimensions``. One machine's path averages over replicas, i.e. ``axis=None``.
+3. With ``steps_per_execution > 1`` each step runs inside a ``tf.cond`` in a
+   ``tf.while_loop`` (``_make_function``'s ``multi_step_on_iterator``); the step's
+   cross-worker collectives fail there: ``You must feed a value for placeholder
+   tensor '.../while/cond/Placeholder'``.
 
 The fixes: (1) build from this worker's own replica values (the same per-replica
 shapes on every worker) through Keras' own method; (2) average the logs across
-workers with ``axis=None``. Every other call goes to the original unchanged: the
+workers with ``axis=None``; (3) ``fit``/``evaluate``/``predict`` set
+``steps_per_execution`` to 1 in multi-worker mode, saying so (the same training, only
+dispatched one step per call). Every other call goes to the original unchanged: the
 train step and its gradient all-reduce are Keras'.
 
 Guarded by what the installed Keras does rather than a version list: each fix applies
 only when the faulty statement is in that function's source (a Keras that changed it
 is left alone), and only in processes of a ``multi_worker_mirrored_strategy`` job with
 more than one instance (the runner sets :data:`COMPAT_ENV` and loads
-``shipyard/tf/_hook``). Applied fixes are logged in one line.
+``shipyard/tf/_hook``). Applied fixes are logged in one line (and a lowered
+``steps_per_execution`` in another, when it happens).
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ ISSUE = "keras-team/keras#20585"
 # (compared with all whitespace removed).
 SYMBOLIC_BUILD_BUG = 'self.distribute_strategy.reduce("MEAN",maybe_distributed_data_batch,'
 METRICS_MEAN_BUG = 'strategy.reduce("MEAN",v,axis=0)'
+MULTI_STEP_LOOP = "lambda:iterator.get_next_as_optional(),"
+RUN_METHODS = ("fit", "evaluate", "predict")
 
 
 def _source(obj: Any) -> str:
@@ -115,6 +124,35 @@ def _fix_metrics_mean(module: ModuleType) -> bool:
     return True
 
 
+def _fix_steps_per_execution(trainer_cls: type) -> bool:
+    """Run one step per execution in multi-worker mode (each step's collectives would
+    otherwise sit in a ``tf.cond`` inside Keras' ``tf.while_loop``)."""
+    make = trainer_cls.__dict__.get("_make_function")
+    if make is None or MULTI_STEP_LOOP not in _source(make):
+        return False
+
+    def guard(run):
+        def method(self, *args, **kwargs):
+            strategy = getattr(self, "_distribute_strategy", None)
+            if getattr(self, "steps_per_execution", 1) > 1 and strategy is not None \
+                    and _multi_worker(strategy):
+                print(f"shipyard: steps_per_execution={self.steps_per_execution} -> 1 under "
+                      "MultiWorkerMirroredStrategy with more than one worker (Keras 3 "
+                      "cannot loop collective steps there); same training, one step per "
+                      "call", file=sys.stderr, flush=True)
+                self.steps_per_execution = 1
+                self.train_function = self.test_function = self.predict_function = None
+            return run(self, *args, **kwargs)
+
+        method.__wrapped__ = run  # type: ignore[attr-defined]
+        method.__name__, method.__doc__ = run.__name__, run.__doc__
+        return method
+
+    for name in RUN_METHODS:
+        setattr(trainer_cls, name, guard(trainer_cls.__dict__[name]))
+    return True
+
+
 def patch(module: ModuleType) -> list[str]:
     """Apply the fixes this Keras needs to its executed TensorFlow trainer module.
 
@@ -126,6 +164,8 @@ def patch(module: ModuleType) -> list[str]:
         fixed.append("first batch built locally, not strategy.reduce'd")
     if _fix_metrics_mean(module):
         fixed.append("step logs averaged across workers with axis=None")
+    if isinstance(trainer_cls, type) and _fix_steps_per_execution(trainer_cls):
+        fixed.append("steps_per_execution > 1 run as 1")
     return fixed
 
 
