@@ -198,7 +198,7 @@ class RayBackend:
     def _monitor(self, ray: Any, launch: _Launch) -> None:
         try:
             self._watch(ray, launch)
-        except BaseException as exc:  # never leave the supervisor polling forever
+        except BaseException as exc:  # noqa: BLE001 - never leave the supervisor polling forever
             for inst in launch.instances:
                 if inst.code is None:
                     self._lost(inst, f"shipyard's Ray monitor failed: {type(exc).__name__}: "
@@ -251,7 +251,7 @@ class RayBackend:
                     os.replace(os.path.join(staging, part), os.path.join(inst.base, part))
             _merge(os.path.join(staging, "shared"), shared)
             _rmtree(staging)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure here is the instance's
             if not inst.stopping:
                 self._lost(inst, exc, "could not bring the instance's results back from")
                 return
@@ -283,11 +283,11 @@ class RayBackend:
         for inst in launch.instances:
             try:
                 ray.kill(inst.actor, no_restart=True)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - best effort: the actor may be gone
                 pass
         try:
             remove_placement_group(launch.pg)
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - best effort: the cluster may be gone
             pass
 
     # -- the Backend protocol -------------------------------------------------------------
@@ -309,7 +309,7 @@ class RayBackend:
                 if inst.code is None:
                     try:
                         ray.kill(inst.actor, no_restart=True)
-                    except Exception:
+                    except Exception:  # noqa: BLE001, S110 - best effort: it may be gone
                         pass
             if not _wait_codes(running, STOP_MARGIN_S):
                 for inst in running:

@@ -67,7 +67,8 @@ class InstanceActor:
         try:
             self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         preexec_fn=die_with_parent, close_fds=True)
+                                         preexec_fn=die_with_parent,  # noqa: PLW1509
+                                         close_fds=True)
         except OSError:
             self.code = 127
             return

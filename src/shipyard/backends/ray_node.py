@@ -66,7 +66,7 @@ class NodeLayout:
     host: str
 
     @classmethod
-    def for_instance(cls, job_name: str, host: str) -> "NodeLayout":
+    def for_instance(cls, job_name: str, host: str) -> NodeLayout:
         return cls(os.path.join(workdir(), job_name), host)
 
     @property
@@ -155,7 +155,7 @@ def interface_of(ip: str, default: str) -> str:
         for name, addrs in psutil.net_if_addrs().items():
             if any(a.address == ip for a in addrs):
                 return name
-    except Exception:  # informational only
+    except Exception:  # noqa: BLE001, S110 - informational only
         pass
     if ip.startswith("127."):
         return "lo"

@@ -10,7 +10,6 @@ RAY_ADDRESS, then ``auto``); see shipyard.backends.ray.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from shipyard.control.client import ControlPlane
 from shipyard.errors import ValidationError
@@ -19,8 +18,8 @@ BACKENDS = ("local", "ray")
 
 
 class Session:
-    def __init__(self, backend: Optional[str] = None, home: Optional[str] = None,
-                 address: Optional[str] = None) -> None:
+    def __init__(self, backend: str | None = None, home: str | None = None,
+                 address: str | None = None) -> None:
         self.backend = backend or os.environ.get("SHIPYARD_BACKEND", "local")
         if self.backend not in BACKENDS:
             raise ValidationError(f"unknown backend {self.backend!r}; available: "

@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import job_processes
 from tests.integration.ray_backend.conftest import NODE_CPUS, NODE_IPS, leftovers
+from tests.integration.ray_backend.test_ray_bad_input import refused
 from tests.integration.test_contract import run_contract_job
 
 
@@ -28,11 +29,21 @@ def test_contract_on_three_nodes(ray_session, ray_cluster, write_script, tmp_pat
     assert job_processes(ray_cluster.workdir) == []
 
 
+@pytest.mark.timeout(120)
+def test_fewer_machines_or_cpus_than_the_job_needs_say_how_many(ray_session, write_script):
+    refused(ray_session, write_script, r"needs 4 instance\(s\).*3 of which fit one instance",
+             instance_count=4)
+    refused(ray_session, write_script,
+             r"'ml.m5.xlarge' \(4 CPU\(s\).*0 of which fit.*largest node has 2 CPU\(s\)",
+             instance_type="ml.m5.xlarge")
+
+
 @pytest.mark.timeout(240)
 def test_parameter_server_job_on_ray(ray_session, ray_cluster, write_script):
     """native_ps (PyTorch) on 2 nodes: the local backend's test, byte for byte."""
     from tests.integration.ps.test_ps_jobs import (
-        test_sync_mode_equals_single_process_training_on_the_combined_batch as ps_sync_job)
+        test_sync_mode_equals_single_process_training_on_the_combined_batch as ps_sync_job,
+    )
 
     ps_sync_job(ray_session, write_script)
     _assert_on_nodes(ray_session, ray_cluster)
@@ -42,7 +53,8 @@ def test_parameter_server_job_on_ray(ray_session, ray_cluster, write_script):
 def test_torch_distributed_job_on_ray(ray_session, ray_cluster, write_script):
     """DDP 2 nodes x 2 ranks over gloo between the nodes' addresses: the local test."""
     from tests.integration.ddp.test_ddp_jobs import (
-        test_two_by_two_env_contract_taken_port_and_ddp_result as ddp_job)
+        test_two_by_two_env_contract_taken_port_and_ddp_result as ddp_job,
+    )
 
     ddp_job(ray_session, write_script)
     _assert_on_nodes(ray_session, ray_cluster)
@@ -88,7 +100,7 @@ def test_killed_node_fails_the_attempt_naming_it_and_the_retry_completes(
         algo2 = [i for i in control.describe("ray-kill")["Shipyard"]["Instances"]
                  if i["Host"] == "algo-2" and i["Attempt"] == 1]
         log = algo2[0]["LogPath"] if algo2 else None
-        if log and os.path.exists(log) and "attempt 1 running" in open(log).read():
+        if log and os.path.exists(log) and "attempt 1 running" in _read(log):
             victim = algo2[0]["Address"]  # its line came back live, so it is running
         time.sleep(0.2)
     assert victim in NODE_IPS
@@ -108,3 +120,8 @@ def test_killed_node_fails_the_attempt_naming_it_and_the_retry_completes(
         assert job_processes(ray_cluster.workdir) == []
     finally:
         ray_cluster.add(victim)  # the other tests of the module expect three nodes
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()

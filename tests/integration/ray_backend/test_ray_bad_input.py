@@ -14,7 +14,7 @@ import shipyard
 from shipyard.errors import DistributionError, ValidationError
 
 
-def _refused(session, write_script, match, error=ValidationError, **kw):
+def refused(session, write_script, match, error=ValidationError, **kw):
     src = write_script("train.py", "print('never runs')\n")
     est = shipyard.Estimator(entry_point="train.py", source_dir=src, session=session,
                              **{"instance_count": 2, "instance_type": "local", **kw})
@@ -27,23 +27,14 @@ def _refused(session, write_script, match, error=ValidationError, **kw):
 def test_an_address_with_no_cluster_is_refused_within_seconds(home, write_script):
     session = shipyard.Session(backend="ray", address="127.0.0.1:1", home=str(home))
     t0 = time.monotonic()
-    _refused(session, write_script, r"no Ray cluster answers at '127.0.0.1:1'.*ray start --head")
+    refused(session, write_script, r"no Ray cluster answers at '127.0.0.1:1'.*ray start --head")
     assert time.monotonic() - t0 < 15
 
 
 def test_mpi_is_refused_on_ray_saying_why(home, write_script):
     session = shipyard.Session(backend="ray", address="127.0.0.1:1", home=str(home))
-    _refused(session, write_script, "'mpi' cannot run on the Ray backend",
+    refused(session, write_script, "'mpi' cannot run on the Ray backend",
              error=DistributionError, distribution={"mpi": {"enabled": True}})
-
-
-@pytest.mark.timeout(120)
-def test_fewer_machines_or_cpus_than_the_job_needs_say_how_many(ray_session, write_script):
-    _refused(ray_session, write_script, r"needs 4 instance\(s\).*3 of which fit one instance",
-             instance_count=4)
-    _refused(ray_session, write_script,
-             r"'ml.m5.xlarge' \(4 CPU\(s\).*0 of which fit.*largest node has 2 CPU\(s\)",
-             instance_type="ml.m5.xlarge")
 
 
 def test_ray_not_installed_names_the_extra(home):
@@ -51,7 +42,7 @@ def test_ray_not_installed_names_the_extra(home):
             "import shipyard\n"
             "try:\n    shipyard.Session(backend='ray')\n"
             "except ValueError as exc:\n    print(exc)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                          timeout=60, env=dict(os.environ, SHIPYARD_HOME=str(home)))
     assert "pip install 'shipyard[ray]'" in out.stdout, out.stderr
 
@@ -60,7 +51,7 @@ def test_cli_backend_ray_with_a_dead_address_exits_2(home, write_script):
     src = write_script("train.py", "print('never runs')\n")
     out = subprocess.run([sys.executable, "-m", "shipyard.cli", "train", "train.py",
                           "--source-dir", src, "--backend", "ray", "--ray-address",
-                          "127.0.0.1:1"], capture_output=True, text=True, timeout=60,
+                          "127.0.0.1:1"], capture_output=True, text=True, timeout=60, check=False,
                          env=dict(os.environ, SHIPYARD_HOME=str(home)))
     assert out.returncode == 2, out.stderr
     assert "no Ray cluster answers" in out.stderr

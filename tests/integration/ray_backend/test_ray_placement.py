@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from shipyard.backends.ray_placement import (NodeInfo, demand, instance_addresses,
-                                             plan_placement)
+from shipyard.backends.ray_placement import (
+    NodeInfo,
+    demand,
+    instance_addresses,
+    plan_placement,
+)
 from shipyard.errors import ValidationError
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
