@@ -15,7 +15,7 @@ Implementations: ``MPIChannel`` (mpi4py, numpy buffers, in place where MPI allow
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -84,22 +84,24 @@ class MPIChannel:
     """Collectives on one communicator.
 
     ``polite`` (the background communication thread's channel): the data collectives run
-    as nonblocking MPI calls completed by a test-then-sleep loop instead of a blocking call.
-    A blocking MPI call busy-polls its core while it waits for slower ranks; on the comm
-    thread that wait overlaps the rank's own backward pass, so with one core per rank (the
-    usual CPU setting, and any shared machine) the spinning thread would take the core from
-    the computation it is meant to overlap with. Sleeping between tests gives it back, for a
-    few tens of microseconds of extra latency per collective.
+    as nonblocking MPI calls completed by a test loop instead of a blocking call. A blocking
+    MPI call busy-polls its core while it waits for slower ranks; on the comm thread that
+    wait overlaps the rank's own backward pass, so with one core per rank (the usual CPU
+    setting, and any shared machine) the spinning thread would take the core from the
+    computation it is meant to overlap with. So the loop sleeps between tests while the
+    caller computes, and tests flat out once ``urgent()`` says the caller waits for the
+    result (MPI only moves a large message forward inside a test, fragment by fragment).
     """
 
     kind = "mpi"
     _SPINS = 20              # tests before the first sleep (short waits stay fast)
-    _MAX_SLEEP = 0.0005      # seconds; the backoff doubles up to this
+    _MAX_SLEEP = 0.0002      # seconds; the backoff doubles up to this
 
-    def __init__(self, comm, MPI, polite: bool = False) -> None:
+    def __init__(self, comm, MPI, polite: bool = False, urgent: Callable[[], bool] | None = None) -> None:
         self.comm = comm
         self.MPI = MPI
         self.polite = polite
+        self.urgent = urgent or (lambda: False)
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._table = np.zeros((self.size, META_WIDTH), np.int64)
@@ -109,8 +111,9 @@ class MPIChannel:
     def _complete(self, request) -> None:
         spins = 0
         delay = 0.00002
+        urgent = self.urgent
         while not request.Test():
-            if spins < self._SPINS:
+            if spins < self._SPINS or urgent():
                 spins += 1
                 continue
             time.sleep(delay)

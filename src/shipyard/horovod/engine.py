@@ -207,15 +207,38 @@ def _divide_(flat: np.ndarray, n: int) -> None:
         np.floor_divide(flat, n, out=flat)
 
 
+class Waiters:
+    """How many callers are blocked on an async result: while any is, the communication
+    thread stops yielding its core between MPI tests (see MPIChannel ``polite``)."""
+
+    __slots__ = ("_count", "_lock")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._count -= 1
+
+    def __call__(self) -> bool:
+        return self._count > 0
+
+
 class Handle:
     """Result of an async op; ``wait()`` returns it (or raises the op's error)."""
 
-    __slots__ = ("_event", "_exc", "_result", "name")
+    __slots__ = ("_event", "_exc", "_result", "_waiters", "name")
 
-    def __init__(self, name: str = "") -> None:
+    def __init__(self, name: str = "", waiters: Waiters | None = None) -> None:
         self._event = threading.Event()
         self._result = None
         self._exc: BaseException | None = None
+        self._waiters = waiters
         self.name = name
 
     def _set(self, result) -> None:
@@ -230,7 +253,12 @@ class Handle:
         return self._event.is_set()
 
     def wait(self, timeout: float | None = None):
-        if not self._event.wait(timeout):
+        if self._waiters is not None and not self._event.is_set():
+            with self._waiters:
+                done = self._event.wait(timeout)
+        else:
+            done = self._event.wait(timeout)
+        if not done:
             raise TimeoutError(f"shipyard.horovod: async op {self.name!r} not done after {timeout} s")
         if self._exc is not None:
             raise self._exc
@@ -260,6 +288,7 @@ class _Ctx:
 class Engine:
     def __init__(self, comm=None) -> None:
         backend = os.environ.get("SHIPYARD_HOROVOD_BACKEND", "auto").lower()
+        self._waiters = Waiters()
         self.MPI = None
         self.thread_level_multiple = True
         if backend == "self" or (backend == "auto" and comm is None and not launched_by_mpi()):
@@ -277,7 +306,8 @@ class Engine:
             self.thread_level_multiple = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
             main = MPIChannel(world.Dup(), MPI)
             # The comm thread waits politely (see MPIChannel): it overlaps the caller's compute.
-            bg = MPIChannel(world.Dup(), MPI, polite=True) if self.thread_level_multiple else main
+            bg = (MPIChannel(world.Dup(), MPI, polite=True, urgent=self._waiters)
+                  if self.thread_level_multiple else main)
         # A third communicator for control traffic only (init/shutdown exchanges, "I am
         # exiting" notices): it can never be matched against a user's collective.
         self._ctl = MPIChannel(world.Dup(), self.MPI) if self.MPI is not None else SelfChannel()
@@ -349,7 +379,7 @@ class Engine:
             raise errors.NotInitializedError()
         if self._thread is None:
             self._start_thread()
-        h = Handle(name)
+        h = Handle(name, self._waiters)
         self._queue.put((h, fn))
         return h
 

@@ -154,14 +154,7 @@ def test_stopping_an_mpi_job_leaves_nothing(session, write_script, home):
     est = _estimator(session, write_script("train.py", script))
     est.fit(job_name="mpi-stop", wait=False)
     job_dir = os.path.join(str(home), "jobs", "mpi-stop")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready = os.path.join(job_dir, "instances", "algo-1", "agent", "mpi-run")
-        if os.path.isdir(ready) and len([n for n in os.listdir(ready) if n.startswith("ready.")]) == 4:
-            break
-        time.sleep(0.2)
-    else:
-        pytest.fail("ranks did not start")
+    _wait_ranks_ready(job_dir)
     assert any("mpirun" in " ".join(p.cmdline()) for p in job_processes(job_dir))
     record = session.control.stop("mpi-stop")
     assert record.status == "Stopped"
@@ -169,3 +162,35 @@ def test_stopping_an_mpi_job_leaves_nothing(session, write_script, home):
     while job_processes(job_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert job_processes(job_dir) == []
+
+
+def _wait_ranks_ready(job_dir: str, count: int = 4) -> None:
+    run_dir = os.path.join(job_dir, "instances", "algo-1", "agent", "mpi-run")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if os.path.isdir(run_dir) and len([n for n in os.listdir(run_dir) if n.startswith("ready.")]) == count:
+            return
+        time.sleep(0.2)
+    pytest.fail("ranks did not start")
+
+
+@pytest.mark.timeout(90)
+def test_master_agent_killed_leaves_nothing(session, write_script, home):
+    """SIGKILL on algo-1's agent: mpirun, the rank wrappers and the ranks all go (PDEATHSIG
+    chain agent -> mpi_launch -> mpirun -> wrapper -> rank) and the job fails."""
+    import signal
+
+    script = "import time, shipyard.horovod as hvd\nhvd.init()\ntime.sleep(300)\n"
+    est = _estimator(session, write_script("train.py", script))
+    est.fit(job_name="mpi-kill", wait=False)
+    job_dir = os.path.join(str(home), "jobs", "mpi-kill")
+    _wait_ranks_ready(job_dir)
+    [agent] = [p for p in job_processes(job_dir)
+               if "shipyard.agent" in " ".join(p.cmdline()) and "algo-1" in p.cmdline()]
+    os.kill(agent.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while job_processes(job_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job_processes(job_dir) == []
+    with pytest.raises(JobFailedError):
+        est.latest_training_job.wait(logs=False)

@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shipyard.agent.runners.mpi_rank")
     parser.add_argument("--plan", required=True)
     args = parser.parse_args(argv[:split])
+    # If mpirun's daemon dies without stopping us (SIGKILL), stop too: the command follows
+    # (its own PDEATHSIG), so no rank outlives the launcher.
+    die_with_parent(signal.SIGTERM)
     with open(args.plan, encoding="utf-8") as fh:
         plan = json.load(fh)
     return RankWrapper(plan, argv[split + 1:], world_rank(os.environ)).run()
