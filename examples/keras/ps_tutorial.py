@@ -20,7 +20,7 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.keras = tf_keras (Keras 2)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def parse_args():

@@ -53,7 +53,7 @@ class Recorder:
             entry = {"name": var.name, "shape": shape, "dtype": dtype.name,
                      "bytes": numel * dtype.size if shape is not None else 0,
                      "device": var.device or "", "trainable": bool(var.trainable)}
-        except Exception:  # never break the user's model over a report
+        except (AttributeError, TypeError, ValueError):  # never break the model over a report
             return
         entry["ps_task"] = ps_task_of(entry["device"])
         with self._lock:
