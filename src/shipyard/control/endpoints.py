@@ -207,6 +207,8 @@ class Endpoints:
         try:
             os.makedirs(edir)
             try:
+                if source.startswith("s3://"):
+                    source = _download(source, os.path.join(edir, "model.tar.gz"))
                 if os.path.isdir(source):
                     check_tree(source)
                     shutil.copytree(source, model_dir, symlinks=True)
@@ -243,7 +245,8 @@ class Endpoints:
         return self.get(name)
 
     def resolve_model_data(self, model_data: str) -> str:
-        """A local path, file:// URI or training job name -> a local archive or directory."""
+        """A local path, file:// or s3:// URI, or a training job name -> a local archive or
+        directory, or the s3:// URI of an archive that exists (fetched at creation)."""
         if "://" not in model_data and not os.path.exists(model_data):
             from shipyard.control.store import Store
 
@@ -255,9 +258,10 @@ class Endpoints:
                                           f"(status {job.status}); serve a Completed job")
                 model_data = job.model_artifact
         if model_data.startswith("s3://"):
-            raise ValidationError(
-                f"{model_data!r}: s3:// model_data is not available yet (it arrives with the "
-                "data-channels issue #7); download it and give the local path")
+            from shipyard.storage import parse, store_for
+
+            store_for(parse(model_data)).info(parse(model_data))  # refuses a missing object
+            return model_data
         path = staging.local_path(model_data)
         if not os.path.exists(path):
             raise ValidationError(f"model_data {model_data!r} does not exist (give a "
@@ -341,6 +345,16 @@ class Endpoints:
         with _db(self.db_path) as db:
             db.execute("DELETE FROM endpoints WHERE name=?", (name,))
         shutil.rmtree(record.endpoint_dir, ignore_errors=True)
+
+
+def _download(uri: str, dest: str) -> str:
+    """An s3:// model.tar.gz, fetched through shipyard.storage (any S3 API)."""
+    from shipyard.storage import parse, store_for
+
+    loc = parse(uri)
+    store = store_for(loc)
+    store.download(store.info(loc), dest)
+    return dest
 
 
 def ping(record: EndpointRecord, timeout: float = 2.0) -> bool:

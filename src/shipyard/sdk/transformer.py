@@ -6,8 +6,9 @@ and writes ``<output_path>/<input relative path>.out`` in record order, atomical
 A mini-batch the server refuses is retried record by record so that only the bad
 records fail: each is reported with its file and position (1-based), its output line
 left empty (with ``assemble_with='Line'``), and the rest still processed; the call
-then raises TransformError listing them. Inputs are local paths or file:// URIs (a
-file, a directory, or a path prefix); s3:// is refused until storage lands (#7).
+then raises TransformError listing them. Inputs and output_path are local paths,
+file:// or s3:// URIs (through shipyard.storage); an input is a file, a directory or
+a path prefix.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,14 +54,18 @@ class TransformResult:
     failures: list[dict[str, Any]] = field(default_factory=list)
 
 
-def input_files(data: str) -> tuple[str, list[str]]:
-    """(base directory, files) for a file, a directory or a path prefix (S3Prefix-like)."""
+def input_files(data: str) -> list[tuple[str, Callable[[], bytes]]]:
+    """(path relative to the input's "directory", reader) for each input: a file, a
+    directory or a path prefix (S3Prefix semantics), local, file:// or s3://."""
     if data.startswith("s3://"):
-        raise ValidationError(f"{data!r}: s3:// inputs are not available yet for batch "
-                              "transform (storage comes with issue #7); use a local path")
+        from shipyard.storage import list_channel, parse, store_for
+
+        store = store_for(parse(data))
+        return [(obj.relative, lambda o=obj: _read_all(store.open(o.location)))
+                for obj in list_channel(data)]
     path = local_path(data)
     if os.path.isfile(path):
-        return os.path.dirname(path), [path]
+        return [(os.path.basename(path), lambda: _read_file(path))]
     if os.path.isdir(path):
         base, prefix = path, ""
     else:
@@ -70,11 +76,22 @@ def input_files(data: str) -> tuple[str, list[str]]:
             dirnames.sort()
             for name in sorted(filenames):
                 full = os.path.join(dirpath, name)
-                if os.path.relpath(full, base).startswith(prefix):
-                    files.append(full)
+                rel = os.path.relpath(full, base)
+                if rel.startswith(prefix):
+                    files.append((rel, lambda f=full: _read_file(f)))
     if not files:
         raise ValidationError(f"transform data {data!r} matches no file")
-    return base, files
+    return files
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _read_all(stream: Any) -> bytes:
+    with stream:
+        return stream.read()
 
 
 class _Client:
@@ -160,24 +177,21 @@ class Transformer:
         if (join_source == "Input" or input_filter or output_filter) and split_type != "Line":
             raise ValidationError("input_filter, output_filter and join_source need "
                                   "split_type='Line' (one record per line)")
-        base, files = input_files(data)
+        files = input_files(data)
         job = job_name or _name(self.base_transform_job_name)
         self.latest_transform_job = job
         if self.output_path is None:
-            home = getattr(self.sagemaker_session, "home", None)
-            from shipyard.control.home import Home
-
-            self.output_path = os.path.join(Home.from_env(home).root, "transform", job)
+            self.output_path = os.path.join(self._home(), "transform", job)
         options = {"content_type": content_type or "application/octet-stream",
                    "split_type": split_type, "input_filter": input_filter,
                    "output_filter": output_filter, "join_source": join_source}
         if wait:
-            self._run(job, base, files, options)
+            self._run(job, files, options)
             return
 
         def background() -> None:
             try:
-                self._run(job, base, files, options)
+                self._run(job, files, options)
             except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
                 self._error = exc
 
@@ -193,7 +207,13 @@ class Transformer:
             raise error
 
     # -- the work ---------------------------------------------------------------------------
-    def _run(self, job: str, base: str, files: list[str], options: dict[str, Any]) -> None:
+    def _home(self) -> str:
+        from shipyard.control.home import Home
+
+        return Home.from_env(getattr(self.sagemaker_session, "home", None)).root
+
+    def _run(self, job: str, files: list[tuple[str, Callable[[], bytes]]],
+             options: dict[str, Any]) -> None:
         endpoints = self.model._endpoints()
         env = {**self.env, "SAGEMAKER_BATCH": "true",
                "SAGEMAKER_MAX_PAYLOAD_IN_MB": str(self.max_payload),
@@ -211,11 +231,19 @@ class Transformer:
                 record.url).get("MaxConcurrentTransforms", 1)
             result = TransformResult(job)
             client = _Client(record.host, record.port)
+            remote = self.output_path.startswith("s3://")
+            out_dir = (os.path.join(self._home(), "transform", job) if remote
+                       else local_path(self.output_path))
             with ThreadPoolExecutor(max(1, concurrency)) as pool:
-                for path in files:
-                    out = os.path.join(local_path(self.output_path),
-                                       os.path.relpath(path, base) + ".out")
-                    self._transform_file(path, out, client, pool, options, result)
+                for rel, read in files:
+                    out = os.path.join(out_dir, rel + ".out")
+                    self._transform_file(rel, read(), out, client, pool, options, result)
+                    if remote:
+                        from shipyard.storage import parse, store_for
+
+                        dest = parse(self.output_path).child(rel + ".out")
+                        store_for(dest).upload(out, dest)
+                        result.outputs[-1] = dest.uri
             self.last_result = result
         finally:
             endpoints.delete(job)
@@ -234,20 +262,18 @@ class Transformer:
         except (OSError, ValueError):
             return {}
 
-    def _transform_file(self, path: str, out_path: str, client: _Client,
+    def _transform_file(self, rel: str, data: bytes, out_path: str, client: _Client,
                         pool: ThreadPoolExecutor, options: dict[str, Any],
                         result: TransformResult) -> None:
         split_type = options["split_type"]
         ctype = options["content_type"]
         accept = self.accept or "application/json"
-        with open(path, "rb") as fh:
-            originals = batch.split_records(fh.read(), split_type)
+        originals = batch.split_records(data, split_type)
         # requests carry the filtered records; join_source joins the original ones
         records = [batch.filter_input(r, options["input_filter"], ctype) for r in originals]
         ranges = batch.mini_batches(records, self.strategy, int(self.max_payload * 1024 * 1024),
                                     split_type)
         per_record = bool(options["join_source"] or options["output_filter"])
-        rel = os.path.basename(path)
         lock = threading.Lock()
 
         def run(span: tuple[int, int]) -> list[bytes | None]:

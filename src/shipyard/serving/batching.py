@@ -1,14 +1,16 @@
 """Runners: how a worker calls a model. Direct, or with dynamic batching.
 
-Model calls run on one dedicated thread per worker (frameworks parallelise inside a
-call; several threads would only fight over the cores), so the event loop stays free
-to read and parse the next requests while the model works. ``BatchingRunner`` merges
-requests that arrive together (same model, signature, per-row shapes and dtypes) into
-one call of at most ``max_batch_size`` rows, waiting at most ``max_wait`` for company --
-but only while other requests are on their way (being read or parsed by this worker:
-``active`` counts them), so a lone request at concurrency 1 pays no wait. While a call
-runs, newcomers queue and form the next batch. If a merged call fails,
-its requests are retried one by one so an error reaches only the request that caused it.
+Model calls run inline on the worker's event-loop thread. Measured on this 2-core
+machine, handing them to a model thread cost more than it saved (two thread wake-ups
+per request, and the loop and the model thread trading the GIL: see BENCHMARKS.md).
+Parallelism comes from worker processes. While a call runs, new requests wait in the
+socket buffers and are read together afterwards, which is what lets ``BatchingRunner``
+merge them: requests that arrive together (same model, signature, per-row shapes and
+dtypes) become one call of at most ``max_batch_size`` rows. It waits at most
+``max_wait`` for company, and only while other requests are on their way (being read or
+parsed by this worker: ``active`` counts them), so a lone request pays no wait. If a
+merged call fails, its requests are retried one by one so an error reaches only the
+request that caused it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,16 +31,8 @@ log = logging.getLogger("shipyard.serving")
 
 
 class DirectRunner:
-    def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="model")
-
     async def run(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, servable.run, signature, inputs)
-
-    def call(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
-        """Any other blocking model work (a user's predict_fn) on the model thread."""
-        return asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        return servable.run(signature, inputs)
 
 
 @dataclass
@@ -126,12 +119,11 @@ class BatchingRunner(DirectRunner):
 
     async def _call(self, servable: Servable, signature: str, batch: list[_Item],
                     rows: int) -> None:
-        loop = asyncio.get_running_loop()
         if len(batch) > 1:
             merged = {k: np.concatenate([it.inputs[k] for it in batch]) for k in batch[0].inputs}
             try:
                 self.calls += 1
-                out = await loop.run_in_executor(self.pool, servable.run, signature, merged)
+                out = servable.run(signature, merged)
                 if all(v.ndim and v.shape[0] == rows for v in out.values()):
                     start = 0
                     for it in batch:
@@ -146,8 +138,7 @@ class BatchingRunner(DirectRunner):
         for it in batch:
             try:
                 self.calls += 1
-                result = await loop.run_in_executor(self.pool, servable.run, signature,
-                                                    it.inputs)
+                result = servable.run(signature, it.inputs)
             except Exception as exc:  # noqa: BLE001
                 if not it.future.done():
                     it.future.set_exception(exc)
