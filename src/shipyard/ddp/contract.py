@@ -18,6 +18,10 @@ DEFAULT_MASTER_PORT = 7777
 PORT_CANDIDATES = 16
 # torchrun's default rendezvous join timeout (--rdzv-conf join_timeout=900).
 DEFAULT_RENDEZVOUS_TIMEOUT = 900.0
+# How long a rank waits for algo-1's rendezvous service to answer (it imports torch
+# first, slow on a loaded machine); not the join timeout. If algo-1 dies instead, its
+# failure ends the job long before this.
+DISCOVERY_TIMEOUT = 900.0
 ROLE_NAME = "default"  # torchrun's default --role
 _ANNOUNCE_BASE, _ANNOUNCE_SPAN, ANNOUNCE_CANDIDATES = 20000, 20000, 8
 

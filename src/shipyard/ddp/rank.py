@@ -4,7 +4,7 @@ Why a wrapper at all: the MASTER_PORT is only known once algo-1's rendezvous ser
 has bound it, and a failing rank must say which rank it was. The wrapper
 
 1. asks the service for the MASTER_PORT (announce protocol; retried until the service
-   is up, at most ``--timeout`` seconds);
+   is up, at most ``--timeout`` seconds, default contract.DISCOVERY_TIMEOUT);
 2. runs the user's command with the torchrun environment, relaying its output line by
    line (so ranks sharing one instance log never split each other's lines) and keeping
    the tail;
@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                         type=lambda s: [int(p) for p in s.split(",") if p])
     parser.add_argument("--hosts", required=True)
     parser.add_argument("--failure-file", required=True)
-    parser.add_argument("--timeout", type=float, default=contract.DEFAULT_RENDEZVOUS_TIMEOUT)
+    parser.add_argument("--timeout", type=float, default=contract.DISCOVERY_TIMEOUT,
+                        help="seconds to wait for the rendezvous service to answer")
     args = parser.parse_args(argv[:split])
     return run(args, argv[split + 1:])
 

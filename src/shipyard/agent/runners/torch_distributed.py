@@ -104,7 +104,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
                   "--failure-file", os.path.join(work, "rendezvous.failure")]))
     wrapper = [sys.executable, "-m", "shipyard.ddp.rank", "--announce-addr", master_addr,
                "--announce-ports", announce_ports, "--hosts", ",".join(hosts),
-               "--failure-file", rank_failure, "--timeout", timeout, "--"]
+               "--failure-file", rank_failure, "--"]  # finding the service: its own timeout
     for rank in contract.ranks_of(ctx.host_index, nproc, len(hosts)):
         env = dict(base)
         env.update(contract.rank_env(
