@@ -56,7 +56,7 @@ def test_bad_record_reported_rest_processed_and_join(home, tmp_path):
                               input_filter="$[1:]", join_source="Input", output_filter="$[0,-1]")
     lines = (out / "data.csv.out").read_text().split("\n")
     assert lines[2] == "" and len(lines) == 5   # the failed record keeps its place
-    pred = float(net(__import__("torch").tensor([[3.0, 4.0]]))[0, 0])
+    pred = float(net(__import__("torch").tensor([[3.0, 4.0]])).detach()[0, 0])
     assert lines[1].split(",")[0] == "id2" and abs(float(lines[1].split(",")[1]) - pred) < 1e-5
     assert [f["Position"] for f in transformer.last_result.failures] == [3]
     with pytest.raises(ValueError, match="split_type='Line'"):
