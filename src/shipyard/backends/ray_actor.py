@@ -57,7 +57,9 @@ class InstanceActor:
         argv = [sys.executable, "-m", "shipyard.backends.ray_keeper", "--job", self.job_name,
                 "--host", self.host, "--grace", str(grace)]
         # A thread of our own forks the keeper and waits for it: PDEATHSIG fires when the
-        # forking *thread* ends, so it must live exactly as long as the keeper.
+        # forking *thread* ends, so it must live exactly as long as the keeper. The keeper
+        # gets a session of its own: Ray SIGKILLs a dead worker's process group, and the
+        # keeper must survive that to stop the agent and delete the files.
         threading.Thread(target=self._run, args=(argv, node_env(env)), daemon=True).start()
         self._started.wait()
         return {"pid": self.proc.pid if self.proc else None, "ip": ip,
@@ -68,7 +70,7 @@ class InstanceActor:
             self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                          preexec_fn=die_with_parent,  # noqa: PLW1509
-                                         close_fds=True)
+                                         start_new_session=True, close_fds=True)
         except OSError:
             self.code = 127
             return

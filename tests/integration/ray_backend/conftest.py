@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 
+import psutil
 import pytest
 
 HEAD_IP = "127.0.0.11"
@@ -78,6 +79,16 @@ def ray_session(home, ray_cluster):
     import shipyard
 
     return shipyard.Session(backend="ray", address=ray_cluster.address, home=str(home))
+
+
+def keepers(job_name: str) -> list[psutil.Process]:
+    """The job's keeper processes still alive on any node (their cmdline names the job)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if "shipyard.backends.ray_keeper" in cmd and job_name in cmd:
+            found.append(proc)
+    return found
 
 
 def leftovers(workdir: str, job_name: str) -> list[str]:

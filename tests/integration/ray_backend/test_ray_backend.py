@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 import tarfile
 import time
 
 import pytest
 
 from tests.conftest import job_processes
-from tests.integration.ray_backend.conftest import NODE_CPUS, NODE_IPS, leftovers
+from tests.integration.ray_backend.conftest import (
+    NODE_CPUS,
+    NODE_IPS,
+    keepers,
+    leftovers,
+)
 from tests.integration.ray_backend.test_ray_bad_input import refused
 from tests.integration.test_contract import run_contract_job
 
@@ -26,7 +32,7 @@ def test_contract_on_three_nodes(ray_session, ray_cluster, write_script, tmp_pat
     assert {i["Host"]: i["Address"] for i in desc["Shipyard"]["Instances"]} == table
     assert desc["Shipyard"]["Backend"] == f"ray@{ray_cluster.address}"
     assert leftovers(ray_cluster.workdir, job) == []
-    assert job_processes(ray_cluster.workdir) == []
+    assert job_processes(ray_cluster.workdir) == [] and keepers(job) == []
 
 
 @pytest.mark.timeout(120)
@@ -67,7 +73,59 @@ def _assert_on_nodes(session, cluster) -> None:
     addresses = [i["Address"] for i in desc["Shipyard"]["Instances"]]
     assert len(set(addresses)) == len(addresses) and set(addresses) <= set(NODE_IPS)
     assert leftovers(cluster.workdir, record.name) == []
-    assert job_processes(cluster.workdir) == []
+    assert job_processes(cluster.workdir) == [] and keepers(record.name) == []
+
+
+SLEEP_SCRIPT = r'''
+import os, subprocess, sys, time
+# a child of the script too: stop must end every process of the job on every node
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(os.environ["SM_CURRENT_HOST"], "running", flush=True)
+time.sleep(600)
+'''
+
+
+def _start_sleeping_job(session, write_script, name: str) -> None:
+    import shipyard
+
+    src = write_script("sleep.py", SLEEP_SCRIPT)
+    est = shipyard.Estimator(entry_point="sleep.py", source_dir=src, instance_count=2,
+                             instance_type="local", session=session)
+    est.fit(wait=False, job_name=name)
+    deadline = time.monotonic() + 120
+    while True:
+        logs = session.control.log_files(name)
+        if len(logs) == 2 and all("running" in _read(p) for p in logs.values()
+                                  if os.path.exists(p)):
+            return
+        assert time.monotonic() < deadline, session.control.describe(name)
+        time.sleep(0.2)
+
+
+def _nothing_left(cluster, name: str, within: float) -> None:
+    deadline = time.monotonic() + within
+    while job_processes(cluster.workdir) or keepers(name) or leftovers(cluster.workdir, name):
+        assert time.monotonic() < deadline, (job_processes(cluster.workdir), keepers(name),
+                                             leftovers(cluster.workdir, name))
+        time.sleep(0.25)
+
+
+@pytest.mark.timeout(180)
+def test_stop_ends_every_process_on_every_node(ray_session, ray_cluster, write_script):
+    _start_sleeping_job(ray_session, write_script, "ray-stop")
+    record = ray_session.control.stop("ray-stop")
+    assert record.status == "Stopped"
+    _nothing_left(ray_cluster, "ray-stop", within=5)
+
+
+@pytest.mark.timeout(180)
+def test_a_dead_supervisor_leaves_nothing_on_the_nodes(ray_session, ray_cluster, write_script):
+    """The detached supervisor (the Ray driver owning the actors) is SIGKILLed: Ray ends
+    its actors, their keepers stop the agents and delete the files; the job is Failed."""
+    _start_sleeping_job(ray_session, write_script, "ray-orphan")
+    os.kill(ray_session.control.store.get("ray-orphan").supervisor_pid, signal.SIGKILL)
+    _nothing_left(ray_cluster, "ray-orphan", within=60)
+    assert ray_session.control.get("ray-orphan").status == "Failed"
 
 
 KILL_SCRIPT = r'''
@@ -117,7 +175,7 @@ def test_killed_node_fails_the_attempt_naming_it_and_the_retry_completes(
         with tarfile.open(desc["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")) as tar:
             assert sorted(tar.getnames()) == ["algo-1", "algo-2"]
         assert leftovers(ray_cluster.workdir, "ray-kill") == []
-        assert job_processes(ray_cluster.workdir) == []
+        assert job_processes(ray_cluster.workdir) == [] and keepers("ray-kill") == []
     finally:
         ray_cluster.add(victim)  # the other tests of the module expect three nodes
 
