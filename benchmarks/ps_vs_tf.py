@@ -6,8 +6,10 @@ measured in the same run.
 
 * tf:       tf_keras ``model.fit`` under ``tf.distribute.ParameterServerStrategy``: a
             coordinator process and four ``tf.distribute.Server`` processes (2 ps, 2
-            workers; the workers run with 1 intra-op and 1 inter-op thread). The
-            coordinator dispatches steps to both workers; images/s = steps x batch /
+            workers). The coordinator dispatches steps to both workers (the worker
+            servers get a ConfigProto with 1 intra-op thread, the pool their remote
+            functions compute on, and 2 inter-op threads: with 1 they deadlock);
+            images/s = steps x batch /
             time of a timed ``fit`` after a warm-up ``fit``.
 * shipyard: two ``python -m shipyard.ps.server`` shards and two worker processes, each
             a Keras 3 ``model.fit`` with ``shipyard.ps.keras.DistributedOptimizer``
@@ -72,10 +74,14 @@ def one_thread(tf) -> None:
 def tf_server(cluster: dict, job: str, index: int) -> None:
     import tensorflow as tf
 
-    if job == "worker":
+    config = None
+    if job == "worker":  # a server runs remote functions with its ConfigProto's thread pools
         one_thread(tf)
+        # one compute (intra-op) thread; two inter-op threads, since with one a worker server
+        # deadlocks (a remote function's receive blocks the only scheduling thread)
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=2)
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
-                                  protocol="grpc", start=True)
+                                  protocol="grpc", config=config, start=True)
     server.join()
 
 
