@@ -7,7 +7,7 @@ topology, build/runtime facts, reduction ops, the (global) process set, the erro
 and the timeline. Adding a neutral function here adds it to every framework module.
 """
 
-from shipyard.horovod import (
+from shipyard.horovod import (  # noqa: F401 - re-exported, see __all__
     Adasum,
     Average,
     CollectiveArgumentError,
@@ -50,45 +50,4 @@ from shipyard.horovod import (
     stop_timeline,
 )
 
-__all__ = [
-    "Adasum",
-    "Average",
-    "CollectiveArgumentError",
-    "HorovodError",
-    "HorovodInternalError",
-    "HostsUpdatedInterrupt",
-    "JoinedRankError",
-    "Max",
-    "Min",
-    "NotInitializedError",
-    "ProcessSet",
-    "Product",
-    "Sum",
-    "TensorMismatchError",
-    "UnsupportedError",
-    "add_process_set",
-    "ccl_built",
-    "cross_rank",
-    "cross_size",
-    "cuda_built",
-    "ddl_built",
-    "global_process_set",
-    "gloo_built",
-    "gloo_enabled",
-    "init",
-    "is_homogeneous",
-    "is_initialized",
-    "local_rank",
-    "local_size",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "nccl_built",
-    "rank",
-    "remove_process_set",
-    "rocm_built",
-    "shutdown",
-    "size",
-    "start_timeline",
-    "stop_timeline",
-]
+__all__ = [name for name in dir() if not name.startswith("_")]  # every name imported above

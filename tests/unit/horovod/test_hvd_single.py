@@ -16,13 +16,8 @@ import shipyard.horovod as hvd
 
 
 @pytest.fixture
-def single(monkeypatch):
-    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "HOROVOD_TIMELINE"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("SHIPYARD_HOROVOD_BACKEND", "self")
-    hvd.init()
-    yield hvd
-    hvd.shutdown()
+def single(single_rank):
+    return hvd
 
 
 def test_not_initialized_is_a_value_error():

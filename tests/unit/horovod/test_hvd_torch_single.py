@@ -10,13 +10,8 @@ import shipyard.horovod.torch as hvd
 
 
 @pytest.fixture
-def single(monkeypatch):
-    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "HOROVOD_TIMELINE"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("SHIPYARD_HOROVOD_BACKEND", "self")
-    hvd.init()
-    yield hvd
-    hvd.shutdown()
+def single(single_rank):
+    return hvd
 
 
 def _model(seed=0):

@@ -27,45 +27,12 @@ from shipyard.horovod import allgather_object, barrier, broadcast_object, join  
 from shipyard.horovod.basics import *  # the framework-neutral API, listed once
 
 from .. import engine as _engine
+from ..compression import Compressor, NoneCompressor, compression_for  # noqa: F401 - re-exported
 from ..ops import check_process_set, resolve_op
 
-
 # ---------------------------------------------------------------- compression
-class Compressor:
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
-            return tf.cast(tensor, tf.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tf.cast(tensor, ctx)
-
-
-class Compression:
-    none = NoneCompressor
-    fp16 = FP16Compressor
+Compression = compression_for(lambda t: t.dtype.is_floating, tf.cast, tf.float16)
+FP16Compressor = Compression.fp16
 
 
 # ---------------------------------------------------------------- numpy bridge

@@ -90,6 +90,12 @@ def _allreduce_impl(tensor, name, op, prescale, postscale, compression, inplace)
         _engine.get().allreduce_(arr, name, op, prescale, postscale)
         if writeback:
             writeback()
+    return _deliver(tensor, out, compression, cctx, inplace)
+
+
+def _deliver(tensor, out, compression, cctx, inplace):
+    """The reduced ``out`` as the caller asked for it: decompressed, and written back into
+    ``tensor`` for the in-place variants."""
     result = compression.decompress(out, cctx)
     if inplace and result is not tensor:
         tensor.copy_(result)
@@ -142,11 +148,7 @@ def _async_allreduce(tensor, name, op, prescale, postscale, compression, inplace
     def finish(_):
         if writeback:
             writeback()
-        result = compression.decompress(out, cctx)
-        if inplace and result is not tensor:
-            tensor.copy_(result)
-            return tensor
-        return result
+        return _deliver(tensor, out, compression, cctx, inplace)
 
     return _register(h, finish)
 

@@ -1,0 +1,54 @@
+"""Gradient compression (Horovod's ``Compression.none`` / ``Compression.fp16``), once for
+every framework: the classes are the same, only "is it a float tensor" and "cast it" differ,
+so each framework module builds its ``Compression`` from those two functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class Compressor:
+    """Compress a tensor before communication and restore it after."""
+
+    @staticmethod
+    def compress(tensor):
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+def compression_for(is_float: Callable[[Any], bool], cast: Callable[[Any, Any], Any], half: Any) -> type:
+    """A ``Compression`` namespace whose fp16 compressor sends floating-point tensors (other
+    than ``half`` ones) as ``half`` and casts them back to their dtype afterwards."""
+
+    class FP16Compressor(Compressor):
+        """Floating-point tensors travel as float16 (half the bytes); others untouched."""
+
+        @staticmethod
+        def compress(tensor):
+            if is_float(tensor) and tensor.dtype != half:
+                return cast(tensor, half), tensor.dtype
+            return tensor, None
+
+        @staticmethod
+        def decompress(tensor, ctx):
+            return tensor if ctx is None else cast(tensor, ctx)
+
+    class Compression:
+        none = NoneCompressor
+        fp16 = FP16Compressor
+
+    return Compression
