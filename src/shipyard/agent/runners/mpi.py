@@ -19,6 +19,11 @@ workers wait for orted to come and go. Here:
 * the other instances run a main process that only waits (``mpi_launch --wait``); algo-1
   is the only deciding host, so the control plane stops them when it has finished.
 * processes_per_host defaults to the instance's GPU count, else 1 (the toolkit's rule).
+* failure: the first rank whose command fails on its own writes the job's root cause
+  (``rank 3 (algo-2): ...``, exception line first); ranks that only die in the teardown
+  stay silent; mpirun's own refusal (a bad custom_mpi_options) is the reason when no rank
+  ran. A rank that never calls ``hvd.init()`` is named once the others have waited
+  ``SHIPYARD_HOROVOD_INIT_TIMEOUT`` seconds (default 120; set it in ``environment``).
 * scripts that ``import horovod`` get shipyard.horovod when no real Horovod is installed
   (the shim dir goes on the ranks' PYTHONPATH; the shim logs one line on rank 0).
 
@@ -109,6 +114,7 @@ def rank_python_path(env: dict[str, str]) -> dict[str, str]:
     """Add the ``horovod`` shim to PYTHONPATH when no real Horovod is importable."""
     if importlib.util.find_spec("horovod") is not None:
         return env
+    # = shipyard.horovod.shim_path(), without importing numpy and the engine into the agent
     shim = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "horovod", "_shim")
     env = dict(env)
