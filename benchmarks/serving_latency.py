@@ -53,7 +53,7 @@ def _threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def in_process(model_dir: str, batch: int, seconds: float, out: "mp.Queue") -> None:
+def in_process(model_dir: str, batch: int, seconds: float, out: mp.Queue) -> None:
     """rows/s of the signature called directly (a fresh process, worker thread settings)."""
     n = str(_threads())
     os.environ.update(OMP_NUM_THREADS=n, TF_NUM_INTRAOP_THREADS=n, TF_NUM_INTEROP_THREADS="1")
@@ -94,7 +94,7 @@ async def _connection(host: str, port: int, request: bytes, stop: float, lat: li
 
 
 def load(host: str, port: int, body: bytes, concurrency: int, seconds: float,
-         out: "mp.Queue") -> None:
+         out: mp.Queue) -> None:
     request = (f"POST /invocations HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
                f"\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
 

@@ -234,6 +234,7 @@ class Endpoints:
                                 batch_wait_ms, max_payload_mb, env or {}, paths)
             with _db(self.db_path) as db:
                 db.execute("UPDATE endpoints SET pid=? WHERE name=?", (proc.pid, name))
+            _wait_exec(proc, edir)
         except BaseException:
             if proc is not None:
                 _stop_tree(proc.pid, grace=5)
@@ -345,6 +346,19 @@ class Endpoints:
         with _db(self.db_path) as db:
             db.execute("DELETE FROM endpoints WHERE name=?", (name,))
         shutil.rmtree(record.endpoint_dir, ignore_errors=True)
+
+
+def _wait_exec(proc: subprocess.Popen, marker: str, timeout: float = 30.0) -> None:
+    """Until the forked child runs the server (between fork and exec its command line is
+    still ours, and liveness checks go by the command line)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if any(marker in part for part in psutil.Process(proc.pid).cmdline()):
+                return
+        except psutil.Error:
+            pass
+        time.sleep(0.01)
 
 
 def _download(uri: str, dest: str) -> str:

@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import time
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -32,12 +31,12 @@ def _fail(message: str, code: int) -> None:
 
 def serve(
     model_data: str = typer.Argument(..., help="model.tar.gz, model directory or training job name"),
-    port: Optional[int] = typer.Option(8080, "--port", help="0 picks a free port"),
+    port: int | None = typer.Option(8080, "--port", help="0 picks a free port"),
     workers: int = typer.Option(1, "--workers", help="worker processes"),
-    name: Optional[str] = typer.Option(None, "--name", help="endpoint name"),
+    name: str | None = typer.Option(None, "--name", help="endpoint name"),
     framework: str = typer.Option("auto", "--framework", help="auto | tensorflow | pytorch | python"),
-    entry_point: Optional[str] = typer.Option(None, "--entry-point", help="inference.py"),
-    source_dir: Optional[str] = typer.Option(None, "--source-dir"),
+    entry_point: str | None = typer.Option(None, "--entry-point", help="inference.py"),
+    source_dir: str | None = typer.Option(None, "--source-dir"),
     batch_size: int = typer.Option(0, "--batch-size", help="dynamic batching: max rows per call"),
     batch_wait_ms: float = typer.Option(2.0, "--batch-wait-ms", help="dynamic batching: max wait"),
     detach: bool = typer.Option(False, "--detach", "-d", help="return once InService"),

@@ -9,8 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import numpy as np
 
@@ -51,11 +52,11 @@ def digits_inputs(n: int, seed: int = 0) -> np.ndarray:
 
 
 @contextmanager
-def server(model_dir: str, tmp: str, *args: str, env: Optional[dict[str, str]] = None,
+def server(model_dir: str, tmp: str, *args: str, env: dict[str, str] | None = None,
            timeout: float = 120) -> Iterator[str]:
     """``python -m shipyard.serving`` on a free port; yields its URL once InService."""
     state = os.path.join(tmp, f"state-{time.monotonic_ns()}.json")
-    log = open(os.path.join(tmp, "server.log"), "ab")
+    log = open(os.path.join(tmp, "server.log"), "ab")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen([PY, "-m", "shipyard.serving", model_dir, "--port", "0",
                              "--state-file", state, *args], stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})})
@@ -86,7 +87,7 @@ def _read_state(path: str) -> dict[str, Any]:
 
 
 def call(address: str, method: str, path: str, body: Any = None,
-         headers: Optional[dict[str, str]] = None) -> tuple[int, str, bytes]:
+         headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
     """One HTTP request; (status, content type, body)."""
     host, port = address.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -101,7 +102,7 @@ def call(address: str, method: str, path: str, body: Any = None,
 
 
 def torchscript_archive(root: str, features: int = 4, outputs: int = 3,
-                        extra: Optional[dict[str, str]] = None) -> tuple[str, Any]:
+                        extra: dict[str, str] | None = None) -> tuple[str, Any]:
     """A TorchScript Linear model as model.tar.gz (plus ``extra`` files, name -> text);
     returns (archive path, the module for in-process predictions)."""
     import tarfile

@@ -11,7 +11,10 @@ import pytest
 
 import shipyard
 from shipyard.sdk.transformer import TransformError
-from tests.integration.serving.serving_helpers import server_processes, torchscript_archive
+from tests.integration.serving.serving_helpers import (
+    server_processes,
+    torchscript_archive,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 import urllib.request
 
 import numpy as np
@@ -19,7 +20,10 @@ import pytest
 import shipyard
 from shipyard.control.endpoints import EndpointError, Endpoints
 from shipyard.errors import ValidationError
-from tests.integration.serving.serving_helpers import server_processes, torchscript_archive
+from tests.integration.serving.serving_helpers import (
+    server_processes,
+    torchscript_archive,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 
@@ -38,7 +42,7 @@ def test_endpoint_outlives_its_creator_and_cli_deletes_it(home, tmp_path):
         p = shipyard.PyTorchModel({archive!r}).deploy(1, "local", endpoint_name="survivor")
         print(p.endpoint_name)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False,
                           env=dict(os.environ), timeout=180)
     assert done.returncode == 0, done.stderr
     # the creator is gone; the endpoint still answers
@@ -47,17 +51,17 @@ def test_endpoint_outlives_its_creator_and_cli_deletes_it(home, tmp_path):
     np.testing.assert_allclose(got, net(__import__("torch").from_numpy(x)).detach().numpy(),
                                rtol=1e-6)
     cli = [sys.executable, "-m", "shipyard.cli"]
-    listed = subprocess.run(cli + ["endpoints", "--json"], capture_output=True, text=True)
+    listed = subprocess.run(cli + ["endpoints", "--json"], capture_output=True, text=True, check=False)
     (record,) = json.loads(listed.stdout)
     assert record["EndpointName"] == "survivor" and record["EndpointStatus"] == "InService"
     workers = server_processes(os.path.join(str(home), "endpoints", "survivor"))
     assert len(workers) == 2  # master + one worker
     deleted = subprocess.run(cli + ["endpoints", "delete", "survivor"], capture_output=True,
-                             text=True)
+                             text=True, check=False)
     assert deleted.returncode == 0, deleted.stderr
     _nothing_left(home, "survivor")
     missing = subprocess.run(cli + ["endpoints", "delete", "survivor"], capture_output=True,
-                             text=True)
+                             text=True, check=False)
     assert missing.returncode == 3 and "no endpoint named 'survivor'" in missing.stderr
 
 
@@ -65,13 +69,25 @@ def test_cli_serve_detached_with_workers(home, tmp_path):
     archive, _ = torchscript_archive(str(tmp_path / "m"))
     done = subprocess.run([sys.executable, "-m", "shipyard.cli", "serve", archive, "--port", "0",
                            "--workers", "2", "--name", "cli-ep", "--detach"],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr
     record = Endpoints(str(home)).get("cli-ep")
     req = urllib.request.Request(record.url + "/invocations", data=b"[[1,2,3,4]]",
                                  headers={"Content-Type": "application/json"})
     assert len(json.loads(urllib.request.urlopen(req).read())[0]) == 3
-    assert len(server_processes(record.endpoint_dir)) == 3  # master + two workers
+    procs = server_processes(record.endpoint_dir)
+    assert len(procs) == 3  # master + two workers
+    # a worker that dies is replaced; the endpoint keeps answering
+    worker = next(p for p in procs if "shipyard.serving.worker" in " ".join(p.cmdline()))
+    worker.kill()
+    worker.wait(10)
+    deadline = time.monotonic() + 120
+    while len(server_processes(record.endpoint_dir)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(server_processes(record.endpoint_dir)) == 3
+    for _ in range(4):
+        assert len(json.loads(urllib.request.urlopen(req).read())[0]) == 3
+    assert Endpoints(str(home)).get("cli-ep").status == "InService"
     Endpoints(str(home)).delete("cli-ep")
     _nothing_left(home, "cli-ep")
 

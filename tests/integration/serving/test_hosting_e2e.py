@@ -20,7 +20,7 @@ from tests.integration.serving.serving_helpers import call
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 sys.path.insert(0, os.path.join(EXAMPLES, "data"))
-from make_digits import write_digits  # noqa: E402
+from make_digits import write_digits
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -81,7 +81,7 @@ def test_keras_train_deploy_predict(session, digits, tmp_path):
         got = predictor.predict(x.tolist())["predictions"]
         np.testing.assert_array_equal(np.asarray(got, dtype=np.float32), want)
         url = predictor.describe()["Shipyard"]["Url"].removeprefix("http://")
-        status, _, body = call(url, "POST", "/v1/models/model:predict",
+        _status, _, body = call(url, "POST", "/v1/models/model:predict",
                                {"instances": x.tolist()})
         np.testing.assert_array_equal(np.asarray(json.loads(body)["predictions"],
                                                  dtype=np.float32), want)
@@ -131,7 +131,7 @@ def test_pytorch_train_deploy_predict(session, digits, tmp_path):
     code.mkdir()
     (code / "inference.py").write_text(textwrap.dedent(PT_INFERENCE))
     namespace: dict = {}
-    exec(textwrap.dedent(PT_INFERENCE), namespace)
+    exec(textwrap.dedent(PT_INFERENCE), namespace)  # noqa: S102 - the same model_fn, in process
     net = namespace["model_fn"](_unpack(est.model_data, tmp_path / "m")).eval()
     with torch.no_grad():
         want = net(torch.from_numpy(x)).numpy()
@@ -147,7 +147,7 @@ def test_pytorch_train_deploy_predict(session, digits, tmp_path):
         np.testing.assert_allclose(np.asarray(predictor.predict(x), np.float32), want,
                                    rtol=1e-5, atol=1e-6)
         url = predictor.describe()["Shipyard"]["Url"].removeprefix("http://")
-        status, _, body = call(url, "POST", "/v1/models/model:predict", {"instances": x.tolist()})
+        _status, _, body = call(url, "POST", "/v1/models/model:predict", {"instances": x.tolist()})
         np.testing.assert_allclose(np.asarray(json.loads(body)["predictions"], np.float32),
                                    want, rtol=1e-5, atol=1e-6)
     finally:

@@ -12,8 +12,12 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.integration.serving.serving_helpers import (call, export_tf_models, server,
-                                                       torchscript_archive)
+from tests.integration.serving.serving_helpers import (
+    call,
+    export_tf_models,
+    server,
+    torchscript_archive,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -77,7 +81,7 @@ def test_python_trio_and_transform_fn(tmp_path):
 def test_pytorch_defaults_and_input_fn(tmp_path):
     import torch
 
-    archive, net = torchscript_archive(str(tmp_path / "m"), extra={
+    _archive, net = torchscript_archive(str(tmp_path / "m"), extra={
         "code/inference.py": '''
 import torch
 

@@ -11,8 +11,12 @@ import random
 import numpy as np
 import pytest
 
-from tests.integration.serving.serving_helpers import (call, digits_inputs, export_tf_models,
-                                                       server)
+from tests.integration.serving.serving_helpers import (
+    call,
+    digits_inputs,
+    export_tf_models,
+    server,
+)
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(300)]
 
@@ -57,7 +61,7 @@ DIGITS = {"X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=digits"}
 
 def test_ping_and_execution_parameters(addr):
     assert call(addr, "GET", "/ping")[:1] == (200,)
-    status, ctype, body = call(addr, "GET", "/execution-parameters")
+    status, _ctype, body = call(addr, "GET", "/execution-parameters")
     assert status == 200 and json.loads(body) == {
         "MaxConcurrentTransforms": 4, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 0}
 
