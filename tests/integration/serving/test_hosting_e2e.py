@@ -80,6 +80,14 @@ def test_keras_train_deploy_predict(session, digits, tmp_path):
         predictor.serializer = JSONLinesSerializer()
         got = predictor.predict(x.tolist())["predictions"]
         np.testing.assert_array_equal(np.asarray(got, dtype=np.float32), want)
+        # classify and the tfs-model-name/-version attributes of TensorFlowPredictor
+        named = shipyard.TensorFlowPredictor(predictor.endpoint_name, model_name="model",
+                                             model_version="1")
+        np.testing.assert_array_equal(
+            np.asarray(named.predict(x.tolist())["predictions"], np.float32), want)
+        result = named.classify({"examples": [{"image": r} for r in x.tolist()]})["result"]
+        assert [max(r, key=lambda p: p[1])[0] for r in result] == \
+            [str(i) for i in want.argmax(1)]
         url = predictor.describe()["Shipyard"]["Url"].removeprefix("http://")
         _status, _, body = call(url, "POST", "/v1/models/model:predict",
                                {"instances": x.tolist()})
@@ -152,3 +160,15 @@ def test_pytorch_train_deploy_predict(session, digits, tmp_path):
                                    want, rtol=1e-5, atol=1e-6)
     finally:
         predictor.delete_endpoint()
+
+    # batch transform from the estimator: one JSON record per line, SingleRecord
+    data_in = tmp_path / "batch"
+    data_in.mkdir()
+    (data_in / "images.jsonl").write_text("\n".join(json.dumps([r.tolist()]) for r in x))
+    transformer = est.transformer(1, "local", strategy="SingleRecord", assemble_with="Line",
+                                  output_path=str(tmp_path / "batch-out"),
+                                  entry_point="inference.py", source_dir=str(code))
+    transformer.transform(str(data_in), content_type="application/json", split_type="Line")
+    lines = (tmp_path / "batch-out" / "images.jsonl.out").read_text().splitlines()
+    np.testing.assert_allclose(np.asarray([json.loads(ln)[0] for ln in lines], np.float32),
+                               want, rtol=1e-5, atol=1e-6)
