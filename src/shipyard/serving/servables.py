@@ -92,6 +92,16 @@ TORCH_SIGNATURE = Signature(DEFAULT_SIGNATURE, {"input": TensorSpec("input", "fl
                             {"output": TensorSpec("output", "float32", None)})
 
 
+def torch_device() -> str:
+    """``cuda`` when a GPU is visible (as the SageMaker PyTorch toolkit picks), unless
+    SHIPYARD_SERVING_DEVICE=cpu. The CUDA path is not exercised by the CPU-only CI."""
+    import torch
+
+    if os.environ.get("SHIPYARD_SERVING_DEVICE", "").lower() == "cpu":
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_torchscript(model_dir: str) -> Any:
     """The default PyTorch model_fn: ``model.pt`` or the one .pt/.pth file, as TorchScript."""
     import torch
@@ -104,7 +114,7 @@ def load_torchscript(model_dir: str) -> Any:
                                  f"without model_fn; found {files} in the model directory")
         path = os.path.join(model_dir, files[0])
     try:
-        return torch.jit.load(path, map_location="cpu")
+        return torch.jit.load(path, map_location=torch_device())
     except Exception:  # noqa: BLE001
         raise ModelLoadError(
             f"{os.path.basename(path)} is not TorchScript (a state_dict?): save it with "
@@ -118,8 +128,18 @@ def torch_predict(data: Any, model: Any) -> Any:
 
     if hasattr(model, "eval"):
         model.eval()
+    device = _device_of(model)
+    if device is not None and hasattr(data, "to") and data.device != device:
+        data = data.to(device)  # GPU models: inputs follow the model; outputs come back
     with torch.inference_mode():
         return model(data)
+
+
+def _device_of(model: Any) -> Any:
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration, TypeError):
+        return None
 
 
 class TorchServable(Servable):
