@@ -22,7 +22,7 @@ EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 sys.path.insert(0, os.path.join(EXAMPLES, "data"))
 from make_digits import write_digits
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
