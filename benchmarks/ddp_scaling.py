@@ -56,6 +56,10 @@ if rank == 0:
     with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "bench.json"), "w") as fh:
         json.dump({"images_per_s": world * args.batch * args.steps / elapsed.item(),
                    "world": world}, fh)
+# A DDP module alive at interpreter exit keeps its gloo group (and worker threads) alive
+# into finalization, where torch 2.13 can abort ("terminate called without an active
+# exception"): drop it, then destroy the group.
+del model, opt
 dist.destroy_process_group()
 '''
 

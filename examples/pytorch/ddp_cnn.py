@@ -146,6 +146,8 @@ def main(argv=None):
         with open(os.path.join(args.model_dir, "metrics.json"), "w") as fh:
             json.dump({"test_accuracy": accuracy, "world_size": world}, fh)
         print("saved model.pth to", args.model_dir, flush=True)
+    # Inside main(): the DDP module and its process group are gone before interpreter
+    # shutdown (alive at finalization, torch 2.13's gloo threads can abort the process).
     dist.destroy_process_group()
 
 

@@ -53,6 +53,7 @@ out = os.environ["SM_OUTPUT_DATA_DIR"]
 torch.save(net.state_dict(), os.path.join(out, f"rank-{rank}.pt"))
 with open(os.path.join(out, f"rank-{rank}.json"), "w") as fh:
     json.dump({"env": env, "backend": str(dist.get_backend())}, fh)
+del model, opt  # a DDP module alive at exit can make torch 2.13 gloo abort in finalization
 dist.destroy_process_group()
 '''.replace("KEYS", repr(TORCHRUN_KEYS))
 

@@ -166,6 +166,7 @@ dist.init_process_group(backend="smddp", store=store, rank=0, world_size=1)
 sdp.init_process_group()        # SMDDP's v1 init: a no-op once initialized
 print(dist.get_backend(), sdp.get_rank(), sdp.get_world_size(), sdp.get_local_rank(),
       sdp.get_local_size(), DistributedDataParallel.__module__)
+dist.destroy_process_group()
 '''
 
 
