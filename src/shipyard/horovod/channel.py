@@ -89,13 +89,17 @@ class MPIChannel:
     wait overlaps the rank's own backward pass, so with one core per rank (the usual CPU
     setting, and any shared machine) the spinning thread would take the core from the
     computation it is meant to overlap with. So the loop sleeps between tests while the
-    caller computes, and tests flat out once ``urgent()`` says the caller waits for the
-    result (MPI only moves a large message forward inside a test, fragment by fragment).
+    caller computes (backing off to 200 us), and once ``urgent()`` says the caller waits for
+    the result it tests flat out for a while (MPI moves a large message forward only inside
+    a test, fragment by fragment), then every 20 us: a peer that is late by more than that
+    (descheduled on a shared machine) must not find its core taken by our spinning.
     """
 
     kind = "mpi"
     _SPINS = 20              # tests before the first sleep (short waits stay fast)
     _MAX_SLEEP = 0.0002      # seconds; the backoff doubles up to this
+    _URGENT_SPINS = 500      # flat-out tests (~0.2-0.5 ms) while the caller waits, then ...
+    _URGENT_SLEEP = 0.00002  # ... a short sleep between tests
 
     def __init__(self, comm, MPI, polite: bool = False, urgent: Callable[[], bool] | None = None) -> None:
         self.comm = comm
@@ -113,11 +117,14 @@ class MPIChannel:
         delay = 0.00002
         urgent = self.urgent
         while not request.Test():
-            if spins < self._SPINS or urgent():
-                spins += 1
+            spins += 1
+            if urgent():
+                if spins > self._URGENT_SPINS:
+                    time.sleep(self._URGENT_SLEEP)
                 continue
-            time.sleep(delay)
-            delay = min(delay * 2, self._MAX_SLEEP)
+            if spins > self._SPINS:
+                time.sleep(delay)
+                delay = min(delay * 2, self._MAX_SLEEP)
 
     def allgather_meta(self, row: np.ndarray) -> np.ndarray:
         """Every rank's fixed-width int64 metadata row. The returned table is reused by the
