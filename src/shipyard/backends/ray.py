@@ -33,7 +33,7 @@ from shipyard.agent.layout import InstancePaths
 from shipyard.backends import ray_node, ray_placement
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 from shipyard.backends.ray_connect import connect, resolve_address
-from shipyard.errors import BackendError, DistributionError, ValidationError
+from shipyard.errors import BackendError, ValidationError
 
 PLACEMENT_TIMEOUT_S = float(os.environ.get("SHIPYARD_RAY_PLACEMENT_TIMEOUT", "60"))
 START_TIMEOUT_S = float(os.environ.get("SHIPYARD_RAY_START_TIMEOUT", "300"))
@@ -42,16 +42,17 @@ STOP_MARGIN_S = 10.0
 FORWARD_PREFIXES = ("SHIPYARD_", "AWS_")
 NOT_FORWARDED = {"SHIPYARD_HOME", "SHIPYARD_BACKEND", "SHIPYARD_RAY_ADDRESS",
                  "SHIPYARD_RAY_WORKDIR"}
-MPI_REFUSAL = (
-    "distribution 'mpi' cannot run on the Ray backend yet: its launcher (mpirun on algo-1) "
-    "starts every rank on algo-1's machine and reads the other instances' files, which "
-    "needs one machine or ssh + a shared filesystem between nodes; use backend='local', "
-    "or torch_distributed / parameter_server, which run on Ray")
-
 
 def forwarded_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items()
             if k.startswith(FORWARD_PREFIXES) and k not in NOT_FORWARDED}
+
+
+def node_launch_env(env: dict[str, str]) -> dict[str, str]:
+    """What reaches the node's agent: the forwarded variables, and the mpi runner's
+    launch mode: its mpirun starts prted on the other nodes through their instances
+    (shipyard.agent.runners.mpi_rsh), since the nodes share neither ssh nor a disk."""
+    return {**forwarded_env(env), "SHIPYARD_MPI_LAUNCH": "rsh"}
 
 
 def cluster_nodes(ray: Any) -> list[ray_placement.NodeInfo]:
@@ -91,10 +92,8 @@ class RayBackend:
 
     # -- submission-time checks -------------------------------------------------------------
     def validate(self, instance_count: int, instance_type: str, runner: str) -> None:
-        """Refuse what cannot run here before anything is written: mpi, a missing cluster,
+        """Refuse what cannot run here before anything is written: a missing cluster,
         a cluster with fewer fitting machines than instances."""
-        if runner == "mpi":
-            raise DistributionError(MPI_REFUSAL)
         try:
             ray = connect(self.address)
         except BackendError as exc:  # the address the user gave reaches no cluster
@@ -154,7 +153,7 @@ class RayBackend:
                                  os.path.join(config.instances_dir, spec.host), node.ip,
                                  node.node_id)
                 launch.instances.append(inst)
-                starts.append(actor.start.remote(node_config, blobs, forwarded_env(spec.env),
+                starts.append(actor.start.remote(node_config, blobs, node_launch_env(spec.env),
                                                  grace))
             infos = ray.get(starts, timeout=START_TIMEOUT_S)
         except BaseException as exc:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import shipyard
-from shipyard.errors import DistributionError, ValidationError
+from shipyard.errors import ValidationError
 
 
 def refused(session, write_script, match, error=ValidationError, **kw):
@@ -29,12 +29,6 @@ def test_an_address_with_no_cluster_is_refused_within_seconds(home, write_script
     t0 = time.monotonic()
     refused(session, write_script, r"no Ray cluster answers at '127.0.0.1:1'.*ray start --head")
     assert time.monotonic() - t0 < 15
-
-
-def test_mpi_is_refused_on_ray_saying_why(home, write_script):
-    session = shipyard.Session(backend="ray", address="127.0.0.1:1", home=str(home))
-    refused(session, write_script, "'mpi' cannot run on the Ray backend",
-             error=DistributionError, distribution={"mpi": {"enabled": True}})
 
 
 def test_ray_not_installed_names_the_extra(home):

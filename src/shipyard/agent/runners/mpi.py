@@ -28,8 +28,10 @@ workers wait for orted to come and go. Here:
   (the shim dir goes on the ranks' PYTHONPATH; the shim logs one line on rank 0).
 
 On the local backend all instances are on this machine, so mpirun starts every rank here.
-A multi-machine backend needs mpirun to reach the other instances (an rsh agent that
-asks an instance's agent to start prted there); that is not built yet.
+A multi-machine backend (Ray) sets ``SHIPYARD_MPI_LAUNCH=rsh``: mpirun then gets the
+instances' IPs as hosts and ``mpi_rsh`` as its rsh agent, and every other instance serves
+(``mpi_rsh --serve``) instead of waiting: it starts prted on its own node when the master
+asks, with the plan shipped to it, so no ssh and no shared filesystem are needed.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import sys
 import warnings
 from typing import Any
 
-from shipyard.agent.runners import mpi_command
+from shipyard.agent.runners import mpi_command, mpi_rsh
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
 
@@ -137,7 +140,10 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     os.makedirs(ctx.paths.agent_dir, exist_ok=True)
     _write_private_json(os.path.join(ctx.paths.agent_dir, ENV_FILE), env)
     python = sys.executable
+    remote = env.get("SHIPYARD_MPI_LAUNCH") == "rsh"  # set by multi-machine backends (Ray)
     if ctx.host != config.hosts[0]:
+        if remote:
+            return [_rsh_server(ctx, env)]
         return [ProcessSpec(name="mpi-wait", argv=[python, "-m", "shipyard.agent.runners.mpi_launch",
                                                    "--wait"],
                             env=env, cwd=ctx.paths.code, user_facing=False)]
@@ -164,9 +170,13 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
         # a retried attempt: ranks wait for the other agents' env of *this* attempt (an older
         # file means that agent is still re-staging its code dir)
         "attempt": env.get("SHIPYARD_ATTEMPT", ""),
+        **({"rsh": {"port": mpi_rsh.port(env), "secret": config.job_secret,
+                    "self": config.addresses[ctx.host]}} if remote else {}),
     })
     nccl_debug, extra = mpi_command.parse_custom_mpi_options(
         str(options.get("custom_mpi_options") or ""))
+    if remote:
+        extra = [*_rsh_launch_args(ctx, plan_file, ppn), *extra]
     program = [python, "-m", "shipyard.agent.runners.mpi_rank", "--plan", plan_file, "--",
                *rank_command(ctx.user_command)]
     np = ppn * len(config.hosts)
@@ -179,3 +189,35 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
             "--", *mpirun]
     return [ProcessSpec(name="mpirun", argv=argv, env=mpi_command.launcher_env(env),
                         cwd=ctx.paths.code, failure_file=failure_file)]
+
+
+def _rsh_server(ctx: InstanceContext, env: dict[str, str]) -> ProcessSpec:
+    """A serving instance: the master's mpirun asks it (mpi_rsh) to start prted here."""
+    agent_dir = ctx.paths.agent_dir
+    serve_file = os.path.join(agent_dir, "mpi-rsh.json")
+    _write_private_json(serve_file, {
+        "ip": ctx.config.addresses[ctx.host], "port": mpi_rsh.port(env),
+        "secret": ctx.config.job_secret, "agent_dir": agent_dir,
+        "env_file": os.path.join(agent_dir, ENV_FILE), "instances_dir": ctx.config.instances_dir,
+        "failure_file": os.path.join(agent_dir, FAILURE_FILE),
+        "run_dir": os.path.join(agent_dir, RUN_DIR), "cwd": ctx.paths.code})
+    return ProcessSpec(name="mpi-rsh", argv=[sys.executable, "-m", "shipyard.agent.runners.mpi_rsh",
+                                             "--serve", serve_file],
+                       env=mpi_command.launcher_env(env), cwd=ctx.paths.code, user_facing=False)
+
+
+def _rsh_launch_args(ctx: InstanceContext, plan_file: str, ppn: int) -> list[str]:
+    """mpirun options that start prted on the other instances through mpi_rsh, not ssh."""
+    agent = os.path.join(ctx.paths.agent_dir, "mpi-rsh-agent")
+    with open(agent, "w", encoding="utf-8") as fh:
+        fh.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m shipyard.agent.runners.mpi_rsh "
+                 f"--plan {shlex.quote(plan_file)} \"$@\"\n")
+    os.chmod(agent, 0o700)
+    ips = [ctx.config.addresses[h] for h in ctx.config.hosts]
+    args = ["--prtemca", "plm_ssh_agent", agent, "--prtemca", "plm_ssh_no_tree_spawn", "1",
+            "--host", ",".join(f"{ip}:{ppn}" for ip in ips)]
+    if all(ip.startswith("127.") for ip in ips):
+        # one machine (a test cluster): every prted reports the same hostname, and the
+        # hierarchical collectives (han) then take ranks of different nodes for neighbours
+        args += ["--mca", "coll", "^han"]
+    return args

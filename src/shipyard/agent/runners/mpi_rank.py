@@ -228,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     # If mpirun's daemon dies without stopping us (SIGKILL), stop too: the command follows
     # (its own PDEATHSIG), so no rank outlives the launcher.
     die_with_parent(signal.SIGTERM)
-    with open(args.plan, encoding="utf-8") as fh:
+    # a rank on a serving instance (mpi_rsh): that instance's copy of the plan, own paths
+    with open(os.environ.get("SHIPYARD_MPI_PLAN") or args.plan, encoding="utf-8") as fh:
         plan = json.load(fh)
     return RankWrapper(plan, argv[split + 1:], world_rank(os.environ)).run()
 
