@@ -1,6 +1,6 @@
 """Serving throughput and latency of /invocations for the digits model (issue #8).
 
-    .venv/bin/python benchmarks/serving_latency.py [--seconds 3] [--repeats 3]
+    .venv/bin/python benchmarks/serving.py [--seconds 3] [--repeats 3]
 
 Side by side in one run, on the Keras digits CNN of examples/keras (exported SavedModel):
 
