@@ -890,15 +890,14 @@ class Engine:
         return self.run(lambda ctx: self._grouped_reduce(ctx, arrays, names, op, prescale_factor, postscale_factor, inplace))
 
     def allreduce_fused_(self, flat: np.ndarray, shapes: Sequence[tuple], names=None, op=Average,
-                         prescale_factor=1.0, postscale_factor=1.0, src: np.ndarray | None = None) -> np.ndarray:
-        """Allreduce a 1-D buffer that holds several tensors packed back to back (``shapes``,
-        in order): what a framework adapter calls after packing with its own fast
-        concatenation. Negotiated as one grouped op. In place, or from ``src`` (same size and
-        dtype; e.g. a reused packing buffer) into ``flat``."""
+                         prescale_factor=1.0, postscale_factor=1.0) -> np.ndarray:
+        """Allreduce, in place, a 1-D buffer that already holds several tensors packed back to
+        back (``shapes``, in order): what a framework adapter calls after packing with its own
+        fast concatenation. Negotiated as one grouped op."""
         desc = self._fused_desc(flat, shapes, names, op, prescale_factor, postscale_factor)
         label = self._fused_label(names, len(shapes))
         self.run(lambda ctx: self._reduce_flat(ctx, flat, desc, op, prescale_factor, postscale_factor, label,
-                                               {"tensors": len(shapes)}, src=src))
+                                               {"tensors": len(shapes)}))
         return flat
 
     def allreduce_fused_async(self, flat: np.ndarray, shapes: Sequence[tuple], names=None, op=Average,

@@ -10,12 +10,12 @@ Async variants return an integer handle for ``synchronize``/``poll``.
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from .. import engine as _engine
 from ..fusion import plan_batches
@@ -167,25 +167,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 
 # ---------------------------------------------------------------- grouped allreduce
-_packing = threading.local()
-
-
-def _packing_buffer(dtype: torch.dtype, numel: int) -> torch.Tensor:
-    """This thread's reusable packing buffer for ``dtype``: packing a fusion batch into
-    warm memory avoids a fresh allocation (and its page faults) per call, which costs as
-    much as the copy itself for MB-sized batches."""
-    bufs = _packing.__dict__.setdefault("bufs", {})
-    buf = bufs.get(dtype)
-    if buf is None or buf.numel() < numel:
-        buf = bufs[dtype] = torch.empty(numel, dtype=dtype)
-    return buf[:numel]
-
-
-def _grouped_batches(tensors, compression, name, pack_into_buffer=False):
+def _grouped_batches(tensors, compression, name):
     """Compress, group by dtype (order kept) and cut into fusion batches. Yields
-    (member indices, packed flat tensor, shapes, names, compression contexts). With
-    ``pack_into_buffer`` the packed tensor is this thread's reusable buffer: valid until the
-    next batch, so the caller must reduce it out of place before asking for the next one."""
+    (member indices, packed flat tensor, shapes, names, compression contexts). Packing is
+    torch's C++ flatten (one copy, no per-tensor Python views): with 100 small tensors the
+    Python-level reshape + cat cost as much as the copy itself."""
     eng = _engine.get()
     if compression is Compression.none:
         comp = [(t, None) for t in tensors]
@@ -194,23 +180,25 @@ def _grouped_batches(tensors, compression, name, pack_into_buffer=False):
     by_dtype: dict = {}
     for i, (c, _) in enumerate(comp):
         by_dtype.setdefault(c.dtype, []).append(i)
-    for dtype, idxs in by_dtype.items():
+    for idxs in by_dtype.values():
         sizes = [comp[i][0].numel() * comp[i][0].element_size() for i in idxs]
         for batch in plan_batches(sizes, eng.fusion_threshold):
             members = [idxs[j] for j in batch]
-            parts = [comp[i][0].detach().reshape(-1) for i in members]
-            if pack_into_buffer:
-                flat = _packing_buffer(dtype, sum(p.numel() for p in parts))
-                torch.cat(parts, out=flat)
-            else:  # a fresh tensor: the inputs are untouched
-                flat = torch.cat(parts)
+            parts = [comp[i][0] for i in members]
+            with torch.no_grad():  # a fresh tensor: the inputs are untouched (one part
+                # alone comes back as a view of itself, hence the clone)
+                flat = (_flatten_dense_tensors(parts) if len(parts) > 1
+                        else parts[0].reshape(-1).clone(memory_format=torch.contiguous_format))
             names = None if name is None else [f"{name}.{i}" for i in members]
-            yield members, flat, [tuple(comp[i][0].shape) for i in members], names, [comp[i][1] for i in members]
+            yield members, flat, parts, names, [comp[i][1] for i in members]
 
 
-def _unpack(flat, shapes, ctxs, compression):
-    parts = torch.split(flat, [math.prod(s) for s in shapes])
-    return [compression.decompress(p.view(s), c) for p, s, c in zip(parts, shapes, ctxs)]
+def _unpack(flat, parts, ctxs, compression):
+    """Views of ``flat`` shaped like ``parts`` (C++ unflatten), decompressed."""
+    outs = _unflatten_dense_tensors(flat, parts)
+    if compression is Compression.none:
+        return list(outs)
+    return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
 
 def _reduce_packed(flat, shapes, names, op, prescale, postscale, async_=False):
@@ -236,16 +224,9 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name=None, 
                           prescale_factor=prescale_factor, postscale_factor=postscale_factor)
                 for i, t in enumerate(tensors)]
     results = [None] * len(tensors)
-    eng = _engine.get()
-    for members, packed, shapes, names, ctxs in _grouped_batches(tensors, compression, name, pack_into_buffer=True):
-        if packed.dtype == torch.bfloat16 or op == Adasum:
-            flat = packed.clone()
-            _reduce_packed(flat, shapes, names, op, prescale_factor, postscale_factor)
-        else:  # MPI reduces the warm packing buffer straight into the fresh result
-            flat = torch.empty_like(packed)
-            eng.allreduce_fused_(flat.numpy(), shapes, names, op, prescale_factor, postscale_factor,
-                                 src=packed.numpy())
-        for i, out in zip(members, _unpack(flat, shapes, ctxs, compression)):
+    for members, flat, parts, names, ctxs in _grouped_batches(tensors, compression, name):
+        _reduce_packed(flat, [tuple(p.shape) for p in parts], names, op, prescale_factor, postscale_factor)
+        for i, out in zip(members, _unpack(flat, parts, ctxs, compression)):
             results[i] = out
     return results
 
@@ -272,14 +253,15 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                                    prescale_factor=prescale_factor, postscale_factor=postscale_factor)
         return _register(None, lambda _: result)
     pending = []
-    for members, flat, shapes, names, ctxs in _grouped_batches(tensors, compression, name):
-        h, work = _reduce_packed(flat, shapes, names, op, prescale_factor, postscale_factor, async_=True)
-        pending.append((h, members, flat, work, shapes, ctxs))
+    for members, flat, parts, names, ctxs in _grouped_batches(tensors, compression, name):
+        h, work = _reduce_packed(flat, [tuple(p.shape) for p in parts], names, op, prescale_factor,
+                                 postscale_factor, async_=True)
+        pending.append((h, members, flat, work, parts, ctxs))
 
     def finish(_):
         results = [None] * len(tensors)
         error = None
-        for h, members, flat, work, shapes, ctxs in pending:
+        for h, members, flat, work, parts, ctxs in pending:
             try:
                 h.wait()
             except BaseException as e:  # noqa: BLE001 - wait for all batches, then raise the first error
@@ -287,7 +269,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                 continue
             if work is not flat:
                 flat.copy_(work)
-            for i, out in zip(members, _unpack(flat, shapes, ctxs, compression)):
+            for i, out in zip(members, _unpack(flat, parts, ctxs, compression)):
                 results[i] = out
         if error is not None:
             raise error
