@@ -47,7 +47,7 @@ opt = ps_torch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1, mo
                                     named_parameters=net.named_parameters())
 print(f"rank={rank} start_step={opt.client.step}", flush=True)
 while opt.client.step < args.steps:
-    if rank == args.kill_rank and opt.client.step == args.kill_at:
+    if rank == args.kill_rank and 0 <= args.kill_at <= opt.client.step:
         os.kill(os.getpid(), signal.SIGKILL)
     opt.zero_grad()
     torch.nn.functional.mse_loss(net(x[rank::world]), y[rank::world]).backward()
