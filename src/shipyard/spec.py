@@ -70,6 +70,11 @@ class MetricDefinition(_Model):
         return value
 
 
+def host_names(instance_count: int) -> list[str]:
+    """SageMaker's host names for a job of ``instance_count`` instances."""
+    return [f"algo-{i}" for i in range(1, instance_count + 1)]
+
+
 class JobSpec(_Model):
     """A training job as submitted. Serialized into the job store and the job dir."""
 
@@ -169,7 +174,7 @@ class JobSpec(_Model):
 
     @property
     def hosts(self) -> list[str]:
-        return [f"algo-{i}" for i in range(1, self.instance_count + 1)]
+        return host_names(self.instance_count)
 
 
 def validated(**fields: Any) -> JobSpec:

@@ -18,8 +18,7 @@ from typing import Any, TextIO
 
 import psutil
 
-from shipyard import instance_types
-from shipyard import backends
+from shipyard import backends, instance_types
 from shipyard.agent import runners
 from shipyard.control import plan, staging
 from shipyard.control.home import Home
@@ -30,7 +29,7 @@ from shipyard.errors import (ChannelError, DistributionError, JobExistsError, Jo
                              StorageError, ValidationError)
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import final_metrics
-from shipyard.spec import ChannelSpec, JobSpec
+from shipyard.spec import ChannelSpec, JobSpec, host_names
 
 TERMINAL = ("Completed", "Failed", "Stopped")
 
@@ -155,8 +154,6 @@ class ControlPlane:
                 staging.discard(staged)
             raise
         if log:
-            from shipyard import instance_types
-
             log(instance_types.resolve(spec.instance_type).describe())
             for note in staged.notes:
                 log(note)
@@ -283,10 +280,6 @@ def _ts(value: float | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc) if value else None
 
 
-def plan_hosts(spec: dict[str, Any]) -> list[str]:
-    return [f"algo-{i}" for i in range(1, int(spec.get("instance_count", 1)) + 1)]
-
-
 def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     """A SageMaker DescribeTrainingJob-shaped dict (datetimes as in boto3)."""
     spec = record.spec
@@ -353,7 +346,7 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
                            "FailureReason": i.failure_reason, "LogPath": i.log_path}
                           for i in cp.store.instances(record.name)],
             "OutputArtifacts": record.output_artifact,
-            "LostProcesses": lost_processes(record.job_dir, plan_hosts(spec)),
+            "LostProcesses": lost_processes(record.job_dir, host_names(int(spec.get("instance_count", 1)))),
         },
     }
     report_path = os.path.join(record.job_dir, REPORT_NAME)

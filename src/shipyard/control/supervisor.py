@@ -37,6 +37,7 @@ from shipyard.control.lifecycle import Event
 from shipyard.control.store import InstanceRecord, JobRecord, Store
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
+from shipyard.spec import host_names
 
 REPORT_NAME = "distribution-report.json"
 POLL_SECONDS = 0.02
@@ -93,7 +94,7 @@ class JobSupervisor:
     # -- helpers --------------------------------------------------------------------------
     @property
     def hosts(self) -> list[str]:
-        return [f"algo-{i}" for i in range(1, int(self.spec["instance_count"]) + 1)]
+        return host_names(int(self.spec["instance_count"]))
 
     def paths(self, host: str) -> InstancePaths:
         return InstancePaths(os.path.join(self.record.job_dir, "instances", host))
