@@ -8,8 +8,8 @@ every instance and every concurrent job.
 from __future__ import annotations
 
 import os
-import secrets
 import random
+import secrets
 
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
