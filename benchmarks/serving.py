@@ -56,9 +56,11 @@ def _threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def in_process(model_dir: str, batch: int, seconds: float, out: mp.Queue) -> None:
-    """rows/s of the signature called directly (a fresh process, worker thread settings)."""
-    n = str(_threads())
+def in_process(model_dir: str, batch: int, seconds: float, out: mp.Queue,
+               threads: int = 0) -> None:
+    """rows/s of the signature called directly (a fresh process; all cores' threads unless
+    ``threads``: a batching worker keeps one core for its event loop and uses the rest)."""
+    n = str(threads or _threads())
     os.environ.update(OMP_NUM_THREADS=n, TF_NUM_INTRAOP_THREADS=n, TF_NUM_INTEROP_THREADS="1")
     import numpy as np
     import tensorflow as tf
@@ -333,15 +335,17 @@ def main() -> None:
     body = json.dumps({"instances": x.tolist()}).encode()
 
     results: dict[str, dict] = {}
-    for batch in (1, 8):
+    for batch, threads in ((1, 0), (8, 0), (8, max(1, _threads() - 1))):
         runs = []
         for _ in range(args.repeats):
             q: mp.Queue = mp.Queue()
-            proc = mp.Process(target=in_process, args=(model_dir, batch, args.seconds, q))
+            proc = mp.Process(target=in_process,
+                              args=(model_dir, batch, args.seconds, q, threads))
             proc.start()
             runs.append(q.get())
             proc.join()
-        results[f"in-process batch {batch}"] = median(runs)
+        label = f", {threads} thread(s)" if threads else ""
+        results[f"in-process batch {batch}{label}"] = median(runs)
 
     servers = {
         "shipyard, no batching": lambda: start_shipyard(model_dir, tmp),

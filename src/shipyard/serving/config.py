@@ -31,7 +31,15 @@ class ServerConfig:
         return cls(**json.loads(text))
 
     def threads_per_worker(self) -> int:
-        return self.threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
+        """Framework threads per worker: its share of the cores, less one with dynamic
+        batching, where model calls run on their own thread and the event loop (HTTP,
+        JSON) needs a core beside them. On 2 cores, 1 worker, batching 8: 1 thread gave
+        ~3500 req/s at c=8 against ~2100-2900 with 2 (the loop and TF's pool fought for
+        the cores); see BENCHMARKS.md."""
+        if self.threads:
+            return self.threads
+        share = (os.cpu_count() or 1) // max(1, self.workers)
+        return max(1, share - (1 if self.batch_size > 1 else 0))
 
     def execution_parameters(self) -> dict:
         """What GET /execution-parameters answers (the batch transform contract)."""
