@@ -534,7 +534,8 @@ class PSClient:
 
     # plumbing ---------------------------------------------------------------------
     def _header(self, shard: int, mtype: MsgType, key: int = 0, **kw: Any) -> Header:
-        return Header(msg_type=mtype, key=key, worker=self.worker_id,
+        # the MAC id is set here so encode() need not rebuild the (frozen) header per message
+        return Header(msg_type=mtype, key=key, worker=self.worker_id, mac_alg=self.signer.alg,
                       request_id=next(self._rids) & wire.U32_MAX, shard=shard, step=self.step, **kw)
 
     def _json_req(self, shard: int, mtype: MsgType, body: Any,
@@ -551,7 +552,7 @@ class PSClient:
             return _Req(c.shard, hdr, on_reply or _ignore, label,
                         lambda parallel: wire.encode(self.signer, hdr))
         hdr = self._header(c.shard, mtype, c.key_id, dtype=wire.dtype_code(kp.spec.dtype),
-                           shape=kp.chunk_shape(c))
+                           shape=kp.chunk_shape(c), nbytes=int(payload.nbytes))
         return _Req(c.shard, hdr, on_reply or _ignore, label,
                     lambda parallel: wire.encode(self.signer, hdr, [payload], parallel=parallel),
                     nbytes=int(payload.nbytes))

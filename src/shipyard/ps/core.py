@@ -439,7 +439,7 @@ class ServerCore:
         self.last_pull[(w, slot.key_id)] = slot.version
         hdr = Header(msg_type=MsgType.TENSOR, key=h.key, worker=w, request_id=h.request_id,
                      shard=self.config.index, step=slot.version, dtype=wire.dtype_code(slot.dtype),
-                     shape=slot.shape)
+                     shape=slot.shape, nbytes=value.nbytes, mac_alg=h.mac_alg)
         frames = wire.encode(self.signer, hdr, [value], digests=[digest], alg=h.mac_alg)
         self.stats.sent(w, wire.frames_nbytes(frames))
         hold = Hold()

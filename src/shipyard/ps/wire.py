@@ -94,6 +94,8 @@ FLAG_JSON = 1 << 0  # payload is a UTF-8 JSON document
 FLAG_APPLIED = 1 << 1  # INIT reply: the value was stored (first writer)
 
 U32_MAX = 0xFFFFFFFF
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 
 
 class MsgType(enum.IntEnum):
@@ -392,6 +394,7 @@ class Signer:
         self._b3_key = hashlib.sha256(b"shipyard.ps.v1.blake3\0" + self._key).digest()
         self._poly_key = hashlib.sha256(b"shipyard.ps.v1.poly1305\0" + self._key).digest()
         self.alg = resolve_mac(alg)
+        self._poly = _poly1305()  # looked up once, not per message
 
     def mac(self, header: bytes, payload: Sequence[Buffer],
             digests: Sequence[bytes | None] | None = None, parallel: bool = True,
@@ -426,15 +429,16 @@ class Signer:
         The one-time key is fresh per message (random 128-bit nonce) and bound to
         the header, the construction ChaCha20-Poly1305 and NaCl's secretbox use.
         """
-        poly = _poly1305()
+        poly = self._poly or _poly1305()
         if poly is None:
             raise AuthenticationError("message uses MAC poly1305, but 'cryptography' is not installed here")
         nonce = os.urandom(NONCE_SIZE) if nonce is None else bytes(nonce)
-        p = poly(hmac.new(self._poly_key, nonce + bytes(header), "sha256").digest())
-        p.update(struct.pack("<I", len(payload)))
+        # hmac.digest: the one-shot C path (a few microseconds less per message than hmac.new)
+        p = poly(hmac.digest(self._poly_key, nonce + bytes(header), "sha256"))
+        p.update(_U32.pack(len(payload)))
         for frame in payload:
             view = as_bytes_view(frame)
-            p.update(struct.pack("<Q", len(view)))
+            p.update(_U64.pack(len(view)))
             p.update(view)
         return nonce + p.finalize()
 
