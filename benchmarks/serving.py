@@ -380,11 +380,13 @@ def main() -> None:
             print(f"{name:44s} {r['req_s']:9.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
                   f"{r['server_us']:8.0f} {r['client_us']:8.0f}")
     best = results["shipyard, batching 8/1ms, c=8"]
-    b8 = results["in-process batch 8"]
+    # the stricter denominator: the faster of the two in-process batch 8 thread settings
+    b8 = max((r for k, r in results.items() if k.startswith("in-process batch 8")),
+             key=lambda r: r["rows_s"])
     print("\nratio shipyard c=8 with batching / in-process batch 1: "
           f"{best['req_s'] / results['in-process batch 1']['rows_s']:.2f}")
     print("ratio shipyard c=8 with batching / in-process batch 8: "
-          f"{best['req_s'] / b8['rows_s']:.2f} (goal 0.8)")
+          f"{best['req_s'] / b8['rows_s']:.2f} (goal 0.8; the faster in-process batch 8 row)")
     print("ratio shipyard c=8 with batching / stdlib server c=8: "
           f"{best['req_s'] / results['stdlib http.server + model, c=8']['req_s']:.2f}")
     # the ceiling on this machine: every request costs the server its CPU time and the
