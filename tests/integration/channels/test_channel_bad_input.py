@@ -105,3 +105,47 @@ def test_pipe_channel_never_opened_does_not_hold_the_job(session, write_script, 
     est.fit({"train": str(data)}, job_name="unread-pipe")
     assert est.latest_training_job.describe()["TrainingJobStatus"] == "Completed"
     assert time.monotonic() - started < 30
+
+
+@pytest.fixture
+def s3_with_auth():
+    """moto's server with IAM checks on (INITIAL_NO_AUTH_ACTION_COUNT): the first two
+    requests (bucket, object) pass, every later one needs credentials it knows."""
+    import subprocess
+    import sys
+
+    import boto3
+
+    port = closed_port()
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="2")
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"),
+                             "-H", "127.0.0.1", "-p", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto_server did not start"
+                time.sleep(0.1)
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                              aws_access_key_id="AKIASETUP", aws_secret_access_key="setup")
+        client.create_bucket(Bucket="authed-bucket")
+        client.put_object(Bucket="authed-bucket", Key="train/a.txt", Body=b"1")
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_bad_credentials_are_refused_naming_the_channel(est, s3_with_auth, home, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_with_auth)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONG")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(ValidationError, match="channel 'training': .* refused the credentials "
+                                              r"\(InvalidAccessKeyId\).*AWS_ACCESS_KEY_ID"):
+        est().fit({"training": "s3://authed-bucket/train/"})
+    assert written(home) == []
