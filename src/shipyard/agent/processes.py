@@ -61,13 +61,21 @@ def terminate_descendants(grace: float) -> None:
             proc.terminate()
         except psutil.Error:
             pass
+    kill_survivors(procs, grace, settle=2)
+
+
+def kill_survivors(procs: list, grace: float, settle: float) -> None:
+    """Give already-signalled psutil processes ``grace`` seconds to exit, SIGKILL the
+    rest, and wait up to ``settle`` seconds for them to be gone."""
+    import psutil
+
     _, alive = psutil.wait_procs(procs, timeout=grace)
     for proc in alive:
         try:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=2)
+    psutil.wait_procs(alive, timeout=settle)
 
 
 class Supervisor:

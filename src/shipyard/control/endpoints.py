@@ -31,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from shipyard.agent.processes import kill_survivors
 from shipyard.control import staging
 from shipyard.control.home import Home
 from shipyard.errors import ShipyardError, ValidationError
@@ -402,10 +403,4 @@ def _stop_tree(pid: int, grace: float) -> None:
         proc.send_signal(signal.SIGTERM)
     except psutil.Error:
         pass
-    _, alive = psutil.wait_procs(tree, timeout=grace)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    kill_survivors(tree, grace, settle=5)
