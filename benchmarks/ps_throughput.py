@@ -21,7 +21,7 @@ iterations are interleaved so machine noise hits both alike; medians are
 reported, and the ratio is ps / best tcp. On a shared 2-core machine expect
 +-20% run to run; compare ratios, not absolute numbers.
 
-Run:  python benchmarks/ps_throughput.py [--sizes 5,100] [--repeats 15] [--mac poly1305|hmac-sha256|blake3|all]
+Run:  python benchmarks/ps_throughput.py [--sizes 5,100] [--repeats 15] [--mac aes-gmac|poly1305|hmac-sha256|blake3|all]
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="5,100", help="model sizes in MB (5 = the tutorial CNN)")
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--mac", default="all", help="poly1305 | hmac-sha256 | blake3 | all (those installed)")
+    ap.add_argument("--mac", default="all", help="aes-gmac | poly1305 | hmac-sha256 | blake3 | all (those installed)")
     ap.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_BYTES / 2**20,
                     help="placement chunk size (sliced policy) in MiB")
     ap.add_argument("--json", default=None, help="also write the results here")

@@ -53,9 +53,10 @@ Workers (the training script's environment)::
     SHIPYARD_PS_TIMEOUT     seconds without any reply before PSTimeoutError (default 300)
     SHIPYARD_PS_HEARTBEAT   heartbeat interval in seconds (default 1; 0 disables)
     SHIPYARD_PS_REPORT      rank 0 writes the JSON report (stats.py schema) here on close
-    SHIPYARD_PS_MAC         poly1305 (default when `cryptography` is installed, as the
-                            ps extra does) | hmac-sha256 (stdlib fallback) | blake3
-                            (needs `blake3`); shards accept any they have installed
+    SHIPYARD_PS_MAC         aes-gmac (default when `cryptography` is installed, as the
+                            ps extra does) | poly1305 (also `cryptography`) |
+                            hmac-sha256 (stdlib fallback) | blake3 (needs `blake3`);
+                            shards accept any they have installed
 
 PyTorch::
 

@@ -123,7 +123,7 @@ class PSClient:
     ``transport_factory`` builds a Transport (the seam); it is called once for
     requests and once more for the heartbeat thread when ``heartbeat_interval``
     is set (default ``$SHIPYARD_PS_HEARTBEAT`` or 1 s; 0 disables). ``mac``
-    picks the MAC algorithm (default ``$SHIPYARD_PS_MAC``, else poly1305 when
+    picks the MAC algorithm (default ``$SHIPYARD_PS_MAC``, else aes-gmac when
     ``cryptography`` is installed, else ``hmac-sha256``).
     """
 

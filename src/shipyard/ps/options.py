@@ -19,7 +19,7 @@ Options (all optional) inside the ``parameter_server`` dict::
     port               first TCP port of an instance's shards (default 7100)
     heartbeat_timeout  seconds without a message after which a worker is lost (10)
     checkpoint_interval seconds between periodic shard checkpoints (60; 0: only at the end)
-    mac                poly1305 | hmac-sha256 (default: poly1305 when available)
+    mac                aes-gmac | poly1305 | hmac-sha256 | blake3 (default: aes-gmac when available)
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ AUTO = "auto"
 POLICIES = (ROUND_ROBIN, GREEDY_BYTES, SLICED)
 DEFAULT_PORT = 7100
 MAX_SHARDS_PER_HOST = 16
-MACS = ("poly1305", "hmac-sha256", "blake3")
+MACS = ("aes-gmac", "poly1305", "hmac-sha256", "blake3")
 # keys the distribution layer owns (or adds) and this module ignores
 _PASSTHROUGH = ("enabled", "implementation", "kind")
 _KNOWN = ("policy", "consistency", "max_staleness", "num_shards", "workers_per_host",

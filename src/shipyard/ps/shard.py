@@ -238,7 +238,7 @@ class Shard:
         """The current value and its payload digest (cached per version: several
         workers pulling the same version cost one hash)."""
         assert slot.value is not None
-        if alg == wire.MAC_POLY1305:  # keyed per message: nothing to cache
+        if alg in wire.ONE_TIME_KEY_MACS:  # keyed per message: nothing to cache
             return slot.value, None
         if slot.digest is None or slot.digest[:2] != (slot.version, alg):
             slot.digest = (slot.version, alg, wire.payload_digest(slot.value, parallel=False, alg=alg))

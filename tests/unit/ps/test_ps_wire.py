@@ -188,6 +188,9 @@ def test_mac_algorithm_selection(monkeypatch):
         wire.Signer("s", "md5")
     monkeypatch.setenv(wire.MAC_ENV, "hmac-sha256")
     assert wire.Signer("s").alg == wire.MAC_HMAC_SHA256
+    monkeypatch.delenv(wire.MAC_ENV)
+    if "aes-gmac" in wire.available_macs():  # the ps extra installs cryptography: the fastest MAC by default
+        assert wire.default_mac() == "aes-gmac" and wire.Signer("s").alg == wire.MAC_GMAC
     if "blake3" not in wire.available_macs():
         with pytest.raises(PSConfigError, match="pip install blake3"):
             wire.Signer("s", "blake3")
@@ -208,16 +211,21 @@ def test_blake3_mac_round_trip_and_rejection():
         wire.decode(wire.Signer("secret-two"), frames)
 
 
-def test_poly1305_mac_round_trip_and_rejection():
+@pytest.mark.parametrize("name", ["poly1305", "aes-gmac"])
+def test_one_time_key_mac_round_trip_and_rejection(name):
     pytest.importorskip("cryptography")
-    poly = wire.Signer("secret-one", "poly1305")
+    signer = wire.Signer("secret-one", name)
     arr = np.arange(3 * wire.SEGMENT, dtype=np.uint8)
     hdr = Header(msg_type=MsgType.PUSH, dtype=8, shape=arr.shape)
-    frames = wire.encode(poly, hdr, [arr])
-    again = wire.encode(poly, hdr, [arr])
+    frames = wire.encode(signer, hdr, [arr])
+    again = wire.encode(signer, hdr, [arr])
     assert bytes(frames[-1]) != bytes(again[-1])  # a fresh nonce, hence a fresh one-time key, per message
-    msg = wire.decode(SIGNER, frames)
-    assert msg.header.mac_alg == wire.MAC_POLY1305 and np.array_equal(msg.tensor(), arr)
+    msg = wire.decode(SIGNER, frames)  # the receiver accepts any available algorithm
+    assert msg.header.mac_alg == wire.MAC_ALGORITHMS[name] and np.array_equal(msg.tensor(), arr)
+    # frame boundaries are authenticated: the same bytes split differently do not verify
+    split = [frames[0], memoryview(frames[1])[:100], memoryview(frames[1])[100:], frames[2]]
+    with pytest.raises(AuthenticationError):
+        wire.decode(SIGNER, split)
     for i in (0, 1, 2):  # header, payload, nonce/tag: any flipped bit is caught
         mutated = [bytearray(memoryview(f).cast("B")) for f in frames]
         mutated[i][7] ^= 1
