@@ -1,25 +1,26 @@
-"""The HTTP face of a worker (aiohttp): SageMaker hosting routes and the TF Serving REST API.
+"""The routes of a worker: SageMaker hosting (/ping, /invocations, /execution-parameters)
+and the TF Serving REST API (/v1/models/...), over ``http.py``.
 
-Every error, ours or aiohttp's (404 route, 405 method), is answered as
-``{"error": "..."}`` with no stack trace; an unexpected exception is a 500 with its
-type and message only, and the worker carries on. A body whose Content-Length is over
-the payload limit is refused with 413 before it is read.
+Every error is answered as ``{"error": "..."}`` with no stack trace: ours (a
+``ServingError`` carries its status), an unknown route (404) or method (405, with
+``Allow``), and anything unexpected (500 with the exception's type and message only);
+the worker carries on. The body limit (413) is enforced by the protocol while the body
+arrives.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
 
-from aiohttp import web
-
-from shipyard.serving.errors import NotFound, PayloadTooLarge, ServingError
+from shipyard.serving.errors import NotFound, ServingError
+from shipyard.serving.http import HttpRequest, HttpResponse
 from shipyard.serving.protocol import dumps, error_body
 from shipyard.serving.service import Request, Service
 
 log = logging.getLogger("shipyard.serving")
-CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
+TFS_PREFIX = "/v1/models/"
 _TFS_PATH = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
                        r"(?:(?::(?P<method>[A-Za-z]+))|(?P<meta>/metadata))?$")
 
@@ -35,102 +36,93 @@ class State:
         self.active = 0  # requests inside a handler (the batcher waits only for these)
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.Response(status=status, body=error_body(message), content_type="application/json")
+def _error(status: int, message: str, headers: list[tuple[str, str]] | None = None) -> HttpResponse:
+    return HttpResponse(status, error_body(message), headers=headers or [])
 
 
-@web.middleware
-async def errors(request: web.Request,
-                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                 ) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ServingError as exc:
-        return _error(exc.status, str(exc))
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(exc.status, exc.reason)
-    except Exception as exc:
-        log.exception("unexpected error on %s %s", request.method, request.path)
-        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+def _not_allowed(allowed: str) -> HttpResponse:
+    return _error(405, "Method Not Allowed", [("Allow", allowed)])
 
 
-def build_app(state: State) -> web.Application:
-    @web.middleware
-    async def count(request: web.Request,
-                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                    ) -> web.StreamResponse:
-        state.active += 1
+class App:
+    """``await app(request)`` -> response; never raises."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self._exact = {"/ping": ("GET", self.ping), "/invocations": ("POST", self.invocations),
+                       "/execution-parameters": ("GET", self.execution_parameters)}
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        self.state.active += 1
         try:
-            return await handler(request)
+            return await self._route(request)
+        except ServingError as exc:
+            return _error(exc.status, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug must not take the worker down
+            log.exception("unexpected error on %s %s", request.method, request.path)
+            return _error(500, f"internal error: {type(exc).__name__}: {exc}")
         finally:
-            state.active -= 1
+            self.state.active -= 1
 
-    app = web.Application(middlewares=[count, errors], client_max_size=state.max_payload,
-                          handler_args={"tcp_keepalive": True})
+    async def _route(self, request: HttpRequest) -> HttpResponse:
+        method, path = request.method, request.path
+        exact = self._exact.get(path)
+        if exact is not None:
+            allowed, handler = exact
+            if method == allowed or (allowed == "GET" and method == "HEAD"):
+                return await handler(request)
+            return _not_allowed(allowed + (",HEAD" if allowed == "GET" else ""))
+        if path.startswith(TFS_PREFIX) and len(path) > len(TFS_PREFIX):
+            if method in ("GET", "HEAD"):
+                return self.tfs_get(path[len(TFS_PREFIX):])
+            if method == "POST":
+                return await self.tfs_post(path[len(TFS_PREFIX):], request.body)
+            return _not_allowed("GET,HEAD,POST")
+        return _error(404, "Not Found")
 
-    def service() -> Service:
-        if state.service is None:
-            raise ServingError(state.failure or "the model is still loading")
-        return state.service
+    def service(self) -> Service:
+        if self.state.service is None:
+            raise ServingError(self.state.failure or "the model is still loading")
+        return self.state.service
 
-    async def body(request: web.Request) -> bytes:
-        if request.content_length is not None and request.content_length > state.max_payload:
-            raise PayloadTooLarge(
-                f"body of {request.content_length} bytes is over the payload limit of "
-                f"{state.max_payload} bytes (MaxPayloadInMB)")
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise PayloadTooLarge(f"body is over the payload limit of {state.max_payload} "
-                                  "bytes (MaxPayloadInMB)") from None
-
-    async def ping(request: web.Request) -> web.Response:
+    async def ping(self, request: HttpRequest) -> HttpResponse:
+        state = self.state
         if state.service is None:
             return _error(503 if state.failure is None else 500,
                           state.failure or "the model is still loading")
-        return web.Response(status=200)
+        return HttpResponse(200, b"", "text/plain")
 
-    async def execution_parameters(request: web.Request) -> web.Response:
-        return web.Response(body=dumps(state.execution_parameters),
-                            content_type="application/json")
+    async def execution_parameters(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, dumps(self.state.execution_parameters))
 
-    async def invocations(request: web.Request) -> web.Response:
-        svc = service()
+    async def invocations(self, request: HttpRequest) -> HttpResponse:
+        svc = self.service()
+        headers = request.headers
         reply = await svc.invocations(Request(
-            await body(request), request.headers.get("Content-Type", ""),
-            request.headers.get("Accept", ""), request.headers.get(CUSTOM_ATTRIBUTES, "")))
-        return web.Response(status=reply.status, body=reply.body,
-                            headers={"Content-Type": reply.content_type})
+            request.body, headers.get("content-type", ""), headers.get("accept", ""),
+            headers.get(CUSTOM_ATTRIBUTES, "")))
+        return HttpResponse(reply.status, reply.body, reply.content_type)
 
-    def parse(tail: str) -> tuple[str, int | None, str | None, bool]:
+    @staticmethod
+    def _parse(tail: str) -> tuple[str, int | None, str | None, bool]:
         m = _TFS_PATH.match(tail)
         if not m:
             raise NotFound(f"Malformed request: no TF Serving route /v1/models/{tail}")
         version = int(m["version"]) if m["version"] else None
         return m["name"], version, m["method"], bool(m["meta"])
 
-    async def tfs_get(request: web.Request) -> web.Response:
-        name, version, method, meta = parse(request.match_info["tail"])
+    def tfs_get(self, tail: str) -> HttpResponse:
+        name, version, method, meta = self._parse(tail)
         if method:
-            raise web.HTTPMethodNotAllowed("GET", ["POST"])
-        svc = service()
+            return _not_allowed("POST")
+        svc = self.service()
         payload = svc.metadata(name, version) if meta else svc.status(name, version)
-        return web.Response(body=dumps(payload), content_type="application/json")
+        return HttpResponse(200, dumps(payload))
 
-    async def tfs_post(request: web.Request) -> web.Response:
-        name, version, method, meta = parse(request.match_info["tail"])
+    async def tfs_post(self, tail: str, body: bytes) -> HttpResponse:
+        name, version, method, meta = self._parse(tail)
         if not method or meta:
-            raise NotFound(f"Malformed request: POST /v1/models/{request.match_info['tail']}; "
+            raise NotFound(f"Malformed request: POST /v1/models/{tail}; "
                            "use :predict, :classify or :regress")
-        reply = await service().tfs(name, version, method, await body(request))
-        return web.Response(status=reply.status, body=reply.body,
-                            content_type="application/json")
-
-    app.router.add_get("/ping", ping)
-    app.router.add_post("/invocations", invocations)
-    app.router.add_get("/execution-parameters", execution_parameters)
-    app.router.add_get("/v1/models/{tail:.+}", tfs_get)
-    app.router.add_post("/v1/models/{tail:.+}", tfs_post)
-    return app
+        reply = await self.service().tfs(name, version, method, body)
+        return HttpResponse(reply.status, reply.body, "application/json")

@@ -62,11 +62,51 @@ _STARTS_2D = re.compile(r"^\s*\[\s*\[")
 _CSV_PLAIN = re.compile(r'^\s*("|[\d.Ee+\-]+)')
 
 
-def _loads(text: str, what: str) -> Any:
+# what str patterns' \s matches in the ASCII range, deleted; closing brackets -> ")",
+# opening ones -> "(": a JSON-lines boundary is then ")(" (see _looks_like_json_lines)
+_ASCII_SPACE = b" \t\n\r\f\v\x1c\x1d\x1e\x1f"
+_BRACKETS = bytes.maketrans(b"]}[{", b"))((")
+
+
+def _orjson() -> Any:
     try:
-        return json.loads(text)
+        import orjson
+    except ImportError:
+        return None
+    return orjson
+
+
+_ORJSON = _orjson()
+
+
+def loads(data: bytes | str) -> Any:
+    """``json.loads``, through orjson when it is installed (the serve extra has it: ~6x
+    faster on a digits request, 3.5 vs 22.5 us here). orjson is stricter (no NaN or
+    Infinity tokens, which TF Serving accepts; no integers beyond 64 bits), so whatever it
+    refuses is parsed again by ``json``, which accepts those or words the error."""
+    if _ORJSON is not None:
+        try:
+            return _ORJSON.loads(data)
+        except _ORJSON.JSONDecodeError:
+            pass
+    return json.loads(data)
+
+
+def _loads(text: str | bytes, what: str) -> Any:
+    try:
+        return loads(text)
     except ValueError as exc:
         raise BadRequest(f"malformed {what}: {exc}") from None
+
+
+def _looks_like_json_lines(body: bytes, text: str) -> bool:
+    """``_JSON_LINES.search(text)``: a ``]`` or ``}`` followed, past white space, by ``[``
+    or ``{``. For ASCII bodies one ``translate`` deletes the white space and folds the
+    brackets, then one substring test finds a boundary: ~2 us, where the regex takes
+    ~9 on a digits request (it retries at every ``]``)."""
+    if body.isascii():
+        return b")(" in body.translate(_BRACKETS, _ASCII_SPACE)
+    return _JSON_LINES.search(text) is not None
 
 
 def invocations_to_tfs(body: bytes, content_type: str) -> dict[str, Any]:
@@ -77,11 +117,11 @@ def invocations_to_tfs(body: bytes, content_type: str) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise BadRequest(f"{ctype} body is not UTF-8 text") from None
     if ctype in JSON_TYPES:
-        if _JSON_LINES.search(text):
+        if _looks_like_json_lines(body, text):
             lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
             request = _loads('{"instances":[' + ",".join(lines) + "]}", "JSON lines")
         elif _TFS_JSON.search(text):
-            request = _loads(text, "JSON")
+            request = _loads(body, "JSON")
         else:
             data = text if _STARTS_2D.match(text) else "[" + text + "]"
             request = _loads('{"instances":' + data + "}", "JSON")
@@ -242,11 +282,14 @@ def examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
 
 
 # -- outputs -> JSON ------------------------------------------------------------------------
-def _jsonable(arr: np.ndarray, name: str) -> Any:
+def _jsonable(arr: np.ndarray, name: str, keep_numeric: bool = False) -> Any:
+    """A JSON-ready value: strings decoded (``*_bytes`` outputs as ``{"b64": ...}``),
+    numbers as lists, or, with ``keep_numeric``, a numeric array left as it is for
+    ``dumps`` to write directly (see ``dumps``)."""
     if arr.dtype == object or arr.dtype.kind in "SU":
         flat = [(_b64(x) if name.endswith("_bytes") else _text(x)) for x in arr.reshape(-1)]
         return np.asarray(flat, dtype=object).reshape(arr.shape).tolist()
-    return arr.tolist()
+    return arr if keep_numeric else arr.tolist()
 
 
 def _b64(value: Any) -> dict[str, str]:
@@ -264,15 +307,18 @@ def _text(value: Any) -> Any:
 
 
 def format_predictions(outputs: dict[str, np.ndarray], row: bool) -> dict[str, Any]:
-    """Row format -> ``{"predictions": [...]}``; columnar -> ``{"outputs": ...}``."""
+    """Row format -> ``{"predictions": [...]}``; columnar -> ``{"outputs": ...}``.
+
+    A single numeric output stays a numpy array in the payload (``dumps`` writes it
+    without building Python lists; ``plain`` gives the list form)."""
     if not row:
         if len(outputs) == 1:
             ((name, arr),) = outputs.items()
-            return {"outputs": _jsonable(arr, name)}
+            return {"outputs": _jsonable(arr, name, keep_numeric=True)}
         return {"outputs": {k: _jsonable(v, k) for k, v in outputs.items()}}
     if len(outputs) == 1:
         ((name, arr),) = outputs.items()
-        return {"predictions": _jsonable(arr, name)}
+        return {"predictions": _jsonable(arr, name, keep_numeric=True)}
     cols = {k: _jsonable(v, k) for k, v in outputs.items()}
     n = len(next(iter(cols.values())))
     return {"predictions": [{k: v[i] for k, v in cols.items()} for i in range(n)]}
@@ -309,7 +355,7 @@ def predictions_as(payload: dict[str, Any], accept: str) -> tuple[bytes, str]:
     """A TFS JSON response in the requested media type: JSON (as TF Serving answers),
     JSON lines or CSV with one line per prediction (what batch transform assembles)."""
     accept = media_type(accept)
-    preds = payload.get("predictions")
+    preds = plain(payload.get("predictions"))
     if accept in ("application/jsonlines", "application/jsons", "application/x-jsonlines") \
             and isinstance(preds, list):
         return ("".join(json.dumps(p, separators=(",", ":")) + "\n" for p in preds).encode(),
@@ -335,8 +381,35 @@ def _csv_cell(value: Any) -> str:
     return str(value)
 
 
+def plain(value: Any) -> Any:
+    """``value`` with numpy arrays (at the top or one dict level down) as lists."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict) and any(isinstance(v, np.ndarray) for v in value.values()):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def _numeric_array(value: Any) -> bool:
+    """A numpy array orjson writes as json would: numbers, floats all finite (json
+    writes NaN and Infinity, which TF Serving also answers; orjson would write null)."""
+    return (isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
+            and (value.dtype.kind != "f" or bool(np.isfinite(value).all())))
+
+
 def dumps(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":")).encode()
+    """Compact JSON. A payload of numeric arrays (``format_predictions``' usual answer)
+    goes through orjson when installed: ~10x faster than ``json`` on a digits answer,
+    and floats come out as their shortest round-trip form in the array's own precision
+    (a float32 0.1 is written ``0.1``, as TF Serving writes it, not
+    ``0.10000000149011612``). Everything else goes through ``json`` as before."""
+    if _ORJSON is not None and isinstance(payload, dict) and payload and all(
+            _numeric_array(v) for v in payload.values()):
+        try:
+            return _ORJSON.dumps(payload, option=_ORJSON.OPT_SERIALIZE_NUMPY)
+        except _ORJSON.JSONEncodeError:  # e.g. a non-contiguous array
+            pass
+    return json.dumps(plain(payload), separators=(",", ":")).encode()
 
 
 def error_body(message: str) -> bytes:

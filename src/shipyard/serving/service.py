@@ -84,7 +84,7 @@ class Service:
     # -- TF Serving REST API ------------------------------------------------------------
     async def tfs(self, name: str, version: int | None, method: str, body: bytes) -> Reply:
         try:
-            request = json.loads(body)
+            request = protocol.loads(body)
         except ValueError as exc:
             raise BadRequest(f"malformed JSON: {exc}") from None
         return _json(await self.tfs_call(name, version, method, request, b'"b64"' in body))
@@ -262,7 +262,7 @@ def decode_array(body: bytes, content_type: str) -> np.ndarray:
     ctype = media_type(content_type) or "application/json"
     try:
         if ctype == "application/json":
-            return np.asarray(json.loads(body), dtype=np.float32)
+            return np.asarray(protocol.loads(body), dtype=np.float32)
         if ctype == protocol.CSV_TYPE:
             rows = [ln.split(",") for ln in body.decode("utf-8").strip().splitlines()
                     if ln.strip()]

@@ -17,6 +17,7 @@ import socket
 import sys
 
 from shipyard.serving.config import CONFIG_ENV, ServerConfig
+from shipyard.serving.http import install_uvloop
 
 log = logging.getLogger("shipyard.serving")
 
@@ -46,17 +47,16 @@ def _after_load_threads(n: int) -> None:
 
 
 async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> None:
-    from aiohttp import web
-
-    from shipyard.serving.app import State, build_app
+    from shipyard.serving.app import App, State
     from shipyard.serving.batching import BatchingRunner, DirectRunner
     from shipyard.serving.errors import ShipyardError
+    from shipyard.serving.http import Server
+    from shipyard.serving.protocol import error_body
     from shipyard.serving.service import load_service
 
     state = State(config.max_payload_mb, config.execution_parameters())
-    runner = web.AppRunner(build_app(state), access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.SockSite(runner, sock, backlog=1024).start()
+    http = Server(App(state), state.max_payload, error_body)
+    await http.start(sock, backlog=1024)  # /ping answers 503 while the model loads
     model_runner: DirectRunner = DirectRunner()
     if config.batch_size > 1:
         model_runner = BatchingRunner(config.batch_size, config.batch_wait_ms / 1000)
@@ -82,7 +82,7 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await runner.cleanup()
+    await http.stop()
 
 
 def main() -> None:
@@ -92,6 +92,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format=f"worker {os.getpid()}: %(message)s")
     sock = socket.socket(fileno=int(os.environ["SHIPYARD_SERVING_FD"]))
     report_fd = int(os.environ["SHIPYARD_SERVING_REPORT_FD"])
+    install_uvloop()
     asyncio.run(serve(config, sock, report_fd))
 
 

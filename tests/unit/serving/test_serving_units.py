@@ -75,7 +75,23 @@ def test_b64_strings_and_outputs():
     out = {"a_bytes": np.array([b"\x00"], dtype=object), "b": np.array([b"ok"], dtype=object)}
     assert protocol.format_predictions(out, True) == {
         "predictions": [{"a_bytes": {"b64": "AA=="}, "b": "ok"}]}
-    assert protocol.format_predictions({"y": np.array([1.5])}, False) == {"outputs": [1.5]}
+    assert protocol.plain(protocol.format_predictions({"y": np.array([1.5])}, False)) == {"outputs": [1.5]}
+
+
+def test_dumps_numeric_answers_as_json_writes_them():
+    """The orjson fast path for numeric arrays parses back to the same values, in the
+    array's own precision; NaN and Infinity, and anything not a numeric array, go
+    through json (which writes NaN and Infinity as TF Serving does)."""
+    f32 = np.array([[0.1, 1e-5, 3.4e38, -2.5]], dtype=np.float32)
+    body = protocol.dumps(protocol.format_predictions({"p": f32}, True))
+    assert np.array_equal(np.asarray(json.loads(body)["predictions"], dtype=np.float32), f32)
+    ints = protocol.dumps({"outputs": np.array([[1, -2]], dtype=np.int64)})
+    assert json.loads(ints) == {"outputs": [[1, -2]]}
+    nan = protocol.dumps(protocol.format_predictions({"p": np.array([np.nan, np.inf])}, True))
+    assert nan == b'{"predictions":[NaN,Infinity]}'
+    strided = np.arange(6, dtype=np.float64).reshape(2, 3)[:, ::2]  # not contiguous
+    assert json.loads(protocol.dumps({"outputs": strided})) == {"outputs": [[0.0, 2.0], [3.0, 5.0]]}
+    assert protocol.dumps({"error": "é"}) == json.dumps({"error": "é"}, separators=(",", ":")).encode()
 
 
 def test_classify_regress_formats():
