@@ -14,7 +14,7 @@ import logging
 import re
 
 from shipyard.serving.errors import NotFound, ServingError
-from shipyard.serving.http import HttpRequest, HttpResponse
+from shipyard.serving.http_server import HttpRequest, HttpResponse
 from shipyard.serving.protocol import dumps, error_body
 from shipyard.serving.service import Request, Service
 

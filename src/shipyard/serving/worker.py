@@ -17,7 +17,7 @@ import socket
 import sys
 
 from shipyard.serving.config import CONFIG_ENV, ServerConfig
-from shipyard.serving.http import install_uvloop
+from shipyard.serving.http_server import install_uvloop
 
 log = logging.getLogger("shipyard.serving")
 
@@ -50,7 +50,7 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
     from shipyard.serving.app import App, State
     from shipyard.serving.batching import BatchingRunner, DirectRunner
     from shipyard.serving.errors import ShipyardError
-    from shipyard.serving.http import Server
+    from shipyard.serving.http_server import Server
     from shipyard.serving.protocol import error_body
     from shipyard.serving.service import load_service
 
