@@ -176,6 +176,7 @@ def bench_size(mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int =
             offs += b
         sink = [memoryview(bytearray(b)) for b in shard_bytes]
         times: dict[str, list[float]] = {"ps": [], "tcp-saf": [], "tcp-stream": []}
+        messages_before = sum(st["messages_in"] for st in client.shard_stats())
         for i in range(repeats + 2):  # two warm-up rounds
             t0 = time.perf_counter()
             client.push_pull(grads, outs=outs)
@@ -188,6 +189,8 @@ def bench_size(mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int =
                 times["tcp-stream"].append(d_stream)
         for k in params:
             assert np.array_equal(outs[k], params[k]), "lr=0: values must come back unchanged"
+        # data messages per step (small tensors share one; a STATS request is one more)
+        messages = (sum(st["messages_in"] for st in client.shard_stats()) - messages_before - 2) / (repeats + 2)
         report = client.stats()
         client.close()
     finally:
@@ -200,7 +203,8 @@ def bench_size(mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int =
     return {
         "model_mb": round(nbytes / 1e6, 2), "mac": mac, "repeats": repeats,
         "policy": report["policy"], "imbalance": report["imbalance"][report["policy"]],
-        "messages_per_step": sum(len(kp.chunks) for kp in client.report.chosen.keys),
+        "tensors_per_step": sum(len(kp.chunks) for kp in client.report.chosen.keys),
+        "messages_per_step": round(messages, 2),
         "median_s": {k: round(v, 5) for k, v in med.items()},
         "GBps": {k: round(v, 3) for k, v in gbps.items()},
         "ratio_vs_best_tcp": round(gbps["ps"] / best_tcp, 3),
@@ -225,7 +229,8 @@ def main(argv=None) -> int:
                 r = bench_size(mb, mac, args.repeats, run_dir, int(args.chunk_mb * 2**20))
                 results.append(r)
                 g = r["GBps"]
-                print(f"{r['model_mb']:>7.2f} MB  mac={mac:<11} policy={r['policy']:<12} "
+                print(f"{r['model_mb']:>7.2f} MB  mac={mac:<11} policy={r['policy']:<7} "
+                      f"{r['tensors_per_step']} tensors in {r['messages_per_step']:g} messages/step  "
                       f"ps {g['ps']:.2f} GB/s | tcp-saf {g['tcp-saf']:.2f} | tcp-stream {g['tcp-stream']:.2f} "
                       f"| ratio ps/best-tcp {r['ratio_vs_best_tcp']:.2f} (vs saf {r['ratio_vs_tcp_saf']:.2f})",
                       flush=True)

@@ -13,7 +13,10 @@ answered with an ERROR reply; an unauthenticated one is dropped.
 
 Ordering: data requests (INIT, PUSH, PULL, PUSH_PULL) of one worker are served in
 arrival order; one that must wait (key not initialized yet, staleness bound,
-sync round still open) holds back the worker's later data requests. Control
+sync round still open) holds back the worker's later data requests. A
+PUSH_PULL_MANY (several small tensors in one message, one round trip instead of
+one each) is validated whole, then queued as one PUSH_PULL per key, served by the
+same rules; its TENSORS reply leaves when the last of them is served. Control
 requests (HELLO, REGISTER, SET_LR, STATS, LEAVE, CHECKPOINT, SHUTDOWN) are
 answered at once.
 """
@@ -58,6 +61,8 @@ log = logging.getLogger("shipyard.ps.core")
 DEFAULT_MAX_PAYLOAD = 1 << 30  # 1 GiB per message; tensors above it are sliced by placement
 DATA_TYPES = frozenset({MsgType.INIT, MsgType.PUSH, MsgType.PULL, MsgType.PUSH_PULL})
 TENSOR_IN = frozenset({MsgType.INIT, MsgType.PUSH, MsgType.PUSH_PULL})
+FEATURES = ("push_pull_many",)  # announced in HELLO; clients use only what every shard has
+MAX_MANY = 4096  # tensors in one PUSH_PULL_MANY
 
 
 class Hold:
@@ -90,12 +95,28 @@ class Outgoing:
 
 
 @dataclass
+class _Group:
+    """The members of one PUSH_PULL_MANY: their values are collected (copied: small
+    tensors, and the parameter may change before the last member is served) and go
+    out in one TENSORS reply."""
+
+    peer: bytes
+    header: Header
+    keys: list[int]
+    values: list[Any]
+    versions: list[int]
+    left: int
+
+
+@dataclass
 class _Pending:
     peer: bytes
     msg: Message
     slot: Slot
     pushed: bool = False
     arrived: float = 0.0
+    group: _Group | None = None
+    member: int = 0
 
 
 @dataclass
@@ -267,6 +288,8 @@ class ServerCore:
             return []
         if t in DATA_TYPES:
             return self._enqueue(peer, msg, now)
+        if t == MsgType.PUSH_PULL_MANY:
+            return self._enqueue_many(peer, msg, now)
         if t == MsgType.HELLO:
             info = {
                 "protocol": wire.PROTOCOL_VERSION, "shard": self.config.index,
@@ -275,6 +298,7 @@ class ServerCore:
                 "heartbeat_timeout": self.config.heartbeat_timeout, "pid": os.getpid(),
                 "max_message_bytes": self.config.max_payload,
                 "host": socket.gethostname(), "resumed_from": self.resumed_from,
+                "features": list(FEATURES),
             }
             return [self._json(peer, h, info)]
         if t == MsgType.REGISTER:
@@ -361,6 +385,57 @@ class ServerCore:
             return []  # the head is waiting; an arrival alone unblocks nobody
         return self._drain()
 
+    def _enqueue_many(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
+        """Check every member of a PUSH_PULL_MANY before any is queued (a bad one
+        refuses the whole message, nothing applied), then queue one PUSH_PULL each."""
+        h = msg.header
+        if h.flags & wire.FLAG_JSON or h.dtype or len(msg.payload) < 2:
+            raise RemoteError("push_pull_many carries an index frame and one frame per tensor",
+                              code=ErrorCode.BAD_REQUEST)
+        count = len(msg.payload) - 1
+        if count > MAX_MANY:
+            raise RemoteError(f"push_pull_many of {count} tensors; at most {MAX_MANY}",
+                              code=ErrorCode.BAD_REQUEST)
+        try:
+            keys, _ = wire.unpack_keys(msg.payload[0], count)
+        except WireError as err:
+            raise RemoteError(str(err), code=ErrorCode.BAD_REQUEST) from None
+        if len(set(keys)) != count:
+            raise RemoteError("push_pull_many names a key twice", code=ErrorCode.BAD_REQUEST)
+        members = []
+        for key, frame in zip(keys, msg.payload[1:]):
+            try:
+                slot = self.shard.slot(key)
+            except UnknownKeyError as err:
+                raise RemoteError(str(err), code=ErrorCode.UNKNOWN_KEY) from None
+            if slot.dtype.kind != "f":
+                raise RemoteError(f"{slot.label} is {slot.dtype.name}: only float parameters take gradients",
+                                  code=ErrorCode.NOT_TRAINABLE)
+            if len(frame) != slot.nbytes:
+                raise RemoteError(f"{slot.label}: {len(frame)} bytes, expected {slot.nbytes} "
+                                  f"({slot.dtype.name} {list(slot.shape)})", code=ErrorCode.SHAPE_MISMATCH)
+            sub = Header(msg_type=MsgType.PUSH_PULL, key=key, worker=h.worker, request_id=h.request_id,
+                         shard=h.shard, step=h.step, dtype=wire.dtype_code(slot.dtype), shape=slot.shape,
+                         nbytes=len(frame), mac_alg=h.mac_alg)
+            members.append((Message(header=sub, payload=[frame]), slot))
+        group = _Group(peer, h, keys, [None] * count, [0] * count, count)
+        q = self.queues.get(h.worker)
+        if q is None:
+            q = self.queues[h.worker] = deque()
+        waiting = bool(q)
+        for i, (sub_msg, slot) in enumerate(members):
+            q.append(_Pending(peer, sub_msg, slot, arrived=now, group=group, member=i))
+        return [] if waiting else self._drain()
+
+    def _group_reply(self, g: _Group) -> Outgoing:
+        h = g.header
+        hdr = Header(msg_type=MsgType.TENSORS, worker=h.worker, request_id=h.request_id,
+                     shard=self.config.index, step=max(g.versions), mac_alg=h.mac_alg)
+        frames = wire.encode(self.signer, hdr, [wire.pack_keys(g.keys, g.versions), *g.values],
+                             alg=self._reply_alg(h))
+        self.stats.sent(h.worker, wire.frames_nbytes(frames))
+        return Outgoing(g.peer, frames)
+
     def _drain(self) -> list[Outgoing]:
         """Serve queue heads until nothing more can proceed."""
         out: list[Outgoing] = []
@@ -432,11 +507,20 @@ class ServerCore:
                 return True
         if mode == SYNC and w in slot.contributors:
             return False  # the round holding this worker's gradient is still open
-        value, digest = self.shard.payload(slot, h.mac_alg)
         slot.pulls += 1
         self.stats.pulls += 1
         self.stats.worker(w).pulls += 1
         self.last_pull[(w, slot.key_id)] = slot.version
+        g = req.group
+        if g is not None:
+            assert slot.value is not None
+            g.values[req.member] = slot.value.copy()
+            g.versions[req.member] = slot.version
+            g.left -= 1
+            if not g.left:
+                out.append(self._group_reply(g))
+            return True
+        value, digest = self.shard.payload(slot, h.mac_alg)
         hdr = Header(msg_type=MsgType.TENSOR, key=h.key, worker=w, request_id=h.request_id,
                      shard=self.config.index, step=slot.version, dtype=wire.dtype_code(slot.dtype),
                      shape=slot.shape, nbytes=value.nbytes, mac_alg=h.mac_alg)

@@ -127,9 +127,12 @@ class MsgType(enum.IntEnum):
     SHUTDOWN = 12  # final checkpoint then exit -> OK
     DONE = 13  # a worker process ended: JSON {"exit_code", "error"} -> held until every
     #            worker of the job is done or lost, then OK JSON {"finished", "stats", "placement"}
+    PUSH_PULL_MANY = 14  # [u32 key ids] + one gradient frame per key -> TENSORS, each key
+    #                      served as its own PUSH_PULL (many small tensors, one round trip)
     OK = 64
     TENSOR = 65
     ERROR = 66  # JSON {"code", "message"}
+    TENSORS = 67  # [u32 key ids, u64 versions] + one value frame per key
 
 
 _VALID_TYPES = frozenset(int(t) for t in MsgType)
@@ -583,6 +586,23 @@ def decode(signer: Signer, frames: Sequence[Buffer], max_payload: int | None = N
         err.authenticated = authenticated  # type: ignore[attr-defined]
         err.header = header  # type: ignore[attr-defined]
         raise
+
+
+def pack_keys(keys: Sequence[int], versions: Sequence[int] | None = None) -> bytes:
+    """The index frame of PUSH_PULL_MANY (u32 key ids) or TENSORS (then u64 versions)."""
+    out = np.asarray(keys, dtype="<u4").tobytes()
+    return out if versions is None else out + np.asarray(versions, dtype="<u8").tobytes()
+
+
+def unpack_keys(frame: Buffer, count: int, versions: bool = False) -> tuple[list[int], list[int]]:
+    """(key ids, versions) from an index frame that must describe ``count`` tensors."""
+    view = as_bytes_view(frame)
+    want = count * (12 if versions else 4)
+    if len(view) != want:
+        raise MalformedFrameError(f"index frame is {len(view)} bytes; {count} tensor frame(s) need {want}")
+    keys = np.frombuffer(view, dtype="<u4", count=count).tolist()
+    vers = np.frombuffer(view, dtype="<u8", count=count, offset=4 * count).tolist() if versions else []
+    return keys, vers
 
 
 def frames_nbytes(frames: Iterable[Buffer]) -> int:

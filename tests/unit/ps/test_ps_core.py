@@ -436,3 +436,90 @@ def test_periodic_checkpoint_is_due_only_after_changes(tmp_path):
     assert ServerConfig(checkpoint_interval=0).checkpoint_interval == 0
     with pytest.raises(PSConfigError):
         ServerConfig(index=2, num_shards=2)
+
+
+# -- several small tensors in one message (PUSH_PULL_MANY) ---------------------------------
+def many_params():
+    rng = np.random.default_rng(3)
+    out = {f"bias{i}": rng.standard_normal(7 + i).astype(np.float32) for i in range(6)}
+    out["big"] = rng.standard_normal(40_000).astype(np.float32)  # 160 KB: sent on its own
+    return out
+
+
+def train_steps(clients, steps, grouped):
+    """``steps`` push_pulls per client (threads, so sync rounds can complete); returns
+    the final values and the number of data messages the shards received."""
+    for c in clients:
+        c._many = c._many and grouped
+    init = many_params()
+    for c in clients:
+        c.register(init, {"name": "sgd", "lr": 0.1, "momentum": 0.9}, policy="sliced", chunk_bytes=64 * 1024)
+    results = []
+
+    def run(rank, c):
+        out = None
+        for s in range(steps):
+            grads = {k: np.cos(v * (s + 1) + rank) for k, v in init.items()}
+            out = c.push_pull(grads)
+        return out
+
+    with ThreadPoolExecutor(len(clients)) as ex:
+        results = list(ex.map(lambda rc: run(*rc), enumerate(clients)))
+    stats = clients[0].shard_stats()
+    return results, sum(s["messages_in"] for s in stats)
+
+
+@pytest.mark.parametrize("mode,s", [("async", None), ("bounded", 1), ("sync", None)])
+def test_small_tensors_share_one_message_with_the_same_result(mode, s):
+    workers = 1 if mode == "async" else 2
+    runs = {}
+    for grouped in (True, False):
+        net = make_net(2, mode, s)
+        runs[grouped] = train_steps([client(net, r) for r in range(workers)], 4, grouped)
+    (grouped, n_grouped), (plain, n_plain) = runs[True], runs[False]
+    if mode != "bounded":  # two free-running workers interleave differently run to run
+        for g, p in zip(grouped, plain):
+            for k in p:
+                np.testing.assert_allclose(g[k], p[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    # per step: 6 biases and big's last chunk (28 KB) are small, on 2 shards -> 2 messages
+    # instead of 7; big's two 64 KiB chunks go alone (hello/register/init/stats alike)
+    assert n_plain - n_grouped == 5 * 4 * workers
+
+
+def test_bad_push_pull_many_is_refused_whole():
+    net = make_net(1)
+    core = net.cores[0]
+    c = client(net)
+    c.register({"a": np.zeros(4, np.float32), "b": np.zeros(2, np.float32), "n": np.zeros(3, np.int32)},
+               {"name": "sgd", "lr": 1.0})
+    ka, kb, kn = (c.placement(k).chunks[0].key_id for k in ("a", "b", "n"))
+    assert "push_pull_many" in c.shard_info[0]["features"] and c._many
+
+    def many(keys, frames, index=None, **kw):
+        hdr = Header(msg_type=MsgType.PUSH_PULL_MANY, worker=5, request_id=78, shard=0, **kw)
+        idx = wire.pack_keys(keys) if index is None else index
+        sent = wire.encode(wire.Signer(SECRET), hdr, [idx, *frames])
+        out = core.handle(b"peer", [bytes(memoryview(f).cast("B")) for f in sent], 0.0)
+        assert len(out) == 1
+        return wire.decode(wire.Signer(SECRET), out[0].frames)
+
+    ones4, ones2 = np.ones(4, np.float32), np.ones(2, np.float32)
+    for keys, frames, index, code in [
+        ([ka, 999], [ones4, ones2], None, "unknown_key"),
+        ([ka, kb], [ones4, np.ones(3, np.float32)], None, "shape_mismatch"),
+        ([ka, ka], [ones4, ones4], None, "bad_request"),  # a key twice
+        ([ka, kb], [ones4, ones2], b"\x01\x00", "bad_request"),  # index of the wrong size
+        ([ka, kn], [ones4, np.ones(3, np.int32)], None, "not_trainable"),
+        ([], [], b"", "bad_request"),  # nothing to push
+    ]:
+        r = many(keys, frames, index)
+        assert r.header.msg_type == MsgType.ERROR and r.json()["code"] == code, (keys, r.json())
+        assert r.header.request_id == 78
+    # a refused message applied nothing, even to its valid members
+    assert np.array_equal(c.pull("a"), np.zeros(4)) and np.array_equal(c.pull("b"), np.zeros(2))
+    r = many([ka, kb], [ones4, ones2])
+    assert r.header.msg_type == MsgType.TENSORS
+    keys, versions = wire.unpack_keys(r.payload[0], 2, versions=True)
+    assert keys == [ka, kb] and versions == [1, 1]
+    assert np.array_equal(np.frombuffer(r.payload[1], np.float32), -ones4)
+    assert np.array_equal(c.push_pull({"a": ones4, "b": ones2})["b"], -2 * ones2)
