@@ -35,11 +35,11 @@ copies (slow). A message is a ZeroMQ multipart message of frames::
   header || u32 n || u64 len(frame_1) || ... || u64 len(frame_n)), and the frames,
   back to back, as GCM's additional data under an all-zero IV (safe: each key
   authenticates one message); sent as nonce || GCM tag. The frame lengths sit in
-  the key derivation so that a one-frame message is one call on the frame itself. With AES-NI and carry-less multiply it runs at ~20 GB/s
-  per core here against Poly1305's ~12, and a push+pull makes four MAC passes
-  over every byte. ``blake3`` (needs the ``blake3``
-  package) is a keyed BLAKE3 over the HMAC structure with D(frame) = u64 len ||
-  BLAKE3(frame). ``SHIPYARD_PS_MAC`` picks one; the header's MAC id says which
+  the key derivation so that a one-frame message is one call on the frame itself.
+  With AES-NI and carry-less multiply it runs at ~20 GB/s per core here against
+  Poly1305's ~12, and a push+pull makes four MAC passes over every byte.
+  ``blake3`` (needs the ``blake3`` package) is a keyed BLAKE3 over the HMAC
+  structure with D(frame) = u64 len || BLAKE3(frame). ``SHIPYARD_PS_MAC`` picks one; the header's MAC id says which
   one a message uses, and a shard answers in kind.
 
 The decoder checks, in order: frame count and header size, magic, version, the

@@ -400,9 +400,9 @@ def _numeric_array(value: Any) -> bool:
 def dumps(payload: Any) -> bytes:
     """Compact JSON. A payload of numeric arrays (``format_predictions``' usual answer)
     goes through orjson when installed: ~10x faster than ``json`` on a digits answer,
-    and floats come out as their shortest round-trip form in the array's own precision
-    (a float32 0.1 is written ``0.1``, as TF Serving writes it, not
-    ``0.10000000149011612``). Everything else goes through ``json`` as before."""
+    and floats come out as the shortest text that reads back as the same value in the
+    array's own precision (a float32 0.1 is written ``0.1``, not ``0.10000000149011612``,
+    and parses to the very same float32). Everything else goes through ``json``."""
     if _ORJSON is not None and isinstance(payload, dict) and payload and all(
             _numeric_array(v) for v in payload.values()):
         try:

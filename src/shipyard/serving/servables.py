@@ -86,12 +86,13 @@ class _DirectCall:
         return {k: t._numpy() for k, t in zip(self.outputs, out)}
 
 
-def _sample(spec: TensorSpec) -> np.ndarray | None:
-    """A one-row zero input for ``spec`` (unknown dimensions 1), or None when the
-    input has no fixed rank or is a string."""
+def _sample(spec: TensorSpec, index: int) -> np.ndarray | None:
+    """A one-row input for ``spec`` (unknown dimensions 1) filled with a value of its own
+    (``index + 1``, so that two inputs swapped would show), or None when the input has no
+    fixed rank or is a string."""
     if spec.shape is None or spec.dtype == "string":
         return None
-    return np.zeros([1 if d is None else d for d in spec.shape], dtype=spec.dtype)
+    return np.full([1 if d is None else d for d in spec.shape], index + 1, dtype=spec.dtype)
 
 
 class TFServable(Servable):
@@ -123,7 +124,7 @@ class TFServable(Servable):
     def _direct_call(self, key: str) -> _DirectCall | None:
         """The signature's direct call when it checks out against ``fn(**inputs)``."""
         sig = self.signatures[key]
-        samples = {k: _sample(spec) for k, spec in sig.inputs.items()}
+        samples = {k: _sample(spec, i) for i, (k, spec) in enumerate(sig.inputs.items())}
         if any(v is None for v in samples.values()):
             return None
         try:
