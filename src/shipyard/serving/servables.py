@@ -7,6 +7,7 @@ is loaded, so a PyTorch endpoint never imports TensorFlow and vice versa.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -76,13 +77,15 @@ class _DirectCall:
         self._tensor = ops.EagerTensor
         self._name = fn._inference_function.name
         self._captured = list(fn.captured_inputs)
+        # the call options TF's own call passes (executor type, session config), read once
+        self._attrs = tuple(itertools.chain(*ctx.function_call_options.as_attrs().items()))
         self.inputs = inputs
         self.outputs = outputs
 
     def __call__(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         device = self._ctx.device_name
         flat = [self._tensor(arrays[k], device, None) for k in self.inputs]
-        out = self._execute(self._name, len(self.outputs), flat + self._captured, (), self._ctx)
+        out = self._execute(self._name, len(self.outputs), flat + self._captured, self._attrs, self._ctx)
         return {k: t._numpy() for k, t in zip(self.outputs, out)}
 
 
