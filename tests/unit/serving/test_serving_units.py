@@ -269,3 +269,19 @@ def test_batcher_waits_only_while_company_is_coming():
     assert asyncio.run(one()) < 0.25          # alone: no wait for company
     runner.active = lambda: 3                  # two more requests are being read
     assert asyncio.run(one()) >= 0.45          # waits (up to max_wait) for them
+
+
+def test_protocol_without_orjson_gives_the_same_values(monkeypatch):
+    """orjson is optional: without it the json module parses and writes, same values."""
+    bodies = [b'{"instances": [[0.5, 1e-05, 3], [0.1, 2, 1]], "k": "\u00e9"}',
+              b'{"instances": [[NaN, Infinity]]}']  # orjson refuses these: json parses them
+    fast = [protocol.loads(b) for b in bodies]
+    out = {"p": np.array([[0.25, -1.5]], dtype=np.float32)}
+    fast_out = protocol.dumps(protocol.format_predictions(out, True))
+    monkeypatch.setattr(protocol, "_ORJSON", None)
+    slow = [protocol.loads(b) for b in bodies]
+    assert repr(slow) == repr(fast)
+    slow_out = protocol.dumps(protocol.format_predictions(out, True))
+    assert json.loads(slow_out) == json.loads(fast_out) == {"predictions": [[0.25, -1.5]]}
+    with pytest.raises(ValueError):
+        protocol.loads(b"{bad")
