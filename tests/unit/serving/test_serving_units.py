@@ -273,7 +273,7 @@ def test_batcher_waits_only_while_company_is_coming():
 
 def test_protocol_without_orjson_gives_the_same_values(monkeypatch):
     """orjson is optional: without it the json module parses and writes, same values."""
-    bodies = [b'{"instances": [[0.5, 1e-05, 3], [0.1, 2, 1]], "k": "\u00e9"}',
+    bodies = [b'{"instances": [[0.5, 1e-05, 3], [0.1, 2, 1]], "k": "\\u00e9"}',
               b'{"instances": [[NaN, Infinity]]}']  # orjson refuses these: json parses them
     fast = [protocol.loads(b) for b in bodies]
     out = {"p": np.array([[0.25, -1.5]], dtype=np.float32)}
