@@ -196,7 +196,9 @@ class DistributedOptimizer:
         self._keep.append(g)  # stays alive (and unchanged) until step() has the reply
         self._sent.add(name)
         if g.nbytes < GROUP_MAX_BYTES:
-            self._bucket[name] = g
+            # a copy: pushed later, but as it was when its hook fired, like the big ones
+            # (a gradient clipped in place after backward() reaches neither)
+            self._bucket[name] = g.copy()
             self._bucket_bytes += g.nbytes
             if self._bucket_bytes >= SMALL_BUCKET_BYTES:
                 self._flush_bucket()
