@@ -58,7 +58,7 @@ class App:
             return await self._route(request)
         except ServingError as exc:
             return _error(exc.status, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug must not take the worker down
+        except Exception as exc:  # a bug must not take the worker down
             log.exception("unexpected error on %s %s", request.method, request.path)
             return _error(500, f"internal error: {type(exc).__name__}: {exc}")
         finally:
