@@ -34,6 +34,7 @@ import httptools
 log = logging.getLogger("shipyard.serving")
 
 KEEPALIVE_TIMEOUT = 75.0  # seconds an idle keep-alive connection is kept (aiohttp's default)
+READ_TIMEOUT = 60.0  # seconds a half-received request may go without a byte
 LINGER_SECONDS = 2.0  # after a 413, how long the rest of the body is read and dropped
 LINGER_BYTES = 64 << 20  # ... and how much of it at most
 MAX_HEADER_BYTES = 64 << 10  # request line + headers
@@ -83,11 +84,13 @@ class Server:
     for the Date header, and the open connections (for idle sweeps and a clean stop)."""
 
     def __init__(self, handler: Handler, max_body: int, error_body: Callable[[str], bytes],
-                 keepalive_timeout: float = KEEPALIVE_TIMEOUT) -> None:
+                 keepalive_timeout: float = KEEPALIVE_TIMEOUT,
+                 read_timeout: float = READ_TIMEOUT) -> None:
         self.handler = handler
         self.max_body = max_body
         self.error_body = error_body
         self.keepalive_timeout = keepalive_timeout
+        self.read_timeout = read_timeout
         self.connections: set[HttpProtocol] = set()
         self.date = b""
         self._tick: asyncio.TimerHandle | None = None
@@ -102,12 +105,18 @@ class Server:
         self._server = await loop.create_server(self.protocol, sock=sock, backlog=backlog)
 
     def _refresh(self) -> None:
-        """Once a second: the cached Date header, and idle keep-alive connections closed."""
+        """Once a second: the cached Date header; idle keep-alive connections closed, and
+        those whose request stopped arriving halfway (a client gone silent mid-headers or
+        mid-body would otherwise hold its connection forever)."""
         now = time.time()
         self.date = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
-        idle_since = time.monotonic() - self.keepalive_timeout
+        mono = time.monotonic()
+        idle_since, stalled_since = mono - self.keepalive_timeout, mono - self.read_timeout
         for conn in list(self.connections):
-            if conn.idle_since is not None and conn.idle_since < idle_since:
+            if conn.idle_since is not None:
+                if conn.idle_since < idle_since:
+                    conn.close()
+            elif not conn.busy and not conn.pending and conn.last_data < stalled_since:
                 conn.close()
         self._tick = asyncio.get_running_loop().call_later(1.0, self._refresh)
 
@@ -140,6 +149,7 @@ class HttpProtocol(asyncio.Protocol):
         self.busy = False  # a request of this connection is being handled
         self.closing = False  # close once the queued answers are written
         self.idle_since: float | None = time.monotonic()
+        self.last_data = time.monotonic()  # when bytes last arrived
         self.discarding = 0  # > 0: bytes of a refused body still to drop (lingering close)
         self._url: list[bytes] = []
         self._headers: dict[str, str] = {}
@@ -160,6 +170,7 @@ class HttpProtocol(asyncio.Protocol):
         self.pending.clear()
 
     def data_received(self, data: bytes) -> None:
+        self.last_data = time.monotonic()
         if self.discarding:
             self.discarding -= min(self.discarding, len(data))
             if not self.discarding:

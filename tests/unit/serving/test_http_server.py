@@ -24,19 +24,22 @@ async def handler(req: HttpRequest) -> HttpResponse:
         raise RuntimeError("kaput")
     if req.path == "/slow":
         await asyncio.sleep(0.3)
+    if req.path == "/slower":
+        await asyncio.sleep(2.5)
     echo = {"method": req.method, "path": req.path, "query": req.query, "len": len(req.body),
             "body": req.body.decode("latin-1"), "ctype": req.header("content-type")}
     return HttpResponse(200, json.dumps(echo).encode(), headers=[("X-Seen", "1")])
 
 
 class Running:
-    def __init__(self, keepalive: float = 75.0) -> None:
+    def __init__(self, keepalive: float = 75.0, read_timeout: float = 60.0) -> None:
         self.loop = asyncio.new_event_loop()
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
-        self.server = Server(handler, LIMIT, error_body, keepalive_timeout=keepalive)
+        self.server = Server(handler, LIMIT, error_body, keepalive_timeout=keepalive,
+                             read_timeout=read_timeout)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         asyncio.run_coroutine_threadsafe(self.server.start(self.sock), self.loop).result(5)
@@ -177,8 +180,16 @@ def test_malformed_request_failing_handler_and_http10(srv):
 
 
 def test_idle_connections_are_closed_and_stop_lets_requests_finish():
-    running = Running(keepalive=0.3)
+    running = Running(keepalive=0.3, read_timeout=0.5)
     try:
+        half, buf = connect(running.port), bytearray()
+        half.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")  # and silence
+        slow = connect(running.port)
+        slow.sendall(post("/slower", b"busy, not stalled"))  # 2.5 s in its handler: kept
+        started = time.monotonic()
+        assert closed_by_peer(half, wait=5)
+        assert time.monotonic() - started < 4
+        assert read_response(slow, bytearray())[0] == 200
         s, buf = connect(running.port), bytearray()
         s.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(s, buf)[0] == 200
