@@ -75,10 +75,6 @@ def _status_line(status: int) -> bytes:
 _STATUS_LINES: dict[int, bytes] = {s.value: _status_line(s.value) for s in HTTPStatus}
 
 
-def error_response(status: int, message: str, error_body: Callable[[str], bytes]) -> HttpResponse:
-    return HttpResponse(status, error_body(message))
-
-
 class Server:
     """What the connections of one worker share: the handler, the limits, the clock
     for the Date header, and the open connections (for idle sweeps and a clean stop)."""
