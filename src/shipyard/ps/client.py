@@ -80,6 +80,9 @@ PARALLEL_DECODE_MIN = 256 * 1024  # replies larger than this are verified on the
 # messages) measured no better.
 GROUP_MAX_BYTES = 64 * 1024
 GROUP_MAX_COUNT = 1024
+# push_pull_begin holds such small tensors back until this much waits or push_pull_end
+# comes, so that hooks firing one tensor at a time still share messages
+BUCKET_BYTES = 256 * 1024
 
 ArrayLike = Any
 
@@ -175,6 +178,9 @@ class PSClient:
         self._pending: dict[int, _Req] = {}  # request id -> request, until its reply
         self._results: dict[int, Any] = {}  # request id -> None | error | Future, until waited for
         self._many = False  # every shard takes PUSH_PULL_MANY (learned in hello)
+        self._bucket: list[_Req] = []  # small push_pull_begin requests not sent yet
+        self._bucket_keys: set[int] = set()
+        self._bucket_bytes = 0
         self._open: list[int] = []  # a split-phase push_pull in progress
         self._open_result: dict[str, np.ndarray] = {}
         hb = heartbeat_interval if heartbeat_interval is not None else _env_float(HEARTBEAT_ENV, 1.0)
@@ -401,25 +407,49 @@ class PSClient:
             kp = self.placement(name)
             arr = self._check(kp, g)
             reqs.extend(self._pull_reqs(kp, arr, MsgType.PUSH_PULL, result, (outs or {}).get(name)))
+        self._flush_bucket()  # a split-phase step's held-back requests go first, in order
         self._exchange(self._grouped(reqs))
         self.step += 1
         return {n: result[n] for n in grads}
 
     def push_pull_begin(self, grads: Mapping[str, ArrayLike],
                         outs: Mapping[str, np.ndarray] | None = None) -> None:
-        """Split-phase push_pull, part 1: put these gradients on the wire now and
-        return at once (call it as gradients become ready, e.g. from backward hooks).
-        The arrays must stay unchanged until ``push_pull_end``."""
+        """Split-phase push_pull, part 1: put these gradients on the wire and return at
+        once (call it as gradients become ready, e.g. from backward hooks). Pieces under
+        GROUP_MAX_BYTES wait until BUCKET_BYTES of them gather or ``push_pull_end``
+        comes, then go one message per shard. The arrays must stay unchanged until
+        ``push_pull_end``."""
         reqs = []
         for name, g in grads.items():
             kp = self.placement(name)
             arr = self._check(kp, g)
             reqs.extend(self._pull_reqs(kp, arr, MsgType.PUSH_PULL, self._open_result, (outs or {}).get(name)))
-        self._open.extend(self._send(self._grouped(reqs)))
+        now = []
+        for r in reqs:
+            if not (self._many and self._groupable(r)):
+                now.append(r)
+                continue
+            if r.header.key in self._bucket_keys:  # pushed twice before an end: keep both, in order
+                self._flush_bucket()
+            self._bucket.append(r)
+            self._bucket_keys.add(r.header.key)
+            self._bucket_bytes += r.nbytes
+        if now:
+            self._open.extend(self._send(now))
+        if self._bucket_bytes >= BUCKET_BYTES:
+            self._flush_bucket()
+
+    def _flush_bucket(self) -> None:
+        """Send the small requests push_pull_begin held back (one message per shard)."""
+        if not self._bucket:
+            return
+        bucket, self._bucket, self._bucket_keys, self._bucket_bytes = self._bucket, [], set(), 0
+        self._open.extend(self._send(self._grouped(bucket)))
 
     def push_pull_end(self) -> dict[str, np.ndarray]:
         """Split-phase push_pull, part 2: wait for every reply since the last end,
         advance ``step`` and return the updated values."""
+        self._flush_bucket()
         rids, self._open = self._open, []
         result, self._open_result = self._open_result, {}
         self._wait(rids)
@@ -574,8 +604,7 @@ class PSClient:
             return reqs
         small: dict[int, list[_Req]] = {}
         for r in reqs:
-            if (r.header.msg_type == MsgType.PUSH_PULL and r.payload is not None
-                    and r.nbytes < GROUP_MAX_BYTES):
+            if self._groupable(r):
                 small.setdefault(r.shard, []).append(r)
         groups = [members for members in small.values() if len(members) > 1]
         if not groups:
@@ -587,6 +616,11 @@ class PSClient:
                 part = members[i:i + GROUP_MAX_COUNT]
                 out.append(self._many_req(part) if len(part) > 1 else part[0])
         return out
+
+    @staticmethod
+    def _groupable(r: _Req) -> bool:
+        """A small gradient push_pull, which may share a PUSH_PULL_MANY message."""
+        return r.header.msg_type == MsgType.PUSH_PULL and r.payload is not None and r.nbytes < GROUP_MAX_BYTES
 
     def _many_req(self, members: list[_Req]) -> _Req:
         shard = members[0].shard

@@ -23,9 +23,9 @@ What it does:
 * During ``backward()`` a post-accumulate-grad hook pushes each gradient the
   moment autograd produces it (push+pull in one message per chunk), overlapping
   communication with the rest of the backward pass. Small gradients (biases,
-  norms) wait in a bucket until it holds ``SMALL_BUCKET_BYTES`` or ``step()``
-  comes, and go together (one message per shard): a message costs the same
-  ~90 us of CPU whatever its size. ``overlap=False`` pushes
+  norms) are copied at their hook and the client holds them back until 256 KiB
+  gather or ``step()`` comes, then sends them together (one message per shard: a
+  message costs the same ~90 us of CPU whatever its size). ``overlap=False`` pushes
   everything in ``step()`` instead (use it with gradient accumulation over several
   backward calls).
 * ``step()`` collects the updated parameters and copies them into the model; the
@@ -47,8 +47,6 @@ import torch
 from .client import GROUP_MAX_BYTES, PSClient
 from .errors import PSConfigError
 from .placement import DEFAULT_CHUNK_BYTES
-
-SMALL_BUCKET_BYTES = 256 * 1024  # small gradients are pushed together once this much waits
 
 _KEYS = {
     "sgd": ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"),
@@ -134,8 +132,6 @@ class DistributedOptimizer:
         self._by_id = {id(p): n for n, p in self._params}
         self._sent: set[str] = set()
         self._keep: list[np.ndarray] = []
-        self._bucket: dict[str, np.ndarray] = {}  # small gradients not pushed yet
-        self._bucket_bytes = 0
         self._overlap = overlap
         self._hooks = []
         if overlap:
@@ -158,7 +154,6 @@ class DistributedOptimizer:
         """Push the gradients not pushed yet, wait for the new parameters, load them."""
         loss = closure() if closure is not None else None
         self._sync_lr()
-        self._flush_bucket()
         rest = {n: self._grad(p) for n, p in self._params if p.grad is not None and n not in self._sent}
         if rest:
             self.client.push_pull_begin(rest, outs={n: self._outs[n] for n in rest if n in self._outs})
@@ -193,25 +188,14 @@ class DistributedOptimizer:
         if not self._sent:
             self._sync_lr()  # a scheduler's change applies to this step's first gradient already
         g = self._grad(p)
-        self._keep.append(g)  # stays alive (and unchanged) until step() has the reply
-        self._sent.add(name)
         if g.nbytes < GROUP_MAX_BYTES:
-            # a copy: pushed later, but as it was when its hook fired, like the big ones
-            # (a gradient clipped in place after backward() reaches neither)
-            self._bucket[name] = g.copy()
-            self._bucket_bytes += g.nbytes
-            if self._bucket_bytes >= SMALL_BUCKET_BYTES:
-                self._flush_bucket()
-            return
+            # the client may hold a small one back until step(): a copy is pushed as it
+            # was when its hook fired, like the big ones
+            g = g.copy()
+        self._keep.append(g)  # stays alive (and unchanged) until step() has the reply
         out = self._outs.get(name)
         self.client.push_pull_begin({name: g}, outs={name: out} if out is not None else None)
-
-    def _flush_bucket(self) -> None:
-        """Push the waiting small gradients together (one message per shard)."""
-        if not self._bucket:
-            return
-        bucket, self._bucket, self._bucket_bytes = self._bucket, {}, 0
-        self.client.push_pull_begin(bucket, outs={n: self._outs[n] for n in bucket if n in self._outs})
+        self._sent.add(name)
 
     @staticmethod
     def _writable_view(p: torch.Tensor) -> bool:

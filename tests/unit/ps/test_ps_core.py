@@ -523,3 +523,25 @@ def test_bad_push_pull_many_is_refused_whole():
     assert keys == [ka, kb] and versions == [1, 1]
     assert np.array_equal(np.frombuffer(r.payload[1], np.float32), -ones4)
     assert np.array_equal(c.push_pull({"a": ones4, "b": ones2})["b"], -2 * ones2)
+
+
+def test_push_pull_begin_holds_small_tensors_back_and_keeps_their_order():
+    net = make_net(2)
+    c = client(net)
+    c.register({"a": np.zeros(4, np.float32), "b": np.zeros(3, np.float32),
+                "big": np.zeros(20_000, np.float32)}, {"name": "sgd", "lr": 1.0})
+    one = {k: np.ones(n, np.float32) for k, n in (("a", 4), ("b", 3), ("big", 20_000))}
+    c.push_pull_begin({"a": one["a"]})
+    c.push_pull_begin({"b": one["b"]})
+    assert len(c._bucket) == 2 and not c._open  # nothing on the wire yet
+    c.push_pull_begin({"a": one["a"]})  # "a" again before the end: the held ones go first
+    assert len(c._bucket) == 1 and c._open
+    c.push_pull_begin({"big": one["big"]})  # 80 KB: on the wire at once
+    out = c.push_pull_end()
+    assert not c._bucket
+    np.testing.assert_array_equal(out["a"], -2 * one["a"])  # both pushes applied, in order
+    np.testing.assert_array_equal(out["b"], -one["b"])
+    np.testing.assert_array_equal(out["big"], -one["big"])
+    c.push_pull_begin({"b": one["b"]})  # held, then a blocking push_pull sends it first
+    np.testing.assert_array_equal(c.push_pull({"b": one["b"]})["b"], -3 * one["b"])
+    np.testing.assert_array_equal(c.push_pull_end()["b"], -2 * one["b"])

@@ -116,12 +116,12 @@ def test_small_gradients_wait_in_a_bucket_big_ones_go_during_backward():
     x, y = torch.randn(8, 200), torch.randint(0, 3, (8,))
     torch.nn.functional.cross_entropy(model(x), y).backward()
     # 0.weight (80 KB) was pushed by its hook; the three small ones wait for step()
-    assert sorted(opt._bucket) == ["0.bias", "2.bias", "2.weight"]
+    assert sorted(r.label for r in opt.client._bucket) == ["0.bias", "2.bias", "2.weight"]
     assert len(opt.client._open) == len(opt.client.placement("0.weight").chunks)
     before = sum(s["messages_in"] for s in opt.client.shard_stats())
     opt.step()
     after = sum(s["messages_in"] for s in opt.client.shard_stats())
-    assert not opt._bucket and not opt.client._open
+    assert not opt.client._bucket and not opt.client._open
     shards = {c.shard for n in ("0.bias", "2.bias", "2.weight") for c in opt.client.placement(n).chunks}
     assert after - before == len(shards) + 2  # one message per shard for the bucket, + STATS x2
     torch.manual_seed(0)
