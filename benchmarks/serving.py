@@ -18,9 +18,9 @@ Load comes from ``serving_loadgen.c`` (built with the system C compiler; wrk-sty
 us of CPU per request) or, without a compiler, an asyncio Protocol client (~20 us): either
 in its own process, speaking keep-alive HTTP/1.1 (pre-built request bytes, one request in
 flight per connection). On 2 cores the client shares the CPU with the server, so the
-cheaper client leaves the server what clients elsewhere would. Besides req/s and latency, each row gives the
-server's CPU time per request (its process tree) and the client's, which bound what two
-cores can do. Figures are medians over --repeats runs; the ratio that matters is server
+cheaper client leaves the server what clients elsewhere would. Besides req/s and
+latency, each row gives the server's CPU time per request (its process tree) and the
+client's, which bound what two cores can do. Figures are medians over --repeats runs; the ratio that matters is server
 req/s at concurrency 8 with batching over in-process rows/s at batch 8 (what batching
 merges). Compare within one run only.
 """
