@@ -70,3 +70,16 @@ def failure_text(exit_code: int, command: list[str], output: str) -> str:
         tb = traceback if len(traceback) <= room else "..." + traceback[-(room - 3):]
         return head + "\n" + tb
     return head
+
+
+def claim(path: str, text: str) -> bool:
+    """Write ``text`` to the failure file at ``path`` unless someone already did (O_EXCL:
+    among ranks or hosts failing together, the first writer's cause is the job's);
+    returns whether this call wrote it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return True

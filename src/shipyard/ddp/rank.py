@@ -112,12 +112,7 @@ def failure_text(who: str, code: int, command: list[str], output: str,
 def write_once(path: str, text: str) -> None:
     """Write the instance's failure file unless an earlier rank already did."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    failure.claim(path, text)
 
 
 def exit_status(code: int) -> int:

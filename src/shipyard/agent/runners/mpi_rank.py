@@ -101,13 +101,7 @@ def trim_traceback(lines: list[str]) -> list[str]:
 
 def claim_failure(path: str, text: str) -> bool:
     """Write the job's failure text unless an earlier rank already did."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text[:failure.LIMIT])
-    return True
+    return failure.claim(path, text[:failure.LIMIT])
 
 
 class Pump(threading.Thread):

@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 
+from shipyard.agent import failure
 from shipyard.agent.processes import die_with_parent
 
 DEFAULT_PORT = 7179
@@ -104,21 +105,12 @@ def client(plan_path: str, host: str, command: list[str]) -> int:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
         elif kind == b"f":
-            _claim(plan["failure_file"], data.decode("utf-8", "replace"))
+            failure.claim(plan["failure_file"], data.decode("utf-8", "replace"))
         elif kind == b"x":
             return int(data)
         elif kind == b"e":
             sys.stderr.write(f"shipyard mpi_rsh: {data.decode()}\n")
             return 255
-
-
-def _claim(path: str, text: str) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
 
 
 # -- server ---------------------------------------------------------------------------------
