@@ -364,22 +364,35 @@ class ServerCore:
             raise RemoteError("control message payload must be a JSON object", code=ErrorCode.BAD_REQUEST)
         return body
 
-    def _enqueue(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
-        h = msg.header
+    def _slot(self, key: int) -> Slot:
         try:
-            slot = self.shard.slot(h.key)
+            return self.shard.slot(key)
         except UnknownKeyError as err:
             raise RemoteError(str(err), code=ErrorCode.UNKNOWN_KEY) from None
+
+    @staticmethod
+    def _check_trainable(slot: Slot) -> None:
+        if slot.dtype.kind != "f":
+            raise RemoteError(f"{slot.label} is {slot.dtype.name}: only float parameters take gradients",
+                              code=ErrorCode.NOT_TRAINABLE)
+
+    def _queue(self, worker: int) -> deque[_Pending]:
+        """The worker's queue of data requests (made on its first)."""
+        q = self.queues.get(worker)
+        if q is None:
+            q = self.queues[worker] = deque()
+        return q
+
+    def _enqueue(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
+        h = msg.header
+        slot = self._slot(h.key)
         if h.msg_type in TENSOR_IN:
             if h.flags & wire.FLAG_JSON:
                 raise RemoteError("tensor message with a JSON payload", code=ErrorCode.BAD_REQUEST)
             self.shard.check_tensor(slot, h.dtype, h.shape)
-            if h.msg_type != MsgType.INIT and slot.dtype.kind != "f":
-                raise RemoteError(f"{slot.label} is {slot.dtype.name}: only float parameters take gradients",
-                                  code=ErrorCode.NOT_TRAINABLE)
-        q = self.queues.get(h.worker)
-        if q is None:
-            q = self.queues[h.worker] = deque()
+            if h.msg_type != MsgType.INIT:
+                self._check_trainable(slot)
+        q = self._queue(h.worker)
         q.append(_Pending(peer, msg, slot, arrived=now))
         if len(q) > 1:
             return []  # the head is waiting; an arrival alone unblocks nobody
@@ -404,13 +417,8 @@ class ServerCore:
             raise RemoteError("push_pull_many names a key twice", code=ErrorCode.BAD_REQUEST)
         members = []
         for key, frame in zip(keys, msg.payload[1:]):
-            try:
-                slot = self.shard.slot(key)
-            except UnknownKeyError as err:
-                raise RemoteError(str(err), code=ErrorCode.UNKNOWN_KEY) from None
-            if slot.dtype.kind != "f":
-                raise RemoteError(f"{slot.label} is {slot.dtype.name}: only float parameters take gradients",
-                                  code=ErrorCode.NOT_TRAINABLE)
+            slot = self._slot(key)
+            self._check_trainable(slot)
             if len(frame) != slot.nbytes:
                 raise RemoteError(f"{slot.label}: {len(frame)} bytes, expected {slot.nbytes} "
                                   f"({slot.dtype.name} {list(slot.shape)})", code=ErrorCode.SHAPE_MISMATCH)
@@ -419,9 +427,7 @@ class ServerCore:
                          nbytes=len(frame), mac_alg=h.mac_alg)
             members.append((Message(header=sub, payload=[frame]), slot))
         group = _Group(peer, h, keys, [None] * count, [0] * count, count)
-        q = self.queues.get(h.worker)
-        if q is None:
-            q = self.queues[h.worker] = deque()
+        q = self._queue(h.worker)
         waiting = bool(q)
         for i, (sub_msg, slot) in enumerate(members):
             q.append(_Pending(peer, sub_msg, slot, arrived=now, group=group, member=i))
