@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -104,17 +105,20 @@ def test_two_by_two_env_contract_taken_port_and_ddp_result(session, write_script
             with open(os.path.join(out, f"rank-{r}.json")) as fh:
                 records[r] = json.load(fh)
             params[r] = torch.load(os.path.join(out, f"rank-{r}.pt"))
+    with open(os.path.join(job_dir, "logs", "algo-1.log")) as fh:
+        moved = re.search(rf"MASTER_PORT {port} is in use on \S+; using (\d+)", fh.read())
+    assert moved, "the agent did not report the taken port"
+    used = int(moved.group(1))       # the next free one: usually port + 1, but any other
+    assert used > port                # process on the machine may hold that one too
     for r in range(4):
         assert records[r]["env"] == {
             "RANK": str(r), "LOCAL_RANK": str(r % 2), "WORLD_SIZE": "4",
             "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": str(r // 2), "GROUP_WORLD_SIZE": "2",
             "ROLE_RANK": str(r), "ROLE_WORLD_SIZE": "4", "ROLE_NAME": "default",
-            "MASTER_ADDR": master_addr, "MASTER_PORT": str(port + 1),
+            "MASTER_ADDR": master_addr, "MASTER_PORT": str(used),
             "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
             "TORCHELASTIC_RUN_ID": "ddp-2x2", "TORCHELASTIC_USE_AGENT_STORE": "True",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1"}, r
-    with open(os.path.join(job_dir, "logs", "algo-1.log")) as fh:
-        assert f"MASTER_PORT {port} is in use" in fh.read()
     reference = _single_process_reference()
     for name, value in params[0].items():
         for r in (1, 2, 3):
