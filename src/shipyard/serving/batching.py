@@ -5,17 +5,23 @@ handing the call to a model thread cost more than it saved (two thread wake-ups 
 request, and the loop and the model thread trading the GIL: see BENCHMARKS.md).
 
 ``BatchingRunner`` merges requests that arrive together (same model, signature, per-row
-shapes and dtypes) into one call of at most ``max_batch_size`` rows, and makes that call
-on one model thread. There the hop costs one wake-up per batch, not per request, and it
-buys a pipeline: while the model computes one batch (TF and PyTorch release the GIL),
-the loop reads and parses the next requests, which queue up and form the next batch as
-soon as the model is free. Inline, the loop was blocked during the call and the client
-idle during the parse, and at concurrency 8 the requests split into a batch of 7 and a
-straggler of 1 (measured: mean batch 4.2). When the model is idle the batcher waits at
-most ``max_wait`` for company, and only while other requests are on their way (being
-read or parsed by this worker: ``active`` counts them), so a lone request pays no wait.
-If a merged call fails, its requests are retried one by one so an error reaches only
-the request that caused it.
+shapes and dtypes) into one call of at most ``max_batch_size`` rows, also inline. A model
+thread was tried first (to overlap parsing with computing) and measured slower: the loop
+and the model thread traded the GIL on every call, and a thread that needs the GIL while
+the other runs Python waits out the 5 ms switch interval (1 worker at concurrency 8:
+~7100 req/s with the thread, ~8400 inline; BENCHMARKS.md). A worker is one Python thread
+that parses, calls and answers; more cores are used by more workers.
+
+When the model is idle the batcher waits at most ``max_wait`` for company, and only when
+company is likely: other requests are on their way (being read or parsed by this worker:
+``active`` counts them), or the previous batch of this kind had more rows than are
+queued now. The second rule is what makes a saturated worker batch well: at
+concurrency 8 the next eight requests arrive one by one as their clients read the
+previous answers, and without it the first arrivals went alone. It corrects itself: a
+batch that waited and found fewer rows sets the next expectation, so after load drops
+one request pays at most ``max_wait`` and lone requests then pay none. If a merged call
+fails, its requests are retried one by one so an error reaches only the request that
+caused it.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,20 +68,14 @@ class BatchingRunner(DirectRunner):
         self.max_wait = max(0.0, max_wait)
         self.queues: dict[tuple[Any, ...], _Queue] = {}
         self.calls = 0  # model calls made
-        self.in_call = 0  # requests whose batch is in the model right now
         self.active: Callable[[], int] = lambda: 0  # requests inside the worker's handlers
-        # one thread: batches of every key are serialized, so while one computes the
-        # next one grows (a second model thread would only split the cores)
-        self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="model")
+        self._expected: dict[tuple[Any, ...], int] = {}  # rows of the last batch, per key
 
-    async def _run_model(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
-        self.calls += 1
-        return await asyncio.get_running_loop().run_in_executor(
-            self._model_thread, servable.run, signature, inputs)
-
-    def _company_coming(self) -> bool:
+    def _company_coming(self, key: tuple[Any, ...], queue: _Queue) -> bool:
+        if queue.rows < self._expected.get(key, 0):
+            return True
         queued = sum(len(q.items) for q in self.queues.values())
-        return self.active() - queued - self.in_call > 0
+        return self.active() - queued > 0
 
     async def run(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
         rows = {a.shape[0] if a.ndim else -1 for a in inputs.values()}
@@ -99,7 +98,7 @@ class BatchingRunner(DirectRunner):
         try:
             while queue.items:
                 deadline = time.monotonic() + self.max_wait
-                while queue.rows < self.max_batch_size and self._company_coming():
+                while queue.rows < self.max_batch_size and self._company_coming(key, queue):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -115,11 +114,8 @@ class BatchingRunner(DirectRunner):
                     batch.append(item)
                     rows += item.rows
                 queue.rows -= rows
-                self.in_call += len(batch)
-                try:
-                    await self._call(servable, signature, batch, rows)
-                finally:
-                    self.in_call -= len(batch)
+                self._expected[key] = rows
+                self._call(servable, signature, batch, rows)
         except BaseException as exc:
             for item in queue.items:
                 if not item.future.done():
@@ -131,12 +127,12 @@ class BatchingRunner(DirectRunner):
             if self.queues.get(key) is queue:
                 del self.queues[key]
 
-    async def _call(self, servable: Servable, signature: str, batch: list[_Item],
-                    rows: int) -> None:
+    def _call(self, servable: Servable, signature: str, batch: list[_Item], rows: int) -> None:
         if len(batch) > 1:
             merged = {k: np.concatenate([it.inputs[k] for it in batch]) for k in batch[0].inputs}
+            self.calls += 1
             try:
-                out = await self._run_model(servable, signature, merged)
+                out = servable.run(signature, merged)
                 if all(v.ndim and v.shape[0] == rows for v in out.values()):
                     start = 0
                     for it in batch:
@@ -149,8 +145,9 @@ class BatchingRunner(DirectRunner):
                 log.debug("merged call of %d requests failed (%s); retrying singly",
                           len(batch), exc)
         for it in batch:
+            self.calls += 1
             try:
-                result = await self._run_model(servable, signature, it.inputs)
+                result = servable.run(signature, it.inputs)
             except Exception as exc:  # noqa: BLE001
                 if not it.future.done():
                     it.future.set_exception(exc)

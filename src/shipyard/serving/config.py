@@ -32,10 +32,9 @@ class ServerConfig:
 
     def threads_per_worker(self) -> int:
         """Framework threads per worker: its share of the cores, less one with dynamic
-        batching, where model calls run on their own thread and the event loop (HTTP,
-        JSON) needs a core beside them. On 2 cores, 1 worker, batching 8: 1 thread gave
-        ~3500 req/s at c=8 against ~2100-2900 with 2 (the loop and TF's pool fought for
-        the cores); see BENCHMARKS.md."""
+        batching, which is meant for load (the other core goes to parsing the next
+        requests, in this worker or another). On 2 cores, 1 worker, batching 8, the
+        digits CNN at c=8: 1 thread ~8800 req/s, 2 threads ~7400 (BENCHMARKS.md)."""
         if self.threads:
             return self.threads
         share = (os.cpu_count() or 1) // max(1, self.workers)
