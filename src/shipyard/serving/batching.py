@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,11 @@ from shipyard.serving.servables import Servable
 
 Arrays = dict[str, np.ndarray]
 log = logging.getLogger("shipyard.serving")
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class DirectRunner:
@@ -57,7 +61,7 @@ class _Item:
 class _Queue:
     items: list[_Item] = field(default_factory=list)
     rows: int = 0
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    waiter: asyncio.Future[None] | None = None  # the drain, waiting for company
     task: asyncio.Task[None] | None = None
 
 
@@ -88,7 +92,10 @@ class BatchingRunner(DirectRunner):
         future: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         queue.items.append(_Item(inputs, n, future))
         queue.rows += n
-        queue.arrived.set()
+        waiter = queue.waiter  # woken only once the batch is full or no one else is coming
+        if waiter is not None and not waiter.done() and (
+                queue.rows >= self.max_batch_size or not self._company_coming(key, queue)):
+            waiter.set_result(None)
         if queue.task is None:
             queue.task = asyncio.create_task(self._drain(key, queue, servable, signature))
         return await future
@@ -96,17 +103,19 @@ class BatchingRunner(DirectRunner):
     async def _drain(self, key: tuple[Any, ...], queue: _Queue, servable: Servable,
                      signature: str) -> None:
         try:
+            loop = asyncio.get_running_loop()
             while queue.items:
-                deadline = time.monotonic() + self.max_wait
-                while queue.rows < self.max_batch_size and self._company_coming(key, queue):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    queue.arrived.clear()
+                if self.max_wait > 0 and queue.rows < self.max_batch_size \
+                        and self._company_coming(key, queue):
+                    # one future and one timer per wait; an arrival wakes the drain only
+                    # when it completes the batch or no one else is expected
+                    queue.waiter = waiter = loop.create_future()
+                    timer = loop.call_later(self.max_wait, _wake, waiter)
                     try:
-                        await asyncio.wait_for(queue.arrived.wait(), left)
-                    except asyncio.TimeoutError:
-                        break
+                        await waiter
+                    finally:
+                        timer.cancel()
+                        queue.waiter = None
                 batch, rows = [], 0
                 while queue.items and (not batch
                                        or rows + queue.items[0].rows <= self.max_batch_size):

@@ -271,6 +271,42 @@ def test_batcher_waits_only_while_company_is_coming():
     assert asyncio.run(one()) >= 0.45          # waits (up to max_wait) for them
 
 
+def test_batcher_expects_as_many_rows_as_its_last_batch_and_learns_when_load_drops():
+    """A saturated worker's next requests arrive one by one: the batcher waits (up to
+    max_wait) for as many rows as its last batch had; a wait that finds fewer lowers the
+    expectation, so after load drops only one request pays the wait."""
+    import time
+
+    servable = Doubler()
+    runner = BatchingRunner(max_batch_size=8, max_wait=0.3)
+    x = {"x": np.ones((1, 2), np.float32)}
+
+    async def together(n):
+        return await asyncio.gather(*(runner.run(servable, "s", x) for _ in range(n)))
+
+    async def staggered(n, gap):
+        async def later(i):
+            await asyncio.sleep(i * gap)
+            return await runner.run(servable, "s", x)
+        return await asyncio.gather(*(later(i) for i in range(n)))
+
+    async def timed_one():
+        start = time.monotonic()
+        await runner.run(servable, "s", x)
+        return time.monotonic() - start
+
+    async def main():
+        await together(4)                  # one batch of 4: expect 4 next time
+        await staggered(4, 0.02)           # arriving 20 ms apart, still one batch
+        waited = await timed_one()         # load dropped: waits for company once ...
+        alone = await timed_one()          # ... then no more
+        return waited, alone
+
+    waited, alone = asyncio.run(main())
+    assert servable.calls == [4, 4, 1, 1]
+    assert waited >= 0.25 and alone < 0.15, (waited, alone)
+
+
 def test_protocol_without_orjson_gives_the_same_values(monkeypatch):
     """orjson is optional: without it the json module parses and writes, same values."""
     bodies = [b'{"instances": [[0.5, 1e-05, 3], [0.1, 2, 1]], "k": "\\u00e9"}',
