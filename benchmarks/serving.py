@@ -1,6 +1,6 @@
 """Serving throughput and latency of /invocations for the digits model (issue #8).
 
-    .venv/bin/python benchmarks/serving.py [--seconds 3] [--repeats 3]
+    .venv/bin/python benchmarks/serving.py [--seconds 3] [--repeats 3] [--quick]
 
 Side by side in one run, on the Keras digits CNN of examples/keras (exported SavedModel):
 
@@ -385,6 +385,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="only shipyard with batching, 1 and 2 workers, at c=8 (A/B runs of a "
+                         "change); no in-process rows, no ratios")
     args = ap.parse_args()
     import numpy as np
 
@@ -398,7 +401,9 @@ def main() -> None:
 
     results: dict[str, dict] = {}
     one = max(1, _threads() - 1)
-    for batch, threads, direct in ((1, 0, False), (8, 0, False), (8, one, False), (8, one, True)):
+    in_process_rows = () if args.quick else (
+        (1, 0, False), (8, 0, False), (8, one, False), (8, one, True))
+    for batch, threads, direct in in_process_rows:
         runs = []
         for _ in range(args.repeats):
             q: mp.Queue = mp.Queue()
@@ -423,10 +428,12 @@ def main() -> None:
     }
     if shutil.which("cc"):
         servers["C canned response (client ceiling)"] = lambda: start_canned(tmp)
+    if args.quick:
+        servers = {k: v for k, v in servers.items() if "batching 8" in k}
     for name, start in servers.items():
         proc, port = start()
         try:
-            for conc in (1, 8):
+            for conc in ((8,) if args.quick else (1, 8)):
                 rows = [run_load(port, body, conc, args.seconds, proc.pid, loadgen, tmp)
                         for _ in range(args.repeats)]
                 results[f"{name}, c={conc}"] = median(rows)
@@ -444,6 +451,8 @@ def main() -> None:
         else:
             print(f"{name:44s} {r['req_s']:9.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
                   f"{r['server_us']:8.0f} {r['client_us']:8.0f}")
+    if args.quick:
+        return
     # the server row: the better of 1 and 2 workers with batching (a configuration choice)
     best_name = max(("shipyard, batching 8/1ms, c=8", "shipyard, 2 workers, batching 8/1ms, c=8"),
                     key=lambda k: results[k]["req_s"])
