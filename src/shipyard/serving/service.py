@@ -77,8 +77,9 @@ class Service:
     def __init__(self, runner: DirectRunner) -> None:
         self.registry = Registry()
         self.runner = runner
-        # user handlers run here, never on the model thread: a handler that calls back
-        # into this server (context.rest_uri) must not wait for itself
+        # user handlers run here, never on the event loop, which also makes the model
+        # calls: a handler that calls back into this server (context.rest_uri) must not
+        # block the loop that would answer it
         self.handler_pool = ThreadPoolExecutor(8, thread_name_prefix="handler")
 
     # -- TF Serving REST API ------------------------------------------------------------
