@@ -1,12 +1,17 @@
 """Runners: how a worker calls a model. Direct, or with dynamic batching.
 
-``DirectRunner`` calls the model inline on the worker's event-loop thread: per request,
-handing the call to a model thread cost more than it saved (two thread wake-ups per
-request, and the loop and the model thread trading the GIL: see BENCHMARKS.md).
+``DirectRunner`` calls the model inline on the worker's event-loop thread when its calls
+are quick: per request, handing the call to a model thread cost more than it saved (two
+thread wake-ups per request, and the loop and the model thread trading the GIL: see
+BENCHMARKS.md). A call of unknown cost (the first of a signature) or one that last took
+longer than ``INLINE_MAX_SECONDS`` goes to a model thread instead, so a slow model
+never holds the loop: /ping and requests for other models are answered meanwhile. For a
+call that long, the hop's cost is noise.
 
 ``BatchingRunner`` merges requests that arrive together (same model, signature, per-row
-shapes and dtypes) into one call of at most ``max_batch_size`` rows, also inline. A model
-thread was tried first (to overlap parsing with computing) and measured slower: the loop
+shapes and dtypes) into one call of at most ``max_batch_size`` rows, made the same way
+(inline when quick). A model thread for every call was tried first (to overlap parsing
+with computing) and measured slower: the loop
 and the model thread traded the GIL on every call, and a thread that needs the GIL while
 the other runs Python waits out the 5 ms switch interval (1 worker at concurrency 8:
 ~7100 req/s with the thread, ~8400 inline; BENCHMARKS.md). A worker is one Python thread
@@ -28,7 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,9 +52,44 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+INLINE_MAX_SECONDS = 0.02  # calls known to be quicker than this run on the event loop
+
+
 class DirectRunner:
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, str], float] = {}  # seconds the last call took
+        self._thread: ThreadPoolExecutor | None = None
+
     async def run(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
-        return servable.run(signature, inputs)
+        return await self._model(servable, signature, inputs)
+
+    async def _model(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
+        """``servable.run``: inline when this signature's last call was quick, else (or
+        the first time) on the model thread, timed either way."""
+        key = (id(servable), signature)
+        last = self._last.get(key)
+        start = time.perf_counter()
+        try:
+            if last is not None and last <= INLINE_MAX_SECONDS:
+                return servable.run(signature, inputs)
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix="model")
+            return await asyncio.get_running_loop().run_in_executor(
+                self._thread, _timed, servable.run, signature, inputs, self._last, key)
+        finally:
+            if last is not None and last <= INLINE_MAX_SECONDS:
+                self._last[key] = time.perf_counter() - start
+
+
+def _timed(fn: Callable[[str, Arrays], Arrays], signature: str, inputs: Arrays,
+           record: dict[tuple[int, str], float], key: tuple[int, str]) -> Arrays:
+    """``fn(signature, inputs)`` on the model thread, its duration recorded (the call's
+    own time, not the wait for the thread)."""
+    start = time.perf_counter()
+    try:
+        return fn(signature, inputs)
+    finally:
+        record[key] = time.perf_counter() - start
 
 
 @dataclass
@@ -72,6 +114,7 @@ class BatchingRunner(DirectRunner):
         self.max_wait = max(0.0, max_wait)
         self.queues: dict[tuple[Any, ...], _Queue] = {}
         self.calls = 0  # model calls made
+        self.in_call = 0  # requests whose batch is being computed (on the model thread)
         self.active: Callable[[], int] = lambda: 0  # requests inside the worker's handlers
         self._expected: dict[tuple[Any, ...], int] = {}  # rows of the last batch, per key
 
@@ -79,7 +122,7 @@ class BatchingRunner(DirectRunner):
         if queue.rows < self._expected.get(key, 0):
             return True
         queued = sum(len(q.items) for q in self.queues.values())
-        return self.active() - queued > 0
+        return self.active() - queued - self.in_call > 0
 
     async def run(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
         rows = {a.shape[0] if a.ndim else -1 for a in inputs.values()}
@@ -124,7 +167,11 @@ class BatchingRunner(DirectRunner):
                     rows += item.rows
                 queue.rows -= rows
                 self._expected[key] = rows
-                self._call(servable, signature, batch, rows)
+                self.in_call += len(batch)
+                try:
+                    await self._call(servable, signature, batch, rows)
+                finally:
+                    self.in_call -= len(batch)
         except BaseException as exc:
             for item in queue.items:
                 if not item.future.done():
@@ -136,12 +183,13 @@ class BatchingRunner(DirectRunner):
             if self.queues.get(key) is queue:
                 del self.queues[key]
 
-    def _call(self, servable: Servable, signature: str, batch: list[_Item], rows: int) -> None:
+    async def _call(self, servable: Servable, signature: str, batch: list[_Item],
+                    rows: int) -> None:
         if len(batch) > 1:
             merged = {k: np.concatenate([it.inputs[k] for it in batch]) for k in batch[0].inputs}
             self.calls += 1
             try:
-                out = servable.run(signature, merged)
+                out = await self._model(servable, signature, merged)
                 if all(v.ndim and v.shape[0] == rows for v in out.values()):
                     start = 0
                     for it in batch:
@@ -156,7 +204,7 @@ class BatchingRunner(DirectRunner):
         for it in batch:
             self.calls += 1
             try:
-                result = servable.run(signature, it.inputs)
+                result = await self._model(servable, signature, it.inputs)
             except Exception as exc:  # noqa: BLE001
                 if not it.future.done():
                     it.future.set_exception(exc)

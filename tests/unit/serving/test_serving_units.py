@@ -17,7 +17,7 @@ from shipyard.errors import ValidationError
 from shipyard.sdk import deserializers as de
 from shipyard.sdk import serializers as se
 from shipyard.serving import batch, model_data, protocol
-from shipyard.serving.batching import BatchingRunner
+from shipyard.serving.batching import BatchingRunner, DirectRunner
 from shipyard.serving.errors import BadRequest, ModelLoadError, UnsupportedMediaType
 from shipyard.serving.protocol import Signature, TensorSpec
 from shipyard.serving.servables import Servable
@@ -305,6 +305,52 @@ def test_batcher_expects_as_many_rows_as_its_last_batch_and_learns_when_load_dro
     waited, alone = asyncio.run(main())
     assert servable.calls == [4, 4, 1, 1]
     assert waited >= 0.25 and alone < 0.15, (waited, alone)
+
+
+class Timed(Servable):
+    """Takes ``seconds`` per call and records the thread each call ran on."""
+
+    def __init__(self, seconds):
+        super().__init__("m", 1, {"s": SIG})
+        self.seconds = seconds
+        self.threads = []
+
+    def run(self, signature, inputs):
+        import threading
+        import time
+
+        self.threads.append(threading.current_thread().name)
+        time.sleep(self.seconds)
+        return {"y": inputs["x"].sum(axis=1)}
+
+
+@pytest.mark.parametrize("make", [DirectRunner, lambda: BatchingRunner(8, 0.001)])
+def test_quick_calls_run_inline_and_slow_ones_leave_the_loop_free(make):
+    """The first call of a signature, and any after a slow one, go to the model thread;
+    after a quick one, calls run inline. While a slow call computes the loop answers
+    other work (a /ping) at once."""
+    import time
+
+    x = {"x": np.ones((1, 2), np.float32)}
+    quick, slow = Timed(0.0), Timed(0.3)
+    runner = make()
+
+    async def main():
+        for _ in range(3):
+            await runner.run(quick, "s", x)
+        call = asyncio.ensure_future(runner.run(slow, "s", x))
+        start = time.monotonic()
+        await asyncio.sleep(0.05)   # a 0.3 s call on the loop would hold this up
+        free_after = time.monotonic() - start
+        assert not call.done()
+        await call
+        await runner.run(slow, "s", x)
+        return free_after
+
+    free_after = asyncio.run(main())
+    assert quick.threads[0].startswith("model") and quick.threads[1:] == ["MainThread"] * 2
+    assert all(t.startswith("model") for t in slow.threads) and len(slow.threads) == 2
+    assert free_after < 0.2
 
 
 def test_protocol_without_orjson_gives_the_same_values(monkeypatch):
