@@ -11,11 +11,11 @@ call that long, the hop's cost is noise.
 ``BatchingRunner`` merges requests that arrive together (same model, signature, per-row
 shapes and dtypes) into one call of at most ``max_batch_size`` rows, made the same way
 (inline when quick). A model thread for every call was tried first (to overlap parsing
-with computing) and measured slower: the loop
-and the model thread traded the GIL on every call, and a thread that needs the GIL while
-the other runs Python waits out the 5 ms switch interval (1 worker at concurrency 8:
-~7100 req/s with the thread, ~8400 inline; BENCHMARKS.md). A worker is one Python thread
-that parses, calls and answers; more cores are used by more workers.
+with computing) and measured slower: the loop and the model thread traded the GIL on
+every call, and a thread that needs the GIL while the other runs Python waits out the
+5 ms switch interval (1 worker at concurrency 8: ~7100 req/s with the thread, ~8400
+inline; BENCHMARKS.md). A worker is one Python thread that parses, calls and answers;
+more cores are used by more workers.
 
 When the model is idle the batcher waits at most ``max_wait`` for company, and only when
 company is likely: other requests are on their way (being read or parsed by this worker:
@@ -47,12 +47,12 @@ Arrays = dict[str, np.ndarray]
 log = logging.getLogger("shipyard.serving")
 
 
+INLINE_MAX_SECONDS = 0.02  # calls known to be quicker than this run on the event loop
+
+
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
-
-
-INLINE_MAX_SECONDS = 0.02  # calls known to be quicker than this run on the event loop
 
 
 class DirectRunner:
