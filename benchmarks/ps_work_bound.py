@@ -3,15 +3,24 @@ decision in issue #4 (not a product path).
 
 One client, two "shard" processes, plain sockets, 2 MiB chunks, the client sending and
 receiving at once (a thread per direction and shard), ``recv_into`` straight into
-preallocated arrays. Two variants, same run: ``raw echo`` (the shard returns the bytes)
-and ``raw + ps work`` (the per-byte work of a push_pull: the client MACs each chunk, the
-shard verifies it, applies SGD with lr 0 in two numpy passes as shipyard.ps does, MACs
-the value and returns it, the client verifies and copies it into the caller's array).
-AES-GMAC throughout, as the ps default. The ratio says how much of raw TCP that work
-leaves, whatever the transport; compare with ``benchmarks/ps_throughput.py``'s ratio.
+preallocated arrays. Two variants, same run:
 
-Run:  python benchmarks/ps_work_bound.py
+* ``raw echo``: the shard returns the bytes;
+* ``raw + ps work``: the per-byte work of a push_pull: the client MACs each chunk, the
+  shard verifies it, applies SGD with lr 0 in two numpy passes as shipyard.ps does, MACs
+  the value and returns it, the client verifies it and copies it into the caller's array.
+
+AES-GMAC throughout, as the ps default (one fixed key here: shipyard.ps derives one per
+message, a few microseconds that do not matter at 2 MiB). The ratio says how much of raw
+TCP that work leaves whatever carries the bytes; compare the absolute GB/s with
+``benchmarks/ps_throughput.py``'s ``ps`` column.
+
+Run:  python benchmarks/ps_work_bound.py [--sizes 5,100] [--runs 3] [--repeats 15]
 """
+
+from __future__ import annotations
+
+import argparse
 import multiprocessing as mp
 import socket
 import statistics
@@ -21,69 +30,138 @@ import time
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 CHUNK = 2 << 20
 KEY = AESGCM(bytes(range(32)))  # the same in every process, whatever the start method
-IV = bytes(12)  # one-time keys in shipyard.ps; a fixed key is fine for timing
-def gmac(buf): return KEY.encrypt(IV, b"", memoryview(buf).cast("B"))  # GHASH over the buffer as AAD
-def recv_into(conn, view):
+IV = bytes(12)
+HEAD = struct.Struct("<II16s")  # chunk length, chunk index, GMAC tag (zeros when echoing)
+
+
+def gmac(buf: np.ndarray) -> bytes:
+    """GCM's tag with the buffer as additional data and no plaintext."""
+    return KEY.encrypt(IV, b"", memoryview(buf).cast("B"))
+
+
+def recv_into(conn: socket.socket, view: memoryview) -> None:
     while len(view):
-        n = conn.recv_into(view); view = view[n:]
-def shard(port_q, work):
-    ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(1); port_q.put(ls.getsockname()[1])
-    conn, _ = ls.accept(); conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    params = {}
-    hdr = bytearray(4 + 16)
+        n = conn.recv_into(view)
+        if not n:
+            raise ConnectionError("peer closed")
+        view = view[n:]
+
+
+def shard(port_q: mp.Queue, work: bool) -> None:
+    """Answer chunks until a zero length arrives: echo them, or verify, update, sign."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port_q.put(listener.getsockname()[1])
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    params: dict[int, np.ndarray] = {}
+    scratch: dict[int, np.ndarray] = {}
+    inbox: dict[int, np.ndarray] = {}
+    head = bytearray(HEAD.size)
     while True:
-        try: recv_into(conn, memoryview(hdr))
-        except Exception: return
-        (n,) = struct.unpack_from("<I", hdr)
-        if n == 0: return
-        g = np.empty(n // 4, np.float32); recv_into(conn, memoryview(g).cast("B"))
+        recv_into(conn, memoryview(head))
+        n, index, tag = HEAD.unpack(head)
+        if n == 0:
+            return
+        grad = inbox.setdefault(n, np.empty(n // 4, np.float32))  # reused, as shipyard.ps's
+        recv_into(conn, memoryview(grad).cast("B"))                 # tuned malloc reuses
+        if not work:
+            conn.sendall(head)
+            conn.sendall(memoryview(grad).cast("B"))
+            continue
+        if gmac(grad) != tag:
+            raise RuntimeError("MAC mismatch")
+        param = params.get(index)
+        if param is None:  # the first step initializes, as INIT does
+            param = params[index] = grad.copy()
+        tmp = scratch.setdefault(n, np.empty(n // 4, np.float32))
+        np.multiply(grad, -0.0, out=tmp)  # SGD, lr 0: the same two passes as shipyard.ps
+        param += tmp
+        conn.sendall(HEAD.pack(n, index, gmac(param)))
+        conn.sendall(memoryview(param).cast("B"))
+
+
+def _one_shard(conn: socket.socket, data: np.ndarray, out: np.ndarray,
+               chunks: list[tuple[int, int]], work: bool) -> None:
+    """Send this shard's chunks from a thread while receiving the answers here."""
+    def sender() -> None:
+        for index, (a, b) in enumerate(chunks):
+            piece = data[a:b]
+            conn.sendall(HEAD.pack(piece.nbytes, index, gmac(piece) if work else bytes(16)))
+            conn.sendall(memoryview(piece).cast("B"))
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    head = bytearray(HEAD.size)
+    buf = np.empty(CHUNK // 4, np.float32)
+    for a, b in chunks:
+        recv_into(conn, memoryview(head))
+        piece = buf[:b - a]
+        recv_into(conn, memoryview(piece).cast("B"))
         if work:
-            if gmac(g) != bytes(hdr[4:]):
+            if gmac(piece) != HEAD.unpack(head)[2]:
                 raise RuntimeError("MAC mismatch")
-            p = params.get(n)
-            if p is None: p = params[n] = np.zeros(n // 4, np.float32)
-            tmp = np.multiply(g, -0.0); p += tmp
-            tag = gmac(p); conn.sendall(struct.pack("<I", n) + tag); conn.sendall(memoryview(p).cast("B"))
-        else:
-            conn.sendall(bytes(hdr)); conn.sendall(memoryview(g).cast("B"))
-def run(total, work, repeats):
-    qs = [mp.Queue() for _ in range(2)]
-    procs = [mp.Process(target=shard, args=(q, work), daemon=True) for q in qs]
-    for p in procs: p.start()
+            np.copyto(out[a:b], piece)
+    thread.join()
+
+
+def run(total_bytes: int, work: bool, repeats: int) -> float:
+    """Median GB/s (both directions) of ``repeats`` steps over two fresh shards."""
+    queues = [mp.Queue() for _ in range(2)]
+    procs = [mp.Process(target=shard, args=(q, work), daemon=True) for q in queues]
+    for p in procs:
+        p.start()
     conns = []
-    for q in qs:
-        c = socket.create_connection(("127.0.0.1", q.get())); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1); conns.append(c)
-    data = np.random.rand(total // 4).astype(np.float32); out = np.empty_like(data)
-    chunks = [(i, min(i + CHUNK // 4, len(data))) for i in range(0, len(data), CHUNK // 4)]
-    per = [chunks[0::2], chunks[1::2]]
-    def step():
-        def one(conn, cs):
-            def sender():
-                for a, b in cs:
-                    v = data[a:b]; tag = gmac(v) if work else bytes(16)
-                    conn.sendall(struct.pack("<I", v.nbytes) + tag); conn.sendall(memoryview(v).cast("B"))
-            t = threading.Thread(target=sender); t.start()
-            hdr = bytearray(20); buf = np.empty(CHUNK // 4, np.float32)
-            for a, b in cs:
-                recv_into(conn, memoryview(hdr)); v = buf[:b - a]; recv_into(conn, memoryview(v).cast("B"))
-                if work:
-                    if gmac(v) != bytes(hdr[4:]):
-                        raise RuntimeError("MAC mismatch")
-                    np.copyto(out[a:b], v)
+    for q in queues:
+        c = socket.create_connection(("127.0.0.1", q.get()))
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conns.append(c)
+    data = np.random.default_rng(0).random(total_bytes // 4, dtype=np.float32)
+    out = np.empty_like(data)
+    step_items = CHUNK // 4
+    chunks = [(i, min(i + step_items, len(data))) for i in range(0, len(data), step_items)]
+    shares = [chunks[0::2], chunks[1::2]]
+
+    def step() -> float:
+        threads = [threading.Thread(target=_one_shard, args=(c, data, out, s, work))
+                   for c, s in zip(conns, shares)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
             t.join()
-        ts = [threading.Thread(target=one, args=(c, cs)) for c, cs in zip(conns, per)]
-        t0 = time.perf_counter()
-        for t in ts: t.start()
-        for t in ts: t.join()
-        return time.perf_counter() - t0
-    for _ in range(2): step()
+        return time.perf_counter() - start
+
+    for _ in range(2):
+        step()
     times = [step() for _ in range(repeats)]
-    for c in conns: c.sendall(struct.pack("<I", 0) + bytes(16)); c.close()
-    return 2 * total / statistics.median(times) / 1e9
+    for c in conns:
+        c.sendall(HEAD.pack(0, 0, bytes(16)))
+        c.close()
+    for p in procs:
+        p.join(10)
+    if work and not np.array_equal(out, data):
+        raise RuntimeError("lr 0: values must come back unchanged")
+    return 2 * total_bytes / statistics.median(times) / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="5,100", help="model sizes in MB")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+    for mb in (int(s) for s in args.sizes.split(",")):
+        for _ in range(args.runs):
+            plain = run(mb * 1_000_000, False, args.repeats)
+            worked = run(mb * 1_000_000, True, args.repeats)
+            print(f"{mb} MB: raw echo {plain:.2f} GB/s, raw + ps work {worked:.2f} GB/s, "
+                  f"ratio {worked / plain:.2f}", flush=True)
+
+
 if __name__ == "__main__":
-    for mb in (5, 100):
-        for _ in range(3):
-            plain = run(mb * 1_000_000, False, 15); worked = run(mb * 1_000_000, True, 15)
-            print(f"{mb} MB: raw echo {plain:.2f} GB/s, raw + ps work {worked:.2f} GB/s, ratio {worked/plain:.2f}", flush=True)
+    main()
