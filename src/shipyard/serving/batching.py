@@ -68,23 +68,18 @@ class DirectRunner:
         the first time) on the model thread, timed either way."""
         key = (id(servable), signature)
         last = self._last.get(key)
-        start = time.perf_counter()
-        try:
-            if last is not None and last <= INLINE_MAX_SECONDS:
-                return servable.run(signature, inputs)
-            if self._thread is None:
-                self._thread = ThreadPoolExecutor(1, thread_name_prefix="model")
-            return await asyncio.get_running_loop().run_in_executor(
-                self._thread, _timed, servable.run, signature, inputs, self._last, key)
-        finally:
-            if last is not None and last <= INLINE_MAX_SECONDS:
-                self._last[key] = time.perf_counter() - start
+        if last is not None and last <= INLINE_MAX_SECONDS:
+            return _timed(servable.run, signature, inputs, self._last, key)
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="model")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, _timed, servable.run, signature, inputs, self._last, key)
 
 
 def _timed(fn: Callable[[str, Arrays], Arrays], signature: str, inputs: Arrays,
            record: dict[tuple[int, str], float], key: tuple[int, str]) -> Arrays:
-    """``fn(signature, inputs)`` on the model thread, its duration recorded (the call's
-    own time, not the wait for the thread)."""
+    """``fn(signature, inputs)``, its duration recorded in ``record[key]`` (on the model
+    thread: the call's own time, not the wait for the thread)."""
     start = time.perf_counter()
     try:
         return fn(signature, inputs)
