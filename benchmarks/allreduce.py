@@ -39,7 +39,9 @@ def _relaunch(args) -> int:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
     from shipyard.agent.runners import mpi_command
 
-    cmd = mpi_command.mpirun_command([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], args.np)
+    cmd = mpi_command.mpirun_command(
+        [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], args.np
+    )
     env = mpi_command.launcher_env()
     env.setdefault("OMP_NUM_THREADS", "1")
     print("$ " + " ".join(cmd), flush=True)
@@ -65,7 +67,9 @@ def part1(hvd, MPI, comm, sizes_mib, repeats):
         out = None
         for it in range(reps + 2):
             k = it % len(VARIANTS)
-            for name in VARIANTS[k:] + VARIANTS[:k]:  # rotate the order: no variant always runs first
+            for name in (
+                VARIANTS[k:] + VARIANTS[:k]
+            ):  # rotate the order: no variant always runs first
                 x.fill(1.0)
                 out = None
                 comm.Barrier()
@@ -88,13 +92,15 @@ def part1(hvd, MPI, comm, sizes_mib, repeats):
                     assert out[0] == n
         med = {k: _median_ms(v) for k, v in times.items()}
         busbw = {k: (mib * MiB / (v / 1e3)) * 2 * (n - 1) / n / 1e9 for k, v in med.items()}
-        rows.append({
-            "MiB": mib,
-            "median_ms": med,
-            "busbw_GBps": busbw,
-            "ratio_inplace": busbw["hvd_inplace"] / busbw["raw_inplace"],
-            "ratio_new_output": busbw["hvd_out"] / busbw["raw_fresh"],
-        })
+        rows.append(
+            {
+                "MiB": mib,
+                "median_ms": med,
+                "busbw_GBps": busbw,
+                "ratio_inplace": busbw["hvd_inplace"] / busbw["raw_inplace"],
+                "ratio_new_output": busbw["hvd_out"] / busbw["raw_fresh"],
+            }
+        )
     return rows
 
 
@@ -105,7 +111,7 @@ def latency(hvd, MPI, comm, repeats=2000):
     x = np.ones(1, np.float32)
     times = {"raw": [], "hvd": []}
     for it in range(repeats):
-        for name in (("raw", "hvd") if it % 2 else ("hvd", "raw")):
+        for name in ("raw", "hvd") if it % 2 else ("hvd", "raw"):
             comm.Barrier()
             t = time.perf_counter()
             if name == "raw":
@@ -125,7 +131,7 @@ def part2(comm, repeats):
 
     torch.set_num_threads(1)
     small = [torch.ones(12800) for _ in range(100)]  # 100 x 50 KB (float32)
-    big = torch.ones(1_280_000)                        # 5 MB
+    big = torch.ones(1_280_000)  # 5 MB
     res = {}
 
     g_times, s_times = [], []
@@ -162,8 +168,8 @@ def part2(comm, repeats):
     cases = {
         "optimizer_100x50KB": make([(12800,)] * 100, True),
         "optimizer_1x5MB": make([(1_280_000,)], True),
-        "plain_100x50KB": make([(12800,)] * 100, False),   # same step, no communication: the
-        "plain_1x5MB": make([(1_280_000,)], False),         # cost of 100 small tensors in torch itself
+        "plain_100x50KB": make([(12800,)] * 100, False),  # same step, no communication: the
+        "plain_1x5MB": make([(1_280_000,)], False),  # cost of 100 small tensors in torch itself
     }
     times = {k: [] for k in cases}
     names = list(cases)
@@ -180,14 +186,17 @@ def part2(comm, repeats):
         res[k + "_ms"] = _median_ms(v)
     res["optimizer_ratio"] = res["optimizer_100x50KB_ms"] / res["optimizer_1x5MB_ms"]
     res["plain_ratio"] = res["plain_100x50KB_ms"] / res["plain_1x5MB_ms"]
-    res["comm_overhead_ratio"] = ((res["optimizer_100x50KB_ms"] - res["plain_100x50KB_ms"])
-                                  / max(res["optimizer_1x5MB_ms"] - res["plain_1x5MB_ms"], 1e-9))
+    res["comm_overhead_ratio"] = (res["optimizer_100x50KB_ms"] - res["plain_100x50KB_ms"]) / max(
+        res["optimizer_1x5MB_ms"] - res["plain_1x5MB_ms"], 1e-9
+    )
     res["optimizer_buckets_100x50KB"] = len(cases["optimizer_100x50KB"][2]._hvd_buckets)
     return res
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--sizes", default="1,16,64", help="MiB, comma separated")
     ap.add_argument("--repeats", type=int, default=21)
@@ -208,37 +217,57 @@ def main() -> int:
     fusion = part2(comm, args.repeats)
     if r == 0:
         n = comm.Get_size()
-        print(f"\nallreduce, {n} ranks, float32, op=Sum; busbw = S/t x 2(n-1)/n; medians of interleaved runs")
+        print(
+            f"\nallreduce, {n} ranks, float32, op=Sum; busbw = S/t x 2(n-1)/n; medians of interleaved runs"
+        )
         print("in place : hvd.allreduce_(x)  vs comm.Allreduce(MPI.IN_PLACE, x)")
         print("new array: hvd.allreduce(x)   vs out=np.empty_like(x); comm.Allreduce(x, out)")
-        print(f"{'MiB':>4} | {'raw in-place':>20} {'hvd in-place':>20} {'ratio':>5} | {'raw new array':>20} "
-              f"{'hvd new array':>20} {'ratio':>5} | {'raw Allreduce(x,y), y reused':>28}")
-        print(f"   4 B | raw {lat['raw']:.1f} us, hvd {lat['hvd']:.1f} us: fixed cost per call "
-              f"{lat['hvd'] - lat['raw']:.1f} us (negotiation + Python)")
+        print(
+            f"{'MiB':>4} | {'raw in-place':>20} {'hvd in-place':>20} {'ratio':>5} | {'raw new array':>20} "
+            f"{'hvd new array':>20} {'ratio':>5} | {'raw Allreduce(x,y), y reused':>28}"
+        )
+        print(
+            f"   4 B | raw {lat['raw']:.1f} us, hvd {lat['hvd']:.1f} us: fixed cost per call "
+            f"{lat['hvd'] - lat['raw']:.1f} us (negotiation + Python)"
+        )
         for row in rows:
             b, m = row["busbw_GBps"], row["median_ms"]
 
             def cell(k, b=b, m=m):
                 return f"{b[k]:6.2f} GB/s {m[k]:7.2f} ms"
 
-            print(f"{row['MiB']:>4} | {cell('raw_inplace'):>20} {cell('hvd_inplace'):>20} {row['ratio_inplace']:5.2f} | "
-                  f"{cell('raw_fresh'):>20} {cell('hvd_out'):>20} {row['ratio_new_output']:5.2f} | "
-                  f"{cell('raw_prealloc'):>28}")
+            print(
+                f"{row['MiB']:>4} | {cell('raw_inplace'):>20} {cell('hvd_inplace'):>20} {row['ratio_inplace']:5.2f} | "
+                f"{cell('raw_fresh'):>20} {cell('hvd_out'):>20} {row['ratio_new_output']:5.2f} | "
+                f"{cell('raw_prealloc'):>28}"
+            )
         if fusion:
-            print("\nfusion: 100 x 50 KB vs 1 x 5 MB (float32, op=Sum for collectives, Average in the optimizer)")
-            print(f"  grouped_allreduce {fusion['grouped_100x50KB_ms']:.2f} ms vs allreduce {fusion['single_5MB_ms']:.2f} ms"
-                  f"  -> {fusion['grouped_ratio']:.2f}x")
-            print(f"  DistributedOptimizer step (zero_grad+backward+step) {fusion['optimizer_100x50KB_ms']:.2f} ms "
-                  f"({fusion['optimizer_buckets_100x50KB']} buckets) vs {fusion['optimizer_1x5MB_ms']:.2f} ms"
-                  f"  -> {fusion['optimizer_ratio']:.2f}x")
-            print(f"  same steps with the plain optimizer (no communication): {fusion['plain_100x50KB_ms']:.2f} ms vs "
-                  f"{fusion['plain_1x5MB_ms']:.2f} ms -> {fusion['plain_ratio']:.2f}x;"
-                  f" communication overhead ratio {fusion['comm_overhead_ratio']:.2f}x")
+            print(
+                "\nfusion: 100 x 50 KB vs 1 x 5 MB (float32, op=Sum for collectives, Average in the optimizer)"
+            )
+            print(
+                f"  grouped_allreduce {fusion['grouped_100x50KB_ms']:.2f} ms vs allreduce {fusion['single_5MB_ms']:.2f} ms"
+                f"  -> {fusion['grouped_ratio']:.2f}x"
+            )
+            print(
+                f"  DistributedOptimizer step (zero_grad+backward+step) {fusion['optimizer_100x50KB_ms']:.2f} ms "
+                f"({fusion['optimizer_buckets_100x50KB']} buckets) vs {fusion['optimizer_1x5MB_ms']:.2f} ms"
+                f"  -> {fusion['optimizer_ratio']:.2f}x"
+            )
+            print(
+                f"  same steps with the plain optimizer (no communication): {fusion['plain_100x50KB_ms']:.2f} ms vs "
+                f"{fusion['plain_1x5MB_ms']:.2f} ms -> {fusion['plain_ratio']:.2f}x;"
+                f" communication overhead ratio {fusion['comm_overhead_ratio']:.2f}x"
+            )
         else:
             print("\nfusion: skipped (torch not installed)")
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"ranks": n, "latency_us": lat, "allreduce": rows, "fusion": fusion}, fh, indent=2)
+                json.dump(
+                    {"ranks": n, "latency_us": lat, "allreduce": rows, "fusion": fusion},
+                    fh,
+                    indent=2,
+                )
     hvd.shutdown()
     return 0
 

@@ -24,7 +24,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch", "ddp_cnn.py")
 
-BENCH_SCRIPT = r'''
+BENCH_SCRIPT = r"""
 import argparse, json, os, time
 import torch, torch.distributed as dist
 from torch import nn
@@ -61,18 +61,23 @@ if rank == 0:
 # exception"): drop it, then destroy the group.
 del model, opt
 dist.destroy_process_group()
-'''
+"""
 
 
 def run_job(session, src: str, nproc: int, steps: int, batch: int, name: str) -> float:
     import shipyard
 
-    est = shipyard.PyTorch(entry_point="bench.py", source_dir=src, instance_count=1,
-                           instance_type="local", framework_version="2.13", py_version="py311",
-                           hyperparameters={"steps": steps, "batch": batch},
-                           distribution={"torch_distributed": {"enabled": True,
-                                                               "processes_per_host": nproc}},
-                           session=session)
+    est = shipyard.PyTorch(
+        entry_point="bench.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        hyperparameters={"steps": steps, "batch": batch},
+        distribution={"torch_distributed": {"enabled": True, "processes_per_host": nproc}},
+        session=session,
+    )
     est.fit(job_name=name, logs=False)
     job_dir = est.latest_training_job.describe()["Shipyard"]["JobDir"]
     with open(os.path.join(job_dir, "instances", "algo-1", "output", "data", "bench.json")) as fh:
@@ -100,14 +105,15 @@ def main() -> int:
             for nproc in (1, 2):
                 ips = run_job(session, src, nproc, args.steps, args.batch, f"scale-{r}-{nproc}")
                 results[nproc].append(ips)
-                print(f"round {r}: {nproc} process(es) x 1 thread: {ips:8.0f} images/s",
-                      flush=True)
+                print(f"round {r}: {nproc} process(es) x 1 thread: {ips:8.0f} images/s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     one, two = statistics.median(results[1]), statistics.median(results[2])
-    print(f"median 1 x 1: {one:.0f} images/s; 2 x 1: {two:.0f} images/s; "
-          f"ratio {two / one:.2f} (scaling efficiency {two / one / 2:.0%}); "
-          f"batch {args.batch}/rank, {args.steps} timed steps, {os.cpu_count()} CPUs")
+    print(
+        f"median 1 x 1: {one:.0f} images/s; 2 x 1: {two:.0f} images/s; "
+        f"ratio {two / one:.2f} (scaling efficiency {two / one / 2:.0%}); "
+        f"batch {args.batch}/rank, {args.steps} timed steps, {os.cpu_count()} CPUs"
+    )
     return 0
 
 

@@ -87,14 +87,21 @@ if hvd.rank() == 0:
 '''
 
 
-def run_job(session, src: str, instances: int, steps: int, batch: int, name: str, comm: bool = True) -> dict:
+def run_job(
+    session, src: str, instances: int, steps: int, batch: int, name: str, comm: bool = True
+) -> dict:
     import shipyard
 
-    est = shipyard.PyTorch(entry_point="bench.py", source_dir=src, instance_count=instances,
-                           instance_type="local",
-                           hyperparameters={"steps": steps, "batch": batch, "comm": int(comm)},
-                           distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
-                           environment={"OMP_NUM_THREADS": "1"}, session=session)
+    est = shipyard.PyTorch(
+        entry_point="bench.py",
+        source_dir=src,
+        instance_count=instances,
+        instance_type="local",
+        hyperparameters={"steps": steps, "batch": batch, "comm": int(comm)},
+        distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
+        environment={"OMP_NUM_THREADS": "1"},
+        session=session,
+    )
     est.fit(job_name=name, logs=False)
     job_dir = est.latest_training_job.describe()["Shipyard"]["JobDir"]
     with open(os.path.join(job_dir, "instances", "algo-1", "output", "data", "bench.json")) as fh:
@@ -126,34 +133,58 @@ def main() -> int:
         for rnd in range(args.rounds):
             order = (1, 2, 0) if rnd % 2 == 0 else (0, 2, 1)
             for n in order:
-                out = run_job(session, src, 2 if n == 0 else n, args.steps, args.batch,
-                              f"hvd-scaling-{rnd}-{n}", comm=n != 0)
+                out = run_job(
+                    session,
+                    src,
+                    2 if n == 0 else n,
+                    args.steps,
+                    args.batch,
+                    f"hvd-scaling-{rnd}-{n}",
+                    comm=n != 0,
+                )
                 params = out["params"]
                 results[n].append(out["images_per_s"])
                 per_cpu[n].append(out["images_per_cpu_s"])
-                print(f"round {rnd + 1}: {label[n]}: {out['images_per_s']:8.1f} images/s, "
-                      f"{out['images_per_cpu_s']:8.1f} images per CPU-second", flush=True)
+                print(
+                    f"round {rnd + 1}: {label[n]}: {out['images_per_s']:8.1f} images/s, "
+                    f"{out['images_per_cpu_s']:8.1f} images per CPU-second",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(home, ignore_errors=True)
     one, two = statistics.median(results[1]), statistics.median(results[2])
     ratio = two / one
-    print(f"\ntutorial CNN ({params / 1e6:.2f} M parameters), batch {args.batch} per rank, "
-          f"{args.steps} timed steps, medians of {args.rounds} rounds")
+    print(
+        f"\ntutorial CNN ({params / 1e6:.2f} M parameters), batch {args.batch} per rank, "
+        f"{args.steps} timed steps, medians of {args.rounds} rounds"
+    )
     print(f"1 rank  x 1 thread: {one:8.1f} images/s")
     print(f"2 ranks x 1 thread: {two:8.1f} images/s")
     print(f"ratio {ratio:.2f}x (goal >= 1.8x; scaling efficiency {ratio / 2:.0%})")
     alone = statistics.median(results[0])
-    print(f"2 ranks without communication: {alone:8.1f} images/s: this machine's own 2-process "
-          f"limit is {alone / one:.2f}x; Horovod reaches {two / alone:.0%} of it")
+    print(
+        f"2 ranks without communication: {alone:8.1f} images/s: this machine's own 2-process "
+        f"limit is {alone / one:.2f}x; Horovod reaches {two / alone:.0%} of it"
+    )
     cpu = {n: statistics.median(v) for n, v in per_cpu.items()}
-    print(f"images per CPU-second: {cpu[1]:.1f} (1 rank), {cpu[2]:.1f} (2 ranks), {cpu[0]:.1f} (2 ranks, "
-          f"no communication): communication costs {cpu[0] / cpu[2]:.2f}x the CPU per image "
-          "(unlike images/s this holds on a busy machine)")
+    print(
+        f"images per CPU-second: {cpu[1]:.1f} (1 rank), {cpu[2]:.1f} (2 ranks), {cpu[0]:.1f} (2 ranks, "
+        f"no communication): communication costs {cpu[0] / cpu[2]:.2f}x the CPU per image "
+        "(unlike images/s this holds on a busy machine)"
+    )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"images_per_s": results, "images_per_cpu_s": per_cpu, "ratio": ratio,
-                       "batch": args.batch,
-                       "steps": args.steps}, fh, indent=1)
+            json.dump(
+                {
+                    "images_per_s": results,
+                    "images_per_cpu_s": per_cpu,
+                    "ratio": ratio,
+                    "batch": args.batch,
+                    "steps": args.steps,
+                },
+                fh,
+                indent=1,
+            )
     return 0
 
 

@@ -41,8 +41,10 @@ def start_ray_cluster(nodes: int):
     """A multi-node Ray cluster on this machine: each node on its own loopback IP."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "node_ip_address": "127.0.0.30", "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.30", "include_dashboard": False},
+    )
     for i in range(nodes):
         cluster.add_node(num_cpus=1, node_ip_address=f"127.0.0.{31 + i}")
     cluster.wait_for_nodes()
@@ -59,8 +61,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--instances", type=int, default=4)
-    parser.add_argument("--backends", default="local",
-                        help="comma-separated: local, ray (ray starts a local cluster)")
+    parser.add_argument(
+        "--backends",
+        default="local",
+        help="comma-separated: local, ray (ray starts a local cluster)",
+    )
     args = parser.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     cluster = start_ray_cluster(args.instances) if "ray" in backends else None
@@ -74,11 +79,13 @@ def main() -> None:
             env = dict(os.environ)
             jobs = {}
             for backend in backends:
-                extra = (f", backend='ray', address={cluster.address!r}"
-                         if backend == "ray" else "")
+                extra = f", backend='ray', address={cluster.address!r}" if backend == "ray" else ""
                 home = os.path.join(tmp, "home-" + backend)
-                jobs[backend] = [sys.executable, "-c", JOB.format(src=src, n=args.instances,
-                                                                  home=home, extra=extra)]
+                jobs[backend] = [
+                    sys.executable,
+                    "-c",
+                    JOB.format(src=src, n=args.instances, home=home, extra=extra),
+                ]
             plain = [sys.executable, noop]
             for cmd in [*jobs.values(), plain]:
                 timed(cmd, env)  # warm the page cache (and Ray's worker pool)
@@ -93,15 +100,19 @@ def main() -> None:
     base = report("python noop.py:", times["plain"])
     medians = {}
     for backend in backends:
-        medians[backend] = report(f"{args.instances}-instance no-op job ({backend}):",
-                                  times[backend])
-        print(f"  launch overhead ({backend}, difference of medians): "
-              f"{medians[backend] - base:.3f} s" + ("  (goal < 1.0 s)" if backend == "local"
-                                                    else ""))
+        medians[backend] = report(
+            f"{args.instances}-instance no-op job ({backend}):", times[backend]
+        )
+        print(
+            f"  launch overhead ({backend}, difference of medians): "
+            f"{medians[backend] - base:.3f} s" + ("  (goal < 1.0 s)" if backend == "local" else "")
+        )
         print(f"  ratio job/noop ({backend}): {medians[backend] / base:.1f}x")
     if "local" in medians and "ray" in medians:
-        print(f"ray/local (medians): {medians['ray'] / medians['local']:.2f}x over "
-              f"{args.runs} runs, {args.runs} interleaved pairs")
+        print(
+            f"ray/local (medians): {medians['ray'] / medians['local']:.2f}x over "
+            f"{args.runs} runs, {args.runs} interleaved pairs"
+        )
 
 
 if __name__ == "__main__":

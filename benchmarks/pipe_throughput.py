@@ -38,10 +38,16 @@ def cifar_tfrecord(path: str, megabytes: int) -> int:
     with tf.io.TFRecordWriter(path) as writer:
         images = rng.integers(0, 256, size=(1000, 32 * 32 * 3), dtype=np.uint8)
         for i in range(n):
-            example = tf.train.Example(features=tf.train.Features(feature={
-                "image": tf.train.Feature(bytes_list=tf.train.BytesList(
-                    value=[images[i % 1000].tobytes()])),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10]))}))
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "image": tf.train.Feature(
+                            bytes_list=tf.train.BytesList(value=[images[i % 1000].tobytes()])
+                        ),
+                        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10])),
+                    }
+                )
+            )
             writer.write(example.SerializeToString())
     return n
 
@@ -49,8 +55,11 @@ def cifar_tfrecord(path: str, megabytes: int) -> int:
 def drain(ds) -> int:
     import tensorflow as tf
 
-    return int(ds.reduce(tf.constant(0, tf.int64),
-                         lambda acc, x: acc + tf.cast(tf.strings.length(x), tf.int64)))
+    return int(
+        ds.reduce(
+            tf.constant(0, tf.int64), lambda acc, x: acc + tf.cast(tf.strings.length(x), tf.int64)
+        )
+    )
 
 
 def bench_pipe(megabytes: int, runs: int, work: str) -> dict:
@@ -67,16 +76,34 @@ def bench_pipe(megabytes: int, runs: int, work: str) -> dict:
     for d in ("input/config", "input/data"):
         os.makedirs(os.path.join(base, d))
     with open(os.path.join(base, "input/config/inputdataconfig.json"), "w") as fh:
-        json.dump({"train": {"TrainingInputMode": "Pipe", "S3DistributionType":
-                             "FullyReplicated", "RecordWrapperType": "None"}}, fh)
-    source = ChannelSource("train", data_dir, "Pipe", ["algo-1"], "algo-1",
-                           {"TrainingInputMode": "Pipe"})
+        json.dump(
+            {
+                "train": {
+                    "TrainingInputMode": "Pipe",
+                    "S3DistributionType": "FullyReplicated",
+                    "RecordWrapperType": "None",
+                }
+            },
+            fh,
+        )
+    source = ChannelSource(
+        "train", data_dir, "Pipe", ["algo-1"], "algo-1", {"TrainingInputMode": "Pipe"}
+    )
     spec = os.path.join(work, "pipe-train.json")
     with open(spec, "w") as fh:
         fh.write(source.to_json())
-    feeder = subprocess.Popen([sys.executable, "-m", "shipyard.agent.channels.feeder",
-                               "--source", spec, "--input-data",
-                               os.path.join(base, "input/data")], stdout=subprocess.DEVNULL)
+    feeder = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shipyard.agent.channels.feeder",
+            "--source",
+            spec,
+            "--input-data",
+            os.path.join(base, "input/data"),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     os.environ["SAGEMAKER_BASE_DIR"] = base
     direct, piped = [], []
     try:
@@ -96,8 +123,15 @@ def bench_pipe(megabytes: int, runs: int, work: str) -> dict:
         feeder.terminate()
         feeder.wait()
     d, p = statistics.median(direct), statistics.median(piped)
-    return {"records": records, "record_mb": nbytes / 1e6, "direct_mb_s": d, "pipe_mb_s": p,
-            "ratio": p / d, "direct_runs": direct, "pipe_runs": piped}
+    return {
+        "records": records,
+        "record_mb": nbytes / 1e6,
+        "direct_mb_s": d,
+        "pipe_mb_s": p,
+        "ratio": p / d,
+        "direct_runs": direct,
+        "pipe_runs": piped,
+    }
 
 
 def free_port() -> int:
@@ -113,12 +147,24 @@ def bench_staging(megabytes: int, runs: int, work: str) -> dict:
     from shipyard.agent.channels.file import download_objects
 
     port = free_port()
-    server = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"),
-                               "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "moto_server"),
+            "-H",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     endpoint = f"http://127.0.0.1:{port}"
-    os.environ.update(AWS_ENDPOINT_URL_S3=endpoint, AWS_ACCESS_KEY_ID="bench",
-                      AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1")
+    os.environ.update(
+        AWS_ENDPOINT_URL_S3=endpoint,
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_REGION="us-east-1",
+    )
     try:
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         for _ in range(100):
@@ -152,9 +198,17 @@ def bench_staging(megabytes: int, runs: int, work: str) -> dict:
         server.wait()
     total = sum(o.size for o in objects) / 1e6
     o, p = statistics.median(ours), statistics.median(plain)
-    return {"mb": total, "objects": len(objects), "shipyard_s": o, "boto3_s": p,
-            "shipyard_mb_s": total / o, "boto3_mb_s": total / p, "speedup": p / o,
-            "shipyard_runs": ours, "boto3_runs": plain}
+    return {
+        "mb": total,
+        "objects": len(objects),
+        "shipyard_s": o,
+        "boto3_s": p,
+        "shipyard_mb_s": total / o,
+        "boto3_mb_s": total / p,
+        "speedup": p / o,
+        "shipyard_runs": ours,
+        "boto3_runs": plain,
+    }
 
 
 def main() -> None:
@@ -166,16 +220,20 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="shipyard-pipe-bench-")
     try:
         pipe = bench_pipe(args.pipe_mb, args.runs, os.path.join(work, "pipe"))
-        print(f"Pipe -> PipeModeDataset: {pipe['pipe_mb_s']:.0f} MB/s vs TFRecordDataset on "
-              f"the file: {pipe['direct_mb_s']:.0f} MB/s -> ratio {pipe['ratio']:.2f} "
-              f"(goal >= 0.5; {pipe['records']} records, {pipe['record_mb']:.0f} MB, medians "
-              f"of {args.runs})")
+        print(
+            f"Pipe -> PipeModeDataset: {pipe['pipe_mb_s']:.0f} MB/s vs TFRecordDataset on "
+            f"the file: {pipe['direct_mb_s']:.0f} MB/s -> ratio {pipe['ratio']:.2f} "
+            f"(goal >= 0.5; {pipe['records']} records, {pipe['record_mb']:.0f} MB, medians "
+            f"of {args.runs})"
+        )
         stage = bench_staging(args.stage_mb, args.runs, os.path.join(work, "stage"))
-        print(f"File staging of {stage['mb']:.0f} MB ({stage['objects']} objects) from "
-              f"loopback S3: shipyard {stage['shipyard_s']:.2f} s "
-              f"({stage['shipyard_mb_s']:.0f} MB/s) vs plain boto3 download_file loop "
-              f"{stage['boto3_s']:.2f} s ({stage['boto3_mb_s']:.0f} MB/s) -> "
-              f"{stage['speedup']:.2f}x")
+        print(
+            f"File staging of {stage['mb']:.0f} MB ({stage['objects']} objects) from "
+            f"loopback S3: shipyard {stage['shipyard_s']:.2f} s "
+            f"({stage['shipyard_mb_s']:.0f} MB/s) vs plain boto3 download_file loop "
+            f"{stage['boto3_s']:.2f} s ({stage['boto3_mb_s']:.0f} MB/s) -> "
+            f"{stage['speedup']:.2f}x"
+        )
         print(json.dumps({"pipe": pipe, "staging": stage}, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -55,9 +55,18 @@ def cnn_model() -> dict[str, np.ndarray]:
     """The tutorial Keras CIFAR-10 CNN (conv32 same, conv32, pool, conv64 same, conv64, pool,
     dense512, dense10): 1,250,858 float32 parameters, 5.0 MB."""
     shapes = {
-        "conv1.weight": (32, 3, 3, 3), "conv1.bias": (32,), "conv2.weight": (32, 32, 3, 3), "conv2.bias": (32,),
-        "conv3.weight": (64, 32, 3, 3), "conv3.bias": (64,), "conv4.weight": (64, 64, 3, 3), "conv4.bias": (64,),
-        "dense1.weight": (512, 2304), "dense1.bias": (512,), "dense2.weight": (10, 512), "dense2.bias": (10,),
+        "conv1.weight": (32, 3, 3, 3),
+        "conv1.bias": (32,),
+        "conv2.weight": (32, 32, 3, 3),
+        "conv2.bias": (32,),
+        "conv3.weight": (64, 32, 3, 3),
+        "conv3.bias": (64,),
+        "conv4.weight": (64, 64, 3, 3),
+        "conv4.bias": (64,),
+        "dense1.weight": (512, 2304),
+        "dense1.bias": (512,),
+        "dense2.weight": (10, 512),
+        "dense2.bias": (10,),
     }
     rng = np.random.default_rng(0)
     return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
@@ -113,7 +122,7 @@ def _echo_server(port_q: mp.Queue, mode: str) -> None:
             conn.sendall(view)
         else:
             for off in range(0, n, PIECE):
-                piece = view[off:off + PIECE]
+                piece = view[off : off + PIECE]
                 _recv_exact(conn, piece)
                 conn.sendall(piece)
 
@@ -124,7 +133,9 @@ class RawTcp:
     def __init__(self, mode: str) -> None:
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        self.procs = [ctx.Process(target=_echo_server, args=(q, mode), daemon=True) for _ in range(2)]
+        self.procs = [
+            ctx.Process(target=_echo_server, args=(q, mode), daemon=True) for _ in range(2)
+        ]
         for p in self.procs:
             p.start()
         self.conns = []
@@ -135,14 +146,18 @@ class RawTcp:
 
     def roundtrip(self, shares: list[memoryview], outs: list[memoryview]) -> float:
         def one(conn: socket.socket, data: memoryview, out: memoryview) -> None:
-            sender = threading.Thread(target=lambda: (conn.sendall(len(data).to_bytes(8, "little")),
-                                                      conn.sendall(data)))
+            sender = threading.Thread(
+                target=lambda: (conn.sendall(len(data).to_bytes(8, "little")), conn.sendall(data))
+            )
             sender.start()
             _recv_exact(conn, out)
             sender.join()
 
         t0 = time.perf_counter()
-        threads = [threading.Thread(target=one, args=(c, d, o)) for c, d, o in zip(self.conns, shares, outs)]
+        threads = [
+            threading.Thread(target=one, args=(c, d, o))
+            for c, d, o in zip(self.conns, shares, outs)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -157,14 +172,24 @@ class RawTcp:
 
 
 # ---------------------------------------------------------------------------------- driver
-def bench_size(mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
+def bench_size(
+    mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> dict:
     params = model_of(mb)
     nbytes = sum(v.nbytes for v in params.values())
-    shards = start_shards(2, SECRET, run_dir=os.path.join(run_dir, f"{mb}-{mac}"), checkpoint_interval=0)
+    shards = start_shards(
+        2, SECRET, run_dir=os.path.join(run_dir, f"{mb}-{mac}"), checkpoint_interval=0
+    )
     tcp = {m: RawTcp(m) for m in ("saf", "stream")}
     try:
-        client = PSClient([s.endpoint for s in shards], worker_id=0, secret=SECRET, heartbeat_interval=1.0,
-                          mac=mac, timeout=120)
+        client = PSClient(
+            [s.endpoint for s in shards],
+            worker_id=0,
+            secret=SECRET,
+            heartbeat_interval=1.0,
+            mac=mac,
+            timeout=120,
+        )
         client.register(params, {"name": "sgd", "lr": 0.0}, chunk_bytes=chunk_bytes)
         grads = {k: np.ones_like(v) for k, v in params.items()}
         outs = {k: np.empty_like(v) for k, v in params.items()}
@@ -172,7 +197,7 @@ def bench_size(mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int =
         blob = np.random.default_rng(1).integers(0, 255, nbytes, dtype=np.uint8)
         shares, offs = [], 0
         for b in shard_bytes:
-            shares.append(memoryview(blob[offs:offs + b]))
+            shares.append(memoryview(blob[offs : offs + b]))
             offs += b
         sink = [memoryview(bytearray(b)) for b in shard_bytes]
         times: dict[str, list[float]] = {"ps": [], "tcp-saf": [], "tcp-stream": []}
@@ -190,7 +215,9 @@ def bench_size(mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int =
         for k in params:
             assert np.array_equal(outs[k], params[k]), "lr=0: values must come back unchanged"
         # data messages per step (small tensors share one; a STATS request is one more)
-        messages = (sum(st["messages_in"] for st in client.shard_stats()) - messages_before - 2) / (repeats + 2)
+        messages = (sum(st["messages_in"] for st in client.shard_stats()) - messages_before - 2) / (
+            repeats + 2
+        )
         report = client.stats()
         client.close()
     finally:
@@ -201,8 +228,11 @@ def bench_size(mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int =
     gbps = {k: 2 * nbytes / v / 1e9 for k, v in med.items()}
     best_tcp = max(gbps["tcp-saf"], gbps["tcp-stream"])
     return {
-        "model_mb": round(nbytes / 1e6, 2), "mac": mac, "repeats": repeats,
-        "policy": report["policy"], "imbalance": report["imbalance"][report["policy"]],
+        "model_mb": round(nbytes / 1e6, 2),
+        "mac": mac,
+        "repeats": repeats,
+        "policy": report["policy"],
+        "imbalance": report["imbalance"][report["policy"]],
         "tensors_per_step": sum(len(kp.chunks) for kp in client.report.chosen.keys),
         "messages_per_step": round(messages, 2),
         "median_s": {k: round(v, 5) for k, v in med.items()},
@@ -216,9 +246,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="5,100", help="model sizes in MB (5 = the tutorial CNN)")
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--mac", default="all", help="aes-gmac | poly1305 | hmac-sha256 | blake3 | all (those installed)")
-    ap.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_BYTES / 2**20,
-                    help="placement chunk size (sliced policy) in MiB")
+    ap.add_argument(
+        "--mac",
+        default="all",
+        help="aes-gmac | poly1305 | hmac-sha256 | blake3 | all (those installed)",
+    )
+    ap.add_argument(
+        "--chunk-mb",
+        type=float,
+        default=DEFAULT_CHUNK_BYTES / 2**20,
+        help="placement chunk size (sliced policy) in MiB",
+    )
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args(argv)
     macs = wire.available_macs() if args.mac == "all" else [args.mac]
@@ -229,11 +267,13 @@ def main(argv=None) -> int:
                 r = bench_size(mb, mac, args.repeats, run_dir, int(args.chunk_mb * 2**20))
                 results.append(r)
                 g = r["GBps"]
-                print(f"{r['model_mb']:>7.2f} MB  mac={mac:<11} policy={r['policy']:<7} "
-                      f"{r['tensors_per_step']} tensors in {r['messages_per_step']:g} messages/step  "
-                      f"ps {g['ps']:.2f} GB/s | tcp-saf {g['tcp-saf']:.2f} | tcp-stream {g['tcp-stream']:.2f} "
-                      f"| ratio ps/best-tcp {r['ratio_vs_best_tcp']:.2f} (vs saf {r['ratio_vs_tcp_saf']:.2f})",
-                      flush=True)
+                print(
+                    f"{r['model_mb']:>7.2f} MB  mac={mac:<11} policy={r['policy']:<7} "
+                    f"{r['tensors_per_step']} tensors in {r['messages_per_step']:g} messages/step  "
+                    f"ps {g['ps']:.2f} GB/s | tcp-saf {g['tcp-saf']:.2f} | tcp-stream {g['tcp-stream']:.2f} "
+                    f"| ratio ps/best-tcp {r['ratio_vs_best_tcp']:.2f} (vs saf {r['ratio_vs_tcp_saf']:.2f})",
+                    flush=True,
+                )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

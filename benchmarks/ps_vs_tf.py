@@ -55,14 +55,23 @@ def data(n: int = 1024):
 
 def cnn(keras):
     L = keras.layers
-    return keras.Sequential([
-        keras.Input((32, 32, 3)),
-        L.Conv2D(32, 3, padding="same", activation="relu"), L.Conv2D(32, 3, activation="relu"),
-        L.MaxPooling2D(), L.Dropout(0.25),
-        L.Conv2D(64, 3, padding="same", activation="relu"), L.Conv2D(64, 3, activation="relu"),
-        L.MaxPooling2D(), L.Dropout(0.25),
-        L.Flatten(), L.Dense(512, activation="relu"), L.Dropout(0.5), L.Dense(10, activation="softmax"),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((32, 32, 3)),
+            L.Conv2D(32, 3, padding="same", activation="relu"),
+            L.Conv2D(32, 3, activation="relu"),
+            L.MaxPooling2D(),
+            L.Dropout(0.25),
+            L.Conv2D(64, 3, padding="same", activation="relu"),
+            L.Conv2D(64, 3, activation="relu"),
+            L.MaxPooling2D(),
+            L.Dropout(0.25),
+            L.Flatten(),
+            L.Dense(512, activation="relu"),
+            L.Dropout(0.5),
+            L.Dense(10, activation="softmax"),
+        ]
+    )
 
 
 def one_thread(tf) -> None:
@@ -79,9 +88,17 @@ def tf_server(cluster: dict, job: str, index: int) -> None:
         one_thread(tf)
         # one compute (intra-op) thread; two inter-op threads, since with one a worker server
         # deadlocks (a remote function's receive blocks the only scheduling thread)
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=2)
-    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
-                                  protocol="grpc", config=config, start=True)
+        config = tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=1, inter_op_parallelism_threads=2
+        )
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(cluster),
+        job_name=job,
+        task_index=index,
+        protocol="grpc",
+        config=config,
+        start=True,
+    )
     server.join()
 
 
@@ -89,7 +106,9 @@ def tf_coordinator(cluster: dict, steps: int, batch: int) -> dict:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import tensorflow as tf
 
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}})
+    os.environ["TF_CONFIG"] = json.dumps(
+        {"cluster": cluster, "task": {"type": "chief", "index": 0}}
+    )
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     x, y = data()
@@ -100,8 +119,10 @@ def tf_coordinator(cluster: dict, steps: int, batch: int) -> dict:
 
     with strategy.scope():
         model = cnn(tf.keras)
-        model.compile(optimizer=tf.keras.optimizers.legacy.SGD(0.01, momentum=0.9),
-                      loss="sparse_categorical_crossentropy")
+        model.compile(
+            optimizer=tf.keras.optimizers.legacy.SGD(0.01, momentum=0.9),
+            loss="sparse_categorical_crossentropy",
+        )
     creator = tf.keras.utils.experimental.DatasetCreator(dataset_fn)
     model.fit(creator, epochs=1, steps_per_epoch=10, verbose=0)  # warm-up: trace, place, connect
     t0 = time.perf_counter()
@@ -132,8 +153,10 @@ def shipyard_worker(rank: int, steps: int, batch: int, sync_dir: str) -> dict:
     x, y = data()
     keras.utils.set_random_seed(rank)
     model = cnn(keras)
-    model.compile(optimizer=ps_keras.DistributedOptimizer(keras.optimizers.SGD(0.01, momentum=0.9)),
-                  loss="sparse_categorical_crossentropy")
+    model.compile(
+        optimizer=ps_keras.DistributedOptimizer(keras.optimizers.SGD(0.01, momentum=0.9)),
+        loss="sparse_categorical_crossentropy",
+    )
     times: list[float] = []
 
     class Clock(keras.callbacks.Callback):
@@ -147,8 +170,12 @@ def shipyard_worker(rank: int, steps: int, batch: int, sync_dir: str) -> dict:
     t0 = time.perf_counter()
     model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[Clock()])
     dt = times[-1] - t0
-    return {"images_per_s": steps * batch / dt, "seconds": dt, "start": time.time() - (time.perf_counter() - t0),
-            "end": time.time() - (time.perf_counter() - times[-1])}
+    return {
+        "images_per_s": steps * batch / dt,
+        "seconds": dt,
+        "start": time.time() - (time.perf_counter() - t0),
+        "end": time.time() - (time.perf_counter() - times[-1]),
+    }
 
 
 # ------------------------------------------------------------------------------- driver
@@ -164,9 +191,12 @@ def free_ports(n: int) -> list[int]:
 
 def spawn(role: list[str], env: dict | None = None, out=subprocess.DEVNULL) -> subprocess.Popen:
     full = dict(os.environ, **QUIET, **(env or {}))
-    full["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), full.get("PYTHONPATH", "")) if p)
-    return subprocess.Popen([sys.executable, __file__, "--role", *role], env=full, stdout=out,
-                            stderr=subprocess.DEVNULL)
+    full["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT / "src"), full.get("PYTHONPATH", "")) if p
+    )
+    return subprocess.Popen(
+        [sys.executable, __file__, "--role", *role], env=full, stdout=out, stderr=subprocess.DEVNULL
+    )
 
 
 def result_of(proc: subprocess.Popen, timeout: float) -> dict:
@@ -178,12 +208,21 @@ def result_of(proc: subprocess.Popen, timeout: float) -> dict:
 
 def run_tf(steps: int, batch: int) -> float:
     ports = free_ports(4)
-    cluster = {"ps": [f"127.0.0.1:{p}" for p in ports[:2]], "worker": [f"127.0.0.1:{p}" for p in ports[2:]]}
+    cluster = {
+        "ps": [f"127.0.0.1:{p}" for p in ports[:2]],
+        "worker": [f"127.0.0.1:{p}" for p in ports[2:]],
+    }
     cluster_chief = dict(cluster, chief=[f"127.0.0.1:{free_ports(1)[0]}"])
-    servers = [spawn(["tf-server", json.dumps(cluster_chief), job, str(i)])
-               for job in ("ps", "worker") for i in range(2)]
+    servers = [
+        spawn(["tf-server", json.dumps(cluster_chief), job, str(i)])
+        for job in ("ps", "worker")
+        for i in range(2)
+    ]
     try:
-        coord = spawn(["tf-coordinator", json.dumps(cluster_chief), str(steps), str(batch)], out=subprocess.PIPE)
+        coord = spawn(
+            ["tf-coordinator", json.dumps(cluster_chief), str(steps), str(batch)],
+            out=subprocess.PIPE,
+        )
         return result_of(coord, 600)["images_per_s"]
     finally:
         for s in servers:
@@ -197,10 +236,19 @@ def run_shipyard(steps: int, batch: int) -> float:
     with tempfile.TemporaryDirectory(prefix="ps-vs-tf-") as tmp:
         shards = start_shards(2, SECRET, run_dir=tmp, checkpoint_interval=0)
         try:
-            env = {"SHIPYARD_PS_SECRET": SECRET, "SHIPYARD_PS_ENDPOINTS": ",".join(s.endpoint for s in shards),
-                   "SHIPYARD_PS_HEARTBEAT": "1"}
-            workers = [spawn(["shipyard-worker", str(r), str(steps), str(batch), tmp],
-                             dict(env, SHIPYARD_PS_RANK=str(r)), out=subprocess.PIPE) for r in range(2)]
+            env = {
+                "SHIPYARD_PS_SECRET": SECRET,
+                "SHIPYARD_PS_ENDPOINTS": ",".join(s.endpoint for s in shards),
+                "SHIPYARD_PS_HEARTBEAT": "1",
+            }
+            workers = [
+                spawn(
+                    ["shipyard-worker", str(r), str(steps), str(batch), tmp],
+                    dict(env, SHIPYARD_PS_RANK=str(r)),
+                    out=subprocess.PIPE,
+                )
+                for r in range(2)
+            ]
             results = [result_of(w, 600) for w in workers]
         finally:
             stop_shards(shards)
@@ -213,9 +261,14 @@ def role_main(role: list[str]) -> None:
     if kind == "tf-server":
         tf_server(json.loads(role[1]), role[2], int(role[3]))
     elif kind == "tf-coordinator":
-        print(json.dumps(tf_coordinator(json.loads(role[1]), int(role[2]), int(role[3]))), flush=True)
+        print(
+            json.dumps(tf_coordinator(json.loads(role[1]), int(role[2]), int(role[3]))), flush=True
+        )
     elif kind == "shipyard-worker":
-        print(json.dumps(shipyard_worker(int(role[1]), int(role[2]), int(role[3]), role[4])), flush=True)
+        print(
+            json.dumps(shipyard_worker(int(role[1]), int(role[2]), int(role[3]), role[4])),
+            flush=True,
+        )
         os._exit(0)  # the client's atexit leave is not needed here; exit at once
 
 
@@ -234,15 +287,30 @@ def main(argv=None) -> int:
     for i in range(args.repeats):
         rates["shipyard"].append(run_shipyard(args.steps, args.batch))
         rates["tf"].append(run_tf(args.steps, args.batch))
-        print(f"round {i + 1}: shipyard.ps {rates['shipyard'][-1]:.0f} images/s | "
-              f"tf ParameterServerStrategy {rates['tf'][-1]:.0f} images/s", flush=True)
+        print(
+            f"round {i + 1}: shipyard.ps {rates['shipyard'][-1]:.0f} images/s | "
+            f"tf ParameterServerStrategy {rates['tf'][-1]:.0f} images/s",
+            flush=True,
+        )
     med = {k: statistics.median(v) for k, v in rates.items()}
     ratio = med["shipyard"] / med["tf"]
-    print(f"median: shipyard.ps {med['shipyard']:.0f} images/s, TF PSS {med['tf']:.0f} images/s, "
-          f"ratio {ratio:.2f} (goal >= 1.0)")
+    print(
+        f"median: shipyard.ps {med['shipyard']:.0f} images/s, TF PSS {med['tf']:.0f} images/s, "
+        f"ratio {ratio:.2f} (goal >= 1.0)"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"rates": rates, "median": med, "ratio": ratio,
-                                               "steps": args.steps, "batch": args.batch}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "rates": rates,
+                    "median": med,
+                    "ratio": ratio,
+                    "steps": args.steps,
+                    "batch": args.batch,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -68,7 +68,7 @@ def shard(port_q: mp.Queue, work: bool) -> None:
         if n == 0:
             return
         grad = inbox.setdefault(n, np.empty(n // 4, np.float32))  # reused, as shipyard.ps's
-        recv_into(conn, memoryview(grad).cast("B"))                 # tuned malloc reuses
+        recv_into(conn, memoryview(grad).cast("B"))  # tuned malloc reuses
         if not work:
             conn.sendall(head)
             conn.sendall(memoryview(grad).cast("B"))
@@ -85,9 +85,15 @@ def shard(port_q: mp.Queue, work: bool) -> None:
         conn.sendall(memoryview(param).cast("B"))
 
 
-def _one_shard(conn: socket.socket, data: np.ndarray, out: np.ndarray,
-               chunks: list[tuple[int, int]], work: bool) -> None:
+def _one_shard(
+    conn: socket.socket,
+    data: np.ndarray,
+    out: np.ndarray,
+    chunks: list[tuple[int, int]],
+    work: bool,
+) -> None:
     """Send this shard's chunks from a thread while receiving the answers here."""
+
     def sender() -> None:
         for index, (a, b) in enumerate(chunks):
             piece = data[a:b]
@@ -100,7 +106,7 @@ def _one_shard(conn: socket.socket, data: np.ndarray, out: np.ndarray,
     buf = np.empty(CHUNK // 4, np.float32)
     for a, b in chunks:
         recv_into(conn, memoryview(head))
-        piece = buf[:b - a]
+        piece = buf[: b - a]
         recv_into(conn, memoryview(piece).cast("B"))
         if work:
             if gmac(piece) != HEAD.unpack(head)[2]:
@@ -127,8 +133,10 @@ def run(total_bytes: int, work: bool, repeats: int) -> float:
     shares = [chunks[0::2], chunks[1::2]]
 
     def step() -> float:
-        threads = [threading.Thread(target=_one_shard, args=(c, data, out, s, work))
-                   for c, s in zip(conns, shares)]
+        threads = [
+            threading.Thread(target=_one_shard, args=(c, data, out, s, work))
+            for c, s in zip(conns, shares)
+        ]
         start = time.perf_counter()
         for t in threads:
             t.start()
@@ -159,8 +167,11 @@ def main() -> None:
         for _ in range(args.runs):
             plain = run(mb * 1_000_000, False, args.repeats)
             worked = run(mb * 1_000_000, True, args.repeats)
-            print(f"{mb} MB: raw echo {plain:.2f} GB/s, raw + ps work {worked:.2f} GB/s, "
-                  f"ratio {worked / plain:.2f}", flush=True)
+            print(
+                f"{mb} MB: raw echo {plain:.2f} GB/s, raw + ps work {worked:.2f} GB/s, "
+                f"ratio {worked / plain:.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -49,11 +49,16 @@ def export_model(path: str) -> None:
     import keras
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((8, 8, 1), name="pixels"),
-        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(), keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10, activation="softmax")])
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1), name="pixels"),
+            keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
     model.export(os.path.join(path, "1"), verbose=False)
 
 
@@ -61,8 +66,14 @@ def _threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def in_process(model_dir: str, batch: int, seconds: float, out: mp.Queue,
-               threads: int = 0, direct: bool = False) -> None:
+def in_process(
+    model_dir: str,
+    batch: int,
+    seconds: float,
+    out: mp.Queue,
+    threads: int = 0,
+    direct: bool = False,
+) -> None:
     """rows/s of the signature called in a loop (a fresh process; all cores' threads unless
     ``threads``: a batching worker keeps one core for its event loop and uses the rest).
     ``direct``: through ``TFServable.run``, the call a shipyard worker makes."""
@@ -85,14 +96,19 @@ def in_process(model_dir: str, batch: int, seconds: float, out: mp.Queue,
 
         def call() -> None:
             sig(pixels=tf.constant(x))["output_0"].numpy()
+
     for _ in range(50):
         call()
     calls, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         call()
         calls += 1
-    out.put({"rows_s": calls * batch / (time.perf_counter() - start),
-             "cpu_us_row": (time.process_time() - cpu0) / (calls * batch) * 1e6})
+    out.put(
+        {
+            "rows_s": calls * batch / (time.perf_counter() - start),
+            "cpu_us_row": (time.process_time() - cpu0) / (calls * batch) * 1e6,
+        }
+    )
 
 
 # -- load generator ----------------------------------------------------------------------
@@ -132,11 +148,11 @@ class _Connection(asyncio.Protocol):
             return
         head = buf[:end].lower()
         i = head.find(b"content-length:")
-        length = int(head[i + 15:head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else end])
+        length = int(head[i + 15 : head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else end])
         if len(buf) < end + 4 + length:
             self.buf = buf
             return
-        self.buf = buf[end + 4 + length:]
+        self.buf = buf[end + 4 + length :]
         self.lat.append(time.perf_counter() - self.sent)
         self.count += 1
         self._send()
@@ -146,20 +162,25 @@ class _Connection(asyncio.Protocol):
             self.done.set_exception(exc or RuntimeError("server closed the connection"))
 
 
-async def _drive(host: str, port: int, request: bytes, concurrency: int, stop: float,
-                 lat: list) -> int:
+async def _drive(
+    host: str, port: int, request: bytes, concurrency: int, stop: float, lat: list
+) -> int:
     loop = asyncio.get_running_loop()
     done = [loop.create_future() for _ in range(concurrency)]
     for fut in done:
-        await loop.create_connection(lambda fut=fut: _Connection(request, stop, lat, fut),
-                                     host, port)
+        await loop.create_connection(
+            lambda fut=fut: _Connection(request, stop, lat, fut), host, port
+        )
     return sum(await asyncio.gather(*done))
 
 
-def load(host: str, port: int, body: bytes, concurrency: int, seconds: float,
-         out: mp.Queue) -> None:
-    request = (f"POST /invocations HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
-               f"\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+def load(
+    host: str, port: int, body: bytes, concurrency: int, seconds: float, out: mp.Queue
+) -> None:
+    request = (
+        f"POST /invocations HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
+        f"\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
     async def main() -> tuple[float, list, int]:
         warm = await _drive(host, port, request, concurrency, time.perf_counter() + 0.5, [])
@@ -171,9 +192,15 @@ def load(host: str, port: int, body: bytes, concurrency: int, seconds: float,
     cpu0 = time.process_time()
     rate, lat, total = asyncio.run(main())
     lat.sort()
-    out.put({"req_s": rate, "p50_ms": lat[len(lat) // 2] * 1e3,
-             "p99_ms": lat[int(len(lat) * 0.99)] * 1e3, "total": total,
-             "client_us": (time.process_time() - cpu0) / total * 1e6})
+    out.put(
+        {
+            "req_s": rate,
+            "p50_ms": lat[len(lat) // 2] * 1e3,
+            "p99_ms": lat[int(len(lat) * 0.99)] * 1e3,
+            "total": total,
+            "client_us": (time.process_time() - cpu0) / total * 1e6,
+        }
+    )
 
 
 def _tree_cpu(pid: int) -> float:
@@ -187,24 +214,43 @@ def _tree_cpu(pid: int) -> float:
         return float("nan")
 
 
-def load_c(exe: str, tmp: str, port: int, body: bytes, concurrency: int,
-           seconds: float) -> dict:
+def load_c(exe: str, tmp: str, port: int, body: bytes, concurrency: int, seconds: float) -> dict:
     """One run of the C load generator (0.5 s warm-up, then ``seconds`` measured)."""
     req = os.path.join(tmp, f"request-{len(body)}.http")
     with open(req, "wb") as fh:
-        fh.write(f"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                 f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-    done = subprocess.run([exe, "127.0.0.1", str(port), str(concurrency), str(seconds), "0.5", req],
-                          capture_output=True, text=True, check=True, timeout=seconds + 60)
+        fh.write(
+            f"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+    done = subprocess.run(
+        [exe, "127.0.0.1", str(port), str(concurrency), str(seconds), "0.5", req],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds + 60,
+    )
     r = json.loads(done.stdout)
     if r["non200"] or r["errors"] or not r["requests"]:
         raise RuntimeError(f"load generator saw failures: {r}")
-    return {"req_s": r["requests"] / r["seconds"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"],
-            "client_us": r["client_cpu_s"] / r["requests"] * 1e6, "total": r["requests"]}
+    return {
+        "req_s": r["requests"] / r["seconds"],
+        "p50_ms": r["p50_ms"],
+        "p99_ms": r["p99_ms"],
+        "client_us": r["client_cpu_s"] / r["requests"] * 1e6,
+        "total": r["requests"],
+    }
 
 
-def run_load(port: int, body: bytes, concurrency: int, seconds: float, server_pid: int,
-             loadgen: str | None = None, tmp: str = "") -> dict:
+def run_load(
+    port: int,
+    body: bytes,
+    concurrency: int,
+    seconds: float,
+    server_pid: int,
+    loadgen: str | None = None,
+    tmp: str = "",
+) -> dict:
     """One load run; also the server's CPU time per request (its whole process tree,
     measured over the timed part only when the C generator is used; with the Python
     client it includes the 0.5 s warm-up)."""
@@ -228,9 +274,11 @@ def run_load(port: int, body: bytes, concurrency: int, seconds: float, server_pi
 # -- servers -------------------------------------------------------------------------------
 def start_shipyard(model_dir: str, tmp: str, *args: str) -> tuple[subprocess.Popen, int]:
     state = os.path.join(tmp, f"state-{time.monotonic_ns()}.json")
-    proc = subprocess.Popen([PY, "-m", "shipyard.serving", model_dir, "--port", "0",
-                             "--state-file", state, *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PY, "-m", "shipyard.serving", model_dir, "--port", "0", "--state-file", state, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while True:
         try:
             with open(state) as fh:
@@ -244,7 +292,7 @@ def start_shipyard(model_dir: str, tmp: str, *args: str) -> tuple[subprocess.Pop
         time.sleep(0.1)
 
 
-STDLIB_SERVER = r'''
+STDLIB_SERVER = r"""
 import json, os, socket, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 n = str(os.cpu_count() or 1)
@@ -272,9 +320,9 @@ class S(ThreadingHTTPServer):
 s = S(("127.0.0.1", 0), H)
 print(s.server_address[1], flush=True)
 s.serve_forever()
-'''
+"""
 
-SHIPYARD_ECHO = r'''
+SHIPYARD_ECHO = r"""
 import asyncio, socket
 from shipyard.serving.http_server import HttpResponse, Server, install_uvloop
 from shipyard.serving.protocol import error_body
@@ -288,7 +336,7 @@ async def main():
     await asyncio.Event().wait()
 install_uvloop()
 asyncio.run(main())
-'''
+"""
 
 
 # The client's ceiling: a C epoll server answering every request with a canned 200
@@ -345,9 +393,11 @@ def build_loadgen(tmp: str) -> str | None:
     if not shutil.which("cc"):
         return None
     exe = os.path.join(tmp, "loadgen")
-    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(os.path.dirname(__file__),
-                                                          "serving_loadgen.c")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["cc", "-O2", "-o", exe, os.path.join(os.path.dirname(__file__), "serving_loadgen.c")],
+        check=True,
+        capture_output=True,
+    )
     return exe
 
 
@@ -362,10 +412,17 @@ def start_canned(tmp: str) -> tuple[subprocess.Popen, int]:
 
 def start_script(code: str, *args: str) -> tuple[subprocess.Popen, int]:
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (src, os.environ.get("PYTHONPATH", "")) if p))
-    proc = subprocess.Popen([PY, "-c", code, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p),
+    )
+    proc = subprocess.Popen(
+        [PY, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     return proc, int(proc.stdout.readline())
 
 
@@ -385,9 +442,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quick", action="store_true",
-                    help="only shipyard with batching, 1 and 2 workers, at c=8 (A/B runs of a "
-                         "change); no in-process rows, no ratios")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="only shipyard with batching, 1 and 2 workers, at c=8 (A/B runs of a "
+        "change); no in-process rows, no ratios",
+    )
     args = ap.parse_args()
     import numpy as np
 
@@ -401,14 +461,16 @@ def main() -> None:
 
     results: dict[str, dict] = {}
     one = max(1, _threads() - 1)
-    in_process_rows = () if args.quick else (
-        (1, 0, False), (8, 0, False), (8, one, False), (8, one, True))
+    in_process_rows = (
+        () if args.quick else ((1, 0, False), (8, 0, False), (8, one, False), (8, one, True))
+    )
     for batch, threads, direct in in_process_rows:
         runs = []
         for _ in range(args.repeats):
             q: mp.Queue = mp.Queue()
-            proc = mp.Process(target=in_process,
-                              args=(model_dir, batch, args.seconds, q, threads, direct))
+            proc = mp.Process(
+                target=in_process, args=(model_dir, batch, args.seconds, q, threads, direct)
+            )
             proc.start()
             runs.append(q.get())
             proc.join()
@@ -419,10 +481,12 @@ def main() -> None:
 
     servers = {
         "shipyard, no batching": lambda: start_shipyard(model_dir, tmp),
-        "shipyard, batching 8/1ms": lambda: start_shipyard(model_dir, tmp, "--batch-size", "8",
-                                                           "--batch-wait-ms", "1"),
+        "shipyard, batching 8/1ms": lambda: start_shipyard(
+            model_dir, tmp, "--batch-size", "8", "--batch-wait-ms", "1"
+        ),
         "shipyard, 2 workers, batching 8/1ms": lambda: start_shipyard(
-            model_dir, tmp, "--workers", "2", "--batch-size", "8", "--batch-wait-ms", "1"),
+            model_dir, tmp, "--workers", "2", "--batch-size", "8", "--batch-wait-ms", "1"
+        ),
         "stdlib http.server + model": lambda: start_script(STDLIB_SERVER, "model", model_dir),
         "shipyard HTTP layer echo (no model)": lambda: start_script(SHIPYARD_ECHO),
     }
@@ -433,51 +497,73 @@ def main() -> None:
     for name, start in servers.items():
         proc, port = start()
         try:
-            for conc in ((8,) if args.quick else (1, 8)):
-                rows = [run_load(port, body, conc, args.seconds, proc.pid, loadgen, tmp)
-                        for _ in range(args.repeats)]
+            for conc in (8,) if args.quick else (1, 8):
+                rows = [
+                    run_load(port, body, conc, args.seconds, proc.pid, loadgen, tmp)
+                    for _ in range(args.repeats)
+                ]
                 results[f"{name}, c={conc}"] = median(rows)
         finally:
             stop(proc)
 
-    print(f"\nserving benchmark: digits CNN, one instance per request, {os.cpu_count()} cores, "
-          f"median of {args.repeats} x {args.seconds:.0f} s; CPU in us per request (server "
-          "process tree, client process) or per row (in-process)")
-    print(f"{'configuration':44s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} "
-          f"{'srv us':>8s} {'cli us':>8s}")
+    print(
+        f"\nserving benchmark: digits CNN, one instance per request, {os.cpu_count()} cores, "
+        f"median of {args.repeats} x {args.seconds:.0f} s; CPU in us per request (server "
+        "process tree, client process) or per row (in-process)"
+    )
+    print(
+        f"{'configuration':44s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} "
+        f"{'srv us':>8s} {'cli us':>8s}"
+    )
     for name, r in results.items():
         if "rows_s" in r:
             print(f"{name:44s} {r['rows_s']:9.0f}   rows/s, {r['cpu_us_row']:.0f} us CPU/row")
         else:
-            print(f"{name:44s} {r['req_s']:9.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
-                  f"{r['server_us']:8.0f} {r['client_us']:8.0f}")
+            print(
+                f"{name:44s} {r['req_s']:9.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
+                f"{r['server_us']:8.0f} {r['client_us']:8.0f}"
+            )
     if args.quick:
         return
     # the server row: the better of 1 and 2 workers with batching (a configuration choice)
-    best_name = max(("shipyard, batching 8/1ms, c=8", "shipyard, 2 workers, batching 8/1ms, c=8"),
-                    key=lambda k: results[k]["req_s"])
+    best_name = max(
+        ("shipyard, batching 8/1ms, c=8", "shipyard, 2 workers, batching 8/1ms, c=8"),
+        key=lambda k: results[k]["req_s"],
+    )
     best = results[best_name]
     # the denominator: the faster of the two thread settings of the signature call, the
     # model's in-process predict as a user calls it
-    b8 = max((r for k, r in results.items() if k.startswith("in-process signature call, batch 8")),
-             key=lambda r: r["rows_s"])
+    b8 = max(
+        (r for k, r in results.items() if k.startswith("in-process signature call, batch 8")),
+        key=lambda r: r["rows_s"],
+    )
     direct = results["in-process server's direct call, batch 8, " + f"{one} thread(s)"]
     print(f"\nserver row: {best_name}; load generator: {'C' if loadgen else 'Python asyncio'}")
-    print("ratio shipyard c=8 with batching / in-process batch 1: "
-          f"{best['req_s'] / results['in-process signature call, batch 1']['rows_s']:.2f}")
-    print("ratio shipyard c=8 with batching / in-process batch 8: "
-          f"{best['req_s'] / b8['rows_s']:.2f} (goal 0.8; the faster signature-call row)")
-    print("ratio shipyard c=8 with batching / the server's own call in-process, batch 8: "
-          f"{best['req_s'] / direct['rows_s']:.2f}")
-    print("ratio shipyard c=8 with batching / stdlib server c=8: "
-          f"{best['req_s'] / results['stdlib http.server + model, c=8']['req_s']:.2f}")
+    print(
+        "ratio shipyard c=8 with batching / in-process batch 1: "
+        f"{best['req_s'] / results['in-process signature call, batch 1']['rows_s']:.2f}"
+    )
+    print(
+        "ratio shipyard c=8 with batching / in-process batch 8: "
+        f"{best['req_s'] / b8['rows_s']:.2f} (goal 0.8; the faster signature-call row)"
+    )
+    print(
+        "ratio shipyard c=8 with batching / the server's own call in-process, batch 8: "
+        f"{best['req_s'] / direct['rows_s']:.2f}"
+    )
+    print(
+        "ratio shipyard c=8 with batching / stdlib server c=8: "
+        f"{best['req_s'] / results['stdlib http.server + model, c=8']['req_s']:.2f}"
+    )
     # the ceiling on this machine: every request costs the server its CPU time and the
     # client its own, and both share os.cpu_count() cores with nothing else
     per_req = best["server_us"] + best["client_us"]
-    print(f"CPU per request, server + client: {per_req:.0f} us -> at most "
-          f"{os.cpu_count() * 1e6 / per_req:.0f} req/s on {os.cpu_count()} cores; in-process "
-          f"batch 8 needs {b8['cpu_us_row']:.0f} us per row (signature call), "
-          f"{direct['cpu_us_row']:.0f} (direct call)")
+    print(
+        f"CPU per request, server + client: {per_req:.0f} us -> at most "
+        f"{os.cpu_count() * 1e6 / per_req:.0f} req/s on {os.cpu_count()} cores; in-process "
+        f"batch 8 needs {b8['cpu_us_row']:.0f} us per row (signature call), "
+        f"{direct['cpu_us_row']:.0f} (direct call)"
+    )
     print(json.dumps(results))
 
 

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import textwrap
 
-TRAIN = textwrap.dedent('''
+TRAIN = textwrap.dedent("""
     import argparse, json, os, time
     import numpy as np
     p = argparse.ArgumentParser()
@@ -71,20 +71,30 @@ TRAIN = textwrap.dedent('''
     model.fit(src, epochs=3, steps_per_epoch=a.steps, verbose=0, callbacks=[callback])
     rate = 2 * a.steps * global_batch / sum(times[1:])
     print(f"images_per_sec={rate:.1f}")
-''')
+""")
 
 
 def run(mode: str, instances: int, steps: int, batch: int, src: str) -> float:
     import shipyard
 
-    dist = ({"parameter_server": {"enabled": True}} if mode == "ps"
-            else {"multi_worker_mirrored_strategy": {"enabled": True}})
-    est = shipyard.TensorFlow(entry_point="train.py", source_dir=src, instance_count=instances,
-                              instance_type="local", distribution=dist,
-                              hyperparameters={"mode": mode, "steps": steps, "batch": batch},
-                              environment={"SHIPYARD_TF_INTRA_OP_THREADS": "1",
-                                           "SHIPYARD_TF_INTER_OP_THREADS": "2",
-                                           "TF_CPP_MIN_LOG_LEVEL": "2"})
+    dist = (
+        {"parameter_server": {"enabled": True}}
+        if mode == "ps"
+        else {"multi_worker_mirrored_strategy": {"enabled": True}}
+    )
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=instances,
+        instance_type="local",
+        distribution=dist,
+        hyperparameters={"mode": mode, "steps": steps, "batch": batch},
+        environment={
+            "SHIPYARD_TF_INTRA_OP_THREADS": "1",
+            "SHIPYARD_TF_INTER_OP_THREADS": "2",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        },
+    )
     est.fit(logs=False)
     job = est.latest_training_job.describe()
     with open(os.path.join(job["Shipyard"]["JobDir"], "logs", "algo-1.log")) as fh:

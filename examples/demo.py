@@ -21,16 +21,19 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "data"))
 
-import shipyard  # noqa: E402
 from make_digits import write_digits  # noqa: E402
+
+import shipyard  # noqa: E402
 
 METRICS = [{"Name": "test:accuracy", "Regex": r"test_accuracy=([0-9.]+)"}]
 
 
 def show(estimator) -> None:
     desc = estimator.latest_training_job.describe()
-    print(f"\n== {desc['TrainingJobName']}: {desc['TrainingJobStatus']} "
-          f"({desc.get('TrainingTimeInSeconds', 0)} s)")
+    print(
+        f"\n== {desc['TrainingJobName']}: {desc['TrainingJobStatus']} "
+        f"({desc.get('TrainingTimeInSeconds', 0)} s)"
+    )
     for metric in desc["FinalMetricDataList"]:
         print(f"   {metric['MetricName']} = {metric['Value']}")
     path = estimator.model_data.removeprefix("file://")
@@ -46,21 +49,36 @@ def main() -> None:
     write_digits(data)
 
     keras_job = shipyard.TensorFlow(
-        entry_point="digits_classifier.py", source_dir=os.path.join(HERE, "keras"),
-        instance_count=2, instance_type="local", framework_version="2.21", py_version="py311",
-        hyperparameters={"epochs": 12, "batch_size": 32}, metric_definitions=METRICS,
-        session=session)
+        entry_point="digits_classifier.py",
+        source_dir=os.path.join(HERE, "keras"),
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.21",
+        py_version="py311",
+        hyperparameters={"epochs": 12, "batch_size": 32},
+        metric_definitions=METRICS,
+        session=session,
+    )
     keras_job.fit({"training": data})
     show(keras_job)
 
     torch_job = shipyard.PyTorch(
-        entry_point="digits_classifier.py", source_dir=os.path.join(HERE, "pytorch"),
-        instance_count=2, instance_type="local", framework_version="2.13", py_version="py311",
-        hyperparameters={"epochs": 15}, metric_definitions=METRICS, session=session)
+        entry_point="digits_classifier.py",
+        source_dir=os.path.join(HERE, "pytorch"),
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        hyperparameters={"epochs": 15},
+        metric_definitions=METRICS,
+        session=session,
+    )
     torch_job.fit({"training": data})
     show(torch_job)
-    print(f"jobs are recorded in {session.home}: try `shipyard jobs` and "
-          f"`shipyard describe {torch_job.latest_training_job.job_name}`")
+    print(
+        f"jobs are recorded in {session.home}: try `shipyard jobs` and "
+        f"`shipyard describe {torch_job.latest_training_job.job_name}`"
+    )
 
 
 if __name__ == "__main__":

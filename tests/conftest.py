@@ -49,8 +49,11 @@ def job_processes(job_dir: str) -> list[psutil.Process]:
             env = proc.environ()
         except (psutil.Error, OSError):
             continue
-        if (job_dir in cmd or job_dir in (info.get("cwd") or "")
-                or job_dir in env.get("SAGEMAKER_BASE_DIR", "")):
+        if (
+            job_dir in cmd
+            or job_dir in (info.get("cwd") or "")
+            or job_dir in env.get("SAGEMAKER_BASE_DIR", "")
+        ):
             if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found

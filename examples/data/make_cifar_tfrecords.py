@@ -38,11 +38,18 @@ def write(path: str, n: int, seed: int, shards: int = 1) -> list[str]:
         shard_path = path if shards == 1 else f"{path}-{s:02d}"
         with tf.io.TFRecordWriter(shard_path) as writer:
             for i in range(s, n, shards):
-                example = tf.train.Example(features=tf.train.Features(feature={
-                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(
-                        value=[x[i].tobytes()])),
-                    "label": tf.train.Feature(int64_list=tf.train.Int64List(
-                        value=[int(y[i])]))}))
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image": tf.train.Feature(
+                                bytes_list=tf.train.BytesList(value=[x[i].tobytes()])
+                            ),
+                            "label": tf.train.Feature(
+                                int64_list=tf.train.Int64List(value=[int(y[i])])
+                            ),
+                        }
+                    )
+                )
                 writer.write(example.SerializeToString())
         paths.append(shard_path)
     return paths

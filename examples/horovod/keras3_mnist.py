@@ -53,21 +53,23 @@ train = np.load(os.path.join(args.data_dir, "train.npz"))
 test = np.load(os.path.join(args.data_dir, "test.npz"))
 
 # Horovod: each worker trains on its own shard of the data.
-x_train, y_train = train["x"][hvd.rank()::hvd.size()], train["y"][hvd.rank()::hvd.size()]
+x_train, y_train = train["x"][hvd.rank() :: hvd.size()], train["y"][hvd.rank() :: hvd.size()]
 dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train))
 dataset = dataset.repeat().shuffle(1000, seed=hvd.rank()).batch(args.batch_size)
 
-mnist_model = keras.Sequential([
-    keras.Input((8, 8, 1)),
-    keras.layers.Conv2D(16, [3, 3], padding="same", activation="relu"),
-    keras.layers.Conv2D(32, [3, 3], padding="same", activation="relu"),
-    keras.layers.MaxPooling2D(pool_size=(2, 2)),
-    keras.layers.Dropout(0.1),
-    keras.layers.Flatten(),
-    keras.layers.Dense(64, activation="relu"),
-    keras.layers.Dropout(0.1),
-    keras.layers.Dense(10, activation="softmax"),
-])
+mnist_model = keras.Sequential(
+    [
+        keras.Input((8, 8, 1)),
+        keras.layers.Conv2D(16, [3, 3], padding="same", activation="relu"),
+        keras.layers.Conv2D(32, [3, 3], padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Dropout(0.1),
+        keras.layers.Flatten(),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dropout(0.1),
+        keras.layers.Dense(10, activation="softmax"),
+    ]
+)
 
 # Horovod: adjust learning rate based on number of workers.
 scaled_lr = args.lr * hvd.size()
@@ -76,27 +78,26 @@ opt = keras.optimizers.Adam(scaled_lr)
 # Horovod: add Horovod DistributedOptimizer.
 opt = hvd.DistributedOptimizer(opt, backward_passes_per_step=1, average_aggregated_gradients=True)
 
-mnist_model.compile(loss=keras.losses.SparseCategoricalCrossentropy(),
-                    optimizer=opt,
-                    metrics=["accuracy"])
+mnist_model.compile(
+    loss=keras.losses.SparseCategoricalCrossentropy(), optimizer=opt, metrics=["accuracy"]
+)
 
 callbacks = [
     # Horovod: broadcast initial variable states from rank 0 to all other processes.
     # This is necessary to ensure consistent initialization of all workers when
     # training is started with random weights or restored from a checkpoint.
     hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-
     # Horovod: average metrics among workers at the end of every epoch.
     #
     # Note: This callback must be in the list before the ReduceLROnPlateau,
     # TensorBoard or other metrics-based callbacks.
     hvd.callbacks.MetricAverageCallback(),
-
     # Horovod: using `lr = 1.0 * hvd.size()` from the very beginning leads to worse final
     # accuracy. Scale the learning rate `lr = 1.0` ---> `lr = 1.0 * hvd.size()` during
     # the first few epochs. See https://arxiv.org/abs/1706.02677 for details.
-    hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr, warmup_epochs=args.warmup_epochs,
-                                             verbose=1),
+    hvd.callbacks.LearningRateWarmupCallback(
+        initial_lr=scaled_lr, warmup_epochs=args.warmup_epochs, verbose=1
+    ),
 ]
 
 # Horovod: write logs on worker 0.
@@ -105,11 +106,16 @@ verbose = 2 if hvd.rank() == 0 else 0
 # Train the model.
 # Horovod: adjust number of steps based on number of workers.
 steps_per_epoch = len(train["y"]) // (args.batch_size * hvd.size())
-mnist_model.fit(dataset, steps_per_epoch=steps_per_epoch, callbacks=callbacks, epochs=args.epochs,
-                verbose=verbose)
+mnist_model.fit(
+    dataset,
+    steps_per_epoch=steps_per_epoch,
+    callbacks=callbacks,
+    epochs=args.epochs,
+    verbose=verbose,
+)
 
 # Horovod: every worker evaluates its shard of the test set; the accuracy is averaged.
-x_test, y_test = test["x"][hvd.rank()::hvd.size()], test["y"][hvd.rank()::hvd.size()]
+x_test, y_test = test["x"][hvd.rank() :: hvd.size()], test["y"][hvd.rank() :: hvd.size()]
 _, local_accuracy = mnist_model.evaluate(x_test, y_test, verbose=0)
 accuracy = float(hvd.allreduce(np.float32(local_accuracy), name="test_accuracy"))
 if hvd.rank() == 0:

@@ -24,28 +24,57 @@ from torch import nn, optim
 
 # Training settings
 parser = argparse.ArgumentParser(description="PyTorch digits (MNIST-style) Example")
-parser.add_argument("--batch-size", type=int, default=32, metavar="N",
-                    help="input batch size for training (default: 32)")
-parser.add_argument("--test-batch-size", type=int, default=1000, metavar="N",
-                    help="input batch size for testing (default: 1000)")
-parser.add_argument("--epochs", type=int, default=10, metavar="N",
-                    help="number of epochs to train (default: 10)")
-parser.add_argument("--lr", type=float, default=0.025, metavar="LR",
-                    help="learning rate (default: 0.025)")
-parser.add_argument("--momentum", type=float, default=0.9, metavar="M",
-                    help="SGD momentum (default: 0.9)")
-parser.add_argument("--seed", type=int, default=42, metavar="S",
-                    help="random seed (default: 42)")
-parser.add_argument("--log-interval", type=int, default=10, metavar="N",
-                    help="how many batches to wait before logging training status")
-parser.add_argument("--fp16-allreduce", action="store_true", default=False,
-                    help="use fp16 compression during allreduce")
-parser.add_argument("--use-adasum", action="store_true", default=False,
-                    help="use adasum algorithm to do reduction")
-parser.add_argument("--gradient-predivide-factor", type=float, default=1.0,
-                    help="apply gradient predivide factor in optimizer (default: 1.0)")
-parser.add_argument("--data-dir", default=os.environ.get("SM_CHANNEL_TRAINING"),
-                    help="location of train.npz and test.npz")
+parser.add_argument(
+    "--batch-size",
+    type=int,
+    default=32,
+    metavar="N",
+    help="input batch size for training (default: 32)",
+)
+parser.add_argument(
+    "--test-batch-size",
+    type=int,
+    default=1000,
+    metavar="N",
+    help="input batch size for testing (default: 1000)",
+)
+parser.add_argument(
+    "--epochs", type=int, default=10, metavar="N", help="number of epochs to train (default: 10)"
+)
+parser.add_argument(
+    "--lr", type=float, default=0.025, metavar="LR", help="learning rate (default: 0.025)"
+)
+parser.add_argument(
+    "--momentum", type=float, default=0.9, metavar="M", help="SGD momentum (default: 0.9)"
+)
+parser.add_argument("--seed", type=int, default=42, metavar="S", help="random seed (default: 42)")
+parser.add_argument(
+    "--log-interval",
+    type=int,
+    default=10,
+    metavar="N",
+    help="how many batches to wait before logging training status",
+)
+parser.add_argument(
+    "--fp16-allreduce",
+    action="store_true",
+    default=False,
+    help="use fp16 compression during allreduce",
+)
+parser.add_argument(
+    "--use-adasum", action="store_true", default=False, help="use adasum algorithm to do reduction"
+)
+parser.add_argument(
+    "--gradient-predivide-factor",
+    type=float,
+    default=1.0,
+    help="apply gradient predivide factor in optimizer (default: 1.0)",
+)
+parser.add_argument(
+    "--data-dir",
+    default=os.environ.get("SM_CHANNEL_TRAINING"),
+    help="location of train.npz and test.npz",
+)
 parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR"))
 
 
@@ -87,7 +116,9 @@ def train(epoch):
         if batch_idx % args.log_interval == 0 and hvd.rank() == 0:
             # Horovod: use train_sampler to determine the number of examples in
             # this worker's partition.
-            print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_sampler)} ({100. * batch_idx / len(train_loader):.0f}%)]\tLoss: {loss.item():.6f}")
+            print(
+                f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_sampler)} ({100.0 * batch_idx / len(train_loader):.0f}%)]\tLoss: {loss.item():.6f}"
+            )
 
 
 def metric_average(val, name):
@@ -98,8 +129,8 @@ def metric_average(val, name):
 
 def test():
     model.eval()
-    test_loss = 0.
-    test_accuracy = 0.
+    test_loss = 0.0
+    test_accuracy = 0.0
     with torch.no_grad():
         for data, target in test_loader:
             output = model(data)
@@ -120,7 +151,9 @@ def test():
 
     # Horovod: print output only on first rank.
     if hvd.rank() == 0:
-        print(f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {100. * test_accuracy:.2f}%\n")
+        print(
+            f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {100.0 * test_accuracy:.2f}%\n"
+        )
         print(f"test_accuracy={test_accuracy:.4f}")
 
 
@@ -137,16 +170,20 @@ if __name__ == "__main__":
     train_dataset = digits_dataset(os.path.join(args.data_dir, "train.npz"))
     # Horovod: use DistributedSampler to partition the training data.
     train_sampler = torch.utils.data.distributed.DistributedSampler(
-        train_dataset, num_replicas=hvd.size(), rank=hvd.rank())
+        train_dataset, num_replicas=hvd.size(), rank=hvd.rank()
+    )
     train_loader = torch.utils.data.DataLoader(
-        train_dataset, batch_size=args.batch_size, sampler=train_sampler)
+        train_dataset, batch_size=args.batch_size, sampler=train_sampler
+    )
 
     test_dataset = digits_dataset(os.path.join(args.data_dir, "test.npz"))
     # Horovod: use DistributedSampler to partition the test data.
     test_sampler = torch.utils.data.distributed.DistributedSampler(
-        test_dataset, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=False)
-    test_loader = torch.utils.data.DataLoader(test_dataset, batch_size=args.test_batch_size,
-                                              sampler=test_sampler)
+        test_dataset, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=False
+    )
+    test_loader = torch.utils.data.DataLoader(
+        test_dataset, batch_size=args.test_batch_size, sampler=test_sampler
+    )
 
     model = Net()
 
@@ -154,8 +191,7 @@ if __name__ == "__main__":
     lr_scaler = hvd.size() if not args.use_adasum else 1
 
     # Horovod: scale learning rate by lr_scaler.
-    optimizer = optim.SGD(model.parameters(), lr=args.lr * lr_scaler,
-                          momentum=args.momentum)
+    optimizer = optim.SGD(model.parameters(), lr=args.lr * lr_scaler, momentum=args.momentum)
 
     # Horovod: broadcast parameters & optimizer state.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -165,11 +201,13 @@ if __name__ == "__main__":
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
 
     # Horovod: wrap optimizer with DistributedOptimizer.
-    optimizer = hvd.DistributedOptimizer(optimizer,
-                                         named_parameters=model.named_parameters(),
-                                         compression=compression,
-                                         op=hvd.Adasum if args.use_adasum else hvd.Average,
-                                         gradient_predivide_factor=args.gradient_predivide_factor)
+    optimizer = hvd.DistributedOptimizer(
+        optimizer,
+        named_parameters=model.named_parameters(),
+        compression=compression,
+        op=hvd.Adasum if args.use_adasum else hvd.Average,
+        gradient_predivide_factor=args.gradient_predivide_factor,
+    )
 
     for epoch in range(1, args.epochs + 1):
         train(epoch)

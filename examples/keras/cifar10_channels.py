@@ -28,12 +28,22 @@ def loopback_s3() -> subprocess.Popen | None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"),
-                               "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.environ.update(AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}",
-                      AWS_ACCESS_KEY_ID=os.environ.get("AWS_ACCESS_KEY_ID", "local"),
-                      AWS_SECRET_ACCESS_KEY=os.environ.get("AWS_SECRET_ACCESS_KEY", "local"))
+    server = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "moto_server"),
+            "-H",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.environ.update(
+        AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}",
+        AWS_ACCESS_KEY_ID=os.environ.get("AWS_ACCESS_KEY_ID", "local"),
+        AWS_SECRET_ACCESS_KEY=os.environ.get("AWS_SECRET_ACCESS_KEY", "local"),
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -65,20 +75,24 @@ def main() -> dict[str, float]:
             pass
         with tempfile.TemporaryDirectory() as tmp:
             for split, n, seed in (("train", args.train, 1), ("eval", args.eval, 2)):
-                for path in make_cifar_tfrecords.write(os.path.join(tmp, split), n, seed,
-                                                       shards=2):
-                    s3.upload_file(path, args.bucket,
-                                   f"cifar10/{split}/{os.path.basename(path)}.tfrecords")
+                for path in make_cifar_tfrecords.write(os.path.join(tmp, split), n, seed, shards=2):
+                    s3.upload_file(
+                        path, args.bucket, f"cifar10/{split}/{os.path.basename(path)}.tfrecords"
+                    )
         inputs = {split: f"s3://{args.bucket}/cifar10/{split}" for split in ("train", "eval")}
         accuracy = {}
         for mode in ("File", "Pipe"):
             est = shipyard.TensorFlow(
-                entry_point="train.py", source_dir=os.path.join(HERE, "cifar10_cnn"),
-                instance_count=1, instance_type="local", input_mode=mode,
-                framework_version="2.21", py_version="py3",
+                entry_point="train.py",
+                source_dir=os.path.join(HERE, "cifar10_cnn"),
+                instance_count=1,
+                instance_type="local",
+                input_mode=mode,
+                framework_version="2.21",
+                py_version="py3",
                 hyperparameters={"epochs": args.epochs},
-                metric_definitions=[{"Name": "eval:accuracy",
-                                     "Regex": r"eval_accuracy=([0-9.]+)"}])
+                metric_definitions=[{"Name": "eval:accuracy", "Regex": r"eval_accuracy=([0-9.]+)"}],
+            )
             est.fit(inputs)
             final = est.latest_training_job.describe()["FinalMetricDataList"]
             accuracy[mode] = next(m["Value"] for m in final if m["MetricName"] == "eval:accuracy")

@@ -23,7 +23,9 @@ def parse_args():
     parser.add_argument("--model_dir", default=None, help="given by the TensorFlow estimator")
     parser.add_argument("--sm-model-dir", default=os.environ.get("SM_MODEL_DIR"))
     parser.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAINING"))
-    parser.add_argument("--hosts", type=json.loads, default=os.environ.get("SM_HOSTS", '["algo-1"]'))
+    parser.add_argument(
+        "--hosts", type=json.loads, default=os.environ.get("SM_HOSTS", '["algo-1"]')
+    )
     parser.add_argument("--current-host", default=os.environ.get("SM_CURRENT_HOST", "algo-1"))
     return parser.parse_args()
 
@@ -37,19 +39,27 @@ def main():
     import keras
 
     keras.utils.set_random_seed(0)
-    train, test = np.load(os.path.join(args.train, "train.npz")), np.load(os.path.join(args.train, "test.npz"))
+    train, test = (
+        np.load(os.path.join(args.train, "train.npz")),
+        np.load(os.path.join(args.train, "test.npz")),
+    )
     rank, world = args.hosts.index(args.current_host), len(args.hosts)
     x, y = train["x"][rank::world], train["y"][rank::world]
-    model = keras.Sequential([
-        keras.Input((8, 8, 1)),
-        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
-    model.compile(optimizer=keras.optimizers.SGD(args.learning_rate * 5, momentum=0.9),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(args.learning_rate * 5, momentum=0.9),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     model.fit(x, y, epochs=args.epochs, batch_size=args.batch_size, verbose=2)
     _, acc = model.evaluate(test["x"], test["y"], verbose=0)
     print(f"test_accuracy={acc:.4f}")

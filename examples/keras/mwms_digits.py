@@ -42,8 +42,9 @@ def main():
     import keras  # Keras 3, TensorFlow backend
 
     task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {"index": 0})
-    print(f"worker {task['index']} of {strategy.num_replicas_in_sync} "
-          "(MultiWorkerMirroredStrategy)")
+    print(
+        f"worker {task['index']} of {strategy.num_replicas_in_sync} (MultiWorkerMirroredStrategy)"
+    )
     train = np.load(os.path.join(args.train, "train.npz"))
     test = np.load(os.path.join(args.train, "test.npz"))
     ds = tf.data.Dataset.from_tensor_slices((train["x"], train["y"]))
@@ -53,24 +54,32 @@ def main():
     ds = ds.with_options(options)
     with strategy.scope():
         keras.utils.set_random_seed(0)  # the same initial weights on every worker
-        model = keras.Sequential([
-            keras.Input((8, 8, 1)),
-            keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ])
-        model.compile(optimizer=keras.optimizers.SGD(args.learning_rate, momentum=0.9),
-                      loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                      steps_per_execution=4)  # shipyard runs it as 1 with >1 worker (logged)
+        model = keras.Sequential(
+            [
+                keras.Input((8, 8, 1)),
+                keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+                keras.layers.MaxPooling2D(),
+                keras.layers.Flatten(),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(args.learning_rate, momentum=0.9),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+            steps_per_execution=4,
+        )  # shipyard runs it as 1 with >1 worker (logged)
     model.fit(ds, epochs=args.epochs, verbose=2)
     predictions = np.argmax(model.predict(test["x"], verbose=0), axis=1)
     print(f"test_accuracy={float(np.mean(predictions == test['y'])):.4f}")
     digest = float(sum(float(np.sum(w)) for w in model.get_weights()))
     print(f"weights_checksum={digest:.6f}")
-    target = args.sm_model_dir if task["index"] == 0 else os.path.join(
-        os.environ.get("SM_OUTPUT_DATA_DIR", "/tmp"), "worker-model")
+    target = (
+        args.sm_model_dir
+        if task["index"] == 0
+        else os.path.join(os.environ.get("SM_OUTPUT_DATA_DIR", "/tmp"), "worker-model")
+    )
     model.export(os.path.join(target, "1"))
 
 

@@ -40,17 +40,23 @@ def parse_args():
 
 def cnn(keras, num_classes: int = 10):
     layers = keras.layers
-    return keras.Sequential([
-        keras.Input((8, 8, 1)),
-        layers.Conv2D(32, 3, padding="same", activation="relu"),
-        layers.Conv2D(32, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(), layers.Dropout(0.25),
-        layers.Conv2D(64, 3, padding="same", activation="relu"),
-        layers.Conv2D(64, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(), layers.Dropout(0.25),
-        layers.Flatten(), layers.Dense(512, activation="relu"), layers.Dropout(0.5),
-        layers.Dense(num_classes, activation="softmax"),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Dropout(0.25),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Dropout(0.25),
+            layers.Flatten(),
+            layers.Dense(512, activation="relu"),
+            layers.Dropout(0.5),
+            layers.Dense(num_classes, activation="softmax"),
+        ]
+    )
 
 
 def main():
@@ -66,11 +72,17 @@ def main():
     keras.utils.set_random_seed(0)
     rank = int(os.environ.get("SHIPYARD_PS_RANK", "0"))
     world = int(os.environ.get("SHIPYARD_PS_NUM_WORKERS", "1"))
-    train, test = np.load(os.path.join(args.train, "train.npz")), np.load(os.path.join(args.train, "test.npz"))
+    train, test = (
+        np.load(os.path.join(args.train, "train.npz")),
+        np.load(os.path.join(args.train, "test.npz")),
+    )
     x, y = train["x"][rank::world], train["y"][rank::world]
     model = cnn(keras)
-    model.compile(optimizer=ps_keras.DistributedOptimizer(keras.optimizers.Adam(args.learning_rate)),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=ps_keras.DistributedOptimizer(keras.optimizers.Adam(args.learning_rate)),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     model.fit(x, y, epochs=args.epochs, batch_size=args.batch_size, verbose=2)
     _, acc = model.evaluate(test["x"], test["y"], verbose=0)
     if rank == 0:  # the model it exports is the job's: its accuracy is the job's metric

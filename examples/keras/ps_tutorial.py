@@ -29,8 +29,12 @@ def parse_args():
     parser.add_argument("--steps_per_epoch", type=int, default=30)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--learning_rate", type=float, default=0.05)
-    parser.add_argument("--partition", type=int, default=0,
-                        help="shard variables of at least this many bytes over the ps (0: off)")
+    parser.add_argument(
+        "--partition",
+        type=int,
+        default=0,
+        help="shard variables of at least this many bytes over the ps (0: off)",
+    )
     parser.add_argument("--model_dir", default=None, help="given by the TensorFlow estimator")
     parser.add_argument("--sm-model-dir", default=os.environ.get("SM_MODEL_DIR", "/tmp/model"))
     parser.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAINING"))
@@ -38,14 +42,16 @@ def parse_args():
 
 
 def build_model(tf):
-    return tf.keras.Sequential([
-        tf.keras.Input((8, 8, 1)),
-        tf.keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(10, activation="softmax"),
-    ])
+    return tf.keras.Sequential(
+        [
+            tf.keras.Input((8, 8, 1)),
+            tf.keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+            tf.keras.layers.MaxPooling2D(),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(64, activation="relu"),
+            tf.keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
 
 
 def main():
@@ -54,9 +60,13 @@ def main():
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if resolver.task_type in ("worker", "ps"):  # the tutorial's server branch
-        server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
-                                      task_index=resolver.task_id,
-                                      protocol=resolver.rpc_layer or "grpc", start=True)
+        server = tf.distribute.Server(
+            resolver.cluster_spec(),
+            job_name=resolver.task_type,
+            task_index=resolver.task_id,
+            protocol=resolver.rpc_layer or "grpc",
+            start=True,
+        )
         server.join()
     train = np.load(os.path.join(args.train, "train.npz"))
     test = np.load(os.path.join(args.train, "test.npz"))
@@ -64,14 +74,20 @@ def main():
 
     if resolver.cluster_spec().jobs:  # a cluster: the coordinator of parameter servers
         num_ps = resolver.cluster_spec().num_tasks("ps")
-        partitioner = (tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=args.partition, max_shards=num_ps) if args.partition else None)
-        strategy = tf.distribute.ParameterServerStrategy(resolver,
-                                                         variable_partitioner=partitioner)
+        partitioner = (
+            tf.distribute.experimental.partitioners.MinSizePartitioner(
+                min_shard_bytes=args.partition, max_shards=num_ps
+            )
+            if args.partition
+            else None
+        )
+        strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
     else:
         strategy = tf.distribute.get_strategy()
-    print(f"strategy: {type(strategy).__name__}, "
-          f"workers: {strategy.extended._num_workers if hasattr(strategy.extended, '_num_workers') else 1}")
+    print(
+        f"strategy: {type(strategy).__name__}, "
+        f"workers: {strategy.extended._num_workers if hasattr(strategy.extended, '_num_workers') else 1}"
+    )
 
     def dataset_fn(input_context):
         batch = input_context.get_per_replica_batch_size(args.batch_size)
@@ -81,18 +97,34 @@ def main():
 
     with strategy.scope():
         model = build_model(tf)
-        model.compile(optimizer=tf.keras.optimizers.legacy.SGD(args.learning_rate, momentum=0.9),
-                      loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                      steps_per_execution=5)
-    model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn), epochs=args.epochs,
-              steps_per_epoch=args.steps_per_epoch, verbose=2)
-    predictions = np.argmax(model.predict(test["x"], verbose=0) if not resolver.cluster_spec().jobs
-                            else model(test["x"]).numpy(), axis=1)
+        model.compile(
+            optimizer=tf.keras.optimizers.legacy.SGD(args.learning_rate, momentum=0.9),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+            steps_per_execution=5,
+        )
+    model.fit(
+        tf.keras.utils.experimental.DatasetCreator(dataset_fn),
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        verbose=2,
+    )
+    predictions = np.argmax(
+        model.predict(test["x"], verbose=0)
+        if not resolver.cluster_spec().jobs
+        else model(test["x"]).numpy(),
+        axis=1,
+    )
     print(f"test_accuracy={float(np.mean(predictions == test['y'])):.4f}")
     model.save(os.path.join(args.sm_model_dir, "1"))
     with open(os.path.join(args.sm_model_dir, "variables.json"), "w") as fh:
-        json.dump([{"name": v.name, "shape": v.shape.as_list(), "dtype": v.dtype.name}
-                   for v in model.trainable_variables], fh)
+        json.dump(
+            [
+                {"name": v.name, "shape": v.shape.as_list(), "dtype": v.dtype.name}
+                for v in model.trainable_variables
+            ],
+            fh,
+        )
     print("saved the SavedModel to", os.path.join(args.sm_model_dir, "1"))
 
 

@@ -41,31 +41,53 @@ OPTIMIZERS = {  # the tutorials' choices
 def parse_args(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--batch-size", "--batch_size", type=int, default=32,
-                        help="per rank, as in SageMaker's DDP examples")
+    parser.add_argument(
+        "--batch-size",
+        "--batch_size",
+        type=int,
+        default=32,
+        help="per rank, as in SageMaker's DDP examples",
+    )
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     parser.add_argument("--learning-rate", "--learning_rate", type=float, default=0.003)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", default=None,
-                        help="None: torch's default (gloo on CPU, nccl on GPU); 'smddp' needs "
-                             "import smdistributed.dataparallel.torch.torch_smddp")
+    parser.add_argument(
+        "--backend",
+        default=None,
+        help="None: torch's default (gloo on CPU, nccl on GPU); 'smddp' needs "
+        "import smdistributed.dataparallel.torch.torch_smddp",
+    )
     parser.add_argument("--model-dir", "--model_dir", default=os.environ.get("SM_MODEL_DIR"))
     parser.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAINING"))
-    parser.add_argument("--checkpoint-dir", "--checkpoint_dir",
-                        default=os.path.join(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"),
-                                             "checkpoints"))
+    parser.add_argument(
+        "--checkpoint-dir",
+        "--checkpoint_dir",
+        default=os.path.join(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"), "checkpoints"),
+    )
     parser.add_argument("--num-threads", type=int, default=1)
     return parser.parse_args(argv)
 
 
 def cnn(num_classes: int = 10) -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25),
-        nn.Flatten(), nn.Linear(64 * 2 * 2, 512), nn.ReLU(), nn.Dropout(0.5),
-        nn.Linear(512, num_classes))
+        nn.Conv2d(1, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Dropout(0.25),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Dropout(0.25),
+        nn.Flatten(),
+        nn.Linear(64 * 2 * 2, 512),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(512, num_classes),
+    )
 
 
 def load(path: str):
@@ -90,16 +112,19 @@ def resume(args, net, opt) -> int:
     net.load_state_dict(state[0]["model"])
     opt.load_state_dict(state[0]["optimizer"])
     if dist.get_rank() == 0:
-        print(f"resumed from {checkpoint_path(args.checkpoint_dir)} at epoch {state[0]['epoch'] + 1}",
-              flush=True)
+        print(
+            f"resumed from {checkpoint_path(args.checkpoint_dir)} at epoch {state[0]['epoch'] + 1}",
+            flush=True,
+        )
     return state[0]["epoch"] + 1
 
 
 def save_checkpoint(args, net, opt, epoch: int) -> None:
     os.makedirs(args.checkpoint_dir, exist_ok=True)
     path = checkpoint_path(args.checkpoint_dir)
-    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch},
-               path + ".tmp")
+    torch.save(
+        {"model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}, path + ".tmp"
+    )
     os.replace(path + ".tmp", path)
 
 
@@ -110,8 +135,11 @@ def main(argv=None):
         import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401
     dist.init_process_group(backend=args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) \
-        if torch.cuda.is_available() else torch.device("cpu")
+    device = (
+        torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        if torch.cuda.is_available()
+        else torch.device("cpu")
+    )
     torch.manual_seed(args.seed)
     x, y = load(os.path.join(args.train, "train.npz"))
     net = cnn().to(device)
@@ -125,13 +153,15 @@ def main(argv=None):
         mine = order[rank::world][: len(y) // world]  # same number of steps on every rank
         total = torch.zeros(2, device=device)
         for i in range(0, len(mine), args.batch_size):
-            idx = mine[i:i + args.batch_size]
+            idx = mine[i : i + args.batch_size]
             xb, yb = x[idx].to(device), y[idx].to(device)
             opt.zero_grad()
             loss = loss_fn(model(xb), yb)
             loss.backward()
             opt.step()
-            total += torch.stack([loss.detach() * len(idx), torch.tensor(float(len(idx)), device=device)])
+            total += torch.stack(
+                [loss.detach() * len(idx), torch.tensor(float(len(idx)), device=device)]
+            )
         dist.all_reduce(total)
         if rank == 0:
             print(f"epoch={epoch} train_loss={(total[0] / total[1]).item():.4f}", flush=True)

@@ -23,22 +23,33 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-dir", "--model_dir", default=os.environ.get("SM_MODEL_DIR"))
     parser.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAINING"))
-    parser.add_argument("--hosts", type=json.loads, default=os.environ.get("SM_HOSTS", '["algo-1"]'))
+    parser.add_argument(
+        "--hosts", type=json.loads, default=os.environ.get("SM_HOSTS", '["algo-1"]')
+    )
     parser.add_argument("--current-host", default=os.environ.get("SM_CURRENT_HOST", "algo-1"))
     return parser.parse_args()
 
 
 def model() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(16 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
+    )
 
 
 def main():
     args = parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    train, test = np.load(os.path.join(args.train, "train.npz")), np.load(os.path.join(args.train, "test.npz"))
+    train, test = (
+        np.load(os.path.join(args.train, "train.npz")),
+        np.load(os.path.join(args.train, "test.npz")),
+    )
     rank, world = args.hosts.index(args.current_host), len(args.hosts)
     x = torch.from_numpy(train["x"][rank::world]).permute(0, 3, 1, 2)
     y = torch.from_numpy(train["y"][rank::world])
@@ -49,7 +60,7 @@ def main():
         perm = torch.randperm(len(y))
         total = 0.0
         for i in range(0, len(y), args.batch_size):
-            idx = perm[i:i + args.batch_size]
+            idx = perm[i : i + args.batch_size]
             opt.zero_grad()
             loss = loss_fn(net(x[idx]), y[idx])
             loss.backward()

@@ -63,13 +63,15 @@ def main(argv=None):
         mine = order[rank::world]
         total = 0.0
         for i in range(0, len(mine), args.batch_size):
-            idx = mine[i:i + args.batch_size]
+            idx = mine[i : i + args.batch_size]
             opt.zero_grad()
             loss = loss_fn(net(x[idx]), y[idx])
             loss.backward()
             opt.step()
             total += loss.item() * len(idx)
-        print(f"epoch={epoch} step={opt.client.step} train_loss={total / len(mine):.4f}", flush=True)
+        print(
+            f"epoch={epoch} step={opt.client.step} train_loss={total / len(mine):.4f}", flush=True
+        )
     net.eval()
     xt, yt = load(os.path.join(args.train, "test.npz"))
     with torch.no_grad():

@@ -47,16 +47,26 @@ def main():
     with strategy.scope():
         keras.utils.set_random_seed(0)  # the same initial weights on every worker
         model = cnn.build(keras)
-        model.compile(optimizer=keras.optimizers.RMSprop(args.learning_rate),
-                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        model.compile(
+            optimizer=keras.optimizers.RMSprop(args.learning_rate),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
     records = sum(1 for _ in tf.data.TFRecordDataset(cnn.record_files("train")))
-    model.fit(dataset(tf, "train", args.batch_size, repeat=True), epochs=args.epochs,
-              steps_per_epoch=max(1, records // args.batch_size), verbose=2)
+    model.fit(
+        dataset(tf, "train", args.batch_size, repeat=True),
+        epochs=args.epochs,
+        steps_per_epoch=max(1, records // args.batch_size),
+        verbose=2,
+    )
     loss, accuracy = model.evaluate(dataset(tf, "eval", args.batch_size), verbose=0)
     print(f"eval_loss={loss:.4f} eval_accuracy={accuracy:.4f}")
     print(f"weights_checksum={sum(float(np.sum(w)) for w in model.get_weights()):.6f}")
-    target = args.sm_model_dir if task["index"] == 0 else os.path.join(
-        os.environ.get("SM_OUTPUT_DATA_DIR", "/tmp"), "worker-model")
+    target = (
+        args.sm_model_dir
+        if task["index"] == 0
+        else os.path.join(os.environ.get("SM_OUTPUT_DATA_DIR", "/tmp"), "worker-model")
+    )
     model.export(os.path.join(target, "1"))
 
 

@@ -38,12 +38,19 @@ def main():
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if resolver.task_type in ("worker", "ps"):  # the tutorial's server branch
-        tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
-                             task_index=resolver.task_id,
-                             protocol=resolver.rpc_layer or "grpc", start=True).join()
+        tf.distribute.Server(
+            resolver.cluster_spec(),
+            job_name=resolver.task_type,
+            task_index=resolver.task_id,
+            protocol=resolver.rpc_layer or "grpc",
+            start=True,
+        ).join()
     in_cluster = bool(resolver.cluster_spec().jobs)
-    strategy = (tf.distribute.ParameterServerStrategy(resolver) if in_cluster
-                else tf.distribute.get_strategy())
+    strategy = (
+        tf.distribute.ParameterServerStrategy(resolver)
+        if in_cluster
+        else tf.distribute.get_strategy()
+    )
     print(f"strategy: {type(strategy).__name__}")
     train_files = cnn.record_files("train")
 
@@ -55,14 +62,22 @@ def main():
 
     with strategy.scope():
         model = cnn.build(tf.keras)
-        model.compile(optimizer=tf.keras.optimizers.legacy.RMSprop(args.learning_rate),
-                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn), epochs=args.epochs,
-              steps_per_epoch=args.steps_per_epoch, verbose=2)
+        model.compile(
+            optimizer=tf.keras.optimizers.legacy.RMSprop(args.learning_rate),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
+    model.fit(
+        tf.keras.utils.experimental.DatasetCreator(dataset_fn),
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        verbose=2,
+    )
     # evaluated here on the coordinator, which reads the variables from the ps tasks
     correct = total = 0
-    for x, y in tf.data.TFRecordDataset(cnn.record_files("eval")).map(
-            lambda r: cnn.parse(tf, r)).batch(128):
+    for x, y in (
+        tf.data.TFRecordDataset(cnn.record_files("eval")).map(lambda r: cnn.parse(tf, r)).batch(128)
+    ):
         correct += int(np.sum(np.argmax(model(x, training=False).numpy(), axis=1) == y.numpy()))
         total += int(y.shape[0])
     print(f"eval_accuracy={correct / total:.4f}")

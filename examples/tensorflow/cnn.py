@@ -13,21 +13,23 @@ HEIGHT, WIDTH, DEPTH, CLASSES = 32, 32, 3, 10
 
 
 def build(keras):
-    return keras.Sequential([
-        keras.Input((HEIGHT, WIDTH, DEPTH)),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Dropout(0.25),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Dropout(0.25),
-        keras.layers.Flatten(),
-        keras.layers.Dense(512, activation="relu"),
-        keras.layers.Dropout(0.5),
-        keras.layers.Dense(CLASSES, activation="softmax"),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((HEIGHT, WIDTH, DEPTH)),
+            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Dropout(0.25),
+            keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+            keras.layers.Conv2D(64, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Dropout(0.25),
+            keras.layers.Flatten(),
+            keras.layers.Dense(512, activation="relu"),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(CLASSES, activation="softmax"),
+        ]
+    )
 
 
 def record_files(channel):
@@ -38,8 +40,12 @@ def record_files(channel):
 
 def parse(tf, record):
     """The tutorials' record: ``image`` (raw uint8 bytes, 32x32x3) and ``label`` (int64)."""
-    features = tf.io.parse_single_example(record, {
-        "image": tf.io.FixedLenFeature([], tf.string),
-        "label": tf.io.FixedLenFeature([], tf.int64)})
+    features = tf.io.parse_single_example(
+        record,
+        {
+            "image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64),
+        },
+    )
     image = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (HEIGHT, WIDTH, DEPTH))
     return tf.cast(image, tf.float32) / 255.0, features["label"]

@@ -45,16 +45,21 @@ def main(argv: list[str] | None = None) -> dict:
             os.makedirs(os.path.join(data, split))
             make_cifar_tfrecords.write(os.path.join(data, split, f"{split}.tfrecords"), n, seed)
             inputs[split] = os.path.join(data, split)
-        est = shipyard.TensorFlow(entry_point=script, source_dir=HERE,
-                                  instance_count=args.instances or default_count,
-                                  instance_type="local", distribution=distribution,
-                                  hyperparameters={"epochs": args.epochs},
-                                  metric_definitions=[{"Name": "eval:accuracy",
-                                                       "Regex": r"eval_accuracy=([0-9.]+)"}])
+        est = shipyard.TensorFlow(
+            entry_point=script,
+            source_dir=HERE,
+            instance_count=args.instances or default_count,
+            instance_type="local",
+            distribution=distribution,
+            hyperparameters={"epochs": args.epochs},
+            metric_definitions=[{"Name": "eval:accuracy", "Regex": r"eval_accuracy=([0-9.]+)"}],
+        )
         est.fit(inputs, job_name=args.job_name)
     desc = est.latest_training_job.describe()
-    print(f"{desc['TrainingJobName']}: {desc['TrainingJobStatus']}, model at "
-          f"{desc['ModelArtifacts']['S3ModelArtifacts']}")
+    print(
+        f"{desc['TrainingJobName']}: {desc['TrainingJobStatus']}, model at "
+        f"{desc['ModelArtifacts']['S3ModelArtifacts']}"
+    )
     report = desc.get("Shipyard", {}).get("DistributionReportPath")
     if report:
         print(f"placement and traffic report: {report}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -17,8 +17,11 @@ from rich.table import Table
 
 from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="SageMaker-style distributed training on your own machines.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="SageMaker-style distributed training on your own machines.",
+)
 console = Console(stderr=True, highlight=False)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -59,25 +62,40 @@ def _fail(message: str, code: int) -> None:
 @app.command()
 def train(
     entry_point: str = typer.Argument(..., help="training script (relative to --source-dir)"),
-    source_dir: Optional[str] = typer.Option(None, "--source-dir", help="directory shipped with the script"),
+    source_dir: str | None = typer.Option(
+        None, "--source-dir", help="directory shipped with the script"
+    ),
     instance_count: int = typer.Option(1, "--instance-count", "-n"),
     instance_type: str = typer.Option("local", "--instance-type"),
-    hyperparameter: List[str] = typer.Option([], "--hyperparameter", "-H",
-                                             help="k=v; v is parsed as JSON when it can be (2 -> int)"),
-    channel: List[str] = typer.Option([], "--channel", "-c", help="name=uri (local path or file://)"),
-    distribution: Optional[str] = typer.Option(None, "--distribution", help="JSON, e.g. '{\"mpi\": {\"enabled\": true}}'"),
-    framework: Optional[str] = typer.Option(None, "--framework", help="tensorflow | pytorch"),
-    dependency: List[str] = typer.Option([], "--dependency"),
-    env: List[str] = typer.Option([], "--env", "-e", help="K=V for the training processes"),
-    metric: List[str] = typer.Option([], "--metric", help="Name=Regex (first group is the value)"),
-    job_name: Optional[str] = typer.Option(None, "--job-name"),
-    base_job_name: Optional[str] = typer.Option(None, "--base-job-name"),
-    output_path: Optional[str] = typer.Option(None, "--output-path"),
+    hyperparameter: list[str] = typer.Option(
+        [], "--hyperparameter", "-H", help="k=v; v is parsed as JSON when it can be (2 -> int)"
+    ),
+    channel: list[str] = typer.Option(
+        [], "--channel", "-c", help="name=uri (local path or file://)"
+    ),
+    distribution: str | None = typer.Option(
+        None, "--distribution", help='JSON, e.g. \'{"mpi": {"enabled": true}}\''
+    ),
+    framework: str | None = typer.Option(None, "--framework", help="tensorflow | pytorch"),
+    dependency: list[str] = typer.Option([], "--dependency"),
+    env: list[str] = typer.Option([], "--env", "-e", help="K=V for the training processes"),
+    metric: list[str] = typer.Option([], "--metric", help="Name=Regex (first group is the value)"),
+    job_name: str | None = typer.Option(None, "--job-name"),
+    base_job_name: str | None = typer.Option(None, "--base-job-name"),
+    output_path: str | None = typer.Option(None, "--output-path"),
     max_run: int = typer.Option(24 * 3600, "--max-run"),
     max_retry_attempts: int = typer.Option(0, "--max-retry-attempts"),
-    detach: bool = typer.Option(False, "--detach", "-d", help="return at once; the job keeps running"),
-    backend: Optional[str] = typer.Option(None, "--backend", help="local (default, or $SHIPYARD_BACKEND) | ray"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="host:port, ray://host:port or auto (default $SHIPYARD_RAY_ADDRESS)"),
+    detach: bool = typer.Option(
+        False, "--detach", "-d", help="return at once; the job keeps running"
+    ),
+    backend: str | None = typer.Option(
+        None, "--backend", help="local (default, or $SHIPYARD_BACKEND) | ray"
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="host:port, ray://host:port or auto (default $SHIPYARD_RAY_ADDRESS)",
+    ),
 ) -> None:
     """Run a training script on N instances (SageMaker script mode)."""
     from shipyard.sdk.estimator import Estimator
@@ -96,19 +114,30 @@ def train(
 
         session = Session(backend=backend, address=ray_address)
         estimator = classes[framework](
-            session=session, entry_point=entry_point, source_dir=source_dir, instance_count=instance_count,
-            instance_type=instance_type, hyperparameters=_pairs(hyperparameter, "--hyperparameter", True),
-            distribution=dist, dependencies=dependency, environment=_pairs(env, "--env"),
-            metric_definitions=[{"Name": k, "Regex": v} for k, v in _pairs(metric, "--metric").items()],
-            base_job_name=base_job_name, output_path=output_path, max_run=max_run,
-            max_retry_attempts=max_retry_attempts)
+            session=session,
+            entry_point=entry_point,
+            source_dir=source_dir,
+            instance_count=instance_count,
+            instance_type=instance_type,
+            hyperparameters=_pairs(hyperparameter, "--hyperparameter", True),
+            distribution=dist,
+            dependencies=dependency,
+            environment=_pairs(env, "--env"),
+            metric_definitions=[
+                {"Name": k, "Regex": v} for k, v in _pairs(metric, "--metric").items()
+            ],
+            base_job_name=base_job_name,
+            output_path=output_path,
+            max_run=max_run,
+            max_retry_attempts=max_retry_attempts,
+        )
         inputs = _pairs(channel, "--channel") or None
         estimator.fit(inputs, wait=not detach, job_name=job_name)
     except JobFailedError as exc:
         _fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         console.print("interrupted: the job was stopped")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except (ValidationError, TypeError) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     except ShipyardError as exc:
@@ -118,29 +147,49 @@ def train(
         typer.echo(name)
         return
     record = estimator.session.control.get(name)
-    console.print(f"{name}: [bold]{record.status}[/]" + (
-        f"  model: {record.model_artifact}" if record.model_artifact else ""))
+    console.print(
+        f"{name}: [bold]{record.status}[/]"
+        + (f"  model: {record.model_artifact}" if record.model_artifact else "")
+    )
     if record.status != "Completed":
         raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
-def jobs(limit: int = typer.Option(50, "--limit"),
-         as_json: bool = typer.Option(False, "--json")) -> None:
+def jobs(
+    limit: int = typer.Option(50, "--limit"), as_json: bool = typer.Option(False, "--json")
+) -> None:
     """List training jobs, newest first."""
     records = _control().list(limit)
     if as_json:
-        typer.echo(json.dumps([{"TrainingJobName": r.name, "TrainingJobStatus": r.status,
-                                "SecondaryStatus": r.secondary_status,
-                                "CreationTime": r.created_at} for r in records], indent=1))
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "TrainingJobName": r.name,
+                        "TrainingJobStatus": r.status,
+                        "SecondaryStatus": r.secondary_status,
+                        "CreationTime": r.created_at,
+                    }
+                    for r in records
+                ],
+                indent=1,
+            )
+        )
         return
     table = Table("name", "status", "secondary", "instances", "created", "duration")
     for r in records:
         created = dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S")
         duration = f"{(r.end_time or dt.datetime.now().timestamp()) - r.created_at:.1f}s"
         color = {"Completed": "green", "Failed": "red", "Stopped": "yellow"}.get(r.status, "cyan")
-        table.add_row(r.name, f"[{color}]{r.status}[/]", r.secondary_status,
-                      str(r.spec.get("instance_count")), created, duration)
+        table.add_row(
+            r.name,
+            f"[{color}]{r.status}[/]",
+            r.secondary_status,
+            str(r.spec.get("instance_count")),
+            created,
+            duration,
+        )
     Console().print(table)
 
 
@@ -155,16 +204,24 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
         typer.echo(json.dumps(desc, indent=1, default=_json_default))
         return
     out = Console()
-    out.print(f"[bold]{desc['TrainingJobName']}[/]  {desc['TrainingJobStatus']} / "
-              f"{desc['SecondaryStatus']}")
+    out.print(
+        f"[bold]{desc['TrainingJobName']}[/]  {desc['TrainingJobStatus']} / "
+        f"{desc['SecondaryStatus']}"
+    )
     if desc.get("FailureReason"):
         out.print("[red]FailureReason:[/]", desc["FailureReason"], markup=True, highlight=False)
     if desc.get("ModelArtifacts"):
         out.print("model:", desc["ModelArtifacts"]["S3ModelArtifacts"])
     table = Table("host", "attempt", "address", "status", "exit", "log")
     for inst in desc["Shipyard"]["Instances"]:
-        table.add_row(inst["Host"], str(inst["Attempt"]), str(inst["Address"]), inst["Status"],
-                      str(inst["ExitCode"]), inst["LogPath"] or "")
+        table.add_row(
+            inst["Host"],
+            str(inst["Attempt"]),
+            str(inst["Address"]),
+            inst["Status"],
+            str(inst["ExitCode"]),
+            inst["LogPath"] or "",
+        )
     out.print(table)
     if desc["FinalMetricDataList"]:
         metrics = Table("metric", "value")
@@ -174,8 +231,11 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
     if desc["Shipyard"].get("DistributionReport"):
         from shipyard.observe.report_view import render
 
-        render(desc["Shipyard"]["DistributionReport"], out,
-               desc["Shipyard"].get("DistributionReportPath"))
+        render(
+            desc["Shipyard"]["DistributionReport"],
+            out,
+            desc["Shipyard"].get("DistributionReportPath"),
+        )
     steps = Table("secondary status", "start", "message")
     for t in desc["SecondaryStatusTransitions"]:
         steps.add_row(t["Status"], t["StartTime"].strftime("%H:%M:%S.%f")[:-3], t["StatusMessage"])
@@ -183,8 +243,11 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command()
-def logs(job: str, follow: bool = typer.Option(False, "--follow", "-f"),
-         host: Optional[str] = typer.Option(None, "--host")) -> None:
+def logs(
+    job: str,
+    follow: bool = typer.Option(False, "--follow", "-f"),
+    host: str | None = typer.Option(None, "--host"),
+) -> None:
     """Print a job's logs, each line prefixed with its host."""
     from shipyard.observe.logs import LogTailer, print_lines
 

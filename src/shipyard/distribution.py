@@ -8,8 +8,9 @@ that read those keys see exactly what they would on SageMaker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from shipyard.errors import DistributionError
 
@@ -59,7 +60,8 @@ class Distribution:
         if self.kind != PARAMETER_SERVER:
             return self.runner
         implementation = self.options.get("implementation") or (
-            "tensorflow" if framework == "tensorflow" else "shipyard")
+            "tensorflow" if framework == "tensorflow" else "shipyard"
+        )
         return "tf_parameter_server" if implementation == "tensorflow" else "native_ps"
 
     def to_sagemaker(self) -> dict[str, Any] | None:
@@ -74,7 +76,7 @@ class Distribution:
         return {"kind": self.kind, "options": dict(self.options)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "Distribution":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Distribution:
         if not data:
             return cls()
         return cls(kind=data.get("kind"), options=dict(data.get("options") or {}))
@@ -84,11 +86,13 @@ def _enabled(section: Any, where: str) -> bool:
     if not isinstance(section, Mapping):
         raise DistributionError(
             f"distribution[{where!r}] must be a dict such as {{'enabled': True}}, "
-            f"got {type(section).__name__}: {section!r}")
+            f"got {type(section).__name__}: {section!r}"
+        )
     enabled = section.get("enabled", False)
     if not isinstance(enabled, bool):
         raise DistributionError(
-            f"distribution[{where!r}]['enabled'] must be True or False, got {enabled!r}")
+            f"distribution[{where!r}]['enabled'] must be True or False, got {enabled!r}"
+        )
     return enabled
 
 
@@ -98,7 +102,8 @@ def _check_processes_per_host(options: Mapping[str, Any], where: str) -> None:
         if isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1:
             raise DistributionError(
                 f"distribution[{where!r}]['processes_per_host'] must be an integer >= 1, "
-                f"got {ppn!r}")
+                f"got {ppn!r}"
+            )
 
 
 def _check_custom_mpi_options(options: Mapping[str, Any], where: str) -> None:
@@ -106,7 +111,8 @@ def _check_custom_mpi_options(options: Mapping[str, Any], where: str) -> None:
     if not isinstance(value, str):
         raise DistributionError(
             f"distribution[{where!r}]['custom_mpi_options'] must be a string of mpirun "
-            f"options, got {value!r}")
+            f"options, got {value!r}"
+        )
 
 
 PS_IMPLEMENTATIONS = ("tensorflow", "shipyard")
@@ -118,7 +124,8 @@ def _check_ps_implementation(options: Mapping[str, Any]) -> None:
         raise DistributionError(
             f"distribution['parameter_server']['implementation'] must be one of "
             f"{PS_IMPLEMENTATIONS} (TensorFlow's parameter servers or shipyard.ps), "
-            f"got {value!r}")
+            f"got {value!r}"
+        )
 
 
 def parse(distribution: Mapping[str, Any] | None) -> Distribution:
@@ -133,16 +140,19 @@ def parse(distribution: Mapping[str, Any] | None) -> Distribution:
     if not isinstance(distribution, Mapping):
         raise DistributionError(
             f"distribution must be a dict such as {{'mpi': {{'enabled': True}}}}, got "
-            f"{type(distribution).__name__}: {distribution!r}")
+            f"{type(distribution).__name__}: {distribution!r}"
+        )
     if "instance_groups" in distribution:
         raise DistributionError(
             "distribution['instance_groups'] (heterogeneous clusters) is not supported: "
-            "run one homogeneous group of instances")
+            "run one homogeneous group of instances"
+        )
     unknown = [k for k in distribution if k not in _TOP_LEVEL_KEYS]
     if unknown:
         raise DistributionError(
             f"unknown distribution key(s) {unknown}: use one of "
-            + ", ".join(repr(k) for k in _TOP_LEVEL_KEYS))
+            + ", ".join(repr(k) for k in _TOP_LEVEL_KEYS)
+        )
 
     found: list[Distribution] = []
     for key, section in distribution.items():
@@ -150,16 +160,20 @@ def parse(distribution: Mapping[str, Any] | None) -> Distribution:
             if not isinstance(section, Mapping):
                 raise DistributionError(
                     "distribution['smdistributed'] must be a dict such as "
-                    "{'dataparallel': {'enabled': True}}")
+                    "{'dataparallel': {'enabled': True}}"
+                )
             extra = [k for k in section if k not in ("dataparallel", "modelparallel")]
             if extra:
                 raise DistributionError(
-                    f"unknown distribution['smdistributed'] key(s) {extra}: use 'dataparallel'")
-            if "modelparallel" in section and _enabled(section["modelparallel"],
-                                                       "smdistributed.modelparallel"):
+                    f"unknown distribution['smdistributed'] key(s) {extra}: use 'dataparallel'"
+                )
+            if "modelparallel" in section and _enabled(
+                section["modelparallel"], "smdistributed.modelparallel"
+            ):
                 raise DistributionError(
                     "smdistributed.modelparallel is not supported by shipyard; use "
-                    "'torch_distributed' (DDP/FSDP in your script) instead")
+                    "'torch_distributed' (DDP/FSDP in your script) instead"
+                )
             if "dataparallel" in section and _enabled(section["dataparallel"], SMDDP):
                 options = dict(section["dataparallel"])
                 _check_custom_mpi_options(options, SMDDP)
@@ -177,8 +191,10 @@ def parse(distribution: Mapping[str, Any] | None) -> Distribution:
 
     if len(found) > 1:
         raise DistributionError(
-            "two distributions at once: " + " and ".join(d.kind or "" for d in found)
-            + "; enable exactly one")
+            "two distributions at once: "
+            + " and ".join(d.kind or "" for d in found)
+            + "; enable exactly one"
+        )
     return found[0] if found else Distribution()
 
 
@@ -199,14 +215,17 @@ def reserved_hyperparameters(dist: Distribution, instance_type: str) -> dict[str
         return {
             "sagemaker_distributed_dataparallel_enabled": True,
             "sagemaker_instance_type": instance_type,
-            "sagemaker_distributed_dataparallel_custom_mpi_options":
-                opts.get("custom_mpi_options", ""),
+            "sagemaker_distributed_dataparallel_custom_mpi_options": opts.get(
+                "custom_mpi_options", ""
+            ),
         }
     if dist.kind == PYTORCHDDP:
         return {"sagemaker_pytorch_ddp_enabled": True, "sagemaker_instance_type": instance_type}
     if dist.kind == TORCH_DISTRIBUTED:
-        return {"sagemaker_torch_distributed_enabled": True,
-                "sagemaker_instance_type": instance_type}
+        return {
+            "sagemaker_torch_distributed_enabled": True,
+            "sagemaker_instance_type": instance_type,
+        }
     if dist.kind == MWMS:
         return {"sagemaker_multi_worker_mirrored_strategy_enabled": True}
     raise AssertionError(dist.kind)  # parse() admits nothing else

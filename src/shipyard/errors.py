@@ -66,6 +66,4 @@ class JobFailedError(ShipyardError):
         self.job_name = job_name
         self.status = status
         self.reason = reason or ""
-        super().__init__(
-            f"Error for Training job {job_name}: {status}. Reason: {self.reason}"
-        )
+        super().__init__(f"Error for Training job {job_name}: {status}. Reason: {self.reason}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -31,11 +31,11 @@ class ChannelSpec(_Model):
 
     name: str
     uri: str
-    input_mode: Optional[InputMode] = None
+    input_mode: InputMode | None = None
     distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
-    compression: Optional[Literal["Gzip"]] = None
-    content_type: Optional[str] = None
-    record_wrapping: Optional[Literal["RecordIO"]] = None
+    compression: Literal["Gzip"] | None = None
+    content_type: str | None = None
+    record_wrapping: Literal["RecordIO"] | None = None
     s3_data_type: Literal["S3Prefix", "ManifestFile"] = "S3Prefix"
 
     @field_validator("name")
@@ -43,7 +43,8 @@ class ChannelSpec(_Model):
     def _name(cls, value: str) -> str:
         if not re.match(r"^[A-Za-z0-9\.\-_]{1,64}$", value):
             raise ValueError(
-                f"channel name {value!r} must be 1-64 letters, digits, '.', '-' or '_'")
+                f"channel name {value!r} must be 1-64 letters, digits, '.', '-' or '_'"
+            )
         return value
 
 
@@ -51,9 +52,9 @@ class CodeSpec(_Model):
     """Where the user's code comes from (resolved by control.staging)."""
 
     entry_point: str
-    source_dir: Optional[str] = None
+    source_dir: str | None = None
     dependencies: list[str] = Field(default_factory=list)
-    git_config: Optional[dict[str, str]] = None
+    git_config: dict[str, str] | None = None
 
 
 class MetricDefinition(_Model):
@@ -79,9 +80,9 @@ class JobSpec(_Model):
     """A training job as submitted. Serialized into the job store and the job dir."""
 
     job_name: str
-    framework: Optional[Literal["tensorflow", "pytorch"]] = None
-    framework_version: Optional[str] = None
-    py_version: Optional[str] = None
+    framework: Literal["tensorflow", "pytorch"] | None = None
+    framework_version: str | None = None
+    py_version: str | None = None
     code: CodeSpec
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     instance_count: int = 1
@@ -89,17 +90,17 @@ class JobSpec(_Model):
     distribution: dict[str, Any] = Field(default_factory=dict)
     channels: list[ChannelSpec] = Field(default_factory=list)
     input_mode: InputMode = "File"
-    output_path: Optional[str] = None
-    code_location: Optional[str] = None
-    checkpoint_s3_uri: Optional[str] = None
-    checkpoint_local_path: Optional[str] = None
+    output_path: str | None = None
+    code_location: str | None = None
+    checkpoint_s3_uri: str | None = None
+    checkpoint_local_path: str | None = None
     environment: dict[str, str] = Field(default_factory=dict)
     max_run: int = 24 * 60 * 60
     max_retry_attempts: int = 0
     metric_definitions: list[MetricDefinition] = Field(default_factory=list)
     tags: list[dict[str, str]] = Field(default_factory=list)
-    model_dir: Union[str, Literal[False], None] = None
-    role: Optional[str] = None
+    model_dir: str | Literal[False] | None = None
+    role: str | None = None
     container_log_level: int = 20
     backend: Literal["local"] = "local"
 
@@ -109,7 +110,8 @@ class JobSpec(_Model):
         if not JOB_NAME_PATTERN.match(value):
             raise ValueError(
                 f"job name {value!r} must be 1-63 letters, digits or hyphens, starting "
-                "with a letter or digit (SageMaker's rule)")
+                "with a letter or digit (SageMaker's rule)"
+            )
         return value
 
     @field_validator("instance_count")
@@ -144,7 +146,8 @@ class JobSpec(_Model):
             except (TypeError, ValueError) as exc:
                 raise ValueError(
                     f"hyperparameter {key!r} = {item!r} cannot be JSON-encoded ({exc}); "
-                    "use numbers, strings, booleans, lists or dicts of those") from exc
+                    "use numbers, strings, booleans, lists or dicts of those"
+                ) from exc
         return value
 
     @field_validator("environment")
@@ -156,7 +159,7 @@ class JobSpec(_Model):
         return value
 
     @model_validator(mode="after")
-    def _channels_unique(self) -> "JobSpec":
+    def _channels_unique(self) -> JobSpec:
         names = [c.name for c in self.channels]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -32,10 +32,15 @@ def accuracy(estimator) -> float:
 @pytest.mark.parametrize("count", [1, 2])
 def test_pytorch_digits(session, digits, count):
     pytest.importorskip("torch")
-    est = shipyard.PyTorch(entry_point="digits_classifier.py",
-                           source_dir=os.path.join(EXAMPLES, "pytorch"), instance_count=count,
-                           instance_type="local", hyperparameters={"epochs": 12},
-                           metric_definitions=ACC, session=session)
+    est = shipyard.PyTorch(
+        entry_point="digits_classifier.py",
+        source_dir=os.path.join(EXAMPLES, "pytorch"),
+        instance_count=count,
+        instance_type="local",
+        hyperparameters={"epochs": 12},
+        metric_definitions=ACC,
+        session=session,
+    )
     est.fit({"training": digits})
     assert accuracy(est) >= 0.95
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:
@@ -44,10 +49,15 @@ def test_pytorch_digits(session, digits, count):
 
 def test_keras_digits_two_instances(session, digits):
     pytest.importorskip("keras")
-    est = shipyard.TensorFlow(entry_point="digits_classifier.py",
-                              source_dir=os.path.join(EXAMPLES, "keras"), instance_count=2,
-                              instance_type="local", hyperparameters={"epochs": 12},
-                              metric_definitions=ACC, session=session)
+    est = shipyard.TensorFlow(
+        entry_point="digits_classifier.py",
+        source_dir=os.path.join(EXAMPLES, "keras"),
+        instance_count=2,
+        instance_type="local",
+        hyperparameters={"epochs": 12},
+        metric_definitions=ACC,
+        session=session,
+    )
     est.fit({"training": digits})
     assert accuracy(est) >= 0.95
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:

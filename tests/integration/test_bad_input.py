@@ -30,14 +30,18 @@ CASES = [
     (dict(entry_point="../outside.py"), "outside source_dir"),
     (dict(instance_count=0), "instance_count must be at least 1"),
     (dict(distribution={"bogus": {"enabled": True}}), "unknown distribution key"),
-    (dict(distribution={"mpi": {"enabled": True}, "parameter_server": {"enabled": True}}),
-     "two distributions at once"),
+    (
+        dict(distribution={"mpi": {"enabled": True}, "parameter_server": {"enabled": True}}),
+        "two distributions at once",
+    ),
     (dict(hyperparameters={"bad": object()}), "cannot be JSON-encoded"),
     (dict(hyperparameters={"nan": float("nan")}), "cannot be JSON-encoded"),
     (dict(git_config={"repo": "/nonexistent/repo.git"}), "could not clone"),
     (dict(instance_type="ml.nope.big"), "is not known"),
-    (dict(distribution={"parameter_server": {"enabled": True, "implementation": "byteps"}}),
-     "implementation"),
+    (
+        dict(distribution={"parameter_server": {"enabled": True, "implementation": "byteps"}}),
+        "implementation",
+    ),
     (dict(metric_definitions=[{"Name": "x", "Regex": "(unclosed"}]), "does not compile"),
 ]
 
@@ -45,8 +49,13 @@ CASES = [
 @pytest.mark.parametrize("override,message", CASES, ids=[c[1][:30] for c in CASES])
 def test_refused_before_anything_starts(session, src, home, tmp_path, override, message):
     (tmp_path / "outside.py").write_text("")
-    kwargs = dict(entry_point="train.py", source_dir=src, instance_count=2,
-                  instance_type="local", session=session)
+    kwargs = dict(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+    )
     kwargs.update(override)
     with pytest.raises(ValidationError, match=message):
         est = shipyard.Estimator(**kwargs)
@@ -55,29 +64,46 @@ def test_refused_before_anything_starts(session, src, home, tmp_path, override, 
     assert session.control.list() == []
 
 
-def test_a_distribution_without_its_runner_is_refused_not_run_plain(session, src, home,
-                                                                   monkeypatch):
+def test_a_distribution_without_its_runner_is_refused_not_run_plain(
+    session, src, home, monkeypatch
+):
     from shipyard.agent import runners
+
     monkeypatch.delitem(runners._RUNNERS, "mpi")
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
-                             instance_type="local", session=session,
-                             distribution={"mpi": {"enabled": True}})
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+        distribution={"mpi": {"enabled": True}},
+    )
     with pytest.raises(ValidationError, match="runner is not available"):
         est.fit(job_name="refused-job")
     assert written(home) == []
 
 
 def test_channel_that_does_not_exist(session, src, home):
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=1,
-                             instance_type="local", session=session)
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        session=session,
+    )
     with pytest.raises(ValidationError, match="channel 'training': '/no/such/data' does not exist"):
         est.fit("/no/such/data")
     assert written(home) == []
 
 
 def test_job_name_that_exists(session, src, home):
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=1,
-                             instance_type="local", session=session)
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        session=session,
+    )
     est.fit(job_name="taken")
     before = sorted(written(home))
     with pytest.raises(JobExistsError, match="already exists"):
@@ -88,5 +114,11 @@ def test_job_name_that_exists(session, src, home):
 
 def test_distribution_error_is_raised_by_the_constructor(session, src):
     with pytest.raises(DistributionError):
-        shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=1,
-                           instance_type="local", distribution={"mpi": "yes"}, session=session)
+        shipyard.Estimator(
+            entry_point="train.py",
+            source_dir=src,
+            instance_count=1,
+            instance_type="local",
+            distribution={"mpi": "yes"},
+            session=session,
+        )

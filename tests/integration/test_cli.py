@@ -12,17 +12,33 @@ BIN = [sys.executable, "-m", "shipyard.cli"]
 
 
 def cli(*args, **kw):
-    return subprocess.run([*BIN, *args], capture_output=True, text=True, env=dict(os.environ),
-                          timeout=120, **kw)
+    return subprocess.run(
+        [*BIN, *args], capture_output=True, text=True, env=dict(os.environ), timeout=120, **kw
+    )
 
 
 def test_train_describe_logs_jobs(home, write_script, tmp_path):
     src = write_script("train.py", "import sys\nprint('args', sys.argv[1:])\nprint('acc=0.9')\n")
     data = tmp_path / "data"
     data.mkdir()
-    res = cli("train", "train.py", "--source-dir", src, "-n", "2", "-H", "epochs=2", "-H",
-              "name=abc", "--channel", f"training={data}", "--metric", "acc=acc=([0-9.]+)",
-              "--job-name", "cli-job")
+    res = cli(
+        "train",
+        "train.py",
+        "--source-dir",
+        src,
+        "-n",
+        "2",
+        "-H",
+        "epochs=2",
+        "-H",
+        "name=abc",
+        "--channel",
+        f"training={data}",
+        "--metric",
+        "acc=acc=([0-9.]+)",
+        "--job-name",
+        "cli-job",
+    )
     assert res.returncode == 0, res.stderr
     assert "[algo-2] args ['--epochs', '2', '--name', 'abc']" in res.stdout
     desc = json.loads(cli("describe", "cli-job", "--json").stdout)
@@ -51,8 +67,12 @@ def test_detach_follow_and_stop(home, write_script):
     src = write_script("train.py", "import time\nprint('started', flush=True)\ntime.sleep(60)\n")
     res = cli("train", "train.py", "--source-dir", src, "--detach", "--job-name", "bg-job")
     assert res.returncode == 0 and res.stdout.strip() == "bg-job"
-    follower = subprocess.Popen([*BIN, "logs", "bg-job", "--follow"], stdout=subprocess.PIPE,
-                                text=True, env=dict(os.environ))
+    follower = subprocess.Popen(
+        [*BIN, "logs", "bg-job", "--follow"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if "started" in cli("logs", "bg-job").stdout:

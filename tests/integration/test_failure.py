@@ -13,7 +13,7 @@ import shipyard
 from shipyard.errors import JobFailedError
 from tests.conftest import job_processes
 
-SCRIPT = r'''
+SCRIPT = r"""
 import os, subprocess, sys, time
 host = os.environ["SM_CURRENT_HOST"]
 # every instance leaves a grandchild behind, in its own session, to prove cleanup
@@ -22,13 +22,18 @@ if host == "algo-2":
     time.sleep(0.5)
     raise RuntimeError("algo-2 exploded on purpose")
 time.sleep(120)
-'''
+"""
 
 
 def test_failing_instance_fails_the_job_and_stops_the_rest(session, write_script):
     src = write_script("train.py", SCRIPT)
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=3,
-                             instance_type="local", session=session)
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=3,
+        instance_type="local",
+        session=session,
+    )
     started = time.monotonic()
     with pytest.raises(JobFailedError) as err:
         est.fit(job_name="fail-job")
@@ -51,17 +56,25 @@ def test_supervisor_killed_leaves_no_orphans(session, write_script, home):
     """Even a SIGKILLed supervisor takes its instances down (PDEATHSIG), and the store
     marks the job Failed instead of leaving it InProgress forever."""
     src = write_script("train.py", "import time\ntime.sleep(120)\n")
-    code = ("import shipyard, sys\n"
-            f"e = shipyard.Estimator(entry_point='train.py', source_dir={src!r}, "
-            "instance_count=2, instance_type='local')\n"
-            "e.fit(job_name='orphan-job')\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    code = (
+        "import shipyard, sys\n"
+        f"e = shipyard.Estimator(entry_point='train.py', source_dir={src!r}, "
+        "instance_count=2, instance_type='local')\n"
+        "e.fit(job_name='orphan-job')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     job_dir = os.path.join(str(home), "jobs", "orphan-job")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if os.path.isdir(job_dir) and len([p for p in job_processes(job_dir)
-                                           if "train.py" in " ".join(p.cmdline())]) == 2:
+        if (
+            os.path.isdir(job_dir)
+            and len([p for p in job_processes(job_dir) if "train.py" in " ".join(p.cmdline())]) == 2
+        ):
             break
         time.sleep(0.1)
     else:
@@ -82,13 +95,20 @@ def test_ctrl_c_in_fit_stops_the_job(session, write_script, home):
     import signal
 
     src = write_script("train.py", "import time\nprint('running', flush=True)\ntime.sleep(120)\n")
-    code = ("import shipyard\n"
-            f"e = shipyard.Estimator(entry_point='train.py', source_dir={src!r}, "
-            "instance_count=2, instance_type='local')\n"
-            "try:\n    e.fit(job_name='ctrlc-job')\nexcept KeyboardInterrupt:\n"
-            "    print('interrupted')\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    code = (
+        "import shipyard\n"
+        f"e = shipyard.Estimator(entry_point='train.py', source_dir={src!r}, "
+        "instance_count=2, instance_type='local')\n"
+        "try:\n    e.fit(job_name='ctrlc-job')\nexcept KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     job_dir = os.path.join(str(home), "jobs", "ctrlc-job")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

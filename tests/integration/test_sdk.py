@@ -15,7 +15,7 @@ import shipyard
 from shipyard.errors import JobFailedError
 from tests.conftest import job_processes
 
-SAVE = r'''
+SAVE = r"""
 import os, sys
 host = os.environ["SM_CURRENT_HOST"]
 open(os.path.join(os.environ["SM_MODEL_DIR"], "weights-%s.txt" % host), "w").write(host)
@@ -25,7 +25,7 @@ open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "eval", host), "w").write("o
 for step in range(3):
     print(f"step={step} loss={1.0 / (step + 1):.3f}")
 print("argv", sys.argv[1:])
-'''
+"""
 
 
 def names(path: str) -> list[str]:
@@ -35,10 +35,16 @@ def names(path: str) -> list[str]:
 
 def test_job_name_artifacts_metrics_and_describe(session, write_script):
     src = write_script("train.py", SAVE)
-    est = shipyard.PyTorch(entry_point="train.py", source_dir=src, instance_count=2,
-                           instance_type="local", framework_version="2.13", py_version="py311",
-                           metric_definitions=[{"Name": "train:loss", "Regex": r"loss=([0-9.]+)"}],
-                           session=session)
+    est = shipyard.PyTorch(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        metric_definitions=[{"Name": "train:loss", "Regex": r"loss=([0-9.]+)"}],
+        session=session,
+    )
     est.fit()
     job = est.latest_training_job.job_name
     assert re.fullmatch(r"pytorch-training-\d{4}(-\d{2}){5}-\d{3}", job)
@@ -49,12 +55,27 @@ def test_job_name_artifacts_metrics_and_describe(session, write_script):
     assert names(desc["Shipyard"]["OutputArtifacts"]) == ["eval/algo-1", "eval/algo-2"]
     assert desc["FinalMetricDataList"][0]["MetricName"] == "train:loss"
     assert desc["FinalMetricDataList"][0]["Value"] == pytest.approx(0.333)
-    for key in ("TrainingJobName", "TrainingJobStatus", "SecondaryStatus", "HyperParameters",
-                "ModelArtifacts", "TrainingStartTime", "TrainingEndTime", "CreationTime",
-                "SecondaryStatusTransitions", "ResourceConfig", "StoppingCondition"):
+    for key in (
+        "TrainingJobName",
+        "TrainingJobStatus",
+        "SecondaryStatus",
+        "HyperParameters",
+        "ModelArtifacts",
+        "TrainingStartTime",
+        "TrainingEndTime",
+        "CreationTime",
+        "SecondaryStatusTransitions",
+        "ResourceConfig",
+        "StoppingCondition",
+    ):
         assert key in desc
     assert [t["Status"] for t in desc["SecondaryStatusTransitions"]] == [
-        "Starting", "Downloading", "Training", "Uploading", "Completed"]
+        "Starting",
+        "Downloading",
+        "Training",
+        "Uploading",
+        "Completed",
+    ]
     assert desc["HyperParameters"]["sagemaker_program"] == '"train.py"'
     assert desc["TrainingStartTime"] <= desc["TrainingEndTime"]
 
@@ -63,12 +84,17 @@ def test_tensorflow_passes_model_dir_and_v1_names_warn(session, write_script):
     src = write_script("train.py", SAVE)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        est = shipyard.TensorFlow(entry_point="train.py", source_dir=src,
-                                  train_instance_count=1, train_instance_type="local",
-                                  train_max_run=600, session=session)
-    assert {str(w.message).split("'")[1] for w in caught
-            if issubclass(w.category, DeprecationWarning)} >= {
-        "train_instance_count", "train_instance_type", "train_max_run"}
+        est = shipyard.TensorFlow(
+            entry_point="train.py",
+            source_dir=src,
+            train_instance_count=1,
+            train_instance_type="local",
+            train_max_run=600,
+            session=session,
+        )
+    assert {
+        str(w.message).split("'")[1] for w in caught if issubclass(w.category, DeprecationWarning)
+    } >= {"train_instance_count", "train_instance_type", "train_max_run"}
     est.fit(job_name="tf-job")
     log = open(os.path.join(session.home, "jobs", "tf-job", "logs", "algo-1.log")).read()
     shared = os.path.join(session.home, "jobs", "tf-job", "shared", "model")
@@ -77,9 +103,17 @@ def test_tensorflow_passes_model_dir_and_v1_names_warn(session, write_script):
 
 
 def test_wait_false_attach_and_logs(session, write_script, capsys):
-    src = write_script("train.py", "import time\nprint('hello from', __import__('os').environ['SM_CURRENT_HOST'])\ntime.sleep(1)\n")
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
-                             instance_type="local", session=session)
+    src = write_script(
+        "train.py",
+        "import time\nprint('hello from', __import__('os').environ['SM_CURRENT_HOST'])\ntime.sleep(1)\n",
+    )
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+    )
     t0 = time.monotonic()
     est.fit(wait=False, job_name="detached-job")
     assert time.monotonic() - t0 < 1.0
@@ -95,8 +129,13 @@ def test_wait_false_attach_and_logs(session, write_script, capsys):
 
 def test_stop_a_running_job(session, write_script):
     src = write_script("train.py", "import time\ntime.sleep(120)\n")
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
-                             instance_type="local", session=session)
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+    )
     est.fit(wait=False, job_name="stop-job")
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -112,9 +151,18 @@ def test_stop_a_running_job(session, write_script):
 
 
 def test_max_run_stops_the_job_and_keeps_artifacts(session, write_script):
-    src = write_script("train.py", "import os,time\nopen(os.environ['SM_MODEL_DIR']+'/partial','w').write('x')\ntime.sleep(60)\n")
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=1,
-                             instance_type="local", max_run=2, session=session)
+    src = write_script(
+        "train.py",
+        "import os,time\nopen(os.environ['SM_MODEL_DIR']+'/partial','w').write('x')\ntime.sleep(60)\n",
+    )
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        max_run=2,
+        session=session,
+    )
     t0 = time.monotonic()
     est.fit()
     assert time.monotonic() - t0 < 10
@@ -124,12 +172,20 @@ def test_max_run_stops_the_job_and_keeps_artifacts(session, write_script):
 
 
 def test_retry_restarts_all_instances_and_keeps_each_cause(session, write_script):
-    script = ("import os\n"
-              "if os.environ.get('SHIPYARD_ATTEMPT') == '1' and os.environ['SM_CURRENT_HOST'] == 'algo-2':\n"
-              "    raise SystemExit('first attempt dies')\n")
+    script = (
+        "import os\n"
+        "if os.environ.get('SHIPYARD_ATTEMPT') == '1' and os.environ['SM_CURRENT_HOST'] == 'algo-2':\n"
+        "    raise SystemExit('first attempt dies')\n"
+    )
     src = write_script("train.py", script)
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
-                             instance_type="local", max_retry_attempts=1, session=session)
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        max_retry_attempts=1,
+        session=session,
+    )
     est.fit()
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed"
@@ -143,9 +199,14 @@ def test_entry_point_types_shell_and_package(session, tmp_path):
     sh = tmp_path / "sh"
     sh.mkdir()
     (sh / "train.sh").write_text('#!/bin/sh\necho "shell args: $@"\n')
-    est = shipyard.Estimator(entry_point="train.sh", source_dir=str(sh), instance_count=1,
-                             instance_type="local", hyperparameters={"msg": "a b"},
-                             session=session)
+    est = shipyard.Estimator(
+        entry_point="train.sh",
+        source_dir=str(sh),
+        instance_count=1,
+        instance_type="local",
+        hyperparameters={"msg": "a b"},
+        session=session,
+    )
     est.fit(job_name="sh-job")
     log = open(os.path.join(session.home, "jobs", "sh-job", "logs", "algo-1.log")).read()
     assert "shell args: --msg a b" in log
@@ -157,9 +218,15 @@ def test_entry_point_types_shell_and_package(session, tmp_path):
     (pkg / "entry.py").write_text("from trainpkg.helpers import VALUE\nprint(VALUE)\n")
     (pkg / "setup.py").write_text(
         "from setuptools import setup\nsetup(name='trainpkg', version='0.1', packages=['trainpkg'],"
-        " py_modules=['entry'])\n")
-    est = shipyard.Estimator(entry_point="entry.py", source_dir=str(pkg), instance_count=1,
-                             instance_type="local", session=session)
+        " py_modules=['entry'])\n"
+    )
+    est = shipyard.Estimator(
+        entry_point="entry.py",
+        source_dir=str(pkg),
+        instance_count=1,
+        instance_type="local",
+        session=session,
+    )
     est.fit(job_name="pkg-job")
     log = open(os.path.join(session.home, "jobs", "pkg-job", "logs", "algo-1.log")).read()
     assert "from the package" in log
@@ -172,13 +239,21 @@ def test_requirements_are_installed_in_a_cached_environment(session, tmp_path):
     (vendored / "shipyard_test_dep" / "__init__.py").write_text("MAGIC = 42\n")
     (vendored / "setup.py").write_text(
         "from setuptools import setup\nsetup(name='shipyard-test-dep', version='1.0', "
-        "packages=['shipyard_test_dep'])\n")
+        "packages=['shipyard_test_dep'])\n"
+    )
     src = tmp_path / "code"
     src.mkdir()
     (src / "requirements.txt").write_text(f"{vendored}\nnumpy\n")
-    (src / "train.py").write_text("import shipyard_test_dep\nprint('magic', shipyard_test_dep.MAGIC)\n")
-    est = shipyard.Estimator(entry_point="train.py", source_dir=str(src), instance_count=1,
-                             instance_type="local", session=session)
+    (src / "train.py").write_text(
+        "import shipyard_test_dep\nprint('magic', shipyard_test_dep.MAGIC)\n"
+    )
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=str(src),
+        instance_count=1,
+        instance_type="local",
+        session=session,
+    )
     est.fit(job_name="req-job")
     log = open(os.path.join(session.home, "jobs", "req-job", "logs", "algo-1.log")).read()
     assert "magic 42" in log
@@ -197,31 +272,50 @@ def test_git_config_clones_local_and_file_urls(session, tmp_path):
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
     (repo / "src" / "train.py").write_text("print('from git, branch main')\n")
-    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True,  # noqa: E731
-                                    capture_output=True)
+
+    def run(*a):
+        return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)
+
     run("init", "-q", "-b", "main")
     run("-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
     run("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
-    first = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                           text=True).stdout.strip()
+    first = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     (repo / "src" / "train.py").write_text("print('from git, second commit')\n")
     run("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "two")
-    for repo_ref, commit, expected in ((str(repo), None, "second commit"),
-                                       ("file://" + str(repo), first, "branch main")):
+    for repo_ref, commit, expected in (
+        (str(repo), None, "second commit"),
+        ("file://" + str(repo), first, "branch main"),
+    ):
         cfg = {"repo": repo_ref, "branch": "main"}
         if commit:
             cfg["commit"] = commit
-        est = shipyard.Estimator(entry_point="train.py", source_dir="src", git_config=cfg,
-                                 instance_count=1, instance_type="local", session=session)
+        est = shipyard.Estimator(
+            entry_point="train.py",
+            source_dir="src",
+            git_config=cfg,
+            instance_count=1,
+            instance_type="local",
+            session=session,
+        )
         est.fit()
-        log = open(os.path.join(session.home, "jobs", est.latest_training_job.job_name, "logs",
-                                "algo-1.log")).read()
+        log = open(
+            os.path.join(
+                session.home, "jobs", est.latest_training_job.job_name, "logs", "algo-1.log"
+            )
+        ).read()
         assert expected in log
 
 
 def test_failed_job_raises_and_exit_code_is_kept(session, write_script):
     src = write_script("train.py", "import sys\nprint('bad')\nsys.exit(3)\n")
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=1,
-                             instance_type="local", session=session)
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        session=session,
+    )
     with pytest.raises(JobFailedError, match="ExitCode 3"):
         est.fit()

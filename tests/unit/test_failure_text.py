@@ -1,8 +1,10 @@
 from shipyard.agent.failure import LIMIT, failure_text
 
-TRACEBACK = "\n".join(["starting", "Traceback (most recent call last):"]
-                      + [f'  File "train.py", line {i}, in f{i}\n    g()' for i in range(200)]
-                      + ["ValueError: the real cause"])
+TRACEBACK = "\n".join(
+    ["starting", "Traceback (most recent call last):"]
+    + [f'  File "train.py", line {i}, in f{i}\n    g()' for i in range(200)]
+    + ["ValueError: the real cause"]
+)
 
 
 def test_exception_line_comes_first_and_text_fits_the_limit():

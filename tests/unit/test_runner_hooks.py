@@ -13,15 +13,17 @@ from shipyard.agent.runners.api import ProcessSpec
 from shipyard.errors import DistributionError
 
 
-@pytest.mark.parametrize("options,framework,runner", [
-    ({}, "tensorflow", "tf_parameter_server"),
-    ({}, "pytorch", "native_ps"),
-    ({}, None, "native_ps"),
-    ({"implementation": "shipyard"}, "tensorflow", "native_ps"),
-    ({"implementation": "tensorflow"}, "tensorflow", "tf_parameter_server"),
-])
-def test_parameter_server_runner_follows_framework_and_implementation(options, framework,
-                                                                      runner):
+@pytest.mark.parametrize(
+    "options,framework,runner",
+    [
+        ({}, "tensorflow", "tf_parameter_server"),
+        ({}, "pytorch", "native_ps"),
+        ({}, None, "native_ps"),
+        ({"implementation": "shipyard"}, "tensorflow", "native_ps"),
+        ({"implementation": "tensorflow"}, "tensorflow", "tf_parameter_server"),
+    ],
+)
+def test_parameter_server_runner_follows_framework_and_implementation(options, framework, runner):
     dist = d.parse({"parameter_server": dict(options, enabled=True)})
     assert dist.runner_for(framework) == runner
 
@@ -37,14 +39,17 @@ def test_unknown_parameter_server_implementation_is_refused():
 
 
 def _spec(name: str, code: str, tmp_path, **kw) -> ProcessSpec:
-    return ProcessSpec(name=name, argv=[sys.executable, "-c", code], env={}, cwd=str(tmp_path),
-                       **kw)
+    return ProcessSpec(
+        name=name, argv=[sys.executable, "-c", code], env={}, cwd=str(tmp_path), **kw
+    )
 
 
 def test_a_non_critical_process_that_dies_is_recorded_and_the_instance_goes_on(tmp_path):
     lost = tmp_path / "agent" / "lost.jsonl"
-    specs = [_spec("worker-1", "raise SystemExit(3)", tmp_path, critical=False),
-             _spec("worker-0", "import time; time.sleep(0.5)", tmp_path)]
+    specs = [
+        _spec("worker-1", "raise SystemExit(3)", tmp_path, critical=False),
+        _spec("worker-0", "import time; time.sleep(0.5)", tmp_path),
+    ]
     outcome = Supervisor(specs, grace=1, log=lambda m: None, lost_file=str(lost)).run()
     assert outcome.ok
     [record] = [json.loads(line) for line in lost.read_text().splitlines()]
@@ -52,8 +57,10 @@ def test_a_non_critical_process_that_dies_is_recorded_and_the_instance_goes_on(t
 
 
 def test_a_critical_process_that_dies_fails_the_instance(tmp_path):
-    specs = [_spec("ps", "raise SystemExit(4)", tmp_path),
-             _spec("worker", "import time; time.sleep(30)", tmp_path, critical=False)]
+    specs = [
+        _spec("ps", "raise SystemExit(4)", tmp_path),
+        _spec("worker", "import time; time.sleep(30)", tmp_path, critical=False),
+    ]
     outcome = Supervisor(specs, grace=1, log=lambda m: None).run()
     assert not outcome.ok and outcome.exit_code == 4 and outcome.failed.name == "ps"
 

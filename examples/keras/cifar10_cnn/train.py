@@ -15,9 +15,13 @@ from tensorflow import keras
 
 
 def parse(record):
-    features = tf.io.parse_single_example(record, {
-        "image": tf.io.FixedLenFeature([], tf.string),
-        "label": tf.io.FixedLenFeature([], tf.int64)})
+    features = tf.io.parse_single_example(
+        record,
+        {
+            "image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64),
+        },
+    )
     image = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (32, 32, 3))
     return tf.cast(image, tf.float32) / 255.0, features["label"]
 
@@ -26,6 +30,7 @@ def dataset(channel, batch_size):
     mode = json.loads(os.environ["SM_INPUT_DATA_CONFIG"])[channel]["TrainingInputMode"]
     if mode == "Pipe":
         from sagemaker_tensorflow import PipeModeDataset
+
         ds = PipeModeDataset(channel=channel, record_format="TFRecord")
     else:
         files = sorted(glob.glob(os.path.join(os.environ["SM_CHANNEL_" + channel.upper()], "*")))
@@ -34,23 +39,28 @@ def dataset(channel, batch_size):
 
 
 def model(learning_rate):
-    m = keras.Sequential([
-        keras.Input((32, 32, 3)),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Dropout(0.25),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Dropout(0.25),
-        keras.layers.Flatten(),
-        keras.layers.Dense(512, activation="relu"),
-        keras.layers.Dropout(0.5),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
-    m.compile(optimizer=keras.optimizers.Adam(learning_rate),
-              loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    m = keras.Sequential(
+        [
+            keras.Input((32, 32, 3)),
+            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Dropout(0.25),
+            keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+            keras.layers.Conv2D(64, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Dropout(0.25),
+            keras.layers.Flatten(),
+            keras.layers.Dense(512, activation="relu"),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    m.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     return m
 
 

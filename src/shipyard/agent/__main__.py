@@ -55,7 +55,7 @@ def own_failure_text(spec: ProcessSpec | None) -> str | None:
         return None
     with open(spec.failure_file, encoding="utf-8", errors="replace") as fh:
         text = fh.read().strip()
-    return text[:failure.LIMIT] or None
+    return text[: failure.LIMIT] or None
 
 
 def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
@@ -68,19 +68,27 @@ def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
         data.close()
 
 
-def _run(config: AgentConfig, host: str, log_path: str | None, paths: InstancePaths,
-         data: channels.ChannelSession) -> int:
+def _run(
+    config: AgentConfig,
+    host: str,
+    log_path: str | None,
+    paths: InstancePaths,
+    data: channels.ChannelSession,
+) -> int:
     env = process_env(config, host, paths)
     command = user_command(config, paths.code)
-    ctx = InstanceContext(config=config, host=host, paths=paths, env=env,
-                          user_command=command)
+    ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
     specs = runners.get(config.runner)(ctx) + data.services()
     for note in ctx.notes:
         log(note)
     for spec in specs:
         log(f"{host}: starting {spec.name} ({spec.role}): {' '.join(spec.argv)}")
-    supervisor = Supervisor(specs, grace=float(os.environ.get("SHIPYARD_STOP_GRACE", "5")),
-                            log=log, lost_file=paths.lost_file)
+    supervisor = Supervisor(
+        specs,
+        grace=float(os.environ.get("SHIPYARD_STOP_GRACE", "5")),
+        log=log,
+        lost_file=paths.lost_file,
+    )
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)
     outcome = supervisor.run()
@@ -94,13 +102,14 @@ def _run(config: AgentConfig, host: str, log_path: str | None, paths: InstancePa
     text = own_failure_text(failed)
     if text is None:
         output = failure.read_tail(log_path) if log_path else ""
-        text = failure.failure_text(outcome.exit_code, failed.argv if failed else command,
-                                    output)
+        text = failure.failure_text(outcome.exit_code, failed.argv if failed else command, output)
     if failed is not None and not failed.user_facing:
         text = f"{failed.name} failed: " + text
     write_file(paths.failure_file, text)
-    log(f"{host}: {failed.name if failed else 'process'} exited with "
-        f"{failure.describe_exit(outcome.exit_code)}")
+    log(
+        f"{host}: {failed.name if failed else 'process'} exited with "
+        f"{failure.describe_exit(outcome.exit_code)}"
+    )
     code = outcome.exit_code
     return code if 0 < code < 256 else 1
 
@@ -115,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     config = AgentConfig.load(args.config)
     try:
         code = run_instance(config, args.host, args.log)
-    except Exception:  # the agent's own failure: recorded like the toolkit's Framework Error
+    except Exception:  # noqa: BLE001 - the agent's own failure: recorded like the toolkit's Framework Error
         text = "Framework Error: \n" + traceback.format_exc()
         paths = InstancePaths(os.path.join(config.instances_dir, args.host))
         os.makedirs(paths.output, exist_ok=True)
-        write_file(paths.failure_file, text[-failure.LIMIT:])
+        write_file(paths.failure_file, text[-failure.LIMIT :])
         sys.stdout.write(text)
         return 1
     log(f"{args.host}: finished with status {code} in {time.monotonic() - started:.2f}s")

@@ -49,12 +49,12 @@ class AgentConfig:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "AgentConfig":
+    def from_json(cls, text: str) -> AgentConfig:
         data = json.loads(text)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     @classmethod
-    def load(cls, path: str) -> "AgentConfig":
+    def load(cls, path: str) -> AgentConfig:
         with open(path, encoding="utf-8") as fh:
             return cls.from_json(fh.read())

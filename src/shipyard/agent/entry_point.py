@@ -22,7 +22,8 @@ from shipyard.agent.environment import module_name
 
 def user_args(config: AgentConfig) -> list[str]:
     _, user_hps = mapping.split_hyperparameters(
-        mapping.decode_hyperparameters(config.hyperparameters))
+        mapping.decode_hyperparameters(config.hyperparameters)
+    )
     return mapping.to_cmd_args(user_hps)
 
 

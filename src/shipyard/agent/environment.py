@@ -36,15 +36,19 @@ def training_env(config: AgentConfig, host: str, paths: InstancePaths) -> dict[s
     """The toolkit's Environment as a dict (what SM_TRAINING_ENV holds)."""
     all_hps = mapping.decode_hyperparameters(config.hyperparameters)
     sm_hps, user_hps = mapping.split_hyperparameters(all_hps)
-    framework_params = {k: v for k, v in sm_hps.items()
-                        if k not in mapping.RESERVED_HYPERPARAMETERS}
+    framework_params = {
+        k: v for k, v in sm_hps.items() if k not in mapping.RESERVED_HYPERPARAMETERS
+    }
     rc = resource_config(config, host)
     groups = rc["instance_groups"]
     if "sagemaker_distribution_instance_groups" in framework_params:
         dist_groups = framework_params["sagemaker_distribution_instance_groups"]
     else:
-        dist_groups = [GROUP_NAME] if any(
-            framework_params.get(flag, False) for flag in _DISTRIBUTION_FLAGS) else []
+        dist_groups = (
+            [GROUP_NAME]
+            if any(framework_params.get(flag, False) for flag in _DISTRIBUTION_FLAGS)
+            else []
+        )
     dist_hosts = [h for g in groups if g["instance_group_name"] in dist_groups for h in g["hosts"]]
     master = dist_hosts[0] if dist_hosts else config.hosts[0]
     program = sm_hps.get("sagemaker_program")
@@ -125,34 +129,38 @@ def sm_env_vars(config: AgentConfig, host: str, paths: InstancePaths) -> dict[st
         "output_intermediate_dir": env["output_intermediate_dir"],
     }
     for name, path in env["channel_input_dirs"].items():
-        values["channel_%s" % name] = path
+        values[f"channel_{name}"] = path
     for key, value in user_hps.items():
-        values["hp_%s" % key] = value
+        values[f"hp_{key}"] = value
     return mapping.to_env_vars(values)
 
 
-def process_env(config: AgentConfig, host: str, paths: InstancePaths,
-                base: dict[str, str] | None = None) -> dict[str, str]:
+def process_env(
+    config: AgentConfig, host: str, paths: InstancePaths, base: dict[str, str] | None = None
+) -> dict[str, str]:
     """The full environment of the user process: inherited < user's < SageMaker's."""
     from shipyard.agent import resolver  # local: keeps the pure part import-light
 
     env = dict(os.environ if base is None else base)
     env.update(config.environment)
     sm_hps, _ = mapping.split_hyperparameters(
-        mapping.decode_hyperparameters(config.hyperparameters))
+        mapping.decode_hyperparameters(config.hyperparameters)
+    )
     env.update(sm_env_vars(config, host, paths))
-    env.update({
-        "TRAINING_JOB_NAME": config.job_name,
-        "TRAINING_JOB_ARN": f"arn:shipyard:local:training-job/{config.job_name}",
-        "SAGEMAKER_JOB_NAME": str(sm_hps.get("sagemaker_job_name", config.job_name)),
-        "CURRENT_HOST": host,
-        "SAGEMAKER_REGION": config.region,
-        "AWS_REGION": env.get("AWS_REGION", config.region),
-        "SAGEMAKER_BASE_DIR": paths.base,
-        "PYTHONUNBUFFERED": "1",
-        # where a distribution's processes leave the placement/traffic report
-        "SHIPYARD_REPORT_PATH": paths.report_file,
-    })
+    env.update(
+        {
+            "TRAINING_JOB_NAME": config.job_name,
+            "TRAINING_JOB_ARN": f"arn:shipyard:local:training-job/{config.job_name}",
+            "SAGEMAKER_JOB_NAME": str(sm_hps.get("sagemaker_job_name", config.job_name)),
+            "CURRENT_HOST": host,
+            "SAGEMAKER_REGION": config.region,
+            "AWS_REGION": env.get("AWS_REGION", config.region),
+            "SAGEMAKER_BASE_DIR": paths.base,
+            "PYTHONUNBUFFERED": "1",
+            # where a distribution's processes leave the placement/traffic report
+            "SHIPYARD_REPORT_PATH": paths.report_file,
+        }
+    )
     if config.framework_module:
         env["SAGEMAKER_TRAINING_MODULE"] = config.framework_module
     python_path = [paths.code, *config.extra_python_path, resolver.shim_dir()]

@@ -59,15 +59,17 @@ def describe_exit(code: int) -> str:
 def failure_text(exit_code: int, command: list[str], output: str) -> str:
     """The toolkit's ExecuteUserScriptError message, exception first, within 1024 chars."""
     exc_line, traceback = error_excerpt(output)
-    head = ("AlgorithmError: ExecuteUserScriptError:\n"
-            f"ExitCode {describe_exit(exit_code)}\n"
-            f"ErrorMessage \"{exc_line}\"\n"
-            f"Command \"{shlex.join(command)}\"")
+    head = (
+        "AlgorithmError: ExecuteUserScriptError:\n"
+        f"ExitCode {describe_exit(exit_code)}\n"
+        f'ErrorMessage "{exc_line}"\n'
+        f'Command "{shlex.join(command)}"'
+    )
     if len(head) >= LIMIT:
         return head[:LIMIT]
     room = LIMIT - len(head) - 1
     if traceback and room > 20:
-        tb = traceback if len(traceback) <= room else "..." + traceback[-(room - 3):]
+        tb = traceback if len(traceback) <= room else "..." + traceback[-(room - 3) :]
         return head + "\n" + tb
     return head
 

@@ -26,31 +26,57 @@ class InstancePaths:
         return os.path.join(self.base, *parts)
 
     @property
-    def code(self) -> str: return self._p("code")
+    def code(self) -> str:
+        return self._p("code")
+
     @property
-    def input(self) -> str: return self._p("input")
+    def input(self) -> str:
+        return self._p("input")
+
     @property
-    def input_config(self) -> str: return self._p("input", "config")
+    def input_config(self) -> str:
+        return self._p("input", "config")
+
     @property
-    def input_data(self) -> str: return self._p("input", "data")
+    def input_data(self) -> str:
+        return self._p("input", "data")
+
     @property
-    def model(self) -> str: return self._p("model")
+    def model(self) -> str:
+        return self._p("model")
+
     @property
-    def output(self) -> str: return self._p("output")
+    def output(self) -> str:
+        return self._p("output")
+
     @property
-    def output_data(self) -> str: return self._p("output", "data")
+    def output_data(self) -> str:
+        return self._p("output", "data")
+
     @property
-    def output_intermediate(self) -> str: return self._p("output", "intermediate")
+    def output_intermediate(self) -> str:
+        return self._p("output", "intermediate")
+
     @property
-    def checkpoints(self) -> str: return self._p("checkpoints")
+    def checkpoints(self) -> str:
+        return self._p("checkpoints")
+
     @property
-    def success_file(self) -> str: return self._p("output", "success")
+    def success_file(self) -> str:
+        return self._p("output", "success")
+
     @property
-    def failure_file(self) -> str: return self._p("output", "failure")
+    def failure_file(self) -> str:
+        return self._p("output", "failure")
+
     @property
-    def agent_dir(self) -> str: return self._p("agent")
+    def agent_dir(self) -> str:
+        return self._p("agent")
+
     @property
-    def lost_file(self) -> str: return self._p("agent", "lost.jsonl")
+    def lost_file(self) -> str:
+        return self._p("agent", "lost.jsonl")
+
     @property
     def report_file(self) -> str:
         """Where a runner's processes write the job's distribution report (placement and
@@ -75,11 +101,13 @@ def resource_config(config: AgentConfig, host: str) -> dict[str, Any]:
         "current_instance_type": config.instance_type,
         "current_group_name": GROUP_NAME,
         "hosts": list(config.hosts),
-        "instance_groups": [{
-            "instance_group_name": GROUP_NAME,
-            "instance_type": config.instance_type,
-            "hosts": list(config.hosts),
-        }],
+        "instance_groups": [
+            {
+                "instance_group_name": GROUP_NAME,
+                "instance_type": config.instance_type,
+                "hosts": list(config.hosts),
+            }
+        ],
         "network_interface_name": config.network_interface_name,
     }
 
@@ -95,8 +123,14 @@ def build_tree(config: AgentConfig, host: str) -> InstancePaths:
     """Create the directories and the three config JSONs. The channels' data is made
     available by shipyard.agent.channels.prepare() (File, FastFile, Pipe)."""
     paths = paths_for(config, host)
-    for directory in (paths.code, paths.input_config, paths.input_data, paths.model,
-                      paths.output_data, paths.output_intermediate):
+    for directory in (
+        paths.code,
+        paths.input_config,
+        paths.input_data,
+        paths.model,
+        paths.output_data,
+        paths.output_intermediate,
+    ):
         os.makedirs(directory, exist_ok=True)
     if config.checkpoint_local_path:
         os.makedirs(config.checkpoint_local_path, exist_ok=True)

@@ -9,7 +9,8 @@ SM_* values as strings as-is, None as "", anything else compact sorted JSON.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 SAGEMAKER_PREFIX = "sagemaker_"
 # Keys the toolkit treats as its own: they never reach the script's argv or SM_HPS.
@@ -39,8 +40,11 @@ def decode_hyperparameters(encoded: Mapping[str, str]) -> dict[str, Any]:
 
 def split_hyperparameters(hps: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(sagemaker/reserved keys, user keys), as ``split_by_criteria`` does."""
-    included = {k: v for k, v in hps.items()
-                if k in RESERVED_HYPERPARAMETERS or k.startswith(SAGEMAKER_PREFIX)}
+    included = {
+        k: v
+        for k, v in hps.items()
+        if k in RESERVED_HYPERPARAMETERS or k.startswith(SAGEMAKER_PREFIX)
+    }
     excluded = {k: v for k, v in hps.items() if k not in included}
     return included, excluded
 
@@ -58,10 +62,10 @@ def to_cmd_args(mapping: Mapping[str, Any]) -> list[str]:
     args: list[str] = []
     for key in sorted(mapping):
         name = _decode(key)
-        args.append(("--%s" % name if len(name) > 1 else "-%s" % name) if name else "")
+        args.append((f"--{name}" if len(name) > 1 else f"-{name}") if name else "")
         value = mapping[key]
         if hasattr(value, "items"):
-            args.append(",".join("%s=%s" % (k, v) for k, v in sorted(value.items())))
+            args.append(",".join(f"{k}={v}" for k, v in sorted(value.items())))
         else:
             args.append(_decode(value))
     return args
@@ -80,4 +84,4 @@ def env_value(value: Any) -> str:
 
 def to_env_vars(mapping: Mapping[str, Any]) -> dict[str, str]:
     """``{key: value}`` -> ``{"SM_KEY": encoded}`` (toolkit ``to_env_vars``)."""
-    return {("SM_%s" % str(k).upper()) if k else "": env_value(v) for k, v in mapping.items()}
+    return {(f"SM_{str(k).upper()}") if k else "": env_value(v) for k, v in mapping.items()}

@@ -81,8 +81,9 @@ def kill_survivors(procs: list, grace: float, settle: float) -> None:
 class Supervisor:
     """Runs the planned processes until the instance's result is known."""
 
-    def __init__(self, specs: list[ProcessSpec], grace: float = 5.0,
-                 log=print, lost_file: str | None = None) -> None:
+    def __init__(
+        self, specs: list[ProcessSpec], grace: float = 5.0, log=print, lost_file: str | None = None
+    ) -> None:
         self.specs = specs
         self.grace = grace
         self.log = log
@@ -97,8 +98,9 @@ class Supervisor:
     def start(self) -> None:
         become_subreaper()
         for spec in self.specs:
-            proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd,
-                                    preexec_fn=die_with_parent, close_fds=True)
+            proc = subprocess.Popen(
+                spec.argv, env=spec.env, cwd=spec.cwd, preexec_fn=die_with_parent, close_fds=True
+            )
             self.procs.append((spec, proc))
 
     def run(self) -> Outcome:
@@ -130,10 +132,14 @@ class Supervisor:
         """A non-critical process died: note it once and carry on without it."""
         self.procs.remove((spec, proc))
         self.lost.append((spec, code))
-        self.log(f"{spec.name} exited with status {code}; it is not critical to this "
-                 "instance, which carries on without it")
+        self.log(
+            f"{spec.name} exited with status {code}; it is not critical to this "
+            "instance, which carries on without it"
+        )
         if self.lost_file:
             os.makedirs(os.path.dirname(self.lost_file), exist_ok=True)
             with open(self.lost_file, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"process": spec.name, "exit_code": code,
-                                     "time": time.time()}) + "\n")
+                fh.write(
+                    json.dumps({"process": spec.name, "exit_code": code, "time": time.time()})
+                    + "\n"
+                )

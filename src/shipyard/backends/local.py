@@ -37,11 +37,25 @@ class LocalBackend:
                 os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
                 with open(spec.log_path, "ab", buffering=0) as log:
                     proc = subprocess.Popen(
-                        [sys.executable, "-m", "shipyard.agent", "--config", spec.config_path,
-                         "--host", spec.host, "--log", spec.log_path],
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        env=spec.env, start_new_session=True, preexec_fn=_agent_preexec,
-                        close_fds=True)
+                        [
+                            sys.executable,
+                            "-m",
+                            "shipyard.agent",
+                            "--config",
+                            spec.config_path,
+                            "--host",
+                            spec.host,
+                            "--log",
+                            spec.log_path,
+                        ],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=spec.env,
+                        start_new_session=True,
+                        preexec_fn=_agent_preexec,
+                        close_fds=True,
+                    )
                 self._procs[proc.pid] = proc
                 handles.append(InstanceHandle(spec.host, proc.pid, spec.log_path))
         except OSError as exc:

@@ -40,12 +40,18 @@ START_TIMEOUT_S = float(os.environ.get("SHIPYARD_RAY_START_TIMEOUT", "300"))
 STOP_MARGIN_S = 10.0
 # What the submitting machine's environment passes on to the nodes (the rest is theirs).
 FORWARD_PREFIXES = ("SHIPYARD_", "AWS_")
-NOT_FORWARDED = {"SHIPYARD_HOME", "SHIPYARD_BACKEND", "SHIPYARD_RAY_ADDRESS",
-                 "SHIPYARD_RAY_WORKDIR"}
+NOT_FORWARDED = {
+    "SHIPYARD_HOME",
+    "SHIPYARD_BACKEND",
+    "SHIPYARD_RAY_ADDRESS",
+    "SHIPYARD_RAY_WORKDIR",
+}
+
 
 def forwarded_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items()
-            if k.startswith(FORWARD_PREFIXES) and k not in NOT_FORWARDED}
+    return {
+        k: v for k, v in env.items() if k.startswith(FORWARD_PREFIXES) and k not in NOT_FORWARDED
+    }
 
 
 def node_launch_env(env: dict[str, str]) -> dict[str, str]:
@@ -56,10 +62,16 @@ def node_launch_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def cluster_nodes(ray: Any) -> list[ray_placement.NodeInfo]:
-    return [ray_placement.NodeInfo(n["NodeID"], n["NodeManagerAddress"],
-                                   float(n["Resources"].get("CPU", 0)),
-                                   float(n["Resources"].get("GPU", 0)))
-            for n in ray.nodes() if n.get("Alive")]
+    return [
+        ray_placement.NodeInfo(
+            n["NodeID"],
+            n["NodeManagerAddress"],
+            float(n["Resources"].get("CPU", 0)),
+            float(n["Resources"].get("GPU", 0)),
+        )
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
 
 
 @dataclass(eq=False)
@@ -67,7 +79,7 @@ class _Instance:
     host: str
     actor: Any
     log_path: str
-    base: str                   # the instance's tree on the submitting machine
+    base: str  # the instance's tree on the submitting machine
     node_ip: str
     node_id: str
     pid: int | None = None
@@ -98,8 +110,9 @@ class RayBackend:
             ray = connect(self.address)
         except BackendError as exc:  # the address the user gave reaches no cluster
             raise ValidationError(str(exc)) from None
-        ray_placement.plan_placement(cluster_nodes(ray), instance_count,
-                                     ray_placement.demand(instance_type), self.address)
+        ray_placement.plan_placement(
+            cluster_nodes(ray), instance_count, ray_placement.demand(instance_type), self.address
+        )
 
     # -- launch ---------------------------------------------------------------------------
     def launch(self, specs: list[LaunchSpec]) -> list[InstanceHandle]:
@@ -112,12 +125,14 @@ class RayBackend:
         want = ray_placement.demand(config.instance_type)
         nodes = {n.node_id: n for n in cluster_nodes(ray)}
         try:
-            placement = ray_placement.plan_placement(list(nodes.values()), len(specs), want,
-                                                     self.address)
+            placement = ray_placement.plan_placement(
+                list(nodes.values()), len(specs), want, self.address
+            )
         except ValidationError as exc:
             raise BackendError(str(exc)) from None
-        pg = placement_group(placement.bundles, strategy=placement.strategy,
-                             name=f"shipyard:{config.job_name}")
+        pg = placement_group(
+            placement.bundles, strategy=placement.strategy, name=f"shipyard:{config.job_name}"
+        )
         launch = _Launch(pg)
         try:
             if not pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
@@ -125,13 +140,16 @@ class RayBackend:
                     f"Ray could not place {len(specs)} instance(s) of {want.instance_type!r} "
                     f"({want.describe()} each, strategy {placement.strategy}) within "
                     f"{PLACEMENT_TIMEOUT_S:g} s: the nodes that fit are busy or went away "
-                    "(SHIPYARD_RAY_PLACEMENT_TIMEOUT sets the wait)")
+                    "(SHIPYARD_RAY_PLACEMENT_TIMEOUT sets the wait)"
+                )
             bundle_nodes = placement_group_table(pg)["bundles_to_node_id"]
-            placed = [nodes.get(bundle_nodes[i]) or _unknown(bundle_nodes[i])
-                      for i in range(len(specs))]
+            placed = [
+                nodes.get(bundle_nodes[i]) or _unknown(bundle_nodes[i]) for i in range(len(specs))
+            ]
             try:
-                addresses = ray_placement.instance_addresses(hosts, [n.ip for n in placed],
-                                                             config.addresses)
+                addresses = ray_placement.instance_addresses(
+                    hosts, [n.ip for n in placed], config.addresses
+                )
             except ValidationError as exc:
                 raise BackendError(str(exc)) from None
             blobs = self._blobs(ray, config)
@@ -140,39 +158,53 @@ class RayBackend:
             grace = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
             for i, (spec, node) in enumerate(zip(specs, placed)):
                 actor = actor_cls.options(
-                    num_cpus=want.cpus, num_gpus=want.gpus, max_restarts=0,
+                    num_cpus=want.cpus,
+                    num_gpus=want.gpus,
+                    max_restarts=0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        pg, placement_group_bundle_index=i)).remote(config.job_name, spec.host)
+                        pg, placement_group_bundle_index=i
+                    ),
+                ).remote(config.job_name, spec.host)
                 node_config = dict(asdict(config), addresses=addresses)
                 if want.whole_node:
-                    node_config.update(num_cpus=max(1, int(node.cpus)),
-                                       num_gpus=int(node.gpus) if want.gpus else 0)
+                    node_config.update(
+                        num_cpus=max(1, int(node.cpus)), num_gpus=int(node.gpus) if want.gpus else 0
+                    )
                 else:
                     node_config.update(num_cpus=int(want.cpus), num_gpus=int(want.gpus))
-                inst = _Instance(spec.host, actor, spec.log_path,
-                                 os.path.join(config.instances_dir, spec.host), node.ip,
-                                 node.node_id)
+                inst = _Instance(
+                    spec.host,
+                    actor,
+                    spec.log_path,
+                    os.path.join(config.instances_dir, spec.host),
+                    node.ip,
+                    node.node_id,
+                )
                 launch.instances.append(inst)
-                starts.append(actor.start.remote(node_config, blobs, node_launch_env(spec.env),
-                                                 grace))
+                starts.append(
+                    actor.start.remote(node_config, blobs, node_launch_env(spec.env), grace)
+                )
             infos = ray.get(starts, timeout=START_TIMEOUT_S)
         except BaseException as exc:
             self._teardown(ray, launch)
             if isinstance(exc, BackendError):
                 raise
-            raise BackendError(f"could not start the job's instances on Ray: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise BackendError(
+                f"could not start the job's instances on Ray: {type(exc).__name__}: {exc}"
+            ) from exc
         handles = []
         for inst, info in zip(launch.instances, infos):
             inst.pid = info["pid"]
             os.makedirs(os.path.dirname(inst.log_path), exist_ok=True)
             open(inst.log_path, "ab").close()
-            handle = InstanceHandle(inst.host, inst.pid or 0, inst.log_path,
-                                    address=addresses[inst.host])
+            handle = InstanceHandle(
+                inst.host, inst.pid or 0, inst.log_path, address=addresses[inst.host]
+            )
             self._by_key[_key(handle)] = inst
             handles.append(handle)
-        launch.thread = threading.Thread(target=self._monitor, args=(ray, launch),
-                                         name="shipyard-ray-monitor", daemon=True)
+        launch.thread = threading.Thread(
+            target=self._monitor, args=(ray, launch), name="shipyard-ray-monitor", daemon=True
+        )
         launch.thread.start()
         return handles
 
@@ -180,8 +212,9 @@ class RayBackend:
         """The code bundle, local channels and extra python paths, once in the object store."""
         source = config.submit_directory.removeprefix("file://")
         if os.path.isdir(source):
-            bundle = ray_node.pack([(os.path.join(source, n), n) for n in os.listdir(source)],
-                                   compress=True)
+            bundle = ray_node.pack(
+                [(os.path.join(source, n), n) for n in os.listdir(source)], compress=True
+            )
         else:
             with open(source, "rb") as fh:
                 bundle = fh.read()
@@ -200,8 +233,7 @@ class RayBackend:
         except BaseException as exc:  # noqa: BLE001 - never leave the supervisor polling forever
             for inst in launch.instances:
                 if inst.code is None:
-                    self._lost(inst, f"shipyard's Ray monitor failed: {type(exc).__name__}: "
-                                     f"{exc}")
+                    self._lost(inst, f"shipyard's Ray monitor failed: {type(exc).__name__}: {exc}")
         finally:
             self._teardown(ray, launch)
 
@@ -256,8 +288,12 @@ class RayBackend:
                 return
         inst.code = code
 
-    def _lost(self, inst: _Instance, exc: BaseException | str,
-              what: str = "lost the instance: its actor or") -> None:
+    def _lost(
+        self,
+        inst: _Instance,
+        exc: BaseException | str,
+        what: str = "lost the instance: its actor or",
+    ) -> None:
         """The actor or its node died (or results could not be fetched): the failure
         reason names the node."""
         if inst.stopping:
@@ -265,9 +301,11 @@ class RayBackend:
             return
         detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         kind = exc if isinstance(exc, str) else type(exc).__name__
-        text = (f"shipyard {what} the Ray node {inst.node_ip} (node id {inst.node_id[:12]}) "
-                f"running {inst.host} died or became unreachable: {kind}"
-                + (f": {detail}" if detail and not isinstance(exc, str) else ""))
+        text = (
+            f"shipyard {what} the Ray node {inst.node_ip} (node id {inst.node_id[:12]}) "
+            f"running {inst.host} died or became unreachable: {kind}"
+            + (f": {detail}" if detail and not isinstance(exc, str) else "")
+        )
         failure = InstancePaths(inst.base).failure_file
         os.makedirs(os.path.dirname(failure), exist_ok=True)
         with open(failure, "w", encoding="utf-8") as fh:

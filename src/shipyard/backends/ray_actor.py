@@ -28,8 +28,11 @@ _KEEP = {"RAY_ADDRESS"}
 
 def node_env(forwarded: dict[str, str]) -> dict[str, str]:
     """The node's environment (minus the Ray worker's own) plus what the submitter sends."""
-    env = {k: v for k, v in os.environ.items()
-           if k in _KEEP or not (k in _DROP or k.startswith(_DROP_PREFIXES))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k in _KEEP or not (k in _DROP or k.startswith(_DROP_PREFIXES))
+    }
     env.update(forwarded)
     return env
 
@@ -54,23 +57,42 @@ class InstanceActor:
         config["network_interface_name"] = interface_of(ip, config["network_interface_name"])
         write_private(self.layout.config_path, json.dumps(config, indent=1, sort_keys=True))
         open(self.layout.log_path, "wb").close()
-        argv = [sys.executable, "-m", "shipyard.backends.ray_keeper", "--job", self.job_name,
-                "--host", self.host, "--grace", str(grace)]
+        argv = [
+            sys.executable,
+            "-m",
+            "shipyard.backends.ray_keeper",
+            "--job",
+            self.job_name,
+            "--host",
+            self.host,
+            "--grace",
+            str(grace),
+        ]
         # A thread of our own forks the keeper and waits for it: PDEATHSIG fires when the
         # forking *thread* ends, so it must live exactly as long as the keeper. The keeper
         # gets a session of its own: Ray SIGKILLs a dead worker's process group, and the
         # keeper must survive that to stop the agent and delete the files.
         threading.Thread(target=self._run, args=(argv, node_env(env)), daemon=True).start()
         self._started.wait()
-        return {"pid": self.proc.pid if self.proc else None, "ip": ip,
-                "node_id": ray.get_runtime_context().get_node_id(), "base": self.layout.tree}
+        return {
+            "pid": self.proc.pid if self.proc else None,
+            "ip": ip,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "base": self.layout.tree,
+        }
 
     def _run(self, argv: list[str], env: dict[str, str]) -> None:
         try:
-            self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         preexec_fn=die_with_parent,  # noqa: PLW1509
-                                         start_new_session=True, close_fds=True)
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,  # noqa: PLW1509
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError:
             self.code = 127
             return

@@ -33,7 +33,8 @@ def require_ray() -> None:
     """Refuse the Ray backend early (at Session creation) when Ray is not installed."""
     if importlib.util.find_spec("ray") is None:
         raise ValidationError(
-            f"backend 'ray' needs the 'ray' package, which is not installed: {EXTRA_HINT}")
+            f"backend 'ray' needs the 'ray' package, which is not installed: {EXTRA_HINT}"
+        )
 
 
 def import_ray() -> ModuleType:
@@ -45,8 +46,9 @@ def import_ray() -> ModuleType:
 
 
 def resolve_address(address: str | None) -> str:
-    return (address or os.environ.get("SHIPYARD_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
-            or "auto")
+    return (
+        address or os.environ.get("SHIPYARD_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS") or "auto"
+    )
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -65,7 +67,8 @@ def probe(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     if target is None:
         raise ValidationError(
             f"Ray address {address!r} is not valid: use host:port (the head's GCS, e.g. "
-            "127.0.0.1:6379), ray://host:10001 (Ray Client) or 'auto'")
+            "127.0.0.1:6379), ray://host:10001 (Ray Client) or 'auto'"
+        )
     try:
         with socket.create_connection(target, timeout=timeout):
             pass
@@ -73,7 +76,8 @@ def probe(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
         raise BackendError(
             f"no Ray cluster answers at {address!r} ({exc.strerror or exc}; waited at most "
             f"{timeout:g} s): start one (`ray start --head`) or pass the address of a running "
-            "cluster (Session(address=...), --ray-address or SHIPYARD_RAY_ADDRESS)") from None
+            "cluster (Session(address=...), --ray-address or SHIPYARD_RAY_ADDRESS)"
+        ) from None
 
 
 def connect(address: str) -> ModuleType:
@@ -89,8 +93,12 @@ def connect(address: str) -> ModuleType:
         else:
             probe(address)
         try:
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
-                     logging_level=logging.WARNING)
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BackendError(f"could not join the Ray cluster at {address!r}: {exc}") from None
         _connected_to = address

@@ -44,8 +44,9 @@ def keep(layout: NodeLayout, job: str, host: str, grace: float, actor: psutil.Pr
     signal.signal(signal.SIGTERM, lambda signum, _f: stop.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _f: stop.append(signum))
     backend = LocalBackend()
-    [handle] = backend.launch([LaunchSpec(job, host, layout.config_path, layout.log_path,
-                                          dict(os.environ))])
+    [handle] = backend.launch(
+        [LaunchSpec(job, host, layout.config_path, layout.log_path, dict(os.environ))]
+    )
     delay = 0.005
     while (code := backend.poll(handle)) is None:
         if stop or not _alive(actor):

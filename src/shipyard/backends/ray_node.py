@@ -31,8 +31,9 @@ RESULT_PARTS = ("model", "output", "agent")
 
 
 def workdir() -> str:
-    return os.environ.get("SHIPYARD_RAY_WORKDIR") or os.path.join(tempfile.gettempdir(),
-                                                                   "shipyard-ray")
+    return os.environ.get("SHIPYARD_RAY_WORKDIR") or os.path.join(
+        tempfile.gettempdir(), "shipyard-ray"
+    )
 
 
 # -- tar helpers (both sides) ---------------------------------------------------------------
@@ -62,7 +63,7 @@ def unpack(data: bytes, dest: str) -> None:
 # -- the node-side layout -----------------------------------------------------------------
 @dataclass(frozen=True)
 class NodeLayout:
-    root: str       # <workdir>/<job>
+    root: str  # <workdir>/<job>
     host: str
 
     @classmethod
@@ -70,17 +71,28 @@ class NodeLayout:
         return cls(os.path.join(workdir(), job_name), host)
 
     @property
-    def instances_dir(self) -> str: return os.path.join(self.root, "instances")
+    def instances_dir(self) -> str:
+        return os.path.join(self.root, "instances")
+
     @property
-    def tree(self) -> str: return os.path.join(self.instances_dir, self.host)
+    def tree(self) -> str:
+        return os.path.join(self.instances_dir, self.host)
+
     @property
-    def stage(self) -> str: return os.path.join(self.root, "stage", self.host)
+    def stage(self) -> str:
+        return os.path.join(self.root, "stage", self.host)
+
     @property
-    def shared(self) -> str: return os.path.join(self.root, "shared")
+    def shared(self) -> str:
+        return os.path.join(self.root, "shared")
+
     @property
-    def config_path(self) -> str: return os.path.join(self.stage, "agent.json")
+    def config_path(self) -> str:
+        return os.path.join(self.stage, "agent.json")
+
     @property
-    def log_path(self) -> str: return os.path.join(self.stage, "agent.log")
+    def log_path(self) -> str:
+        return os.path.join(self.stage, "agent.log")
 
     def fresh(self) -> None:
         """Start an attempt from nothing (an earlier attempt may have run here)."""
@@ -95,8 +107,12 @@ class NodeLayout:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for path in (self.tree, self.stage):
                 shutil.rmtree(path, ignore_errors=True)
-            others = [d for base in (self.instances_dir, os.path.dirname(self.stage))
-                      if os.path.isdir(base) for d in os.listdir(base)]
+            others = [
+                d
+                for base in (self.instances_dir, os.path.dirname(self.stage))
+                if os.path.isdir(base)
+                for d in os.listdir(base)
+            ]
             if not others:
                 shutil.rmtree(self.root, ignore_errors=True)
 

@@ -57,9 +57,9 @@ class Demand:
 
 @dataclass(frozen=True)
 class Placement:
-    strategy: str                       # "STRICT_SPREAD" | "SPREAD"
+    strategy: str  # "STRICT_SPREAD" | "SPREAD"
     bundles: list[dict[str, float]]
-    one_machine: bool                   # every node shares one IP: loopback addresses
+    one_machine: bool  # every node shares one IP: loopback addresses
 
 
 def demand(instance_type: str) -> Demand:
@@ -99,29 +99,43 @@ def plan_placement(nodes: list[NodeInfo], count: int, want: Demand, where: str) 
         return Placement("STRICT_SPREAD", [dict(bundle) for _ in range(count)], False)
     # Some machine runs several raylets: pin each bundle to a different IP.
     ips = sorted(by_ip, key=lambda ip: (-max(n.cpus for n in by_ip[ip]), ip))[:count]
-    return Placement("STRICT_SPREAD", [dict(bundle, **{f"node:{ip}": PIN_AMOUNT}) for ip in ips],
-                     False)
+    return Placement(
+        "STRICT_SPREAD", [dict(bundle, **{f"node:{ip}": PIN_AMOUNT}) for ip in ips], False
+    )
 
 
-def _shortage(nodes: list[NodeInfo], fitting: list[NodeInfo], count: int, want: Demand,
-              where: str, one_machine: bool) -> str:
+def _shortage(
+    nodes: list[NodeInfo],
+    fitting: list[NodeInfo],
+    count: int,
+    want: Demand,
+    where: str,
+    one_machine: bool,
+) -> str:
     largest = max(nodes, key=lambda n: (n.cpus, n.gpus))
     machines = len({n.ip for n in fitting})
     if one_machine:
-        have = (f"its {len(nodes)} node(s) on one machine offer "
-                f"{sum(n.cpus for n in fitting):g} CPU(s) and {sum(n.gpus for n in fitting):g} "
-                f"GPU(s) to instances of this size")
+        have = (
+            f"its {len(nodes)} node(s) on one machine offer "
+            f"{sum(n.cpus for n in fitting):g} CPU(s) and {sum(n.gpus for n in fitting):g} "
+            f"GPU(s) to instances of this size"
+        )
     else:
-        have = (f"it has {len({n.ip for n in nodes})} machine(s) ({len(nodes)} alive node(s)), "
-                f"{machines} of which fit one instance")
-    return (f"the job needs {count} instance(s) of {want.instance_type!r} ({want.describe()} "
-            f"each, one machine per instance) but the Ray cluster at {where} is too small: "
-            f"{have}; the largest node has {largest.cpus:g} CPU(s) and {largest.gpus:g} "
-            f"GPU(s). Add nodes, use a smaller instance_type or fewer instances")
+        have = (
+            f"it has {len({n.ip for n in nodes})} machine(s) ({len(nodes)} alive node(s)), "
+            f"{machines} of which fit one instance"
+        )
+    return (
+        f"the job needs {count} instance(s) of {want.instance_type!r} ({want.describe()} "
+        f"each, one machine per instance) but the Ray cluster at {where} is too small: "
+        f"{have}; the largest node has {largest.cpus:g} CPU(s) and {largest.gpus:g} "
+        f"GPU(s). Add nodes, use a smaller instance_type or fewer instances"
+    )
 
 
-def instance_addresses(hosts: list[str], node_ips: list[str],
-                       loopback: dict[str, str]) -> dict[str, str]:
+def instance_addresses(
+    hosts: list[str], node_ips: list[str], loopback: dict[str, str]
+) -> dict[str, str]:
     """algo-k -> the address its processes bind and its peers dial.
 
     Instances on machines of their own get the machine's IP; when they all share one IP
@@ -134,4 +148,5 @@ def instance_addresses(hosts: list[str], node_ips: list[str],
         return {host: loopback[host] for host in hosts}
     raise ValidationError(
         "instances were placed on machines shared with other instances of the job "
-        f"({dict(zip(hosts, node_ips))}); their fixed ports would collide")
+        f"({dict(zip(hosts, node_ips))}); their fixed ports would collide"
+    )

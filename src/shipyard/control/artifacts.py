@@ -55,8 +55,11 @@ def archive_dirs(sources: list[tuple[str, str]], dest_path: str) -> ArchiveResul
                         conflicts.append(f"{rel} (kept {seen[rel]}'s, ignored {host}'s)")
                         continue
                     seen[rel] = host
-                    tar.add(os.path.join(directory, rel.rstrip(os.sep)), arcname=rel.rstrip(os.sep),
-                            recursive=False)
+                    tar.add(
+                        os.path.join(directory, rel.rstrip(os.sep)),
+                        arcname=rel.rstrip(os.sep),
+                        recursive=False,
+                    )
         os.replace(tmp, dest_path)
     except BaseException:
         os.unlink(tmp)
@@ -68,8 +71,12 @@ def output_prefix(output_path: str, job_name: str) -> str:
     return os.path.join(local_path(output_path), job_name, "output")
 
 
-def save(output_path: str, job_name: str, model_dirs: list[tuple[str, str]],
-         output_dirs: list[tuple[str, str]]) -> tuple[ArchiveResult, ArchiveResult]:
+def save(
+    output_path: str,
+    job_name: str,
+    model_dirs: list[tuple[str, str]],
+    output_dirs: list[tuple[str, str]],
+) -> tuple[ArchiveResult, ArchiveResult]:
     """Write model.tar.gz and output.tar.gz under ``<output_path>/<job>/output/``.
 
     For an s3:// output_path the archives are built in a temporary directory and
@@ -90,6 +97,5 @@ def save(output_path: str, job_name: str, model_dirs: list[tuple[str, str]],
             result = archive_dirs(dirs, os.path.join(scratch, name))
             target = base.child(name)
             store.upload(result.path, target)
-            results.append(ArchiveResult(target.uri, target.uri, result.files,
-                                         result.conflicts))
+            results.append(ArchiveResult(target.uri, target.uri, result.files, result.conflicts))
     return results[0], results[1]

@@ -25,8 +25,14 @@ from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event
 from shipyard.control.store import JobRecord, Store
 from shipyard.control.supervisor import REPORT_NAME, lost_processes
-from shipyard.errors import (ChannelError, DistributionError, JobExistsError, JobFailedError,
-                             StorageError, ValidationError)
+from shipyard.errors import (
+    ChannelError,
+    DistributionError,
+    JobExistsError,
+    JobFailedError,
+    StorageError,
+    ValidationError,
+)
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import final_metrics
 from shipyard.spec import ChannelSpec, JobSpec, host_names
@@ -41,15 +47,18 @@ def check_runner(spec: JobSpec) -> None:
     if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
         raise DistributionError(
             "distribution['parameter_server']['implementation']='tensorflow' needs the "
-            f"TensorFlow estimator, not {spec.framework!r}; use 'shipyard' (shipyard.ps)")
+            f"TensorFlow estimator, not {spec.framework!r}; use 'shipyard' (shipyard.ps)"
+        )
     if runner not in runners.available():
         planned = runners.PLANNED.get(runner, "a later release")
         raise DistributionError(
             f"distribution {spec.dist.kind!r} is recognised but its runner is not available "
             f"in this version of shipyard yet (coming with: {planned}); it will not be run as "
-            "a plain job. Remove `distribution` to train without it.")
-    runners.validate(runner, spec.dist.options, spec.instance_count,
-                     instance_types.resolve(spec.instance_type))
+            "a plain job. Remove `distribution` to train without it."
+        )
+    runners.validate(
+        runner, spec.dist.options, spec.instance_count, instance_types.resolve(spec.instance_type)
+    )
 
 
 def channel_source(ch: ChannelSpec, mode: str, instance_count: int) -> str:
@@ -63,10 +72,13 @@ def channel_source(ch: ChannelSpec, mode: str, instance_count: int) -> str:
         raise ChannelError(
             f"channel {ch.name!r}: compression and record_wrapping apply to Pipe mode only "
             f"(SageMaker's rule); this channel is in {mode} mode: drop them or use "
-            "input_mode='Pipe'")
+            "input_mode='Pipe'"
+        )
     if mode == "FastFile" and ch.s3_data_type != "S3Prefix":
-        raise ChannelError(f"channel {ch.name!r}: FastFile reads an S3Prefix only; use "
-                           "File or Pipe mode for a ManifestFile")
+        raise ChannelError(
+            f"channel {ch.name!r}: FastFile reads an S3Prefix only; use "
+            "File or Pipe mode for a ManifestFile"
+        )
     try:
         loc = storage.parse(ch.uri)
         if loc.scheme == "file" and not os.path.exists(loc.path):
@@ -80,7 +92,8 @@ def channel_source(ch: ChannelSpec, mode: str, instance_count: int) -> str:
         raise ChannelError(
             f"channel {ch.name!r}: ShardedByS3Key over {instance_count} instances needs at "
             f"least {instance_count} objects, {ch.uri!r} has {len(objects)}; split the data "
-            "into more files or use FullyReplicated")
+            "into more files or use FullyReplicated"
+        )
     return loc.uri if loc.scheme == "s3" else loc.path
 
 
@@ -92,8 +105,10 @@ def check_location(what: str, uri: str) -> str:
     try:
         loc = storage.parse(uri)
         if loc.scheme == "s3" and not storage.store_for(loc).exists(loc):
-            raise ValidationError(f"{what} {uri!r}: bucket {loc.bucket!r} does not exist at "
-                                  f"{storage.endpoint_url() or 'the default AWS endpoint'}")
+            raise ValidationError(
+                f"{what} {uri!r}: bucket {loc.bucket!r} does not exist at "
+                f"{storage.endpoint_url() or 'the default AWS endpoint'}"
+            )
     except StorageError as exc:
         raise ValidationError(f"{what} {uri!r}: {exc}") from None
     return loc.uri
@@ -110,18 +125,26 @@ class ControlPlane:
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
         """Validate, stage, record. On any error nothing is left but the refusal."""
         check_runner(spec)
-        backends.validate(self.backend, spec.instance_count, spec.instance_type,
-                          spec.dist.runner_for(spec.framework))
-        sources = {ch.name: channel_source(ch, spec.channel_mode(ch), spec.instance_count)
-                   for ch in spec.channels}
+        backends.validate(
+            self.backend,
+            spec.instance_count,
+            spec.instance_type,
+            spec.dist.runner_for(spec.framework),
+        )
+        sources = {
+            ch.name: channel_source(ch, spec.channel_mode(ch), spec.instance_count)
+            for ch in spec.channels
+        }
         if spec.checkpoint_s3_uri:
             check_location("checkpoint_s3_uri", spec.checkpoint_s3_uri)
         if self.store.exists(spec.job_name):
             raise JobExistsError(
                 f"a training job named {spec.job_name!r} already exists; job names are unique: "
-                "pass another job_name or base_job_name")
-        output_path = check_location("output_path",
-                                     spec.output_path or self.home.default_output_path)
+                "pass another job_name or base_job_name"
+            )
+        output_path = check_location(
+            "output_path", spec.output_path or self.home.default_output_path
+        )
         if spec.code_location:
             check_location("code_location", spec.code_location)
         spec = spec.model_copy(update={"output_path": output_path})
@@ -131,9 +154,13 @@ class ControlPlane:
         code_location = spec.code_location or output_path
         staged = None
         try:
-            staged = staging.stage(spec.code, spec.job_name, code_location,
-                                   self.home.requirements_cache,
-                                   local_dir=os.path.join(job_dir, "source"))
+            staged = staging.stage(
+                spec.code,
+                spec.job_name,
+                code_location,
+                self.home.requirements_cache,
+                local_dir=os.path.join(job_dir, "source"),
+            )
             encoded = plan.hyperparameters(spec, staged, self.home)
             subnet = plan.choose_subnet(self.store.subnets_in_use())
             config = plan.agent_config(spec, staged, encoded, self.home, subnet, sources)
@@ -141,13 +168,20 @@ class ControlPlane:
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
             # agent.json holds the job's secret: readable by its owner only
-            with open(os.open(os.path.join(job_dir, "agent.json"),
-                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            with open(
+                os.open(
+                    os.path.join(job_dir, "agent.json"),
+                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                    0o600,
+                ),
+                "w",
+            ) as fh:
                 fh.write(config.to_json())
             if config.shared_dir:
                 os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
-            record = self.store.create_job(spec.job_name, spec.model_dump(mode="json"), encoded,
-                                           job_dir, self.backend, subnet)
+            record = self.store.create_job(
+                spec.job_name, spec.model_dump(mode="json"), encoded, job_dir, self.backend, subnet
+            )
         except BaseException:
             shutil.rmtree(job_dir, ignore_errors=True)
             if staged is not None:
@@ -174,9 +208,21 @@ class ControlPlane:
         log = open(os.path.join(self.home.job_dir(name), "supervisor.log"), "ab")
         with log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "shipyard.control.supervisor", "--home", self.home.root,
-                 "--job", name], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "shipyard.control.supervisor",
+                    "--home",
+                    self.home.root,
+                    "--job",
+                    name,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
         self.store.update(name, supervisor_pid=proc.pid)
         return proc.pid
 
@@ -222,18 +268,23 @@ class ControlPlane:
         from shipyard.backends import get as get_backend
         from shipyard.backends.api import InstanceHandle
 
-        handles = [InstanceHandle(i.host, i.pid, i.log_path or "")
-                   for i in self.store.instances(record.name, record.attempt)
-                   if i.pid and _is_agent(i.pid, record.job_dir)]
+        handles = [
+            InstanceHandle(i.host, i.pid, i.log_path or "")
+            for i in self.store.instances(record.name, record.attempt)
+            if i.pid and _is_agent(i.pid, record.job_dir)
+        ]
         if handles:
             get_backend(record.backend).stop(handles, grace=2.0)
-        reason = (f"InternalServerError: the process supervising this job (pid "
-                  f"{record.supervisor_pid}) ended unexpectedly; its instances were stopped")
+        reason = (
+            f"InternalServerError: the process supervising this job (pid "
+            f"{record.supervisor_pid}) ended unexpectedly; its instances were stopped"
+        )
         if record.stop_requested:
             self.store.transition(record.name, Event.STOP_REQUESTED, "Stop requested")
             return self.store.transition(record.name, Event.STOPPED, "Training job stopped")
-        return self.store.transition(record.name, Event.FAILED, "Supervisor lost",
-                                     failure_reason=reason)
+        return self.store.transition(
+            record.name, Event.FAILED, "Supervisor lost", failure_reason=reason
+        )
 
     # -- reading --------------------------------------------------------------------------
     def get(self, name: str) -> JobRecord:
@@ -286,8 +337,11 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     transitions = cp.store.transitions(record.name)
     sec = []
     for i, t in enumerate(transitions):
-        entry = {"Status": t["secondary_status"], "StartTime": _ts(t["at"]),
-                 "StatusMessage": t["message"] or ""}
+        entry = {
+            "Status": t["secondary_status"],
+            "StartTime": _ts(t["at"]),
+            "StatusMessage": t["message"] or "",
+        }
         if i + 1 < len(transitions):
             entry["EndTime"] = _ts(transitions[i + 1]["at"])
         elif record.terminal:
@@ -295,16 +349,22 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         sec.append(entry)
     channels = []
     for ch in spec.get("channels", []):
-        channels.append({
-            "ChannelName": ch["name"],
-            "DataSource": {"S3DataSource": {
-                "S3DataType": ch.get("s3_data_type", "S3Prefix"), "S3Uri": ch["uri"],
-                "S3DataDistributionType": ch.get("distribution", "FullyReplicated")}},
-            "CompressionType": ch.get("compression") or "None",
-            "RecordWrapperType": ch.get("record_wrapping") or "None",
-            "InputMode": ch.get("input_mode") or spec.get("input_mode", "File"),
-            **({"ContentType": ch["content_type"]} if ch.get("content_type") else {}),
-        })
+        channels.append(
+            {
+                "ChannelName": ch["name"],
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": ch.get("s3_data_type", "S3Prefix"),
+                        "S3Uri": ch["uri"],
+                        "S3DataDistributionType": ch.get("distribution", "FullyReplicated"),
+                    }
+                },
+                "CompressionType": ch.get("compression") or "None",
+                "RecordWrapperType": ch.get("record_wrapping") or "None",
+                "InputMode": ch.get("input_mode") or spec.get("input_mode", "File"),
+                **({"ContentType": ch["content_type"]} if ch.get("content_type") else {}),
+            }
+        )
     metrics = cp.store.metrics(record.name)
     final = [dict(m, Timestamp=_ts(m["Timestamp"])) for m in final_metrics(metrics)]
     out: dict[str, Any] = {
@@ -322,8 +382,11 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "RoleArn": spec.get("role") or "",
         "InputDataConfig": channels,
         "OutputDataConfig": {"S3OutputPath": spec.get("output_path")},
-        "ResourceConfig": {"InstanceType": spec.get("instance_type"),
-                           "InstanceCount": spec.get("instance_count"), "VolumeSizeInGB": 30},
+        "ResourceConfig": {
+            "InstanceType": spec.get("instance_type"),
+            "InstanceCount": spec.get("instance_count"),
+            "VolumeSizeInGB": 30,
+        },
         "StoppingCondition": {"MaxRuntimeInSeconds": spec.get("max_run")},
         "CreationTime": _ts(record.created_at),
         "TrainingStartTime": _ts(record.start_time),
@@ -339,14 +402,27 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             "JobDir": record.job_dir,
             "Backend": record.backend,
             "Distribution": spec.get("distribution", {}),
-            "Attempts": [dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
-                         for a in cp.store.attempts(record.name)],
-            "Instances": [{"Host": i.host, "Attempt": i.attempt, "Address": i.address,
-                           "Pid": i.pid, "Status": i.status, "ExitCode": i.exit_code,
-                           "FailureReason": i.failure_reason, "LogPath": i.log_path}
-                          for i in cp.store.instances(record.name)],
+            "Attempts": [
+                dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
+                for a in cp.store.attempts(record.name)
+            ],
+            "Instances": [
+                {
+                    "Host": i.host,
+                    "Attempt": i.attempt,
+                    "Address": i.address,
+                    "Pid": i.pid,
+                    "Status": i.status,
+                    "ExitCode": i.exit_code,
+                    "FailureReason": i.failure_reason,
+                    "LogPath": i.log_path,
+                }
+                for i in cp.store.instances(record.name)
+            ],
             "OutputArtifacts": record.output_artifact,
-            "LostProcesses": lost_processes(record.job_dir, host_names(int(spec.get("instance_count", 1)))),
+            "LostProcesses": lost_processes(
+                record.job_dir, host_names(int(spec.get("instance_count", 1)))
+            ),
         },
     }
     report_path = os.path.join(record.job_dir, REPORT_NAME)
@@ -359,8 +435,10 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     if record.model_artifact:
         out["ModelArtifacts"] = {"S3ModelArtifacts": record.model_artifact}
     if spec.get("checkpoint_s3_uri") or spec.get("checkpoint_local_path"):
-        out["CheckpointConfig"] = {"S3Uri": spec.get("checkpoint_s3_uri"),
-                                   "LocalPath": spec.get("checkpoint_local_path")}
+        out["CheckpointConfig"] = {
+            "S3Uri": spec.get("checkpoint_s3_uri"),
+            "LocalPath": spec.get("checkpoint_local_path"),
+        }
     if record.start_time:
         end = record.end_time or time.time()
         out["TrainingTimeInSeconds"] = int(round(end - record.start_time))

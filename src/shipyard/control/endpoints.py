@@ -70,7 +70,7 @@ class EndpointRecord:
     host: str
     port: int
     pid: int | None
-    status: str                 # Creating | InService | Failed
+    status: str  # Creating | InService | Failed
     failure_reason: str | None
     config: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
@@ -90,11 +90,20 @@ class EndpointRecord:
 
     def describe(self) -> dict[str, Any]:
         """DescribeEndpoint's shape, with where it listens."""
-        return {"EndpointName": self.name, "EndpointStatus": self.status,
-                "FailureReason": self.failure_reason, "CreationTime": self.created_at,
-                "LastModifiedTime": self.modified_at,
-                "Shipyard": {"Url": self.url, "Pid": self.pid, "ModelData": self.model_data,
-                             "Log": self.log_path, **self.config}}
+        return {
+            "EndpointName": self.name,
+            "EndpointStatus": self.status,
+            "FailureReason": self.failure_reason,
+            "CreationTime": self.created_at,
+            "LastModifiedTime": self.modified_at,
+            "Shipyard": {
+                "Url": self.url,
+                "Pid": self.pid,
+                "ModelData": self.model_data,
+                "Log": self.log_path,
+                **self.config,
+            },
+        }
 
 
 @contextmanager
@@ -154,8 +163,12 @@ class Endpoints:
 
     def list(self) -> list[EndpointRecord]:
         with _db(self.db_path) as db:
-            names = [r["name"] for r in db.execute(
-                "SELECT name FROM endpoints ORDER BY created_at DESC").fetchall()]
+            names = [
+                r["name"]
+                for r in db.execute(
+                    "SELECT name FROM endpoints ORDER BY created_at DESC"
+                ).fetchall()
+            ]
         return [r for r in (self._row(n) for n in names) if r is not None]
 
     def _reconcile(self, record: EndpointRecord) -> EndpointRecord:
@@ -174,30 +187,47 @@ class Endpoints:
             status, reason = "Failed", reason or "the server stopped"
         if (status, reason) != (record.status, record.failure_reason):
             with _db(self.db_path) as db:
-                db.execute("UPDATE endpoints SET status=?, failure_reason=?, modified_at=? "
-                           "WHERE name=?", (status, reason, time.time(), record.name))
+                db.execute(
+                    "UPDATE endpoints SET status=?, failure_reason=?, modified_at=? WHERE name=?",
+                    (status, reason, time.time(), record.name),
+                )
             record.status, record.failure_reason = status, reason
         return record
 
     # -- creating -------------------------------------------------------------------------
-    def create(self, name: str, model_data: str, framework: str = "auto",
-               entry_point: str | None = None, source_dir: str | None = None,
-               dependencies: list[str] | None = None, env: dict[str, str] | None = None,
-               port: int | None = None, host: str = "127.0.0.1", workers: int = 1,
-               batch_size: int = 0, batch_wait_ms: float = 2.0,
-               max_payload_mb: float = 6.0) -> EndpointRecord:
+    def create(
+        self,
+        name: str,
+        model_data: str,
+        framework: str = "auto",
+        entry_point: str | None = None,
+        source_dir: str | None = None,
+        dependencies: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        workers: int = 1,
+        batch_size: int = 0,
+        batch_wait_ms: float = 2.0,
+        max_payload_mb: float = 6.0,
+    ) -> EndpointRecord:
         """Prepare the model and start the detached server; returns at once (Creating)."""
         from shipyard.serving.model_data import ModelLoadError, check_tree, extract
 
         if not name or not all(c.isalnum() or c == "-" for c in name) or len(name) > 63:
-            raise ValidationError(f"endpoint name {name!r}: use up to 63 letters, digits and "
-                                  "hyphens")
+            raise ValidationError(
+                f"endpoint name {name!r}: use up to 63 letters, digits and hyphens"
+            )
         if self._row(name) is not None:
-            raise ValidationError(f"an endpoint named {name!r} already exists; delete it "
-                                  "(`shipyard endpoints delete`) or pick another name")
+            raise ValidationError(
+                f"an endpoint named {name!r} already exists; delete it "
+                "(`shipyard endpoints delete`) or pick another name"
+            )
         if port is not None and not port_free(host, port):
-            raise ValidationError(f"port {port} on {host} is already in use; pick another port "
-                                  "or leave it out to get a free one")
+            raise ValidationError(
+                f"port {port} on {host} is already in use; pick another port "
+                "or leave it out to get a free one"
+            )
         source = self.resolve_model_data(model_data)
         edir = self.endpoint_dir(name)
         if os.path.exists(edir):
@@ -219,20 +249,51 @@ class Endpoints:
                 raise ValidationError(str(exc)) from None
             program = self._add_code(model_dir, entry_point, source_dir, dependencies or [])
             code_dir = os.path.join(model_dir, "code")
-            paths = (staging.install_requirements(code_dir, self.home.requirements_cache)[0]
-                     if os.path.isdir(code_dir) else [])
+            paths = (
+                staging.install_requirements(code_dir, self.home.requirements_cache)[0]
+                if os.path.isdir(code_dir)
+                else []
+            )
             port = port or free_port(host)
-            config = {"Framework": framework, "Workers": workers, "BatchSize": batch_size,
-                      "BatchWaitMs": batch_wait_ms, "Program": program,
-                      "MaxPayloadInMB": max_payload_mb}
+            config = {
+                "Framework": framework,
+                "Workers": workers,
+                "BatchSize": batch_size,
+                "BatchWaitMs": batch_wait_ms,
+                "Program": program,
+                "MaxPayloadInMB": max_payload_mb,
+            }
             now = time.time()
             with _db(self.db_path) as db:
-                db.execute("INSERT INTO endpoints VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                           (name, model_data, edir, host, port, None, "Creating", None,
-                            json.dumps(config), now, now))
+                db.execute(
+                    "INSERT INTO endpoints VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        name,
+                        model_data,
+                        edir,
+                        host,
+                        port,
+                        None,
+                        "Creating",
+                        None,
+                        json.dumps(config),
+                        now,
+                        now,
+                    ),
+                )
             record = self._row(name)
-            proc = self._launch(record, model_dir, framework, program, workers, batch_size,
-                                batch_wait_ms, max_payload_mb, env or {}, paths)
+            proc = self._launch(
+                record,
+                model_dir,
+                framework,
+                program,
+                workers,
+                batch_size,
+                batch_wait_ms,
+                max_payload_mb,
+                env or {},
+                paths,
+            )
             with _db(self.db_path) as db:
                 db.execute("UPDATE endpoints SET pid=? WHERE name=?", (proc.pid, name))
             _wait_exec(proc, edir)
@@ -256,8 +317,10 @@ class Endpoints:
             if store.exists(model_data):
                 job = store.get(model_data)
                 if not job.model_artifact:
-                    raise ValidationError(f"training job {model_data!r} has no model artifact "
-                                          f"(status {job.status}); serve a Completed job")
+                    raise ValidationError(
+                        f"training job {model_data!r} has no model artifact "
+                        f"(status {job.status}); serve a Completed job"
+                    )
                 model_data = job.model_artifact
         if model_data.startswith("s3://"):
             from shipyard.storage import parse, store_for
@@ -266,13 +329,16 @@ class Endpoints:
             return model_data
         path = staging.local_path(model_data)
         if not os.path.exists(path):
-            raise ValidationError(f"model_data {model_data!r} does not exist (give a "
-                                  "model.tar.gz, a model directory or a training job name)")
+            raise ValidationError(
+                f"model_data {model_data!r} does not exist (give a "
+                "model.tar.gz, a model directory or a training job name)"
+            )
         return path
 
     @staticmethod
-    def _add_code(model_dir: str, entry_point: str | None, source_dir: str | None,
-                  dependencies: list[str]) -> str | None:
+    def _add_code(
+        model_dir: str, entry_point: str | None, source_dir: str | None, dependencies: list[str]
+    ) -> str | None:
         """Copy the inference code into model/code (SageMaker's repack); returns program."""
         if not entry_point and not source_dir:
             return None
@@ -281,13 +347,19 @@ class Endpoints:
             src = staging.local_path(source_dir)
             if not os.path.isdir(src):
                 raise ValidationError(f"source_dir {source_dir!r} is not a directory")
-            shutil.copytree(src, code_dir, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+            shutil.copytree(
+                src,
+                code_dir,
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"),
+            )
         if entry_point:
             path = entry_point if source_dir is None else os.path.join(code_dir, entry_point)
             if not os.path.isfile(path):
-                raise ValidationError(f"entry_point {entry_point!r} not found"
-                                      + (f" in source_dir {source_dir!r}" if source_dir else ""))
+                raise ValidationError(
+                    f"entry_point {entry_point!r} not found"
+                    + (f" in source_dir {source_dir!r}" if source_dir else "")
+                )
             if source_dir is None:
                 os.makedirs(code_dir, exist_ok=True)
                 shutil.copy2(path, os.path.join(code_dir, os.path.basename(path)))
@@ -304,23 +376,58 @@ class Endpoints:
                 raise ValidationError(f"dependency {dep!r} does not exist")
         return entry_point
 
-    def _launch(self, record: EndpointRecord, model_dir: str, framework: str,
-                program: str | None, workers: int, batch_size: int, batch_wait_ms: float,
-                max_payload_mb: float, env: dict[str, str], paths: list[str]) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "shipyard.serving", model_dir, "--port", str(record.port),
-               "--host", record.host, "--workers", str(workers), "--framework", framework,
-               "--max-payload-mb", str(max_payload_mb), "--batch-size", str(batch_size),
-               "--batch-wait-ms", str(batch_wait_ms), "--state-file", record.state_file]
+    def _launch(
+        self,
+        record: EndpointRecord,
+        model_dir: str,
+        framework: str,
+        program: str | None,
+        workers: int,
+        batch_size: int,
+        batch_wait_ms: float,
+        max_payload_mb: float,
+        env: dict[str, str],
+        paths: list[str],
+    ) -> subprocess.Popen:
+        cmd = [
+            sys.executable,
+            "-m",
+            "shipyard.serving",
+            model_dir,
+            "--port",
+            str(record.port),
+            "--host",
+            record.host,
+            "--workers",
+            str(workers),
+            "--framework",
+            framework,
+            "--max-payload-mb",
+            str(max_payload_mb),
+            "--batch-size",
+            str(batch_size),
+            "--batch-wait-ms",
+            str(batch_wait_ms),
+            "--state-file",
+            record.state_file,
+        ]
         if program:
             cmd += ["--program", program]
         full_env = dict(os.environ, **env, SHIPYARD_ENDPOINT=record.name)
         if paths:
             full_env["PYTHONPATH"] = os.pathsep.join(
-                paths + [p for p in [full_env.get("PYTHONPATH")] if p])
+                paths + [p for p in [full_env.get("PYTHONPATH")] if p]
+            )
         with open(record.log_path, "ab") as log:
-            return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, env=full_env,
-                                    start_new_session=True, close_fds=True)
+            return subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                start_new_session=True,
+                close_fds=True,
+            )
 
     def wait(self, name: str, timeout: float = 600) -> EndpointRecord:
         """Until InService and /ping answers 200; EndpointError with the reason if Failed."""
@@ -332,8 +439,10 @@ class Endpoints:
             if record.status == "InService" and ping(record):
                 return record
             if time.monotonic() > deadline:
-                raise EndpointError(f"endpoint {name!r} was not InService within {timeout:.0f} s "
-                                    f"(status {record.status}); see {record.log_path}")
+                raise EndpointError(
+                    f"endpoint {name!r} was not InService within {timeout:.0f} s "
+                    f"(status {record.status}); see {record.log_path}"
+                )
             time.sleep(0.1)
 
     # -- deleting -------------------------------------------------------------------------
@@ -386,8 +495,9 @@ def _server_alive(record: EndpointRecord) -> bool:
         return False
     try:
         proc = psutil.Process(record.pid)
-        return (proc.status() != psutil.STATUS_ZOMBIE
-                and any(record.endpoint_dir in part for part in proc.cmdline()))
+        return proc.status() != psutil.STATUS_ZOMBIE and any(
+            record.endpoint_dir in part for part in proc.cmdline()
+        )
     except psutil.Error:
         return False
 

@@ -20,8 +20,11 @@ from shipyard.control.endpoints import EndpointError, EndpointNotFoundError, End
 from shipyard.errors import ValidationError
 
 console = Console(stderr=True, highlight=False)
-endpoints_app = typer.Typer(add_completion=False, invoke_without_command=True,
-                            help="List endpoints; `endpoints delete NAME` stops one.")
+endpoints_app = typer.Typer(
+    add_completion=False,
+    invoke_without_command=True,
+    help="List endpoints; `endpoints delete NAME` stops one.",
+)
 
 
 def _fail(message: str, code: int) -> None:
@@ -30,11 +33,15 @@ def _fail(message: str, code: int) -> None:
 
 
 def serve(
-    model_data: str = typer.Argument(..., help="model.tar.gz, model directory or training job name"),
+    model_data: str = typer.Argument(
+        ..., help="model.tar.gz, model directory or training job name"
+    ),
     port: int | None = typer.Option(8080, "--port", help="0 picks a free port"),
     workers: int = typer.Option(1, "--workers", help="worker processes"),
     name: str | None = typer.Option(None, "--name", help="endpoint name"),
-    framework: str = typer.Option("auto", "--framework", help="auto | tensorflow | pytorch | python"),
+    framework: str = typer.Option(
+        "auto", "--framework", help="auto | tensorflow | pytorch | python"
+    ),
     entry_point: str | None = typer.Option(None, "--entry-point", help="inference.py"),
     source_dir: str | None = typer.Option(None, "--source-dir"),
     batch_size: int = typer.Option(0, "--batch-size", help="dynamic batching: max rows per call"),
@@ -47,9 +54,17 @@ def serve(
     eps = Endpoints()
     name = name or name_from_base("shipyard-endpoint")
     try:
-        record = eps.create(name, model_data, framework=framework, entry_point=entry_point,
-                            source_dir=source_dir, port=port or None, workers=workers,
-                            batch_size=batch_size, batch_wait_ms=batch_wait_ms)
+        record = eps.create(
+            name,
+            model_data,
+            framework=framework,
+            entry_point=entry_point,
+            source_dir=source_dir,
+            port=port or None,
+            workers=workers,
+            batch_size=batch_size,
+            batch_wait_ms=batch_wait_ms,
+        )
         try:
             record = eps.wait(name)
         except BaseException:
@@ -92,8 +107,14 @@ def endpoints(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
     table = Table("name", "status", "url", "pid", "model data", "reason")
     for r in records:
         color = {"InService": "green", "Failed": "red"}.get(r.status, "cyan")
-        table.add_row(r.name, f"[{color}]{r.status}[/]", r.url, str(r.pid), r.model_data,
-                      r.failure_reason or "")
+        table.add_row(
+            r.name,
+            f"[{color}]{r.status}[/]",
+            r.url,
+            str(r.pid),
+            r.model_data,
+            r.failure_reason or "",
+        )
     Console().print(table)
 
 

@@ -1,11 +1,11 @@
 """Where shipyard keeps its state: ``SHIPYARD_HOME`` (default ``~/.shipyard``).
 
-    $SHIPYARD_HOME/
-      shipyard.db              the job store (SQLite, WAL)
-      jobs/<job>/              one directory per job: job.json, agent.json, logs/,
-                               instances/algo-k/ (the /opt/ml trees), shared/
-      output/                  default output_path (model.tar.gz, output.tar.gz)
-      cache/requirements/      requirements.txt installs, keyed by content hash
+$SHIPYARD_HOME/
+  shipyard.db              the job store (SQLite, WAL)
+  jobs/<job>/              one directory per job: job.json, agent.json, logs/,
+                           instances/algo-k/ (the /opt/ml trees), shared/
+  output/                  default output_path (model.tar.gz, output.tar.gz)
+  cache/requirements/      requirements.txt installs, keyed by content hash
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Home:
     root: str
 
     @classmethod
-    def from_env(cls, root: str | None = None) -> "Home":
+    def from_env(cls, root: str | None = None) -> Home:
         return cls(os.path.abspath(os.path.expanduser(root)) if root else default_home())
 
     @property

@@ -21,15 +21,15 @@ TERMINAL = ("Completed", "Failed", "Stopped")
 
 
 class Event(str, Enum):
-    DOWNLOADING = "downloading"     # channels / code being made available
-    TRAINING = "training"           # instances launched
-    UPLOADING = "uploading"         # every instance succeeded, artifacts being saved
-    SUCCEEDED = "succeeded"         # artifacts saved
-    FAILED = "failed"               # an instance or the platform failed
-    RESTARTING = "restarting"       # a failed attempt will be retried
+    DOWNLOADING = "downloading"  # channels / code being made available
+    TRAINING = "training"  # instances launched
+    UPLOADING = "uploading"  # every instance succeeded, artifacts being saved
+    SUCCEEDED = "succeeded"  # artifacts saved
+    FAILED = "failed"  # an instance or the platform failed
+    RESTARTING = "restarting"  # a failed attempt will be retried
     STOP_REQUESTED = "stop_requested"
     STOPPED = "stopped"
-    MAX_RUNTIME = "max_runtime"     # max_run reached: stopped, artifacts kept
+    MAX_RUNTIME = "max_runtime"  # max_run reached: stopped, artifacts kept
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,11 @@ def step(state: JobState, event: Event) -> JobState:
     if event not in table:
         raise IllegalTransition(f"{state.status}/{state.secondary} does not accept {event.value}")
     new = table[event]
-    if (state.status == "InProgress" and new.status == "InProgress"
-            and event is not Event.RESTARTING
-            and _ORDER.index(new.secondary) < _ORDER.index(state.secondary)):
+    if (
+        state.status == "InProgress"
+        and new.status == "InProgress"
+        and event is not Event.RESTARTING
+        and _ORDER.index(new.secondary) < _ORDER.index(state.secondary)
+    ):
         raise IllegalTransition(f"cannot go back from {state.secondary} to {new.secondary}")
     return new

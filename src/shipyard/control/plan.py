@@ -60,13 +60,15 @@ def hyperparameters(spec: JobSpec, staged: StagedCode, home: Home) -> dict[str, 
     model_dir = default_model_dir(spec, home)
     if model_dir is not None and "model_dir" not in hps:
         hps["model_dir"] = model_dir
-    hps.update({
-        "sagemaker_program": staged.entry_point,
-        "sagemaker_submit_directory": staged.bundle_uri,
-        "sagemaker_container_log_level": spec.container_log_level,
-        "sagemaker_job_name": spec.job_name,
-        "sagemaker_region": region(),
-    })
+    hps.update(
+        {
+            "sagemaker_program": staged.entry_point,
+            "sagemaker_submit_directory": staged.bundle_uri,
+            "sagemaker_container_log_level": spec.container_log_level,
+            "sagemaker_job_name": spec.job_name,
+            "sagemaker_region": region(),
+        }
+    )
     hps.update(dist_mod.reserved_hyperparameters(spec.dist, spec.instance_type))
     return json_encode_hyperparameters(hps)
 
@@ -77,19 +79,27 @@ def input_data_config(spec: JobSpec) -> dict[str, dict[str, str]]:
         entry = {}
         if ch.content_type:
             entry["ContentType"] = ch.content_type
-        entry.update({
-            "TrainingInputMode": spec.channel_mode(ch),
-            "S3DistributionType": ch.distribution,
-            "RecordWrapperType": ch.record_wrapping or "None",
-        })
+        entry.update(
+            {
+                "TrainingInputMode": spec.channel_mode(ch),
+                "S3DistributionType": ch.distribution,
+                "RecordWrapperType": ch.record_wrapping or "None",
+            }
+        )
         if ch.compression:
             entry["CompressionType"] = ch.compression
         out[ch.name] = entry
     return out
 
 
-def agent_config(spec: JobSpec, staged: StagedCode, encoded_hps: dict[str, str], home: Home,
-                 subnet: str, channel_sources: dict[str, str]) -> AgentConfig:
+def agent_config(
+    spec: JobSpec,
+    staged: StagedCode,
+    encoded_hps: dict[str, str],
+    home: Home,
+    subnet: str,
+    channel_sources: dict[str, str],
+) -> AgentConfig:
     res = instance_types.resolve(spec.instance_type)
     dist = spec.dist
     return AgentConfig(
@@ -125,7 +135,10 @@ def data_config(spec: JobSpec) -> dict:
     """What the agents' channel code needs beyond inputdataconfig.json (AgentConfig.data)."""
     from shipyard import storage
 
-    return {"endpoint_url": storage.endpoint_url(),
-            "data_types": {ch.name: ch.s3_data_type for ch in spec.channels},
-            "checkpoint_uri": (storage.parse(spec.checkpoint_s3_uri).uri
-                               if spec.checkpoint_s3_uri else None)}
+    return {
+        "endpoint_url": storage.endpoint_url(),
+        "data_types": {ch.name: ch.s3_data_type for ch in spec.channels},
+        "checkpoint_uri": (
+            storage.parse(spec.checkpoint_s3_uri).uri if spec.checkpoint_s3_uri else None
+        ),
+    }

@@ -35,9 +35,9 @@ PACKAGE_MARKERS = ("setup.py", "pyproject.toml")
 
 @dataclass
 class StagedCode:
-    bundle_path: str              # local path of sourcedir.tar.gz
-    bundle_uri: str               # what sagemaker_submit_directory holds
-    entry_point: str              # relative to the code root
+    bundle_path: str  # local path of sourcedir.tar.gz
+    bundle_uri: str  # what sagemaker_submit_directory holds
+    entry_point: str  # relative to the code root
     python_package: bool = False
     extra_python_path: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -46,12 +46,13 @@ class StagedCode:
 def local_path(uri: str) -> str:
     """A local path or file:// URI -> absolute local path; other schemes are refused."""
     if uri.startswith("file://"):
-        return os.path.abspath(uri[len("file://"):])
+        return os.path.abspath(uri[len("file://") :])
     if "://" in uri:
         scheme = uri.split("://", 1)[0]
         raise ValidationError(
             f"{uri!r}: {scheme}:// locations are not supported yet for this setting; "
-            "use a local path or file://")
+            "use a local path or file://"
+        )
     return os.path.abspath(os.path.expanduser(uri))
 
 
@@ -60,19 +61,36 @@ def git_clone(git_config: dict[str, str], dest: str) -> None:
     repo = git_config.get("repo")
     if not repo:
         raise ValidationError("git_config needs a 'repo' (URL or local path of a git repository)")
-    unknown = set(git_config) - {"repo", "branch", "commit", "2FA_enabled", "username",
-                                 "password", "token"}
+    unknown = set(git_config) - {
+        "repo",
+        "branch",
+        "commit",
+        "2FA_enabled",
+        "username",
+        "password",
+        "token",
+    }
     if unknown:
         raise ValidationError(f"git_config has unknown key(s) {sorted(unknown)}")
     url = repo
     parts = urlsplit(repo)
     if parts.scheme == "https" and (git_config.get("token") or git_config.get("username")):
-        cred = (quote(git_config["token"], safe="") if git_config.get("token") else
-                quote(git_config["username"], safe="") + ":"
-                + quote(git_config.get("password", ""), safe=""))
-        url = urlunsplit((parts.scheme, f"{cred}@{parts.hostname}"
-                          + (f":{parts.port}" if parts.port else ""),
-                          parts.path, parts.query, parts.fragment))
+        cred = (
+            quote(git_config["token"], safe="")
+            if git_config.get("token")
+            else quote(git_config["username"], safe="")
+            + ":"
+            + quote(git_config.get("password", ""), safe="")
+        )
+        url = urlunsplit(
+            (
+                parts.scheme,
+                f"{cred}@{parts.hostname}" + (f":{parts.port}" if parts.port else ""),
+                parts.path,
+                parts.query,
+                parts.fragment,
+            )
+        )
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
     cmd = ["git", "clone", "--quiet"]
     if git_config.get("branch") and not git_config.get("commit"):
@@ -84,7 +102,8 @@ def git_clone(git_config: dict[str, str], dest: str) -> None:
         raise StagingError("git_config needs the `git` command, which is not on PATH") from exc
     if result.returncode != 0:
         raise ValidationError(
-            f"git_config: could not clone {repo!r}: {result.stderr.strip() or result.stdout.strip()}")
+            f"git_config: could not clone {repo!r}: {result.stderr.strip() or result.stdout.strip()}"
+        )
     if git_config.get("branch") and git_config.get("commit"):
         _git(dest, ["checkout", "--quiet", git_config["branch"]], repo)
     if git_config.get("commit"):
@@ -94,8 +113,9 @@ def git_clone(git_config: dict[str, str], dest: str) -> None:
 def _git(repo_dir: str, args: list[str], repo: str) -> None:
     result = subprocess.run(["git", "-C", repo_dir, *args], capture_output=True, text=True)
     if result.returncode != 0:
-        raise ValidationError(f"git_config: `git {' '.join(args)}` failed in {repo!r}: "
-                              f"{result.stderr.strip()}")
+        raise ValidationError(
+            f"git_config: `git {' '.join(args)}` failed in {repo!r}: {result.stderr.strip()}"
+        )
 
 
 def _inside(path: str, root: str) -> bool:
@@ -117,17 +137,22 @@ def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
     if source_dir is not None:
         source_dir = local_path(source_dir) if base is None else os.path.join(base, source_dir)
         if not os.path.isdir(source_dir):
-            raise ValidationError(f"source_dir {code.source_dir!r} does not exist or is not "
-                                  "a directory")
+            raise ValidationError(
+                f"source_dir {code.source_dir!r} does not exist or is not a directory"
+            )
         entry = os.path.join(source_dir, code.entry_point)
         if not _inside(entry, source_dir):
             raise ValidationError(
                 f"entry_point {code.entry_point!r} is outside source_dir {code.source_dir!r}: "
-                "give its path relative to source_dir")
+                "give its path relative to source_dir"
+            )
     else:
         root = base if base is not None else os.getcwd()
-        entry = code.entry_point if os.path.isabs(code.entry_point) else os.path.join(
-            root, code.entry_point)
+        entry = (
+            code.entry_point
+            if os.path.isabs(code.entry_point)
+            else os.path.join(root, code.entry_point)
+        )
         if base is not None and not _inside(entry, base):
             raise ValidationError(f"entry_point {code.entry_point!r} is outside the git repository")
     if not os.path.isfile(entry):
@@ -136,8 +161,12 @@ def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
 
     root = os.path.join(workdir, "code")
     if source_dir is not None:
-        shutil.copytree(source_dir, root, symlinks=False,
-                        ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+        shutil.copytree(
+            source_dir,
+            root,
+            symlinks=False,
+            ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"),
+        )
         rel_entry = os.path.relpath(os.path.realpath(entry), os.path.realpath(source_dir))
     else:
         os.makedirs(root)
@@ -149,8 +178,12 @@ def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
             raise ValidationError(f"dependency {dep!r} does not exist")
         target = os.path.join(root, os.path.basename(os.path.normpath(dep_path)))
         if os.path.isdir(dep_path):
-            shutil.copytree(dep_path, target, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                dep_path,
+                target,
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
         else:
             shutil.copy2(dep_path, target)
     return root, rel_entry, []
@@ -175,8 +208,9 @@ def _site_packages(env_dir: str) -> str:
     return sysconfig.get_path("purelib", vars={"base": env_dir, "platbase": env_dir})
 
 
-def cached_environment(cache_root: str, key: str, install_args: list[str], cwd: str,
-                       label: str) -> str:
+def cached_environment(
+    cache_root: str, key: str, install_args: list[str], cwd: str, label: str
+) -> str:
     """A cached environment with ``pip install <install_args>`` done; returns its site dir.
 
     The environment sees the current interpreter's packages through a .pth file, so pip
@@ -193,8 +227,11 @@ def cached_environment(cache_root: str, key: str, install_args: list[str], cwd: 
             return _site_packages(final)
         tmp = tempfile.mkdtemp(dir=cache_root, prefix=key + ".")
         try:
-            subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "venv", "--without-pip", tmp],
+                check=True,
+                capture_output=True,
+            )
             site_dir = _site_packages(tmp)
             os.makedirs(site_dir, exist_ok=True)
             parents = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
@@ -202,12 +239,26 @@ def cached_environment(cache_root: str, key: str, install_args: list[str], cwd: 
                 fh.write("\n".join(parents) + "\n")
             python = os.path.join(tmp, "bin", "python")
             result = subprocess.run(
-                [sys.executable, "-m", "pip", "--python", python, "install",
-                 "--disable-pip-version-check", "--no-input", *install_args],
-                cwd=cwd, capture_output=True, text=True, timeout=3600)
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "--python",
+                    python,
+                    "install",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    *install_args,
+                ],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=3600,
+            )
             if result.returncode != 0:
-                raise StagingError(f"installing {label} failed:\n"
-                                   + (result.stderr or result.stdout)[-2000:])
+                raise StagingError(
+                    f"installing {label} failed:\n" + (result.stderr or result.stdout)[-2000:]
+                )
             # Site dir paths are relative to the env root: rename keeps them valid.
             os.replace(tmp, final)
         except BaseException:
@@ -225,14 +276,14 @@ def install_requirements(code_root: str, cache_root: str) -> tuple[list[str], li
     if os.path.isfile(req):
         with open(req, "rb") as fh:
             digest = hashlib.sha256(fh.read() + interp.encode()).hexdigest()[:24]
-        site = cached_environment(cache_root, "req-" + digest, ["-r", "requirements.txt"],
-                                  code_root, "requirements.txt")
+        site = cached_environment(
+            cache_root, "req-" + digest, ["-r", "requirements.txt"], code_root, "requirements.txt"
+        )
         paths.append(site)
         notes.append(f"requirements.txt installed in cached environment {site}")
     if any(os.path.isfile(os.path.join(code_root, m)) for m in PACKAGE_MARKERS):
         digest = hashlib.sha256(interp.encode() + _tree_digest(code_root)).hexdigest()[:24]
-        site = cached_environment(cache_root, "pkg-" + digest, ["."], code_root,
-                                  "the code package")
+        site = cached_environment(cache_root, "pkg-" + digest, ["."], code_root, "the code package")
         paths.append(site)
         notes.append(f"code package installed in cached environment {site}")
     return paths, notes
@@ -250,8 +301,9 @@ def _tree_digest(root: str) -> bytes:
     return h.digest()
 
 
-def stage(code: CodeSpec, job_name: str, code_location: str, cache_root: str,
-          local_dir: str | None = None) -> StagedCode:
+def stage(
+    code: CodeSpec, job_name: str, code_location: str, cache_root: str, local_dir: str | None = None
+) -> StagedCode:
     """Resolve, bundle and install the job's code. Nothing is left behind on failure.
 
     An s3:// ``code_location`` gets the bundle uploaded to
@@ -264,8 +316,7 @@ def stage(code: CodeSpec, job_name: str, code_location: str, cache_root: str,
             raise ValidationError("an s3:// code_location needs a local staging directory")
         bundle = os.path.join(local_dir, "sourcedir.tar.gz")
     else:
-        bundle = os.path.join(local_path(code_location), job_name, "source",
-                              "sourcedir.tar.gz")
+        bundle = os.path.join(local_path(code_location), job_name, "source", "sourcedir.tar.gz")
     with tempfile.TemporaryDirectory(prefix="shipyard-stage-") as workdir:
         root, entry, notes = resolve_code(code, workdir)
         is_package = any(os.path.isfile(os.path.join(root, m)) for m in PACKAGE_MARKERS)
@@ -283,9 +334,14 @@ def stage(code: CodeSpec, job_name: str, code_location: str, cache_root: str,
             raise
         uri = target.uri
         notes = notes + [f"code bundle uploaded to {uri}"]
-    return StagedCode(bundle_path=bundle, bundle_uri=uri, entry_point=entry,
-                      python_package=is_package, extra_python_path=extra,
-                      notes=notes + install_notes)
+    return StagedCode(
+        bundle_path=bundle,
+        bundle_uri=uri,
+        entry_point=entry,
+        python_package=is_package,
+        extra_python_path=extra,
+        notes=notes + install_notes,
+    )
 
 
 def discard(staged: StagedCode) -> None:
@@ -296,7 +352,7 @@ def discard(staged: StagedCode) -> None:
         try:
             target = storage.parse(staged.bundle_uri)
             storage.store_for(target).delete(target)
-        except Exception:  # the refusal being raised matters more
+        except Exception:  # noqa: BLE001 - the refusal being raised matters more
             pass
         shutil.rmtree(os.path.dirname(staged.bundle_path), ignore_errors=True)
     else:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from shipyard.control.lifecycle import Event, JobState, step
 from shipyard.errors import JobExistsError, JobNotFoundError
@@ -144,23 +145,43 @@ class Store:
             db.execute("COMMIT")
 
     # -- jobs ---------------------------------------------------------------------------
-    def create_job(self, name: str, spec: dict[str, Any], hyperparameters: dict[str, str],
-                   job_dir: str, backend: str, subnet: str | None) -> JobRecord:
+    def create_job(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        hyperparameters: dict[str, str],
+        job_dir: str,
+        backend: str,
+        subnet: str | None,
+    ) -> JobRecord:
         now = time.time()
         with self._tx() as db:
             if db.execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone():
                 raise JobExistsError(
                     f"a training job named {name!r} already exists; job names are unique: "
-                    "pass another job_name or base_job_name")
+                    "pass another job_name or base_job_name"
+                )
             db.execute(
                 "INSERT INTO jobs (name, spec, hyperparameters, status, secondary_status,"
                 " created_at, modified_at, job_dir, backend, subnet)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (name, json.dumps(spec), json.dumps(hyperparameters), "InProgress", "Starting",
-                 now, now, job_dir, backend, subnet))
-            db.execute("INSERT INTO transitions VALUES (?,?,?,?,?)",
-                       (name, "InProgress", "Starting", "Preparing the instances for training",
-                        now))
+                (
+                    name,
+                    json.dumps(spec),
+                    json.dumps(hyperparameters),
+                    "InProgress",
+                    "Starting",
+                    now,
+                    now,
+                    job_dir,
+                    backend,
+                    subnet,
+                ),
+            )
+            db.execute(
+                "INSERT INTO transitions VALUES (?,?,?,?,?)",
+                (name, "InProgress", "Starting", "Preparing the instances for training", now),
+            )
         return self.get(name)
 
     def exists(self, name: str) -> bool:
@@ -176,23 +197,28 @@ class Store:
 
     def list(self, limit: int = 100) -> list[JobRecord]:
         with self._connect() as db:
-            rows = db.execute("SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?",
-                              (limit,)).fetchall()
+            rows = db.execute(
+                "SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?", (limit,)
+            ).fetchall()
         return [_job(r) for r in rows]
 
     def subnets_in_use(self) -> set[str]:
         with self._connect() as db:
-            rows = db.execute("SELECT subnet FROM jobs WHERE status IN ('InProgress','Stopping')"
-                              " AND subnet IS NOT NULL").fetchall()
+            rows = db.execute(
+                "SELECT subnet FROM jobs WHERE status IN ('InProgress','Stopping')"
+                " AND subnet IS NOT NULL"
+            ).fetchall()
         return {r["subnet"] for r in rows}
 
-    def transition(self, name: str, event: Event, message: str = "",
-                   failure_reason: str | None = None) -> JobRecord:
+    def transition(
+        self, name: str, event: Event, message: str = "", failure_reason: str | None = None
+    ) -> JobRecord:
         """Apply a lifecycle event atomically; returns the updated record."""
         now = time.time()
         with self._tx() as db:
-            row = db.execute("SELECT status, secondary_status, start_time FROM jobs WHERE name=?",
-                             (name,)).fetchone()
+            row = db.execute(
+                "SELECT status, secondary_status, start_time FROM jobs WHERE name=?", (name,)
+            ).fetchone()
             if row is None:
                 raise JobNotFoundError(f"no training job named {name!r}")
             new = step(JobState(row["status"], row["secondary_status"]), event)
@@ -205,13 +231,21 @@ class Store:
                 fields["failure_reason"] = failure_reason
             sets = ", ".join(f"{k}=?" for k in fields)
             db.execute(f"UPDATE jobs SET {sets} WHERE name=?", (*fields.values(), name))
-            db.execute("INSERT INTO transitions VALUES (?,?,?,?,?)",
-                       (name, new.status, new.secondary, message, now))
+            db.execute(
+                "INSERT INTO transitions VALUES (?,?,?,?,?)",
+                (name, new.status, new.secondary, message, now),
+            )
         return self.get(name)
 
     def update(self, name: str, **fields: Any) -> None:
-        allowed = {"supervisor_pid", "stop_requested", "attempt", "model_artifact",
-                   "output_artifact", "failure_reason"}
+        allowed = {
+            "supervisor_pid",
+            "stop_requested",
+            "attempt",
+            "model_artifact",
+            "output_artifact",
+            "failure_reason",
+        }
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"cannot update {bad}")
@@ -222,52 +256,97 @@ class Store:
 
     def request_stop(self, name: str) -> JobRecord:
         with self._tx() as db:
-            db.execute("UPDATE jobs SET stop_requested=1, modified_at=? WHERE name=?",
-                       (time.time(), name))
+            db.execute(
+                "UPDATE jobs SET stop_requested=1, modified_at=? WHERE name=?", (time.time(), name)
+            )
         return self.get(name)
 
     def transitions(self, name: str) -> list[dict[str, Any]]:
         with self._connect() as db:
-            rows = db.execute("SELECT status, secondary_status, message, at FROM transitions"
-                              " WHERE job=? ORDER BY rowid", (name,)).fetchall()
+            rows = db.execute(
+                "SELECT status, secondary_status, message, at FROM transitions"
+                " WHERE job=? ORDER BY rowid",
+                (name,),
+            ).fetchall()
         return [dict(r) for r in rows]
 
     # -- instances and attempts ---------------------------------------------------------
     def record_instance(self, rec: InstanceRecord) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (rec.job, rec.attempt, rec.host, rec.address, rec.pid, rec.status,
-                        rec.exit_code, rec.failure_reason, rec.log_path, rec.started_at,
-                        rec.ended_at))
+            db.execute(
+                "INSERT OR REPLACE INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    rec.job,
+                    rec.attempt,
+                    rec.host,
+                    rec.address,
+                    rec.pid,
+                    rec.status,
+                    rec.exit_code,
+                    rec.failure_reason,
+                    rec.log_path,
+                    rec.started_at,
+                    rec.ended_at,
+                ),
+            )
 
     def record_instances(self, recs: list[InstanceRecord]) -> None:
         with self._tx() as db:
-            db.executemany("INSERT OR REPLACE INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                           [(r.job, r.attempt, r.host, r.address, r.pid, r.status, r.exit_code,
-                             r.failure_reason, r.log_path, r.started_at, r.ended_at)
-                            for r in recs])
+            db.executemany(
+                "INSERT OR REPLACE INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        r.job,
+                        r.attempt,
+                        r.host,
+                        r.address,
+                        r.pid,
+                        r.status,
+                        r.exit_code,
+                        r.failure_reason,
+                        r.log_path,
+                        r.started_at,
+                        r.ended_at,
+                    )
+                    for r in recs
+                ],
+            )
 
     def instances(self, name: str, attempt: int | None = None) -> list[InstanceRecord]:
         with self._connect() as db:
             if attempt is None:
-                rows = db.execute("SELECT * FROM instances WHERE job=? ORDER BY attempt, host",
-                                  (name,)).fetchall()
+                rows = db.execute(
+                    "SELECT * FROM instances WHERE job=? ORDER BY attempt, host", (name,)
+                ).fetchall()
             else:
-                rows = db.execute("SELECT * FROM instances WHERE job=? AND attempt=?"
-                                  " ORDER BY host", (name, attempt)).fetchall()
+                rows = db.execute(
+                    "SELECT * FROM instances WHERE job=? AND attempt=? ORDER BY host",
+                    (name, attempt),
+                ).fetchall()
         recs = [InstanceRecord(**dict(r)) for r in rows]
         return sorted(recs, key=lambda r: (r.attempt, _host_index(r.host)))
 
-    def record_attempt(self, name: str, attempt: int, started_at: float,
-                       ended_at: float | None = None, failure_reason: str | None = None) -> None:
+    def record_attempt(
+        self,
+        name: str,
+        attempt: int,
+        started_at: float,
+        ended_at: float | None = None,
+        failure_reason: str | None = None,
+    ) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO attempts VALUES (?,?,?,?,?)",
-                       (name, attempt, failure_reason, started_at, ended_at))
+            db.execute(
+                "INSERT OR REPLACE INTO attempts VALUES (?,?,?,?,?)",
+                (name, attempt, failure_reason, started_at, ended_at),
+            )
 
     def attempts(self, name: str) -> list[dict[str, Any]]:
         with self._connect() as db:
-            rows = db.execute("SELECT attempt, failure_reason, started_at, ended_at FROM attempts"
-                              " WHERE job=? ORDER BY attempt", (name,)).fetchall()
+            rows = db.execute(
+                "SELECT attempt, failure_reason, started_at, ended_at FROM attempts"
+                " WHERE job=? ORDER BY attempt",
+                (name,),
+            ).fetchall()
         return [dict(r) for r in rows]
 
     # -- metrics --------------------------------------------------------------------------
@@ -275,13 +354,16 @@ class Store:
         if not points:
             return
         with self._tx() as db:
-            db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?)",
-                           [(name, m, v, t, h) for (m, v, t, h) in points])
+            db.executemany(
+                "INSERT INTO metrics VALUES (?,?,?,?,?)",
+                [(name, m, v, t, h) for (m, v, t, h) in points],
+            )
 
     def metrics(self, name: str) -> list[dict[str, Any]]:
         with self._connect() as db:
-            rows = db.execute("SELECT name, value, at, host FROM metrics WHERE job=?"
-                              " ORDER BY rowid", (name,)).fetchall()
+            rows = db.execute(
+                "SELECT name, value, at, host FROM metrics WHERE job=? ORDER BY rowid", (name,)
+            ).fetchall()
         return [dict(r) for r in rows]
 
 

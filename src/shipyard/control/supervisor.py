@@ -17,8 +17,8 @@ the job's status after submission, and the only place that decides:
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import shutil
 import signal
 import sys
@@ -47,7 +47,7 @@ STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
 
 @dataclass
 class AttemptResult:
-    kind: str                      # "succeeded" | "failed" | "stopped" | "max_runtime"
+    kind: str  # "succeeded" | "failed" | "stopped" | "max_runtime"
     reason: str | None = None
     host: str | None = None
 
@@ -73,8 +73,14 @@ class StopRequested(Exception):
 
 
 class JobSupervisor:
-    def __init__(self, home: Home, store: Store, name: str, stream: TextIO | None = None,
-                 backend: Backend | None = None) -> None:
+    def __init__(
+        self,
+        home: Home,
+        store: Store,
+        name: str,
+        stream: TextIO | None = None,
+        backend: Backend | None = None,
+    ) -> None:
         self.home = home
         self.store = store
         self.name = name
@@ -88,8 +94,9 @@ class JobSupervisor:
         self.deadline = time.monotonic() + int(self.spec.get("max_run", 86400))
         self.signalled = False
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
-        self.deciding = set(runners.deciding_hosts(config.runner, config.runner_options,
-                                                   self.hosts))
+        self.deciding = set(
+            runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
+        )
 
     # -- helpers --------------------------------------------------------------------------
     @property
@@ -128,14 +135,32 @@ class JobSupervisor:
             log_path = self.home.log_path(self.name, host)
             if attempt > 1:
                 log_path = log_path[:-4] + f".attempt{attempt}.log"
-            specs.append(LaunchSpec(self.name, host, os.path.join(self.record.job_dir,
-                                                                  "agent.json"), log_path, env))
+            specs.append(
+                LaunchSpec(
+                    self.name, host, os.path.join(self.record.job_dir, "agent.json"), log_path, env
+                )
+            )
         self.handles = self.backend.launch(specs)
         now = time.time()
         addresses = self._addresses()
-        self.store.record_instances([
-            InstanceRecord(self.name, attempt, h.host, addresses.get(h.host), h.pid, "Running",
-                           None, None, h.log_path, now, None) for h in self.handles])
+        self.store.record_instances(
+            [
+                InstanceRecord(
+                    self.name,
+                    attempt,
+                    h.host,
+                    addresses.get(h.host),
+                    h.pid,
+                    "Running",
+                    None,
+                    None,
+                    h.log_path,
+                    now,
+                    None,
+                )
+                for h in self.handles
+            ]
+        )
         for h in self.handles:
             self.tailer.add(h.host, h.log_path)
 
@@ -146,12 +171,25 @@ class JobSupervisor:
         table.update({h.host: h.address for h in self.handles if h.address})
         return table
 
-    def _finish_instance(self, handle: InstanceHandle, attempt: int, code: int,
-                         status: str, reason: str | None) -> None:
+    def _finish_instance(
+        self, handle: InstanceHandle, attempt: int, code: int, status: str, reason: str | None
+    ) -> None:
         addresses = self._addresses()
-        self.store.record_instance(InstanceRecord(
-            self.name, attempt, handle.host, addresses.get(handle.host), handle.pid, status,
-            code, reason, handle.log_path, None, time.time()))
+        self.store.record_instance(
+            InstanceRecord(
+                self.name,
+                attempt,
+                handle.host,
+                addresses.get(handle.host),
+                handle.pid,
+                status,
+                code,
+                reason,
+                handle.log_path,
+                None,
+                time.time(),
+            )
+        )
 
     def _monitor(self, attempt: int) -> AttemptResult:
         done: dict[str, int] = {}
@@ -180,9 +218,11 @@ class JobSupervisor:
                 return AttemptResult("succeeded")
             now = time.monotonic()
             if now >= self.deadline:
-                return AttemptResult("max_runtime",
-                                     f"MaxRuntimeExceeded: the job ran longer than max_run="
-                                     f"{self.spec.get('max_run')} seconds")
+                return AttemptResult(
+                    "max_runtime",
+                    f"MaxRuntimeExceeded: the job ran longer than max_run="
+                    f"{self.spec.get('max_run')} seconds",
+                )
             if self.signalled:
                 return AttemptResult("stopped")
             if now >= next_stop_check:
@@ -196,12 +236,15 @@ class JobSupervisor:
         """The deciding instances succeeded: stop the ones that only serve them."""
         serving = [h for h in self.handles if h.host not in done]
         if self.stream is not None:
-            self.stream.write(f"shipyard: {', '.join(sorted(self.deciding))} finished; "
-                              f"stopping {', '.join(h.host for h in serving)}\n")
+            self.stream.write(
+                f"shipyard: {', '.join(sorted(self.deciding))} finished; "
+                f"stopping {', '.join(h.host for h in serving)}\n"
+            )
         self.backend.stop(serving, grace=STOP_GRACE_SECONDS)
         for handle in serving:
-            self._finish_instance(handle, attempt, self.backend.poll(handle) or 0, "Completed",
-                                  None)
+            self._finish_instance(
+                handle, attempt, self.backend.poll(handle) or 0, "Completed", None
+            )
 
     def _stop_instances(self, attempt: int, status: str = "Stopped") -> None:
         running = [h for h in self.handles if self.backend.poll(h) is None]
@@ -212,12 +255,13 @@ class JobSupervisor:
     def _upload(self) -> None:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
         output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
-        model, output = artifacts.save(self.spec["output_path"], self.name, model_dirs,
-                                       output_dirs)
+        model, output = artifacts.save(self.spec["output_path"], self.name, model_dirs, output_dirs)
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
         if self.stream is not None and model.conflicts:
-            self.stream.write("shipyard: several instances wrote the same model file; kept "
-                              "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n")
+            self.stream.write(
+                "shipyard: several instances wrote the same model file; kept "
+                "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n"
+            )
 
     # -- the whole job --------------------------------------------------------------------
     def run(self) -> JobRecord:
@@ -228,21 +272,25 @@ class JobSupervisor:
                 started = time.time()
                 self.store.record_attempt(self.name, attempt, started)
                 self._launch(attempt)
-                self.store.transition(self.name, Event.TRAINING,
-                                      f"Training with {len(self.hosts)} instance(s), attempt "
-                                      f"{attempt}")
+                self.store.transition(
+                    self.name,
+                    Event.TRAINING,
+                    f"Training with {len(self.hosts)} instance(s), attempt {attempt}",
+                )
                 result = self._monitor(attempt)
                 if result.kind != "succeeded":
                     self._stop_instances(attempt)
                 self._pump_logs(flush=True)
-                self.store.record_attempt(self.name, attempt, started, time.time(),
-                                          result.reason)
+                self.store.record_attempt(self.name, attempt, started, time.time(), result.reason)
                 if result.kind == "failed" and attempt < attempts_allowed:
                     attempt += 1
                     self.store.update(self.name, attempt=attempt)
-                    self.store.transition(self.name, Event.RESTARTING,
-                                          f"Attempt {attempt - 1} failed on {result.host}; "
-                                          f"restarting all instances (attempt {attempt})")
+                    self.store.transition(
+                        self.name,
+                        Event.RESTARTING,
+                        f"Attempt {attempt - 1} failed on {result.host}; "
+                        f"restarting all instances (attempt {attempt})",
+                    )
                     continue
                 return self._conclude(result)
         except KeyboardInterrupt:
@@ -253,15 +301,18 @@ class JobSupervisor:
             raise
         except BaseException as exc:
             self._stop_instances(attempt)
-            self._safe_transition(Event.FAILED, "Internal error",
-                                  f"InternalServerError: {type(exc).__name__}: {exc}"[:1024])
+            self._safe_transition(
+                Event.FAILED,
+                "Internal error",
+                f"InternalServerError: {type(exc).__name__}: {exc}"[:1024],
+            )
             raise
 
     def _safe_transition(self, event: Event, message: str, reason: str | None = None) -> None:
         try:
             if not self.store.get(self.name).terminal:
                 self.store.transition(self.name, event, message, failure_reason=reason)
-        except Exception:  # the original error matters more than this bookkeeping
+        except Exception:  # noqa: BLE001 - the original error matters more than this bookkeeping
             pass
 
     def _collect_agent_records(self) -> None:
@@ -277,24 +328,28 @@ class JobSupervisor:
                 break
         lost = lost_processes(self.record.job_dir, self.hosts)
         if lost and self.stream is not None:
-            self.stream.write("shipyard: lost during training (the job went on without "
-                              "them): " + ", ".join(f"{x['host']}/{x['process']} (status "
-                                                    f"{x['exit_code']})" for x in lost) + "\n")
+            self.stream.write(
+                "shipyard: lost during training (the job went on without "
+                "them): "
+                + ", ".join(f"{x['host']}/{x['process']} (status {x['exit_code']})" for x in lost)
+                + "\n"
+            )
 
     def _conclude(self, result: AttemptResult) -> JobRecord:
         self._collect_agent_records()
         if result.kind == "succeeded":
             self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
             self._upload()
-            return self.store.transition(self.name, Event.SUCCEEDED,
-                                         "Training job completed")
+            return self.store.transition(self.name, Event.SUCCEEDED, "Training job completed")
         if result.kind == "failed":
-            return self.store.transition(self.name, Event.FAILED, "Training job failed",
-                                         failure_reason=result.reason)
+            return self.store.transition(
+                self.name, Event.FAILED, "Training job failed", failure_reason=result.reason
+            )
         if result.kind == "max_runtime":
             self._upload()
-            return self.store.transition(self.name, Event.MAX_RUNTIME, result.reason or "",
-                                         failure_reason=result.reason)
+            return self.store.transition(
+                self.name, Event.MAX_RUNTIME, result.reason or "", failure_reason=result.reason
+            )
         self.store.transition(self.name, Event.STOP_REQUESTED, "Stop requested")
         return self.store.transition(self.name, Event.STOPPED, "Training job stopped")
 

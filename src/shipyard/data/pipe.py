@@ -46,17 +46,19 @@ def check_channel(channel: str, config_dir: str) -> dict:
             config = json.load(fh)
     except OSError as exc:
         raise PipeModeDatasetException(
-            f"cannot read {path} ({exc.strerror}): PipeModeDataset runs inside a training job") \
-            from None
+            f"cannot read {path} ({exc.strerror}): PipeModeDataset runs inside a training job"
+        ) from None
     if channel not in config:
         raise PipeModeDatasetException(
             f"channel {channel!r} is not an input of this job (channels: {sorted(config)}); "
-            "pass the name used in fit(inputs={...})")
+            "pass the name used in fit(inputs={...})"
+        )
     mode = str(config[channel].get("TrainingInputMode", "File"))
     if mode.lower() != "pipe":
         raise PipeModeDatasetException(
             f"channel {channel!r} is in {mode} mode, not Pipe: read its files from "
-            f"SM_CHANNEL_{channel.upper()}, or give it TrainingInput(..., input_mode='Pipe')")
+            f"SM_CHANNEL_{channel.upper()}, or give it TrainingInput(..., input_mode='Pipe')"
+        )
     return config[channel]
 
 
@@ -81,15 +83,17 @@ def next_epoch(channel: str, state_dir: str) -> int:
 def open_epoch(channel: str, epoch: int, pipe_dir: str, timeout: float | None = None):
     """Open the FIFO of ``epoch`` for reading, waiting for the feeder to create it."""
     path = os.path.join(pipe_dir, f"{channel}_{epoch}")
-    timeout = float(os.environ.get("SHIPYARD_PIPE_WAIT_SECONDS", "600")) if timeout is None \
-        else timeout
+    timeout = (
+        float(os.environ.get("SHIPYARD_PIPE_WAIT_SECONDS", "600")) if timeout is None else timeout
+    )
     deadline = time.monotonic() + timeout
     delay = 0.005
     while not os.path.exists(path):
         if time.monotonic() > deadline:
             raise PipeModeDatasetException(
                 f"{path} did not appear within {timeout:.0f}s: is {channel!r} a Pipe channel "
-                "of this job, and was the previous epoch read to its end?")
+                "of this job, and was the previous epoch read to its end?"
+            )
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
     return open(path, "rb", buffering=0)
@@ -103,7 +107,8 @@ def splitter(record_format: str):
     if record_format == "TextLine":
         return _LineSplitter()
     raise PipeModeDatasetException(
-        f"record_format {record_format!r} is not one of {', '.join(RECORD_FORMATS)}")
+        f"record_format {record_format!r} is not one of {', '.join(RECORD_FORMATS)}"
+    )
 
 
 class _LineSplitter:
@@ -139,13 +144,19 @@ class EpochReader:
     """What both dataset wrappers share: resolve dirs, check the channel, and each call
     to ``batches()`` read the next epoch's FIFO to its end."""
 
-    def __init__(self, channel: str, record_format: str = "RecordIO",
-                 state_dir: str | None = None, pipe_dir: str | None = None,
-                 config_dir: str | None = None,
-                 on_open: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        channel: str,
+        record_format: str = "RecordIO",
+        state_dir: str | None = None,
+        pipe_dir: str | None = None,
+        config_dir: str | None = None,
+        on_open: Callable[[int], None] | None = None,
+    ) -> None:
         if record_format not in RECORD_FORMATS:
             raise PipeModeDatasetException(
-                f"record_format {record_format!r} is not one of {', '.join(RECORD_FORMATS)}")
+                f"record_format {record_format!r} is not one of {', '.join(RECORD_FORMATS)}"
+            )
         d_pipe, d_state, d_config = default_dirs()
         self.channel = channel
         self.record_format = record_format
@@ -164,7 +175,8 @@ class EpochReader:
                 yield from iter_batches(stream, self.record_format)
             except ValueError as exc:  # framing errors
                 raise PipeModeDatasetException(
-                    f"channel {self.channel!r}, epoch {epoch}: {exc}") from None
+                    f"channel {self.channel!r}, epoch {epoch}: {exc}"
+                ) from None
 
     def records(self) -> Iterator[bytes]:
         for batch in self.batches():

@@ -61,34 +61,41 @@ class Splitter:
         while len(buf) - pos >= 8:
             magic, lrec = struct.unpack_from("<II", buf, pos)
             if magic != MAGIC:
-                raise RecordIOError(f"bad RecordIO magic 0x{magic:08x} at byte "
-                                    f"{self.offset + pos} (expected 0x{MAGIC:08x})")
+                raise RecordIOError(
+                    f"bad RecordIO magic 0x{magic:08x} at byte "
+                    f"{self.offset + pos} (expected 0x{MAGIC:08x})"
+                )
             length, flag = lrec & MAX_LENGTH, lrec >> 29
             total = 8 + length + (-length % 4)
             if len(buf) - pos < total:
                 break
-            data = bytes(buf[pos + 8:pos + 8 + length])
+            data = bytes(buf[pos + 8 : pos + 8 + length])
             pos += total
             if flag == 0:
                 if self.parts:
-                    raise RecordIOError(f"record at byte {self.offset + pos - total} starts "
-                                        "before the previous multi-part record ended")
+                    raise RecordIOError(
+                        f"record at byte {self.offset + pos - total} starts "
+                        "before the previous multi-part record ended"
+                    )
                 out.append(data)
             elif flag in (1, 2):
                 if (flag == 1) == bool(self.parts):
-                    raise RecordIOError(f"unexpected continuation flag {flag} at byte "
-                                        f"{self.offset + pos - total}")
+                    raise RecordIOError(
+                        f"unexpected continuation flag {flag} at byte {self.offset + pos - total}"
+                    )
                 self.parts.append(data)
             elif flag == 3:
                 if not self.parts:
-                    raise RecordIOError(f"end-of-record flag without a start at byte "
-                                        f"{self.offset + pos - total}")
+                    raise RecordIOError(
+                        f"end-of-record flag without a start at byte {self.offset + pos - total}"
+                    )
                 self.parts.append(data)
                 out.append(MAGIC_BYTES.join(self.parts))
                 self.parts = []
             else:
-                raise RecordIOError(f"invalid continuation flag {flag} at byte "
-                                    f"{self.offset + pos - total}")
+                raise RecordIOError(
+                    f"invalid continuation flag {flag} at byte {self.offset + pos - total}"
+                )
         del buf[:pos]
         self.offset += pos
         return out
@@ -96,8 +103,10 @@ class Splitter:
     def close(self) -> None:
         """At the end of the data: anything left over is a truncated record."""
         if self.buffer or self.parts:
-            raise RecordIOError(f"data ends inside a record (byte {self.offset}, "
-                                f"{len(self.buffer)} bytes left over)")
+            raise RecordIOError(
+                f"data ends inside a record (byte {self.offset}, "
+                f"{len(self.buffer)} bytes left over)"
+            )
 
 
 def read(stream, chunk: int = 1 << 20) -> Iterator[bytes]:

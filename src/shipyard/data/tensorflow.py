@@ -22,12 +22,21 @@ from shipyard.data.pipe import EpochReader, PipeModeDatasetException
 __all__ = ["PipeModeDataset", "PipeModeDatasetException"]
 
 
-def _make(channel: str, record_format: str = "RecordIO", state_dir: str | None = None,
-          pipe_dir: str | None = None, config_dir: str | None = None, benchmark: bool = False,
-          benchmark_records_interval: int = 0, max_corrupted_records_to_skip: int = 0):
+def _make(
+    channel: str,
+    record_format: str = "RecordIO",
+    state_dir: str | None = None,
+    pipe_dir: str | None = None,
+    config_dir: str | None = None,
+    benchmark: bool = False,
+    benchmark_records_interval: int = 0,
+    max_corrupted_records_to_skip: int = 0,
+):
     if max_corrupted_records_to_skip:
-        raise PipeModeDatasetException("max_corrupted_records_to_skip is not supported: a "
-                                       "corrupt record stops the epoch with an error")
+        raise PipeModeDatasetException(
+            "max_corrupted_records_to_skip is not supported: a "
+            "corrupt record stops the epoch with an error"
+        )
     reader = EpochReader(channel, record_format, state_dir, pipe_dir, config_dir)
 
     def batches():
@@ -43,14 +52,18 @@ def _make(channel: str, record_format: str = "RecordIO", state_dir: str | None =
             _report(channel, count, nbytes, started)
 
     ds = tf.data.Dataset.from_generator(
-        batches, output_signature=tf.TensorSpec(shape=(None,), dtype=tf.string))
+        batches, output_signature=tf.TensorSpec(shape=(None,), dtype=tf.string)
+    )
     return ds.unbatch()
 
 
 def _report(channel: str, count: int, nbytes: int, started: float) -> None:
     elapsed = max(time.monotonic() - started, 1e-9)
-    print(f"PipeModeDataset {channel}: {count} records, {nbytes / 1e6:.1f} MB, "
-          f"{nbytes / 1e6 / elapsed:.1f} MB/s", flush=True)
+    print(
+        f"PipeModeDataset {channel}: {count} records, {nbytes / 1e6:.1f} MB, "
+        f"{nbytes / 1e6 / elapsed:.1f} MB/s",
+        flush=True,
+    )
 
 
 class _Meta(type):

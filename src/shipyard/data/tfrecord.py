@@ -45,8 +45,12 @@ def masked_crc(data: bytes) -> int:
 
 def encode(record: bytes) -> bytes:
     length = struct.pack("<Q", len(record))
-    return (length + struct.pack("<I", masked_crc(length)) + record
-            + struct.pack("<I", masked_crc(record)))
+    return (
+        length
+        + struct.pack("<I", masked_crc(length))
+        + record
+        + struct.pack("<I", masked_crc(record))
+    )
 
 
 def write(path: str, records: Iterable[bytes]) -> None:
@@ -77,7 +81,7 @@ class Splitter:
         out = []
         pos = 0
         while len(buf) - pos >= 12:
-            head = bytes(buf[pos:pos + 8])
+            head = bytes(buf[pos : pos + 8])
             ok = self._checked.get(head)
             if ok is None:
                 (crc,) = struct.unpack_from("<I", buf, pos + 8)
@@ -85,13 +89,12 @@ class Splitter:
                 if len(self._checked) < 4096:
                     self._checked[head] = ok
             if not ok:
-                raise TFRecordError(f"corrupt TFRecord length header at byte "
-                                    f"{self.offset + pos}")
+                raise TFRecordError(f"corrupt TFRecord length header at byte {self.offset + pos}")
             (length,) = struct.unpack("<Q", head)
             end = pos + 12 + length + 4
             if len(buf) < end:
                 break
-            record = bytes(buf[pos + 12:pos + 12 + length])
+            record = bytes(buf[pos + 12 : pos + 12 + length])
             if self.verify:
                 (crc,) = struct.unpack_from("<I", buf, end - 4)
                 if masked_crc(record) != crc:
@@ -104,8 +107,10 @@ class Splitter:
 
     def close(self) -> None:
         if self.buffer:
-            raise TFRecordError(f"data ends inside a TFRecord (byte {self.offset}, "
-                                f"{len(self.buffer)} bytes left over)")
+            raise TFRecordError(
+                f"data ends inside a TFRecord (byte {self.offset}, "
+                f"{len(self.buffer)} bytes left over)"
+            )
 
 
 def read(stream, chunk: int = 1 << 20, verify: bool = False) -> Iterator[bytes]:

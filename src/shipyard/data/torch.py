@@ -18,10 +18,15 @@ __all__ = ["PipeDataset", "PipeModeDatasetException"]
 
 
 class PipeDataset(IterableDataset):
-    def __init__(self, channel: str, record_format: str = "RecordIO",
-                 transform: Callable[[bytes], object] | None = None,
-                 state_dir: str | None = None, pipe_dir: str | None = None,
-                 config_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        channel: str,
+        record_format: str = "RecordIO",
+        transform: Callable[[bytes], object] | None = None,
+        state_dir: str | None = None,
+        pipe_dir: str | None = None,
+        config_dir: str | None = None,
+    ) -> None:
         super().__init__()
         self.reader = EpochReader(channel, record_format, state_dir, pipe_dir, config_dir)
         self.transform = transform

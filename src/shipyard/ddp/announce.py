@@ -30,12 +30,18 @@ def _mac(secret: str, *parts: object) -> str:
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def request(address: str, port: int, secret: str, event: str, rank: int, code: int = 0,
-            timeout: float = 1.0) -> int | None:
+def request(
+    address: str, port: int, secret: str, event: str, rank: int, code: int = 0, timeout: float = 1.0
+) -> int | None:
     """Ask one candidate port; the MASTER_PORT on success, None when it is not ours."""
     nonce = secrets.token_hex(8)
-    payload = {"event": event, "rank": rank, "code": code, "nonce": nonce,
-               "mac": _mac(secret, "c", nonce, event, rank, code)}
+    payload = {
+        "event": event,
+        "rank": rank,
+        "code": code,
+        "nonce": nonce,
+        "mac": _mac(secret, "c", nonce, event, rank, code),
+    }
     try:
         with socket.create_connection((address, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
@@ -53,15 +59,22 @@ def request(address: str, port: int, secret: str, event: str, rank: int, code: i
 class AnnounceServer:
     """Answers hello/exit requests with ``master_port``; calls ``on_event(event, rank, code)``."""
 
-    def __init__(self, address: str, ports: list[int], secret: str, master_port: int,
-                 on_event: Callable[[str, int, int], None]) -> None:
+    def __init__(
+        self,
+        address: str,
+        ports: list[int],
+        secret: str,
+        master_port: int,
+        on_event: Callable[[str, int, int], None],
+    ) -> None:
         self.secret = secret
         self.master_port = master_port
         self.on_event = on_event
         self.server = self._bind(address, ports)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
-                                       name="ddp-announce")
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, daemon=True, name="ddp-announce"
+        )
 
     def _bind(self, address: str, ports: list[int]) -> socketserver.ThreadingTCPServer:
         outer = self
@@ -84,16 +97,23 @@ class AnnounceServer:
     def _handle(self, rfile, wfile) -> None:
         try:
             msg = json.loads(rfile.readline(_MAX_LINE))
-            event, rank, code, nonce = msg["event"], int(msg["rank"]), int(msg["code"]), \
-                str(msg["nonce"])
+            event, rank, code, nonce = (
+                msg["event"],
+                int(msg["rank"]),
+                int(msg["code"]),
+                str(msg["nonce"]),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return
-        if not hmac.compare_digest(str(msg.get("mac", "")),
-                                   _mac(self.secret, "c", nonce, event, rank, code)):
+        if not hmac.compare_digest(
+            str(msg.get("mac", "")), _mac(self.secret, "c", nonce, event, rank, code)
+        ):
             return
         self.on_event(event, rank, code)
-        reply = {"master_port": self.master_port,
-                 "mac": _mac(self.secret, "s", nonce, self.master_port)}
+        reply = {
+            "master_port": self.master_port,
+            "mac": _mac(self.secret, "s", nonce, self.master_port),
+        }
         wfile.write(json.dumps(reply).encode() + b"\n")
 
     def start(self) -> AnnounceServer:

@@ -32,9 +32,9 @@ class Rank:
 
     rank: int
     local_rank: int
-    group_rank: int          # the instance's index (torchrun's node rank)
-    local_world_size: int    # processes per host
-    group_world_size: int    # instance count
+    group_rank: int  # the instance's index (torchrun's node rank)
+    local_world_size: int  # processes per host
+    group_world_size: int  # instance count
 
     @property
     def world_size(self) -> int:
@@ -44,8 +44,10 @@ class Rank:
 def ranks_of(group_rank: int, local_world_size: int, group_world_size: int) -> list[Rank]:
     """The ranks instance ``group_rank`` runs: contiguous, as torchrun assigns them."""
     first = group_rank * local_world_size
-    return [Rank(first + i, i, group_rank, local_world_size, group_world_size)
-            for i in range(local_world_size)]
+    return [
+        Rank(first + i, i, group_rank, local_world_size, group_world_size)
+        for i in range(local_world_size)
+    ]
 
 
 def describe_rank(rank: int, hosts: list[str], local_world_size: int) -> str:
@@ -54,9 +56,17 @@ def describe_rank(rank: int, hosts: list[str], local_world_size: int) -> str:
     return f"rank {rank} ({host}, local rank {rank % local_world_size})"
 
 
-def rank_env(rank: Rank, *, master_addr: str, master_port: int, restart_count: int,
-             max_restarts: int, run_id: str, inherited: dict[str, str],
-             error_file: str | None = None) -> dict[str, str]:
+def rank_env(
+    rank: Rank,
+    *,
+    master_addr: str,
+    master_port: int,
+    restart_count: int,
+    max_restarts: int,
+    run_id: str,
+    inherited: dict[str, str],
+    error_file: str | None = None,
+) -> dict[str, str]:
     """The variables torchrun gives one worker, exactly as it encodes them.
 
     ``inherited`` is the environment the rank would otherwise get: torchrun keeps a
@@ -127,14 +137,17 @@ def joined_ranks(keys: list[str]) -> set[int]:
     return found
 
 
-def missing_ranks_message(missing: list[int], joined: int, hosts: list[str],
-                          local_world_size: int, timeout: float) -> str:
+def missing_ranks_message(
+    missing: list[int], joined: int, hosts: list[str], local_world_size: int, timeout: float
+) -> str:
     """The failure text of a rendezvous that timed out, naming every missing rank."""
     shown = ", ".join(describe_rank(r, hosts, local_world_size) for r in missing[:16])
     more = f" and {len(missing) - 16} more" if len(missing) > 16 else ""
     world = len(hosts) * local_world_size
-    return (f"RendezvousTimeoutError: {len(missing)} of {world} ranks never joined the "
-            f"process group within {timeout:g}s of the first one ({joined} joined): "
-            f"{shown}{more}. They did not call torch.distributed.init_process_group() "
-            "(stuck or slow before it?). Raise the distribution's 'rendezvous_timeout' "
-            "if they only need longer.")
+    return (
+        f"RendezvousTimeoutError: {len(missing)} of {world} ranks never joined the "
+        f"process group within {timeout:g}s of the first one ({joined} joined): "
+        f"{shown}{more}. They did not call torch.distributed.init_process_group() "
+        "(stuck or slow before it?). Raise the distribution's 'rendezvous_timeout' "
+        "if they only need longer."
+    )

@@ -34,14 +34,22 @@ from shipyard.ddp import announce, contract
 SECRET_ENV = "SHIPYARD_DDP_SECRET"
 _TAIL = 64 * 1024
 # Output of a rank that failed only because another rank went away first.
-PEER_LOSS_MARKERS = ("Connection closed by peer", "Connection reset by peer",
-                     "Broken pipe", "ECONNRESET", "NCCL communicator was aborted",
-                     "Socket Timeout", "recvBytes", "DistNetworkError")
+PEER_LOSS_MARKERS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "ECONNRESET",
+    "NCCL communicator was aborted",
+    "Socket Timeout",
+    "recvBytes",
+    "DistNetworkError",
+)
 PEER_LOSS_DELAY = 1.5
 
 
-def discover(address: str, ports: list[int], secret: str, rank: int,
-             timeout: float) -> tuple[int, int]:
+def discover(
+    address: str, ports: list[int], secret: str, rank: int, timeout: float
+) -> tuple[int, int]:
     """(MASTER_PORT algo-1's service chose, the announce port that answered), asked until
     the service answers or time runs out."""
     deadline = time.monotonic() + timeout
@@ -54,7 +62,8 @@ def discover(address: str, ports: list[int], secret: str, rank: int,
         if time.monotonic() >= deadline:
             raise TimeoutError(
                 f"rank {rank} could not reach the rendezvous service on {address} (ports "
-                f"{ports[0]}-{ports[-1]}) within {timeout:g}s: algo-1 never started it")
+                f"{ports[0]}-{ports[-1]}) within {timeout:g}s: algo-1 never started it"
+            )
         time.sleep(pause)
         pause = min(pause * 2, 1.0)
 
@@ -100,13 +109,14 @@ def elastic_error(path: str | None) -> str | None:
         return None
 
 
-def failure_text(who: str, code: int, command: list[str], output: str,
-                 error_file: str | None) -> str:
+def failure_text(
+    who: str, code: int, command: list[str], output: str, error_file: str | None
+) -> str:
     text = failure.failure_text(code, command, output)
     recorded = elastic_error(error_file)
     if recorded and recorded not in text:
-        text = text.replace("ErrorMessage \"", f"ErrorMessage \"{recorded.strip()} | ", 1)
-    return f"{who} failed: {text}"[:failure.LIMIT]
+        text = text.replace('ErrorMessage "', f'ErrorMessage "{recorded.strip()} | ', 1)
+    return f"{who} failed: {text}"[: failure.LIMIT]
 
 
 def write_once(path: str, text: str) -> None:
@@ -125,14 +135,22 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     hosts = args.hosts.split(",")
     who = contract.describe_rank(rank, hosts, int(os.environ["LOCAL_WORLD_SIZE"]))
     try:
-        port, service = discover(args.announce_addr, args.announce_ports, secret, rank, args.timeout)
+        port, service = discover(
+            args.announce_addr, args.announce_ports, secret, rank, args.timeout
+        )
     except TimeoutError as exc:
         write_once(args.failure_file, f"{who} failed: {exc}")
         return 1
     env = dict(os.environ, MASTER_PORT=str(port))
-    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, close_fds=True,
-                            preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads here
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        close_fds=True,
+        preexec_fn=die_with_parent,
+    )  # noqa: PLW1509 - no threads here
 
     def forward(signum: int, _frame) -> None:
         if proc.poll() is None:
@@ -145,8 +163,10 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     if code != 0:
         if any(marker in output for marker in PEER_LOSS_MARKERS):
             time.sleep(PEER_LOSS_DELAY)  # let the rank that failed first be the root cause
-        write_once(args.failure_file, failure_text(
-            who, code, command, output, os.environ.get("TORCHELASTIC_ERROR_FILE")))
+        write_once(
+            args.failure_file,
+            failure_text(who, code, command, output, os.environ.get("TORCHELASTIC_ERROR_FILE")),
+        )
     announce.request(args.announce_addr, service, secret, "exit", rank, code, timeout=1.0)
     return exit_status(code)
 
@@ -158,14 +178,19 @@ def main(argv: list[str] | None = None) -> int:
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="python -m shipyard.ddp.rank")
     parser.add_argument("--announce-addr", required=True)
-    parser.add_argument("--announce-ports", required=True,
-                        type=lambda s: [int(p) for p in s.split(",") if p])
+    parser.add_argument(
+        "--announce-ports", required=True, type=lambda s: [int(p) for p in s.split(",") if p]
+    )
     parser.add_argument("--hosts", required=True)
     parser.add_argument("--failure-file", required=True)
-    parser.add_argument("--timeout", type=float, default=contract.DISCOVERY_TIMEOUT,
-                        help="seconds to wait for the rendezvous service to answer")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=contract.DISCOVERY_TIMEOUT,
+        help="seconds to wait for the rendezvous service to answer",
+    )
     args = parser.parse_args(argv[:split])
-    return run(args, argv[split + 1:])
+    return run(args, argv[split + 1 :])
 
 
 if __name__ == "__main__":

@@ -44,12 +44,20 @@ def open_store(address: str, ports: list[int], world_size: int):
     errors = []
     for port in ports:
         try:
-            store = TCPStore(address, port, world_size, is_master=True,
-                             timeout=timedelta(seconds=60), wait_for_workers=False)
+            store = TCPStore(
+                address,
+                port,
+                world_size,
+                is_master=True,
+                timeout=timedelta(seconds=60),
+                wait_for_workers=False,
+            )
             return store, port, errors
         except (RuntimeError, OSError) as exc:  # DistNetworkError: address in use
             errors.append(f"{port}: {str(exc).splitlines()[0]}")
-    raise SystemExit(_fail(f"no free MASTER_PORT on {address}: tried {ports} ({'; '.join(errors)})"))
+    raise SystemExit(
+        _fail(f"no free MASTER_PORT on {address}: tried {ports} ({'; '.join(errors)})")
+    )
 
 
 _FAILURE_FILE: str | None = None
@@ -74,12 +82,17 @@ class Rendezvous:
         self.stopping = threading.Event()
         self.store, self.port, skipped = open_store(args.addr, args.master_ports, self.world)
         if skipped:
-            log(f"MASTER_PORT {args.master_ports[0]} is in use on {args.addr}; using "
-                f"{self.port} (skipped {'; '.join(skipped)})")
-        self.announce = AnnounceServer(args.addr, args.announce_ports, secret, self.port,
-                                       self.on_event).start()
-        log(f"store on {args.addr}:{self.port} for {self.world} ranks; announce port "
-            f"{self.announce.port}")
+            log(
+                f"MASTER_PORT {args.master_ports[0]} is in use on {args.addr}; using "
+                f"{self.port} (skipped {'; '.join(skipped)})"
+            )
+        self.announce = AnnounceServer(
+            args.addr, args.announce_ports, secret, self.port, self.on_event
+        ).start()
+        log(
+            f"store on {args.addr}:{self.port} for {self.world} ranks; announce port "
+            f"{self.announce.port}"
+        )
 
     def on_event(self, event: str, rank: int, code: int) -> None:
         if event == "exit":
@@ -100,8 +113,11 @@ class Rendezvous:
                 continue
             if time.monotonic() - first_join > self.args.timeout:
                 missing = sorted(set(range(self.world)) - joined)
-                return _fail(contract.missing_ranks_message(
-                    missing, len(joined), self.args.hosts, self.args.nproc, self.args.timeout))
+                return _fail(
+                    contract.missing_ranks_message(
+                        missing, len(joined), self.args.hosts, self.args.nproc, self.args.timeout
+                    )
+                )
         return 0
 
     def linger(self) -> None:

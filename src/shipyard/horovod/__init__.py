@@ -114,7 +114,9 @@ def init(comm=None, process_sets=None) -> None:
     """Start the engine (idempotent). ``comm``: an mpi4py communicator or a list of world
     ranks to use instead of COMM_WORLD."""
     if process_sets:
-        raise UnsupportedError("process sets are not supported by shipyard.horovod; use the global set")
+        raise UnsupportedError(
+            "process sets are not supported by shipyard.horovod; use the global set"
+        )
     _engine.init(comm)
 
 
@@ -198,7 +200,11 @@ def nccl_built() -> bool:
     """True when torch.distributed has NCCL (CUDA tensors then use it)."""
     torch = _torch()
     try:
-        return bool(torch is not None and torch.distributed.is_available() and torch.distributed.is_nccl_available())
+        return bool(
+            torch is not None
+            and torch.distributed.is_available()
+            and torch.distributed.is_nccl_available()
+        )
     except Exception:  # noqa: BLE001 - best-effort probe
         return False
 
@@ -246,39 +252,72 @@ def stop_timeline() -> None:
 
 
 # ---------------------------------------------------------------- collectives (numpy)
-def allreduce(tensor, average=None, name: str | None = None, op=None, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0, process_set=global_process_set) -> np.ndarray:
+def allreduce(
+    tensor,
+    average=None,
+    name: str | None = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> np.ndarray:
     """Reduce ``tensor`` over all ranks; returns a new array (op: Average (default), Sum,
     Min, Max, Product, Adasum). Integer tensors are averaged with floor division."""
     _check_ps(process_set)
-    return _engine.get().allreduce(tensor, name, _resolve_op(op, average), prescale_factor, postscale_factor)
+    return _engine.get().allreduce(
+        tensor, name, _resolve_op(op, average), prescale_factor, postscale_factor
+    )
 
 
-def allreduce_(tensor: np.ndarray, average=None, name: str | None = None, op=None, prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0, process_set=global_process_set) -> np.ndarray:
+def allreduce_(
+    tensor: np.ndarray,
+    average=None,
+    name: str | None = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> np.ndarray:
     """In-place allreduce (``MPI_IN_PLACE`` on the array's own memory when contiguous)."""
     _check_ps(process_set)
-    return _engine.get().allreduce_(tensor, name, _resolve_op(op, average), prescale_factor, postscale_factor)
+    return _engine.get().allreduce_(
+        tensor, name, _resolve_op(op, average), prescale_factor, postscale_factor
+    )
 
 
-def grouped_allreduce(tensors: Sequence, average=None, name: str | None = None, op=None,
-                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      process_set=global_process_set) -> list[np.ndarray]:
+def grouped_allreduce(
+    tensors: Sequence,
+    average=None,
+    name: str | None = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> list[np.ndarray]:
     """Reduce a list of arrays with tensor fusion; returns new arrays."""
     _check_ps(process_set)
     names = None if name is None else [f"{name}.{i}" for i in range(len(tensors))]
-    return _engine.get().grouped_allreduce(tensors, names, _resolve_op(op, average), prescale_factor, postscale_factor)
+    return _engine.get().grouped_allreduce(
+        tensors, names, _resolve_op(op, average), prescale_factor, postscale_factor
+    )
 
 
-def grouped_allreduce_(tensors: Sequence[np.ndarray], average=None, name: str | None = None, op=None,
-                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                       process_set=global_process_set) -> list[np.ndarray]:
+def grouped_allreduce_(
+    tensors: Sequence[np.ndarray],
+    average=None,
+    name: str | None = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> list[np.ndarray]:
     _check_ps(process_set)
     if not all(isinstance(t, np.ndarray) and t.flags.c_contiguous for t in tensors):
         raise ValueError("grouped_allreduce_ needs C-contiguous numpy arrays")
     names = None if name is None else [f"{name}.{i}" for i in range(len(tensors))]
-    return _engine.get().grouped_allreduce(tensors, names, _resolve_op(op, average), prescale_factor,
-                                           postscale_factor, inplace=True)
+    return _engine.get().grouped_allreduce(
+        tensors, names, _resolve_op(op, average), prescale_factor, postscale_factor, inplace=True
+    )
 
 
 def allgather(tensor, name: str | None = None, process_set=global_process_set) -> np.ndarray:
@@ -287,12 +326,16 @@ def allgather(tensor, name: str | None = None, process_set=global_process_set) -
     return _engine.get().allgather(tensor, name)
 
 
-def broadcast(tensor, root_rank: int, name: str | None = None, process_set=global_process_set) -> np.ndarray:
+def broadcast(
+    tensor, root_rank: int, name: str | None = None, process_set=global_process_set
+) -> np.ndarray:
     _check_ps(process_set)
     return _engine.get().broadcast(tensor, root_rank, name)
 
 
-def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None, process_set=global_process_set) -> np.ndarray:
+def broadcast_(
+    tensor: np.ndarray, root_rank: int, name: str | None = None, process_set=global_process_set
+) -> np.ndarray:
     _check_ps(process_set)
     return _engine.get().broadcast_(tensor, root_rank, name)
 
@@ -305,7 +348,9 @@ def alltoall(tensor, splits=None, name: str | None = None, process_set=global_pr
     return out if splits is None else (out, recv_splits)
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None, process_set=global_process_set) -> Any:
+def broadcast_object(
+    obj: Any, root_rank: int = 0, name: str | None = None, process_set=global_process_set
+) -> Any:
     _check_ps(process_set)
     return _engine.get().broadcast_object(obj, root_rank, name)
 
@@ -328,18 +373,35 @@ def join(device: int = -1) -> int:
 
 
 # ---------------------------------------------------------------- async (background comm thread)
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set) -> _engine.Handle:
+def allreduce_async(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> _engine.Handle:
     _check_ps(process_set)
-    return _engine.get().allreduce_async(tensor, name, _resolve_op(op, average), prescale_factor, postscale_factor)
+    return _engine.get().allreduce_async(
+        tensor, name, _resolve_op(op, average), prescale_factor, postscale_factor
+    )
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                            process_set=global_process_set) -> _engine.Handle:
+def grouped_allreduce_async(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> _engine.Handle:
     _check_ps(process_set)
     names = None if name is None else [f"{name}.{i}" for i in range(len(tensors))]
-    return _engine.get().grouped_allreduce_async(tensors, names, _resolve_op(op, average), prescale_factor,
-                                                 postscale_factor)
+    return _engine.get().grouped_allreduce_async(
+        tensors, names, _resolve_op(op, average), prescale_factor, postscale_factor
+    )
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set) -> _engine.Handle:
@@ -352,7 +414,9 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     return _engine.get().broadcast_async(tensor, root_rank, name)
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> _engine.Handle:
+def alltoall_async(
+    tensor, splits=None, name=None, process_set=global_process_set
+) -> _engine.Handle:
     _check_ps(process_set)
     return _engine.get().alltoall_async(tensor, splits, name)
 

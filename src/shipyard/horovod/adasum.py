@@ -28,7 +28,9 @@ def _pair(a: np.ndarray, b: np.ndarray, segments: Sequence[tuple[int, int]]) -> 
     return out
 
 
-def adasum_combine(vectors: Sequence[np.ndarray], segments: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+def adasum_combine(
+    vectors: Sequence[np.ndarray], segments: Sequence[tuple[int, int]] | None = None
+) -> np.ndarray:
     """Combine one flat vector per rank (rank order). Returns float64."""
     level = [np.asarray(v, dtype=np.float64).reshape(-1) for v in vectors]
     if segments is None:

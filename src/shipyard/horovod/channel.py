@@ -96,12 +96,14 @@ class MPIChannel:
     """
 
     kind = "mpi"
-    _SPINS = 20              # tests before the first sleep (short waits stay fast)
-    _MAX_SLEEP = 0.0002      # seconds; the backoff doubles up to this
-    _URGENT_SPINS = 500      # flat-out tests (~0.2-0.5 ms) while the caller waits, then ...
+    _SPINS = 20  # tests before the first sleep (short waits stay fast)
+    _MAX_SLEEP = 0.0002  # seconds; the backoff doubles up to this
+    _URGENT_SPINS = 500  # flat-out tests (~0.2-0.5 ms) while the caller waits, then ...
     _URGENT_SLEEP = 0.00002  # ... a short sleep between tests
 
-    def __init__(self, comm, MPI, polite: bool = False, urgent: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self, comm, MPI, polite: bool = False, urgent: Callable[[], bool] | None = None
+    ) -> None:
         self.comm = comm
         self.MPI = MPI
         self.polite = polite
@@ -110,7 +112,13 @@ class MPIChannel:
         self.size = comm.Get_size()
         self._table = np.zeros((self.size, META_WIDTH), np.int64)
         self._ops = {Sum: MPI.SUM, Average: MPI.SUM, Min: MPI.MIN, Max: MPI.MAX, Product: MPI.PROD}
-        self._bool_ops = {Sum: MPI.LOR, Average: MPI.LOR, Max: MPI.LOR, Min: MPI.LAND, Product: MPI.LAND}
+        self._bool_ops = {
+            Sum: MPI.LOR,
+            Average: MPI.LOR,
+            Max: MPI.LOR,
+            Min: MPI.LAND,
+            Product: MPI.LAND,
+        }
 
     def _complete(self, request) -> None:
         spins = 0

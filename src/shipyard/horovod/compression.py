@@ -30,7 +30,9 @@ class NoneCompressor(Compressor):
         return tensor
 
 
-def compression_for(is_float: Callable[[Any], bool], cast: Callable[[Any, Any], Any], half: Any) -> type:
+def compression_for(
+    is_float: Callable[[Any], bool], cast: Callable[[Any, Any], Any], half: Any
+) -> type:
     """A ``Compression`` namespace whose fp16 compressor sends floating-point tensors (other
     than ``half`` ones) as ``half`` and casts them back to their dtype afterwards."""
 

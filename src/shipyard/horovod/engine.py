@@ -67,7 +67,17 @@ from .timeline import Timeline, now_us
 from .topology import Topology, derive_topology, local_facts
 
 # Row kinds.
-K_JOIN, K_ALLREDUCE, K_ALLGATHER, K_BROADCAST, K_ALLTOALL, K_BARRIER, K_BCAST_OBJ, K_ALLGATHER_OBJ, K_ADASUM = range(9)
+(
+    K_JOIN,
+    K_ALLREDUCE,
+    K_ALLGATHER,
+    K_BROADCAST,
+    K_ALLTOALL,
+    K_BARRIER,
+    K_BCAST_OBJ,
+    K_ALLGATHER_OBJ,
+    K_ADASUM,
+) = range(9)
 _KIND_NAMES = {
     K_JOIN: "join",
     K_ALLREDUCE: "allreduce",
@@ -82,14 +92,35 @@ _KIND_NAMES = {
 
 _DTYPE_CODES: dict[np.dtype, int] = {}
 for _i, _t in enumerate(
-    [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64,
-     np.float16, np.float32, np.float64, np.complex64, np.complex128],
+    [
+        np.bool_,
+        np.uint8,
+        np.int8,
+        np.uint16,
+        np.int16,
+        np.uint32,
+        np.int32,
+        np.uint64,
+        np.int64,
+        np.float16,
+        np.float32,
+        np.float64,
+        np.complex64,
+        np.complex128,
+    ],
     start=1,
 ):
     _DTYPE_CODES[np.dtype(_t)] = _i
 _CODE_DTYPES = {v: k for k, v in _DTYPE_CODES.items()}
 
-_LAUNCHER_ENV = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD")
+_LAUNCHER_ENV = (
+    "OMPI_COMM_WORLD_SIZE",
+    "PMIX_RANK",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALNRANKS",
+    "HYDRA_CONTROL_FD",
+)
 
 
 def launched_by_mpi(env=None) -> bool:
@@ -118,7 +149,10 @@ def signature(desc: tuple) -> int:
     """A 62-bit signature of an op description, identical on every rank (no PYTHONHASHSEED)."""
     s = _SIG_CACHE.get(desc)
     if s is None:
-        s = int.from_bytes(hashlib.blake2b(repr(desc).encode(), digest_size=8).digest(), "little") >> 2
+        s = (
+            int.from_bytes(hashlib.blake2b(repr(desc).encode(), digest_size=8).digest(), "little")
+            >> 2
+        )
         if len(_SIG_CACHE) > 100_000:
             _SIG_CACHE.clear()
         _SIG_CACHE[desc] = s
@@ -133,7 +167,9 @@ def describe(desc: tuple | None) -> str:
     parts = [kind]
     if names is not None:
         ns = list(names) if isinstance(names, tuple) else [names]
-        shown = ", ".join(repr(n) for n in ns[:6]) + (f", ... ({len(ns)} tensors)" if len(ns) > 6 else "")
+        shown = ", ".join(repr(n) for n in ns[:6]) + (
+            f", ... ({len(ns)} tensors)" if len(ns) > 6 else ""
+        )
         parts.append(f"tensor {shown}")
     if dtype is not None:
         parts.append(f"dtype {dtype}")
@@ -166,7 +202,9 @@ def _ar_extra(op: int, pre: float, post: float) -> tuple:
 
 
 def _mismatch_message(kind: str, descs: list[str | None]) -> str:
-    lines = [f"shipyard.horovod: ranks submitted different tensors to the same {kind} (nothing was exchanged):"]
+    lines = [
+        f"shipyard.horovod: ranks submitted different tensors to the same {kind} (nothing was exchanged):"
+    ]
     for r, d in enumerate(descs):
         lines.append(f"  rank {r}: {d}")
     lines.append(
@@ -201,7 +239,9 @@ def _divide_(flat: np.ndarray, n: int) -> None:
     if flat.dtype.kind in "fc":
         np.divide(flat, n, out=flat)
     elif flat.dtype.kind == "b":
-        raise TypeError("op=Average is not defined for bool tensors; use Sum (logical or) or Min (logical and)")
+        raise TypeError(
+            "op=Average is not defined for bool tensors; use Sum (logical or) or Min (logical and)"
+        )
     else:
         # Horovod averages integer tensors with floor division.
         np.floor_divide(flat, n, out=flat)
@@ -259,7 +299,9 @@ class Handle:
         else:
             done = self._event.wait(timeout)
         if not done:
-            raise TimeoutError(f"shipyard.horovod: async op {self.name!r} not done after {timeout} s")
+            raise TimeoutError(
+                f"shipyard.horovod: async op {self.name!r} not done after {timeout} s"
+            )
         if self._exc is not None:
             raise self._exc
         return self._result
@@ -306,8 +348,11 @@ class Engine:
             self.thread_level_multiple = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
             main = MPIChannel(world.Dup(), MPI)
             # The comm thread waits politely (see MPIChannel): it overlaps the caller's compute.
-            bg = (MPIChannel(world.Dup(), MPI, polite=True, urgent=self._waiters)
-                  if self.thread_level_multiple else main)
+            bg = (
+                MPIChannel(world.Dup(), MPI, polite=True, urgent=self._waiters)
+                if self.thread_level_multiple
+                else main
+            )
         # A third communicator for control traffic only (init/shutdown exchanges, "I am
         # exiting" notices): it can never be matched against a user's collective.
         self._ctl = MPIChannel(world.Dup(), self.MPI) if self.MPI is not None else SelfChannel()
@@ -320,7 +365,9 @@ class Engine:
         self.topology: Topology = derive_topology(self.rank, facts)
         # Rank 0's clock is the timeline origin and rank 0's HOROVOD_TIMELINE decides (as in
         # Horovod, where the coordinator writes the timeline).
-        origin, path = self._ctl.bcast_obj((now_us(), os.environ.get("HOROVOD_TIMELINE")) if self.rank == 0 else None, 0)
+        origin, path = self._ctl.bcast_obj(
+            (now_us(), os.environ.get("HOROVOD_TIMELINE")) if self.rank == 0 else None, 0
+        )
 
         self.fusion_threshold = fusion_threshold()
         self.timeline: Timeline | None = None
@@ -333,7 +380,9 @@ class Engine:
         self._closed = False
 
         self._stall_check = float(os.environ.get("HOROVOD_STALL_CHECK_TIME_SECONDS", "60") or 0)
-        self._stall_shutdown = float(os.environ.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0") or 0)
+        self._stall_shutdown = float(
+            os.environ.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0") or 0
+        )
         if os.environ.get("HOROVOD_STALL_CHECK_DISABLE", "").lower() in ("1", "true", "yes"):
             self._stall_check = 0
         # A rank that leaves (script ended, sys.exit) while others wait in a collective it will
@@ -344,8 +393,14 @@ class Engine:
         self._exit_reqs: list = []
         self._watchdog_stop = threading.Event()
         if self.size > 1 and self.MPI is not None:
-            threading.Thread(target=self._watchdog, name="shipyard-hvd-watchdog", daemon=True).start()
-            if os.environ.get("SHIPYARD_HOROVOD_ABORT_ON_ERROR", "1").lower() not in ("0", "false", "no"):
+            threading.Thread(
+                target=self._watchdog, name="shipyard-hvd-watchdog", daemon=True
+            ).start()
+            if os.environ.get("SHIPYARD_HOROVOD_ABORT_ON_ERROR", "1").lower() not in (
+                "0",
+                "false",
+                "no",
+            ):
                 _install_abort_on_uncaught(self)
 
     # ------------------------------------------------------------------ plumbing
@@ -388,7 +443,9 @@ class Engine:
             if self._thread is not None:
                 return
             self._queue = queue.SimpleQueue()
-            self._thread = threading.Thread(target=self._loop, name="shipyard-hvd-comm", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="shipyard-hvd-comm", daemon=True
+            )
             self._thread.start()
 
     def _loop(self) -> None:
@@ -474,8 +531,11 @@ class Engine:
             self._thread = None
         if self.size > 1 and self.MPI is not None:
             notice = np.array([self.rank], np.int64)
-            self._exit_reqs = [self._ctl.comm.Isend(notice, dest=r, tag=_EXIT_TAG)
-                               for r in range(self.size) if r != self.rank]
+            self._exit_reqs = [
+                self._ctl.comm.Isend(notice, dest=r, tag=_EXIT_TAG)
+                for r in range(self.size)
+                if r != self.rank
+            ]
             self._exit_notice = notice  # keep the buffer alive until MPI_Finalize
         tl = self.timeline
         self.timeline = None
@@ -493,8 +553,18 @@ class Engine:
         self._watchdog_stop.set()
 
     # ------------------------------------------------------------------ negotiation
-    def _negotiate(self, ctx: _Ctx, kind: int, desc: tuple, dcode: int = 0, numel: int = 0, dim0: int = 0,
-                   root: int = -1, op: int = -1, local_error: str | None = None) -> np.ndarray:
+    def _negotiate(
+        self,
+        ctx: _Ctx,
+        kind: int,
+        desc: tuple,
+        dcode: int = 0,
+        numel: int = 0,
+        dim0: int = 0,
+        root: int = -1,
+        op: int = -1,
+        local_error: str | None = None,
+    ) -> np.ndarray:
         """Exchange one metadata row per rank; raise on every rank if they disagree.
 
         Returns the gathered table (size x 8, valid until the next collective on ``ctx``);
@@ -514,7 +584,9 @@ class Engine:
         t0 = now_us() if tl is not None else 0.0
         table = ctx.ch.allgather_meta(row)
         if tl is not None:
-            tl.complete("NEGOTIATE_" + _KIND_NAMES[kind].upper(), "negotiate", t0, now_us(), ctx.tid)
+            tl.complete(
+                "NEGOTIATE_" + _KIND_NAMES[kind].upper(), "negotiate", t0, now_us(), ctx.tid
+            )
         if ctx.ch.size == 1 and not local_error:
             return table
         rows = table.tolist()
@@ -524,7 +596,11 @@ class Engine:
         sigs = table[:, 1]
         joined = kinds == K_JOIN
         active = ~joined
-        if (kinds[active] == kind).all() and (sigs[active] == sig).all() and not table[active, 7].any():
+        if (
+            (kinds[active] == kind).all()
+            and (sigs[active] == sig).all()
+            and not table[active, 7].any()
+        ):
             return table
         # Disagreement (or a local error somewhere): everyone, joined ranks included, swaps descriptions.
         errors_flag = bool(table[:, 7].any())
@@ -559,7 +635,9 @@ class Engine:
                 return max(r for r, t in enumerate(times) if t == latest)
             act = table[~joined]
             kind = int(act[0, 0])
-            consistent = (act[:, 0] == kind).all() and (act[:, 1] == act[0, 1]).all() and not act[:, 7].any()
+            consistent = (
+                (act[:, 0] == kind).all() and (act[:, 1] == act[0, 1]).all() and not act[:, 7].any()
+            )
             if not consistent:
                 ctx.ch.allgather_obj(None)
                 continue
@@ -577,7 +655,9 @@ class Engine:
             elif kind == K_ALLTOALL:
                 rsplits = ctx.ch.alltoall_ints(np.zeros(size, np.int64))
                 recv = np.empty(int(rsplits.sum()) * numel, dtype)
-                ctx.ch.alltoallv(np.empty(0, dtype), np.zeros(size, np.int64), recv, rsplits * numel)
+                ctx.ch.alltoallv(
+                    np.empty(0, dtype), np.zeros(size, np.int64), recv, rsplits * numel
+                )
             elif kind == K_BCAST_OBJ:
                 if table[root, 0] != K_JOIN:
                     ctx.ch.bcast_obj(None, root)
@@ -586,8 +666,18 @@ class Engine:
             # K_BARRIER: the metadata exchange was the barrier. K_ADASUM: active ranks raise.
 
     # ------------------------------------------------------------------ op bodies (run on a ctx)
-    def _reduce_flat(self, ctx: _Ctx, flat: np.ndarray, desc: tuple, op: int, prescale: float, postscale: float,
-                     tl_name: str, tl_args: dict | None = None, src: np.ndarray | None = None) -> None:
+    def _reduce_flat(
+        self,
+        ctx: _Ctx,
+        flat: np.ndarray,
+        desc: tuple,
+        op: int,
+        prescale: float,
+        postscale: float,
+        tl_name: str,
+        tl_args: dict | None = None,
+        src: np.ndarray | None = None,
+    ) -> None:
         """Allreduce one contiguous 1-D buffer in place (after negotiation). With ``src``
         (same size and dtype, and no prescale), reduce ``src`` into ``flat`` out of place."""
         ctx.inflight = ("allreduce", tl_name, time.monotonic())
@@ -617,7 +707,12 @@ class Engine:
             if postscale != 1.0:
                 _scale_(flat, postscale)
             if tl is not None:
-                args = {"tensor": tl_name, "bytes": int(flat.nbytes), "dtype": str(flat.dtype), "op": op_name(op)}
+                args = {
+                    "tensor": tl_name,
+                    "bytes": int(flat.nbytes),
+                    "dtype": str(flat.dtype),
+                    "op": op_name(op),
+                }
                 if tl_args:
                     args.update(tl_args)
                 tl.complete("ALLREDUCE", "collective", t0, now_us(), ctx.tid, args)
@@ -625,16 +720,38 @@ class Engine:
             ctx.inflight = None
 
     def _adasum_flat(self, ctx: _Ctx, flat: np.ndarray, desc: tuple, segments) -> None:
-        err = None if flat.dtype.kind == "f" else f"op=Adasum needs floating-point tensors, got {flat.dtype}"
-        table = self._negotiate(ctx, K_ADASUM, desc, _DTYPE_CODES.get(flat.dtype, 0), flat.size, op=Adasum, local_error=err)
+        err = (
+            None
+            if flat.dtype.kind == "f"
+            else f"op=Adasum needs floating-point tensors, got {flat.dtype}"
+        )
+        table = self._negotiate(
+            ctx,
+            K_ADASUM,
+            desc,
+            _DTYPE_CODES.get(flat.dtype, 0),
+            flat.size,
+            op=Adasum,
+            local_error=err,
+        )
         if (table[:, 0] == K_JOIN).any():
-            raise errors.JoinedRankError("shipyard.horovod: Adasum cannot run while some rank has joined")
+            raise errors.JoinedRankError(
+                "shipyard.horovod: Adasum cannot run while some rank has joined"
+            )
         gathered = np.empty((ctx.ch.size, flat.size), flat.dtype)
         ctx.ch.allgather_buf(flat, gathered)
         flat[...] = adasum_combine(list(gathered), segments).astype(flat.dtype, copy=False)
 
-    def _grouped_reduce(self, ctx: _Ctx, arrays: list[np.ndarray], names: list[str | None], op: int,
-                        prescale: float, postscale: float, inplace: bool) -> list[np.ndarray]:
+    def _grouped_reduce(
+        self,
+        ctx: _Ctx,
+        arrays: list[np.ndarray],
+        names: list[str | None],
+        op: int,
+        prescale: float,
+        postscale: float,
+        inplace: bool,
+    ) -> list[np.ndarray]:
         """Reduce many arrays with fusion. ``inplace``: results written into ``arrays`` (which
         must be C-contiguous); else new arrays are returned (views of fused result buffers)."""
         results: list[np.ndarray | None] = [None] * len(arrays)
@@ -645,10 +762,22 @@ class Engine:
             batches = plan_batches([arrays[i].nbytes for i in idxs], self.fusion_threshold)
             for batch in batches:
                 members = [idxs[j] for j in batch]
-                bnames = tuple(names[i] for i in members) if any(names[i] is not None for i in members) else None
+                bnames = (
+                    tuple(names[i] for i in members)
+                    if any(names[i] is not None for i in members)
+                    else None
+                )
                 shapes = tuple(arrays[i].shape for i in members)
-                desc = ("allreduce", bnames, _dname(dtype), shapes, _ar_extra(op, prescale, postscale))
-                label = (bnames[0] if bnames else "grouped") + (f" +{len(members) - 1}" if len(members) > 1 else "")
+                desc = (
+                    "allreduce",
+                    bnames,
+                    _dname(dtype),
+                    shapes,
+                    _ar_extra(op, prescale, postscale),
+                )
+                label = (bnames[0] if bnames else "grouped") + (
+                    f" +{len(members) - 1}" if len(members) > 1 else ""
+                )
                 if len(members) == 1:
                     i = members[0]
                     a = arrays[i]
@@ -663,10 +792,17 @@ class Engine:
                 off = 0
                 for i in members:
                     n = arrays[i].size
-                    fused[off:off + n] = arrays[i].reshape(-1)
+                    fused[off : off + n] = arrays[i].reshape(-1)
                     off += n
                 if tl is not None:
-                    tl.complete("MEMCPY_IN_FUSION_BUFFER", "collective", t0, now_us(), ctx.tid, {"bytes": int(fused.nbytes)})
+                    tl.complete(
+                        "MEMCPY_IN_FUSION_BUFFER",
+                        "collective",
+                        t0,
+                        now_us(),
+                        ctx.tid,
+                        {"bytes": int(fused.nbytes)},
+                    )
                 if op == Adasum:
                     segs, off = [], 0
                     for i in members:
@@ -678,20 +814,29 @@ class Engine:
                     finally:
                         ctx.inflight = None
                 else:
-                    self._reduce_flat(ctx, fused, desc, op, prescale, postscale, label, {"tensors": len(members)})
+                    self._reduce_flat(
+                        ctx, fused, desc, op, prescale, postscale, label, {"tensors": len(members)}
+                    )
                 t0 = now_us() if tl is not None else 0.0
                 off = 0
                 for i in members:
                     a = arrays[i]
                     n = a.size
                     if inplace:
-                        a.reshape(-1)[...] = fused[off:off + n]
+                        a.reshape(-1)[...] = fused[off : off + n]
                         results[i] = a
                     else:
-                        results[i] = fused[off:off + n].reshape(a.shape)
+                        results[i] = fused[off : off + n].reshape(a.shape)
                     off += n
                 if tl is not None:
-                    tl.complete("MEMCPY_OUT_FUSION_BUFFER", "collective", t0, now_us(), ctx.tid, {"bytes": int(fused.nbytes)})
+                    tl.complete(
+                        "MEMCPY_OUT_FUSION_BUFFER",
+                        "collective",
+                        t0,
+                        now_us(),
+                        ctx.tid,
+                        {"bytes": int(fused.nbytes)},
+                    )
         return results  # type: ignore[return-value]
 
     def _allgather(self, ctx: _Ctx, arr: np.ndarray, name: str | None) -> np.ndarray:
@@ -703,16 +848,34 @@ class Engine:
         desc = ("allgather", name, _dname(arr.dtype), rest, ())
         ctx.inflight = ("allgather", name, time.monotonic())
         try:
-            table = self._negotiate(ctx, K_ALLGATHER, desc, _DTYPE_CODES.get(arr.dtype, 0), row_numel, dim0=arr.shape[0],
-                                    local_error=_dtype_error(arr.dtype))
+            table = self._negotiate(
+                ctx,
+                K_ALLGATHER,
+                desc,
+                _DTYPE_CODES.get(arr.dtype, 0),
+                row_numel,
+                dim0=arr.shape[0],
+                local_error=_dtype_error(arr.dtype),
+            )
             dims = table[:, 6].copy()
             tl = self.timeline
             t0 = now_us() if tl is not None else 0.0
             out = np.empty((int(dims.sum()),) + rest, arr.dtype)
             ctx.ch.allgather_rows(arr.reshape(-1), dims * row_numel, out.reshape(-1))
             if tl is not None:
-                tl.complete("ALLGATHER", "collective", t0, now_us(), ctx.tid,
-                            {"tensor": name or "", "bytes": int(out.nbytes), "dtype": str(arr.dtype), "rows": dims.tolist()})
+                tl.complete(
+                    "ALLGATHER",
+                    "collective",
+                    t0,
+                    now_us(),
+                    ctx.tid,
+                    {
+                        "tensor": name or "",
+                        "bytes": int(out.nbytes),
+                        "dtype": str(arr.dtype),
+                        "rows": dims.tolist(),
+                    },
+                )
             return out
         finally:
             ctx.inflight = None
@@ -724,21 +887,43 @@ class Engine:
         desc = ("broadcast", name, _dname(arr.dtype), arr.shape, (("root", root),))
         ctx.inflight = ("broadcast", name, time.monotonic())
         try:
-            table = self._negotiate(ctx, K_BROADCAST, desc, _DTYPE_CODES.get(arr.dtype, 0), arr.size, root=root,
-                                    local_error=_dtype_error(arr.dtype))
+            table = self._negotiate(
+                ctx,
+                K_BROADCAST,
+                desc,
+                _DTYPE_CODES.get(arr.dtype, 0),
+                arr.size,
+                root=root,
+                local_error=_dtype_error(arr.dtype),
+            )
             if table[root, 0] == K_JOIN:
-                raise errors.JoinedRankError(f"shipyard.horovod: broadcast root rank {root} has already joined")
+                raise errors.JoinedRankError(
+                    f"shipyard.horovod: broadcast root rank {root} has already joined"
+                )
             tl = self.timeline
             t0 = now_us() if tl is not None else 0.0
             ctx.ch.bcast_(arr.reshape(-1), root)
             if tl is not None:
-                tl.complete("BROADCAST", "collective", t0, now_us(), ctx.tid,
-                            {"tensor": name or "", "bytes": int(arr.nbytes), "dtype": str(arr.dtype), "root": root})
+                tl.complete(
+                    "BROADCAST",
+                    "collective",
+                    t0,
+                    now_us(),
+                    ctx.tid,
+                    {
+                        "tensor": name or "",
+                        "bytes": int(arr.nbytes),
+                        "dtype": str(arr.dtype),
+                        "root": root,
+                    },
+                )
             return arr
         finally:
             ctx.inflight = None
 
-    def _grouped_broadcast_(self, ctx: _Ctx, arrays: list[np.ndarray], root: int, names: list[str | None]) -> None:
+    def _grouped_broadcast_(
+        self, ctx: _Ctx, arrays: list[np.ndarray], root: int, names: list[str | None]
+    ) -> None:
         """Broadcast many C-contiguous arrays in place, fused per dtype (one Bcast per buffer)."""
         by_dtype: dict[np.dtype, list[int]] = {}
         for i, a in enumerate(arrays):
@@ -750,39 +935,71 @@ class Engine:
                     a = arrays[members[0]]
                     self._broadcast_(ctx, a, root, names[members[0]])
                     continue
-                bnames = tuple(names[i] for i in members) if any(names[i] is not None for i in members) else None
+                bnames = (
+                    tuple(names[i] for i in members)
+                    if any(names[i] is not None for i in members)
+                    else None
+                )
                 total = sum(arrays[i].size for i in members)
                 fused = ctx.fusion_buffer(dtype, total)
                 off = 0
                 for i in members:
                     n = arrays[i].size
-                    fused[off:off + n] = arrays[i].reshape(-1)
+                    fused[off : off + n] = arrays[i].reshape(-1)
                     off += n
                 if not 0 <= root < ctx.ch.size:
                     raise ValueError(f"root_rank {root} is out of range for {ctx.ch.size} ranks")
-                desc = ("broadcast", bnames, _dname(dtype), tuple(arrays[i].shape for i in members), (("root", root),))
+                desc = (
+                    "broadcast",
+                    bnames,
+                    _dname(dtype),
+                    tuple(arrays[i].shape for i in members),
+                    (("root", root),),
+                )
                 ctx.inflight = ("grouped broadcast", None, time.monotonic())
                 try:
-                    table = self._negotiate(ctx, K_BROADCAST, desc, _DTYPE_CODES.get(dtype, 0), total, root=root,
-                                            local_error=_dtype_error(dtype))
+                    table = self._negotiate(
+                        ctx,
+                        K_BROADCAST,
+                        desc,
+                        _DTYPE_CODES.get(dtype, 0),
+                        total,
+                        root=root,
+                        local_error=_dtype_error(dtype),
+                    )
                     if table[root, 0] == K_JOIN:
-                        raise errors.JoinedRankError(f"shipyard.horovod: broadcast root rank {root} has already joined")
+                        raise errors.JoinedRankError(
+                            f"shipyard.horovod: broadcast root rank {root} has already joined"
+                        )
                     tl = self.timeline
                     t0 = now_us() if tl is not None else 0.0
                     ctx.ch.bcast_(fused, root)
                     if tl is not None:
-                        tl.complete("BROADCAST", "collective", t0, now_us(), ctx.tid,
-                                    {"tensor": (bnames[0] if bnames else "grouped"), "tensors": len(members),
-                                     "bytes": int(fused.nbytes), "dtype": str(dtype), "root": root})
+                        tl.complete(
+                            "BROADCAST",
+                            "collective",
+                            t0,
+                            now_us(),
+                            ctx.tid,
+                            {
+                                "tensor": (bnames[0] if bnames else "grouped"),
+                                "tensors": len(members),
+                                "bytes": int(fused.nbytes),
+                                "dtype": str(dtype),
+                                "root": root,
+                            },
+                        )
                 finally:
                     ctx.inflight = None
                 off = 0
                 for i in members:
                     n = arrays[i].size
-                    arrays[i].reshape(-1)[...] = fused[off:off + n]
+                    arrays[i].reshape(-1)[...] = fused[off : off + n]
                     off += n
 
-    def _alltoall(self, ctx: _Ctx, arr: np.ndarray, splits, name: str | None) -> tuple[np.ndarray, np.ndarray]:
+    def _alltoall(
+        self, ctx: _Ctx, arr: np.ndarray, splits, name: str | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         if arr.ndim == 0:
             arr = arr.reshape(1)
         arr = np.asarray(arr, order="C")
@@ -797,7 +1014,11 @@ class Engine:
                 send_splits = np.full(size, dim0 // size, np.int64)
         else:
             send_splits = np.asarray(splits, dtype=np.int64).reshape(-1)
-            if send_splits.size != size or (send_splits < 0).any() or int(send_splits.sum()) != dim0:
+            if (
+                send_splits.size != size
+                or (send_splits < 0).any()
+                or int(send_splits.sum()) != dim0
+            ):
                 err = f"splits {send_splits.tolist()} must have {size} non-negative entries summing to {dim0}"
                 send_splits = np.zeros(size, np.int64)
         rest = arr.shape[1:]
@@ -805,16 +1026,31 @@ class Engine:
         desc = ("alltoall", name, _dname(arr.dtype), rest, ())
         ctx.inflight = ("alltoall", name, time.monotonic())
         try:
-            self._negotiate(ctx, K_ALLTOALL, desc, _DTYPE_CODES.get(arr.dtype, 0), row_numel, dim0=dim0,
-                            local_error=err or _dtype_error(arr.dtype))
+            self._negotiate(
+                ctx,
+                K_ALLTOALL,
+                desc,
+                _DTYPE_CODES.get(arr.dtype, 0),
+                row_numel,
+                dim0=dim0,
+                local_error=err or _dtype_error(arr.dtype),
+            )
             tl = self.timeline
             t0 = now_us() if tl is not None else 0.0
             recv_splits = ctx.ch.alltoall_ints(send_splits)
             out = np.empty((int(recv_splits.sum()),) + rest, arr.dtype)
-            ctx.ch.alltoallv(arr.reshape(-1), send_splits * row_numel, out.reshape(-1), recv_splits * row_numel)
+            ctx.ch.alltoallv(
+                arr.reshape(-1), send_splits * row_numel, out.reshape(-1), recv_splits * row_numel
+            )
             if tl is not None:
-                tl.complete("ALLTOALL", "collective", t0, now_us(), ctx.tid,
-                            {"tensor": name or "", "bytes": int(arr.nbytes), "dtype": str(arr.dtype)})
+                tl.complete(
+                    "ALLTOALL",
+                    "collective",
+                    t0,
+                    now_us(),
+                    ctx.tid,
+                    {"tensor": name or "", "bytes": int(arr.nbytes), "dtype": str(arr.dtype)},
+                )
             return out, recv_splits
         finally:
             ctx.inflight = None
@@ -831,9 +1067,16 @@ class Engine:
             raise ValueError(f"root_rank {root} is out of range for {ctx.ch.size} ranks")
         ctx.inflight = ("broadcast_object", name, time.monotonic())
         try:
-            table = self._negotiate(ctx, K_BCAST_OBJ, ("broadcast_object", name, None, None, (("root", root),)), root=root)
+            table = self._negotiate(
+                ctx,
+                K_BCAST_OBJ,
+                ("broadcast_object", name, None, None, (("root", root),)),
+                root=root,
+            )
             if table[root, 0] == K_JOIN:
-                raise errors.JoinedRankError(f"shipyard.horovod: broadcast_object root rank {root} has already joined")
+                raise errors.JoinedRankError(
+                    f"shipyard.horovod: broadcast_object root rank {root} has already joined"
+                )
             return ctx.ch.bcast_obj(obj if ctx.ch.rank == root else None, root)
         finally:
             ctx.inflight = None
@@ -847,7 +1090,9 @@ class Engine:
             ctx.inflight = None
 
     # ------------------------------------------------------------------ public numpy API
-    def allreduce(self, arr, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0) -> np.ndarray:
+    def allreduce(
+        self, arr, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0
+    ) -> np.ndarray:
         """A new array; the input is left alone (MPI reduces it straight into the output)."""
         a = np.asarray(arr, order="C")
         if op == Adasum or a.dtype not in _DTYPE_CODES:
@@ -856,57 +1101,150 @@ class Engine:
         else:
             out = np.empty_like(a)
             src = a.reshape(-1)
-        desc = ("allreduce", name, _dname(out.dtype), out.shape,
-                _ar_extra(op, prescale_factor, postscale_factor))
-        self.run(lambda ctx: self._reduce_flat(ctx, out.reshape(-1), desc, op, prescale_factor, postscale_factor,
-                                               name or "", src=src))
+        desc = (
+            "allreduce",
+            name,
+            _dname(out.dtype),
+            out.shape,
+            _ar_extra(op, prescale_factor, postscale_factor),
+        )
+        self.run(
+            lambda ctx: self._reduce_flat(
+                ctx,
+                out.reshape(-1),
+                desc,
+                op,
+                prescale_factor,
+                postscale_factor,
+                name or "",
+                src=src,
+            )
+        )
         return out
 
-    def allreduce_into(self, src: np.ndarray, out: np.ndarray, name=None, op=Average, prescale_factor=1.0,
-                       postscale_factor=1.0) -> np.ndarray:
+    def allreduce_into(
+        self,
+        src: np.ndarray,
+        out: np.ndarray,
+        name=None,
+        op=Average,
+        prescale_factor=1.0,
+        postscale_factor=1.0,
+    ) -> np.ndarray:
         """Reduce C-contiguous ``src`` into C-contiguous ``out`` (same shape and dtype)."""
         if src.shape != out.shape or src.dtype != out.dtype:
             raise ValueError("allreduce_into: src and out must have the same shape and dtype")
-        desc = ("allreduce", name, _dname(out.dtype), out.shape, _ar_extra(op, prescale_factor, postscale_factor))
-        self.run(lambda ctx: self._reduce_flat(ctx, out.reshape(-1), desc, op, prescale_factor, postscale_factor,
-                                               name or "", src=src.reshape(-1)))
+        desc = (
+            "allreduce",
+            name,
+            _dname(out.dtype),
+            out.shape,
+            _ar_extra(op, prescale_factor, postscale_factor),
+        )
+        self.run(
+            lambda ctx: self._reduce_flat(
+                ctx,
+                out.reshape(-1),
+                desc,
+                op,
+                prescale_factor,
+                postscale_factor,
+                name or "",
+                src=src.reshape(-1),
+            )
+        )
         return out
 
-    def allreduce_(self, arr: np.ndarray, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0) -> np.ndarray:
+    def allreduce_(
+        self, arr: np.ndarray, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0
+    ) -> np.ndarray:
         if not isinstance(arr, np.ndarray):
             raise TypeError("allreduce_ needs a numpy array (it works in place)")
         work = arr if arr.flags.c_contiguous else np.asarray(arr, order="C")
-        desc = ("allreduce", name, _dname(work.dtype), work.shape,
-                _ar_extra(op, prescale_factor, postscale_factor))
-        self.run(lambda ctx: self._reduce_flat(ctx, work.reshape(-1), desc, op, prescale_factor, postscale_factor, name or ""))
+        desc = (
+            "allreduce",
+            name,
+            _dname(work.dtype),
+            work.shape,
+            _ar_extra(op, prescale_factor, postscale_factor),
+        )
+        self.run(
+            lambda ctx: self._reduce_flat(
+                ctx, work.reshape(-1), desc, op, prescale_factor, postscale_factor, name or ""
+            )
+        )
         if work is not arr:
             arr[...] = work
         return arr
 
-    def grouped_allreduce(self, arrs: Sequence, names=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                          inplace=False) -> list[np.ndarray]:
+    def grouped_allreduce(
+        self,
+        arrs: Sequence,
+        names=None,
+        op=Average,
+        prescale_factor=1.0,
+        postscale_factor=1.0,
+        inplace=False,
+    ) -> list[np.ndarray]:
         arrays = [np.asarray(a, order="C") for a in arrs]
         names = list(names) if names is not None else [None] * len(arrays)
-        return self.run(lambda ctx: self._grouped_reduce(ctx, arrays, names, op, prescale_factor, postscale_factor, inplace))
+        return self.run(
+            lambda ctx: self._grouped_reduce(
+                ctx, arrays, names, op, prescale_factor, postscale_factor, inplace
+            )
+        )
 
-    def allreduce_fused_(self, flat: np.ndarray, shapes: Sequence[tuple], names=None, op=Average,
-                         prescale_factor=1.0, postscale_factor=1.0) -> np.ndarray:
+    def allreduce_fused_(
+        self,
+        flat: np.ndarray,
+        shapes: Sequence[tuple],
+        names=None,
+        op=Average,
+        prescale_factor=1.0,
+        postscale_factor=1.0,
+    ) -> np.ndarray:
         """Allreduce, in place, a 1-D buffer that already holds several tensors packed back to
         back (``shapes``, in order): what a framework adapter calls after packing with its own
         fast concatenation. Negotiated as one grouped op."""
         desc = self._fused_desc(flat, shapes, names, op, prescale_factor, postscale_factor)
         label = self._fused_label(names, len(shapes))
-        self.run(lambda ctx: self._reduce_flat(ctx, flat, desc, op, prescale_factor, postscale_factor, label,
-                                               {"tensors": len(shapes)}))
+        self.run(
+            lambda ctx: self._reduce_flat(
+                ctx,
+                flat,
+                desc,
+                op,
+                prescale_factor,
+                postscale_factor,
+                label,
+                {"tensors": len(shapes)},
+            )
+        )
         return flat
 
-    def allreduce_fused_async(self, flat: np.ndarray, shapes: Sequence[tuple], names=None, op=Average,
-                              prescale_factor=1.0, postscale_factor=1.0) -> Handle:
+    def allreduce_fused_async(
+        self,
+        flat: np.ndarray,
+        shapes: Sequence[tuple],
+        names=None,
+        op=Average,
+        prescale_factor=1.0,
+        postscale_factor=1.0,
+    ) -> Handle:
         desc = self._fused_desc(flat, shapes, names, op, prescale_factor, postscale_factor)
         label = self._fused_label(names, len(shapes))
 
         def work(ctx):
-            self._reduce_flat(ctx, flat, desc, op, prescale_factor, postscale_factor, label, {"tensors": len(shapes)})
+            self._reduce_flat(
+                ctx,
+                flat,
+                desc,
+                op,
+                prescale_factor,
+                postscale_factor,
+                label,
+                {"tensors": len(shapes)},
+            )
             return flat
 
         return self.submit(work, label)
@@ -914,7 +1252,13 @@ class Engine:
     @staticmethod
     def _fused_desc(flat, shapes, names, op, pre, post) -> tuple:
         names = tuple(names) if names is not None and any(n is not None for n in names) else None
-        return ("allreduce", names, _dname(flat.dtype), tuple(tuple(s) for s in shapes), _ar_extra(op, pre, post))
+        return (
+            "allreduce",
+            names,
+            _dname(flat.dtype),
+            tuple(tuple(s) for s in shapes),
+            _ar_extra(op, pre, post),
+        )
 
     @staticmethod
     def _fused_label(names, k: int) -> str:
@@ -936,7 +1280,9 @@ class Engine:
             arr[...] = work
         return arr
 
-    def grouped_broadcast_(self, arrays: Sequence[np.ndarray], root_rank: int, names=None) -> list[np.ndarray]:
+    def grouped_broadcast_(
+        self, arrays: Sequence[np.ndarray], root_rank: int, names=None
+    ) -> list[np.ndarray]:
         if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays):
             raise ValueError("grouped_broadcast_ needs C-contiguous numpy arrays")
         arrays = list(arrays)
@@ -971,30 +1317,44 @@ class Engine:
         return last
 
     # async variants (bg channel, comm thread)
-    def allreduce_async(self, arr, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, inplace=False) -> Handle:
+    def allreduce_async(
+        self, arr, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, inplace=False
+    ) -> Handle:
         a = np.asarray(arr)
         if inplace and not a.flags.c_contiguous:
             raise ValueError("in-place async allreduce needs a C-contiguous array")
         out = a if inplace else np.array(a, order="C", copy=True)
-        desc = ("allreduce", name, _dname(out.dtype), out.shape,
-                _ar_extra(op, prescale_factor, postscale_factor))
+        desc = (
+            "allreduce",
+            name,
+            _dname(out.dtype),
+            out.shape,
+            _ar_extra(op, prescale_factor, postscale_factor),
+        )
 
         def work(ctx):
-            self._reduce_flat(ctx, out.reshape(-1), desc, op, prescale_factor, postscale_factor, name or "")
+            self._reduce_flat(
+                ctx, out.reshape(-1), desc, op, prescale_factor, postscale_factor, name or ""
+            )
             return out
 
         return self.submit(work, name or "allreduce")
 
-    def grouped_allreduce_async(self, arrs, names=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                                inplace=False) -> Handle:
+    def grouped_allreduce_async(
+        self, arrs, names=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, inplace=False
+    ) -> Handle:
         arrays = [np.asarray(a) for a in arrs]
         if inplace and not all(a.flags.c_contiguous for a in arrays):
             raise ValueError("in-place async grouped allreduce needs C-contiguous arrays")
         if not inplace:
             arrays = [np.asarray(a, order="C") for a in arrays]
         names = list(names) if names is not None else [None] * len(arrays)
-        return self.submit(lambda ctx: self._grouped_reduce(ctx, arrays, names, op, prescale_factor, postscale_factor, inplace),
-                           "grouped_allreduce")
+        return self.submit(
+            lambda ctx: self._grouped_reduce(
+                ctx, arrays, names, op, prescale_factor, postscale_factor, inplace
+            ),
+            "grouped_allreduce",
+        )
 
     def allgather_async(self, arr, name=None) -> Handle:
         a = np.array(np.asarray(arr), order="C", copy=True)
@@ -1005,7 +1365,9 @@ class Engine:
         if inplace and not a.flags.c_contiguous:
             raise ValueError("in-place async broadcast needs a C-contiguous array")
         out = a if inplace else np.array(a, order="C", copy=True)
-        return self.submit(lambda ctx: self._broadcast_(ctx, out, root_rank, name), name or "broadcast")
+        return self.submit(
+            lambda ctx: self._broadcast_(ctx, out, root_rank, name), name or "broadcast"
+        )
 
     def alltoall_async(self, arr, splits=None, name=None) -> Handle:
         a = np.array(np.asarray(arr), order="C", copy=True)
@@ -1026,8 +1388,10 @@ def _install_abort_on_uncaught(eng: Engine) -> None:
             previous(exc_type, exc, tb)
         finally:
             if _engine is eng and not eng._closed:
-                sys.stderr.write(f"shipyard.horovod: uncaught {exc_type.__name__} on rank {eng.rank}; "
-                                 "aborting the job so the other ranks do not wait forever\n")
+                sys.stderr.write(
+                    f"shipyard.horovod: uncaught {exc_type.__name__} on rank {eng.rank}; "
+                    "aborting the job so the other ranks do not wait forever\n"
+                )
                 sys.stderr.flush()
                 eng._ctl.abort(1)
 
@@ -1049,7 +1413,9 @@ def init(comm=None) -> Engine:
                 group = MPI.COMM_WORLD.Get_group().Incl(list(comm))
                 comm = MPI.COMM_WORLD.Create(group)
                 if comm == MPI.COMM_NULL:
-                    raise errors.HorovodError("this rank is not in the ranks passed to hvd.init(comm=[...])")
+                    raise errors.HorovodError(
+                        "this rank is not in the ranks passed to hvd.init(comm=[...])"
+                    )
             _launch_marker("init")
             _engine = Engine(comm)
             _launch_marker("ready")

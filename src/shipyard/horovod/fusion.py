@@ -32,7 +32,9 @@ def fusion_threshold(env: Mapping[str, str] | None = None) -> int:
     return value
 
 
-def plan_batches(nbytes: Sequence[int], threshold: int, first_cap: int | None = None) -> list[list[int]]:
+def plan_batches(
+    nbytes: Sequence[int], threshold: int, first_cap: int | None = None
+) -> list[list[int]]:
     """Split tensors (in order) into consecutive batches of at most ``threshold`` bytes.
 
     A tensor larger than the threshold gets a batch of its own (it is reduced in place,

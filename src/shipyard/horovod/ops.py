@@ -11,7 +11,14 @@ Min = 3
 Max = 4
 Product = 5
 
-_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+_NAMES = {
+    Average: "Average",
+    Sum: "Sum",
+    Adasum: "Adasum",
+    Min: "Min",
+    Max: "Max",
+    Product: "Product",
+}
 
 
 def op_name(op: int) -> str:
@@ -27,7 +34,9 @@ def resolve_op(op: int | None, average: bool | None = None) -> int:
     if op is None:
         return Average
     if op not in _NAMES:
-        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Min, Max, Product or Adasum")
+        raise ValueError(
+            f"unknown reduction op {op!r}; use Average, Sum, Min, Max, Product or Adasum"
+        )
     return int(op)
 
 
@@ -49,7 +58,9 @@ class ProcessSet:
 
     def __init__(self, ranks=None):
         if ranks is not None:
-            raise UnsupportedError("process sets other than the global one are not supported by shipyard.horovod")
+            raise UnsupportedError(
+                "process sets other than the global one are not supported by shipyard.horovod"
+            )
 
     def __repr__(self) -> str:
         return "ProcessSet(global)"

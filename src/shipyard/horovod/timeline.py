@@ -39,7 +39,9 @@ def now_us() -> float:
 
 
 class Timeline:
-    def __init__(self, path: str | os.PathLike, rank: int, size: int, hostname: str, origin_us: float):
+    def __init__(
+        self, path: str | os.PathLike, rank: int, size: int, hostname: str, origin_us: float
+    ):
         self.path = Path(path)
         self.rank = rank
         self.size = size
@@ -70,7 +72,15 @@ class Timeline:
                 self._dropped += 1
             self._fh.write(json.dumps(ev, separators=(",", ":")) + ",\n")
 
-    def complete(self, name: str, cat: str, start_us: float, end_us: float, tid: int, args: dict | None = None) -> None:
+    def complete(
+        self,
+        name: str,
+        cat: str,
+        start_us: float,
+        end_us: float,
+        tid: int,
+        args: dict | None = None,
+    ) -> None:
         ev = {
             "name": name,
             "cat": cat,
@@ -85,7 +95,14 @@ class Timeline:
         self._emit(ev)
 
     def instant(self, name: str, tid: int = 0, args: dict | None = None) -> None:
-        ev = {"name": name, "ph": "i", "s": "t", "ts": round(now_us() - self.origin_us, 3), "pid": self.rank, "tid": tid}
+        ev = {
+            "name": name,
+            "ph": "i",
+            "s": "t",
+            "ts": round(now_us() - self.origin_us, 3),
+            "pid": self.rank,
+            "tid": tid,
+        }
         if args:
             ev["args"] = args
         self._emit(ev)
@@ -100,7 +117,13 @@ class Timeline:
                 return
             self._closed = True
             # Valid JSON: a final metadata event without a trailing comma, then the bracket.
-            last = {"name": "trace_end", "ph": "M", "pid": self.rank, "tid": 0, "args": {"dropped_events": self._dropped}}
+            last = {
+                "name": "trace_end",
+                "ph": "M",
+                "pid": self.rank,
+                "tid": 0,
+                "args": {"dropped_events": self._dropped},
+            }
             self._fh.write(json.dumps(last, separators=(",", ":")) + "\n]\n")
             self._fh.close()
 

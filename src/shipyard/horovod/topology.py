@@ -30,10 +30,10 @@ class RankFacts:
     """What one rank knows about itself before any exchange (gathered from all ranks)."""
 
     host: str
-    local_rank: int | None = None      # HOROVOD_LOCAL_RANK
-    local_size: int | None = None      # HOROVOD_LOCAL_SIZE
-    cross_rank: int | None = None      # HOROVOD_CROSS_RANK
-    cross_size: int | None = None      # HOROVOD_CROSS_SIZE
+    local_rank: int | None = None  # HOROVOD_LOCAL_RANK
+    local_size: int | None = None  # HOROVOD_LOCAL_SIZE
+    cross_rank: int | None = None  # HOROVOD_CROSS_RANK
+    cross_size: int | None = None  # HOROVOD_CROSS_SIZE
     ompi_local_rank: int | None = None  # OMPI_COMM_WORLD_LOCAL_RANK
     ompi_local_size: int | None = None  # OMPI_COMM_WORLD_LOCAL_SIZE
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Iterable, TextIO
+from collections.abc import Callable, Iterable
+from typing import TextIO
 
 
 class LogTailer:
@@ -53,8 +54,9 @@ class LogTailer:
         return lines
 
 
-def print_lines(lines: Iterable[tuple[str, str]], stream: TextIO | None = None,
-                show_agent: bool = True) -> None:
+def print_lines(
+    lines: Iterable[tuple[str, str]], stream: TextIO | None = None, show_agent: bool = True
+) -> None:
     stream = stream or sys.stdout
     out = []
     for host, line in lines:

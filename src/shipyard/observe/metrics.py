@@ -10,15 +10,17 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 class MetricExtractor:
     def __init__(self, definitions: Iterable[dict[str, str]]) -> None:
         self.patterns = [(d["Name"], re.compile(d["Regex"])) for d in definitions]
 
-    def extract(self, lines: Iterable[tuple[str, str]],
-                now: float | None = None) -> list[tuple[str, float, float, str]]:
+    def extract(
+        self, lines: Iterable[tuple[str, str]], now: float | None = None
+    ) -> list[tuple[str, float, float, str]]:
         if not self.patterns:
             return []
         now = time.time() if now is None else now

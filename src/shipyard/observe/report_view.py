@@ -41,29 +41,43 @@ def render(report: Mapping[str, Any], out: Console, path: str | None = None) -> 
     out.print(f"[bold]{title}[/]" + (f"  [dim]{path}[/]" if path else ""))
     shards = Table("ps", "host", "endpoint", "variables", "bytes", "wire in", "wire out")
     for s in report.get("shards", []):
-        shards.add_row(str(s.get("shard")), str(s.get("host", "")), str(s.get("endpoint", "")),
-                       str(s.get("keys")), human(s.get("bytes")), human(s.get("bytes_in")),
-                       human(s.get("bytes_out")))
+        shards.add_row(
+            str(s.get("shard")),
+            str(s.get("host", "")),
+            str(s.get("endpoint", "")),
+            str(s.get("keys")),
+            human(s.get("bytes")),
+            human(s.get("bytes_in")),
+            human(s.get("bytes_out")),
+        )
     out.print(shards)
     imbalance = (report.get("imbalance") or {}).get(policy)
-    out.print(f"placement policy: {policy} ({report.get('requested_policy')}); imbalance "
-              f"(max/mean bytes per ps): {imbalance if imbalance is not None else '-'}")
+    out.print(
+        f"placement policy: {policy} ({report.get('requested_policy')}); imbalance "
+        f"(max/mean bytes per ps): {imbalance if imbalance is not None else '-'}"
+    )
     entries = list(report.get("placement", []))
     placement = Table("variable", "shape", "dtype", "bytes", "ps")
     for e in entries[:MAX_PLACEMENT_ROWS]:
-        placement.add_row(str(e["key"]), str(tuple(e.get("shape") or ())), str(e.get("dtype")),
-                          human(e.get("bytes")), ",".join(str(s) for s in e.get("shard", [])))
+        placement.add_row(
+            str(e["key"]),
+            str(tuple(e.get("shape") or ())),
+            str(e.get("dtype")),
+            human(e.get("bytes")),
+            ",".join(str(s) for s in e.get("shard", [])),
+        )
     if len(entries) > MAX_PLACEMENT_ROWS:
-        placement.add_row(f"... {len(entries) - MAX_PLACEMENT_ROWS} more (--json)", "", "", "",
-                          "")
+        placement.add_row(f"... {len(entries) - MAX_PLACEMENT_ROWS} more (--json)", "", "", "", "")
     out.print(placement)
     traffic = report.get("traffic") or {}
     names = _peer_names(traffic)
     if names:
         matrix = Table("to ps / from ps", *[f"ps {s}" for s in traffic.get("shards", [])])
         for i, name in enumerate(names):
-            cells = [f"{human(a)} / {human(b)}" for a, b in zip(
-                traffic["bytes_to_shard"][i], traffic["bytes_from_shard"][i])]
+            cells = [
+                f"{human(a)} / {human(b)}"
+                for a, b in zip(traffic["bytes_to_shard"][i], traffic["bytes_from_shard"][i])
+            ]
             matrix.add_row(name, *cells)
         out.print(matrix)
     for warning in report.get("warnings", []):

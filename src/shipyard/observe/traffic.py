@@ -48,8 +48,11 @@ class PeerNamer:
                 owners = self._local_owners(set(todo))
                 for peer in todo:
                     pid = owners.get(peer)
-                    self._cache[peer] = (self._label_of(pid) if pid is not None
-                                         else self.host_by_ip.get(peer[0], peer[0]))
+                    self._cache[peer] = (
+                        self._label_of(pid)
+                        if pid is not None
+                        else self.host_by_ip.get(peer[0], peer[0])
+                    )
             return {p: self._cache[p] for p in peers}
 
     @staticmethod
@@ -122,15 +125,19 @@ class TrafficBook:
         out: dict[str, dict[str, dict[str, int]]] = {}
         for ln in links:
             entry = out.setdefault(ln.relay, {}).setdefault(
-                names[ln.peer], {"bytes_in": 0, "bytes_out": 0, "connections": 0})
+                names[ln.peer], {"bytes_in": 0, "bytes_out": 0, "connections": 0}
+            )
             entry["bytes_in"] += ln.bytes_in
             entry["bytes_out"] += ln.bytes_out
             entry["connections"] += 1
         return out
 
     def sample(self) -> None:
-        flat = {f"{relay}|{peer}": [v["bytes_in"], v["bytes_out"]]
-                for relay, peers in self.totals().items() for peer, v in peers.items()}
+        flat = {
+            f"{relay}|{peer}": [v["bytes_in"], v["bytes_out"]]
+            for relay, peers in self.totals().items()
+            for peer, v in peers.items()
+        }
         with self._lock:
             self.points.append((round(time.time() - self.started, 3), flat))
             if len(self.points) > MAX_POINTS:  # halve the resolution, keep the span
@@ -151,9 +158,14 @@ class TrafficBook:
         totals = self.totals()
         with self._lock:
             points = list(self.points)
-        return {"started": self.started, "relays": totals,
-                "timeline": {"interval_s": self.interval, "points": [
-                    {"t": t, "bytes": flat} for t, flat in points]}}
+        return {
+            "started": self.started,
+            "relays": totals,
+            "timeline": {
+                "interval_s": self.interval,
+                "points": [{"t": t, "bytes": flat} for t, flat in points],
+            },
+        }
 
 
 class Relay:
@@ -165,9 +177,16 @@ class Relay:
     refused, which would push gRPC clients into exponential reconnect back-off.
     """
 
-    def __init__(self, name: str, listen: tuple[str, int], upstream: tuple[str, int],
-                 book: TrafficBook, stats: Callable[[], dict] | None = None,
-                 secret: str = "", connect_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        listen: tuple[str, int],
+        upstream: tuple[str, int],
+        book: TrafficBook,
+        stats: Callable[[], dict] | None = None,
+        secret: str = "",
+        connect_timeout: float = 30.0,
+    ) -> None:
         self.name = name
         self.listen = listen
         self.upstream = upstream
@@ -185,16 +204,18 @@ class Relay:
             sock.bind(self.listen)
         except OSError as exc:
             sock.close()
-            raise OSError(exc.errno, f"cannot listen on {self.listen[0]}:{self.listen[1]} "
-                                     f"for {self.name}: {exc.strerror}") from None
+            raise OSError(
+                exc.errno,
+                f"cannot listen on {self.listen[0]}:{self.listen[1]} "
+                f"for {self.name}: {exc.strerror}",
+            ) from None
         sock.listen(128)
         self.sock = sock
 
     def start(self) -> None:
         if self.sock is None:
             self.bind()
-        threading.Thread(target=self._accept_loop, name=f"relay-{self.name}",
-                         daemon=True).start()
+        threading.Thread(target=self._accept_loop, name=f"relay-{self.name}", daemon=True).start()
 
     def _accept_loop(self) -> None:
         assert self.sock is not None
@@ -213,7 +234,7 @@ class Relay:
             head = b""
             while len(head) < len(MAGIC):
                 head = client.recv(len(MAGIC), socket.MSG_PEEK)
-                if not head or not MAGIC.startswith(head[:len(MAGIC)]):
+                if not head or not MAGIC.startswith(head[: len(MAGIC)]):
                     return False
                 if len(head) < len(MAGIC):
                     time.sleep(0.005)
@@ -232,7 +253,7 @@ class Relay:
                 if not chunk:
                     return
                 data += chunk
-            given = data[len(MAGIC):].strip().decode("ascii", "replace")
+            given = data[len(MAGIC) :].strip().decode("ascii", "replace")
             if not hmac.compare_digest(given, self.secret):
                 return
             assert self.stats is not None
@@ -264,8 +285,9 @@ class Relay:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         link = Link(self.name, peer)
         self.book.add(link)
-        back = threading.Thread(target=_pump, args=(upstream, client, link, "bytes_out"),
-                                daemon=True)
+        back = threading.Thread(
+            target=_pump, args=(upstream, client, link, "bytes_out"), daemon=True
+        )
         back.start()
         _pump(client, upstream, link, "bytes_in")
         back.join()
@@ -303,13 +325,13 @@ def fetch_stats(address: tuple[str, int], secret: str, timeout: float = 5.0) -> 
                 break
             chunks.append(chunk)
     if not chunks:
-        raise ConnectionError(f"no traffic counters from {address[0]}:{address[1]} "
-                              "(wrong job secret, or not a shipyard relay)")
+        raise ConnectionError(
+            f"no traffic counters from {address[0]}:{address[1]} "
+            "(wrong job secret, or not a shipyard relay)"
+        )
     return json.loads(b"".join(chunks))
 
 
 def peer_env(label: str) -> dict[str, str]:
     """Environment that names a process in every relay's counters."""
     return {LABEL_ENV: label}
-
-

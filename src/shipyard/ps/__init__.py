@@ -82,11 +82,27 @@ from typing import Any
 # ``shipyard.ps.options`` (what the control plane validates submissions with) does not
 # drag numpy and ZeroMQ into every ``shipyard train``.
 _EXPORTS = {
-    "client": ("ENDPOINTS_ENV", "HEARTBEAT_ENV", "RANK_ENV", "REPORT_ENV", "TIMEOUT_ENV", "PSClient"),
+    "client": (
+        "ENDPOINTS_ENV",
+        "HEARTBEAT_ENV",
+        "RANK_ENV",
+        "REPORT_ENV",
+        "TIMEOUT_ENV",
+        "PSClient",
+    ),
     "consistency": ("Consistency",),
     "core": ("ServerConfig", "ServerCore"),
-    "errors": ("AuthenticationError", "CheckpointError", "PSConfigError", "PSError", "PSTimeoutError",
-               "RemoteError", "ShapeMismatchError", "UnknownKeyError", "WireError"),
+    "errors": (
+        "AuthenticationError",
+        "CheckpointError",
+        "PSConfigError",
+        "PSError",
+        "PSTimeoutError",
+        "RemoteError",
+        "ShapeMismatchError",
+        "UnknownKeyError",
+        "WireError",
+    ),
     "optimizers": ("SGD", "Adagrad", "Adam", "AdamW", "make_optimizer"),
     "options": ("PSOptions",),
     "placement": ("PlacementReport", "TensorSpec", "place"),

@@ -99,9 +99,14 @@ def save(shard: Shard, workers: WorkerTable, directory: str | Path) -> Path:
         keys: list[dict[str, Any]] = []
         for slot in sorted(shard.slots.values(), key=lambda s: s.key_id):
             entry = slot.spec_json()
-            entry.update({"version": slot.version, "initialized": slot.initialized,
-                          "scalars": state_scalars(slot.state),
-                          "arrays": sorted(state_arrays(slot.state))})
+            entry.update(
+                {
+                    "version": slot.version,
+                    "initialized": slot.initialized,
+                    "scalars": state_scalars(slot.state),
+                    "arrays": sorted(state_arrays(slot.state)),
+                }
+            )
             if slot.value is not None:
                 arrays[f"p{slot.key_id}"] = slot.value
             for name, arr in state_arrays(slot.state).items():
@@ -115,10 +120,15 @@ def save(shard: Shard, workers: WorkerTable, directory: str | Path) -> Path:
             os.fsync(f.fileno())
         os.replace(tmp, d / data_name)
         manifest = {
-            "format": FORMAT, "shard": shard.index, "num_shards": shard.num_shards,
-            "generation": generation, "updates": shard.updates,
-            "global_step": shard.global_step, "time": time.time(),
-            "data": data_name, "data_sha256": _sha256_file(d / data_name),
+            "format": FORMAT,
+            "shard": shard.index,
+            "num_shards": shard.num_shards,
+            "generation": generation,
+            "updates": shard.updates,
+            "global_step": shard.global_step,
+            "time": time.time(),
+            "data": data_name,
+            "data_sha256": _sha256_file(d / data_name),
             "optimizers": {g: o.config() for g, o in shard.optimizers.items()},
             "workers": {str(w): st.progress for w, st in sorted(workers.workers.items())},
             "keys": keys,
@@ -139,7 +149,9 @@ def save(shard: Shard, workers: WorkerTable, directory: str | Path) -> Path:
         shard.dirty = False
         return mpath
     except OSError as exc:
-        raise CheckpointError(f"cannot write checkpoint of shard {shard.index} to {d}: {exc}") from exc
+        raise CheckpointError(
+            f"cannot write checkpoint of shard {shard.index} to {d}: {exc}"
+        ) from exc
 
 
 @dataclass
@@ -194,11 +206,20 @@ def restore(shard: Shard, workers: WorkerTable, loaded: Loaded) -> None:
             shard.optimizers[group] = make_optimizer(cfg)
         for entry in m["keys"]:
             dtype = np.dtype(entry["dtype"])
-            slot = Slot(int(entry["id"]), entry["name"], int(entry["chunk"]), int(entry["offset"]),
-                        tuple(entry["shape"]), dtype, group=entry.get("group", "default"),
-                        version=int(entry["version"]))
+            slot = Slot(
+                int(entry["id"]),
+                entry["name"],
+                int(entry["chunk"]),
+                int(entry["offset"]),
+                tuple(entry["shape"]),
+                dtype,
+                group=entry.get("group", "default"),
+                version=int(entry["version"]),
+            )
             if entry.get("initialized"):
-                slot.value = np.array(loaded.arrays[f"p{slot.key_id}"], dtype=dtype).reshape(slot.shape)
+                slot.value = np.array(loaded.arrays[f"p{slot.key_id}"], dtype=dtype).reshape(
+                    slot.shape
+                )
                 slot.state = dict(entry.get("scalars", {}))
                 for name in entry.get("arrays", []):
                     slot.state[name] = np.array(loaded.arrays[f"s{slot.key_id}.{name}"])

@@ -71,7 +71,9 @@ HEARTBEAT_ENV = "SHIPYARD_PS_HEARTBEAT"
 REPORT_ENV = "SHIPYARD_PS_REPORT"  # rank 0 writes the stats report here when it closes
 POLICY_ENV = "SHIPYARD_PS_POLICY"  # placement policy when register() is not given one
 DEFAULT_TIMEOUT = 300.0
-CLIENT_MALLOC_KEEP = 256 << 20  # reply buffers reused instead of page-faulted in (transport.tune_malloc)
+CLIENT_MALLOC_KEEP = (
+    256 << 20
+)  # reply buffers reused instead of page-faulted in (transport.tune_malloc)
 PARALLEL_DECODE_MIN = 256 * 1024  # replies larger than this are verified on the hash pool
 # push_pull sends the tensors below this size, per shard, in one PUSH_PULL_MANY message:
 # a round trip costs ~90 us of CPU (client and shard) whatever its size, and a model has
@@ -138,16 +140,26 @@ class PSClient:
     ``cryptography`` is installed, else ``hmac-sha256``).
     """
 
-    def __init__(self, endpoints: Sequence[str] | None = None, *, worker_id: int | None = None,
-                 secret: str | bytes | None = None, timeout: float | None = None,
-                 heartbeat_interval: float | None = None,
-                 transport_factory: Callable[[], Transport] | None = None,
-                 mac: str | None = None, connect: bool = True) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str] | None = None,
+        *,
+        worker_id: int | None = None,
+        secret: str | bytes | None = None,
+        timeout: float | None = None,
+        heartbeat_interval: float | None = None,
+        transport_factory: Callable[[], Transport] | None = None,
+        mac: str | None = None,
+        connect: bool = True,
+    ) -> None:
         tune_malloc(CLIENT_MALLOC_KEEP)
         if transport_factory is None:
             eps = list(endpoints) if endpoints is not None else endpoints_from_env()
             self.endpoints: list[str] = eps
-            transport_factory = lambda: ZmqTransport(eps)
+
+            def transport_factory() -> Transport:
+                return ZmqTransport(eps)
+
         else:
             self.endpoints = list(endpoints or [])
         if worker_id is None:
@@ -183,7 +195,9 @@ class PSClient:
         self._bucket_bytes = 0
         self._open: list[int] = []  # a split-phase push_pull in progress
         self._open_result: dict[str, np.ndarray] = {}
-        hb = heartbeat_interval if heartbeat_interval is not None else _env_float(HEARTBEAT_ENV, 1.0)
+        hb = (
+            heartbeat_interval if heartbeat_interval is not None else _env_float(HEARTBEAT_ENV, 1.0)
+        )
         self._hb_interval = hb
         self._hb_stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
@@ -204,10 +218,16 @@ class PSClient:
         def keep(i: int) -> Callable[[Message], None]:
             def cb(m: Message) -> None:
                 infos[i] = m.json()
+
             return cb
 
         body = {"worker": self.worker_id, "pid": os.getpid()}
-        self._exchange([self._json_req(i, MsgType.HELLO, body, keep(i), "hello") for i in range(self.num_shards)])
+        self._exchange(
+            [
+                self._json_req(i, MsgType.HELLO, body, keep(i), "hello")
+                for i in range(self.num_shards)
+            ]
+        )
         for i, info in enumerate(infos):
             assert info is not None
             if info.get("shard") != i or info.get("num_shards") != self.num_shards:
@@ -235,14 +255,21 @@ class PSClient:
             try:
                 self.write_report(report_path, timeout=min(self.timeout, 5.0))
             except (PSError, OSError) as exc:
-                log.warning("could not write the parameter-server report to %s: %s", report_path, exc)
+                log.warning(
+                    "could not write the parameter-server report to %s: %s", report_path, exc
+                )
         self._hb_stop.set()
         if self._hb_thread is not None:
             self._hb_thread.join(timeout=5)
         if leave and not self._servers_down:
             try:  # short: at the end of a job the shards may already be gone
-                self._exchange([self._json_req(i, MsgType.LEAVE, {}, None, "leave")
-                                for i in range(self.num_shards)], timeout=min(self.timeout, 2.0))
+                self._exchange(
+                    [
+                        self._json_req(i, MsgType.LEAVE, {}, None, "leave")
+                        for i in range(self.num_shards)
+                    ],
+                    timeout=min(self.timeout, 2.0),
+                )
             except PSError as exc:
                 log.warning("leave not acknowledged: %s", exc)
         self._closed = True
@@ -260,21 +287,35 @@ class PSClient:
             try:
                 while not self._hb_stop.wait(self._hb_interval):
                     for i in range(t.num_shards):
-                        hdr = Header(msg_type=MsgType.HEARTBEAT, worker=self.worker_id, shard=i, step=self.step)
+                        hdr = Header(
+                            msg_type=MsgType.HEARTBEAT,
+                            worker=self.worker_id,
+                            shard=i,
+                            step=self.step,
+                        )
                         t.send(i, wire.encode(self.signer, hdr))
-            except Exception as exc:  # pragma: no cover - socket torn down at exit
+            except Exception as exc:  # noqa: BLE001  # pragma: no cover - socket torn down at exit
                 log.debug("heartbeat thread stopped: %s", exc)
             finally:
                 t.close()
 
-        self._hb_thread = threading.Thread(target=run, name=f"ps-heartbeat-{self.worker_id}", daemon=True)
+        self._hb_thread = threading.Thread(
+            target=run, name=f"ps-heartbeat-{self.worker_id}", daemon=True
+        )
         self._hb_thread.start()
 
     # registration --------------------------------------------------------------
-    def register(self, params: Mapping[str, ArrayLike] | Sequence[TensorSpec] | Iterable[tuple[str, ArrayLike]],
-                 optimizer: Any = None, *, policy: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 init: bool | None = None, groups: Mapping[str, str] | None = None,
-                 optimizers: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+    def register(
+        self,
+        params: Mapping[str, ArrayLike] | Sequence[TensorSpec] | Iterable[tuple[str, ArrayLike]],
+        optimizer: Any = None,
+        *,
+        policy: str | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        init: bool | None = None,
+        groups: Mapping[str, str] | None = None,
+        optimizers: Mapping[str, Any] | None = None,
+    ) -> dict[str, np.ndarray]:
         """Place and declare the parameters, initialize them, and return their current values.
 
         ``params``: name -> array (creation order kept), or TensorSpecs (no values).
@@ -301,8 +342,12 @@ class PSClient:
         policy = policy or os.environ.get(POLICY_ENV) or "auto"
         report = place(specs, self.num_shards, policy, chunk_bytes)
         limit = min((int(x.get("max_message_bytes") or 0) for x in self.shard_info), default=0)
-        too_big = [(k.spec.name, c.nbytes) for k in report.chosen.keys for c in k.chunks
-                   if limit and c.nbytes > limit]
+        too_big = [
+            (k.spec.name, c.nbytes)
+            for k in report.chosen.keys
+            for c in k.chunks
+            if limit and c.nbytes > limit
+        ]
         if too_big:
             raise PSConfigError(
                 f"{too_big[0][0]}: a {too_big[0][1]}-byte message exceeds the shards' limit of {limit} "
@@ -317,8 +362,10 @@ class PSClient:
                 raise UnknownKeyError(f"groups names {name!r}, which is not among the parameters")
             if g not in group_cfg:
                 raise PSConfigError(f"group {g!r} of {name!r} has no entry in optimizers")
-        opt_cfgs = {g: (make_optimizer(c).config() if c is not None else None)  # validate first
-                    for g, c in group_cfg.items()}
+        opt_cfgs = {
+            g: (make_optimizer(c).config() if c is not None else None)  # validate first
+            for g, c in group_cfg.items()
+        }
         if init is None:
             init = self.worker_id == 0
         reqs = []
@@ -330,9 +377,16 @@ class PSClient:
                         continue
                     for c in kp.chunks:
                         if c.shard == shard:
-                            entries.append({"id": c.key_id, "name": kp.spec.name, "chunk": c.index,
-                                            "offset": c.offset, "shape": list(kp.chunk_shape(c)),
-                                            "dtype": kp.spec.dtype})
+                            entries.append(
+                                {
+                                    "id": c.key_id,
+                                    "name": kp.spec.name,
+                                    "chunk": c.index,
+                                    "offset": c.offset,
+                                    "shape": list(kp.chunk_shape(c)),
+                                    "dtype": kp.spec.dtype,
+                                }
+                            )
                 if not entries and cfg is None:
                     continue
                 body = {"keys": entries, "optimizer": opt_cfgs[g], "group": g}
@@ -358,7 +412,7 @@ class PSClient:
             arr = self._check(kp, value)
             flat = arr.reshape(-1)
             for c in kp.chunks:
-                payload = arr if c.whole else flat[c.offset:c.offset + c.length]
+                payload = arr if c.whole else flat[c.offset : c.offset + c.length]
                 reqs.append(self._tensor_req(kp, c, mtype, payload, None))
         return reqs
 
@@ -385,8 +439,9 @@ class PSClient:
         """Current value of ``key`` (waits as the consistency mode requires)."""
         return self.pull_all([key], outs={key: out} if out is not None else None)[key]
 
-    def pull_all(self, keys: Iterable[str] | None = None,
-                 outs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    def pull_all(
+        self, keys: Iterable[str] | None = None, outs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Current values of ``keys`` (default: all registered), pipelined."""
         names = list(self._keys) if keys is None else list(keys)
         result: dict[str, np.ndarray] = {}
@@ -397,8 +452,9 @@ class PSClient:
         self._exchange(reqs)
         return {n: result[n] for n in names}
 
-    def push_pull(self, grads: Mapping[str, ArrayLike],
-                  outs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    def push_pull(
+        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Push every gradient and get back the updated values in one round trip per
         chunk, then advance ``step``. Keys without a gradient are not pulled."""
         result: dict[str, np.ndarray] = {}
@@ -412,8 +468,9 @@ class PSClient:
         self.step += 1
         return {n: result[n] for n in grads}
 
-    def push_pull_begin(self, grads: Mapping[str, ArrayLike],
-                        outs: Mapping[str, np.ndarray] | None = None) -> None:
+    def push_pull_begin(
+        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
+    ) -> None:
         """Split-phase push_pull, part 1: put these gradients on the wire and return at
         once (call it as gradients become ready, e.g. from backward hooks). Pieces under
         GROUP_MAX_BYTES wait until BUCKET_BYTES of them gather or ``push_pull_end``
@@ -423,7 +480,11 @@ class PSClient:
         for name, g in grads.items():
             kp = self.placement(name)
             arr = self._check(kp, g)
-            reqs.extend(self._pull_reqs(kp, arr, MsgType.PUSH_PULL, self._open_result, (outs or {}).get(name)))
+            reqs.extend(
+                self._pull_reqs(
+                    kp, arr, MsgType.PUSH_PULL, self._open_result, (outs or {}).get(name)
+                )
+            )
         now = []
         for r in reqs:
             if not (self._many and self._groupable(r)):
@@ -461,12 +522,24 @@ class PSClient:
         self.step += 1
         return self.step
 
-    def _pull_reqs(self, kp: KeyPlacement, grad: np.ndarray | None, mtype: MsgType,
-                   result: dict[str, np.ndarray], out: np.ndarray | None) -> list[_Req]:
+    def _pull_reqs(
+        self,
+        kp: KeyPlacement,
+        grad: np.ndarray | None,
+        mtype: MsgType,
+        result: dict[str, np.ndarray],
+        out: np.ndarray | None,
+    ) -> list[_Req]:
         name = kp.spec.name
         if out is not None:
-            if tuple(out.shape) != kp.spec.shape or out.dtype != np.dtype(kp.spec.dtype) or not out.flags.c_contiguous:
-                raise ShapeMismatchError(f"out for {name!r} must be a C-contiguous {kp.spec.dtype} array of shape {kp.spec.shape}")
+            if (
+                tuple(out.shape) != kp.spec.shape
+                or out.dtype != np.dtype(kp.spec.dtype)
+                or not out.flags.c_contiguous
+            ):
+                raise ShapeMismatchError(
+                    f"out for {name!r} must be a C-contiguous {kp.spec.dtype} array of shape {kp.spec.shape}"
+                )
         single = len(kp.chunks) == 1 and kp.chunks[0].whole
         if not single:
             full = out if out is not None else np.empty(kp.spec.shape, dtype=kp.spec.dtype)
@@ -475,6 +548,7 @@ class PSClient:
         flat_g = grad.reshape(-1) if grad is not None else None
         reqs = []
         for c in kp.chunks:
+
             def on_reply(m: Message, c: Chunk = c) -> None:
                 arr = m.tensor()
                 if single:
@@ -486,19 +560,24 @@ class PSClient:
                     else:
                         result[name] = arr
                 else:
-                    np.copyto(flat_out[c.offset:c.offset + c.length], arr.reshape(-1))
+                    np.copyto(flat_out[c.offset : c.offset + c.length], arr.reshape(-1))
+
             payload = None
             if grad is not None:
-                payload = grad if c.whole else flat_g[c.offset:c.offset + c.length]
+                payload = grad if c.whole else flat_g[c.offset : c.offset + c.length]
             reqs.append(self._tensor_req(kp, c, mtype, payload, on_reply))
         return reqs
 
     def _check(self, kp: KeyPlacement, value: ArrayLike) -> np.ndarray:
         arr = np.asarray(value)
         if tuple(arr.shape) != kp.spec.shape:
-            raise ShapeMismatchError(f"{kp.spec.name}: shape {tuple(arr.shape)} differs from registered {kp.spec.shape}")
+            raise ShapeMismatchError(
+                f"{kp.spec.name}: shape {tuple(arr.shape)} differs from registered {kp.spec.shape}"
+            )
         if arr.dtype != np.dtype(kp.spec.dtype):
-            raise ShapeMismatchError(f"{kp.spec.name}: dtype {arr.dtype} differs from registered {kp.spec.dtype}")
+            raise ShapeMismatchError(
+                f"{kp.spec.name}: dtype {arr.dtype} differs from registered {kp.spec.dtype}"
+            )
         return np.ascontiguousarray(arr)
 
     # control ----------------------------------------------------------------------
@@ -509,7 +588,12 @@ class PSClient:
         body: dict[str, Any] = {"lr": float(lr)}
         if group is not None:
             body["group"] = group
-        self._exchange([self._json_req(i, MsgType.SET_LR, body, None, "set_lr") for i in range(self.num_shards)])
+        self._exchange(
+            [
+                self._json_req(i, MsgType.SET_LR, body, None, "set_lr")
+                for i in range(self.num_shards)
+            ]
+        )
 
     def shard_stats(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """Each shard's raw STATS reply."""
@@ -518,16 +602,25 @@ class PSClient:
         def keep(i: int) -> Callable[[Message], None]:
             def cb(m: Message) -> None:
                 out[i] = m.json()
+
             return cb
 
-        self._exchange([self._json_req(i, MsgType.STATS, {}, keep(i), "stats") for i in range(self.num_shards)],
-                       timeout)
+        self._exchange(
+            [
+                self._json_req(i, MsgType.STATS, {}, keep(i), "stats")
+                for i in range(self.num_shards)
+            ],
+            timeout,
+        )
         return out
 
     def stats(self, timeout: float | None = None) -> dict[str, Any]:
         """The job report: placement + per-shard counters + traffic matrix (stats.py schema)."""
-        return build_report(self.report.to_json() if self.report else None, self.shard_stats(timeout),
-                            self.endpoints)
+        return build_report(
+            self.report.to_json() if self.report else None,
+            self.shard_stats(timeout),
+            self.endpoints,
+        )
 
     def write_report(self, path: str, timeout: float | None = None) -> dict[str, Any]:
         """Write ``stats()`` as JSON to ``path`` atomically; returns the report."""
@@ -545,12 +638,20 @@ class PSClient:
         def keep(i: int) -> Callable[[Message], None]:
             def cb(m: Message) -> None:
                 paths[i] = (m.json() or {}).get("path")
+
             return cb
 
-        self._exchange([self._json_req(i, MsgType.CHECKPOINT, {}, keep(i), "checkpoint") for i in range(self.num_shards)])
+        self._exchange(
+            [
+                self._json_req(i, MsgType.CHECKPOINT, {}, keep(i), "checkpoint")
+                for i in range(self.num_shards)
+            ]
+        )
         return paths
 
-    def finish(self, exit_code: int, error: str = "", timeout: float | None = None) -> list[dict[str, Any]]:
+    def finish(
+        self, exit_code: int, error: str = "", timeout: float | None = None
+    ) -> list[dict[str, Any]]:
         """Tell every shard this worker's process ended (what the runner's worker wrapper
         sends) and wait until every worker of the job has ended; returns each shard's
         final answer: ``{"finished": {rank: outcome}, "stats": ..., "placement": ...}``."""
@@ -559,43 +660,96 @@ class PSClient:
         def keep(i: int) -> Callable[[Message], None]:
             def cb(m: Message) -> None:
                 out[i] = m.json()
+
             return cb
 
         body = {"exit_code": int(exit_code), "error": error[-2000:]}
-        self._exchange([self._json_req(i, MsgType.DONE, body, keep(i), "done") for i in range(self.num_shards)],
-                       timeout)
+        self._exchange(
+            [
+                self._json_req(i, MsgType.DONE, body, keep(i), "done")
+                for i in range(self.num_shards)
+            ],
+            timeout,
+        )
         self._servers_down = True  # they stop right after answering
         return out
 
     def shutdown_servers(self) -> None:
         """Tell every shard to write its final checkpoint and exit."""
-        self._exchange([self._json_req(i, MsgType.SHUTDOWN, {}, None, "shutdown") for i in range(self.num_shards)])
+        self._exchange(
+            [
+                self._json_req(i, MsgType.SHUTDOWN, {}, None, "shutdown")
+                for i in range(self.num_shards)
+            ]
+        )
         self._servers_down = True
 
     # plumbing ---------------------------------------------------------------------
     def _header(self, shard: int, mtype: MsgType, key: int = 0, **kw: Any) -> Header:
         # the MAC id is set here so encode() need not rebuild the (frozen) header per message
-        return Header(msg_type=mtype, key=key, worker=self.worker_id, mac_alg=self.signer.alg,
-                      request_id=next(self._rids) & wire.U32_MAX, shard=shard, step=self.step, **kw)
+        return Header(
+            msg_type=mtype,
+            key=key,
+            worker=self.worker_id,
+            mac_alg=self.signer.alg,
+            request_id=next(self._rids) & wire.U32_MAX,
+            shard=shard,
+            step=self.step,
+            **kw,
+        )
 
-    def _json_req(self, shard: int, mtype: MsgType, body: Any,
-                  on_reply: Callable[[Message], None] | None, label: str) -> _Req:
+    def _json_req(
+        self,
+        shard: int,
+        mtype: MsgType,
+        body: Any,
+        on_reply: Callable[[Message], None] | None,
+        label: str,
+    ) -> _Req:
         hdr = self._header(shard, mtype)
-        return _Req(shard, hdr, on_reply or _ignore, label,
-                    lambda parallel: wire.encode_json(self.signer, hdr, body))
+        return _Req(
+            shard,
+            hdr,
+            on_reply or _ignore,
+            label,
+            lambda parallel: wire.encode_json(self.signer, hdr, body),
+        )
 
-    def _tensor_req(self, kp: KeyPlacement, c: Chunk, mtype: MsgType, payload: np.ndarray | None,
-                    on_reply: Callable[[Message], None] | None) -> _Req:
+    def _tensor_req(
+        self,
+        kp: KeyPlacement,
+        c: Chunk,
+        mtype: MsgType,
+        payload: np.ndarray | None,
+        on_reply: Callable[[Message], None] | None,
+    ) -> _Req:
         label = kp.spec.name if c.whole else f"{kp.spec.name}[chunk {c.index}]"
         if payload is None:
             hdr = self._header(c.shard, mtype, c.key_id)
-            return _Req(c.shard, hdr, on_reply or _ignore, label,
-                        lambda parallel: wire.encode(self.signer, hdr))
-        hdr = self._header(c.shard, mtype, c.key_id, dtype=wire.dtype_code(kp.spec.dtype),
-                           shape=kp.chunk_shape(c), nbytes=int(payload.nbytes))
-        return _Req(c.shard, hdr, on_reply or _ignore, label,
-                    lambda parallel: wire.encode(self.signer, hdr, [payload], parallel=parallel),
-                    nbytes=int(payload.nbytes), payload=payload)
+            return _Req(
+                c.shard,
+                hdr,
+                on_reply or _ignore,
+                label,
+                lambda parallel: wire.encode(self.signer, hdr),
+            )
+        hdr = self._header(
+            c.shard,
+            mtype,
+            c.key_id,
+            dtype=wire.dtype_code(kp.spec.dtype),
+            shape=kp.chunk_shape(c),
+            nbytes=int(payload.nbytes),
+        )
+        return _Req(
+            c.shard,
+            hdr,
+            on_reply or _ignore,
+            label,
+            lambda parallel: wire.encode(self.signer, hdr, [payload], parallel=parallel),
+            nbytes=int(payload.nbytes),
+            payload=payload,
+        )
 
     def _grouped(self, reqs: list[_Req]) -> list[_Req]:
         """Small PUSH_PULL requests to the same shard merged into one PUSH_PULL_MANY
@@ -613,14 +767,18 @@ class PSClient:
         out = [r for r in reqs if id(r) not in merged]
         for members in groups:
             for i in range(0, len(members), GROUP_MAX_COUNT):
-                part = members[i:i + GROUP_MAX_COUNT]
+                part = members[i : i + GROUP_MAX_COUNT]
                 out.append(self._many_req(part) if len(part) > 1 else part[0])
         return out
 
     @staticmethod
     def _groupable(r: _Req) -> bool:
         """A small gradient push_pull, which may share a PUSH_PULL_MANY message."""
-        return r.header.msg_type == MsgType.PUSH_PULL and r.payload is not None and r.nbytes < GROUP_MAX_BYTES
+        return (
+            r.header.msg_type == MsgType.PUSH_PULL
+            and r.payload is not None
+            and r.nbytes < GROUP_MAX_BYTES
+        )
 
     def _many_req(self, members: list[_Req]) -> _Req:
         shard = members[0].shard
@@ -631,28 +789,47 @@ class PSClient:
         def on_reply(msg: Message) -> None:
             h = msg.header
             if h.msg_type != MsgType.TENSORS or len(msg.payload) != len(members) + 1:
-                raise RemoteError(f"push_pull_many of {len(members)} tensors got a reply of type "
-                                  f"{h.msg_type} with {len(msg.payload)} frame(s)", shard=shard)
+                raise RemoteError(
+                    f"push_pull_many of {len(members)} tensors got a reply of type "
+                    f"{h.msg_type} with {len(msg.payload)} frame(s)",
+                    shard=shard,
+                )
             try:
                 keys, versions = wire.unpack_keys(msg.payload[0], len(members), versions=True)
             except WireError as err:
                 raise RemoteError(str(err), shard=shard) from None
             for m, key, version, frame in zip(members, keys, versions, msg.payload[1:]):
                 if key != m.header.key:
-                    raise RemoteError(f"push_pull_many reply lists key {key} where {m.header.key} "
-                                      "was sent", shard=shard)
+                    raise RemoteError(
+                        f"push_pull_many reply lists key {key} where {m.header.key} was sent",
+                        shard=shard,
+                    )
                 mh = m.header
-                sub = Header(msg_type=MsgType.TENSOR, key=key, worker=h.worker, request_id=h.request_id,
-                             shard=h.shard, step=version, dtype=mh.dtype, shape=mh.shape, nbytes=len(frame))
+                sub = Header(
+                    msg_type=MsgType.TENSOR,
+                    key=key,
+                    worker=h.worker,
+                    request_id=h.request_id,
+                    shard=h.shard,
+                    step=version,
+                    dtype=mh.dtype,
+                    shape=mh.shape,
+                    nbytes=len(frame),
+                )
                 try:
                     m.on_reply(Message(header=sub, payload=[frame]))
                 except WireError as err:  # a value frame that does not fit the tensor
                     raise RemoteError(f"{m.label}: {err}", shard=shard) from None
 
         names = ", ".join(m.label for m in members[:3]) + (", ..." if len(members) > 3 else "")
-        return _Req(shard, hdr, on_reply, f"{len(members)} small tensors ({names})",
-                    lambda parallel: wire.encode(self.signer, hdr, [index, *payloads], parallel=parallel),
-                    nbytes=sum(m.nbytes for m in members))
+        return _Req(
+            shard,
+            hdr,
+            on_reply,
+            f"{len(members)} small tensors ({names})",
+            lambda parallel: wire.encode(self.signer, hdr, [index, *payloads], parallel=parallel),
+            nbytes=sum(m.nbytes for m in members),
+        )
 
     def _exchange(self, reqs: Sequence[_Req], timeout: float | None = None) -> None:
         """Send all requests, then wait for every reply (see ``_send`` and ``_wait``)."""
@@ -670,8 +847,10 @@ class PSClient:
             pool = wire._pool()
             n_big = sum(1 for r in reqs if r.nbytes >= PARALLEL_DECODE_MIN)
             use_pool = self._pool_hash and n_big > 1
-            futures = [pool.submit(r.make, False) if use_pool and r.nbytes >= PARALLEL_DECODE_MIN else None
-                       for r in reqs]
+            futures = [
+                pool.submit(r.make, False) if use_pool and r.nbytes >= PARALLEL_DECODE_MIN else None
+                for r in reqs
+            ]
             rids = []
             for r, fut in zip(reqs, futures):
                 frames = fut.result() if fut is not None else r.make(True)
@@ -696,7 +875,9 @@ class PSClient:
                 ready = self.transport.poll(min(left, 1.0)) if left > 0 else []
                 if not ready:
                     if time.monotonic() >= deadline:
-                        late = {rid: self._pending.pop(rid) for rid in list(mine & self._pending.keys())}
+                        late = {
+                            rid: self._pending.pop(rid) for rid in list(mine & self._pending.keys())
+                        }
                         for rid in mine:
                             self._results.pop(rid, None)
                         raise self._timeout_error(late, timeout)
@@ -715,7 +896,10 @@ class PSClient:
                     del self._pending[rid]
                     # verify and deliver right away: the receive buffer is released
                     # at once and reused for the next reply (no page faults per step)
-                    if self._pool_hash and sum(len(memoryview(f).cast("B")) for f in frames) >= PARALLEL_DECODE_MIN:
+                    if (
+                        self._pool_hash
+                        and sum(len(memoryview(f).cast("B")) for f in frames) >= PARALLEL_DECODE_MIN
+                    ):
                         self._results[rid] = pool.submit(self._receive, r, frames, False)
                     else:
                         self._results[rid] = self._receive(r, frames, True)
@@ -749,11 +933,17 @@ class PSClient:
     def _deliver(self, r: _Req, msg: Message) -> None:
         h = msg.header
         if h.shard != r.shard and r.header.msg_type != MsgType.HELLO:  # hello() says it better
-            raise RemoteError(f"reply claims shard {h.shard}, came from shard {r.shard}", shard=r.shard)
+            raise RemoteError(
+                f"reply claims shard {h.shard}, came from shard {r.shard}", shard=r.shard
+            )
         if h.msg_type == MsgType.ERROR:
             body = msg.json() or {}
-            raise remote_error(str(body.get("code", "internal")), str(body.get("message", "")),
-                               shard=r.shard, key=r.label or None)
+            raise remote_error(
+                str(body.get("code", "internal")),
+                str(body.get("message", "")),
+                shard=r.shard,
+                key=r.label or None,
+            )
         r.on_reply(msg)
 
 

@@ -65,7 +65,9 @@ class Consistency:
             if max_staleness < 0:
                 raise PSConfigError(f"max_staleness must be >= 0, got {max_staleness}")
             if mode == SYNC:
-                raise PSConfigError("max_staleness does not apply to mode 'sync'; drop it or use 'bounded'")
+                raise PSConfigError(
+                    "max_staleness does not apply to mode 'sync'; drop it or use 'bounded'"
+                )
             mode = BOUNDED
         elif mode == BOUNDED:
             raise PSConfigError("mode 'bounded' needs max_staleness=s (an integer >= 0)")
@@ -119,8 +121,11 @@ class WorkerTable:
 
     def expire(self, now: float) -> list[int]:
         """Workers silent for longer than the timeout become dead; returns them."""
-        dead = [w for w, st in self.workers.items()
-                if st.live and now - st.last_seen > self.heartbeat_timeout]
+        dead = [
+            w
+            for w, st in self.workers.items()
+            if st.live and now - st.last_seen > self.heartbeat_timeout
+        ]
         for w in dead:
             self.workers[w].live = False
         return dead
@@ -159,8 +164,10 @@ class WorkerTable:
             self.workers[int(w)] = WorkerState(int(w), live=False, progress=int(p))
 
     def to_json(self) -> dict[str, Any]:
-        return {str(w): {"live": st.live, "progress": st.progress, "rejoins": st.rejoins}
-                for w, st in sorted(self.workers.items())}
+        return {
+            str(w): {"live": st.live, "progress": st.progress, "rejoins": st.rejoins}
+            for w, st in sorted(self.workers.items())
+        }
 
 
 def staleness_blocked(step: int, min_progress: int | None, max_staleness: int) -> bool:
@@ -174,8 +181,15 @@ def sync_round_ready(contributors: Iterable[int], live: Iterable[int], quorum_me
     return bool(contrib) and quorum_met and set(live) <= contrib
 
 
-def job_outcome(expected: int, exits: Mapping[int, int], workers: WorkerTable, joined: Iterable[int],
-                now: float, started: float, join_timeout: float) -> dict[int, dict[str, Any]] | None:
+def job_outcome(
+    expected: int,
+    exits: Mapping[int, int],
+    workers: WorkerTable,
+    joined: Iterable[int],
+    now: float,
+    started: float,
+    join_timeout: float,
+) -> dict[int, dict[str, Any]] | None:
     """Has every worker of the job ended? None while one may still be running, else
     rank -> ``{"exit_code": c}`` (its wrapper reported) or ``{"lost": why}``.
 
@@ -199,9 +213,15 @@ def job_outcome(expected: int, exits: Mapping[int, int], workers: WorkerTable, j
             limit = join_timeout if st.left else workers.heartbeat_timeout
             if st.live or silent <= limit:
                 return None
-            out[rank] = {"lost": f"no message for {silent:.0f}s (" + (
-                "it left but never reported its end" if st.left else
-                f"heartbeat timeout {workers.heartbeat_timeout:g}s") + ")"}
+            out[rank] = {
+                "lost": f"no message for {silent:.0f}s ("
+                + (
+                    "it left but never reported its end"
+                    if st.left
+                    else f"heartbeat timeout {workers.heartbeat_timeout:g}s"
+                )
+                + ")"
+            }
         elif now - started < join_timeout:
             return None
         else:

@@ -152,8 +152,9 @@ class ServerConfig:
 class ServerCore:
     """One shard's protocol logic."""
 
-    def __init__(self, config: ServerConfig, secret: str | bytes,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: ServerConfig, secret: str | bytes, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
         self.signer = wire.Signer(secret)
         self._macs = {wire.MAC_ALGORITHMS[n] for n in wire.available_macs()}
@@ -179,11 +180,17 @@ class ServerCore:
             if loaded is not None:
                 ckpt.restore(self.shard, self.workers, loaded)
                 self.resumed_from = str(ckpt.manifest_path(config.checkpoint_dir, config.index))
-                log.info("shard %d resumed from %s (updates=%d)", config.index,
-                         self.resumed_from, self.shard.updates)
+                log.info(
+                    "shard %d resumed from %s (updates=%d)",
+                    config.index,
+                    self.resumed_from,
+                    self.shard.updates,
+                )
 
     # entry points --------------------------------------------------------------
-    def handle(self, peer: bytes, frames: Sequence[Buffer], now: float | None = None) -> list[Outgoing]:
+    def handle(
+        self, peer: bytes, frames: Sequence[Buffer], now: float | None = None
+    ) -> list[Outgoing]:
         """Process one request; returns the replies to send now (never raises)."""
         now = self.clock() if now is None else now
         try:
@@ -194,7 +201,7 @@ class ServerCore:
             if getattr(err, "authenticated", False) and hdr is not None:
                 return [self._error(peer, hdr, err.code, str(err))]
             return []
-        except Exception as exc:  # never let a frame take the server down
+        except Exception as exc:  # noqa: BLE001 - never let a frame take the server down
             self.stats.reject(ErrorCode.MALFORMED)
             log.debug("undecodable frames: %r", exc)
             return []
@@ -215,7 +222,9 @@ class ServerCore:
         now = self.clock() if now is None else now
         dead = self.workers.expire(now)
         for w in dead:  # its queued requests stay: a worker declared dead by mistake loses nothing
-            log.info("shard %d: worker %d missed heartbeats; continuing without it", self.config.index, w)
+            log.info(
+                "shard %d: worker %d missed heartbeats; continuing without it", self.config.index, w
+            )
         return (self._drain() if dead else []) + self._maybe_end(now)
 
     @property
@@ -229,8 +238,11 @@ class ServerCore:
         """Why the job's training failed when every worker failed (the shard's exit text)."""
         if self.exit_code == 0 or self.outcome is None:
             return None
-        parts = [f"rank {r}: " + (f"exit status {o['exit_code']}" if "exit_code" in o else f"lost, {o['lost']}")
-                 for r, o in sorted(self.outcome.items())]
+        parts = [
+            f"rank {r}: "
+            + (f"exit status {o['exit_code']}" if "exit_code" in o else f"lost, {o['lost']}")
+            for r, o in sorted(self.outcome.items())
+        ]
         text = "every worker of the job failed (" + "; ".join(parts) + ")"
         first = next((r for r in sorted(self.errors) if self.errors[r].strip()), None)
         if first is not None:
@@ -242,23 +254,40 @@ class ServerCore:
         cfg = self.config
         if not cfg.exit_when_done or self.outcome is not None or cfg.expected_workers is None:
             return []
-        outcome = job_outcome(cfg.expected_workers, self.exits, self.workers, self.joined, now,
-                              self.started, cfg.join_timeout)
+        outcome = job_outcome(
+            cfg.expected_workers,
+            self.exits,
+            self.workers,
+            self.joined,
+            now,
+            self.started,
+            cfg.join_timeout,
+        )
         if outcome is None:
             return []
         self.outcome = outcome
         self.shutdown_requested = True
-        log.info("shard %d: every worker has ended (%s); stopping", cfg.index,
-                 ", ".join(f"{r}: {o}" for r, o in sorted(outcome.items())))
-        body = {"finished": {str(r): o for r, o in sorted(outcome.items())},
-                "stats": self.stats_json(now), "placement": self.placement}
+        log.info(
+            "shard %d: every worker has ended (%s); stopping",
+            cfg.index,
+            ", ".join(f"{r}: {o}" for r, o in sorted(outcome.items())),
+        )
+        body = {
+            "finished": {str(r): o for r, o in sorted(outcome.items())},
+            "stats": self.stats_json(now),
+            "placement": self.placement,
+        }
         return [self._json(peer, h, body) for peer, h in self.held_done]
 
     def checkpoint_due(self, now: float | None = None) -> bool:
         now = self.clock() if now is None else now
         iv = self.config.checkpoint_interval
-        return bool(self.config.checkpoint_dir and iv > 0 and self.shard.dirty
-                    and now - self._last_checkpoint >= iv)
+        return bool(
+            self.config.checkpoint_dir
+            and iv > 0
+            and self.shard.dirty
+            and now - self._last_checkpoint >= iv
+        )
 
     def checkpoint(self, force: bool = False) -> Path | None:
         """Write a checkpoint now (if there is a directory and, unless forced, changes)."""
@@ -278,8 +307,11 @@ class ServerCore:
         if h.msg_type >= MsgType.OK:
             raise RemoteError("replies are not requests", code=ErrorCode.BAD_REQUEST)
         if h.shard != self.config.index and h.msg_type != MsgType.HELLO:
-            raise RemoteError(f"request addressed to shard {h.shard} reached shard {self.config.index} "
-                              "(endpoint list out of order?)", code=ErrorCode.WRONG_SHARD)
+            raise RemoteError(
+                f"request addressed to shard {h.shard} reached shard {self.config.index} "
+                "(endpoint list out of order?)",
+                code=ErrorCode.WRONG_SHARD,
+            )
         w = h.worker
         self.workers.seen(w, now)
         self.joined.add(w)
@@ -292,19 +324,25 @@ class ServerCore:
             return self._enqueue_many(peer, msg, now)
         if t == MsgType.HELLO:
             info = {
-                "protocol": wire.PROTOCOL_VERSION, "shard": self.config.index,
-                "num_shards": self.config.num_shards, "consistency": self.config.consistency.to_json(),
-                "step": self._resume_step(w), "keys": len(self.shard.slots),
-                "heartbeat_timeout": self.config.heartbeat_timeout, "pid": os.getpid(),
+                "protocol": wire.PROTOCOL_VERSION,
+                "shard": self.config.index,
+                "num_shards": self.config.num_shards,
+                "consistency": self.config.consistency.to_json(),
+                "step": self._resume_step(w),
+                "keys": len(self.shard.slots),
+                "heartbeat_timeout": self.config.heartbeat_timeout,
+                "pid": os.getpid(),
                 "max_message_bytes": self.config.max_payload,
-                "host": socket.gethostname(), "resumed_from": self.resumed_from,
+                "host": socket.gethostname(),
+                "resumed_from": self.resumed_from,
                 "features": list(FEATURES),
             }
             return [self._json(peer, h, info)]
         if t == MsgType.REGISTER:
             body = self._json_body(msg)
-            result = self.shard.register(body.get("keys", []), body.get("optimizer"),
-                                         str(body.get("group") or DEFAULT_GROUP))
+            result = self.shard.register(
+                body.get("keys", []), body.get("optimizer"), str(body.get("group") or DEFAULT_GROUP)
+            )
             if isinstance(body.get("placement"), dict):
                 self.placement = body["placement"]
             return [self._json(peer, h, result)]
@@ -328,13 +366,18 @@ class ServerCore:
             return [self._json(peer, h, {"left": w})] + self._drain()
         if t == MsgType.CHECKPOINT:
             path = self.checkpoint(force=True)
-            return [self._json(peer, h, {"path": str(path) if path else None,
-                                         "updates": self.shard.updates})]
+            return [
+                self._json(
+                    peer, h, {"path": str(path) if path else None, "updates": self.shard.updates}
+                )
+            ]
         if t == MsgType.DONE:
             body = self._json_body(msg)
             code = body.get("exit_code")
             if isinstance(code, bool) or not isinstance(code, int):
-                raise RemoteError(f"done needs an integer exit_code, got {code!r}", code=ErrorCode.BAD_REQUEST)
+                raise RemoteError(
+                    f"done needs an integer exit_code, got {code!r}", code=ErrorCode.BAD_REQUEST
+                )
             self.exits[w] = code
             if isinstance(body.get("error"), str):
                 self.errors[w] = body["error"][-2000:]
@@ -361,7 +404,9 @@ class ServerCore:
         except WireError as err:
             raise RemoteError(str(err), code=ErrorCode.BAD_REQUEST) from None
         if not isinstance(body, dict):
-            raise RemoteError("control message payload must be a JSON object", code=ErrorCode.BAD_REQUEST)
+            raise RemoteError(
+                "control message payload must be a JSON object", code=ErrorCode.BAD_REQUEST
+            )
         return body
 
     def _slot(self, key: int) -> Slot:
@@ -373,8 +418,10 @@ class ServerCore:
     @staticmethod
     def _check_trainable(slot: Slot) -> None:
         if slot.dtype.kind != "f":
-            raise RemoteError(f"{slot.label} is {slot.dtype.name}: only float parameters take gradients",
-                              code=ErrorCode.NOT_TRAINABLE)
+            raise RemoteError(
+                f"{slot.label} is {slot.dtype.name}: only float parameters take gradients",
+                code=ErrorCode.NOT_TRAINABLE,
+            )
 
     def _queue(self, worker: int) -> deque[_Pending]:
         """The worker's queue of data requests (made on its first)."""
@@ -403,12 +450,15 @@ class ServerCore:
         refuses the whole message, nothing applied), then queue one PUSH_PULL each."""
         h = msg.header
         if h.flags & wire.FLAG_JSON or h.dtype or len(msg.payload) < 2:
-            raise RemoteError("push_pull_many carries an index frame and one frame per tensor",
-                              code=ErrorCode.BAD_REQUEST)
+            raise RemoteError(
+                "push_pull_many carries an index frame and one frame per tensor",
+                code=ErrorCode.BAD_REQUEST,
+            )
         count = len(msg.payload) - 1
         if count > MAX_MANY:
-            raise RemoteError(f"push_pull_many of {count} tensors; at most {MAX_MANY}",
-                              code=ErrorCode.BAD_REQUEST)
+            raise RemoteError(
+                f"push_pull_many of {count} tensors; at most {MAX_MANY}", code=ErrorCode.BAD_REQUEST
+            )
         try:
             keys, _ = wire.unpack_keys(msg.payload[0], count)
         except WireError as err:
@@ -420,11 +470,23 @@ class ServerCore:
             slot = self._slot(key)
             self._check_trainable(slot)
             if len(frame) != slot.nbytes:
-                raise RemoteError(f"{slot.label}: {len(frame)} bytes, expected {slot.nbytes} "
-                                  f"({slot.dtype.name} {list(slot.shape)})", code=ErrorCode.SHAPE_MISMATCH)
-            sub = Header(msg_type=MsgType.PUSH_PULL, key=key, worker=h.worker, request_id=h.request_id,
-                         shard=h.shard, step=h.step, dtype=wire.dtype_code(slot.dtype), shape=slot.shape,
-                         nbytes=len(frame), mac_alg=h.mac_alg)
+                raise RemoteError(
+                    f"{slot.label}: {len(frame)} bytes, expected {slot.nbytes} "
+                    f"({slot.dtype.name} {list(slot.shape)})",
+                    code=ErrorCode.SHAPE_MISMATCH,
+                )
+            sub = Header(
+                msg_type=MsgType.PUSH_PULL,
+                key=key,
+                worker=h.worker,
+                request_id=h.request_id,
+                shard=h.shard,
+                step=h.step,
+                dtype=wire.dtype_code(slot.dtype),
+                shape=slot.shape,
+                nbytes=len(frame),
+                mac_alg=h.mac_alg,
+            )
             members.append((Message(header=sub, payload=[frame]), slot))
         group = _Group(peer, h, keys, [None] * count, [0] * count, count)
         q = self._queue(h.worker)
@@ -435,10 +497,20 @@ class ServerCore:
 
     def _group_reply(self, g: _Group) -> Outgoing:
         h = g.header
-        hdr = Header(msg_type=MsgType.TENSORS, worker=h.worker, request_id=h.request_id,
-                     shard=self.config.index, step=max(g.versions), mac_alg=h.mac_alg)
-        frames = wire.encode(self.signer, hdr, [wire.pack_keys(g.keys, g.versions), *g.values],
-                             alg=self._reply_alg(h))
+        hdr = Header(
+            msg_type=MsgType.TENSORS,
+            worker=h.worker,
+            request_id=h.request_id,
+            shard=self.config.index,
+            step=max(g.versions),
+            mac_alg=h.mac_alg,
+        )
+        frames = wire.encode(
+            self.signer,
+            hdr,
+            [wire.pack_keys(g.keys, g.versions), *g.values],
+            alg=self._reply_alg(h),
+        )
         self.stats.sent(h.worker, wire.frames_nbytes(frames))
         return Outgoing(g.peer, frames)
 
@@ -463,8 +535,10 @@ class ServerCore:
 
     def _finish_rounds(self) -> bool:
         live = self.workers.live()
-        quorum = (self.config.expected_workers is None
-                  or len(self.workers.workers) >= self.config.expected_workers)
+        quorum = (
+            self.config.expected_workers is None
+            or len(self.workers.workers) >= self.config.expected_workers
+        )
         finished = False
         for slot in self.shard.slots.values():
             if slot.contributors and sync_round_ready(slot.contributors, live, quorum):
@@ -488,8 +562,11 @@ class ServerCore:
             return True
         if not slot.initialized:
             return False
-        if mode == BOUNDED and staleness_blocked(h.step, self.workers.min_progress(exclude=w),
-                                                 int(self.config.consistency.max_staleness or 0)):
+        if mode == BOUNDED and staleness_blocked(
+            h.step,
+            self.workers.min_progress(exclude=w),
+            int(self.config.consistency.max_staleness or 0),
+        ):
             return False
         if h.msg_type in (MsgType.PUSH, MsgType.PUSH_PULL) and not req.pushed:
             grad = req.msg.tensor()
@@ -527,9 +604,18 @@ class ServerCore:
                 out.append(self._group_reply(g))
             return True
         value, digest = self.shard.payload(slot, h.mac_alg)
-        hdr = Header(msg_type=MsgType.TENSOR, key=h.key, worker=w, request_id=h.request_id,
-                     shard=self.config.index, step=slot.version, dtype=wire.dtype_code(slot.dtype),
-                     shape=slot.shape, nbytes=value.nbytes, mac_alg=h.mac_alg)
+        hdr = Header(
+            msg_type=MsgType.TENSOR,
+            key=h.key,
+            worker=w,
+            request_id=h.request_id,
+            shard=self.config.index,
+            step=slot.version,
+            dtype=wire.dtype_code(slot.dtype),
+            shape=slot.shape,
+            nbytes=value.nbytes,
+            mac_alg=h.mac_alg,
+        )
         frames = wire.encode(self.signer, hdr, [value], digests=[digest], alg=h.mac_alg)
         self.stats.sent(w, wire.frames_nbytes(frames))
         hold = Hold()
@@ -539,16 +625,30 @@ class ServerCore:
         return True
 
     # replies ------------------------------------------------------------------------
-    def _reply(self, peer: bytes, req: Header, mtype: MsgType, flags: int = 0, step: int = 0) -> Outgoing:
-        hdr = Header(msg_type=mtype, key=req.key, worker=req.worker, request_id=req.request_id,
-                     shard=self.config.index, step=step, flags=flags)
+    def _reply(
+        self, peer: bytes, req: Header, mtype: MsgType, flags: int = 0, step: int = 0
+    ) -> Outgoing:
+        hdr = Header(
+            msg_type=mtype,
+            key=req.key,
+            worker=req.worker,
+            request_id=req.request_id,
+            shard=self.config.index,
+            step=step,
+            flags=flags,
+        )
         frames = wire.encode(self.signer, hdr, alg=self._reply_alg(req))
         self.stats.sent(req.worker, wire.frames_nbytes(frames))
         return Outgoing(peer, frames)
 
     def _json(self, peer: bytes, req: Header, obj: Any, mtype: MsgType = MsgType.OK) -> Outgoing:
-        hdr = Header(msg_type=mtype, key=req.key, worker=req.worker, request_id=req.request_id,
-                     shard=self.config.index)
+        hdr = Header(
+            msg_type=mtype,
+            key=req.key,
+            worker=req.worker,
+            request_id=req.request_id,
+            shard=self.config.index,
+        )
         frames = wire.encode_json(self.signer, hdr, obj, alg=self._reply_alg(req))
         self.stats.sent(req.worker, wire.frames_nbytes(frames))
         return Outgoing(peer, frames)
@@ -569,28 +669,56 @@ class ServerCore:
         for w in sorted(set(st.workers) | set(table)):
             t = st.worker(w)
             ws = table.get(w)
-            workers[str(w)] = {"live": bool(ws and ws.live), "progress": ws.progress if ws else 0,
-                               "rejoins": ws.rejoins if ws else 0, "bytes_in": t.bytes_in,
-                               "bytes_out": t.bytes_out, "pushes": t.pushes, "pulls": t.pulls,
-                               "waiting": len(self.queues.get(w, ()))}
+            workers[str(w)] = {
+                "live": bool(ws and ws.live),
+                "progress": ws.progress if ws else 0,
+                "rejoins": ws.rejoins if ws else 0,
+                "bytes_in": t.bytes_in,
+                "bytes_out": t.bytes_out,
+                "pushes": t.pushes,
+                "pulls": t.pulls,
+                "waiting": len(self.queues.get(w, ())),
+            }
         return {
-            "shard": self.config.index, "num_shards": self.config.num_shards,
+            "shard": self.config.index,
+            "num_shards": self.config.num_shards,
             "consistency": self.config.consistency.to_json(),
-            "keys": len(s.slots), "bytes": s.param_bytes, "optimizer_bytes": s.optimizer_bytes,
-            "pushes": st.pushes, "pulls": st.pulls, "inits": st.inits, "updates": s.updates,
-            "sync_rounds": st.sync_rounds, "global_step": s.global_step,
-            "bytes_in": st.bytes_in, "bytes_out": st.bytes_out,
-            "messages_in": st.messages_in, "messages_out": st.messages_out,
+            "keys": len(s.slots),
+            "bytes": s.param_bytes,
+            "optimizer_bytes": s.optimizer_bytes,
+            "pushes": st.pushes,
+            "pulls": st.pulls,
+            "inits": st.inits,
+            "updates": s.updates,
+            "sync_rounds": st.sync_rounds,
+            "global_step": s.global_step,
+            "bytes_in": st.bytes_in,
+            "bytes_out": st.bytes_out,
+            "messages_in": st.messages_in,
+            "messages_out": st.messages_out,
             "rejected": dict(sorted(st.rejected.items())),
             "live_workers": sorted(self.workers.live()),
             "workers": workers,
             "staleness_histogram": st.staleness_json(),
             "optimizers": {g: o.config() for g, o in s.optimizers.items()},
-            "keys_detail": [{"id": k.key_id, "name": k.name, "chunk": k.chunk, "bytes": k.nbytes,
-                             "version": k.version, "pushes": k.pushes, "pulls": k.pulls,
-                             "initialized": k.initialized}
-                            for k in sorted(s.slots.values(), key=lambda k: k.key_id)],
-            "checkpoint": {"dir": self.config.checkpoint_dir, "count": st.checkpoints,
-                           "last": st.last_checkpoint, "resumed_from": self.resumed_from},
+            "keys_detail": [
+                {
+                    "id": k.key_id,
+                    "name": k.name,
+                    "chunk": k.chunk,
+                    "bytes": k.nbytes,
+                    "version": k.version,
+                    "pushes": k.pushes,
+                    "pulls": k.pulls,
+                    "initialized": k.initialized,
+                }
+                for k in sorted(s.slots.values(), key=lambda k: k.key_id)
+            ],
+            "checkpoint": {
+                "dir": self.config.checkpoint_dir,
+                "count": st.checkpoints,
+                "last": st.last_checkpoint,
+                "resumed_from": self.resumed_from,
+            },
             "uptime_s": round(time.time() - st.started, 3),
         }

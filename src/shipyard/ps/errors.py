@@ -51,9 +51,21 @@ class ErrorCode:
     INTERNAL = "internal"
 
     ALL = (
-        BAD_MAC, MALFORMED, BAD_MAGIC, BAD_VERSION, TRUNCATED, OVERSIZED, UNKNOWN_TYPE,
-        UNKNOWN_KEY, SHAPE_MISMATCH, DTYPE_MISMATCH, WRONG_SHARD, BAD_REQUEST,
-        NOT_TRAINABLE, CONFIG_MISMATCH, INTERNAL,
+        BAD_MAC,
+        MALFORMED,
+        BAD_MAGIC,
+        BAD_VERSION,
+        TRUNCATED,
+        OVERSIZED,
+        UNKNOWN_TYPE,
+        UNKNOWN_KEY,
+        SHAPE_MISMATCH,
+        DTYPE_MISMATCH,
+        WRONG_SHARD,
+        BAD_REQUEST,
+        NOT_TRAINABLE,
+        CONFIG_MISMATCH,
+        INTERNAL,
     )
 
 
@@ -127,8 +139,14 @@ class RemoteError(PSError):
     name (or id) the request was about, when there was one.
     """
 
-    def __init__(self, message: str, *, code: str = ErrorCode.INTERNAL,
-                 shard: int | None = None, key: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = ErrorCode.INTERNAL,
+        shard: int | None = None,
+        key: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.shard = shard
@@ -161,8 +179,9 @@ class CheckpointError(PSError):
     """A checkpoint could not be written, read, or does not fit this shard."""
 
 
-def remote_error(code: str, message: str, *, shard: int | None = None,
-                 key: str | None = None) -> RemoteError:
+def remote_error(
+    code: str, message: str, *, shard: int | None = None, key: str | None = None
+) -> RemoteError:
     """Build the most specific ``RemoteError`` subclass for an error reply's code."""
     cls: type[RemoteError]
     if code in (ErrorCode.SHAPE_MISMATCH, ErrorCode.DTYPE_MISMATCH):

@@ -45,32 +45,63 @@ def server_optimizer_config(optimizer: Any) -> dict[str, Any]:
         try:
             lr = float(np.asarray(lr))
         except (TypeError, ValueError):
-            raise PSConfigError("a LearningRateSchedule object is not supported as learning_rate; "
-                                "use a float and a LearningRateScheduler callback") from None
+            raise PSConfigError(
+                "a LearningRateSchedule object is not supported as learning_rate; "
+                "use a float and a LearningRateScheduler callback"
+            ) from None
     wd = float(optimizer.weight_decay or 0.0)
     kind = type(optimizer)
     if kind is keras.optimizers.AdamW:
-        return {"name": "adamw", "lr": lr, "betas": [optimizer.beta_1, optimizer.beta_2],
-                "eps": optimizer.epsilon, "weight_decay": wd, "amsgrad": optimizer.amsgrad}
+        return {
+            "name": "adamw",
+            "lr": lr,
+            "betas": [optimizer.beta_1, optimizer.beta_2],
+            "eps": optimizer.epsilon,
+            "weight_decay": wd,
+            "amsgrad": optimizer.amsgrad,
+        }
     if kind is keras.optimizers.Adam:
-        cfg = {"name": "adamw" if wd else "adam", "lr": lr, "betas": [optimizer.beta_1, optimizer.beta_2],
-               "eps": optimizer.epsilon, "amsgrad": optimizer.amsgrad}
+        cfg = {
+            "name": "adamw" if wd else "adam",
+            "lr": lr,
+            "betas": [optimizer.beta_1, optimizer.beta_2],
+            "eps": optimizer.epsilon,
+            "amsgrad": optimizer.amsgrad,
+        }
         return dict(cfg, weight_decay=wd) if wd else cfg
     if kind is keras.optimizers.SGD:
-        return {"name": "sgd", "lr": lr, "momentum": float(optimizer.momentum),
-                "nesterov": bool(optimizer.nesterov), "weight_decay": wd}
+        return {
+            "name": "sgd",
+            "lr": lr,
+            "momentum": float(optimizer.momentum),
+            "nesterov": bool(optimizer.nesterov),
+            "weight_decay": wd,
+        }
     if kind is keras.optimizers.Adagrad:
-        return {"name": "adagrad", "lr": lr, "eps": optimizer.epsilon, "weight_decay": wd,
-                "initial_accumulator_value": float(optimizer.initial_accumulator_value)}
-    raise PSConfigError(f"{kind.__name__} has no server-side implementation; use keras.optimizers.SGD, "
-                        "Adam, AdamW or Adagrad")
+        return {
+            "name": "adagrad",
+            "lr": lr,
+            "eps": optimizer.epsilon,
+            "weight_decay": wd,
+            "initial_accumulator_value": float(optimizer.initial_accumulator_value),
+        }
+    raise PSConfigError(
+        f"{kind.__name__} has no server-side implementation; use keras.optimizers.SGD, "
+        "Adam, AdamW or Adagrad"
+    )
 
 
 class _ParameterServerStep:
     """The replacement for ``optimizer.apply_gradients`` (one per wrapped optimizer)."""
 
-    def __init__(self, optimizer: Any, client: PSClient | None, policy: str | None, chunk_bytes: int,
-                 client_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        optimizer: Any,
+        client: PSClient | None,
+        policy: str | None,
+        chunk_bytes: int,
+        client_kwargs: dict[str, Any],
+    ) -> None:
         self.optimizer = optimizer
         self.config = server_optimizer_config(optimizer)  # refuse what the shards cannot run, now
         self._client = client
@@ -93,8 +124,12 @@ class _ParameterServerStep:
             names = [getattr(v, "path", None) or f"{i}.{v.name}" for i, v in enumerate(variables)]
             if len(set(names)) != len(names):
                 names = [f"{i}.{n}" for i, n in enumerate(names)]
-            values = self.client.register({n: np.asarray(v.numpy()) for n, v in zip(names, variables)},
-                                          self.config, policy=self._policy, chunk_bytes=self._chunk_bytes)
+            values = self.client.register(
+                {n: np.asarray(v.numpy()) for n, v in zip(names, variables)},
+                self.config,
+                policy=self._policy,
+                chunk_bytes=self._chunk_bytes,
+            )
             for n, v in zip(names, variables):
                 v.assign(values[n])
         self._names = names
@@ -105,12 +140,19 @@ class _ParameterServerStep:
         if not self._names:
             self.register(variables)
         if len(variables) != len(self._names):
-            raise PSConfigError("the set of trainable variables changed after the first step; "
-                                "shipyard.ps registers them once")
+            raise PSConfigError(
+                "the set of trainable variables changed after the first step; "
+                "shipyard.ps registers them once"
+            )
         grads = [tf.convert_to_tensor(g) for g, _ in pairs]
         lr = tf.cast(self.optimizer.learning_rate, tf.float64)
-        new = tf.numpy_function(self._push_pull, [lr, *grads], [v.dtype for v in variables],
-                                stateful=True, name="shipyard_ps_push_pull")
+        new = tf.numpy_function(
+            self._push_pull,
+            [lr, *grads],
+            [v.dtype for v in variables],
+            stateful=True,
+            name="shipyard_ps_push_pull",
+        )
         for v, value in zip(variables, new):
             v.assign(tf.reshape(value, v.shape))
         return self.optimizer.iterations.assign_add(1)
@@ -123,8 +165,14 @@ class _ParameterServerStep:
         return [values[n] for n in self._names]
 
 
-def DistributedOptimizer(optimizer: Any, *, client: PSClient | None = None, policy: str | None = None,
-                         chunk_bytes: int = DEFAULT_CHUNK_BYTES, **client_kwargs: Any) -> Any:
+def DistributedOptimizer(
+    optimizer: Any,
+    *,
+    client: PSClient | None = None,
+    policy: str | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    **client_kwargs: Any,
+) -> Any:
     """Make a Keras 3 optimizer train through the parameter server; returns it.
 
     ``client``: an existing PSClient (default: one from the ``SHIPYARD_PS_*``

@@ -23,17 +23,40 @@ from pathlib import Path
 from .errors import PSError
 
 
-def shard_command(index: int, num_shards: int, bind: str, *, checkpoint_dir: str | None = None,
-                  consistency: str = "async", max_staleness: int | None = None,
-                  num_workers: int | None = None, heartbeat_timeout: float | None = None,
-                  checkpoint_interval: float | None = None, ready_file: str | None = None,
-                  max_message_bytes: int | None = None, exit_with_parent: bool = False,
-                  stats_file: str | None = None, exit_when_done: bool = False,
-                  join_timeout: float | None = None, failure_file: str | None = None,
-                  python: str = sys.executable) -> list[str]:
+def shard_command(
+    index: int,
+    num_shards: int,
+    bind: str,
+    *,
+    checkpoint_dir: str | None = None,
+    consistency: str = "async",
+    max_staleness: int | None = None,
+    num_workers: int | None = None,
+    heartbeat_timeout: float | None = None,
+    checkpoint_interval: float | None = None,
+    ready_file: str | None = None,
+    max_message_bytes: int | None = None,
+    exit_with_parent: bool = False,
+    stats_file: str | None = None,
+    exit_when_done: bool = False,
+    join_timeout: float | None = None,
+    failure_file: str | None = None,
+    python: str = sys.executable,
+) -> list[str]:
     """argv for ``python -m shipyard.ps.server`` (the secret travels in the environment)."""
-    cmd = [python, "-m", "shipyard.ps.server", "--bind", bind, "--shard-index", str(index),
-           "--num-shards", str(num_shards), "--consistency", consistency]
+    cmd = [
+        python,
+        "-m",
+        "shipyard.ps.server",
+        "--bind",
+        bind,
+        "--shard-index",
+        str(index),
+        "--num-shards",
+        str(num_shards),
+        "--consistency",
+        consistency,
+    ]
     if checkpoint_dir:
         cmd += ["--checkpoint-dir", str(checkpoint_dir)]
     if max_staleness is not None:
@@ -85,7 +108,9 @@ class ShardProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise PSError(f"shard {self.index} ignored SIGTERM for {timeout}s and was killed")
+                raise PSError(
+                    f"shard {self.index} ignored SIGTERM for {timeout}s and was killed"
+                ) from None
         return int(self.proc.returncode)
 
     def kill(self) -> None:
@@ -100,10 +125,17 @@ class ShardProcess:
             return ""
 
 
-def start_shards(num_shards: int, secret: str, *, host: str = "127.0.0.1",
-                 ports: Sequence[int] | None = None, run_dir: str | None = None,
-                 env: Mapping[str, str] | None = None, startup_timeout: float = 30.0,
-                 **options: object) -> list[ShardProcess]:
+def start_shards(
+    num_shards: int,
+    secret: str,
+    *,
+    host: str = "127.0.0.1",
+    ports: Sequence[int] | None = None,
+    run_dir: str | None = None,
+    env: Mapping[str, str] | None = None,
+    startup_timeout: float = 30.0,
+    **options: object,
+) -> list[ShardProcess]:
     """Start ``num_shards`` shard processes and wait until each serves.
 
     ``ports`` default to 0 (each shard picks a free port and reports it).
@@ -119,7 +151,9 @@ def start_shards(num_shards: int, secret: str, *, host: str = "127.0.0.1",
     child_env = dict(os.environ if env is None else env)
     child_env[SECRET_ENV] = secret
     src = str(Path(__file__).resolve().parents[2])  # make `-m shipyard.ps.server` importable
-    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (src, child_env.get("PYTHONPATH", "")) if p)
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (src, child_env.get("PYTHONPATH", "")) if p
+    )
     shards: list[ShardProcess] = []
     try:
         for i in range(num_shards):
@@ -129,18 +163,29 @@ def start_shards(num_shards: int, secret: str, *, host: str = "127.0.0.1",
                 ready.unlink()
             log_path = rd / f"shard-{i}.log"
             options.setdefault("exit_with_parent", True)  # never outlive the launcher
-            cmd = shard_command(i, num_shards, f"tcp://{host}:{port}", ready_file=str(ready), **options)  # type: ignore[arg-type]
+            cmd = shard_command(
+                i, num_shards, f"tcp://{host}:{port}", ready_file=str(ready), **options
+            )  # type: ignore[arg-type]
             with open(log_path, "ab") as logf:
-                proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=child_env,
-                                        stdin=subprocess.DEVNULL)
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    env=child_env,
+                    stdin=subprocess.DEVNULL,
+                )
             shards.append(ShardProcess(i, proc, ready, log_path))
         deadline = time.monotonic() + startup_timeout
         for s in shards:
             while not s.ready_file.exists():
                 if s.proc.poll() is not None:
-                    raise PSError(f"shard {s.index} exited with {s.proc.returncode} before serving:\n{s.log()[-2000:]}")
+                    raise PSError(
+                        f"shard {s.index} exited with {s.proc.returncode} before serving:\n{s.log()[-2000:]}"
+                    )
                 if time.monotonic() > deadline:
-                    raise PSError(f"shard {s.index} not serving after {startup_timeout}s:\n{s.log()[-2000:]}")
+                    raise PSError(
+                        f"shard {s.index} not serving after {startup_timeout}s:\n{s.log()[-2000:]}"
+                    )
                 time.sleep(0.02)
             s.info = json.loads(s.ready_file.read_text())
             s.endpoint = s.info["endpoint"]

@@ -78,12 +78,23 @@ class Optimizer(ABC):
 
 
 def _nonneg(name: str, key: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise PSConfigError(f"{name}: {key} must be a finite number >= 0, got {value!r}")
 
 
-def _effective_grad(grad: np.ndarray, param: np.ndarray, maximize: bool, weight_decay: float,
-                    scratch: Scratch, slot: int) -> np.ndarray:
+def _effective_grad(
+    grad: np.ndarray,
+    param: np.ndarray,
+    maximize: bool,
+    weight_decay: float,
+    scratch: Scratch,
+    slot: int,
+) -> np.ndarray:
     """torch: ``g = -grad if maximize else grad; if wd: g = g + wd * param``."""
     if not maximize and not weight_decay:
         return grad
@@ -103,15 +114,25 @@ class SGD(Optimizer):
     """torch.optim.SGD: momentum, dampening, nesterov, weight_decay, maximize."""
 
     name = "sgd"
-    defaults = {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0,
-                "nesterov": False, "maximize": False}
+    defaults = {
+        "lr": 1e-3,
+        "momentum": 0.0,
+        "dampening": 0.0,
+        "weight_decay": 0.0,
+        "nesterov": False,
+        "maximize": False,
+    }
 
     def _validate(self) -> None:
         super()._validate()
         _nonneg(self.name, "momentum", self.hparams["momentum"])
         if not isinstance(self.hparams["dampening"], (int, float)):
-            raise PSConfigError(f"sgd: dampening must be a number, got {self.hparams['dampening']!r}")
-        if self.hparams["nesterov"] and (self.hparams["momentum"] <= 0 or self.hparams["dampening"] != 0):
+            raise PSConfigError(
+                f"sgd: dampening must be a number, got {self.hparams['dampening']!r}"
+            )
+        if self.hparams["nesterov"] and (
+            self.hparams["momentum"] <= 0 or self.hparams["dampening"] != 0
+        ):
             raise PSConfigError("sgd: Nesterov momentum requires a momentum and zero dampening")
 
     def update(self, param: np.ndarray, grad: np.ndarray, state: State, scratch: Scratch) -> None:
@@ -150,14 +171,22 @@ class Adam(Optimizer):
 
     name = "adam"
     decoupled = False
-    defaults = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0,
-                "amsgrad": False, "maximize": False}
+    defaults = {
+        "lr": 1e-3,
+        "betas": (0.9, 0.999),
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+        "amsgrad": False,
+        "maximize": False,
+    }
 
     def _validate(self) -> None:
         super()._validate()
         betas = self.hparams["betas"]
-        if not isinstance(betas, (list, tuple)) or len(betas) != 2 or not all(
-            isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas
+        if (
+            not isinstance(betas, (list, tuple))
+            or len(betas) != 2
+            or not all(isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas)
         ):
             raise PSConfigError(f"{self.name}: betas must be two numbers in [0, 1), got {betas!r}")
         self.hparams["betas"] = (float(betas[0]), float(betas[1]))
@@ -196,10 +225,10 @@ class Adam(Optimizer):
         np.multiply(g, 1.0 - beta2, out=tmp)
         tmp *= g
         v += tmp
-        bias_correction1 = 1 - beta1 ** step
-        bias_correction2 = 1 - beta2 ** step
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
         step_size = lr / bias_correction1
-        bias_correction2_sqrt = bias_correction2 ** 0.5
+        bias_correction2_sqrt = bias_correction2**0.5
         if h["amsgrad"]:
             mv = state["max_exp_avg_sq"]
             np.maximum(mv, v, out=mv)
@@ -226,8 +255,14 @@ class Adagrad(Optimizer):
     """torch.optim.Adagrad: lr_decay, weight_decay, initial_accumulator_value, eps."""
 
     name = "adagrad"
-    defaults = {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0,
-                "initial_accumulator_value": 0.0, "eps": 1e-10, "maximize": False}
+    defaults = {
+        "lr": 1e-2,
+        "lr_decay": 0.0,
+        "weight_decay": 0.0,
+        "initial_accumulator_value": 0.0,
+        "eps": 1e-10,
+        "maximize": False,
+    }
 
     def _validate(self) -> None:
         super()._validate()
@@ -269,12 +304,16 @@ def make_optimizer(config: str | Mapping[str, Any] | Optimizer | None) -> Optimi
     if isinstance(config, str):
         config = {"name": config}
     if not isinstance(config, Mapping):
-        raise PSConfigError(f"optimizer config must be a name or a dict, got {type(config).__name__}")
+        raise PSConfigError(
+            f"optimizer config must be a name or a dict, got {type(config).__name__}"
+        )
     cfg = dict(config)
     name = str(cfg.pop("name", "")).lower()
     cls = OPTIMIZERS.get(name)
     if cls is None:
-        raise PSConfigError(f"unknown optimizer {name!r}; use one of: " + ", ".join(sorted(OPTIMIZERS)))
+        raise PSConfigError(
+            f"unknown optimizer {name!r}; use one of: " + ", ".join(sorted(OPTIMIZERS))
+        )
     return cls(**cfg)
 
 

@@ -41,22 +41,35 @@ MAX_SHARDS_PER_HOST = 16
 MACS = ("aes-gmac", "poly1305", "hmac-sha256", "blake3")
 # keys the distribution layer owns (or adds) and this module ignores
 _PASSTHROUGH = ("enabled", "implementation", "kind")
-_KNOWN = ("policy", "consistency", "max_staleness", "num_shards", "workers_per_host",
-          "processes_per_host", "port", "heartbeat_timeout", "checkpoint_interval", "mac")
+_KNOWN = (
+    "policy",
+    "consistency",
+    "max_staleness",
+    "num_shards",
+    "workers_per_host",
+    "processes_per_host",
+    "port",
+    "heartbeat_timeout",
+    "checkpoint_interval",
+    "mac",
+)
 
 
 def check_policy(policy: str) -> str:
     """Validate a policy name (``auto`` or one of POLICIES)."""
     if policy != AUTO and policy not in POLICIES:
-        raise PSConfigError(f"unknown placement policy {policy!r}; use one of: auto, " + ", ".join(POLICIES))
+        raise PSConfigError(
+            f"unknown placement policy {policy!r}; use one of: auto, " + ", ".join(POLICIES)
+        )
     return policy
 
 
 def _int(options: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
     value = options.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise PSConfigError(f"parameter_server option {key!r} must be an integer in [{low}, {high}], "
-                            f"got {value!r}")
+        raise PSConfigError(
+            f"parameter_server option {key!r} must be an integer in [{low}, {high}], got {value!r}"
+        )
     return value
 
 
@@ -65,8 +78,9 @@ def _seconds(options: Mapping[str, Any], key: str, default: float, allow_zero: b
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise PSConfigError(f"parameter_server option {key!r} must be a number of seconds {bound}, "
-                            f"got {value!r}")
+        raise PSConfigError(
+            f"parameter_server option {key!r} must be a number of seconds {bound}, got {value!r}"
+        )
     return float(value)
 
 
@@ -88,27 +102,44 @@ class PSOptions:
         """Validate ``options``; PSConfigError saying what to change."""
         unknown = sorted(k for k in options if k not in _KNOWN and k not in _PASSTHROUGH)
         if unknown:
-            raise PSConfigError(f"unknown parameter_server option(s) {unknown}; known: {', '.join(_KNOWN)}")
+            raise PSConfigError(
+                f"unknown parameter_server option(s) {unknown}; known: {', '.join(_KNOWN)}"
+            )
         policy = options.get("policy", AUTO)
         if not isinstance(policy, str):
-            raise PSConfigError(f"parameter_server option 'policy' must be a string, got {policy!r}")
+            raise PSConfigError(
+                f"parameter_server option 'policy' must be a string, got {policy!r}"
+            )
         check_policy(policy)
         mode = options.get("consistency", "async")
         if not isinstance(mode, str):
-            raise PSConfigError(f"parameter_server option 'consistency' must be a string, got {mode!r}")
+            raise PSConfigError(
+                f"parameter_server option 'consistency' must be a string, got {mode!r}"
+            )
         consistency = Consistency.parse(mode, options.get("max_staleness"))
         wph = _int(options, "workers_per_host", options.get("processes_per_host", 1), 1, 256)
         if "processes_per_host" in options and options["processes_per_host"] != wph:
-            raise PSConfigError("processes_per_host and workers_per_host disagree; give only workers_per_host")
-        num_shards = _int(options, "num_shards", instance_count, 1, MAX_SHARDS_PER_HOST * instance_count)
+            raise PSConfigError(
+                "processes_per_host and workers_per_host disagree; give only workers_per_host"
+            )
+        num_shards = _int(
+            options, "num_shards", instance_count, 1, MAX_SHARDS_PER_HOST * instance_count
+        )
         shards_here = -(-num_shards // instance_count)
         port = _int(options, "port", DEFAULT_PORT, 1024, 65535 - shards_here)
         mac = options.get("mac")
         if mac is not None and mac not in MACS:
             raise PSConfigError(f"parameter_server option 'mac' must be one of {MACS}, got {mac!r}")
-        return cls(policy=policy, consistency=consistency, num_shards=num_shards, workers_per_host=wph,
-                   port=port, heartbeat_timeout=_seconds(options, "heartbeat_timeout", 10.0, False),
-                   checkpoint_interval=_seconds(options, "checkpoint_interval", 60.0, True), mac=mac)
+        return cls(
+            policy=policy,
+            consistency=consistency,
+            num_shards=num_shards,
+            workers_per_host=wph,
+            port=port,
+            heartbeat_timeout=_seconds(options, "heartbeat_timeout", 10.0, False),
+            checkpoint_interval=_seconds(options, "checkpoint_interval", 60.0, True),
+            mac=mac,
+        )
 
     def shards_on(self, host_index: int, instance_count: int) -> list[int]:
         """Indexes of the shards that run on instance ``host_index`` (0-based)."""

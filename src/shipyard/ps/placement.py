@@ -29,14 +29,16 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
 from .errors import PSConfigError
 from .options import AUTO, GREEDY_BYTES, POLICIES, ROUND_ROBIN, SLICED, check_policy
 
-DEFAULT_CHUNK_BYTES = 2 << 20  # 2 MiB: small enough to balance and pipeline, big enough to amortize a message
+DEFAULT_CHUNK_BYTES = (
+    2 << 20
+)  # 2 MiB: small enough to balance and pipeline, big enough to amortize a message
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,13 @@ class Placement:
                 "bytes": k.spec.nbytes,
                 "shard": k.shards,
                 "chunks": [
-                    {"id": c.key_id, "shard": c.shard, "offset": c.offset, "length": c.length,
-                     "bytes": c.nbytes}
+                    {
+                        "id": c.key_id,
+                        "shard": c.shard,
+                        "offset": c.offset,
+                        "length": c.length,
+                        "bytes": c.nbytes,
+                    }
                     for c in k.chunks
                 ],
             }
@@ -177,7 +184,7 @@ def imbalance(shard_bytes: Sequence[int]) -> float:
     return max(shard_bytes) / (total / len(shard_bytes))
 
 
-SpecsLike = Union[Sequence[TensorSpec], Mapping[str, Any]]
+SpecsLike = Sequence[TensorSpec] | Mapping[str, Any]
 
 
 def as_specs(params: SpecsLike | Iterable[tuple[str, Any]]) -> list[TensorSpec]:
@@ -199,8 +206,9 @@ def _check(num_shards: int) -> None:
         raise PSConfigError(f"num_shards must be a positive integer, got {num_shards!r}")
 
 
-def _whole(specs: Sequence[TensorSpec], shard_of: Sequence[int], policy: str, n: int,
-           chunk_bytes: int) -> Placement:
+def _whole(
+    specs: Sequence[TensorSpec], shard_of: Sequence[int], policy: str, n: int, chunk_bytes: int
+) -> Placement:
     keys = []
     loads = [0] * n
     for i, (spec, shard) in enumerate(zip(specs, shard_of)):
@@ -221,28 +229,36 @@ def _greedy(sizes: Sequence[int], n: int) -> list[int]:
     return out
 
 
-def round_robin(specs: Sequence[TensorSpec], num_shards: int,
-                chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Placement:
+def round_robin(
+    specs: Sequence[TensorSpec], num_shards: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Placement:
     """Tensor i (creation order) -> shard i % num_shards."""
     _check(num_shards)
-    return _whole(specs, [i % num_shards for i in range(len(specs))], ROUND_ROBIN, num_shards, chunk_bytes)
+    return _whole(
+        specs, [i % num_shards for i in range(len(specs))], ROUND_ROBIN, num_shards, chunk_bytes
+    )
 
 
-def greedy_bytes(specs: Sequence[TensorSpec], num_shards: int,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Placement:
+def greedy_bytes(
+    specs: Sequence[TensorSpec], num_shards: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Placement:
     """Largest tensor first onto the least-loaded shard."""
     _check(num_shards)
-    return _whole(specs, _greedy([s.nbytes for s in specs], num_shards), GREEDY_BYTES,
-                  num_shards, chunk_bytes)
+    return _whole(
+        specs, _greedy([s.nbytes for s in specs], num_shards), GREEDY_BYTES, num_shards, chunk_bytes
+    )
 
 
-def sliced(specs: Sequence[TensorSpec], num_shards: int,
-           chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Placement:
+def sliced(
+    specs: Sequence[TensorSpec], num_shards: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Placement:
     """Split tensors above ``chunk_bytes`` into fixed-size chunks; place all pieces greedily."""
     _check(num_shards)
     if chunk_bytes < 1:
         raise PSConfigError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
-    pieces: list[tuple[int, int, int, int, bool]] = []  # (tensor idx, offset, length, nbytes, whole)
+    pieces: list[
+        tuple[int, int, int, int, bool]
+    ] = []  # (tensor idx, offset, length, nbytes, whole)
     for t, spec in enumerate(specs):
         if spec.nbytes <= chunk_bytes:
             pieces.append((t, 0, spec.size, spec.nbytes, True))
@@ -265,15 +281,21 @@ def sliced(specs: Sequence[TensorSpec], num_shards: int,
 _POLICY_FUNCS = {ROUND_ROBIN: round_robin, GREEDY_BYTES: greedy_bytes, SLICED: sliced}
 
 
-def place(params: SpecsLike | Iterable[tuple[str, Any]], num_shards: int,
-          policy: str = AUTO, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> PlacementReport:
+def place(
+    params: SpecsLike | Iterable[tuple[str, Any]],
+    num_shards: int,
+    policy: str = AUTO,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> PlacementReport:
     """Compute all three policies and choose ``policy`` (``auto``: lowest imbalance,
     ties resolved in the order round_robin, greedy_bytes, sliced: fewer messages first)."""
     check_policy(policy)
     specs = as_specs(params)
     candidates = {name: fn(specs, num_shards, chunk_bytes) for name, fn in _POLICY_FUNCS.items()}
     if policy == AUTO:
-        chosen = min(candidates.values(), key=lambda p: (round(p.imbalance, 9), POLICIES.index(p.policy)))
+        chosen = min(
+            candidates.values(), key=lambda p: (round(p.imbalance, 9), POLICIES.index(p.policy))
+        )
     else:
         chosen = candidates[policy]
     return PlacementReport(policy, chosen, candidates)
@@ -283,5 +305,5 @@ def reassemble(spec: TensorSpec, parts: Mapping[int, np.ndarray], kp: KeyPlaceme
     """Rebuild a tensor from its chunks (chunk index -> flat array). Used by tests and tools."""
     out = np.empty(spec.size, dtype=spec.dtype)
     for c in kp.chunks:
-        out[c.offset:c.offset + c.length] = np.asarray(parts[c.index]).reshape(-1)
+        out[c.offset : c.offset + c.length] = np.asarray(parts[c.index]).reshape(-1)
     return out.reshape(spec.shape)

@@ -45,9 +45,16 @@ SHARD_MALLOC_KEEP = 1 << 30  # a shard's memory is its parameters; keep message 
 class PSServer:
     """Serve one shard on ``bind`` until ``stop()`` / SIGTERM / a SHUTDOWN message."""
 
-    def __init__(self, config: ServerConfig, bind: str, secret: str | bytes | None = None,
-                 sndbuf: int = 4 << 20, rcvbuf: int = 4 << 20, exit_with_parent: bool = False,
-                 stats_file: str | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        bind: str,
+        secret: str | bytes | None = None,
+        sndbuf: int = 4 << 20,
+        rcvbuf: int = 4 << 20,
+        exit_with_parent: bool = False,
+        stats_file: str | None = None,
+    ) -> None:
         import zmq
 
         self._zmq = zmq
@@ -58,7 +65,9 @@ class PSServer:
         tune_malloc(SHARD_MALLOC_KEEP)
         self.core = ServerCore(config, wire.secret_from_env(secret))
         self._ctx = zmq.Context()
-        self._sock = s = tuned_socket(self._ctx, zmq.ROUTER, linger=2000, sndbuf=sndbuf, rcvbuf=rcvbuf)
+        self._sock = s = tuned_socket(
+            self._ctx, zmq.ROUTER, linger=2000, sndbuf=sndbuf, rcvbuf=rcvbuf
+        )
         # a frame far above the limit disconnects its peer (ZeroMQ itself); one just
         # above it is read, authenticated and answered with an "oversized" error
         s.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_payload + (1 << 20))
@@ -111,7 +120,11 @@ class PSServer:
                 if now >= next_tick:
                     next_tick = now + TICK_S
                     if self._parent is not None and os.getppid() != self._parent:
-                        log.warning("shard %d: launcher (pid %d) is gone; stopping", self.config.index, self._parent)
+                        log.warning(
+                            "shard %d: launcher (pid %d) is gone; stopping",
+                            self.config.index,
+                            self._parent,
+                        )
                         break
                     self._send(core.tick(now))
                     if core.checkpoint_due(now):
@@ -149,73 +162,130 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m shipyard.ps.server",
         description="Run one shipyard parameter-server shard (secret from $SHIPYARD_PS_SECRET).",
     )
-    p.add_argument("--bind", required=True, help="ZeroMQ endpoint, e.g. tcp://0.0.0.0:5555 (port 0: any)")
+    p.add_argument(
+        "--bind", required=True, help="ZeroMQ endpoint, e.g. tcp://0.0.0.0:5555 (port 0: any)"
+    )
     p.add_argument("--shard-index", type=int, required=True)
     p.add_argument("--num-shards", type=int, required=True)
     p.add_argument("--checkpoint-dir", default=None, help="resume from / write checkpoints here")
-    p.add_argument("--checkpoint-interval", type=float, default=60.0, help="seconds; 0 disables periodic")
+    p.add_argument(
+        "--checkpoint-interval", type=float, default=60.0, help="seconds; 0 disables periodic"
+    )
     p.add_argument("--consistency", default="async", help="async | bounded | sync")
-    p.add_argument("--max-staleness", type=int, default=None, help="bounded staleness s (implies bounded)")
-    p.add_argument("--num-workers", type=int, default=None,
-                   help="sync: no round completes before this many workers have joined")
-    p.add_argument("--heartbeat-timeout", type=float, default=10.0,
-                   help="seconds of silence after which a worker is considered dead")
+    p.add_argument(
+        "--max-staleness", type=int, default=None, help="bounded staleness s (implies bounded)"
+    )
+    p.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="sync: no round completes before this many workers have joined",
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=10.0,
+        help="seconds of silence after which a worker is considered dead",
+    )
     p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_PAYLOAD)
-    p.add_argument("--ready-file", default=None, help="write {endpoint, pid, shard} here once serving")
-    p.add_argument("--stats-file", default=None,
-                   help="write this shard's stats JSON here at every checkpoint and at exit")
-    p.add_argument("--exit-with-parent", action="store_true",
-                   help="stop (after a final checkpoint) when the launching process exits")
-    p.add_argument("--exit-when-done", action="store_true",
-                   help="stop once every one of --num-workers ranks has ended (DONE or lost)")
-    p.add_argument("--join-timeout", type=float, default=600.0,
-                   help="with --exit-when-done: a rank not heard from this long after start is lost")
-    p.add_argument("--failure-file", default=None,
-                   help="why this shard failed, for the agent: written at start (a kill leaves it), "
-                        "replaced by the reason on a failing exit, removed on success")
+    p.add_argument(
+        "--ready-file", default=None, help="write {endpoint, pid, shard} here once serving"
+    )
+    p.add_argument(
+        "--stats-file",
+        default=None,
+        help="write this shard's stats JSON here at every checkpoint and at exit",
+    )
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop (after a final checkpoint) when the launching process exits",
+    )
+    p.add_argument(
+        "--exit-when-done",
+        action="store_true",
+        help="stop once every one of --num-workers ranks has ended (DONE or lost)",
+    )
+    p.add_argument(
+        "--join-timeout",
+        type=float,
+        default=600.0,
+        help="with --exit-when-done: a rank not heard from this long after start is lost",
+    )
+    p.add_argument(
+        "--failure-file",
+        default=None,
+        help="why this shard failed, for the agent: written at start (a kill leaves it), "
+        "replaced by the reason on a failing exit, removed on success",
+    )
     p.add_argument("--log-level", default=os.environ.get("SHIPYARD_PS_LOG_LEVEL", "INFO"))
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     try:
         config = ServerConfig(
-            index=args.shard_index, num_shards=args.num_shards,
+            index=args.shard_index,
+            num_shards=args.num_shards,
             consistency=Consistency.parse(args.consistency, args.max_staleness),
-            heartbeat_timeout=args.heartbeat_timeout, expected_workers=args.num_workers,
-            checkpoint_dir=args.checkpoint_dir, checkpoint_interval=args.checkpoint_interval,
-            max_payload=args.max_message_bytes, exit_when_done=args.exit_when_done,
+            heartbeat_timeout=args.heartbeat_timeout,
+            expected_workers=args.num_workers,
+            checkpoint_dir=args.checkpoint_dir,
+            checkpoint_interval=args.checkpoint_interval,
+            max_payload=args.max_message_bytes,
+            exit_when_done=args.exit_when_done,
             join_timeout=args.join_timeout,
         )
-        server = PSServer(config, args.bind, exit_with_parent=args.exit_with_parent,
-                          stats_file=args.stats_file)
+        server = PSServer(
+            config, args.bind, exit_with_parent=args.exit_with_parent, stats_file=args.stats_file
+        )
     except PSError as exc:
         return _fail(args.failure_file, f"shipyard.ps.server: error: {exc}")
-    except Exception as exc:  # e.g. the port is taken: say so in one line
-        return _fail(args.failure_file, f"shipyard.ps.server: error: cannot serve on {args.bind}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - e.g. the port is taken: say so in one line
+        return _fail(
+            args.failure_file, f"shipyard.ps.server: error: cannot serve on {args.bind}: {exc}"
+        )
     where = args.checkpoint_dir or "nowhere (no --checkpoint-dir)"
-    _write_text(args.failure_file, (
-        f"parameter-server shard {args.shard_index} of {args.num_shards} ({server.endpoint}) ended "
-        "unexpectedly (killed or crashed; its exit status is in the log); the workers cannot train "
-        f"without it. Its last checkpoint is in {where}: run the job again with the same checkpoint "
-        "location (checkpoint_local_path) to resume from it."))
+    _write_text(
+        args.failure_file,
+        (
+            f"parameter-server shard {args.shard_index} of {args.num_shards} ({server.endpoint}) ended "
+            "unexpectedly (killed or crashed; its exit status is in the log); the workers cannot train "
+            f"without it. Its last checkpoint is in {where}: run the job again with the same checkpoint "
+            "location (checkpoint_local_path) to resume from it."
+        ),
+    )
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
-    print(f"shipyard.ps.server: shard {args.shard_index}/{args.num_shards} listening on "
-          f"{server.endpoint} pid {os.getpid()}", flush=True)
+    print(
+        f"shipyard.ps.server: shard {args.shard_index}/{args.num_shards} listening on "
+        f"{server.endpoint} pid {os.getpid()}",
+        flush=True,
+    )
     if args.ready_file:
         tmp = f"{args.ready_file}.tmp"
         with open(tmp, "w") as f:
-            json.dump({"endpoint": server.endpoint, "pid": os.getpid(), "shard": args.shard_index,
-                       "resumed_from": server.core.resumed_from}, f)
+            json.dump(
+                {
+                    "endpoint": server.endpoint,
+                    "pid": os.getpid(),
+                    "shard": args.shard_index,
+                    "resumed_from": server.core.resumed_from,
+                },
+                f,
+            )
         os.replace(tmp, args.ready_file)
     server.serve()
     failure = server.core.failure_text()
     if failure:
-        return _fail(args.failure_file, f"shipyard.ps.server: shard {args.shard_index}: {failure}", code=1)
+        return _fail(
+            args.failure_file, f"shipyard.ps.server: shard {args.shard_index}: {failure}", code=1
+        )
     if args.failure_file and os.path.exists(args.failure_file):
         os.remove(args.failure_file)
     print(f"shipyard.ps.server: shard {args.shard_index} stopped", flush=True)

@@ -69,11 +69,22 @@ class Slot:
 
     @property
     def label(self) -> str:
-        return self.name if self.chunk == 0 and self.offset == 0 else f"{self.name}[chunk {self.chunk}]"
+        return (
+            self.name
+            if self.chunk == 0 and self.offset == 0
+            else f"{self.name}[chunk {self.chunk}]"
+        )
 
     def spec_json(self) -> dict[str, Any]:
-        return {"id": self.key_id, "name": self.name, "chunk": self.chunk, "offset": self.offset,
-                "shape": list(self.shape), "dtype": self.dtype.name, "group": self.group}
+        return {
+            "id": self.key_id,
+            "name": self.name,
+            "chunk": self.chunk,
+            "offset": self.offset,
+            "shape": list(self.shape),
+            "dtype": self.dtype.name,
+            "group": self.group,
+        }
 
 
 def _all_done(trackers: Sequence[Any]) -> bool:
@@ -94,8 +105,9 @@ class Shard:
         self._scratch: list[np.ndarray] = []
 
     # registration -------------------------------------------------------------
-    def register(self, keys: Sequence[dict[str, Any]], optimizer: Any = None,
-                 group: str = DEFAULT_GROUP) -> dict[str, Any]:
+    def register(
+        self, keys: Sequence[dict[str, Any]], optimizer: Any = None, group: str = DEFAULT_GROUP
+    ) -> dict[str, Any]:
         """Declare keys (idempotent). Conflicts raise RegistrationConflict, nothing changes."""
         opt = make_optimizer(optimizer) if optimizer is not None else None
         existing = self.optimizers.get(group)
@@ -115,8 +127,15 @@ class Shard:
                 dtype = np.dtype(entry["dtype"])
                 wire.dtype_code(dtype)
             except (KeyError, TypeError, ValueError) as exc:
-                raise RemoteError(f"bad key entry {entry!r}: {exc}", code=ErrorCode.BAD_REQUEST) from None
-            if kid < 0 or kid > wire.U32_MAX or len(shape) > wire.MAX_NDIM or any(d < 0 for d in shape):
+                raise RemoteError(
+                    f"bad key entry {entry!r}: {exc}", code=ErrorCode.BAD_REQUEST
+                ) from None
+            if (
+                kid < 0
+                or kid > wire.U32_MAX
+                or len(shape) > wire.MAX_NDIM
+                or any(d < 0 for d in shape)
+            ):
                 raise RemoteError(f"bad key entry {entry!r}", code=ErrorCode.BAD_REQUEST)
             slot = self.slots.get(kid)
             if slot is not None:
@@ -161,7 +180,9 @@ class Shard:
             err.code = ErrorCode.DTYPE_MISMATCH
             raise err
         if tuple(shape) != slot.shape:
-            raise ShapeMismatchError(f"{slot.label}: shape {tuple(shape)} differs from registered {slot.shape}")
+            raise ShapeMismatchError(
+                f"{slot.label}: shape {tuple(shape)} differs from registered {slot.shape}"
+            )
 
     # values -------------------------------------------------------------------
     def init(self, slot: Slot, value: np.ndarray) -> bool:
@@ -234,14 +255,20 @@ class Shard:
         slot.contributors.clear()
         return n
 
-    def payload(self, slot: Slot, alg: int = wire.MAC_HMAC_SHA256) -> tuple[np.ndarray, bytes | None]:
+    def payload(
+        self, slot: Slot, alg: int = wire.MAC_HMAC_SHA256
+    ) -> tuple[np.ndarray, bytes | None]:
         """The current value and its payload digest (cached per version: several
         workers pulling the same version cost one hash)."""
         assert slot.value is not None
         if alg in wire.ONE_TIME_KEY_MACS:  # keyed per message: nothing to cache
             return slot.value, None
         if slot.digest is None or slot.digest[:2] != (slot.version, alg):
-            slot.digest = (slot.version, alg, wire.payload_digest(slot.value, parallel=False, alg=alg))
+            slot.digest = (
+                slot.version,
+                alg,
+                wire.payload_digest(slot.value, parallel=False, alg=alg),
+            )
         return slot.value, slot.digest[2]
 
     def set_lr(self, lr: float, group: str | None = None) -> list[str]:
@@ -249,8 +276,10 @@ class Shard:
         names = [group] if group is not None else list(self.optimizers)
         missing = [g for g in names if g not in self.optimizers]
         if missing:
-            raise RemoteError(f"no optimizer group {missing[0]!r} on shard {self.index}",
-                              code=ErrorCode.BAD_REQUEST)
+            raise RemoteError(
+                f"no optimizer group {missing[0]!r} on shard {self.index}",
+                code=ErrorCode.BAD_REQUEST,
+            )
         for g in names:
             self.optimizers[g].lr = lr
         self.dirty = True
@@ -263,8 +292,12 @@ class Shard:
 
     @property
     def optimizer_bytes(self) -> int:
-        return sum(v.nbytes for s in self.slots.values() for v in s.state.values()
-                   if isinstance(v, np.ndarray))
+        return sum(
+            v.nbytes
+            for s in self.slots.values()
+            for v in s.state.values()
+            if isinstance(v, np.ndarray)
+        )
 
     @property
     def global_step(self) -> int:

@@ -111,12 +111,18 @@ class ShardStats:
         self.staleness[min(max(value, 0), STALENESS_CAP)] += 1
 
     def staleness_json(self) -> dict[str, int]:
-        return {(f"{k}+" if k == STALENESS_CAP else str(k)): v for k, v in sorted(self.staleness.items())}
+        return {
+            (f"{k}+" if k == STALENESS_CAP else str(k)): v
+            for k, v in sorted(self.staleness.items())
+        }
 
 
-def build_report(placement: Mapping[str, Any] | None, shard_stats: Sequence[Mapping[str, Any]],
-                 endpoints: Sequence[str] | None = None,
-                 consistency: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_report(
+    placement: Mapping[str, Any] | None,
+    shard_stats: Sequence[Mapping[str, Any]],
+    endpoints: Sequence[str] | None = None,
+    consistency: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Merge a placement report (``PlacementReport.to_json()``) and shard STATS replies."""
     placement = dict(placement or {})
     shards_out = []
@@ -130,9 +136,24 @@ def build_report(placement: Mapping[str, Any] | None, shard_stats: Sequence[Mapp
     staleness: Counter = Counter()
     rejected: Counter = Counter()
     for j, s in enumerate(shard_stats):
-        entry = {k: s.get(k) for k in ("shard", "keys", "bytes", "optimizer_bytes", "pushes", "pulls",
-                                       "updates", "global_step", "bytes_in", "bytes_out",
-                                       "rejected", "live_workers", "uptime_s")}
+        entry = {
+            k: s.get(k)
+            for k in (
+                "shard",
+                "keys",
+                "bytes",
+                "optimizer_bytes",
+                "pushes",
+                "pulls",
+                "updates",
+                "global_step",
+                "bytes_in",
+                "bytes_out",
+                "rejected",
+                "live_workers",
+                "uptime_s",
+            )
+        }
         if endpoints is not None and j < len(endpoints):
             entry["endpoint"] = endpoints[j]
         shards_out.append(entry)
@@ -159,21 +180,28 @@ def build_report(placement: Mapping[str, Any] | None, shard_stats: Sequence[Mapp
         "shard_bytes": placement.get("shard_bytes", {}),
         "placement": placement.get("placement", []),
         "shards": shards_out,
-        "traffic": {"workers": wl, "shards": list(range(nshards)),
-                    "bytes_to_shard": to_shard, "bytes_from_shard": from_shard},
+        "traffic": {
+            "workers": wl,
+            "shards": list(range(nshards)),
+            "bytes_to_shard": to_shard,
+            "bytes_from_shard": from_shard,
+        },
         "staleness_histogram": {k: staleness[k] for k in sorted(staleness, key=_order)},
         "rejected": dict(sorted(rejected.items())),
     }
 
 
-NEVER_USED = ("parameter_server was enabled but no worker pushed a gradient to the parameter "
-              "servers: every process trained its own copy of the model. Wrap the optimizer "
-              "(shipyard.ps.torch.DistributedOptimizer, shipyard.ps.keras.DistributedOptimizer) "
-              "or use shipyard.ps.PSClient.")
+NEVER_USED = (
+    "parameter_server was enabled but no worker pushed a gradient to the parameter "
+    "servers: every process trained its own copy of the model. Wrap the optimizer "
+    "(shipyard.ps.torch.DistributedOptimizer, shipyard.ps.keras.DistributedOptimizer) "
+    "or use shipyard.ps.PSClient."
+)
 
 
-def final_report(answers: Sequence[Mapping[str, Any] | None],
-                 endpoints: Sequence[str] | None = None) -> dict[str, Any]:
+def final_report(
+    answers: Sequence[Mapping[str, Any] | None], endpoints: Sequence[str] | None = None
+) -> dict[str, Any]:
     """The job's report from the shards' answers to DONE (``PSClient.finish``): their
     last counters, the placement rank 0 registered, and how each worker ended."""
     present = [a for a in answers if a]

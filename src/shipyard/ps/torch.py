@@ -97,10 +97,17 @@ class DistributedOptimizer:
     built from the ``SHIPYARD_PS_*`` environment, with ``client_kwargs``).
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer,
-                 named_parameters: Iterable[tuple[str, torch.nn.Parameter]] | None = None, *,
-                 client: PSClient | None = None, policy: str | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, overlap: bool = True, **client_kwargs: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        named_parameters: Iterable[tuple[str, torch.nn.Parameter]] | None = None,
+        *,
+        client: PSClient | None = None,
+        policy: str | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        overlap: bool = True,
+        **client_kwargs: Any,
+    ) -> None:
         self.optimizer = optimizer
         names_by_id: dict[int, str] = {}
         if named_parameters is not None:
@@ -118,15 +125,22 @@ class DistributedOptimizer:
                     continue
                 seen.add(id(p))
                 if named_parameters is not None and id(p) not in names_by_id:
-                    raise PSConfigError("a parameter of the optimizer is missing from named_parameters")
+                    raise PSConfigError(
+                        "a parameter of the optimizer is missing from named_parameters"
+                    )
                 name = names_by_id.get(id(p), f"{gname}.param{j}")
                 self._params.append((name, p))
                 groups[name] = gname
         self._lrs = [_plain(g["lr"]) for g in optimizer.param_groups]
         self.client = client if client is not None else PSClient(**client_kwargs)
         self._owns_client = client is None
-        values = self.client.register({n: self._host(p) for n, p in self._params}, policy=policy,
-                                      chunk_bytes=chunk_bytes, optimizers=configs, groups=groups)
+        values = self.client.register(
+            {n: self._host(p) for n, p in self._params},
+            policy=policy,
+            chunk_bytes=chunk_bytes,
+            optimizers=configs,
+            groups=groups,
+        )
         self._load(values)
         self._outs = {n: self._host(p) for n, p in self._params if self._writable_view(p)}
         self._by_id = {id(p): n for n, p in self._params}
@@ -154,9 +168,13 @@ class DistributedOptimizer:
         """Push the gradients not pushed yet, wait for the new parameters, load them."""
         loss = closure() if closure is not None else None
         self._sync_lr()
-        rest = {n: self._grad(p) for n, p in self._params if p.grad is not None and n not in self._sent}
+        rest = {
+            n: self._grad(p) for n, p in self._params if p.grad is not None and n not in self._sent
+        }
         if rest:
-            self.client.push_pull_begin(rest, outs={n: self._outs[n] for n in rest if n in self._outs})
+            self.client.push_pull_begin(
+                rest, outs={n: self._outs[n] for n in rest if n in self._outs}
+            )
         values = self.client.push_pull_end()
         self._load({n: v for n, v in values.items() if n not in self._outs})
         self._sent.clear()

@@ -57,7 +57,9 @@ def tune_malloc(keep_bytes: int) -> bool:
         return False
     try:
         libc = ctypes.CDLL(None)
-        ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, keep_bytes)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, keep_bytes))
+        ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, keep_bytes)) and bool(
+            libc.mallopt(_M_TRIM_THRESHOLD, keep_bytes)
+        )
     except (OSError, AttributeError):  # not glibc
         return False
     _malloc_tuned = ok
@@ -97,7 +99,7 @@ class Transport(ABC):
     def recv(self, shard: int) -> list[Buffer]:
         """The next message from ``shard`` (call after ``poll`` listed it)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook; most transports need it
         """Release sockets; pending sends are dropped."""
 
     def __enter__(self) -> Transport:
@@ -110,8 +112,13 @@ class Transport(ABC):
 class ZmqTransport(Transport):
     """DEALER sockets, one per shard endpoint (``tcp://host:port``)."""
 
-    def __init__(self, endpoints: Sequence[str], context: object | None = None,
-                 sndbuf: int = 4 << 20, rcvbuf: int = 4 << 20) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        context: object | None = None,
+        sndbuf: int = 4 << 20,
+        rcvbuf: int = 4 << 20,
+    ) -> None:
         import zmq  # imported here: only this transport needs pyzmq
 
         self._zmq = zmq
@@ -193,7 +200,9 @@ class LocalNetwork:
 
     def _send(self, peer: bytes, shard: int, frames: Sequence[Buffer]) -> None:
         with self._lock:
-            wire_frames = [bytes(memoryview(f).cast("B")) for f in frames]  # what a socket would carry
+            wire_frames = [
+                bytes(memoryview(f).cast("B")) for f in frames
+            ]  # what a socket would carry
             self._route(shard, self.cores[shard].handle(peer, wire_frames, self.now))
             self._lock.notify_all()
 

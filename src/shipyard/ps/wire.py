@@ -62,7 +62,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +77,7 @@ from .errors import (
     WireError,
 )
 
-Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
+Buffer = bytes | bytearray | memoryview | np.ndarray
 
 MAGIC = b"SYPS"
 PROTOCOL_VERSION = 1
@@ -86,9 +86,15 @@ MAC_SIZE = 32
 MAC_HMAC_SHA256 = 1
 MAC_BLAKE3 = 2  # optional: keyed BLAKE3, ~2.6x faster than SHA-256 here; needs `pip install blake3`
 MAC_POLY1305 = 3  # optional: HMAC-derived one-time Poly1305 key, ~6x faster; needs `cryptography`
-MAC_GMAC = 4  # optional: HMAC-derived one-time AES-256-GMAC key, ~1.7x Poly1305 here; needs `cryptography`
-MAC_ALGORITHMS = {"hmac-sha256": MAC_HMAC_SHA256, "blake3": MAC_BLAKE3, "poly1305": MAC_POLY1305,
-                  "aes-gmac": MAC_GMAC}
+MAC_GMAC = (
+    4  # optional: HMAC-derived one-time AES-256-GMAC key, ~1.7x Poly1305 here; needs `cryptography`
+)
+MAC_ALGORITHMS = {
+    "hmac-sha256": MAC_HMAC_SHA256,
+    "blake3": MAC_BLAKE3,
+    "poly1305": MAC_POLY1305,
+    "aes-gmac": MAC_GMAC,
+}
 #: MACs keyed once per message from a nonce sent in the MAC frame (nonce || tag)
 ONE_TIME_KEY_MACS = frozenset({MAC_POLY1305, MAC_GMAC})
 NONCE_SIZE = 16
@@ -199,13 +205,27 @@ class Header:
     def pack(self) -> bytes:
         """Serialize; ValueError for fields out of range (a client bug, not wire input)."""
         if len(self.shape) > MAX_NDIM:
-            raise PSConfigError(f"tensors have at most {MAX_NDIM} dimensions, got {len(self.shape)}")
+            raise PSConfigError(
+                f"tensors have at most {MAX_NDIM} dimensions, got {len(self.shape)}"
+            )
         dims = tuple(int(d) for d in self.shape) + (0,) * (MAX_NDIM - len(self.shape))
         try:
             return HEADER.pack(
-                MAGIC, PROTOCOL_VERSION, int(self.msg_type), self.dtype, len(self.shape),
-                self.flags, self.mac_alg, 0, self.key, self.worker,
-                self.request_id & U32_MAX, self.shard, self.step, self.nbytes, *dims,
+                MAGIC,
+                PROTOCOL_VERSION,
+                int(self.msg_type),
+                self.dtype,
+                len(self.shape),
+                self.flags,
+                self.mac_alg,
+                0,
+                self.key,
+                self.worker,
+                self.request_id & U32_MAX,
+                self.shard,
+                self.step,
+                self.nbytes,
+                *dims,
             )
         except struct.error as exc:
             raise PSConfigError(f"header field out of range: {exc}") from None
@@ -214,22 +234,51 @@ class Header:
     def unpack(cls, buf: Buffer) -> Header:
         """Parse a header frame; MalformedFrameError on size/magic/version/ndim problems."""
         if len(memoryview(buf).cast("B")) != HEADER_SIZE:
-            raise MalformedFrameError(f"header frame is {len(memoryview(buf).cast('B'))} bytes, expected {HEADER_SIZE}")
-        (magic, version, mtype, dtype, ndim, flags, mac_alg, _res, key, worker, rid, shard,
-         step, nbytes, *dims) = HEADER.unpack(buf)
+            raise MalformedFrameError(
+                f"header frame is {len(memoryview(buf).cast('B'))} bytes, expected {HEADER_SIZE}"
+            )
+        (
+            magic,
+            version,
+            mtype,
+            dtype,
+            ndim,
+            flags,
+            mac_alg,
+            _res,
+            key,
+            worker,
+            rid,
+            shard,
+            step,
+            nbytes,
+            *dims,
+        ) = HEADER.unpack(buf)
         if magic != MAGIC:
             err = MalformedFrameError(f"bad magic {magic!r}")
             err.code = ErrorCode.BAD_MAGIC
             raise err
         if version != PROTOCOL_VERSION:
-            err = MalformedFrameError(f"protocol version {version}, this build speaks {PROTOCOL_VERSION}")
+            err = MalformedFrameError(
+                f"protocol version {version}, this build speaks {PROTOCOL_VERSION}"
+            )
             err.code = ErrorCode.BAD_VERSION
             raise err
         if ndim > MAX_NDIM:
             raise MalformedFrameError(f"ndim {ndim} > {MAX_NDIM}")
-        return cls(msg_type=mtype, key=key, worker=worker, request_id=rid, shard=shard,
-                   step=step, dtype=dtype, shape=tuple(dims[:ndim]), nbytes=nbytes,
-                   flags=flags, mac_alg=mac_alg)
+        return cls(
+            msg_type=mtype,
+            key=key,
+            worker=worker,
+            request_id=rid,
+            shard=shard,
+            step=step,
+            dtype=dtype,
+            shape=tuple(dims[:ndim]),
+            nbytes=nbytes,
+            flags=flags,
+            mac_alg=mac_alg,
+        )
 
 
 @dataclass
@@ -308,8 +357,9 @@ PARALLEL_MIN = 8 * SEGMENT  # below this, one thread hashes faster than a pool h
 def _pool() -> ThreadPoolExecutor:
     global _POOL
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)),
-                                   thread_name_prefix="ps-hash")
+        _POOL = ThreadPoolExecutor(
+            max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="ps-hash"
+        )
     return _POOL
 
 
@@ -363,13 +413,18 @@ def _gcm() -> _Gcm | None:
     return _Gcm(one_shot=AESGCM, streaming=streaming)
 
 
-_OPTIONAL = {MAC_BLAKE3: (_blake3, "blake3"), MAC_POLY1305: (_poly1305, "cryptography"),
-             MAC_GMAC: (_gcm, "cryptography")}
+_OPTIONAL = {
+    MAC_BLAKE3: (_blake3, "blake3"),
+    MAC_POLY1305: (_poly1305, "cryptography"),
+    MAC_GMAC: (_gcm, "cryptography"),
+}
 
 
 def available_macs() -> list[str]:
     """MAC algorithm names usable in this process."""
-    return [n for n, a in MAC_ALGORITHMS.items() if a not in _OPTIONAL or _OPTIONAL[a][0]() is not None]
+    return [
+        n for n, a in MAC_ALGORITHMS.items() if a not in _OPTIONAL or _OPTIONAL[a][0]() is not None
+    ]
 
 
 def default_mac() -> str:
@@ -385,14 +440,18 @@ def resolve_mac(alg: str | int | None = None) -> int:
         alg = os.environ.get(MAC_ENV) or default_mac()
     if isinstance(alg, str):
         if alg.lower() not in MAC_ALGORITHMS:
-            raise PSConfigError(f"unknown MAC algorithm {alg!r}; use one of: " + ", ".join(MAC_ALGORITHMS))
+            raise PSConfigError(
+                f"unknown MAC algorithm {alg!r}; use one of: " + ", ".join(MAC_ALGORITHMS)
+            )
         alg = MAC_ALGORITHMS[alg.lower()]
     if alg not in MAC_ALGORITHMS.values():
         raise PSConfigError(f"unknown MAC algorithm id {alg}")
     if alg in _OPTIONAL and _OPTIONAL[alg][0]() is None:
         name = next(n for n, a in MAC_ALGORITHMS.items() if a == alg)
-        raise PSConfigError(f"MAC {name!r} needs the optional package {_OPTIONAL[alg][1]!r} "
-                            f"(pip install {_OPTIONAL[alg][1]})")
+        raise PSConfigError(
+            f"MAC {name!r} needs the optional package {_OPTIONAL[alg][1]!r} "
+            f"(pip install {_OPTIONAL[alg][1]})"
+        )
     return int(alg)
 
 
@@ -408,7 +467,7 @@ def payload_digest(buf: Buffer, parallel: bool = True, alg: int = MAC_HMAC_SHA25
         return head + b3(view, max_threads=threads).digest()
     if n <= SEGMENT:
         return head + hashlib.sha256(view).digest()
-    segs = [view[i:i + SEGMENT] for i in range(0, n, SEGMENT)]
+    segs = [view[i : i + SEGMENT] for i in range(0, n, SEGMENT)]
     if parallel and n >= PARALLEL_MIN:
         return head + b"".join(_pool().map(_seg_digest, segs))
     return head + b"".join(hashlib.sha256(s).digest() for s in segs)
@@ -443,9 +502,15 @@ class Signer:
         self._poly = _poly1305()  # looked up once, not per message
         self._gcm = _gcm()
 
-    def mac(self, header: bytes, payload: Sequence[Buffer],
-            digests: Sequence[bytes | None] | None = None, parallel: bool = True,
-            alg: int | None = None, nonce: bytes | None = None) -> bytes:
+    def mac(
+        self,
+        header: bytes,
+        payload: Sequence[Buffer],
+        digests: Sequence[bytes | None] | None = None,
+        parallel: bool = True,
+        alg: int | None = None,
+        nonce: bytes | None = None,
+    ) -> bytes:
         """The 32-byte MAC frame; ``digests[i]``, when given, is a cached D(payload[i]).
 
         ``parallel=False`` when already running on the hash pool (no nested waits).
@@ -480,7 +545,9 @@ class Signer:
         """
         poly = self._poly or _poly1305()
         if poly is None:
-            raise AuthenticationError("message uses MAC poly1305, but 'cryptography' is not installed here")
+            raise AuthenticationError(
+                "message uses MAC poly1305, but 'cryptography' is not installed here"
+            )
         nonce = os.urandom(NONCE_SIZE) if nonce is None else bytes(nonce)
         # hmac.digest: the one-shot C path (a few microseconds less per message than hmac.new)
         p = poly(hmac.digest(self._poly_key, nonce + bytes(header), "sha256"))
@@ -498,11 +565,17 @@ class Signer:
         are streamed into GCM one after the other."""
         gcm = self._gcm or _gcm()
         if gcm is None:
-            raise AuthenticationError("message uses MAC aes-gmac, but 'cryptography' is not installed here")
+            raise AuthenticationError(
+                "message uses MAC aes-gmac, but 'cryptography' is not installed here"
+            )
         nonce = os.urandom(NONCE_SIZE) if nonce is None else bytes(nonce)
         views = [as_bytes_view(f) for f in payload]
         lengths = b"".join(_U64.pack(len(v)) for v in views)
-        key = hmac.digest(self._gmac_key, b"".join((nonce, bytes(header), _U32.pack(len(views)), lengths)), "sha256")
+        key = hmac.digest(
+            self._gmac_key,
+            b"".join((nonce, bytes(header), _U32.pack(len(views)), lengths)),
+            "sha256",
+        )
         if not views:
             return nonce + gcm.one_shot(key).encrypt(GCM_IV, b"", None)
         if len(views) == 1 and len(views[0]) <= GCM_ONE_SHOT_MAX:
@@ -514,8 +587,14 @@ class Signer:
         enc.finalize()
         return nonce + enc.tag
 
-    def verify(self, header: Buffer, payload: Sequence[Buffer], mac: Buffer, parallel: bool = True,
-               alg: int = MAC_HMAC_SHA256) -> bool:
+    def verify(
+        self,
+        header: Buffer,
+        payload: Sequence[Buffer],
+        mac: Buffer,
+        parallel: bool = True,
+        alg: int = MAC_HMAC_SHA256,
+    ) -> bool:
         """Constant-time check of a received MAC."""
         mac = bytes(mac)
         nonce = mac[:NONCE_SIZE] if alg in ONE_TIME_KEY_MACS else None
@@ -523,9 +602,14 @@ class Signer:
         return hmac.compare_digest(expected, mac)
 
 
-def encode(signer: Signer, header: Header, payload: Sequence[Buffer] = (),
-           digests: Sequence[bytes | None] | None = None, parallel: bool = True,
-           alg: int | None = None) -> list[Buffer]:
+def encode(
+    signer: Signer,
+    header: Header,
+    payload: Sequence[Buffer] = (),
+    digests: Sequence[bytes | None] | None = None,
+    parallel: bool = True,
+    alg: int | None = None,
+) -> list[Buffer]:
     """Frames for a message: [header, *payload, mac]. Payload buffers are not copied.
 
     ``alg``: MAC algorithm (default the signer's); a shard passes the request's.
@@ -546,8 +630,9 @@ def encode_json(signer: Signer, header: Header, obj: Any, alg: int | None = None
     return encode(signer, h, [data] if data else [], alg=alg)
 
 
-def decode(signer: Signer, frames: Sequence[Buffer], max_payload: int | None = None,
-           parallel: bool = True) -> Message:
+def decode(
+    signer: Signer, frames: Sequence[Buffer], max_payload: int | None = None, parallel: bool = True
+) -> Message:
     """Parse and authenticate ``[header, *payload, mac]`` (no identity frame).
 
     Raises a ``WireError`` subclass. ``err.authenticated`` says whether the MAC
@@ -570,8 +655,10 @@ def decode(signer: Signer, frames: Sequence[Buffer], max_payload: int | None = N
             raise AuthenticationError("MAC does not verify (wrong secret or altered message)")
         authenticated = True
         if max_payload is not None and total > max_payload:
-            raise OversizedFrameError(f"payload of {total} bytes exceeds this shard's limit of {max_payload}; "
-                                      "use placement policy 'sliced' (or a smaller chunk_bytes)")
+            raise OversizedFrameError(
+                f"payload of {total} bytes exceeds this shard's limit of {max_payload}; "
+                "use placement policy 'sliced' (or a smaller chunk_bytes)"
+            )
         if header.msg_type not in _VALID_TYPES:
             raise UnknownMessageTypeError(f"unknown message type {header.msg_type}")
         if total < header.nbytes:
@@ -580,8 +667,7 @@ def decode(signer: Signer, frames: Sequence[Buffer], max_payload: int | None = N
             raise OversizedFrameError(f"payload is {total} bytes, header announces {header.nbytes}")
         if header.dtype and not header.flags & FLAG_JSON:
             payload_array(header, payload)  # validates dtype code and shape vs nbytes
-        return Message(header=header, payload=list(payload),
-                       wire_bytes=sum(len(v) for v in views))
+        return Message(header=header, payload=list(payload), wire_bytes=sum(len(v) for v in views))
     except WireError as err:
         err.authenticated = authenticated  # type: ignore[attr-defined]
         err.header = header  # type: ignore[attr-defined]
@@ -599,9 +685,13 @@ def unpack_keys(frame: Buffer, count: int, versions: bool = False) -> tuple[list
     view = as_bytes_view(frame)
     want = count * (12 if versions else 4)
     if len(view) != want:
-        raise MalformedFrameError(f"index frame is {len(view)} bytes; {count} tensor frame(s) need {want}")
+        raise MalformedFrameError(
+            f"index frame is {len(view)} bytes; {count} tensor frame(s) need {want}"
+        )
     keys = np.frombuffer(view, dtype="<u4", count=count).tolist()
-    vers = np.frombuffer(view, dtype="<u8", count=count, offset=4 * count).tolist() if versions else []
+    vers = (
+        np.frombuffer(view, dtype="<u8", count=count, offset=4 * count).tolist() if versions else []
+    )
     return keys, vers
 
 

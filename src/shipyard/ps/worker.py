@@ -117,16 +117,24 @@ def report_done(status: int, error: str, report_path: str | None, timeout: float
     for warning in report["warnings"]:
         print(f"shipyard.ps: WARNING: {warning}", file=sys.stderr, flush=True)
     lost = {r: o for r, o in report["workers_final"].items() if o.get("exit_code") != 0}
-    print(f"shipyard.ps: rank {client.worker_id}: every worker has ended"
-          + (f"; not successful: {json.dumps(lost, sort_keys=True)}" if lost else ""), flush=True)
+    print(
+        f"shipyard.ps: rank {client.worker_id}: every worker has ended"
+        + (f"; not successful: {json.dumps(lost, sort_keys=True)}" if lost else ""),
+        flush=True,
+    )
     if report_path:
         write_json(report_path, report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m shipyard.ps.worker", description=__doc__.split("\n\n")[0])
-    p.add_argument("--report", default=os.environ.get("SHIPYARD_REPORT_PATH"),
-                   help="write the job's merged report here (default $SHIPYARD_REPORT_PATH)")
+    p = argparse.ArgumentParser(
+        prog="python -m shipyard.ps.worker", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--report",
+        default=os.environ.get("SHIPYARD_REPORT_PATH"),
+        help="write the job's merged report here (default $SHIPYARD_REPORT_PATH)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command")
     args = p.parse_args(argv)
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -136,8 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report_done(status, error, args.report, WAIT_WHEN_STOPPED_S if stopped else WAIT_FOR_JOB_S)
     except (PSError, OSError) as exc:
-        print(f"shipyard.ps: could not report the end of this worker to the shards: {exc}",
-              file=sys.stderr, flush=True)
+        print(
+            f"shipyard.ps: could not report the end of this worker to the shards: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
     return status
 
 

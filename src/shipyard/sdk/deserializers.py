@@ -72,8 +72,9 @@ class JSONLinesDeserializer(BaseDeserializer):
     ACCEPT = ("application/jsonlines",)
 
     def deserialize(self, stream: Any, content_type: str) -> list[Any]:
-        return [json.loads(line) for line in _body(stream).decode("utf-8").splitlines()
-                if line.strip()]
+        return [
+            json.loads(line) for line in _body(stream).decode("utf-8").splitlines() if line.strip()
+        ]
 
 
 class CSVDeserializer(BaseDeserializer):

@@ -12,7 +12,7 @@ import logging
 import sys
 import time
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
@@ -33,16 +33,40 @@ if not logger.handlers and not logging.getLogger().handlers:
 
 # SageMaker parameters with no meaning without AWS: accepted, ignored, logged at debug.
 _AWS_ONLY = (
-    "role", "keep_alive_period_in_seconds", "volume_size", "volume_kms_key", "output_kms_key",
-    "subnets", "security_group_ids", "model_uri", "model_channel_name",
-    "encrypt_inter_container_traffic", "use_spot_instances", "max_wait", "rules",
-    "debugger_hook_config", "tensorboard_output_config", "enable_sagemaker_metrics",
-    "enable_network_isolation", "profiler_config", "disable_profiler", "image_uri",
-    "training_repository_access_mode", "training_repository_credentials_provider_arn",
-    "enable_infra_check", "container_entry_point", "container_arguments",
-    "disable_output_compression", "enable_remote_debug", "enable_session_tag_chaining",
-    "training_plan", "instance_placement_config", "compiler_config", "instance_groups",
-    "sagemaker_session", "image_name",
+    "role",
+    "keep_alive_period_in_seconds",
+    "volume_size",
+    "volume_kms_key",
+    "output_kms_key",
+    "subnets",
+    "security_group_ids",
+    "model_uri",
+    "model_channel_name",
+    "encrypt_inter_container_traffic",
+    "use_spot_instances",
+    "max_wait",
+    "rules",
+    "debugger_hook_config",
+    "tensorboard_output_config",
+    "enable_sagemaker_metrics",
+    "enable_network_isolation",
+    "profiler_config",
+    "disable_profiler",
+    "image_uri",
+    "training_repository_access_mode",
+    "training_repository_credentials_provider_arn",
+    "enable_infra_check",
+    "container_entry_point",
+    "container_arguments",
+    "disable_output_compression",
+    "enable_remote_debug",
+    "enable_session_tag_chaining",
+    "training_plan",
+    "instance_placement_config",
+    "compiler_config",
+    "instance_groups",
+    "sagemaker_session",
+    "image_name",
 )
 _V1_RENAMES = {
     "train_instance_count": "instance_count",
@@ -60,12 +84,12 @@ def timestamp() -> str:
     """SageMaker's ``sagemaker_timestamp()``: YYYY-MM-DD-HH-MM-SS-mmm."""
     now = time.time()
     ms = str(int(now * 1000) % 1000).zfill(3)
-    return time.strftime("%Y-%m-%d-%H-%M-%S-{}".format(ms), time.gmtime(now))
+    return time.strftime(f"%Y-%m-%d-%H-%M-%S-{ms}", time.gmtime(now))
 
 
 def name_from_base(base: str, max_length: int = 63) -> str:
     stamp = timestamp()
-    return "{}-{}".format(base[: max_length - len(stamp) - 1], stamp)
+    return f"{base[: max_length - len(stamp) - 1]}-{stamp}"
 
 
 def _renamed(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +98,10 @@ def _renamed(kwargs: dict[str, Any]) -> dict[str, Any]:
             value = kwargs.pop(old)
             warnings.warn(
                 f"the {old!r} parameter is deprecated (SageMaker Python SDK v2 renamed it); "
-                f"use {new!r} instead", DeprecationWarning, stacklevel=4)
+                f"use {new!r} instead",
+                DeprecationWarning,
+                stacklevel=4,
+            )
             if new in kwargs and kwargs[new] is not None:
                 raise ValidationError(f"both {old!r} and {new!r} were given; pass only {new!r}")
             kwargs[new] = value
@@ -84,27 +111,37 @@ def _renamed(kwargs: dict[str, Any]) -> dict[str, Any]:
 class EstimatorBase:
     """Common to every estimator: builds a JobSpec and hands it to the control plane."""
 
-    _framework: Optional[str] = None
+    _framework: str | None = None
     _default_base_job_name = "shipyard-training"
 
-    def __init__(self, entry_point: Optional[str] = None, source_dir: Optional[str] = None,
-                 hyperparameters: Optional[dict[str, Any]] = None,
-                 instance_count: Optional[int] = None, instance_type: Optional[str] = None,
-                 distribution: Optional[dict[str, Any]] = None,
-                 dependencies: Optional[list[str]] = None,
-                 git_config: Optional[dict[str, str]] = None,
-                 model_dir: Any = None, base_job_name: Optional[str] = None,
-                 tags: Optional[list[dict[str, str]]] = None, output_path: Optional[str] = None,
-                 code_location: Optional[str] = None,
-                 environment: Optional[dict[str, str]] = None, max_run: int = 24 * 60 * 60,
-                 input_mode: str = "File",
-                 metric_definitions: Optional[list[dict[str, str]]] = None,
-                 checkpoint_s3_uri: Optional[str] = None,
-                 checkpoint_local_path: Optional[str] = None,
-                 max_retry_attempts: Optional[int] = None,
-                 framework_version: Optional[str] = None, py_version: Optional[str] = None,
-                 container_log_level: int = logging.INFO,
-                 session: Optional[Session] = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        entry_point: str | None = None,
+        source_dir: str | None = None,
+        hyperparameters: dict[str, Any] | None = None,
+        instance_count: int | None = None,
+        instance_type: str | None = None,
+        distribution: dict[str, Any] | None = None,
+        dependencies: list[str] | None = None,
+        git_config: dict[str, str] | None = None,
+        model_dir: Any = None,
+        base_job_name: str | None = None,
+        tags: list[dict[str, str]] | None = None,
+        output_path: str | None = None,
+        code_location: str | None = None,
+        environment: dict[str, str] | None = None,
+        max_run: int = 24 * 60 * 60,
+        input_mode: str = "File",
+        metric_definitions: list[dict[str, str]] | None = None,
+        checkpoint_s3_uri: str | None = None,
+        checkpoint_local_path: str | None = None,
+        max_retry_attempts: int | None = None,
+        framework_version: str | None = None,
+        py_version: str | None = None,
+        container_log_level: int = logging.INFO,
+        session: Session | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs = _renamed(dict(kwargs))
         instance_count = kwargs.pop("instance_count", instance_count)
         instance_type = kwargs.pop("instance_type", instance_type)
@@ -115,17 +152,25 @@ class EstimatorBase:
             raise ValidationError("sagemaker_session/session must be a shipyard.Session")
         for name in list(kwargs):
             if name in _AWS_ONLY:
-                logger.debug("%s=%r is accepted for SageMaker compatibility and not used",
-                             name, kwargs.pop(name))
+                logger.debug(
+                    "%s=%r is accepted for SageMaker compatibility and not used",
+                    name,
+                    kwargs.pop(name),
+                )
         if kwargs:
-            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) "
-                            f"{sorted(kwargs)}")
+            raise TypeError(
+                f"{type(self).__name__}() got unexpected keyword argument(s) {sorted(kwargs)}"
+            )
         if entry_point is None:
-            raise ValidationError("entry_point is required: shipyard runs your training script "
-                                  "(script mode); pass entry_point='train.py'")
+            raise ValidationError(
+                "entry_point is required: shipyard runs your training script "
+                "(script mode); pass entry_point='train.py'"
+            )
         if instance_count is None or instance_type is None:
-            raise ValidationError("instance_count and instance_type are required (e.g. "
-                                  "instance_count=2, instance_type='local')")
+            raise ValidationError(
+                "instance_count and instance_type are required (e.g. "
+                "instance_count=2, instance_type='local')"
+            )
         self.entry_point = entry_point
         self.source_dir = source_dir
         self.dependencies = list(dependencies or [])
@@ -151,8 +196,8 @@ class EstimatorBase:
         self.container_log_level = container_log_level
         self.resources = instance_types.resolve(instance_type)
         logger.info(self.resources.describe())
-        self.latest_training_job: Optional[TrainingJob] = None
-        self._current_job_name: Optional[str] = None
+        self.latest_training_job: TrainingJob | None = None
+        self._current_job_name: str | None = None
 
     # -- SageMaker-compatible API ---------------------------------------------------------
     def hyperparameters(self) -> dict[str, str]:
@@ -164,25 +209,46 @@ class EstimatorBase:
     def set_hyperparameters(self, **kwargs: Any) -> None:
         self._hyperparameters.update(kwargs)
 
-    def _job_spec(self, inputs: Any, job_name: Optional[str]) -> JobSpec:
+    def _job_spec(self, inputs: Any, job_name: str | None) -> JobSpec:
         name = job_name or name_from_base(self.base_job_name or self._default_base_job_name)
         return validated(
-            job_name=name, framework=self._framework, framework_version=self.framework_version,
+            job_name=name,
+            framework=self._framework,
+            framework_version=self.framework_version,
             py_version=self.py_version,
-            code=dict(entry_point=self.entry_point, source_dir=self.source_dir,
-                      dependencies=self.dependencies, git_config=self.git_config),
-            hyperparameters=self._hyperparameters, instance_count=self.instance_count,
-            instance_type=self.instance_type, distribution=self.distribution.to_dict(),
-            channels=channels_from_inputs(inputs), input_mode=self.input_mode,
-            output_path=self.output_path, code_location=self.code_location,
+            code=dict(
+                entry_point=self.entry_point,
+                source_dir=self.source_dir,
+                dependencies=self.dependencies,
+                git_config=self.git_config,
+            ),
+            hyperparameters=self._hyperparameters,
+            instance_count=self.instance_count,
+            instance_type=self.instance_type,
+            distribution=self.distribution.to_dict(),
+            channels=channels_from_inputs(inputs),
+            input_mode=self.input_mode,
+            output_path=self.output_path,
+            code_location=self.code_location,
             checkpoint_s3_uri=self.checkpoint_s3_uri,
-            checkpoint_local_path=self.checkpoint_local_path, environment=self.environment,
-            max_run=self.max_run, max_retry_attempts=self.max_retry_attempts,
-            metric_definitions=self.metric_definitions, tags=self.tags,
-            model_dir=self.model_dir, container_log_level=self.container_log_level)
+            checkpoint_local_path=self.checkpoint_local_path,
+            environment=self.environment,
+            max_run=self.max_run,
+            max_retry_attempts=self.max_retry_attempts,
+            metric_definitions=self.metric_definitions,
+            tags=self.tags,
+            model_dir=self.model_dir,
+            container_log_level=self.container_log_level,
+        )
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: Any = True,
-            job_name: Optional[str] = None, experiment_config: Any = None) -> None:
+    def fit(
+        self,
+        inputs: Any = None,
+        wait: bool = True,
+        logs: Any = True,
+        job_name: str | None = None,
+        experiment_config: Any = None,
+    ) -> None:
         """Run a training job. With ``wait`` it returns when the job ends (raising
         JobFailedError if it failed); Ctrl-C stops the job."""
         spec = self._job_spec(inputs, job_name)
@@ -210,7 +276,7 @@ class EstimatorBase:
         self._require_job().stop()
 
     @property
-    def model_data(self) -> Optional[str]:
+    def model_data(self) -> str | None:
         """URI of model.tar.gz once the job has completed (S3ModelArtifacts)."""
         desc = self._require_job().describe()
         return desc.get("ModelArtifacts", {}).get("S3ModelArtifacts")
@@ -234,24 +300,35 @@ class EstimatorBase:
         return transformer_from_estimator(self, *args, **kwargs)
 
     @classmethod
-    def attach(cls, training_job_name: str, sagemaker_session: Optional[Session] = None,
-               model_channel_name: str = "model") -> "EstimatorBase":
+    def attach(
+        cls,
+        training_job_name: str,
+        sagemaker_session: Session | None = None,
+        model_channel_name: str = "model",
+    ) -> EstimatorBase:
         """Re-attach to an existing job; blocks until it ends, as the SageMaker SDK does."""
         session = sagemaker_session or Session()
         record = session.control.get(training_job_name)
         spec = record.spec
         code = spec["code"]
         dist_arg = dist_mod.Distribution.from_dict(spec.get("distribution")).to_sagemaker()
-        estimator = cls(entry_point=code["entry_point"], source_dir=code.get("source_dir"),
-                        dependencies=code.get("dependencies"), git_config=code.get("git_config"),
-                        hyperparameters=spec.get("hyperparameters"),
-                        instance_count=spec["instance_count"],
-                        instance_type=spec["instance_type"], distribution=dist_arg,
-                        output_path=spec.get("output_path"),
-                        environment=spec.get("environment"), max_run=spec.get("max_run"),
-                        metric_definitions=spec.get("metric_definitions"),
-                        max_retry_attempts=spec.get("max_retry_attempts"),
-                        session=session, **cls._attach_kwargs(spec))
+        estimator = cls(
+            entry_point=code["entry_point"],
+            source_dir=code.get("source_dir"),
+            dependencies=code.get("dependencies"),
+            git_config=code.get("git_config"),
+            hyperparameters=spec.get("hyperparameters"),
+            instance_count=spec["instance_count"],
+            instance_type=spec["instance_type"],
+            distribution=dist_arg,
+            output_path=spec.get("output_path"),
+            environment=spec.get("environment"),
+            max_run=spec.get("max_run"),
+            metric_definitions=spec.get("metric_definitions"),
+            max_retry_attempts=spec.get("max_retry_attempts"),
+            session=session,
+            **cls._attach_kwargs(spec),
+        )
         estimator._current_job_name = training_job_name
         estimator.latest_training_job = TrainingJob(session.control, training_job_name)
         estimator.latest_training_job.wait(logs=False)
@@ -271,5 +348,7 @@ class Framework(EstimatorBase):
 
     @classmethod
     def _attach_kwargs(cls, spec: dict[str, Any]) -> dict[str, Any]:
-        return {"framework_version": spec.get("framework_version"),
-                "py_version": spec.get("py_version")}
+        return {
+            "framework_version": spec.get("framework_version"),
+            "py_version": spec.get("py_version"),
+        }

@@ -7,7 +7,7 @@ shuffle_config and attribute_names are not supported.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from shipyard.errors import ValidationError
 from shipyard.spec import ChannelSpec
@@ -17,32 +17,49 @@ def _check(name: str, value: Any, allowed: tuple) -> None:
     """SageMaker's values, refused at construction with the list of what is accepted."""
     if value not in allowed:
         shown = ", ".join(repr(a) for a in allowed if a is not None)
-        raise ValidationError(f"TrainingInput({name}={value!r}) is not valid; use one of "
-                              f"{shown}" + (" or None" if None in allowed else ""))
+        raise ValidationError(
+            f"TrainingInput({name}={value!r}) is not valid; use one of "
+            f"{shown}" + (" or None" if None in allowed else "")
+        )
 
 
 class TrainingInput:
-    def __init__(self, s3_data: str, distribution: Optional[str] = None,
-                 compression: Optional[str] = None, content_type: Optional[str] = None,
-                 record_wrapping: Optional[str] = None, s3_data_type: str = "S3Prefix",
-                 instance_groups: Any = None, input_mode: Optional[str] = None,
-                 attribute_names: Any = None, target_attribute_name: Any = None,
-                 shuffle_config: Any = None, **_unused: Any) -> None:
+    def __init__(
+        self,
+        s3_data: str,
+        distribution: str | None = None,
+        compression: str | None = None,
+        content_type: str | None = None,
+        record_wrapping: str | None = None,
+        s3_data_type: str = "S3Prefix",
+        instance_groups: Any = None,
+        input_mode: str | None = None,
+        attribute_names: Any = None,
+        target_attribute_name: Any = None,
+        shuffle_config: Any = None,
+        **_unused: Any,
+    ) -> None:
         _check("input_mode", input_mode, (None, "File", "FastFile", "Pipe"))
         _check("distribution", distribution, (None, "FullyReplicated", "ShardedByS3Key"))
         _check("compression", compression, (None, "Gzip"))
         _check("record_wrapping", record_wrapping, (None, "RecordIO"))
         _check("s3_data_type", s3_data_type, ("S3Prefix", "ManifestFile"))
         if not isinstance(s3_data, str) or not s3_data:
-            raise ValidationError(f"TrainingInput(s3_data={s3_data!r}): give an s3:// URI, a "
-                                  "file:// URI or a local path")
+            raise ValidationError(
+                f"TrainingInput(s3_data={s3_data!r}): give an s3:// URI, a "
+                "file:// URI or a local path"
+            )
         if attribute_names or target_attribute_name or shuffle_config:
-            raise ValidationError("TrainingInput: attribute_names, target_attribute_name and "
-                                  "shuffle_config (augmented manifests, shuffling) are not "
-                                  "supported by shipyard; leave them out")
+            raise ValidationError(
+                "TrainingInput: attribute_names, target_attribute_name and "
+                "shuffle_config (augmented manifests, shuffling) are not "
+                "supported by shipyard; leave them out"
+            )
         if instance_groups:
-            raise ValueError("TrainingInput(instance_groups=...) is not supported: shipyard "
-                             "runs one homogeneous group of instances")
+            raise ValueError(
+                "TrainingInput(instance_groups=...) is not supported: shipyard "
+                "runs one homogeneous group of instances"
+            )
         self.s3_data = s3_data
         self.distribution = distribution or "FullyReplicated"
         self.compression = compression
@@ -52,8 +69,13 @@ class TrainingInput:
         self.input_mode = input_mode
         # The SageMaker SDK exposes the request dict as .config; keep a compatible view.
         self.config = {
-            "DataSource": {"S3DataSource": {"S3DataType": s3_data_type, "S3Uri": s3_data,
-                                            "S3DataDistributionType": self.distribution}},
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": s3_data_type,
+                    "S3Uri": s3_data,
+                    "S3DataDistributionType": self.distribution,
+                }
+            },
         }
         if compression:
             self.config["CompressionType"] = compression
@@ -65,10 +87,16 @@ class TrainingInput:
             self.config["InputMode"] = input_mode
 
     def to_channel(self, name: str) -> dict[str, Any]:
-        return dict(name=name, uri=self.s3_data, input_mode=self.input_mode,
-                    distribution=self.distribution, compression=self.compression,
-                    content_type=self.content_type, record_wrapping=self.record_wrapping,
-                    s3_data_type=self.s3_data_type)
+        return dict(
+            name=name,
+            uri=self.s3_data,
+            input_mode=self.input_mode,
+            distribution=self.distribution,
+            compression=self.compression,
+            content_type=self.content_type,
+            record_wrapping=self.record_wrapping,
+            s3_data_type=self.s3_data_type,
+        )
 
     def __repr__(self) -> str:
         return f"TrainingInput({self.s3_data!r}, input_mode={self.input_mode!r})"
@@ -86,7 +114,8 @@ def channels_from_inputs(inputs: Any) -> list[dict[str, Any]]:
     if not isinstance(inputs, dict):
         raise ValueError(
             f"inputs must be a str, a TrainingInput or a dict of channel name -> str or "
-            f"TrainingInput; got {type(inputs).__name__}")
+            f"TrainingInput; got {type(inputs).__name__}"
+        )
     out = []
     for name, value in inputs.items():
         if isinstance(value, str):
@@ -94,8 +123,9 @@ def channels_from_inputs(inputs: Any) -> list[dict[str, Any]]:
         elif isinstance(value, TrainingInput):
             out.append(value.to_channel(name))
         else:
-            raise ValueError(f"channel {name!r}: expected a str or TrainingInput, got "
-                             f"{type(value).__name__}")
+            raise ValueError(
+                f"channel {name!r}: expected a str or TrainingInput, got {type(value).__name__}"
+            )
     return out
 
 

@@ -29,15 +29,25 @@ class Model:
     _framework = "python"
     _default_name = "shipyard-model"
 
-    def __init__(self, model_data: str | None = None, image_uri: str | None = None,
-                 role: str | None = None, entry_point: str | None = None,
-                 source_dir: str | None = None, predictor_cls: Any = None,
-                 env: dict[str, str] | None = None, name: str | None = None,
-                 sagemaker_session: Any = None, dependencies: list[str] | None = None,
-                 model_server_workers: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model_data: str | None = None,
+        image_uri: str | None = None,
+        role: str | None = None,
+        entry_point: str | None = None,
+        source_dir: str | None = None,
+        predictor_cls: Any = None,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
+        sagemaker_session: Any = None,
+        dependencies: list[str] | None = None,
+        model_server_workers: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         if model_data is None:
-            raise ValidationError("model_data is required: a model.tar.gz, a model directory "
-                                  "or a training job name")
+            raise ValidationError(
+                "model_data is required: a model.tar.gz, a model directory or a training job name"
+            )
         self.model_data = model_data
         self.entry_point = entry_point
         self.source_dir = source_dir
@@ -58,12 +68,20 @@ class Model:
     def _endpoints(self) -> Endpoints:
         return Endpoints(getattr(self.sagemaker_session, "home", None))
 
-    def deploy(self, initial_instance_count: int | None = 1,
-               instance_type: str | None = "local", serializer: Any = None,
-               deserializer: Any = None, endpoint_name: str | None = None,
-               wait: bool = True, port: int | None = None,
-               workers: int | None = None, batch_size: int = 0, batch_wait_ms: float = 2.0,
-               **kwargs: Any) -> Any:
+    def deploy(
+        self,
+        initial_instance_count: int | None = 1,
+        instance_type: str | None = "local",
+        serializer: Any = None,
+        deserializer: Any = None,
+        endpoint_name: str | None = None,
+        wait: bool = True,
+        port: int | None = None,
+        workers: int | None = None,
+        batch_size: int = 0,
+        batch_wait_ms: float = 2.0,
+        **kwargs: Any,
+    ) -> Any:
         """Start an endpoint serving this model; with ``wait`` (default) return once it is
         InService. ``workers``/``batch_size``/``batch_wait_ms`` are shipyard's knobs
         (worker processes; dynamic batching of concurrent requests)."""
@@ -72,16 +90,31 @@ class Model:
 
             instance_types.resolve(instance_type)  # refuses unknown types with a clear error
         if (initial_instance_count or 1) != 1:
-            logger.info("initial_instance_count=%s: one server with several worker processes "
-                        "serves the endpoint on this machine", initial_instance_count)
+            logger.info(
+                "initial_instance_count=%s: one server with several worker processes "
+                "serves the endpoint on this machine",
+                initial_instance_count,
+            )
         name = endpoint_name or self.name or _name(self._default_name)
         endpoints = self._endpoints()
-        workers = workers or self.model_server_workers or int(
-            self.env.get("SAGEMAKER_MODEL_SERVER_WORKERS", 1))
-        endpoints.create(name, self.model_data, framework=self._framework,
-                         entry_point=self.entry_point, source_dir=self.source_dir,
-                         dependencies=self.dependencies, env=self.env, port=port,
-                         workers=workers, batch_size=batch_size, batch_wait_ms=batch_wait_ms)
+        workers = (
+            workers
+            or self.model_server_workers
+            or int(self.env.get("SAGEMAKER_MODEL_SERVER_WORKERS", 1))
+        )
+        endpoints.create(
+            name,
+            self.model_data,
+            framework=self._framework,
+            entry_point=self.entry_point,
+            source_dir=self.source_dir,
+            dependencies=self.dependencies,
+            env=self.env,
+            port=port,
+            workers=workers,
+            batch_size=batch_size,
+            batch_wait_ms=batch_wait_ms,
+        )
         self.endpoint_name = name
         if wait:
             try:
@@ -97,21 +130,37 @@ class Model:
             predictor.deserializer = deserializer
         return predictor
 
-    def transformer(self, instance_count: int = 1, instance_type: str = "local",
-                    strategy: str | None = None, assemble_with: str | None = None,
-                    output_path: str | None = None, output_kms_key: str | None = None,
-                    accept: str | None = None, env: dict[str, str] | None = None,
-                    max_concurrent_transforms: int | None = None,
-                    max_payload: int | None = None, **kwargs: Any) -> Any:
+    def transformer(
+        self,
+        instance_count: int = 1,
+        instance_type: str = "local",
+        strategy: str | None = None,
+        assemble_with: str | None = None,
+        output_path: str | None = None,
+        output_kms_key: str | None = None,
+        accept: str | None = None,
+        env: dict[str, str] | None = None,
+        max_concurrent_transforms: int | None = None,
+        max_payload: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
         from shipyard.sdk.transformer import Transformer
 
-        return Transformer(model_name=self.name or self._default_name,
-                           instance_count=instance_count, instance_type=instance_type,
-                           strategy=strategy, assemble_with=assemble_with,
-                           output_path=output_path, accept=accept,
-                           max_concurrent_transforms=max_concurrent_transforms,
-                           max_payload=max_payload, env={**self.env, **(env or {})},
-                           sagemaker_session=self.sagemaker_session, model=self, **kwargs)
+        return Transformer(
+            model_name=self.name or self._default_name,
+            instance_count=instance_count,
+            instance_type=instance_type,
+            strategy=strategy,
+            assemble_with=assemble_with,
+            output_path=output_path,
+            accept=accept,
+            max_concurrent_transforms=max_concurrent_transforms,
+            max_payload=max_payload,
+            env={**self.env, **(env or {})},
+            sagemaker_session=self.sagemaker_session,
+            model=self,
+            **kwargs,
+        )
 
     def delete_model(self) -> None:
         """Nothing is registered apart from endpoints."""
@@ -121,9 +170,14 @@ class TensorFlowModel(Model):
     _framework = "tensorflow"
     _default_name = "tensorflow-inference"
 
-    def __init__(self, model_data: str | None = None, role: str | None = None,
-                 entry_point: str | None = None, framework_version: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model_data: str | None = None,
+        role: str | None = None,
+        entry_point: str | None = None,
+        framework_version: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(model_data, role=role, entry_point=entry_point, **kwargs)
         self.framework_version = framework_version
 
@@ -136,9 +190,15 @@ class PyTorchModel(Model):
     _framework = "pytorch"
     _default_name = "pytorch-inference"
 
-    def __init__(self, model_data: str | None = None, role: str | None = None,
-                 entry_point: str | None = None, framework_version: str | None = None,
-                 py_version: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model_data: str | None = None,
+        role: str | None = None,
+        entry_point: str | None = None,
+        framework_version: str | None = None,
+        py_version: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(model_data, role=role, entry_point=entry_point, **kwargs)
         self.framework_version = framework_version
 
@@ -157,15 +217,25 @@ def model_for_estimator(estimator: Any, **kwargs: Any) -> Model:
     job = estimator._require_job()
     model_data = estimator.model_data or job.job_name
     cls = {"tensorflow": TensorFlowModel, "pytorch": PyTorchModel}.get(
-        getattr(estimator, "_framework", None), Model)
+        getattr(estimator, "_framework", None), Model
+    )
     if cls is not TensorFlowModel and "entry_point" not in kwargs:
         kwargs.setdefault("source_dir", estimator.source_dir)
         kwargs["entry_point"] = estimator.entry_point
     return cls(model_data, sagemaker_session=estimator.session, **kwargs)
 
 
-_MODEL_ARGS = ("entry_point", "source_dir", "dependencies", "env", "role", "name",
-               "predictor_cls", "model_server_workers", "framework_version")
+_MODEL_ARGS = (
+    "entry_point",
+    "source_dir",
+    "dependencies",
+    "env",
+    "role",
+    "name",
+    "predictor_cls",
+    "model_server_workers",
+    "framework_version",
+)
 
 
 def deploy_from_estimator(estimator: Any, *args: Any, **kwargs: Any) -> Any:

@@ -31,17 +31,24 @@ class ModelError(ShipyardError):
     def __init__(self, status: int, message: str, endpoint: str) -> None:
         self.status = status
         self.message = message
-        super().__init__(f"An error occurred (ModelError) when calling the InvokeEndpoint "
-                         f"operation on {endpoint!r}: Received "
-                         f"{'client' if status < 500 else 'server'} error ({status}) with "
-                         f"message \"{message}\"")
+        super().__init__(
+            f"An error occurred (ModelError) when calling the InvokeEndpoint "
+            f"operation on {endpoint!r}: Received "
+            f"{'client' if status < 500 else 'server'} error ({status}) with "
+            f'message "{message}"'
+        )
 
 
 class Predictor:
-    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
-                 serializer: BaseSerializer | None = None,
-                 deserializer: BaseDeserializer | None = None,
-                 component_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        endpoint_name: str,
+        sagemaker_session: Any = None,
+        serializer: BaseSerializer | None = None,
+        deserializer: BaseDeserializer | None = None,
+        component_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.endpoint_name = endpoint_name
         self.sagemaker_session = sagemaker_session
         self.serializer = serializer or IdentitySerializer()
@@ -66,9 +73,10 @@ class Predictor:
             if self._address is None:
                 record = self._endpoints.get(self.endpoint_name)
                 if record.status != "InService":
-                    raise EndpointError(f"endpoint {self.endpoint_name!r} is {record.status}"
-                                        + (f": {record.failure_reason}"
-                                           if record.failure_reason else ""))
+                    raise EndpointError(
+                        f"endpoint {self.endpoint_name!r} is {record.status}"
+                        + (f": {record.failure_reason}" if record.failure_reason else "")
+                    )
                 self._address = (record.host, record.port)
             conn = http.client.HTTPConnection(*self._address, timeout=60)
             conn.connect()
@@ -90,10 +98,16 @@ class Predictor:
                     raise
         raise AssertionError("unreachable")
 
-    def predict(self, data: Any, initial_args: dict[str, str] | None = None,
-                target_model: str | None = None, target_variant: str | None = None,
-                inference_id: str | None = None, custom_attributes: str | None = None,
-                component_name: str | None = None) -> Any:
+    def predict(
+        self,
+        data: Any,
+        initial_args: dict[str, str] | None = None,
+        target_model: str | None = None,
+        target_variant: str | None = None,
+        inference_id: str | None = None,
+        custom_attributes: str | None = None,
+        component_name: str | None = None,
+    ) -> Any:
         """Serialize ``data``, POST it to /invocations, deserialize the answer."""
         args = dict(initial_args or {})
         body = args.pop("Body", None)
@@ -101,8 +115,10 @@ class Predictor:
             body = self.serializer.serialize(data)
         if isinstance(body, str):
             body = body.encode("utf-8")
-        headers = {"Content-Type": args.get("ContentType", self.content_type),
-                   "Accept": args.get("Accept", ", ".join(self.accept))}
+        headers = {
+            "Content-Type": args.get("ContentType", self.content_type),
+            "Accept": args.get("Accept", ", ".join(self.accept)),
+        }
         attrs = custom_attributes or args.get("CustomAttributes")
         if attrs:
             headers[CUSTOM_ATTRIBUTES] = attrs
@@ -144,16 +160,29 @@ class TensorFlowPredictor(Predictor):
     """JSON in and out; ``model_name``/``model_version`` pick a TF Serving model by the
     tfs-model-name/tfs-model-version custom attributes; classify/regress by tfs-method."""
 
-    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
-                 serializer: BaseSerializer | None = None,
-                 deserializer: BaseDeserializer | None = None,
-                 model_name: str | None = None, model_version: str | None = None,
-                 component_name: str | None = None, **kwargs: Any) -> None:
-        super().__init__(endpoint_name, sagemaker_session, serializer or JSONSerializer(),
-                         deserializer or JSONDeserializer(), component_name)
+    def __init__(
+        self,
+        endpoint_name: str,
+        sagemaker_session: Any = None,
+        serializer: BaseSerializer | None = None,
+        deserializer: BaseDeserializer | None = None,
+        model_name: str | None = None,
+        model_version: str | None = None,
+        component_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            endpoint_name,
+            sagemaker_session,
+            serializer or JSONSerializer(),
+            deserializer or JSONDeserializer(),
+            component_name,
+        )
         self._model_attributes = ",".join(
-            f"{k}={v}" for k, v in (("tfs-model-name", model_name),
-                                    ("tfs-model-version", model_version)) if v)
+            f"{k}={v}"
+            for k, v in (("tfs-model-name", model_name), ("tfs-model-version", model_version))
+            if v
+        )
 
     def classify(self, data: Any) -> Any:
         return self._classify_or_regress(data, "classify")
@@ -166,24 +195,34 @@ class TensorFlowPredictor(Predictor):
             raise ValueError(f"The {method} api requires json requests.")
         return self.predict(data, {"CustomAttributes": f"tfs-method={method}"})
 
-    def predict(self, data: Any, initial_args: dict[str, str] | None = None, **kwargs: Any
-                ) -> Any:
+    def predict(self, data: Any, initial_args: dict[str, str] | None = None, **kwargs: Any) -> Any:
         args = dict(initial_args or {})
         if self._model_attributes:
             args["CustomAttributes"] = ",".join(
-                a for a in (self._model_attributes, args.get("CustomAttributes")) if a)
+                a for a in (self._model_attributes, args.get("CustomAttributes")) if a
+            )
         return super().predict(data, args, **kwargs)
 
 
 class PyTorchPredictor(Predictor):
     """NumPy in and out, as ``sagemaker.pytorch.PyTorchPredictor``."""
 
-    def __init__(self, endpoint_name: str, sagemaker_session: Any = None,
-                 serializer: BaseSerializer | None = None,
-                 deserializer: BaseDeserializer | None = None,
-                 component_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        endpoint_name: str,
+        sagemaker_session: Any = None,
+        serializer: BaseSerializer | None = None,
+        deserializer: BaseDeserializer | None = None,
+        component_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         from shipyard.sdk.deserializers import NumpyDeserializer
         from shipyard.sdk.serializers import NumpySerializer
 
-        super().__init__(endpoint_name, sagemaker_session, serializer or NumpySerializer(),
-                         deserializer or NumpyDeserializer(), component_name)
+        super().__init__(
+            endpoint_name,
+            sagemaker_session,
+            serializer or NumpySerializer(),
+            deserializer or NumpyDeserializer(),
+            component_name,
+        )

@@ -18,12 +18,15 @@ BACKENDS = ("local", "ray")
 
 
 class Session:
-    def __init__(self, backend: str | None = None, home: str | None = None,
-                 address: str | None = None) -> None:
+    def __init__(
+        self, backend: str | None = None, home: str | None = None, address: str | None = None
+    ) -> None:
         self.backend = backend or os.environ.get("SHIPYARD_BACKEND", "local")
         if self.backend not in BACKENDS:
-            raise ValidationError(f"unknown backend {self.backend!r}; available: "
-                             + ", ".join(repr(b) for b in BACKENDS))
+            raise ValidationError(
+                f"unknown backend {self.backend!r}; available: "
+                + ", ".join(repr(b) for b in BACKENDS)
+            )
         self.address = address
         name = self.backend
         if self.backend == "ray":

@@ -17,9 +17,20 @@ class TensorFlow(Framework):
     _framework = "tensorflow"
     _default_base_job_name = "tensorflow-training"
 
-    def __init__(self, entry_point: str | None = None, framework_version: str | None = None,
-                 py_version: str | None = None, model_dir: Any = None,
-                 distribution: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        super().__init__(entry_point=entry_point, framework_version=framework_version,
-                         py_version=py_version, model_dir=model_dir,
-                         distribution=distribution, **kwargs)
+    def __init__(
+        self,
+        entry_point: str | None = None,
+        framework_version: str | None = None,
+        py_version: str | None = None,
+        model_dir: Any = None,
+        distribution: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            entry_point=entry_point,
+            framework_version=framework_version,
+            py_version=py_version,
+            model_dir=model_dir,
+            distribution=distribution,
+            **kwargs,
+        )

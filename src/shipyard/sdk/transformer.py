@@ -37,12 +37,15 @@ class TransformError(ShipyardError):
 
     def __init__(self, result: TransformResult) -> None:
         self.result = result
-        shown = "; ".join(f"{f['File']} record {f['Position']}: {f['Error']}"
-                          for f in result.failures[:5])
+        shown = "; ".join(
+            f"{f['File']} record {f['Position']}: {f['Error']}" for f in result.failures[:5]
+        )
         more = len(result.failures) - 5
-        super().__init__(f"batch transform {result.job_name}: {len(result.failures)} record(s) "
-                         f"failed ({shown}{f'; and {more} more' if more > 0 else ''}); the "
-                         f"other {result.records - len(result.failures)} were written")
+        super().__init__(
+            f"batch transform {result.job_name}: {len(result.failures)} record(s) "
+            f"failed ({shown}{f'; and {more} more' if more > 0 else ''}); the "
+            f"other {result.records - len(result.failures)} were written"
+        )
 
 
 @dataclass
@@ -61,8 +64,10 @@ def input_files(data: str) -> list[tuple[str, Callable[[], bytes]]]:
         from shipyard.storage import list_channel, parse, store_for
 
         store = store_for(parse(data))
-        return [(obj.relative, lambda o=obj: _read_all(store.open(o.location)))
-                for obj in list_channel(data)]
+        return [
+            (obj.relative, lambda o=obj: _read_all(store.open(o.location)))
+            for obj in list_channel(data)
+        ]
     path = local_path(data)
     if os.path.isfile(path):
         return [(os.path.basename(path), lambda: _read_file(path))]
@@ -110,8 +115,12 @@ class _Client:
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self.local.conn = conn
             try:
-                conn.request("POST", "/invocations", body=body,
-                             headers={"Content-Type": content_type, "Accept": accept})
+                conn.request(
+                    "POST",
+                    "/invocations",
+                    body=body,
+                    headers={"Content-Type": content_type, "Accept": accept},
+                )
                 resp = conn.getresponse()
                 return resp.status, resp.read()
             except (ConnectionError, http.client.HTTPException, OSError):
@@ -123,21 +132,34 @@ class _Client:
 
 
 class Transformer:
-    def __init__(self, model_name: str, instance_count: int = 1, instance_type: str = "local",
-                 strategy: str | None = None, assemble_with: str | None = None,
-                 output_path: str | None = None, output_kms_key: str | None = None,
-                 accept: str | None = None, max_concurrent_transforms: int | None = None,
-                 max_payload: int | None = None, tags: Any = None,
-                 env: dict[str, str] | None = None,
-                 base_transform_job_name: str | None = None, sagemaker_session: Any = None,
-                 volume_kms_key: str | None = None, model: Any = None) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        instance_count: int = 1,
+        instance_type: str = "local",
+        strategy: str | None = None,
+        assemble_with: str | None = None,
+        output_path: str | None = None,
+        output_kms_key: str | None = None,
+        accept: str | None = None,
+        max_concurrent_transforms: int | None = None,
+        max_payload: int | None = None,
+        tags: Any = None,
+        env: dict[str, str] | None = None,
+        base_transform_job_name: str | None = None,
+        sagemaker_session: Any = None,
+        volume_kms_key: str | None = None,
+        model: Any = None,
+    ) -> None:
         if strategy not in (None, "MultiRecord", "SingleRecord"):
             raise ValidationError(f"strategy {strategy!r}: use 'MultiRecord' or 'SingleRecord'")
         if assemble_with not in (None, "None", "Line"):
             raise ValidationError(f"assemble_with {assemble_with!r}: use 'Line' or None")
         if model is None:
-            raise ValidationError("this Transformer has no model to serve: create it with "
-                                  "Model.transformer(...) or estimator.transformer(...)")
+            raise ValidationError(
+                "this Transformer has no model to serve: create it with "
+                "Model.transformer(...) or estimator.transformer(...)"
+            )
         self.model_name = model_name
         self.model = model
         self.instance_count = instance_count
@@ -156,35 +178,53 @@ class Transformer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def transform(self, data: str, data_type: str = "S3Prefix",
-                  content_type: str | None = None, compression_type: str | None = None,
-                  split_type: str | None = None, job_name: str | None = None,
-                  input_filter: str | None = None, output_filter: str | None = None,
-                  join_source: str | None = None, wait: bool = True, logs: bool = True,
-                  **kwargs: Any) -> None:
+    def transform(
+        self,
+        data: str,
+        data_type: str = "S3Prefix",
+        content_type: str | None = None,
+        compression_type: str | None = None,
+        split_type: str | None = None,
+        job_name: str | None = None,
+        input_filter: str | None = None,
+        output_filter: str | None = None,
+        join_source: str | None = None,
+        wait: bool = True,
+        logs: bool = True,
+        **kwargs: Any,
+    ) -> None:
         from shipyard.sdk.model import _name
 
         if data_type != "S3Prefix":
-            raise ValidationError(f"data_type {data_type!r}: only 'S3Prefix' (a file, a "
-                                  "directory or a path prefix) is available")
+            raise ValidationError(
+                f"data_type {data_type!r}: only 'S3Prefix' (a file, a "
+                "directory or a path prefix) is available"
+            )
         if compression_type not in (None, "None"):
             raise ValidationError("compression_type: only uncompressed input is available")
         if split_type not in batch.SPLIT_TYPES:
-            raise ValidationError(f"split_type {split_type!r}: use None, 'Line', 'RecordIO' "
-                                  "or 'TFRecord'")
+            raise ValidationError(
+                f"split_type {split_type!r}: use None, 'Line', 'RecordIO' or 'TFRecord'"
+            )
         if join_source not in (None, "None", "Input"):
             raise ValidationError(f"join_source {join_source!r}: use 'Input' or None")
         if (join_source == "Input" or input_filter or output_filter) and split_type != "Line":
-            raise ValidationError("input_filter, output_filter and join_source need "
-                                  "split_type='Line' (one record per line)")
+            raise ValidationError(
+                "input_filter, output_filter and join_source need "
+                "split_type='Line' (one record per line)"
+            )
         files = input_files(data)
         job = job_name or _name(self.base_transform_job_name)
         self.latest_transform_job = job
         if self.output_path is None:
             self.output_path = os.path.join(self._home(), "transform", job)
-        options = {"content_type": content_type or "application/octet-stream",
-                   "split_type": split_type, "input_filter": input_filter,
-                   "output_filter": output_filter, "join_source": join_source}
+        options = {
+            "content_type": content_type or "application/octet-stream",
+            "split_type": split_type,
+            "input_filter": input_filter,
+            "output_filter": output_filter,
+            "join_source": join_source,
+        }
         if wait:
             self._run(job, files, options)
             return
@@ -212,28 +252,43 @@ class Transformer:
 
         return Home.from_env(getattr(self.sagemaker_session, "home", None)).root
 
-    def _run(self, job: str, files: list[tuple[str, Callable[[], bytes]]],
-             options: dict[str, Any]) -> None:
+    def _run(
+        self, job: str, files: list[tuple[str, Callable[[], bytes]]], options: dict[str, Any]
+    ) -> None:
         endpoints = self.model._endpoints()
-        env = {**self.env, "SAGEMAKER_BATCH": "true",
-               "SAGEMAKER_MAX_PAYLOAD_IN_MB": str(self.max_payload),
-               "SAGEMAKER_BATCH_STRATEGY": ("SINGLE_RECORD" if self.strategy == "SingleRecord"
-                                            else "MULTI_RECORD")}
+        env = {
+            **self.env,
+            "SAGEMAKER_BATCH": "true",
+            "SAGEMAKER_MAX_PAYLOAD_IN_MB": str(self.max_payload),
+            "SAGEMAKER_BATCH_STRATEGY": (
+                "SINGLE_RECORD" if self.strategy == "SingleRecord" else "MULTI_RECORD"
+            ),
+        }
         model = self.model
-        endpoints.create(job, model.model_data, framework=model._framework,
-                         entry_point=model.entry_point, source_dir=model.source_dir,
-                         dependencies=model.dependencies, env={**model.env, **env},
-                         workers=max(1, self.instance_count),
-                         max_payload_mb=max(self.max_payload, 6) if self.max_payload else 1024)
+        endpoints.create(
+            job,
+            model.model_data,
+            framework=model._framework,
+            entry_point=model.entry_point,
+            source_dir=model.source_dir,
+            dependencies=model.dependencies,
+            env={**model.env, **env},
+            workers=max(1, self.instance_count),
+            max_payload_mb=max(self.max_payload, 6) if self.max_payload else 1024,
+        )
         try:
             record = endpoints.wait(job)
             concurrency = self.max_concurrent_transforms or self._execution_parameters(
-                record.url).get("MaxConcurrentTransforms", 1)
+                record.url
+            ).get("MaxConcurrentTransforms", 1)
             result = TransformResult(job)
             client = _Client(record.host, record.port)
             remote = self.output_path.startswith("s3://")
-            out_dir = (os.path.join(self._home(), "transform", job) if remote
-                       else local_path(self.output_path))
+            out_dir = (
+                os.path.join(self._home(), "transform", job)
+                if remote
+                else local_path(self.output_path)
+            )
             with ThreadPoolExecutor(max(1, concurrency)) as pool:
                 for rel, read in files:
                     out = os.path.join(out_dir, rel + ".out")
@@ -247,8 +302,13 @@ class Transformer:
             self.last_result = result
         finally:
             endpoints.delete(job)
-        logger.info("batch transform %s: %d record(s) in %d request(s) -> %s", job,
-                    result.records, result.requests, self.output_path)
+        logger.info(
+            "batch transform %s: %d record(s) in %d request(s) -> %s",
+            job,
+            result.records,
+            result.requests,
+            self.output_path,
+        )
         if result.failures:
             raise TransformError(result)
 
@@ -262,25 +322,34 @@ class Transformer:
         except (OSError, ValueError):
             return {}
 
-    def _transform_file(self, rel: str, data: bytes, out_path: str, client: _Client,
-                        pool: ThreadPoolExecutor, options: dict[str, Any],
-                        result: TransformResult) -> None:
+    def _transform_file(
+        self,
+        rel: str,
+        data: bytes,
+        out_path: str,
+        client: _Client,
+        pool: ThreadPoolExecutor,
+        options: dict[str, Any],
+        result: TransformResult,
+    ) -> None:
         split_type = options["split_type"]
         ctype = options["content_type"]
         accept = self.accept or "application/json"
         originals = batch.split_records(data, split_type)
         # requests carry the filtered records; join_source joins the original ones
         records = [batch.filter_input(r, options["input_filter"], ctype) for r in originals]
-        ranges = batch.mini_batches(records, self.strategy, int(self.max_payload * 1024 * 1024),
-                                    split_type)
+        ranges = batch.mini_batches(
+            records, self.strategy, int(self.max_payload * 1024 * 1024), split_type
+        )
         per_record = bool(options["join_source"] or options["output_filter"])
         lock = threading.Lock()
 
         def run(span: tuple[int, int]) -> list[bytes | None]:
             """Outputs of records [start, end): a list of one body, or one per record."""
             start, end = span
-            status, body = client.post(batch.join_payload(records[start:end], split_type),
-                                       ctype, accept)
+            status, body = client.post(
+                batch.join_payload(records[start:end], split_type), ctype, accept
+            )
             with lock:
                 result.requests += 1
             if status < 300 and not per_record:
@@ -291,14 +360,27 @@ class Transformer:
                     return split
                 if end - start == 1:
                     return [body]
-                status, body = 400, json.dumps({"error": "the answer for a mini-batch cannot "
-                                                "be split per record; use an accept type "
-                                                "with one line per record"}).encode()
+                status, body = (
+                    400,
+                    json.dumps(
+                        {
+                            "error": "the answer for a mini-batch cannot "
+                            "be split per record; use an accept type "
+                            "with one line per record"
+                        }
+                    ).encode(),
+                )
             if end - start > 1:  # find the bad records; the others still get outputs
                 return [o for i in range(start, end) for o in run((i, i + 1))]
             with lock:
-                result.failures.append({"File": rel, "Position": start + 1,
-                                        "Status": status, "Error": _error_text(body)})
+                result.failures.append(
+                    {
+                        "File": rel,
+                        "Position": start + 1,
+                        "Status": status,
+                        "Error": _error_text(body),
+                    }
+                )
             return [None]
 
         outputs = list(pool.map(run, ranges))
@@ -308,13 +390,18 @@ class Transformer:
         line = self.assemble_with == "Line"
         try:
             with os.fdopen(fd, "wb") as fh:
-                for (start, end), bodies in zip(ranges, outputs):
+                for (start, _end), bodies in zip(ranges, outputs):
                     for k, body in enumerate(bodies):
                         body = body if body is not None else b""
                         if per_record and body:
-                            body = batch.join_output(originals[start + k], body,
-                                                     options["join_source"],
-                                                     options["output_filter"], ctype, accept)
+                            body = batch.join_output(
+                                originals[start + k],
+                                body,
+                                options["join_source"],
+                                options["output_filter"],
+                                ctype,
+                                accept,
+                            )
                         fh.write(body)
                         if line and not body.endswith(b"\n"):
                             fh.write(b"\n")

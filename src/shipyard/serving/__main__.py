@@ -23,11 +23,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--state-file", default=None)
     a = p.parse_args(argv)
-    return serve(ServerConfig(
-        model_dir=a.model_dir, port=a.port, host=a.host, workers=a.workers,
-        framework=a.framework, program=a.program, max_payload_mb=a.max_payload_mb,
-        batch_size=a.batch_size, batch_wait_ms=a.batch_wait_ms, threads=a.threads,
-        state_file=a.state_file))
+    return serve(
+        ServerConfig(
+            model_dir=a.model_dir,
+            port=a.port,
+            host=a.host,
+            workers=a.workers,
+            framework=a.framework,
+            program=a.program,
+            max_payload_mb=a.max_payload_mb,
+            batch_size=a.batch_size,
+            batch_wait_ms=a.batch_wait_ms,
+            threads=a.threads,
+            state_file=a.state_file,
+        )
+    )
 
 
 if __name__ == "__main__":

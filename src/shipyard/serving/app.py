@@ -21,8 +21,10 @@ from shipyard.serving.service import Request, Service
 log = logging.getLogger("shipyard.serving")
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 TFS_PREFIX = "/v1/models/"
-_TFS_PATH = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
-                       r"(?:(?::(?P<method>[A-Za-z]+))|(?P<meta>/metadata))?$")
+_TFS_PATH = re.compile(
+    r"^(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
+    r"(?:(?::(?P<method>[A-Za-z]+))|(?P<meta>/metadata))?$"
+)
 
 
 class State:
@@ -49,8 +51,11 @@ class App:
 
     def __init__(self, state: State) -> None:
         self.state = state
-        self._exact = {"/ping": ("GET", self.ping), "/invocations": ("POST", self.invocations),
-                       "/execution-parameters": ("GET", self.execution_parameters)}
+        self._exact = {
+            "/ping": ("GET", self.ping),
+            "/invocations": ("POST", self.invocations),
+            "/execution-parameters": ("GET", self.execution_parameters),
+        }
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         self.state.active += 1
@@ -74,9 +79,9 @@ class App:
             return _not_allowed(allowed + (",HEAD" if allowed == "GET" else ""))
         if path.startswith(TFS_PREFIX) and len(path) > len(TFS_PREFIX):
             if method in ("GET", "HEAD"):
-                return self.tfs_get(path[len(TFS_PREFIX):])
+                return self.tfs_get(path[len(TFS_PREFIX) :])
             if method == "POST":
-                return await self.tfs_post(path[len(TFS_PREFIX):], request.body)
+                return await self.tfs_post(path[len(TFS_PREFIX) :], request.body)
             return _not_allowed("GET,HEAD,POST")
         return _error(404, "Not Found")
 
@@ -88,8 +93,9 @@ class App:
     async def ping(self, request: HttpRequest) -> HttpResponse:
         state = self.state
         if state.service is None:
-            return _error(503 if state.failure is None else 500,
-                          state.failure or "the model is still loading")
+            return _error(
+                503 if state.failure is None else 500, state.failure or "the model is still loading"
+            )
         return HttpResponse(200, b"", "text/plain")
 
     async def execution_parameters(self, request: HttpRequest) -> HttpResponse:
@@ -98,9 +104,14 @@ class App:
     async def invocations(self, request: HttpRequest) -> HttpResponse:
         svc = self.service()
         headers = request.headers
-        reply = await svc.invocations(Request(
-            request.body, headers.get("content-type", ""), headers.get("accept", ""),
-            headers.get(CUSTOM_ATTRIBUTES, "")))
+        reply = await svc.invocations(
+            Request(
+                request.body,
+                headers.get("content-type", ""),
+                headers.get("accept", ""),
+                headers.get(CUSTOM_ATTRIBUTES, ""),
+            )
+        )
         return HttpResponse(reply.status, reply.body, reply.content_type)
 
     @staticmethod
@@ -122,7 +133,8 @@ class App:
     async def tfs_post(self, tail: str, body: bytes) -> HttpResponse:
         name, version, method, meta = self._parse(tail)
         if not method or meta:
-            raise NotFound(f"Malformed request: POST /v1/models/{tail}; "
-                           "use :predict, :classify or :regress")
+            raise NotFound(
+                f"Malformed request: POST /v1/models/{tail}; use :predict, :classify or :regress"
+            )
         reply = await self.service().tfs(name, version, method, body)
         return HttpResponse(reply.status, reply.body, "application/json")

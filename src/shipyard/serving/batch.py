@@ -34,8 +34,7 @@ def split_records(data: bytes, split_type: str | None) -> list[bytes]:
         return list(_recordio(data))
     if split_type == "TFRecord":
         return list(_tfrecord(data))
-    raise ValidationError(f"split_type {split_type!r}: use None, 'Line', 'RecordIO' or "
-                          "'TFRecord'")
+    raise ValidationError(f"split_type {split_type!r}: use None, 'Line', 'RecordIO' or 'TFRecord'")
 
 
 def _recordio(data: bytes) -> Iterator[bytes]:
@@ -65,8 +64,9 @@ def _tfrecord(data: bytes) -> Iterator[bytes]:
         pos = end
 
 
-def mini_batches(records: list[bytes], strategy: str, max_payload: int,
-                 split_type: str | None) -> list[tuple[int, int]]:
+def mini_batches(
+    records: list[bytes], strategy: str, max_payload: int, split_type: str | None
+) -> list[tuple[int, int]]:
     """Record index ranges [start, end) for each request, each under ``max_payload``
     bytes when it can be (a single larger record goes alone; the server judges it)."""
     if strategy == "SingleRecord" or split_type in (None, "None"):
@@ -114,8 +114,11 @@ def jsonpath(expr: str, value: Any) -> Any:
             value = value[slice(*parts)]
         elif "," in inner or inner.startswith(("'", '"')):
             keys = [_key(k) for k in inner.split(",")]
-            value = ({k: value[k] for k in keys if k in value} if isinstance(value, dict)
-                     else [value[k] for k in keys])
+            value = (
+                {k: value[k] for k in keys if k in value}
+                if isinstance(value, dict)
+                else [value[k] for k in keys]
+            )
         else:
             value = value[_key(inner)]
     return value
@@ -128,8 +131,9 @@ def _key(text: str) -> Any:
     try:
         return int(text)
     except ValueError:
-        raise ValidationError(f"JSONPath index {text!r} is neither a number nor a quoted "
-                              "name") from None
+        raise ValidationError(
+            f"JSONPath index {text!r} is neither a number nor a quoted name"
+        ) from None
 
 
 def _parse(record: bytes, content_type: str) -> tuple[Any, str]:
@@ -140,8 +144,7 @@ def _parse(record: bytes, content_type: str) -> tuple[Any, str]:
 
 def _render(value: Any, kind: str) -> bytes:
     if kind == "csv":
-        return (",".join(str(v) for v in value) if isinstance(value, list)
-                else str(value)).encode()
+        return (",".join(str(v) for v in value) if isinstance(value, list) else str(value)).encode()
     return json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -152,8 +155,14 @@ def filter_input(record: bytes, expr: str | None, content_type: str) -> bytes:
     return _render(jsonpath(expr, value), kind)
 
 
-def join_output(record: bytes, output: bytes, join_source: str | None,
-                output_filter: str | None, content_type: str, accept: str) -> bytes:
+def join_output(
+    record: bytes,
+    output: bytes,
+    join_source: str | None,
+    output_filter: str | None,
+    content_type: str,
+    accept: str,
+) -> bytes:
     """One record's output, joined with its input and filtered, as SageMaker does."""
     if join_source in (None, "None") and (not output_filter or output_filter == "$"):
         return output

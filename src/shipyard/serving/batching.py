@@ -73,11 +73,17 @@ class DirectRunner:
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="model")
         return await asyncio.get_running_loop().run_in_executor(
-            self._thread, _timed, servable.run, signature, inputs, self._last, key)
+            self._thread, _timed, servable.run, signature, inputs, self._last, key
+        )
 
 
-def _timed(fn: Callable[[str, Arrays], Arrays], signature: str, inputs: Arrays,
-           record: dict[tuple[int, str], float], key: tuple[int, str]) -> Arrays:
+def _timed(
+    fn: Callable[[str, Arrays], Arrays],
+    signature: str,
+    inputs: Arrays,
+    record: dict[tuple[int, str], float],
+    key: tuple[int, str],
+) -> Arrays:
     """``fn(signature, inputs)``, its duration recorded in ``record[key]`` (on the model
     thread: the call's own time, not the wait for the thread)."""
     start = time.perf_counter()
@@ -125,26 +131,34 @@ class BatchingRunner(DirectRunner):
             return await super().run(servable, signature, inputs)
         (n,) = rows
         key = (id(servable), signature) + tuple(
-            (k, a.shape[1:], a.dtype.str) for k, a in sorted(inputs.items()))
+            (k, a.shape[1:], a.dtype.str) for k, a in sorted(inputs.items())
+        )
         queue = self.queues.setdefault(key, _Queue())
         future: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         queue.items.append(_Item(inputs, n, future))
         queue.rows += n
         waiter = queue.waiter  # woken only once the batch is full or no one else is coming
-        if waiter is not None and not waiter.done() and (
-                queue.rows >= self.max_batch_size or not self._company_coming(key, queue)):
+        if (
+            waiter is not None
+            and not waiter.done()
+            and (queue.rows >= self.max_batch_size or not self._company_coming(key, queue))
+        ):
             waiter.set_result(None)
         if queue.task is None:
             queue.task = asyncio.create_task(self._drain(key, queue, servable, signature))
         return await future
 
-    async def _drain(self, key: tuple[Any, ...], queue: _Queue, servable: Servable,
-                     signature: str) -> None:
+    async def _drain(
+        self, key: tuple[Any, ...], queue: _Queue, servable: Servable, signature: str
+    ) -> None:
         try:
             loop = asyncio.get_running_loop()
             while queue.items:
-                if self.max_wait > 0 and queue.rows < self.max_batch_size \
-                        and self._company_coming(key, queue):
+                if (
+                    self.max_wait > 0
+                    and queue.rows < self.max_batch_size
+                    and self._company_coming(key, queue)
+                ):
                     # one future and one timer per wait; an arrival wakes the drain only
                     # when it completes the batch or no one else is expected
                     queue.waiter = waiter = loop.create_future()
@@ -155,8 +169,9 @@ class BatchingRunner(DirectRunner):
                         timer.cancel()
                         queue.waiter = None
                 batch, rows = [], 0
-                while queue.items and (not batch
-                                       or rows + queue.items[0].rows <= self.max_batch_size):
+                while queue.items and (
+                    not batch or rows + queue.items[0].rows <= self.max_batch_size
+                ):
                     item = queue.items.pop(0)
                     batch.append(item)
                     rows += item.rows
@@ -178,8 +193,9 @@ class BatchingRunner(DirectRunner):
             if self.queues.get(key) is queue:
                 del self.queues[key]
 
-    async def _call(self, servable: Servable, signature: str, batch: list[_Item],
-                    rows: int) -> None:
+    async def _call(
+        self, servable: Servable, signature: str, batch: list[_Item], rows: int
+    ) -> None:
         if len(batch) > 1:
             merged = {k: np.concatenate([it.inputs[k] for it in batch]) for k in batch[0].inputs}
             self.calls += 1
@@ -189,13 +205,15 @@ class BatchingRunner(DirectRunner):
                     start = 0
                     for it in batch:
                         if not it.future.done():
-                            it.future.set_result({k: v[start:start + it.rows]
-                                                  for k, v in out.items()})
+                            it.future.set_result(
+                                {k: v[start : start + it.rows] for k, v in out.items()}
+                            )
                         start += it.rows
                     return
             except Exception as exc:  # noqa: BLE001 - retried singly: errors find their owner
-                log.debug("merged call of %d requests failed (%s); retrying singly",
-                          len(batch), exc)
+                log.debug(
+                    "merged call of %d requests failed (%s); retrying singly", len(batch), exc
+                )
         for it in batch:
             self.calls += 1
             try:

@@ -15,13 +15,13 @@ class ServerConfig:
     port: int = 8080
     host: str = "127.0.0.1"
     workers: int = 1
-    framework: str = "auto"            # auto | tensorflow | pytorch | python
-    program: str | None = None      # inference.py in code/ (SAGEMAKER_PROGRAM)
-    max_payload_mb: float = 6.0        # SAGEMAKER_MAX_PAYLOAD_IN_MB
-    batch_size: int = 0                # dynamic batching: max rows per call; 0 = off
-    batch_wait_ms: float = 2.0         # dynamic batching: longest wait for company
-    threads: int = 0                   # framework threads per worker; 0 = cores / workers
-    state_file: str | None = None   # JSON status for whoever started the server
+    framework: str = "auto"  # auto | tensorflow | pytorch | python
+    program: str | None = None  # inference.py in code/ (SAGEMAKER_PROGRAM)
+    max_payload_mb: float = 6.0  # SAGEMAKER_MAX_PAYLOAD_IN_MB
+    batch_size: int = 0  # dynamic batching: max rows per call; 0 = off
+    batch_wait_ms: float = 2.0  # dynamic batching: longest wait for company
+    threads: int = 0  # framework threads per worker; 0 = cores / workers
+    state_file: str | None = None  # JSON status for whoever started the server
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -42,5 +42,8 @@ class ServerConfig:
 
     def execution_parameters(self) -> dict:
         """What GET /execution-parameters answers (the batch transform contract)."""
-        return {"MaxConcurrentTransforms": max(1, self.workers) * (2 if self.batch_size else 1),
-                "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": int(self.max_payload_mb)}
+        return {
+            "MaxConcurrentTransforms": max(1, self.workers) * (2 if self.batch_size else 1),
+            "BatchStrategy": "MULTI_RECORD",
+            "MaxPayloadInMB": int(self.max_payload_mb),
+        }

@@ -79,9 +79,14 @@ class Server:
     """What the connections of one worker share: the handler, the limits, the clock
     for the Date header, and the open connections (for idle sweeps and a clean stop)."""
 
-    def __init__(self, handler: Handler, max_body: int, error_body: Callable[[str], bytes],
-                 keepalive_timeout: float = KEEPALIVE_TIMEOUT,
-                 read_timeout: float = READ_TIMEOUT) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        max_body: int,
+        error_body: Callable[[str], bytes],
+        keepalive_timeout: float = KEEPALIVE_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+    ) -> None:
         self.handler = handler
         self.max_body = max_body
         self.error_body = error_body
@@ -219,8 +224,12 @@ class HttpProtocol(asyncio.Protocol):
         limit = self.server.max_body
         if length is not None and length.isdigit() and int(length) > limit:
             self._refused = True
-            self._answer_early(413, f"body of {length} bytes is over the payload limit of "
-                                    f"{limit} bytes (MaxPayloadInMB)", int(length))
+            self._answer_early(
+                413,
+                f"body of {length} bytes is over the payload limit of "
+                f"{limit} bytes (MaxPayloadInMB)",
+                int(length),
+            )
         elif self._headers.get("expect", "").lower() == "100-continue" and self.transport:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -231,8 +240,11 @@ class HttpProtocol(asyncio.Protocol):
         if self._body_len > self.server.max_body:  # chunked, or more than announced
             self._refused = True
             self._body = []
-            self._answer_early(413, f"body is over the payload limit of {self.server.max_body} "
-                                    "bytes (MaxPayloadInMB)", LINGER_BYTES)
+            self._answer_early(
+                413,
+                f"body is over the payload limit of {self.server.max_body} bytes (MaxPayloadInMB)",
+                LINGER_BYTES,
+            )
             return
         self._body.append(body)
 
@@ -246,12 +258,16 @@ class HttpProtocol(asyncio.Protocol):
             path = unquote(parsed.path.decode("latin-1")) if parsed.path else "/"
             query = parsed.query.decode("latin-1") if parsed.query else ""
         except httptools.HttpParserInvalidURLError:
-            self._queue(HttpResponse(400, self.server.error_body(
-                f"malformed request target {url[:200]!r}")))
+            self._queue(
+                HttpResponse(400, self.server.error_body(f"malformed request target {url[:200]!r}"))
+            )
             return
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        self._queue(HttpRequest(self.parser.get_method().decode("latin-1"), path, query,
-                                self._headers, body))
+        self._queue(
+            HttpRequest(
+                self.parser.get_method().decode("latin-1"), path, query, self._headers, body
+            )
+        )
         if not self._keep_alive:
             self.closing = True
 
@@ -296,8 +312,9 @@ class HttpProtocol(asyncio.Protocol):
             response = task.result()
         except Exception as exc:  # the handler should not raise; never a trace either way
             log.exception("unhandled error on %s %s", request.method, request.path)
-            response = HttpResponse(500, self.server.error_body(
-                f"internal error: {type(exc).__name__}: {exc}"))
+            response = HttpResponse(
+                500, self.server.error_body(f"internal error: {type(exc).__name__}: {exc}")
+            )
         if self.transport is not None:
             self._write(response, head_only=request.method == "HEAD")
         self._next()
@@ -310,8 +327,13 @@ class HttpProtocol(asyncio.Protocol):
         extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in response.headers)
         close = b"Connection: close\r\n" if self.closing and not self.pending else b""
         head = b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s%s%sServer: shipyard\r\n\r\n" % (
-            status, response.content_type.encode("latin-1"), len(response.body),
-            self.server.date, extra, close)
+            status,
+            response.content_type.encode("latin-1"),
+            len(response.body),
+            self.server.date,
+            extra,
+            close,
+        )
         if head_only or not response.body:
             transport.write(head)
         elif len(response.body) < SMALL_BODY:

@@ -34,27 +34,37 @@ def check_members(tar: tarfile.TarFile, root: str) -> list[tarfile.TarInfo]:
     members = tar.getmembers()
     for m in members:
         target = os.path.realpath(os.path.join(root, m.name))
-        if os.path.isabs(m.name) or ".." in m.name.replace("\\", "/").split("/") \
-                or not _inside(target, root):
-            raise ModelLoadError(f"model archive member {m.name!r} would be written outside the "
-                                 "model directory; refusing the archive")
+        if (
+            os.path.isabs(m.name)
+            or ".." in m.name.replace("\\", "/").split("/")
+            or not _inside(target, root)
+        ):
+            raise ModelLoadError(
+                f"model archive member {m.name!r} would be written outside the "
+                "model directory; refusing the archive"
+            )
         if m.issym() or m.islnk():
             base = os.path.dirname(target) if m.issym() else root
             link = os.path.realpath(os.path.join(base, m.linkname))
             if os.path.isabs(m.linkname) or not _inside(link, root):
-                raise ModelLoadError(f"model archive member {m.name!r} links to {m.linkname!r}, "
-                                     "outside the model directory; refusing the archive")
+                raise ModelLoadError(
+                    f"model archive member {m.name!r} links to {m.linkname!r}, "
+                    "outside the model directory; refusing the archive"
+                )
         elif not (m.isfile() or m.isdir()):
-            raise ModelLoadError(f"model archive member {m.name!r} is a device or fifo; "
-                                 "refusing the archive")
+            raise ModelLoadError(
+                f"model archive member {m.name!r} is a device or fifo; refusing the archive"
+            )
     return members
 
 
 def extract(archive: str, dest: str) -> None:
     """Extract ``archive`` (a .tar.gz) into the new directory ``dest``, all or nothing."""
     if not tarfile.is_tarfile(archive):
-        raise ModelLoadError(f"model_data {archive!r} is not a tar archive; give a model.tar.gz "
-                             "(or a directory holding the model)")
+        raise ModelLoadError(
+            f"model_data {archive!r} is not a tar archive; give a model.tar.gz "
+            "(or a directory holding the model)"
+        )
     parent = os.path.dirname(os.path.abspath(dest))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".extract-")
@@ -78,8 +88,10 @@ def check_tree(model_dir: str) -> None:
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             if os.path.islink(path) and not _inside(os.path.realpath(path), root):
-                raise ModelLoadError(f"{os.path.relpath(path, model_dir)!r} links outside the "
-                                     "model directory; refusing to serve it")
+                raise ModelLoadError(
+                    f"{os.path.relpath(path, model_dir)!r} links outside the "
+                    "model directory; refusing to serve it"
+                )
 
 
 @dataclass
@@ -105,7 +117,10 @@ def find_tf_models(model_dir: str) -> dict[str, TFModel]:
         if not version_dir.isdigit():
             continue
         parent = os.path.dirname(dirpath)
-        name = (DEFAULT_MODEL_NAME if os.path.realpath(parent) == os.path.realpath(model_dir)
-                else os.path.basename(parent))
+        name = (
+            DEFAULT_MODEL_NAME
+            if os.path.realpath(parent) == os.path.realpath(model_dir)
+            else os.path.basename(parent)
+        )
         models.setdefault(name, TFModel(name)).versions[int(version_dir)] = dirpath
     return models

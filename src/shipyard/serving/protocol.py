@@ -19,8 +19,12 @@ import numpy as np
 
 from shipyard.serving.errors import BadRequest, UnsupportedMediaType
 
-JSON_TYPES = ("application/json", "application/jsonlines", "application/jsons",
-              "application/x-jsonlines")
+JSON_TYPES = (
+    "application/json",
+    "application/jsonlines",
+    "application/jsons",
+    "application/x-jsonlines",
+)
 CSV_TYPE = "text/csv"
 NPY_TYPE = "application/x-npy"
 
@@ -28,12 +32,15 @@ NPY_TYPE = "application/x-npy"
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
-    dtype: str                                  # numpy dtype name, or "string"
+    dtype: str  # numpy dtype name, or "string"
     shape: tuple[int | None, ...] | None  # None: unknown rank
 
     def describe(self) -> str:
-        dims = "?" if self.shape is None else "[" + ",".join(
-            "-1" if d is None else str(d) for d in self.shape) + "]"
+        dims = (
+            "?"
+            if self.shape is None
+            else "[" + ",".join("-1" if d is None else str(d) for d in self.shape) + "]"
+        )
         return f"{self.name}: {self.dtype}{dims}"
 
 
@@ -130,10 +137,12 @@ def invocations_to_tfs(body: bytes, content_type: str) -> dict[str, Any]:
     else:
         raise UnsupportedMediaType(
             f"Unsupported Media Type: {content_type or 'Unknown'}; send application/json, "
-            "application/jsonlines or text/csv")
+            "application/jsonlines or text/csv"
+        )
     if not isinstance(request, dict):
-        raise BadRequest("a TF Serving request must be a JSON object with 'instances', "
-                         "'inputs' or 'examples'")
+        raise BadRequest(
+            "a TF Serving request must be a JSON object with 'instances', 'inputs' or 'examples'"
+        )
     return request
 
 
@@ -173,7 +182,7 @@ def _unb64(value: Any) -> Any:
             try:
                 return base64.b64decode(value["b64"], validate=True)
             except ValueError:
-                raise BadRequest("a {\"b64\": ...} value is not valid base64") from None
+                raise BadRequest('a {"b64": ...} value is not valid base64') from None
         return {k: _unb64(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_unb64(v) for v in value]
@@ -182,6 +191,7 @@ def _unb64(value: Any) -> Any:
 
 def to_array(value: Any, spec: TensorSpec, sig: Signature) -> np.ndarray:
     """One input's JSON value -> array of the signature's dtype and shape, or 400."""
+
     def bad(why: str) -> BadRequest:
         return BadRequest(f"input {spec.name!r}: {why}; expected {sig.describe()}")
 
@@ -192,7 +202,7 @@ def to_array(value: Any, spec: TensorSpec, sig: Signature) -> np.ndarray:
             if isinstance(item, str):
                 flat[i] = item.encode("utf-8")
             elif not isinstance(item, bytes):
-                raise bad(f"expected strings or {{\"b64\": ...}}, got {type(item).__name__}")
+                raise bad(f'expected strings or {{"b64": ...}}, got {type(item).__name__}')
     else:
         try:
             with np.errstate(all="ignore"):
@@ -204,14 +214,17 @@ def to_array(value: Any, spec: TensorSpec, sig: Signature) -> np.ndarray:
                 arr = arr.astype(spec.dtype, copy=False)
         except (ValueError, TypeError, OverflowError) as exc:
             raise bad(f"cannot be read as {spec.dtype} ({exc})") from None
-    if spec.shape is not None and (arr.ndim != len(spec.shape) or any(
-            d is not None and d != n for d, n in zip(spec.shape, arr.shape))):
+    if spec.shape is not None and (
+        arr.ndim != len(spec.shape)
+        or any(d is not None and d != n for d, n in zip(spec.shape, arr.shape))
+    ):
         raise bad(f"shape {list(arr.shape)} does not match")
     return arr
 
 
-def parse_tfs_request(request: Any, sig: Signature, b64: bool = True
-                      ) -> tuple[dict[str, np.ndarray], bool]:
+def parse_tfs_request(
+    request: Any, sig: Signature, b64: bool = True
+) -> tuple[dict[str, np.ndarray], bool]:
     """``{"instances": ...}`` or ``{"inputs": ...}`` -> (arrays by input name, row format).
 
     ``b64=False`` (the body holds no "b64") skips the walk for binary values, which
@@ -221,8 +234,10 @@ def parse_tfs_request(request: Any, sig: Signature, b64: bool = True
         raise BadRequest("request body must be a JSON object")
     has_rows, has_cols = "instances" in request, "inputs" in request
     if has_rows == has_cols:
-        raise BadRequest("request must have exactly one of 'instances' (row format) or "
-                         "'inputs' (columnar format)")
+        raise BadRequest(
+            "request must have exactly one of 'instances' (row format) or "
+            "'inputs' (columnar format)"
+        )
     unknown = set(request) - {"instances", "inputs", "signature_name"}
     if unknown:
         raise BadRequest(f"unknown request field(s) {sorted(unknown)}")
@@ -243,8 +258,10 @@ def parse_tfs_request(request: Any, sig: Signature, b64: bool = True
         elif len(names) == 1:
             columns = {names[0]: rows}
         else:
-            raise BadRequest(f"this signature has several inputs: give each instance as an "
-                             f"object; expected {sig.describe()}")
+            raise BadRequest(
+                f"this signature has several inputs: give each instance as an "
+                f"object; expected {sig.describe()}"
+            )
         arrays = {n: to_array(v, sig.inputs[n], sig) for n, v in columns.items()}
         sizes = {a.shape[0] if a.ndim else 1 for a in arrays.values()}
         if len(sizes) > 1:
@@ -263,8 +280,11 @@ def parse_tfs_request(request: Any, sig: Signature, b64: bool = True
 
 def examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
     """Classify/regress ``{"examples": [...], "context": {...}}`` -> arrays by input name."""
-    if not isinstance(request, dict) or not isinstance(request.get("examples"), list) \
-            or not request["examples"]:
+    if (
+        not isinstance(request, dict)
+        or not isinstance(request.get("examples"), list)
+        or not request["examples"]
+    ):
         raise BadRequest("classify/regress requests need a non-empty 'examples' list")
     context = request.get("context") or {}
     if not isinstance(context, dict):
@@ -333,8 +353,11 @@ def format_classify(outputs: dict[str, np.ndarray]) -> dict[str, Any]:
     classes = outputs.get("classes")
     result = []
     for i, row in enumerate(scores):
-        labels = ([_text(c) for c in np.asarray(classes[i]).reshape(-1)] if classes is not None
-                  else [str(j) for j in range(len(row))])
+        labels = (
+            [_text(c) for c in np.asarray(classes[i]).reshape(-1)]
+            if classes is not None
+            else [str(j) for j in range(len(row))]
+        )
         result.append([[label, float(s)] for label, s in zip(labels, row)])
     return {"result": result}
 
@@ -346,8 +369,9 @@ def format_regress(outputs: dict[str, np.ndarray]) -> dict[str, Any]:
         values = next(iter(outputs.values()))
     values = np.asarray(values)
     if values.ndim > 1 and values.shape[1:] != (1,) * (values.ndim - 1):
-        raise BadRequest(f"regress needs one value per example; the model returns shape "
-                         f"{list(values.shape)}")
+        raise BadRequest(
+            f"regress needs one value per example; the model returns shape {list(values.shape)}"
+        )
     return {"result": values.reshape(len(values)).astype(float).tolist()}
 
 
@@ -356,10 +380,15 @@ def predictions_as(payload: dict[str, Any], accept: str) -> tuple[bytes, str]:
     JSON lines or CSV with one line per prediction (what batch transform assembles)."""
     accept = media_type(accept)
     preds = plain(payload.get("predictions"))
-    if accept in ("application/jsonlines", "application/jsons", "application/x-jsonlines") \
-            and isinstance(preds, list):
-        return ("".join(json.dumps(p, separators=(",", ":")) + "\n" for p in preds).encode(),
-                "application/jsonlines")
+    if accept in (
+        "application/jsonlines",
+        "application/jsons",
+        "application/x-jsonlines",
+    ) and isinstance(preds, list):
+        return (
+            "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in preds).encode(),
+            "application/jsonlines",
+        )
     if accept == CSV_TYPE and isinstance(preds, list):
         return encode_csv(preds).encode(), CSV_TYPE
     return dumps(payload), "application/json"
@@ -393,8 +422,11 @@ def plain(value: Any) -> Any:
 def _numeric_array(value: Any) -> bool:
     """A numpy array orjson writes as json would: numbers, floats all finite (json
     writes NaN and Infinity, which TF Serving also answers; orjson would write null)."""
-    return (isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
-            and (value.dtype.kind != "f" or bool(np.isfinite(value).all())))
+    return (
+        isinstance(value, np.ndarray)
+        and value.dtype.kind in "biuf"
+        and (value.dtype.kind != "f" or bool(np.isfinite(value).all()))
+    )
 
 
 def dumps(payload: Any) -> bytes:
@@ -403,8 +435,12 @@ def dumps(payload: Any) -> bytes:
     and floats come out as the shortest text that reads back as the same value in the
     array's own precision (a float32 0.1 is written ``0.1``, not ``0.10000000149011612``,
     and parses to the very same float32). Everything else goes through ``json``."""
-    if _ORJSON is not None and isinstance(payload, dict) and payload and all(
-            _numeric_array(v) for v in payload.values()):
+    if (
+        _ORJSON is not None
+        and isinstance(payload, dict)
+        and payload
+        and all(_numeric_array(v) for v in payload.values())
+    ):
         try:
             return _ORJSON.dumps(payload, option=_ORJSON.OPT_SERIALIZE_NUMPY)
         except _ORJSON.JSONEncodeError:  # e.g. a non-contiguous array

@@ -33,8 +33,10 @@ class Servable:
         if key not in self.signatures:
             if not name and len(self.signatures) == 1:
                 return next(iter(self.signatures.values()))
-            raise BadRequest(f"Serving signature name: {key!r} not found in signature def; "
-                             f"model {self.name!r} has {sorted(self.signatures)}")
+            raise BadRequest(
+                f"Serving signature name: {key!r} not found in signature def; "
+                f"model {self.name!r} has {sorted(self.signatures)}"
+            )
         return self.signatures[key]
 
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -85,7 +87,9 @@ class _DirectCall:
     def __call__(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         device = self._ctx.device_name
         flat = [self._tensor(arrays[k], device, None) for k in self.inputs]
-        out = self._execute(self._name, len(self.outputs), flat + self._captured, self._attrs, self._ctx)
+        out = self._execute(
+            self._name, len(self.outputs), flat + self._captured, self._attrs, self._ctx
+        )
         return {k: t._numpy() for k, t in zip(self.outputs, out)}
 
 
@@ -108,13 +112,17 @@ class TFServable(Servable):
         try:
             loaded = tf.saved_model.load(path)
         except Exception as exc:  # noqa: BLE001 - any load failure is the model's fault
-            raise ModelLoadError(f"could not load SavedModel {name}/{version} from {path}: "
-                                 f"{type(exc).__name__}: {str(exc)[:500]}") from None
+            raise ModelLoadError(
+                f"could not load SavedModel {name}/{version} from {path}: "
+                f"{type(exc).__name__}: {str(exc)[:500]}"
+            ) from None
         self._loaded = loaded  # keeps the variables alive
         self._functions = dict(loaded.signatures)
         if not self._functions:
-            raise ModelLoadError(f"SavedModel {path} has no serving signatures; export it with "
-                                 "model.export(...) or tf.saved_model.save(..., signatures=...)")
+            raise ModelLoadError(
+                f"SavedModel {path} has no serving signatures; export it with "
+                "model.export(...) or tf.saved_model.save(..., signatures=...)"
+            )
         sigs = {}
         for key, fn in self._functions.items():
             _, kwargs = fn.structured_input_signature
@@ -137,9 +145,11 @@ class TFServable(Servable):
         except Exception:  # noqa: BLE001 - TF internals moved, or an odd signature: the plain call
             return None
         same = set(got) == set(want) and all(
-            got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+            got[k].dtype == want[k].dtype
+            and got[k].shape == want[k].shape
             and np.array_equal(got[k], want[k], equal_nan=got[k].dtype.kind in "fc")
-            for k in want)
+            for k in want
+        )
         return direct if same else None
 
     def _call(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -159,13 +169,18 @@ class TFServable(Servable):
             return self._call(signature, inputs)
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
             msg = getattr(exc, "message", None) or str(exc)
-            raise BadRequest(f"{msg.strip().splitlines()[0][:300]}; expected "
-                             f"{self.signatures[signature].describe()}") from None
+            raise BadRequest(
+                f"{msg.strip().splitlines()[0][:300]}; expected "
+                f"{self.signatures[signature].describe()}"
+            ) from None
 
 
 # -- PyTorch -----------------------------------------------------------------------------------
-TORCH_SIGNATURE = Signature(DEFAULT_SIGNATURE, {"input": TensorSpec("input", "float32", None)},
-                            {"output": TensorSpec("output", "float32", None)})
+TORCH_SIGNATURE = Signature(
+    DEFAULT_SIGNATURE,
+    {"input": TensorSpec("input", "float32", None)},
+    {"output": TensorSpec("output", "float32", None)},
+)
 
 
 def torch_device() -> str:
@@ -186,8 +201,10 @@ def load_torchscript(model_dir: str) -> Any:
     if not os.path.exists(path):
         files = sorted(f for f in os.listdir(model_dir) if f.endswith((".pt", ".pth")))
         if len(files) != 1:
-            raise ModelLoadError(f"exactly one .pt or .pth file is needed for a PyTorch model "
-                                 f"without model_fn; found {files} in the model directory")
+            raise ModelLoadError(
+                f"exactly one .pt or .pth file is needed for a PyTorch model "
+                f"without model_fn; found {files} in the model directory"
+            )
         path = os.path.join(model_dir, files[0])
     try:
         return torch.jit.load(path, map_location=torch_device())
@@ -195,7 +212,8 @@ def load_torchscript(model_dir: str) -> Any:
         raise ModelLoadError(
             f"{os.path.basename(path)} is not TorchScript (a state_dict?): save it with "
             "torch.jit.save(torch.jit.script(model), ...) or give an inference.py whose "
-            "model_fn(model_dir) builds the model and loads the state_dict") from None
+            "model_fn(model_dir) builds the model and loads the state_dict"
+        ) from None
 
 
 def torch_predict(data: Any, model: Any) -> Any:
@@ -221,8 +239,9 @@ def _device_of(model: Any) -> Any:
 class TorchServable(Servable):
     """A PyTorch model (any callable) with one tensor in, one out."""
 
-    def __init__(self, name: str, model: Any,
-                 predict_fn: Callable[[Any, Any], Any] | None = None) -> None:
+    def __init__(
+        self, name: str, model: Any, predict_fn: Callable[[Any, Any], Any] | None = None
+    ) -> None:
         super().__init__(name, 1, {DEFAULT_SIGNATURE: TORCH_SIGNATURE})
         import torch
 
@@ -243,8 +262,10 @@ class TorchServable(Servable):
             # the default predict only feeds the client's tensor to the model: a shape or
             # dtype the model refuses is the request's fault
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            raise BadRequest(f"the model refused an input of shape {list(arr.shape)} and "
-                             f"dtype {arr.dtype}: {type(exc).__name__}: {first}") from None
+            raise BadRequest(
+                f"the model refused an input of shape {list(arr.shape)} and "
+                f"dtype {arr.dtype}: {type(exc).__name__}: {first}"
+            ) from None
         return {"output": to_numpy(out)}
 
 
@@ -266,8 +287,10 @@ class Registry:
     def resolve(self, name: str | None, version: int | None = None) -> Servable:
         if name is None:
             if len(self.models) != 1:
-                raise NotFound(f"this endpoint serves several models {sorted(self.models)}: "
-                               "name one (custom attribute tfs-model-name=<name>)")
+                raise NotFound(
+                    f"this endpoint serves several models {sorted(self.models)}: "
+                    "name one (custom attribute tfs-model-name=<name>)"
+                )
             name = next(iter(self.models))
         versions = self.models.get(name)
         if not versions or (version is not None and version not in versions):

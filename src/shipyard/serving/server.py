@@ -49,8 +49,11 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise OSError(exc.errno, f"port {port} on {host} is already in use; pick another "
-                                     "port (--port) or delete the endpoint using it") from None
+            raise OSError(
+                exc.errno,
+                f"port {port} on {host} is already in use; pick another "
+                "port (--port) or delete the endpoint using it",
+            ) from None
         raise
     sock.listen(1024)
     sock.set_inheritable(True)
@@ -71,19 +74,31 @@ class Master:
         self.buffer = b""
 
     def spawn(self) -> None:
-        env = dict(os.environ, **{CONFIG_ENV: self.config.to_json(),
-                                  "SHIPYARD_SERVING_FD": str(self.sock.fileno()),
-                                  "SHIPYARD_SERVING_REPORT_FD": str(self.write_fd)})
+        env = dict(
+            os.environ,
+            **{
+                CONFIG_ENV: self.config.to_json(),
+                "SHIPYARD_SERVING_FD": str(self.sock.fileno()),
+                "SHIPYARD_SERVING_REPORT_FD": str(self.write_fd),
+            },
+        )
         # the model directory in argv: `ps` shows what each worker serves
-        proc = subprocess.Popen([sys.executable, "-m", "shipyard.serving.worker",
-                                 self.config.model_dir], env=env,
-                                pass_fds=(self.sock.fileno(), self.write_fd),
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shipyard.serving.worker", self.config.model_dir],
+            env=env,
+            pass_fds=(self.sock.fileno(), self.write_fd),
+            stdin=subprocess.DEVNULL,
+        )
         self.workers[proc.pid] = proc
 
     def state(self, status: str, reason: str | None = None) -> None:
-        write_state(self.config.state_file, status=status, failure_reason=reason,
-                    port=self.sock.getsockname()[1], workers=sorted(self.workers))
+        write_state(
+            self.config.state_file,
+            status=status,
+            failure_reason=reason,
+            port=self.sock.getsockname()[1],
+            workers=sorted(self.workers),
+        )
 
     def read_reports(self, timeout: float) -> None:
         ready, _, _ = select.select([self.read_fd], [], [], timeout)
@@ -113,9 +128,11 @@ class Master:
             now = time.monotonic()
             self.restarts = [t for t in self.restarts if now - t < 60] + [now]
             if not was_ready or len(self.restarts) > 5:
-                self.failure = (f"a worker exited with code {code} "
-                                + ("while loading the model" if not was_ready else
-                                   "five times within a minute") + "; see the server log")
+                self.failure = (
+                    f"a worker exited with code {code} "
+                    + ("while loading the model" if not was_ready else "five times within a minute")
+                    + "; see the server log"
+                )
                 self.state("Failed", self.failure)
                 continue
             log.warning("worker %d exited with code %s; starting another", pid, code)
@@ -148,14 +165,24 @@ class Master:
             while not self.stopping:
                 self.read_reports(0.2)
                 self.reap()
-                if (not in_service and not self.failure
-                        and len(self.ready) >= max(1, self.config.workers)):
+                if (
+                    not in_service
+                    and not self.failure
+                    and len(self.ready) >= max(1, self.config.workers)
+                ):
                     in_service = True
                     self.state("InService")
-                    log.info("serving on %s:%d with %d worker(s)", self.config.host,
-                             self.sock.getsockname()[1], len(self.ready))
-                if not in_service and not self.failure \
-                        and time.monotonic() - started > READY_TIMEOUT:
+                    log.info(
+                        "serving on %s:%d with %d worker(s)",
+                        self.config.host,
+                        self.sock.getsockname()[1],
+                        len(self.ready),
+                    )
+                if (
+                    not in_service
+                    and not self.failure
+                    and time.monotonic() - started > READY_TIMEOUT
+                ):
                     self.failure = f"the model did not load within {READY_TIMEOUT:.0f} s"
                     self.state("Failed", self.failure)
         finally:

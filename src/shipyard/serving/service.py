@@ -90,8 +90,9 @@ class Service:
             raise BadRequest(f"malformed JSON: {exc}") from None
         return _json(await self.tfs_call(name, version, method, request, b'"b64"' in body))
 
-    async def tfs_call(self, name: str | None, version: int | None, method: str,
-                       request: Any, b64: bool = True) -> dict[str, Any]:
+    async def tfs_call(
+        self, name: str | None, version: int | None, method: str, request: Any, b64: bool = True
+    ) -> dict[str, Any]:
         servable = self.registry.resolve(name, version)
         if not isinstance(request, dict):
             raise BadRequest("request body must be a JSON object")
@@ -104,10 +105,14 @@ class Service:
             outputs = await self.runner.run(servable, sig.name, arrays)
             return protocol.format_predictions(outputs, row)
         if method in ("classify", "regress"):
-            outputs = await self.runner.run(servable, sig.name,
-                                            protocol.examples_to_arrays(request, sig))
-            return (protocol.format_classify(outputs) if method == "classify"
-                    else protocol.format_regress(outputs))
+            outputs = await self.runner.run(
+                servable, sig.name, protocol.examples_to_arrays(request, sig)
+            )
+            return (
+                protocol.format_classify(outputs)
+                if method == "classify"
+                else protocol.format_regress(outputs)
+            )
         raise NotFound(f"unknown method {method!r}: use predict, classify or regress")
 
     def status(self, name: str, version: int | None) -> dict[str, Any]:
@@ -115,16 +120,33 @@ class Service:
         if not versions or (version is not None and version not in versions):
             self.registry.resolve(name, version)  # raises TF Serving's 404
         chosen = [version] if version is not None else sorted(versions, reverse=True)
-        return {"model_version_status": [
-            {"version": str(v), "state": "AVAILABLE",
-             "status": {"error_code": "OK", "error_message": ""}} for v in chosen]}
+        return {
+            "model_version_status": [
+                {
+                    "version": str(v),
+                    "state": "AVAILABLE",
+                    "status": {"error_code": "OK", "error_message": ""},
+                }
+                for v in chosen
+            ]
+        }
 
     def metadata(self, name: str, version: int | None) -> dict[str, Any]:
         servable = self.registry.resolve(name, version)
-        return {"model_spec": {"name": servable.name, "signature_name": "",
-                               "version": str(servable.version)},
-                "metadata": {"signature_def": {"signature_def": {
-                    key: _signature_def(sig) for key, sig in servable.signatures.items()}}}}
+        return {
+            "model_spec": {
+                "name": servable.name,
+                "signature_name": "",
+                "version": str(servable.version),
+            },
+            "metadata": {
+                "signature_def": {
+                    "signature_def": {
+                        key: _signature_def(sig) for key, sig in servable.signatures.items()
+                    }
+                }
+            },
+        }
 
     async def invocations(self, req: Request) -> Reply:
         raise NotImplementedError
@@ -138,21 +160,42 @@ class Service:
             raise HandlerError(f"{type(exc).__name__}: {exc}") from None
 
 
-_DT = {"float32": "DT_FLOAT", "float64": "DT_DOUBLE", "int32": "DT_INT32", "int64": "DT_INT64",
-       "string": "DT_STRING", "bool": "DT_BOOL", "uint8": "DT_UINT8", "int8": "DT_INT8",
-       "int16": "DT_INT16", "float16": "DT_HALF", "uint16": "DT_UINT16"}
+_DT = {
+    "float32": "DT_FLOAT",
+    "float64": "DT_DOUBLE",
+    "int32": "DT_INT32",
+    "int64": "DT_INT64",
+    "string": "DT_STRING",
+    "bool": "DT_BOOL",
+    "uint8": "DT_UINT8",
+    "int8": "DT_INT8",
+    "int16": "DT_INT16",
+    "float16": "DT_HALF",
+    "uint16": "DT_UINT16",
+}
 
 
 def _signature_def(sig: protocol.Signature) -> dict[str, Any]:
     def info(spec: protocol.TensorSpec) -> dict[str, Any]:
-        shape = ({"dim": [], "unknown_rank": True} if spec.shape is None else
-                 {"dim": [{"size": str(-1 if d is None else d), "name": ""} for d in spec.shape],
-                  "unknown_rank": False})
-        return {"dtype": _DT.get(spec.dtype, spec.dtype.upper()), "tensor_shape": shape,
-                "name": spec.name}
-    return {"inputs": {k: info(v) for k, v in sig.inputs.items()},
-            "outputs": {k: info(v) for k, v in sig.outputs.items()},
-            "method_name": sig.method}
+        shape = (
+            {"dim": [], "unknown_rank": True}
+            if spec.shape is None
+            else {
+                "dim": [{"size": str(-1 if d is None else d), "name": ""} for d in spec.shape],
+                "unknown_rank": False,
+            }
+        )
+        return {
+            "dtype": _DT.get(spec.dtype, spec.dtype.upper()),
+            "tensor_shape": shape,
+            "name": spec.name,
+        }
+
+    return {
+        "inputs": {k: info(v) for k, v in sig.inputs.items()},
+        "outputs": {k: info(v) for k, v in sig.outputs.items()},
+        "method_name": sig.method,
+    }
 
 
 class _TFResponse:
@@ -175,16 +218,19 @@ class _TFResponse:
 class TFService(Service):
     """SavedModels found as TF Serving finds them, plus the TF container's inference.py."""
 
-    def __init__(self, model_dir: str, runner: DirectRunner, program: str | None,
-                 port: int) -> None:
+    def __init__(
+        self, model_dir: str, runner: DirectRunner, program: str | None, port: int
+    ) -> None:
         super().__init__(runner)
         self.port = port
         for model in model_data.find_tf_models(model_dir).values():
             for version, path in sorted(model.versions.items()):
                 self.registry.add(TFServable(model.name, version, path))
         if not self.registry.models:
-            raise ModelLoadError("no SavedModel found: TF Serving needs "
-                                 "<model>/<version>/saved_model.pb (e.g. 1/saved_model.pb)")
+            raise ModelLoadError(
+                "no SavedModel found: TF Serving needs "
+                "<model>/<version>/saved_model.pb (e.g. 1/saved_model.pb)"
+            )
         module = user_module.load(model_dir, program)
         self.handler = user_module.tf_handlers(module)
         self.input_handler = user_module.function(module, "input_handler")
@@ -203,17 +249,34 @@ class TFService(Service):
         body, ctype = protocol.predictions_as(payload, req.accept)
         return Reply(200, body, ctype)
 
-    async def _user_invocation(self, req: Request, attrs: dict[str, str], name: str | None,
-                               version: int | None, method: str) -> Reply:
+    async def _user_invocation(
+        self,
+        req: Request,
+        attrs: dict[str, str],
+        name: str | None,
+        version: int | None,
+        method: str,
+    ) -> Reply:
         servable = self.registry.resolve(name, version)
-        path = f"/v1/models/{servable.name}" + (
-            f"/versions/{version}" if version is not None else "") + f":{method}"
+        path = (
+            f"/v1/models/{servable.name}"
+            + (f"/versions/{version}" if version is not None else "")
+            + f":{method}"
+        )
         context = user_module.Context(
-            servable.name, str(version) if version is not None else None, method,
-            f"http://127.0.0.1:{self.port}{path}", None, None, req.custom_attributes,
+            servable.name,
+            str(version) if version is not None else None,
+            method,
+            f"http://127.0.0.1:{self.port}{path}",
+            None,
+            None,
+            req.custom_attributes,
             media_type(req.content_type) or "application/json",
-            media_type(req.accept) if media_type(req.accept) not in ("", "*/*")
-            else "application/json", len(req.body))
+            media_type(req.accept)
+            if media_type(req.accept) not in ("", "*/*")
+            else "application/json",
+            len(req.body),
+        )
         loop = asyncio.get_running_loop()
 
         def call_model(data: Any) -> _TFResponse:
@@ -222,7 +285,8 @@ class TFService(Service):
             try:
                 request = json.loads(text)
                 payload = asyncio.run_coroutine_threadsafe(
-                    self.tfs_call(servable.name, version, method, request), loop).result()
+                    self.tfs_call(servable.name, version, method, request), loop
+                ).result()
                 return _TFResponse(200, protocol.dumps(payload))
             except ValueError as exc:
                 return _TFResponse(400, protocol.error_body(f"malformed JSON: {exc}"))
@@ -240,8 +304,9 @@ class TFService(Service):
 
 
 def _user_reply(result: Any, default_type: str) -> Reply:
-    body, ctype = (result if isinstance(result, tuple) and len(result) == 2
-                   else (result, default_type))
+    body, ctype = (
+        result if isinstance(result, tuple) and len(result) == 2 else (result, default_type)
+    )
     if isinstance(body, str):
         body = body.encode("utf-8")
     elif not isinstance(body, (bytes, bytearray)):
@@ -265,16 +330,17 @@ def decode_array(body: bytes, content_type: str) -> np.ndarray:
         if ctype == "application/json":
             return np.asarray(protocol.loads(body), dtype=np.float32)
         if ctype == protocol.CSV_TYPE:
-            rows = [ln.split(",") for ln in body.decode("utf-8").strip().splitlines()
-                    if ln.strip()]
+            rows = [ln.split(",") for ln in body.decode("utf-8").strip().splitlines() if ln.strip()]
             return np.asarray(rows, dtype=np.float32)
         if ctype == protocol.NPY_TYPE:
             return np.load(io.BytesIO(body), allow_pickle=False)
     except (ValueError, UnicodeDecodeError, OSError) as exc:
         raise BadRequest(f"malformed {ctype} body: {exc}") from None
-    raise UnsupportedMediaType(f"Unsupported Media Type: {content_type or 'Unknown'}; send "
-                               "application/json, text/csv or application/x-npy, or define "
-                               "input_fn in inference.py")
+    raise UnsupportedMediaType(
+        f"Unsupported Media Type: {content_type or 'Unknown'}; send "
+        "application/json, text/csv or application/x-npy, or define "
+        "input_fn in inference.py"
+    )
 
 
 def encode_array(prediction: Any, accept: str) -> tuple[bytes, str]:
@@ -289,21 +355,26 @@ def encode_array(prediction: Any, accept: str) -> tuple[bytes, str]:
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         return buf.getvalue(), accept
-    raise UnsupportedMediaType(f"cannot answer in {accept!r}: accept application/json, text/csv "
-                               "or application/x-npy, or define output_fn in inference.py")
+    raise UnsupportedMediaType(
+        f"cannot answer in {accept!r}: accept application/json, text/csv "
+        "or application/x-npy, or define output_fn in inference.py"
+    )
 
 
 class PythonService(Service):
     """model_fn / input_fn / predict_fn / output_fn or transform_fn, with defaults."""
 
-    def __init__(self, model_dir: str, runner: DirectRunner, program: str | None,
-                 torch_defaults: bool) -> None:
+    def __init__(
+        self, model_dir: str, runner: DirectRunner, program: str | None, torch_defaults: bool
+    ) -> None:
         super().__init__(runner)
         module = user_module.load(model_dir, program)
         fn = {n: user_module.function(module, n) for n in user_module.PYTHON_FUNCTIONS}
         if fn["transform_fn"] and (fn["input_fn"] or fn["predict_fn"] or fn["output_fn"]):
-            raise ModelLoadError("inference.py defines transform_fn together with input_fn, "
-                                 "predict_fn or output_fn; define transform_fn alone or the others")
+            raise ModelLoadError(
+                "inference.py defines transform_fn together with input_fn, "
+                "predict_fn or output_fn; define transform_fn alone or the others"
+            )
         if fn["model_fn"]:
             try:
                 self.model = user_module.caller(fn["model_fn"], 1)(model_dir)
@@ -312,8 +383,10 @@ class PythonService(Service):
         elif torch_defaults:
             self.model = load_torchscript(model_dir)
         else:
-            raise ModelLoadError("no model found: give a TF SavedModel (<version>/saved_model.pb)"
-                                 ", a TorchScript model.pt, or code/inference.py with model_fn")
+            raise ModelLoadError(
+                "no model found: give a TF SavedModel (<version>/saved_model.pb)"
+                ", a TorchScript model.pt, or code/inference.py with model_fn"
+            )
         self.input_fn = fn["input_fn"] and user_module.caller(fn["input_fn"], 2)
         self.user_predict = fn["predict_fn"] and user_module.caller(fn["predict_fn"], 2)
         self.output_fn = fn["output_fn"] and user_module.caller(fn["output_fn"], 2)
@@ -321,27 +394,33 @@ class PythonService(Service):
         predict = self.user_predict or (torch_predict if _is_torch(self.model) else None)
         if predict is None and not self.transform_fn:
             if not callable(self.model):
-                raise ModelLoadError("model_fn returned a model that is not callable; define "
-                                     "predict_fn(data, model) in inference.py")
-            predict = lambda data, model: model(data)
+                raise ModelLoadError(
+                    "model_fn returned a model that is not callable; define "
+                    "predict_fn(data, model) in inference.py"
+                )
+
+            def predict(data: Any, model: Any) -> Any:
+                return model(data)
+
         self.torch = _is_torch(self.model)
         self.servable = TorchServable("model", self.model, predict) if predict else None
         if self.servable:
             self.registry.add(self.servable)
-        self.default_accept = os.environ.get("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT",
-                                             "application/json")
+        self.default_accept = os.environ.get(
+            "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT", "application/json"
+        )
 
     async def invocations(self, req: Request) -> Reply:
         accept = media_type(req.accept)
         if accept in ("", "*/*"):
             accept = self.default_accept
         if self.transform_fn:
-            result = await self.in_handler_pool(self.transform_fn, self.model, req.body,
-                                                req.content_type, accept)
+            result = await self.in_handler_pool(
+                self.transform_fn, self.model, req.body, req.content_type, accept
+            )
             return _user_reply(result, accept)
         if self.input_fn:
-            data = await self.in_handler_pool(self.input_fn, req.body,
-                                              media_type(req.content_type))
+            data = await self.in_handler_pool(self.input_fn, req.body, media_type(req.content_type))
         else:
             data = decode_array(req.body, req.content_type)
         if self.user_predict:
@@ -352,11 +431,13 @@ class PythonService(Service):
             prediction = await self.in_handler_pool(self.user_predict, data, self.model)
         else:
             arr = to_numpy(data)
-            prediction = (await self.runner.run(self.servable, DEFAULT_SIGNATURE,
-                                                {"input": arr}))["output"]
+            prediction = (await self.runner.run(self.servable, DEFAULT_SIGNATURE, {"input": arr}))[
+                "output"
+            ]
         if self.output_fn:
-            return _user_reply(await self.in_handler_pool(self.output_fn, prediction, accept),
-                               accept)
+            return _user_reply(
+                await self.in_handler_pool(self.output_fn, prediction, accept), accept
+            )
         body, ctype = encode_array(prediction, accept)
         return Reply(200, body, ctype)
 
@@ -368,15 +449,21 @@ def _is_torch(model: Any) -> bool:
     return torch is not None and isinstance(model, torch.nn.Module)
 
 
-def load_service(model_dir: str, framework: str, runner: DirectRunner,
-                 program: str | None = None, port: int = 8080) -> Service:
+def load_service(
+    model_dir: str,
+    framework: str,
+    runner: DirectRunner,
+    program: str | None = None,
+    port: int = 8080,
+) -> Service:
     """The service for ``model_dir``; ModelLoadError says why it cannot be served."""
     if not os.path.isdir(model_dir):
         raise ModelLoadError(f"model directory {model_dir} does not exist")
     model_data.check_tree(model_dir)
     if framework not in ("auto", "tensorflow", "pytorch", "python"):
-        raise ModelLoadError(f"unknown framework {framework!r}: tensorflow, pytorch, python "
-                             "or auto")
+        raise ModelLoadError(
+            f"unknown framework {framework!r}: tensorflow, pytorch, python or auto"
+        )
     has_tf = bool(model_data.find_tf_models(model_dir))
     if framework == "tensorflow" or (framework == "auto" and has_tf):
         return TFService(model_dir, runner, program, port)

@@ -26,8 +26,11 @@ from typing import Any
 
 from shipyard.serving.errors import ModelLoadError
 
-Context = namedtuple("Context", "model_name model_version method rest_uri grpc_port channel "
-                     "custom_attributes request_content_type accept_header content_length")
+Context = namedtuple(
+    "Context",
+    "model_name model_version method rest_uri grpc_port channel "
+    "custom_attributes request_content_type accept_header content_length",
+)
 
 PYTHON_FUNCTIONS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn")
 TF_FUNCTIONS = ("handler", "input_handler", "output_handler")
@@ -40,8 +43,9 @@ def load(model_dir: str, program: str | None) -> ModuleType | None:
     path = os.path.join(code_dir, name)
     if not os.path.isfile(path):
         if program:
-            raise ModelLoadError(f"entry point {program!r} not found in the model's code/ "
-                                 "directory")
+            raise ModelLoadError(
+                f"entry point {program!r} not found in the model's code/ directory"
+            )
         return None
     for extra in (code_dir, os.path.join(code_dir, "lib")):
         if os.path.isdir(extra) and extra not in sys.path:
@@ -64,8 +68,9 @@ def caller(fn: Callable[..., Any], base_args: int) -> Callable[..., Any]:
     """Call ``fn`` with its base arguments, plus ``context`` if it takes one more."""
     try:
         params = inspect.signature(fn).parameters.values()
-        takes_context = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                            for p in params) > base_args
+        takes_context = (
+            sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) > base_args
+        )
     except (TypeError, ValueError):
         takes_context = False
     if takes_context:
@@ -80,7 +85,8 @@ def tf_handlers(module: ModuleType | None) -> Callable[[Any, Context], Any] | No
         return handler
     pre, post = function(module, "input_handler"), function(module, "output_handler")
     if bool(pre) != bool(post):
-        raise ModelLoadError("inference.py must define both input_handler and output_handler "
-                             "(or handler); it defines only "
-                             + ("input_handler" if pre else "output_handler"))
+        raise ModelLoadError(
+            "inference.py must define both input_handler and output_handler "
+            "(or handler); it defines only " + ("input_handler" if pre else "output_handler")
+        )
     return None

@@ -68,8 +68,14 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
     loop = asyncio.get_running_loop()
     try:
         state.service = await loop.run_in_executor(
-            None, load_service, config.model_dir, config.framework, model_runner,
-            config.program, config.port)
+            None,
+            load_service,
+            config.model_dir,
+            config.framework,
+            model_runner,
+            config.program,
+            config.port,
+        )
         _after_load_threads(config.threads_per_worker())
         report(f"ready {os.getpid()}")
     except ShipyardError as exc:

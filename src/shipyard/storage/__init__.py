@@ -13,5 +13,13 @@ from shipyard.storage.api import ObjectInfo, Store
 from shipyard.storage.listing import list_channel, store_for
 from shipyard.storage.uri import Location, endpoint_url, is_remote, parse
 
-__all__ = ["Location", "ObjectInfo", "Store", "endpoint_url", "is_remote", "list_channel",
-           "parse", "store_for"]
+__all__ = [
+    "Location",
+    "ObjectInfo",
+    "Store",
+    "endpoint_url",
+    "is_remote",
+    "list_channel",
+    "parse",
+    "store_for",
+]

@@ -47,4 +47,3 @@ class Store(Protocol):
 
     def exists(self, location: Location) -> bool:
         """Whether the bucket / directory that would hold ``location`` exists."""
-

@@ -29,8 +29,9 @@ def store_for(location: Location | str, endpoint: str | None = None) -> Store:
     return LocalStore()
 
 
-def list_channel(uri: str, s3_data_type: str = "S3Prefix",
-                 endpoint: str | None = None) -> list[ObjectInfo]:
+def list_channel(
+    uri: str, s3_data_type: str = "S3Prefix", endpoint: str | None = None
+) -> list[ObjectInfo]:
     """Every object of a channel, sorted. An s3:// prefix or a manifest with no objects
     is an error (SageMaker refuses it too); an existing empty local directory is not --
     SageMaker local mode mounts it as it is."""
@@ -52,23 +53,30 @@ def _manifest_objects(store: Store, loc: Location, endpoint: str | None) -> list
         entries = json.loads(raw)
     except ValueError as exc:
         raise StorageError(f"manifest {loc.uri} is not valid JSON: {exc}") from None
-    if (not isinstance(entries, list) or not entries or not isinstance(entries[0], dict)
-            or "prefix" not in entries[0]):
-        raise StorageError(f"manifest {loc.uri} must be a JSON list starting with "
-                           '{"prefix": "s3://bucket/dir/"} followed by relative keys')
+    if (
+        not isinstance(entries, list)
+        or not entries
+        or not isinstance(entries[0], dict)
+        or "prefix" not in entries[0]
+    ):
+        raise StorageError(
+            f"manifest {loc.uri} must be a JSON list starting with "
+            '{"prefix": "s3://bucket/dir/"} followed by relative keys'
+        )
     prefix = parse(str(entries[0]["prefix"]))
     if prefix.scheme != loc.scheme or (loc.scheme == "s3" and prefix.bucket != loc.bucket):
-        raise StorageError(f"manifest {loc.uri} points outside its bucket: prefix "
-                           f"{entries[0]['prefix']!r}; a manifest may only name objects in "
-                           "its own bucket")
+        raise StorageError(
+            f"manifest {loc.uri} points outside its bucket: prefix "
+            f"{entries[0]['prefix']!r}; a manifest may only name objects in "
+            "its own bucket"
+        )
     targets = []
     for entry in entries[1:]:
         if not isinstance(entry, str) or not entry:
             raise StorageError(f"manifest {loc.uri}: entry {entry!r} is not a relative key")
         norm = posixpath.normpath(entry)
         if norm.startswith("../") or norm == ".." or entry.startswith("/"):
-            raise StorageError(f"manifest {loc.uri}: entry {entry!r} points outside its "
-                               "prefix")
+            raise StorageError(f"manifest {loc.uri}: entry {entry!r} points outside its prefix")
         if prefix.scheme == "s3":
             target = Location("s3", prefix.bucket, prefix.key + entry)
         else:

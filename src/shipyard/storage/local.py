@@ -31,8 +31,7 @@ class LocalStore:
     def info(self, location: Location) -> ObjectInfo:
         if not os.path.isfile(location.path):
             raise StorageError(f"{location.uri!r} does not exist or is not a file")
-        return ObjectInfo(location, os.path.getsize(location.path),
-                          os.path.basename(location.path))
+        return ObjectInfo(location, os.path.getsize(location.path), os.path.basename(location.path))
 
     def open(self, location: Location) -> BinaryIO:
         try:

@@ -21,8 +21,14 @@ from shipyard.storage.uri import Location, endpoint_url
 T = TypeVar("T")
 _CLIENTS: dict[tuple[str | None, int], Any] = {}
 _LOCK = threading.Lock()
-_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied",
-                     "ExpiredToken", "InvalidToken", "403"}
+_CREDENTIAL_CODES = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "ExpiredToken",
+    "InvalidToken",
+    "403",
+}
 
 
 def client(endpoint: str | None = None) -> Any:
@@ -34,15 +40,19 @@ def client(endpoint: str | None = None) -> Any:
     with _LOCK:
         if key not in _CLIENTS:
             attempts = int(os.environ.get("SHIPYARD_S3_MAX_ATTEMPTS", "3"))
-            config = Config(retries={"max_attempts": attempts, "mode": "standard"},
-                            connect_timeout=float(os.environ.get("SHIPYARD_S3_CONNECT_TIMEOUT",
-                                                                 "3")),
-                            read_timeout=60, max_pool_connections=32,
-                            s3={"addressing_style": "path"})
-            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") \
-                or "us-east-1"
+            config = Config(
+                retries={"max_attempts": attempts, "mode": "standard"},
+                connect_timeout=float(os.environ.get("SHIPYARD_S3_CONNECT_TIMEOUT", "3")),
+                read_timeout=60,
+                max_pool_connections=32,
+                s3={"addressing_style": "path"},
+            )
+            region = (
+                os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+            )
             _CLIENTS[key] = boto3.session.Session().client(
-                "s3", endpoint_url=key[0], region_name=region, config=config)
+                "s3", endpoint_url=key[0], region_name=region, config=config
+            )
         return _CLIENTS[key]
 
 
@@ -69,32 +79,42 @@ class S3Store:
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in ("NoSuchBucket",):
-                raise StorageError(f"bucket {location.bucket!r} does not exist at "
-                                   f"{self._where()} ({what} {location.uri})") from None
+                raise StorageError(
+                    f"bucket {location.bucket!r} does not exist at "
+                    f"{self._where()} ({what} {location.uri})"
+                ) from None
             if code in ("NoSuchKey", "404", "NotFound"):
-                raise StorageError(f"{location.uri} does not exist at {self._where()} "
-                                   f"({what})") from None
+                raise StorageError(
+                    f"{location.uri} does not exist at {self._where()} ({what})"
+                ) from None
             if code in _CREDENTIAL_CODES:
                 raise StorageError(
                     f"{self._where()} refused the credentials ({code}) for {what} "
                     f"{location.uri}: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
-                    "or the profile in use") from None
-            raise StorageError(f"{what} {location.uri} failed at {self._where()}: "
-                               f"{code}: {exc}") from None
+                    "or the profile in use"
+                ) from None
+            raise StorageError(
+                f"{what} {location.uri} failed at {self._where()}: {code}: {exc}"
+            ) from None
         except NoCredentialsError:
-            raise StorageError(f"no AWS credentials found for {what} {location.uri}: set "
-                               "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any value for "
-                               "a local S3 server)") from None
+            raise StorageError(
+                f"no AWS credentials found for {what} {location.uri}: set "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any value for "
+                "a local S3 server)"
+            ) from None
         except (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError) as exc:
-            raise StorageError(f"the S3 endpoint {self._where()} did not answer ({what} "
-                               f"{location.uri}) after retries: {exc}") from None
+            raise StorageError(
+                f"the S3 endpoint {self._where()} did not answer ({what} "
+                f"{location.uri}) after retries: {exc}"
+            ) from None
 
     # -- Store ----------------------------------------------------------------------------
     def list(self, prefix: Location) -> list[ObjectInfo]:
         def _list() -> list[tuple[str, int]]:
             found = []
             pages = self.s3.get_paginator("list_objects_v2").paginate(
-                Bucket=prefix.bucket, Prefix=prefix.key)
+                Bucket=prefix.bucket, Prefix=prefix.key
+            )
             for page in pages:
                 for item in page.get("Contents", []):
                     if not item["Key"].endswith("/"):
@@ -103,26 +123,40 @@ class S3Store:
 
         found = self._call("listing", prefix, _list)
         base = _base_of(prefix.key, [k for k, _ in found])
-        out = [ObjectInfo(Location("s3", prefix.bucket, key), size, key[len(base):])
-               for key, size in found]
+        out = [
+            ObjectInfo(Location("s3", prefix.bucket, key), size, key[len(base) :])
+            for key, size in found
+        ]
         return sorted(out, key=lambda o: o.location.key)
 
     def info(self, location: Location) -> ObjectInfo:
-        head = self._call("reading", location, lambda: self.s3.head_object(
-            Bucket=location.bucket, Key=location.key))
+        head = self._call(
+            "reading",
+            location,
+            lambda: self.s3.head_object(Bucket=location.bucket, Key=location.key),
+        )
         return ObjectInfo(location, int(head["ContentLength"]), location.key.rsplit("/", 1)[-1])
 
     def open(self, location: Location) -> BinaryIO:
-        resp = self._call("reading", location, lambda: self.s3.get_object(
-            Bucket=location.bucket, Key=location.key))
+        resp = self._call(
+            "reading",
+            location,
+            lambda: self.s3.get_object(Bucket=location.bucket, Key=location.key),
+        )
         return resp["Body"]
 
     def read_range(self, location: Location, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        resp = self._call("reading", location, lambda: self.s3.get_object(
-            Bucket=location.bucket, Key=location.key,
-            Range=f"bytes={start}-{start + length - 1}"))
+        resp = self._call(
+            "reading",
+            location,
+            lambda: self.s3.get_object(
+                Bucket=location.bucket,
+                Key=location.key,
+                Range=f"bytes={start}-{start + length - 1}",
+            ),
+        )
         return resp["Body"].read()
 
     def download(self, obj: ObjectInfo, dest: str) -> None:
@@ -146,13 +180,15 @@ class S3Store:
         self._call("uploading to", location, _put)
 
     def delete(self, location: Location) -> None:
-        self._call("deleting", location, lambda: self.s3.delete_object(
-            Bucket=location.bucket, Key=location.key))
+        self._call(
+            "deleting",
+            location,
+            lambda: self.s3.delete_object(Bucket=location.bucket, Key=location.key),
+        )
 
     def exists(self, location: Location) -> bool:
         try:
-            self._call("checking", location, lambda: self.s3.head_bucket(
-                Bucket=location.bucket))
+            self._call("checking", location, lambda: self.s3.head_bucket(Bucket=location.bucket))
         except StorageError as exc:
             if "does not exist" in str(exc):
                 return False
@@ -171,4 +207,4 @@ def _base_of(prefix: str, keys: list[str]) -> str:
         return prefix
     if keys and all(k.startswith(prefix + "/") for k in keys):
         return prefix + "/"
-    return prefix[:prefix.rfind("/") + 1]
+    return prefix[: prefix.rfind("/") + 1]

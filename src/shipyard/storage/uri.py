@@ -46,17 +46,18 @@ def is_remote(uri: str) -> bool:
 def parse(uri: str) -> Location:
     """``s3://bucket/key``, ``file:///abs/path`` or a plain path -> Location."""
     if uri.startswith("s3://"):
-        rest = uri[len("s3://"):]
+        rest = uri[len("s3://") :]
         bucket, _, key = rest.partition("/")
         if not bucket:
             raise ValidationError(f"{uri!r} has no bucket name; write s3://<bucket>/<prefix>")
         return Location("s3", bucket, key)
     if uri.startswith("file://"):
-        return Location("file", path=os.path.abspath(uri[len("file://"):]))
+        return Location("file", path=os.path.abspath(uri[len("file://") :]))
     if "://" in uri:
         scheme = uri.split("://", 1)[0]
-        raise ValidationError(f"{uri!r}: {scheme}:// is not supported; use s3://, file:// or "
-                              "a local path")
+        raise ValidationError(
+            f"{uri!r}: {scheme}:// is not supported; use s3://, file:// or a local path"
+        )
     return Location("file", path=os.path.abspath(os.path.expanduser(uri)))
 
 
@@ -74,5 +75,9 @@ def _config_endpoint() -> str | None:
 
 def endpoint_url(explicit: str | None = None) -> str | None:
     """The S3 endpoint to use (None: boto3's default, i.e. AWS itself)."""
-    return (explicit or os.environ.get("AWS_ENDPOINT_URL_S3")
-            or os.environ.get("AWS_ENDPOINT_URL") or _config_endpoint())
+    return (
+        explicit
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or _config_endpoint()
+    )

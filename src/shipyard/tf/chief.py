@@ -71,16 +71,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", required=True, help="the ps hosts, comma-separated")
     parser.add_argument("--layout", required=True)
     args = parser.parse_args(argv[:split])
-    command = argv[split + 1:]
+    command = argv[split + 1 :]
     code = run_script(command, args.placement)
     try:
         endpoints = args.ps.split(",")
         stats = collect(endpoints, os.environ.get(SECRET_ENV, ""))
-        data = report.build(placement.read(args.placement), endpoints, args.hosts.split(","),
-                            stats, args.layout, script_ok=code == 0)
+        data = report.build(
+            placement.read(args.placement),
+            endpoints,
+            args.hosts.split(","),
+            stats,
+            args.layout,
+            script_ok=code == 0,
+        )
         os.makedirs(os.path.dirname(args.report), exist_ok=True)
         write_json(args.report, data)
-    except Exception as exc:  # the report is a bonus; the script's result is the job's
+    except Exception as exc:  # noqa: BLE001 - the report is a bonus; the script's result is the job's
         if code == 0:
             log(f"could not build the placement/traffic report: {type(exc).__name__}: {exc}")
         return code

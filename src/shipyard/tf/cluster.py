@@ -78,38 +78,46 @@ def check_ps_options(options: Mapping[str, Any]) -> None:
         raise DistributionError(
             "distribution['parameter_server'] runs one worker per host (as SageMaker does, "
             "whatever the number of GPUs); remove 'processes_per_host', or use "
-            "{'mpi': {'enabled': True, 'processes_per_host': N}} for several processes per host")
+            "{'mpi': {'enabled': True, 'processes_per_host': N}} for several processes per host"
+        )
     unknown = sorted(k for k in options if k not in PS_OPTION_KEYS)
     if unknown:
         raise DistributionError(
             f"unknown distribution['parameter_server'] key(s) {unknown}; known: "
-            f"{list(PS_OPTION_KEYS)}")
+            f"{list(PS_OPTION_KEYS)}"
+        )
     layout = layout_of(options)
     if layout not in LAYOUTS:
         raise DistributionError(
             f"distribution['parameter_server']['layout'] must be 'tf2' (chief + worker + ps, "
             f"for tf.distribute.ParameterServerStrategy) or 'sagemaker' (master + worker + ps, "
-            f"for TF1-style scripts), got {layout!r}")
+            f"for TF1-style scripts), got {layout!r}"
+        )
     ports = options.get("ports") or {}
     if not isinstance(ports, Mapping):
-        raise DistributionError("distribution['parameter_server']['ports'] must be a dict such "
-                                f"as {DEFAULT_PORTS[layout]}, got {ports!r}")
+        raise DistributionError(
+            "distribution['parameter_server']['ports'] must be a dict such "
+            f"as {DEFAULT_PORTS[layout]}, got {ports!r}"
+        )
     for role, port in ports.items():
         if role not in DEFAULT_PORTS[layout]:
             raise DistributionError(
                 f"distribution['parameter_server']['ports'] has no role {role!r} in the "
-                f"{layout!r} layout; roles: {sorted(DEFAULT_PORTS[layout])}")
+                f"{layout!r} layout; roles: {sorted(DEFAULT_PORTS[layout])}"
+            )
         _check_port(port, f"distribution['parameter_server']['ports'][{role!r}]")
     merged = ports_of(options)
     clash = [r for r in merged if r != "ps" and merged[r] == merged["ps"]]
     if clash:
         raise DistributionError(
             f"distribution['parameter_server']['ports']: ps and {clash[0]} both use port "
-            f"{merged['ps']} on the same instance; give them different ports")
+            f"{merged['ps']} on the same instance; give them different ports"
+        )
     if layout == "tf2" and merged["chief"] == merged["worker"]:
         raise DistributionError(
             "distribution['parameter_server']['ports']: in the tf2 layout algo-1 runs both the "
-            "chief and a worker, so their ports must differ")
+            "chief and a worker, so their ports must differ"
+        )
 
 
 def ps_tasks(layout: str, hosts: list[str], ports: Mapping[str, int]) -> dict[str, list[Task]]:
@@ -131,16 +139,24 @@ def mwms_tasks(hosts: list[str], port: int = MWMS_PORT) -> dict[str, list[Task]]
     return {"worker": [Task("worker", i, h, port) for i, h in enumerate(hosts)]}
 
 
-def tf_config(tasks: Mapping[str, list[Task]], addresses: Mapping[str, str], me: Task,
-              private_port: int | None = None) -> dict[str, Any]:
+def tf_config(
+    tasks: Mapping[str, list[Task]],
+    addresses: Mapping[str, str],
+    me: Task,
+    private_port: int | None = None,
+) -> dict[str, Any]:
     """TF_CONFIG of the process running ``me``; its own address uses ``private_port``."""
     cluster = {}
     for job, members in tasks.items():
         cluster[job] = [
             f"{addresses[t.host]}:{private_port if t == me and private_port else t.port}"
-            for t in members]
-    return {"cluster": cluster, "environment": "cloud",
-            "task": {"index": me.index, "type": me.type}}
+            for t in members
+        ]
+    return {
+        "cluster": cluster,
+        "environment": "cloud",
+        "task": {"index": me.index, "type": me.type},
+    }
 
 
 def encode(config: Mapping[str, Any]) -> str:

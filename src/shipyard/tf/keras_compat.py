@@ -116,7 +116,8 @@ def _fix_metrics_mean(module: ModuleType) -> bool:
 
             if not isinstance(strategy, tf.distribute.TPUStrategy):
                 return tf.nest.map_structure(
-                    lambda v: strategy.reduce("MEAN", v, axis=None), values)
+                    lambda v: strategy.reduce("MEAN", v, axis=None), values
+                )
         return original(values, strategy, reduction)
 
     reduce_per_replica.__wrapped__ = original  # type: ignore[attr-defined]
@@ -134,12 +135,19 @@ def _fix_steps_per_execution(trainer_cls: type) -> bool:
     def guard(run):
         def method(self, *args, **kwargs):
             strategy = getattr(self, "_distribute_strategy", None)
-            if getattr(self, "steps_per_execution", 1) > 1 and strategy is not None \
-                    and _multi_worker(strategy):
-                print(f"shipyard: steps_per_execution={self.steps_per_execution} -> 1 under "
-                      "MultiWorkerMirroredStrategy with more than one worker (Keras 3 "
-                      "cannot loop collective steps there); same training, one step per "
-                      "call", file=sys.stderr, flush=True)
+            if (
+                getattr(self, "steps_per_execution", 1) > 1
+                and strategy is not None
+                and _multi_worker(strategy)
+            ):
+                print(
+                    f"shipyard: steps_per_execution={self.steps_per_execution} -> 1 under "
+                    "MultiWorkerMirroredStrategy with more than one worker (Keras 3 "
+                    "cannot loop collective steps there); same training, one step per "
+                    "call",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self.steps_per_execution = 1
                 self.train_function = self.test_function = self.predict_function = None
             return run(self, *args, **kwargs)
@@ -173,9 +181,12 @@ def _on_import(module: ModuleType) -> None:
     fixed = patch(module)
     if fixed:
         version = getattr(sys.modules.get("keras.src.version"), "__version__", "?")
-        print(f"shipyard: Keras {version} patched for model.fit under "
-              f"MultiWorkerMirroredStrategy ({ISSUE}): " + "; ".join(fixed),
-              file=sys.stderr, flush=True)
+        print(
+            f"shipyard: Keras {version} patched for model.fit under "
+            f"MultiWorkerMirroredStrategy ({ISSUE}): " + "; ".join(fixed),
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def install() -> None:

@@ -50,9 +50,14 @@ class Recorder:
             numel = 1
             for dim in shape or []:
                 numel *= dim if dim is not None else 0
-            entry = {"name": var.name, "shape": shape, "dtype": dtype.name,
-                     "bytes": numel * dtype.size if shape is not None else 0,
-                     "device": var.device or "", "trainable": bool(var.trainable)}
+            entry = {
+                "name": var.name,
+                "shape": shape,
+                "dtype": dtype.name,
+                "bytes": numel * dtype.size if shape is not None else 0,
+                "device": var.device or "",
+                "trainable": bool(var.trainable),
+            }
         except (AttributeError, TypeError, ValueError):  # never break the model over a report
             return
         entry["ps_task"] = ps_task_of(entry["device"])
@@ -90,6 +95,7 @@ def _wrap_targets(recorder: Recorder) -> dict[str, postimport.Hook]:
                 cls = getattr(module, cls_name, None)
                 if isinstance(cls, type):
                     _wrap(cls, recorder)
+
         return hook
 
     return {name: hook_for(classes) for name, classes in _TARGETS.items()}

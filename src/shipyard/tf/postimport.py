@@ -31,6 +31,7 @@ class _Watcher(importlib.abc.MetaPathFinder):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
+
                 def exec_module(module, _exec=spec.loader.exec_module, _hook=hook):
                     _exec(module)
                     _hook(module)

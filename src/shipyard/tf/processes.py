@@ -31,13 +31,15 @@ def user_env(ctx: InstanceContext, tf_config: str, label: str) -> dict[str, str]
     return env
 
 
-def server_env(ctx: InstanceContext, tf_config: str | None, label: str,
-               cpu_only: bool) -> dict[str, str]:
+def server_env(
+    ctx: InstanceContext, tf_config: str | None, label: str, cpu_only: bool
+) -> dict[str, str]:
     env = dict(ctx.env)
     if tf_config is not None:
         env["TF_CONFIG"] = tf_config
-    env["TF_CPP_MIN_LOG_LEVEL"] = ctx.config.environment.get("TF_CPP_MIN_LOG_LEVEL",
-                                                            SERVER_LOG_LEVEL)
+    env["TF_CPP_MIN_LOG_LEVEL"] = ctx.config.environment.get(
+        "TF_CPP_MIN_LOG_LEVEL", SERVER_LOG_LEVEL
+    )
     env.setdefault("GRPC_VERBOSITY", "ERROR")
     env[SECRET_ENV] = ctx.config.job_secret
     if cpu_only:
@@ -65,25 +67,48 @@ def relay_arg(name: str, public: tuple[str, int], private: tuple[str, int]) -> s
     return f"{name}={public[0]}:{public[1]}>{private[0]}:{private[1]}"
 
 
-def server_spec(ctx: InstanceContext, name: str, env: dict[str, str], *, serve: bool,
-                cpu_only: bool = False, relays: Iterable[str] = (),
-                role: Literal["main", "service"] = "service",
-                critical: bool = True) -> ProcessSpec:
+def server_spec(
+    ctx: InstanceContext,
+    name: str,
+    env: dict[str, str],
+    *,
+    serve: bool,
+    cpu_only: bool = False,
+    relays: Iterable[str] = (),
+    role: Literal["main", "service"] = "service",
+    critical: bool = True,
+) -> ProcessSpec:
     failure_file = os.path.join(ctx.paths.agent_dir, f"{name.replace(':', '-')}.failure")
-    argv = [sys.executable, "-m", "shipyard.tf.server", "--name", name,
-            "--failure-file", failure_file]
+    argv = [
+        sys.executable,
+        "-m",
+        "shipyard.tf.server",
+        "--name",
+        name,
+        "--failure-file",
+        failure_file,
+    ]
     if serve:
         argv.append("--serve")
     if cpu_only:
         argv.append("--cpu-only")
     for relay in relays:
         argv += ["--relay", relay]
-    return ProcessSpec(name=name, argv=argv, env=env, cwd=ctx.paths.code, role=role,
-                       user_facing=False, critical=critical, failure_file=failure_file)
+    return ProcessSpec(
+        name=name,
+        argv=argv,
+        env=env,
+        cwd=ctx.paths.code,
+        role=role,
+        user_facing=False,
+        critical=critical,
+        failure_file=failure_file,
+    )
 
 
-def private_ports(tasks: Iterable[cluster.Task],
-                  picker: Callable[[], int] = cluster.free_port) -> dict[cluster.Task, int]:
+def private_ports(
+    tasks: Iterable[cluster.Task], picker: Callable[[], int] = cluster.free_port
+) -> dict[cluster.Task, int]:
     """A free port on this machine for each of this instance's tasks (see cluster.py)."""
     ports: dict[cluster.Task, int] = {}
     for task in tasks:

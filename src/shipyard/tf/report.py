@@ -26,7 +26,8 @@ NO_PS_WARNING = (
     "TFConfigClusterResolver()); with strategy.scope(): model = ...; model.compile(...) "
     "(TF1-style scripts: build the graph under tf.compat.v1.train.replica_device_setter("
     "cluster=TF_CONFIG's cluster)). Use tf_keras (`import tf_keras` or tf.keras with "
-    "TF_USE_LEGACY_KERAS=1): Keras 3 has no ParameterServerStrategy.")
+    "TF_USE_LEGACY_KERAS=1): Keras 3 has no ParameterServerStrategy."
+)
 
 
 def _key(name: str) -> str:
@@ -48,16 +49,29 @@ def placement_entries(variables: Sequence[Mapping[str, Any]]) -> list[dict[str, 
         numel = var["bytes"] // max(1, _itemsize(var))
         entry = entries.get(base)
         if entry is None:
-            entry = entries[base] = {"key": base, "shape": list(var["shape"] or []),
-                                     "dtype": var["dtype"], "bytes": 0, "shard": [],
-                                     "trainable": var.get("trainable", True),
-                                     "partitioned": bool(match), "chunks": []}
+            entry = entries[base] = {
+                "key": base,
+                "shape": list(var["shape"] or []),
+                "dtype": var["dtype"],
+                "bytes": 0,
+                "shard": [],
+                "trainable": var.get("trainable", True),
+                "partitioned": bool(match),
+                "chunks": [],
+            }
             order.append(base)
         elif match:  # a further part: the full shape grows along axis 0
             entry["shape"][0] += (var["shape"] or [0])[0]
         offset = sum(c["length"] for c in entry["chunks"])
-        entry["chunks"].append({"id": len(entry["chunks"]), "shard": var["ps_task"],
-                                "offset": offset, "length": numel, "bytes": var["bytes"]})
+        entry["chunks"].append(
+            {
+                "id": len(entry["chunks"]),
+                "shard": var["ps_task"],
+                "offset": offset,
+                "length": numel,
+                "bytes": var["bytes"],
+            }
+        )
         entry["bytes"] += var["bytes"]
         if var["ps_task"] not in entry["shard"]:
             entry["shard"].append(var["ps_task"])
@@ -76,8 +90,9 @@ def _imbalance(loads: Sequence[int]) -> float | None:
     return round(max(loads) / mean, 4) if mean else None
 
 
-def _timeline(stats: Sequence[Mapping[str, Any] | None], relay_of: Sequence[str],
-              peers: list[str]) -> dict[str, Any]:
+def _timeline(
+    stats: Sequence[Mapping[str, Any] | None], relay_of: Sequence[str], peers: list[str]
+) -> dict[str, Any]:
     """Cumulative bytes per (peer, ps) over time, merged across the ps processes."""
     samples = []  # (wall time, shard, peer, in, out)
     interval = 1.0
@@ -103,21 +118,31 @@ def _timeline(stats: Sequence[Mapping[str, Any] | None], relay_of: Sequence[str]
     for wall, j, peer, b_in, b_out in samples:
         b = int((wall - t0) // interval)
         if bucket is not None and b != bucket:
-            points.append({"t": round((bucket + 1) * interval, 3),
-                           "bytes_to_shard": [r[:] for r in to],
-                           "bytes_from_shard": [r[:] for r in frm]})
+            points.append(
+                {
+                    "t": round((bucket + 1) * interval, 3),
+                    "bytes_to_shard": [r[:] for r in to],
+                    "bytes_from_shard": [r[:] for r in frm],
+                }
+            )
         bucket = b
         i = peers.index(peer)
         to[i][j], frm[i][j] = b_in, b_out
-    points.append({"t": round((bucket + 1) * interval, 3), "bytes_to_shard": to,
-                   "bytes_from_shard": frm})
+    points.append(
+        {"t": round((bucket + 1) * interval, 3), "bytes_to_shard": to, "bytes_from_shard": frm}
+    )
     step = max(1, -(-len(points) // MAX_TIMELINE_POINTS))
     return {"interval_s": interval * step, "points": points[::-1][::step][::-1]}
 
 
-def build(placement: Mapping[str, Any] | None, endpoints: Sequence[str],
-          hosts: Sequence[str], stats: Sequence[Mapping[str, Any] | None], layout: str,
-          script_ok: bool = True) -> dict[str, Any]:
+def build(
+    placement: Mapping[str, Any] | None,
+    endpoints: Sequence[str],
+    hosts: Sequence[str],
+    stats: Sequence[Mapping[str, Any] | None],
+    layout: str,
+    script_ok: bool = True,
+) -> dict[str, Any]:
     """The report; ``stats[j]`` is ps j's relay counters (None when it did not answer)."""
     variables = list((placement or {}).get("variables", []))
     entries = placement_entries(variables)
@@ -132,7 +157,7 @@ def build(placement: Mapping[str, Any] | None, endpoints: Sequence[str],
     relay_of = [f"ps:{j}" for j in range(nshards)]
     peers: list[str] = []
     for j, st in enumerate(stats):
-        for peer in ((st or {}).get("relays", {}).get(relay_of[j], {})):
+        for peer in (st or {}).get("relays", {}).get(relay_of[j], {}):
             if peer not in peers:
                 peers.append(peer)
     peers.sort(key=_peer_order)
@@ -144,11 +169,18 @@ def build(placement: Mapping[str, Any] | None, endpoints: Sequence[str],
         for peer, c in counters.items():
             to[peers.index(peer)][j] = int(c["bytes_in"])
             frm[peers.index(peer)][j] = int(c["bytes_out"])
-        shards.append({"shard": j, "endpoint": endpoints[j], "host": hosts[j],
-                       "keys": keys[j], "bytes": loads[j],
-                       "bytes_in": sum(int(c["bytes_in"]) for c in counters.values()),
-                       "bytes_out": sum(int(c["bytes_out"]) for c in counters.values()),
-                       "answered": st is not None})
+        shards.append(
+            {
+                "shard": j,
+                "endpoint": endpoints[j],
+                "host": hosts[j],
+                "keys": keys[j],
+                "bytes": loads[j],
+                "bytes_in": sum(int(c["bytes_in"]) for c in counters.values()),
+                "bytes_out": sum(int(c["bytes_out"]) for c in counters.values()),
+                "answered": st is not None,
+            }
+        )
     policy = "round_robin"
     warnings = []
     local = [v for v in variables if v.get("ps_task") is None]
@@ -159,9 +191,12 @@ def build(placement: Mapping[str, Any] | None, endpoints: Sequence[str],
         "implementation": "tensorflow",
         "layout": layout,
         "policy": policy,
-        "requested_policy": ("variable_partitioner" if any(e["partitioned"] for e in entries)
-                             else "tensorflow default: round-robin by creation order, "
-                                  "optimizer slots next to their variable"),
+        "requested_policy": (
+            "variable_partitioner"
+            if any(e["partitioned"] for e in entries)
+            else "tensorflow default: round-robin by creation order, "
+            "optimizer slots next to their variable"
+        ),
         "consistency": {"mode": "async", "max_staleness": None},
         "num_shards": nshards,
         "chunk_bytes": None,
@@ -169,9 +204,13 @@ def build(placement: Mapping[str, Any] | None, endpoints: Sequence[str],
         "shard_bytes": {policy: loads},
         "placement": entries,
         "shards": shards,
-        "traffic": {"workers": list(range(len(peers))), "peers": peers,
-                    "shards": list(range(nshards)),
-                    "bytes_to_shard": to, "bytes_from_shard": frm},
+        "traffic": {
+            "workers": list(range(len(peers))),
+            "peers": peers,
+            "shards": list(range(nshards)),
+            "bytes_to_shard": to,
+            "bytes_from_shard": frm,
+        },
         "traffic_timeline": _timeline(stats, relay_of, peers),
         "staleness_histogram": {},
         "rejected": {},
@@ -191,12 +230,16 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     lines = []
     loads = report["shard_bytes"][report["policy"]]
     for shard in report["shards"]:
-        lines.append(f"ps:{shard['shard']} ({shard['host']}, {shard['endpoint']}): "
-                     f"{shard['keys']} variables, {shard['bytes']} bytes; wire in "
-                     f"{shard['bytes_in']} B, out {shard['bytes_out']} B")
+        lines.append(
+            f"ps:{shard['shard']} ({shard['host']}, {shard['endpoint']}): "
+            f"{shard['keys']} variables, {shard['bytes']} bytes; wire in "
+            f"{shard['bytes_in']} B, out {shard['bytes_out']} B"
+        )
     imbalance = report["imbalance"][report["policy"]]
-    lines.append(f"placement: {len(report['placement'])} variables on {len(loads)} ps, "
-                 f"imbalance (max/mean bytes) {imbalance}")
+    lines.append(
+        f"placement: {len(report['placement'])} variables on {len(loads)} ps, "
+        f"imbalance (max/mean bytes) {imbalance}"
+    )
     for w in report["warnings"]:
         lines.append("WARNING: " + w)
     return lines

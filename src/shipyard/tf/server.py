@@ -83,8 +83,14 @@ def start_server(task_type: str, task_index: int, cpu_only: bool):
         inter = os.environ.get("SHIPYARD_TF_INTER_OP_THREADS")
         if inter:
             config.inter_op_parallelism_threads = int(inter)
-        return tf.distribute.Server(cluster, job_name=task_type, task_index=task_index,
-                                    protocol="grpc", config=config, start=True)
+        return tf.distribute.Server(
+            cluster,
+            job_name=task_type,
+            task_index=task_index,
+            protocol="grpc",
+            config=config,
+            start=True,
+        )
 
 
 def write_failure(path: str | None, text: str) -> None:
@@ -110,16 +116,23 @@ def main(argv: list[str] | None = None) -> int:
     host = os.environ.get("SHIPYARD_CURRENT_HOST", "?")
     book = TrafficBook(PeerNamer(decode(os.environ.get(HOSTS_ENV, ""))))
     secret = os.environ.get(SECRET_ENV, "")
-    stats = lambda: dict(book.to_json(), host=host, name=args.name)
-    relays = [Relay(name, listen, upstream, book, stats=stats if secret else None,
-                    secret=secret) for name, listen, upstream in map(parse_relay, args.relay)]
+
+    def stats() -> dict:
+        return dict(book.to_json(), host=host, name=args.name)
+
+    relays = [
+        Relay(name, listen, upstream, book, stats=stats if secret else None, secret=secret)
+        for name, listen, upstream in map(parse_relay, args.relay)
+    ]
     try:
         for relay in relays:
             relay.bind()
     except OSError as exc:
-        text = (f"{exc.strerror}. Another process holds that port on {host}; pick free ports "
-                "with distribution={'parameter_server': {'enabled': True, 'ports': {...}}} "
-                "(or {'multi_worker_mirrored_strategy': {'enabled': True, 'port': N}})")
+        text = (
+            f"{exc.strerror}. Another process holds that port on {host}; pick free ports "
+            "with distribution={'parameter_server': {'enabled': True, 'ports': {...}}} "
+            "(or {'multi_worker_mirrored_strategy': {'enabled': True, 'port': N}})"
+        )
         write_failure(args.failure_file, text)
         log(text)
         return 1
@@ -131,17 +144,21 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         try:
             start_server(task["type"], int(task["index"]), args.cpu_only)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any start failure becomes the failure file
             address = json.loads(os.environ["TF_CONFIG"])["cluster"][task["type"]][task["index"]]
-            text = (f"{args.name}: TensorFlow server at {address} did not start: "
-                    f"{type(exc).__name__}: {exc}")
+            text = (
+                f"{args.name}: TensorFlow server at {address} did not start: "
+                f"{type(exc).__name__}: {exc}"
+            )
             write_failure(args.failure_file, text)
             log(text)
             return 1
         log(f"{args.name} serving on {host} ({time.monotonic() - started:.1f}s to start)")
     if relays:
-        log(f"{args.name}: relays " + ", ".join(
-            f"{r.name} {r.listen[0]}:{r.listen[1]}" for r in relays))
+        log(
+            f"{args.name}: relays "
+            + ", ".join(f"{r.name} {r.listen[0]}:{r.listen[1]}" for r in relays)
+        )
     while not stop.wait(3600):
         pass
     return 0

@@ -52,8 +52,13 @@ def bucket(s3_endpoint, monkeypatch, home):
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     name = "bkt-" + uuid.uuid4().hex[:12]
     client.create_bucket(Bucket=name)
     return Bucket(client, name, s3_endpoint)

@@ -11,7 +11,7 @@ import pytest
 
 import shipyard
 
-SCRIPT = r'''
+SCRIPT = r"""
 import hashlib, json, os, time
 started = time.time()
 out = {}
@@ -31,7 +31,7 @@ out["modes"] = {k: v["TrainingInputMode"] for k, v in
                 json.loads(os.environ["SM_INPUT_DATA_CONFIG"]).items()}
 with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "seen.json"), "w") as fh:
     json.dump(out, fh)
-'''
+"""
 
 
 def sha(data: bytes) -> str:
@@ -52,13 +52,22 @@ def test_file_and_fastfile_from_s3_and_local(session, write_script, bucket, tmp_
     (local / "x.txt").write_text("x" * 10)
     (local / "nested" / "y.txt").write_text("y")
 
-    est = shipyard.Estimator(entry_point="train.py", source_dir=write_script("train.py", SCRIPT),
-                             instance_count=1, instance_type="local", session=session)
-    est.fit({"s3file": bucket.uri("data/train"),
-             "s3fast": shipyard.TrainingInput(bucket.uri("fast/"), input_mode="FastFile"),
-             "localfile": str(local),
-             "localfast": shipyard.TrainingInput("file://" + str(local), input_mode="FastFile")},
-            job_name="file-modes")
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=write_script("train.py", SCRIPT),
+        instance_count=1,
+        instance_type="local",
+        session=session,
+    )
+    est.fit(
+        {
+            "s3file": bucket.uri("data/train"),
+            "s3fast": shipyard.TrainingInput(bucket.uri("fast/"), input_mode="FastFile"),
+            "localfile": str(local),
+            "localfast": shipyard.TrainingInput("file://" + str(local), input_mode="FastFile"),
+        },
+        job_name="file-modes",
+    )
     desc = est.latest_training_job.describe()
     with tarfile.open(desc["Shipyard"]["OutputArtifacts"].removeprefix("file://")) as tar:
         seen = json.load(tar.extractfile("seen.json"))
@@ -67,8 +76,12 @@ def test_file_and_fastfile_from_s3_and_local(session, write_script, bucket, tmp_
     assert seen["s3fast"] == {"read/a.bin": sha(fast["fast/read/a.bin"]), "skip/big.bin": 5 << 20}
     local_expected = {"x.txt": sha(b"x" * 10), "nested/y.txt": sha(b"y")}
     assert seen["localfile"] == local_expected and seen["localfast"] == local_expected
-    assert seen["modes"] == {"s3file": "File", "s3fast": "FastFile", "localfile": "File",
-                             "localfast": "FastFile"}
+    assert seen["modes"] == {
+        "s3file": "File",
+        "s3fast": "FastFile",
+        "localfile": "File",
+        "localfast": "FastFile",
+    }
     with open(os.path.join(session.home, "jobs", "file-modes", "logs", "algo-1.log")) as fh:
         log = fh.read()
     # FastFile fetched only what the script read: one of the two objects, not the 5 MiB one

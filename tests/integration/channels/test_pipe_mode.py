@@ -14,7 +14,7 @@ import pytest
 import shipyard
 from shipyard.data import tfrecord
 
-SCRIPT = r'''
+SCRIPT = r"""
 import hashlib, json, os
 from sagemaker_tensorflow import PipeModeDataset      # unmodified SageMaker import
 import tensorflow as tf
@@ -34,7 +34,7 @@ wrapped = PipeDataset("raw", record_format="RecordIO")
 out["torch_recordio"] = [digest(iter(wrapped)) for _ in range(2)]
 with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "records.json"), "w") as fh:
     json.dump(out, fh)
-'''
+"""
 
 
 def digest(records):
@@ -58,13 +58,23 @@ def test_pipe_two_epochs_tf_and_torch(session, write_script, bucket, tmp_path):
     for i, data in enumerate(objects):
         (raw / f"obj-{i}").write_bytes(data)
 
-    est = shipyard.TensorFlow(entry_point="train.py",
-                              source_dir=write_script("train.py", SCRIPT),
-                              instance_count=1, instance_type="local", input_mode="Pipe",
-                              framework_version="2.21", py_version="py3", session=session)
-    est.fit({"tfr": shipyard.TrainingInput(bucket.uri("pipe/"), compression="Gzip"),
-             "raw": shipyard.TrainingInput(str(raw), record_wrapping="RecordIO")},
-            job_name="pipe-epochs")
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=write_script("train.py", SCRIPT),
+        instance_count=1,
+        instance_type="local",
+        input_mode="Pipe",
+        framework_version="2.21",
+        py_version="py3",
+        session=session,
+    )
+    est.fit(
+        {
+            "tfr": shipyard.TrainingInput(bucket.uri("pipe/"), compression="Gzip"),
+            "raw": shipyard.TrainingInput(str(raw), record_wrapping="RecordIO"),
+        },
+        job_name="pipe-epochs",
+    )
     desc = est.latest_training_job.describe()
     with tarfile.open(desc["Shipyard"]["OutputArtifacts"].removeprefix("file://")) as tar:
         got = json.load(tar.extractfile("records.json"))
@@ -73,8 +83,18 @@ def test_pipe_two_epochs_tf_and_torch(session, write_script, bucket, tmp_path):
     assert got["tf"] == [digest(written)] * 2
     assert got["torch_tfrecord"] == [digest(written)] * 2
     assert got["torch_recordio"] == [digest(objects)] * 2
-    with open(os.path.join(session.home, "jobs", "pipe-epochs", "instances", "algo-1", "input",
-                           "config", "inputdataconfig.json")) as fh:
+    with open(
+        os.path.join(
+            session.home,
+            "jobs",
+            "pipe-epochs",
+            "instances",
+            "algo-1",
+            "input",
+            "config",
+            "inputdataconfig.json",
+        )
+    ) as fh:
         config = json.load(fh)
     assert config["tfr"]["TrainingInputMode"] == "Pipe"
     assert config["raw"]["RecordWrapperType"] == "RecordIO"

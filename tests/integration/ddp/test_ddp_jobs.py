@@ -24,16 +24,29 @@ from shipyard.errors import JobFailedError
 from tests.conftest import job_processes
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
-TORCHRUN_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-                 "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-                 "TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                 "OMP_NUM_THREADS")
+TORCHRUN_KEYS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "OMP_NUM_THREADS",
+)
 
 # Each rank: dump its torchrun variables, train 5 DDP steps on its quarter of a fixed
 # batch of 16, save its parameters.
-DDP_SCRIPT = r'''
+DDP_SCRIPT = r"""
 import json, os, torch, torch.distributed as dist
 from torch import nn
 keys = KEYS
@@ -56,7 +69,7 @@ with open(os.path.join(out, f"rank-{rank}.json"), "w") as fh:
     json.dump({"env": env, "backend": str(dist.get_backend())}, fh)
 del model, opt  # a DDP module alive at exit can make torch 2.13 gloo abort in finalization
 dist.destroy_process_group()
-'''.replace("KEYS", repr(TORCHRUN_KEYS))
+""".replace("KEYS", repr(TORCHRUN_KEYS))
 
 
 def _instances(desc: dict) -> dict[str, dict]:
@@ -82,15 +95,22 @@ def _single_process_reference() -> dict[str, torch.Tensor]:
 @pytest.mark.timeout(180)
 def test_two_by_two_env_contract_taken_port_and_ddp_result(session, write_script):
     taken = socket.socket()
-    taken.bind(("0.0.0.0", 0))       # a wildcard listener blocks that port on every IP
+    taken.bind(("0.0.0.0", 0))  # a wildcard listener blocks that port on every IP
     taken.listen(1)
     port = taken.getsockname()[1]
     src = write_script("train.py", DDP_SCRIPT)
-    est = shipyard.PyTorch(entry_point="train.py", source_dir=src, instance_count=2,
-                           instance_type="local", framework_version="2.13", py_version="py311",
-                           distribution={"torch_distributed": {
-                               "enabled": True, "processes_per_host": 2, "master_port": port}},
-                           session=session)
+    est = shipyard.PyTorch(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        distribution={
+            "torch_distributed": {"enabled": True, "processes_per_host": 2, "master_port": port}
+        },
+        session=session,
+    )
     try:
         est.fit(job_name="ddp-2x2")
     finally:
@@ -108,21 +128,32 @@ def test_two_by_two_env_contract_taken_port_and_ddp_result(session, write_script
     with open(os.path.join(job_dir, "logs", "algo-1.log")) as fh:
         moved = re.search(rf"MASTER_PORT {port} is in use on \S+; using (\d+)", fh.read())
     assert moved, "the agent did not report the taken port"
-    used = int(moved.group(1))       # the next free one: usually port + 1, but any other
-    assert used > port                # process on the machine may hold that one too
+    used = int(moved.group(1))  # the next free one: usually port + 1, but any other
+    assert used > port  # process on the machine may hold that one too
     for r in range(4):
         assert records[r]["env"] == {
-            "RANK": str(r), "LOCAL_RANK": str(r % 2), "WORLD_SIZE": "4",
-            "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": str(r // 2), "GROUP_WORLD_SIZE": "2",
-            "ROLE_RANK": str(r), "ROLE_WORLD_SIZE": "4", "ROLE_NAME": "default",
-            "MASTER_ADDR": master_addr, "MASTER_PORT": str(used),
-            "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
-            "TORCHELASTIC_RUN_ID": "ddp-2x2", "TORCHELASTIC_USE_AGENT_STORE": "True",
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1"}, r
+            "RANK": str(r),
+            "LOCAL_RANK": str(r % 2),
+            "WORLD_SIZE": "4",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": str(r // 2),
+            "GROUP_WORLD_SIZE": "2",
+            "ROLE_RANK": str(r),
+            "ROLE_WORLD_SIZE": "4",
+            "ROLE_NAME": "default",
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(used),
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_RUN_ID": "ddp-2x2",
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+            "OMP_NUM_THREADS": "1",
+        }, r
     reference = _single_process_reference()
     for name, value in params[0].items():
         for r in (1, 2, 3):
-            assert torch.equal(params[r][name], value), (name, r)   # bit-identical
+            assert torch.equal(params[r][name], value), (name, r)  # bit-identical
         torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6)
 
 
@@ -138,8 +169,7 @@ def _digits(tmp_path) -> str:
 
 
 @pytest.mark.timeout(180)
-def test_smddp_example_unmodified_then_killed_rank_resumes_from_checkpoint(
-        session, tmp_path):
+def test_smddp_example_unmodified_then_killed_rank_resumes_from_checkpoint(session, tmp_path):
     """The example, as an SMDDP script (backend 'smddp'), on 2 x 2 processes. Rank 3 is
     SIGKILLed once, after the first checkpoint: the job restarts every rank, the example
     resumes from the checkpoint and completes; describe keeps both attempts."""
@@ -149,13 +179,20 @@ def test_smddp_example_unmodified_then_killed_rank_resumes_from_checkpoint(
     (src / "chaos.py").write_text(CHAOS)
     checkpoints = tmp_path / "checkpoints"
     est = shipyard.PyTorch(
-        entry_point="chaos.py", source_dir=str(src), instance_count=2, instance_type="local",
-        framework_version="2.13", py_version="py311", max_retry_attempts=1,
+        entry_point="chaos.py",
+        source_dir=str(src),
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        max_retry_attempts=1,
         checkpoint_local_path=str(checkpoints),
         hyperparameters={"backend": "smddp", "epochs": 5, "checkpoint-dir": str(checkpoints)},
-        distribution={"smdistributed": {"dataparallel": {"enabled": True,
-                                                         "processes_per_host": 2}}},
-        session=session)
+        distribution={
+            "smdistributed": {"dataparallel": {"enabled": True, "processes_per_host": 2}}
+        },
+        session=session,
+    )
     est.fit({"training": "file://" + _digits(tmp_path)}, job_name="ddp-retry")
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed"
@@ -176,7 +213,7 @@ def test_smddp_example_unmodified_then_killed_rank_resumes_from_checkpoint(
 
 # Kills its own rank 3 once (first attempt), as soon as a checkpoint exists, then is the
 # unmodified example.
-CHAOS = r'''
+CHAOS = r"""
 import os, runpy, signal, sys, threading, time
 ckpt = os.path.join(sys.argv[sys.argv.index("--checkpoint-dir") + 1], "ddp_cnn.pt")
 if os.environ["RANK"] == "3" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
@@ -187,24 +224,32 @@ if os.environ["RANK"] == "3" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
     threading.Thread(target=kill_when_checkpointed, daemon=True).start()
 sys.argv[0] = "ddp_cnn.py"
 runpy.run_path("ddp_cnn.py", run_name="__main__")
-'''
+"""
 
 
 @pytest.mark.timeout(120)
 def test_rank_that_never_joins_fails_the_job_naming_it(session, write_script):
-    src = write_script("train.py", """
+    src = write_script(
+        "train.py",
+        """
         import os, time
         if os.environ["RANK"] == "1":
             time.sleep(600)                    # never reaches init_process_group
         import torch.distributed as dist
         dist.init_process_group()
         dist.barrier()
-    """)
-    est = shipyard.PyTorch(entry_point="train.py", source_dir=src, instance_count=2,
-                           instance_type="local", framework_version="2.13", py_version="py311",
-                           distribution={"pytorchddp": {"enabled": True,
-                                                        "rendezvous_timeout": 3}},
-                           session=session)
+    """,
+    )
+    est = shipyard.PyTorch(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        distribution={"pytorchddp": {"enabled": True, "rendezvous_timeout": 3}},
+        session=session,
+    )
     with pytest.raises(JobFailedError):
         est.fit(job_name="ddp-nojoin")
     desc = est.latest_training_job.describe()

@@ -144,7 +144,9 @@ print(f"OK {r} {checks} {topo}", flush=True)
 
 
 def _assert_ok(res, n):
-    assert res.returncode == 0, f"rc={res.returncode}\nstdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}"
+    assert res.returncode == 0, (
+        f"rc={res.returncode}\nstdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}"
+    )
     oks = res.lines("OK ")
     assert sorted(int(ln.split()[1]) for ln in oks) == list(range(n)), res.stdout
     assert all(int(ln.split()[2]) >= 200 for ln in oks)
@@ -158,9 +160,16 @@ def test_collectives_two_ranks_with_timeline(run_mpi, tmp_path):
     xs = [e for e in events if e.get("ph") == "X"]
     assert {e["pid"] for e in xs} == {0, 1}
     reduce_ops = [e for e in xs if e["name"] == "ALLREDUCE" and e["args"].get("tensor") == "s0"]
-    assert len(reduce_ops) == 2 and all(e["args"]["bytes"] == 4 and e["dur"] >= 0 for e in reduce_ops)
-    assert {e["name"] for e in xs} >= {"NEGOTIATE_ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL",
-                                       "MEMCPY_IN_FUSION_BUFFER"}
+    assert len(reduce_ops) == 2 and all(
+        e["args"]["bytes"] == 4 and e["dur"] >= 0 for e in reduce_ops
+    )
+    assert {e["name"] for e in xs} >= {
+        "NEGOTIATE_ALLREDUCE",
+        "ALLGATHER",
+        "BROADCAST",
+        "ALLTOALL",
+        "MEMCPY_IN_FUSION_BUFFER",
+    }
     assert any(e["tid"] == 1 for e in xs)  # async ops ran on the comm thread
     for rank in (0, 1):  # the per-rank streams are complete traces too
         json.loads((trace.parent / f"timeline.rank{rank}.json").read_text())
@@ -169,18 +178,26 @@ def test_collectives_two_ranks_with_timeline(run_mpi, tmp_path):
 def test_collectives_four_ranks_on_two_instances(run_mpi):
     # 4 ranks on 2 cores; the runner's per-rank variables say algo-1 and algo-2 hold 2 ranks each
     expect = [[0, 2, 0, 2], [1, 2, 0, 2], [0, 2, 1, 2], [1, 2, 1, 2]]
-    res = run_mpi(COLLECTIVES, 4, env={"EXPECT_TOPO": json.dumps(expect), "HOROVOD_FUSION_THRESHOLD": "4096"},
-                  per_rank_hosts=["algo-1", "algo-2"], timeout=90)
+    res = run_mpi(
+        COLLECTIVES,
+        4,
+        env={"EXPECT_TOPO": json.dumps(expect), "HOROVOD_FUSION_THRESHOLD": "4096"},
+        per_rank_hosts=["algo-1", "algo-2"],
+        timeout=90,
+    )
     _assert_ok(res, 4)
 
 
 @pytest.mark.parametrize("np_", [2])
 def test_topology_without_runner_env_comes_from_open_mpi(run_mpi, np_):
-    res = run_mpi("""
+    res = run_mpi(
+        """
         import shipyard.horovod as hvd
         hvd.init()
         print("T", hvd.rank(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size(), flush=True)
-    """, np_)
+    """,
+        np_,
+    )
     assert res.returncode == 0, res.stderr
     rows = sorted(tuple(map(int, ln.split()[1:])) for ln in res.lines("T "))
     assert rows == [(0, 0, 2, 0, 1), (1, 1, 2, 0, 1)]

@@ -113,8 +113,12 @@ else:
 
 
 def test_stalled_rank_is_reported_and_job_aborted(run_mpi):
-    res = run_mpi(STALL, 2, env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "3"},
-                  timeout=40)
+    res = run_mpi(
+        STALL,
+        2,
+        env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "3"},
+        timeout=40,
+    )
     assert res.returncode != 0
     assert res.seconds < 30
     assert "rank 0 has waited" in res.stderr and "'stuck_here'" in res.stderr

@@ -35,9 +35,16 @@ def _accuracy(estimator) -> float:
 @pytest.mark.timeout(240)
 def test_pytorch_example(session, digits):
     pytest.importorskip("torch")
-    est = shipyard.PyTorch(entry_point="pytorch_mnist.py", source_dir=os.path.join(EXAMPLES, "horovod"),
-                           instance_count=2, instance_type="local", distribution=MPI_2x2,
-                           hyperparameters={"epochs": 15}, metric_definitions=ACC, session=session)
+    est = shipyard.PyTorch(
+        entry_point="pytorch_mnist.py",
+        source_dir=os.path.join(EXAMPLES, "horovod"),
+        instance_count=2,
+        instance_type="local",
+        distribution=MPI_2x2,
+        hyperparameters={"epochs": 15},
+        metric_definitions=ACC,
+        session=session,
+    )
     est.fit({"training": digits})
     assert _accuracy(est) >= 0.95
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:
@@ -47,9 +54,16 @@ def test_pytorch_example(session, digits):
 @pytest.mark.timeout(300)
 def test_keras3_example(session, digits):
     pytest.importorskip("keras")
-    est = shipyard.TensorFlow(entry_point="keras3_mnist.py", source_dir=os.path.join(EXAMPLES, "horovod"),
-                              instance_count=2, instance_type="local", distribution=MPI_2x2,
-                              hyperparameters={"epochs": 7}, metric_definitions=ACC, session=session)
+    est = shipyard.TensorFlow(
+        entry_point="keras3_mnist.py",
+        source_dir=os.path.join(EXAMPLES, "horovod"),
+        instance_count=2,
+        instance_type="local",
+        distribution=MPI_2x2,
+        hyperparameters={"epochs": 7},
+        metric_definitions=ACC,
+        session=session,
+    )
     est.fit({"training": digits})
     assert _accuracy(est) >= 0.95
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:

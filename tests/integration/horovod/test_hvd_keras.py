@@ -35,7 +35,9 @@ def maxdiff(a, b):
     return max(float(np.abs(x - y).max()) for x, y in zip(a.get_weights(), b.get_weights()))
 """
 
-KERAS3 = COMMON + r"""
+KERAS3 = (
+    COMMON
+    + r"""
 import keras
 assert keras.__version__.startswith("3"), keras.__version__
 loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -132,11 +134,15 @@ assert type(keras.models.load_model(f"model{r}.keras").optimizer) is keras.optim
 assert hvd.load_model(f"model{r}.keras").optimizer._hvd_settings["op"] == hvd.Average
 print(f"OK {r}", flush=True)
 """
+)
 
-LEGACY = r"""
+LEGACY = (
+    r"""
 import os
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
-""" + COMMON + r"""
+"""
+    + COMMON
+    + r"""
 keras = tf.keras
 assert keras.__name__.startswith("tf_keras"), keras.__name__
 loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -162,12 +168,16 @@ for opt_cls in (keras.optimizers.SGD, keras.optimizers.legacy.SGD):
     print(f"LEGACY {r} {opt_cls.__module__} {d:.2e}", flush=True)
 print(f"OK {r}", flush=True)
 """
+)
 
 
 def _check(res, tags):
     assert res.returncode == 0, f"stdout:\n{res.stdout[-3000:]}\nstderr:\n{res.stderr[-5000:]}"
     for tag in tags:
-        assert sorted({int(ln.split()[1]) for ln in res.lines(tag + " ")}) == [0, 1], (tag, res.stdout)
+        assert sorted({int(ln.split()[1]) for ln in res.lines(tag + " ")}) == [0, 1], (
+            tag,
+            res.stdout,
+        )
 
 
 def test_keras3_fit_and_gradient_tape_match_one_process(run_mpi):

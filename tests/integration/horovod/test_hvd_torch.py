@@ -142,6 +142,9 @@ def test_unmodified_horovod_torch_script(run_mpi):
     res = run_mpi(SCRIPT, 2, shim=True, timeout=120)
     assert res.returncode == 0, f"stdout:\n{res.stdout[-3000:]}\nstderr:\n{res.stderr[-4000:]}"
     for tag in ("SGD", "ADAM_BPPS2_BUCKETS", "FP16", "JOIN", "MISMATCH", "OK"):
-        assert sorted(int(ln.split()[1]) for ln in res.lines(tag + " ")) == [0, 1], (tag, res.stdout)
+        assert sorted(int(ln.split()[1]) for ln in res.lines(tag + " ")) == [0, 1], (
+            tag,
+            res.stdout,
+        )
     # the shim said once (rank 0) what `import horovod` resolved to
     assert res.stderr.count("'import horovod' resolves to shipyard.horovod") == 1, res.stderr

@@ -11,16 +11,16 @@ import os
 import time
 
 import pytest
+from tests.conftest import job_processes
 
 import shipyard
 from shipyard.errors import JobFailedError
-from tests.conftest import job_processes
 
 pytestmark = pytest.mark.usefixtures("mpirun")
 
 MPI_2x2 = {"mpi": {"enabled": True, "processes_per_host": 2}}
 
-ENV_SCRIPT = r'''
+ENV_SCRIPT = r"""
 import json, os, socket, sys
 import numpy as np
 from horovod.common.exceptions import HorovodInternalError   # through the shim
@@ -40,13 +40,19 @@ record = {
 }
 with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank{r}.json"), "w") as fh:
     json.dump(record, fh)
-'''
+"""
 
 
 def _estimator(session, src, **kwargs):
     kwargs.setdefault("distribution", MPI_2x2)
-    return shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
-                              instance_type="local", session=session, **kwargs)
+    return shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+        **kwargs,
+    )
 
 
 @pytest.mark.timeout(120)
@@ -55,9 +61,18 @@ def test_each_rank_sees_its_instance(session, write_script, tmp_path):
     data = tmp_path / "train"
     data.mkdir()
     (data / "part-0").write_text("x")
-    est = _estimator(session, src, hyperparameters={"epochs": 2},
-                     distribution={"mpi": {"enabled": True, "processes_per_host": 2,
-                                           "custom_mpi_options": "--NCCL_DEBUG WARN -x EXTRA_VAR=7"}})
+    est = _estimator(
+        session,
+        src,
+        hyperparameters={"epochs": 2},
+        distribution={
+            "mpi": {
+                "enabled": True,
+                "processes_per_host": 2,
+                "custom_mpi_options": "--NCCL_DEBUG WARN -x EXTRA_VAR=7",
+            }
+        },
+    )
     est.fit({"training": str(data)}, job_name="mpi-env")
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed"
@@ -86,7 +101,7 @@ def test_each_rank_sees_its_instance(session, write_script, tmp_path):
     assert job_processes(job_dir) == []
 
 
-FAIL_SCRIPT = r'''
+FAIL_SCRIPT = r"""
 import time
 import numpy as np
 import shipyard.horovod as hvd
@@ -98,7 +113,7 @@ if hvd.rank() == 3:
     raise ValueError("rank three lost its data")
 while True:
     hvd.allreduce(np.ones(4))
-'''
+"""
 
 
 @pytest.mark.timeout(120)
@@ -114,20 +129,23 @@ def test_failing_rank_is_the_root_cause_and_nothing_is_left(session, write_scrip
     assert job_processes(desc["Shipyard"]["JobDir"]) == []
 
 
-NO_INIT_SCRIPT = r'''
+NO_INIT_SCRIPT = r"""
 import os, time
 import shipyard.horovod as hvd
 if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
     time.sleep(300)          # forgot hvd.init()
 hvd.init()
 hvd.barrier()
-'''
+"""
 
 
 @pytest.mark.timeout(120)
 def test_rank_that_never_calls_init_is_named(session, write_script):
-    est = _estimator(session, write_script("train.py", NO_INIT_SCRIPT),
-                     environment={"SHIPYARD_HOROVOD_INIT_TIMEOUT": "4"})
+    est = _estimator(
+        session,
+        write_script("train.py", NO_INIT_SCRIPT),
+        environment={"SHIPYARD_HOROVOD_INIT_TIMEOUT": "4"},
+    )
     started = time.monotonic()
     with pytest.raises(JobFailedError):
         est.fit(job_name="mpi-noinit")
@@ -139,8 +157,11 @@ def test_rank_that_never_calls_init_is_named(session, write_script):
 
 @pytest.mark.timeout(60)
 def test_mpirun_rejecting_an_option_surfaces_its_message(session, write_script):
-    est = _estimator(session, write_script("train.py", "print('never')\n"),
-                     distribution={"mpi": {"enabled": True, "custom_mpi_options": "--bogus-flag 1"}})
+    est = _estimator(
+        session,
+        write_script("train.py", "print('never')\n"),
+        distribution={"mpi": {"enabled": True, "custom_mpi_options": "--bogus-flag 1"}},
+    )
     with pytest.raises(JobFailedError):
         est.fit(job_name="mpi-badopt")
     reason = est.latest_training_job.describe()["FailureReason"]
@@ -149,8 +170,10 @@ def test_mpirun_rejecting_an_option_surfaces_its_message(session, write_script):
 
 @pytest.mark.timeout(90)
 def test_stopping_an_mpi_job_leaves_nothing(session, write_script, home):
-    script = ("import time, shipyard.horovod as hvd\nhvd.init()\nprint('up', flush=True)\n"
-              "time.sleep(300)\n")
+    script = (
+        "import time, shipyard.horovod as hvd\nhvd.init()\nprint('up', flush=True)\n"
+        "time.sleep(300)\n"
+    )
     est = _estimator(session, write_script("train.py", script))
     est.fit(job_name="mpi-stop", wait=False)
     job_dir = os.path.join(str(home), "jobs", "mpi-stop")
@@ -168,7 +191,10 @@ def _wait_ranks_ready(job_dir: str, count: int = 4) -> None:
     run_dir = os.path.join(job_dir, "instances", "algo-1", "agent", "mpi-run")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if os.path.isdir(run_dir) and len([n for n in os.listdir(run_dir) if n.startswith("ready.")]) == count:
+        if (
+            os.path.isdir(run_dir)
+            and len([n for n in os.listdir(run_dir) if n.startswith("ready.")]) == count
+        ):
             return
         time.sleep(0.2)
     pytest.fail("ranks did not start")
@@ -185,8 +211,11 @@ def test_master_agent_killed_leaves_nothing(session, write_script, home):
     est.fit(job_name="mpi-kill", wait=False)
     job_dir = os.path.join(str(home), "jobs", "mpi-kill")
     _wait_ranks_ready(job_dir)
-    [agent] = [p for p in job_processes(job_dir)
-               if "shipyard.agent" in " ".join(p.cmdline()) and "algo-1" in p.cmdline()]
+    [agent] = [
+        p
+        for p in job_processes(job_dir)
+        if "shipyard.agent" in " ".join(p.cmdline()) and "algo-1" in p.cmdline()
+    ]
     os.kill(agent.pid, signal.SIGKILL)
     deadline = time.monotonic() + 20
     while job_processes(job_dir) and time.monotonic() < deadline:

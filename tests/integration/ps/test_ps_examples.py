@@ -40,9 +40,15 @@ def check(est) -> dict:
 @pytest.mark.timeout(180)
 def test_pytorch_ps_cnn_async_on_two_instances(session, digits):
     pytest.importorskip("torch")
-    est = shipyard.PyTorch(entry_point="ps_cnn.py", source_dir=os.path.join(EXAMPLES, "pytorch"),
-                           instance_count=2, instance_type="local", metric_definitions=ACC,
-                           distribution={"parameter_server": {"enabled": True}}, session=session)
+    est = shipyard.PyTorch(
+        entry_point="ps_cnn.py",
+        source_dir=os.path.join(EXAMPLES, "pytorch"),
+        instance_count=2,
+        instance_type="local",
+        metric_definitions=ACC,
+        distribution={"parameter_server": {"enabled": True}},
+        session=session,
+    )
     est.fit({"training": digits}, logs=False)
     check(est)
 
@@ -50,11 +56,15 @@ def test_pytorch_ps_cnn_async_on_two_instances(session, digits):
 @pytest.mark.timeout(240)
 def test_keras3_ps_cnn_model_fit_on_two_instances(session, digits):
     pytest.importorskip("keras")
-    est = shipyard.TensorFlow(entry_point="ps_cnn.py", source_dir=os.path.join(EXAMPLES, "keras"),
-                              instance_count=2, instance_type="local", metric_definitions=ACC,
-                              distribution={"parameter_server": {"enabled": True,
-                                                                 "implementation": "shipyard"}},
-                              session=session)
+    est = shipyard.TensorFlow(
+        entry_point="ps_cnn.py",
+        source_dir=os.path.join(EXAMPLES, "keras"),
+        instance_count=2,
+        instance_type="local",
+        metric_definitions=ACC,
+        distribution={"parameter_server": {"enabled": True, "implementation": "shipyard"}},
+        session=session,
+    )
     est.fit({"training": digits}, logs=False)
     report = check(est)
     assert report["policy"] in ("round_robin", "greedy_bytes", "sliced")

@@ -84,12 +84,17 @@ def mutate(frames, rng):
 def test_fuzzed_shard_stays_up_counts_everything_and_serves_a_good_client(shard):
     rng = random.Random(1234)
     good = PSClient([shard.endpoint], worker_id=0, secret=SECRET, timeout=30, heartbeat_interval=0)
-    good.register({"x": np.zeros(8, np.float32), "y": np.zeros((4, 4), np.float32)}, {"name": "sgd", "lr": 1.0})
+    good.register(
+        {"x": np.zeros(8, np.float32), "y": np.zeros((4, 4), np.float32)},
+        {"name": "sgd", "lr": 1.0},
+    )
     kid = good.placement("x").chunks[0].key_id
     f32 = wire.dtype_code(np.float32)
     valid_push = signed(MsgType.PUSH, kid, np.ones(8, np.float32), dtype=f32, shape=(8,))
     valid_pull = signed(MsgType.PULL, kid)
-    valid_json = wire.encode_json(wire.Signer(SECRET), Header(msg_type=MsgType.SET_LR, worker=9), {"lr": 1.0})
+    valid_json = wire.encode_json(
+        wire.Signer(SECRET), Header(msg_type=MsgType.SET_LR, worker=9), {"lr": 1.0}
+    )
     raw = Raw(shard.endpoint)
     expected_x = 0.0
     n_dropped = 0
@@ -98,14 +103,23 @@ def test_fuzzed_shard_stays_up_counts_everything_and_serves_a_good_client(shard)
             r = rng.random()
             if r < 0.3:  # random garbage
                 n = rng.randrange(0, 5)
-                frames = [rng.randbytes(rng.choice([0, 3, wire.HEADER_SIZE, rng.randrange(200)])) for _ in range(n)]
+                frames = [
+                    rng.randbytes(rng.choice([0, 3, wire.HEADER_SIZE, rng.randrange(200)]))
+                    for _ in range(n)
+                ]
                 if n >= 1 and rng.random() < 0.5:  # plausible header start
                     frames[0] = b"SYPS" + bytes([1]) + rng.randbytes(wire.HEADER_SIZE - 5)
             elif r < 0.9:
                 frames = mutate(rng.choice([valid_push, valid_pull, valid_json]), rng)
             else:  # signed with the wrong secret
-                frames = signed(MsgType.PUSH, kid, np.ones(8, np.float32), signer=wire.Signer("intruder"),
-                                dtype=f32, shape=(8,))
+                frames = signed(
+                    MsgType.PUSH,
+                    kid,
+                    np.ones(8, np.float32),
+                    signer=wire.Signer("intruder"),
+                    dtype=f32,
+                    shape=(8,),
+                )
             raw.send(frames)
             n_dropped += 1
             if i % 100 == 99:  # the good client, in the middle of the storm
@@ -114,7 +128,9 @@ def test_fuzzed_shard_stays_up_counts_everything_and_serves_a_good_client(shard)
                 assert np.array_equal(out["x"], np.full(8, expected_x, np.float32))
         assert raw.no_reply()  # unauthenticated messages are never answered
         # a valid request on the same connection is served after everything sent before it
-        raw.send(wire.encode_json(wire.Signer(SECRET), Header(msg_type=MsgType.STATS, worker=9), {}))
+        raw.send(
+            wire.encode_json(wire.Signer(SECRET), Header(msg_type=MsgType.STATS, worker=9), {})
+        )
         stats = raw.reply().json()
         assert sum(stats["rejected"].values()) == n_dropped
         assert set(stats["rejected"]) <= {"bad_mac", "malformed", "bad_magic", "bad_version"}
@@ -128,7 +144,9 @@ def test_fuzzed_shard_stays_up_counts_everything_and_serves_a_good_client(shard)
 
 def test_authenticated_bad_requests_get_error_replies(shard):
     good = PSClient([shard.endpoint], worker_id=0, secret=SECRET, timeout=30, heartbeat_interval=0)
-    good.register({"x": np.zeros(8, np.float32), "n": np.zeros(2, np.int32)}, {"name": "sgd", "lr": 1.0})
+    good.register(
+        {"x": np.zeros(8, np.float32), "n": np.zeros(2, np.int32)}, {"name": "sgd", "lr": 1.0}
+    )
     kid = good.placement("x").chunks[0].key_id
     nid = good.placement("n").chunks[0].key_id
     f32, f64 = wire.dtype_code(np.float32), wire.dtype_code(np.float64)
@@ -142,25 +160,63 @@ def test_authenticated_bad_requests_get_error_replies(shard):
     cases = [
         (signed(MsgType.PUSH, 4242, np.ones(8, np.float32), dtype=f32, shape=(8,)), "unknown_key"),
         (signed(MsgType.PULL, 4242), "unknown_key"),
-        (signed(MsgType.PUSH, kid, np.ones(9, np.float32), dtype=f32, shape=(9,)), "shape_mismatch"),
-        (signed(MsgType.PUSH, kid, np.ones((2, 4), np.float32), dtype=f32, shape=(2, 4)), "shape_mismatch"),
-        (signed(MsgType.PUSH, kid, np.ones(8, np.float64), dtype=f64, shape=(8,)), "dtype_mismatch"),
-        (signed(MsgType.PUSH, nid, np.ones(2, np.int32), dtype=wire.dtype_code(np.int32), shape=(2,)),
-         "not_trainable"),
-        (hand_signed(Header(msg_type=MsgType.PUSH, key=kid, dtype=f32, shape=(8,), nbytes=32), [x8[:20]]),
-         "truncated"),
-        (hand_signed(Header(msg_type=MsgType.PUSH, key=kid, dtype=f32, shape=(8,), nbytes=32), [x8 + b"1234"]),
-         "oversized"),
+        (
+            signed(MsgType.PUSH, kid, np.ones(9, np.float32), dtype=f32, shape=(9,)),
+            "shape_mismatch",
+        ),
+        (
+            signed(MsgType.PUSH, kid, np.ones((2, 4), np.float32), dtype=f32, shape=(2, 4)),
+            "shape_mismatch",
+        ),
+        (
+            signed(MsgType.PUSH, kid, np.ones(8, np.float64), dtype=f64, shape=(8,)),
+            "dtype_mismatch",
+        ),
+        (
+            signed(
+                MsgType.PUSH, nid, np.ones(2, np.int32), dtype=wire.dtype_code(np.int32), shape=(2,)
+            ),
+            "not_trainable",
+        ),
+        (
+            hand_signed(
+                Header(msg_type=MsgType.PUSH, key=kid, dtype=f32, shape=(8,), nbytes=32), [x8[:20]]
+            ),
+            "truncated",
+        ),
+        (
+            hand_signed(
+                Header(msg_type=MsgType.PUSH, key=kid, dtype=f32, shape=(8,), nbytes=32),
+                [x8 + b"1234"],
+            ),
+            "oversized",
+        ),
         (hand_signed(Header(msg_type=77, key=kid), []), "unknown_type"),
         (signed(MsgType.TENSOR, kid), "bad_request"),
         (signed(MsgType.PULL, kid, shard=5), "wrong_shard"),
         (signed(MsgType.REGISTER, payload=b"[1, 2", flags=wire.FLAG_JSON), "bad_request"),
-        (signed(MsgType.REGISTER, payload=b'{"keys": [{"id": "x"}]}', flags=wire.FLAG_JSON), "bad_request"),
-        (wire.encode_json(s, Header(msg_type=MsgType.REGISTER, worker=9),
-                          {"keys": [{"id": kid, "name": "x", "shape": [3], "dtype": "float32"}]}),
-         "config_mismatch"),
-        (signed(MsgType.PUSH, kid, np.ones(LIMIT // 4 + 1024, np.float32), dtype=f32,
-                shape=(LIMIT // 4 + 1024,)), "oversized"),
+        (
+            signed(MsgType.REGISTER, payload=b'{"keys": [{"id": "x"}]}', flags=wire.FLAG_JSON),
+            "bad_request",
+        ),
+        (
+            wire.encode_json(
+                s,
+                Header(msg_type=MsgType.REGISTER, worker=9),
+                {"keys": [{"id": kid, "name": "x", "shape": [3], "dtype": "float32"}]},
+            ),
+            "config_mismatch",
+        ),
+        (
+            signed(
+                MsgType.PUSH,
+                kid,
+                np.ones(LIMIT // 4 + 1024, np.float32),
+                dtype=f32,
+                shape=(LIMIT // 4 + 1024,),
+            ),
+            "oversized",
+        ),
     ]
     raw = Raw(shard.endpoint)
     try:
@@ -168,7 +224,10 @@ def test_authenticated_bad_requests_get_error_replies(shard):
             raw.send(frames)
             rep = raw.reply()
             assert rep is not None, code
-            assert rep.header.msg_type == MsgType.ERROR and rep.json()["code"] == code, (code, rep.json())
+            assert rep.header.msg_type == MsgType.ERROR and rep.json()["code"] == code, (
+                code,
+                rep.json(),
+            )
         # far above the limit: ZeroMQ drops the connection; the shard does not notice or care
         raw.send(signed(MsgType.PUSH, kid, np.zeros(LIMIT, np.float32), dtype=f32, shape=(LIMIT,)))
         stats = good.shard_stats()[0]

@@ -62,9 +62,16 @@ opt.close()
 
 
 def estimator(session, src, hps=None, ps=None, **kw):
-    return shipyard.PyTorch(entry_point="train.py", source_dir=src, instance_count=2,
-                            instance_type="local", hyperparameters=hps or {}, session=session,
-                            distribution={"parameter_server": {"enabled": True, **(ps or {})}}, **kw)
+    return shipyard.PyTorch(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        hyperparameters=hps or {},
+        session=session,
+        distribution={"parameter_server": {"enabled": True, **(ps or {})}},
+        **kw,
+    )
 
 
 def job_dir(est) -> str:
@@ -110,7 +117,8 @@ def test_sync_mode_equals_single_process_training_on_the_combined_batch(session,
     assert report["policy"] == "sliced" and report["consistency"]["mode"] == "sync"
     assert report["workers_final"] == {"0": {"exit_code": 0}, "1": {"exit_code": 0}}
     assert report["traffic"]["workers"] == [0, 1] and all(
-        all(b > 0 for b in row) for row in report["traffic"]["bytes_to_shard"])
+        all(b > 0 for b in row) for row in report["traffic"]["bytes_to_shard"]
+    )
     assert not desc["Shipyard"]["LostProcesses"]
 
 
@@ -122,7 +130,9 @@ def test_a_killed_worker_is_recorded_and_the_job_completes(session, write_script
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed"
     lost = desc["Shipyard"]["LostProcesses"]
-    assert [(x["host"], x["process"], x["exit_code"]) for x in lost] == [("algo-2", "ps-worker-1", 137)]
+    assert [(x["host"], x["process"], x["exit_code"]) for x in lost] == [
+        ("algo-2", "ps-worker-1", 137)
+    ]
     final = desc["Shipyard"]["DistributionReport"]["workers_final"]
     assert final == {"0": {"exit_code": 0}, "1": {"exit_code": 137}}
     assert os.path.isfile(model_file(est, "params.npz"))  # rank 0 trained to the end
@@ -144,7 +154,11 @@ def _kill_shard_once_checkpointed(ckpt_dir: str, deadline: float) -> None:
         if os.path.isfile(os.path.join(ckpt_dir, "ps-shard-001.json")):
             for proc in psutil.process_iter(["cmdline"]):
                 cmd = proc.info["cmdline"] or []
-                if "shipyard.ps.server" in cmd and ckpt_dir in cmd and "1" == cmd[cmd.index("--shard-index") + 1]:
+                if (
+                    "shipyard.ps.server" in cmd
+                    and ckpt_dir in cmd
+                    and "1" == cmd[cmd.index("--shard-index") + 1]
+                ):
                     proc.kill()
                     return
         time.sleep(0.05)
@@ -156,12 +170,16 @@ def test_a_killed_shard_fails_the_job_and_a_rerun_resumes(session, write_script,
     ckpt = str(tmp_path / "ckpt")
     ps = {"checkpoint_interval": 0.2}
     est = estimator(session, src, {"steps": 400, "sleep": 0.02}, ps, checkpoint_local_path=ckpt)
-    killer = threading.Thread(target=_kill_shard_once_checkpointed, args=(ckpt, time.monotonic() + 60))
+    killer = threading.Thread(
+        target=_kill_shard_once_checkpointed, args=(ckpt, time.monotonic() + 60)
+    )
     killer.start()
     with pytest.raises(JobFailedError) as err:
         est.fit(logs=False)
     killer.join()
-    assert "parameter-server shard 1 of 2" in str(err.value) and "ended unexpectedly" in str(err.value)
+    assert "parameter-server shard 1 of 2" in str(err.value) and "ended unexpectedly" in str(
+        err.value
+    )
     assert "checkpoint_local_path" in str(err.value)
 
     manifest = json.loads((tmp_path / "ckpt" / "ps-shard-000.json").read_text())
@@ -175,18 +193,22 @@ def test_a_killed_shard_fails_the_job_and_a_rerun_resumes(session, write_script,
     assert "rank=0 final_step=400" in log
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"policy": "nearest"}, "unknown placement policy 'nearest'"),
-    ({"consistency": "eventual"}, "unknown consistency mode 'eventual'"),
-    ({"max_staleness": -1}, "max_staleness must be >= 0"),
-    ({"num_shards": 0}, "'num_shards' must be an integer in [1, 32]"),
-    ({"workers_per_host": "2"}, "'workers_per_host' must be an integer"),
-    ({"consistancy": "sync"}, "unknown parameter_server option(s) ['consistancy']"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"policy": "nearest"}, "unknown placement policy 'nearest'"),
+        ({"consistency": "eventual"}, "unknown consistency mode 'eventual'"),
+        ({"max_staleness": -1}, "max_staleness must be >= 0"),
+        ({"num_shards": 0}, "'num_shards' must be an integer in [1, 32]"),
+        ({"workers_per_host": "2"}, "'workers_per_host' must be an integer"),
+        ({"consistancy": "sync"}, "unknown parameter_server option(s) ['consistancy']"),
+    ],
+)
 def test_bad_options_are_refused_at_submission(session, write_script, options, message):
     src = write_script("train.py", SCRIPT)
     with pytest.raises(DistributionError) as err:
         estimator(session, src, ps=options).fit(logs=False)
     assert message in str(err.value)
     assert not os.path.isdir(os.path.join(session.home, "jobs")) or not any(
-        os.scandir(os.path.join(session.home, "jobs")))
+        os.scandir(os.path.join(session.home, "jobs"))
+    )

@@ -80,7 +80,9 @@ def test_push_pull_over_sockets_matches_the_math(cluster):
     shards = cluster(2)
     p = model()
     with connect(shards) as c:
-        vals = c.register(p, {"name": "sgd", "lr": 0.1, "momentum": 0.9}, policy="sliced", chunk_bytes=256 * 1024)
+        vals = c.register(
+            p, {"name": "sgd", "lr": 0.1, "momentum": 0.9}, policy="sliced", chunk_bytes=256 * 1024
+        )
         assert c.placement("fc.weight").shards == [0, 1]
         for k in p:
             assert np.array_equal(vals[k], p[k])
@@ -96,7 +98,9 @@ def test_push_pull_over_sockets_matches_the_math(cluster):
                 np.testing.assert_allclose(out[k], expected[k], rtol=1e-5, atol=1e-6)
         rep = c.stats()
         assert rep["traffic"]["workers"] == [0]
-        assert all(x > 3 * 0.4 * 1.2e6 for x in rep["traffic"]["bytes_to_shard"][0])  # both shards got fc chunks
+        assert all(
+            x > 3 * 0.4 * 1.2e6 for x in rep["traffic"]["bytes_to_shard"][0]
+        )  # both shards got fc chunks
         assert rep["shards"][0]["endpoint"] == shards[0].endpoint
 
 
@@ -161,11 +165,21 @@ WORKER_SCRIPT = textwrap.dedent("""
 def spawn_worker(tmp_path, shards, rank):
     script = tmp_path / "worker.py"
     script.write_text(WORKER_SCRIPT)
-    env = dict(os.environ, SHIPYARD_PS_SECRET=SECRET, SHIPYARD_PS_RANK=str(rank),
-               SHIPYARD_PS_ENDPOINTS=",".join(s.endpoint for s in shards), SHIPYARD_PS_HEARTBEAT="0.2",
-               PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env)
+    env = dict(
+        os.environ,
+        SHIPYARD_PS_SECRET=SECRET,
+        SHIPYARD_PS_RANK=str(rank),
+        SHIPYARD_PS_ENDPOINTS=",".join(s.endpoint for s in shards),
+        SHIPYARD_PS_HEARTBEAT="0.2",
+        PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+    )
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def test_sync_survives_a_killed_worker_and_a_restarted_one_rejoins(cluster, tmp_path):
@@ -210,7 +224,9 @@ def test_checkpoint_and_restart_resume_exactly(cluster, tmp_path, monkeypatch):
     p = model(3)
     opt = {"name": "adam", "lr": 0.01, "weight_decay": 0.01}
     rng = np.random.default_rng(7)
-    grads = [{k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p.items()} for _ in range(5)]
+    grads = [
+        {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p.items()} for _ in range(5)
+    ]
     # reference: the same five steps without interruption, in process
     net = LocalNetwork([ServerCore(ServerConfig(index=i, num_shards=2), SECRET) for i in range(2)])
     ref = PSClient(worker_id=0, secret=SECRET, transport_factory=net.connect, heartbeat_interval=0)
@@ -227,12 +243,17 @@ def test_checkpoint_and_restart_resume_exactly(cluster, tmp_path, monkeypatch):
             c.push_pull(g)
     report = json.loads((tmp_path / "report.json").read_text())  # written by rank 0 on close
     assert report["schema"] == "shipyard.ps.report/v1" and report["policy"] == "sliced"
-    assert report["traffic"]["workers"] == [0] and all(x > 0 for x in report["traffic"]["bytes_to_shard"][0])
+    assert report["traffic"]["workers"] == [0] and all(
+        x > 0 for x in report["traffic"]["bytes_to_shard"][0]
+    )
     assert stop_shards(shards) == [0, 0]  # SIGTERM: clean exit after the final checkpoint
     for i in range(2):  # each shard left its own stats at exit
         st = json.loads((tmp_path / f"shard-{i}.stats.json").read_text())
         assert st["shard"] == i and st["pushes"] > 0 and st["checkpoint"]["count"] == 1
-    assert sorted(x.name for x in ckdir.glob("*.json")) == ["ps-shard-000.json", "ps-shard-001.json"]
+    assert sorted(x.name for x in ckdir.glob("*.json")) == [
+        "ps-shard-000.json",
+        "ps-shard-001.json",
+    ]
 
     shards = cluster(2, checkpoint_dir=str(ckdir), checkpoint_interval=0)
     assert all(s.info["resumed_from"] for s in shards)
@@ -245,7 +266,9 @@ def test_checkpoint_and_restart_resume_exactly(cluster, tmp_path, monkeypatch):
         c.shutdown_servers()
     for k in p:
         np.testing.assert_array_equal(out[k], expected[k])
-    assert sum(s["updates"] for s in stats) == 5 * sum(len(kp.chunks) for kp in ref.report.chosen.keys)
+    assert sum(s["updates"] for s in stats) == 5 * sum(
+        len(kp.chunks) for kp in ref.report.chosen.keys
+    )
     for s in shards:  # SHUTDOWN: exits by itself
         assert s.proc.wait(timeout=30) == 0
     manifest = json.loads((ckdir / "ps-shard-000.json").read_text())
@@ -267,8 +290,12 @@ def test_message_size_limit_is_checked_before_sending(cluster):
     with connect(shards) as c:
         with pytest.raises(PSConfigError, match="exceeds the shards' limit"):
             c.register({"big": np.zeros(40_000, np.float32)}, "sgd", policy="round_robin")
-        vals = c.register({"big": np.arange(40_000, dtype=np.float32)}, "sgd", policy="sliced",
-                          chunk_bytes=32 * 1024)
+        vals = c.register(
+            {"big": np.arange(40_000, dtype=np.float32)},
+            "sgd",
+            policy="sliced",
+            chunk_bytes=32 * 1024,
+        )
         assert np.array_equal(vals["big"], np.arange(40_000))
 
 
@@ -290,7 +317,9 @@ def test_shards_do_not_outlive_their_launcher(tmp_path):
         print(",".join(str(s.proc.pid) for s in shards), flush=True)
         # exits here without stopping them
     """)
-    out = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", launcher], capture_output=True, text=True, timeout=60
+    )
     pids = [int(p) for p in out.stdout.strip().split(",")]
     import psutil
 
@@ -298,4 +327,7 @@ def test_shards_do_not_outlive_their_launcher(tmp_path):
     gone, alive = psutil.wait_procs(procs, timeout=20)
     assert not alive, f"shards still running after their launcher exited: {alive}"
     # they stopped the clean way: a final checkpoint each
-    assert sorted(x.name for x in (tmp_path / "ck").glob("*.json")) == ["ps-shard-000.json", "ps-shard-001.json"]
+    assert sorted(x.name for x in (tmp_path / "ck").glob("*.json")) == [
+        "ps-shard-000.json",
+        "ps-shard-001.json",
+    ]

@@ -23,8 +23,12 @@ HEAD_IP = "127.0.0.11"
 NODE_IPS = ("127.0.0.12", "127.0.0.13", "127.0.0.14")
 NODE_CPUS = 2
 # Fast failure detection for the node-death test (Ray's defaults take tens of seconds).
-SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000,
-                 "health_check_timeout_ms": 1000, "health_check_failure_threshold": 3}
+SYSTEM_CONFIG = {
+    "health_check_initial_delay_ms": 1000,
+    "health_check_period_ms": 1000,
+    "health_check_timeout_ms": 1000,
+    "health_check_failure_threshold": 3,
+}
 
 
 class RayCluster:
@@ -32,9 +36,15 @@ class RayCluster:
         from ray.cluster_utils import Cluster
 
         self.workdir = workdir
-        self.cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "node_ip_address": HEAD_IP, "include_dashboard": False,
-            "_system_config": SYSTEM_CONFIG})
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 0,
+                "node_ip_address": HEAD_IP,
+                "include_dashboard": False,
+                "_system_config": SYSTEM_CONFIG,
+            },
+        )
         self.nodes = {}
         for ip in NODE_IPS:
             self.add(ip)

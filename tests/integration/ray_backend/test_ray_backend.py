@@ -24,8 +24,13 @@ from tests.integration.test_contract import run_contract_job
 def test_contract_on_three_nodes(ray_session, ray_cluster, write_script, tmp_path):
     job = "ray-contract"
     table = run_contract_job(
-        ray_session, write_script, tmp_path, job_name=job, cpus=str(NODE_CPUS),
-        base_of=lambda host: os.path.join(ray_cluster.workdir, job, "instances", host))
+        ray_session,
+        write_script,
+        tmp_path,
+        job_name=job,
+        cpus=str(NODE_CPUS),
+        base_of=lambda host: os.path.join(ray_cluster.workdir, job, "instances", host),
+    )
     # each instance on a node of its own, named by the node's real address
     assert sorted(table.values()) == sorted(NODE_IPS)
     desc = ray_session.control.describe(job)
@@ -37,11 +42,18 @@ def test_contract_on_three_nodes(ray_session, ray_cluster, write_script, tmp_pat
 
 @pytest.mark.timeout(120)
 def test_fewer_machines_or_cpus_than_the_job_needs_say_how_many(ray_session, write_script):
-    refused(ray_session, write_script, r"needs 4 instance\(s\).*3 of which fit one instance",
-             instance_count=4)
-    refused(ray_session, write_script,
-             r"'ml.m5.xlarge' \(4 CPU\(s\).*0 of which fit.*largest node has 2 CPU\(s\)",
-             instance_type="ml.m5.xlarge")
+    refused(
+        ray_session,
+        write_script,
+        r"needs 4 instance\(s\).*3 of which fit one instance",
+        instance_count=4,
+    )
+    refused(
+        ray_session,
+        write_script,
+        r"'ml.m5.xlarge' \(4 CPU\(s\).*0 of which fit.*largest node has 2 CPU\(s\)",
+        instance_type="ml.m5.xlarge",
+    )
 
 
 @pytest.mark.timeout(240)
@@ -76,27 +88,33 @@ def _assert_on_nodes(session, cluster) -> None:
     assert job_processes(cluster.workdir) == [] and keepers(record.name) == []
 
 
-SLEEP_SCRIPT = r'''
+SLEEP_SCRIPT = r"""
 import os, subprocess, sys, time
 # a child of the script too: stop must end every process of the job on every node
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 print(os.environ["SM_CURRENT_HOST"], "running", flush=True)
 time.sleep(600)
-'''
+"""
 
 
 def _start_sleeping_job(session, write_script, name: str) -> None:
     import shipyard
 
     src = write_script("sleep.py", SLEEP_SCRIPT)
-    est = shipyard.Estimator(entry_point="sleep.py", source_dir=src, instance_count=2,
-                             instance_type="local", session=session)
+    est = shipyard.Estimator(
+        entry_point="sleep.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+    )
     est.fit(wait=False, job_name=name)
     deadline = time.monotonic() + 120
     while True:
         logs = session.control.log_files(name)
-        if len(logs) == 2 and all("running" in _read(p) for p in logs.values()
-                                  if os.path.exists(p)):
+        if len(logs) == 2 and all(
+            "running" in _read(p) for p in logs.values() if os.path.exists(p)
+        ):
             return
         assert time.monotonic() < deadline, session.control.describe(name)
         time.sleep(0.2)
@@ -105,8 +123,11 @@ def _start_sleeping_job(session, write_script, name: str) -> None:
 def _nothing_left(cluster, name: str, within: float) -> None:
     deadline = time.monotonic() + within
     while job_processes(cluster.workdir) or keepers(name) or leftovers(cluster.workdir, name):
-        assert time.monotonic() < deadline, (job_processes(cluster.workdir), keepers(name),
-                                             leftovers(cluster.workdir, name))
+        assert time.monotonic() < deadline, (
+            job_processes(cluster.workdir),
+            keepers(name),
+            leftovers(cluster.workdir, name),
+        )
         time.sleep(0.25)
 
 
@@ -128,35 +149,45 @@ def test_a_dead_supervisor_leaves_nothing_on_the_nodes(ray_session, ray_cluster,
     assert ray_session.control.get("ray-orphan").status == "Failed"
 
 
-KILL_SCRIPT = r'''
+KILL_SCRIPT = r"""
 import os, sys, time
 attempt = os.environ["SHIPYARD_ATTEMPT"]
 print(f"{os.environ['SM_CURRENT_HOST']} attempt {attempt} running", flush=True)
 if attempt == "1":
     time.sleep(300)        # killed with its node long before
 open(os.path.join(os.environ["SM_MODEL_DIR"], os.environ["SM_CURRENT_HOST"]), "w").write(attempt)
-'''
+"""
 
 
 @pytest.mark.timeout(240)
 def test_killed_node_fails_the_attempt_naming_it_and_the_retry_completes(
-        ray_session, ray_cluster, write_script):
+    ray_session, ray_cluster, write_script
+):
     """wait=False (detached supervisor reconnecting to the cluster), live logs, attach;
     algo-2's node killed mid-job: attempt 1 fails naming that node, attempt 2 runs on the
     nodes left and completes, and nothing of the job is left on any node."""
     import shipyard
 
     src = write_script("train.py", KILL_SCRIPT)
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
-                             instance_type="local", max_retry_attempts=1, session=ray_session)
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        max_retry_attempts=1,
+        session=ray_session,
+    )
     est.fit(wait=False, job_name="ray-kill")
     control = ray_session.control
     deadline = time.monotonic() + 120
     victim = None
     while victim is None:
         assert time.monotonic() < deadline, control.describe("ray-kill")
-        algo2 = [i for i in control.describe("ray-kill")["Shipyard"]["Instances"]
-                 if i["Host"] == "algo-2" and i["Attempt"] == 1]
+        algo2 = [
+            i
+            for i in control.describe("ray-kill")["Shipyard"]["Instances"]
+            if i["Host"] == "algo-2" and i["Attempt"] == 1
+        ]
         log = algo2[0]["LogPath"] if algo2 else None
         if log and os.path.exists(log) and "attempt 1 running" in _read(log):
             victim = algo2[0]["Address"]  # its line came back live, so it is running
@@ -172,7 +203,9 @@ def test_killed_node_fails_the_attempt_naming_it_and_the_retry_completes(
         second = [i for i in desc["Shipyard"]["Instances"] if i["Attempt"] == 2]
         assert {i["Status"] for i in second} == {"Completed"}
         assert victim not in {i["Address"] for i in second}
-        with tarfile.open(desc["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")) as tar:
+        with tarfile.open(
+            desc["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")
+        ) as tar:
             assert sorted(tar.getnames()) == ["algo-1", "algo-2"]
         assert leftovers(ray_cluster.workdir, "ray-kill") == []
         assert job_processes(ray_cluster.workdir) == [] and keepers("ray-kill") == []

@@ -16,8 +16,12 @@ from shipyard.errors import ValidationError
 
 def refused(session, write_script, match, error=ValidationError, **kw):
     src = write_script("train.py", "print('never runs')\n")
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, session=session,
-                             **{"instance_count": 2, "instance_type": "local", **kw})
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        session=session,
+        **{"instance_count": 2, "instance_type": "local", **kw},
+    )
     with pytest.raises(error, match=match):
         est.fit(job_name="refused")
     assert not session.control.store.exists("refused")
@@ -32,20 +36,44 @@ def test_an_address_with_no_cluster_is_refused_within_seconds(home, write_script
 
 
 def test_ray_not_installed_names_the_extra(home):
-    code = ("import sys; sys.modules['ray'] = None\n"
-            "import shipyard\n"
-            "try:\n    shipyard.Session(backend='ray')\n"
-            "except ValueError as exc:\n    print(exc)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                         timeout=60, env=dict(os.environ, SHIPYARD_HOME=str(home)))
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "import shipyard\n"
+        "try:\n    shipyard.Session(backend='ray')\n"
+        "except ValueError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env=dict(os.environ, SHIPYARD_HOME=str(home)),
+    )
     assert "pip install 'shipyard[ray]'" in out.stdout, out.stderr
 
 
 def test_cli_backend_ray_with_a_dead_address_exits_2(home, write_script):
     src = write_script("train.py", "print('never runs')\n")
-    out = subprocess.run([sys.executable, "-m", "shipyard.cli", "train", "train.py",
-                          "--source-dir", src, "--backend", "ray", "--ray-address",
-                          "127.0.0.1:1"], capture_output=True, text=True, timeout=60, check=False,
-                         env=dict(os.environ, SHIPYARD_HOME=str(home)))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shipyard.cli",
+            "train",
+            "train.py",
+            "--source-dir",
+            src,
+            "--backend",
+            "ray",
+            "--ray-address",
+            "127.0.0.1:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=dict(os.environ, SHIPYARD_HOME=str(home)),
+    )
     assert out.returncode == 2, out.stderr
     assert "no Ray cluster answers" in out.stderr

@@ -14,7 +14,7 @@ import pytest
 import shipyard
 from tests.integration.ray_backend.test_ray_backend import _assert_on_nodes
 
-RANK_SCRIPT = r'''
+RANK_SCRIPT = r"""
 import json, os, socket
 import numpy as np
 import shipyard.horovod as hvd
@@ -28,24 +28,30 @@ record = {"rank": r, "size": hvd.size(), "sum": total.tolist(), "host": host,
 with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank{r}.json"), "w") as fh:
     json.dump(record, fh)
 print("rank", r, "on", host, "sum", total.tolist(), flush=True)
-'''
+"""
 
 
 @pytest.mark.timeout(240)
 def test_mpi_ranks_on_two_nodes_without_ssh(ray_session, ray_cluster, write_script):
     pytest.importorskip("mpi4py")
     src = write_script("train.py", RANK_SCRIPT)
-    est = shipyard.Estimator(entry_point="train.py", source_dir=src, instance_count=2,
-                             instance_type="local", session=ray_session,
-                             distribution={"mpi": {"enabled": True, "processes_per_host": 1}})
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=ray_session,
+        distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
+    )
     est.fit(job_name="ray-mpi")
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
     addresses = {i["Host"]: i["Address"] for i in desc["Shipyard"]["Instances"]}
     for rank, host in enumerate(("algo-1", "algo-2")):
-        path = os.path.join(desc["Shipyard"]["JobDir"], "instances", host, "model",
-                            f"rank{rank}.json")
-        with open(path) as fh:   # written on the rank's own node, brought back by Ray
+        path = os.path.join(
+            desc["Shipyard"]["JobDir"], "instances", host, "model", f"rank{rank}.json"
+        )
+        with open(path) as fh:  # written on the rank's own node, brought back by Ray
             rec = json.load(fh)
         assert rec["size"] == 2 and rec["sum"] == [3.0] and rec["host"] == host
         assert rec["resolved"] == addresses[host]

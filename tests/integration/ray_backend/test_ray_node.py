@@ -16,22 +16,30 @@ def test_localize_points_the_config_at_the_nodes_copies(tmp_path, monkeypatch):
     layout = ray_node.NodeLayout.for_instance("job", "algo-2")
     layout.fresh()
     submit_shared = "/submitter/jobs/job/shared"
-    config = {"channel_sources": {"train": str(data), "remote": "s3://b/k"},
-              "extra_python_path": ["/submitter/cache/req-1"], "shared_dir": submit_shared,
-              "hyperparameters": {"model_dir": json.dumps(submit_shared + "/model"),
-                                  "epochs": "3"},
-              "instances_dir": "/submitter/jobs/job/instances"}
-    blobs = {"bundle": ray_node.pack_contents(str(data)),
-             "channel:train": ray_node.pack_contents(str(data)),
-             "pythonpath:0": ray_node.pack_contents(str(data))}
+    config = {
+        "channel_sources": {"train": str(data), "remote": "s3://b/k"},
+        "extra_python_path": ["/submitter/cache/req-1"],
+        "shared_dir": submit_shared,
+        "hyperparameters": {"model_dir": json.dumps(submit_shared + "/model"), "epochs": "3"},
+        "instances_dir": "/submitter/jobs/job/instances",
+    }
+    blobs = {
+        "bundle": ray_node.pack_contents(str(data)),
+        "channel:train": ray_node.pack_contents(str(data)),
+        "pythonpath:0": ray_node.pack_contents(str(data)),
+    }
     out = ray_node.localize(config, layout, blobs)
     root = tmp_path / "node" / "job"
-    assert out["channel_sources"] == {"train": str(root / "stage/algo-2/channels/train"),
-                                      "remote": "s3://b/k"}
+    assert out["channel_sources"] == {
+        "train": str(root / "stage/algo-2/channels/train"),
+        "remote": "s3://b/k",
+    }
     assert (root / "stage/algo-2/channels/train/a.csv").read_text() == "1\n"
     assert out["extra_python_path"] == [str(root / "stage/algo-2/pythonpath/0")]
-    assert out["hyperparameters"] == {"model_dir": json.dumps(str(root / "shared/model")),
-                                      "epochs": "3"}
+    assert out["hyperparameters"] == {
+        "model_dir": json.dumps(str(root / "shared/model")),
+        "epochs": "3",
+    }
     assert out["instances_dir"] == str(root / "instances")
     assert os.path.isfile(out["submit_directory"])
 

@@ -27,14 +27,20 @@ def export_tf_models(root: str) -> None:
 
     for version, seed in ((1, 0), (2, 1)):
         keras.utils.set_random_seed(seed)
-        model = keras.Sequential([keras.Input((8, 8, 1), name="pixels"), keras.layers.Flatten(),
-                                  keras.layers.Dense(16, activation="relu"),
-                                  keras.layers.Dense(10, activation="softmax")])
+        model = keras.Sequential(
+            [
+                keras.Input((8, 8, 1), name="pixels"),
+                keras.layers.Flatten(),
+                keras.layers.Dense(16, activation="relu"),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
         model.export(os.path.join(root, "digits", str(version)), verbose=False)
 
     keras.utils.set_random_seed(2)
-    flat = keras.Sequential([keras.Input((64,), name="features"),
-                             keras.layers.Dense(10, activation="softmax")])
+    flat = keras.Sequential(
+        [keras.Input((64,), name="features"), keras.layers.Dense(10, activation="softmax")]
+    )
     flat.export(os.path.join(root, "flat", "1"), verbose=False)
 
     class Echo(tf.Module):
@@ -43,8 +49,9 @@ def export_tf_models(root: str) -> None:
             return {"length": tf.strings.length(text), "upper_bytes": tf.strings.upper(text)}
 
     echo = Echo()
-    tf.saved_model.save(echo, os.path.join(root, "echo", "1"),
-                        signatures={"serving_default": echo.serve})
+    tf.saved_model.save(
+        echo, os.path.join(root, "echo", "1"), signatures={"serving_default": echo.serve}
+    )
 
 
 def digits_inputs(n: int, seed: int = 0) -> np.ndarray:
@@ -52,14 +59,18 @@ def digits_inputs(n: int, seed: int = 0) -> np.ndarray:
 
 
 @contextmanager
-def server(model_dir: str, tmp: str, *args: str, env: dict[str, str] | None = None,
-           timeout: float = 120) -> Iterator[str]:
+def server(
+    model_dir: str, tmp: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> Iterator[str]:
     """``python -m shipyard.serving`` on a free port; yields its URL once InService."""
     state = os.path.join(tmp, f"state-{time.monotonic_ns()}.json")
     log = open(os.path.join(tmp, "server.log"), "ab")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen([PY, "-m", "shipyard.serving", model_dir, "--port", "0",
-                             "--state-file", state, *args], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [PY, "-m", "shipyard.serving", model_dir, "--port", "0", "--state-file", state, *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -86,8 +97,9 @@ def _read_state(path: str) -> dict[str, Any]:
         return {}
 
 
-def call(address: str, method: str, path: str, body: Any = None,
-         headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
+def call(
+    address: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, str, bytes]:
     """One HTTP request; (status, content type, body)."""
     host, port = address.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -101,8 +113,9 @@ def call(address: str, method: str, path: str, body: Any = None,
         conn.close()
 
 
-def torchscript_archive(root: str, features: int = 4, outputs: int = 3,
-                        extra: dict[str, str] | None = None) -> tuple[str, Any]:
+def torchscript_archive(
+    root: str, features: int = 4, outputs: int = 3, extra: dict[str, str] | None = None
+) -> tuple[str, Any]:
     """A TorchScript Linear model as model.tar.gz (plus ``extra`` files, name -> text);
     returns (archive path, the module for in-process predictions)."""
     import tarfile
@@ -131,8 +144,9 @@ def server_processes(marker: str) -> list[Any]:
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and \
-                    marker in " ".join(proc.info["cmdline"] or []):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(
+                proc.info["cmdline"] or []
+            ):
                 found.append(proc)
         except psutil.Error:
             continue

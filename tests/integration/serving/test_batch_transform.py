@@ -31,8 +31,14 @@ def test_ten_thousand_lines_in_order(home, tmp_path):
     (data / "sub" / "part-b.csv").write_text("1,2,3,4,5,6,7,8\n")
     out = tmp_path / "out"
     transformer = shipyard.PyTorchModel(archive).transformer(
-        instance_count=1, instance_type="local", strategy="MultiRecord", assemble_with="Line",
-        output_path=str(out), accept="text/csv", max_payload=1)
+        instance_count=1,
+        instance_type="local",
+        strategy="MultiRecord",
+        assemble_with="Line",
+        output_path=str(out),
+        accept="text/csv",
+        max_payload=1,
+    )
     transformer.transform(str(data), content_type="text/csv", split_type="Line")
     lines = (out / "part-a.csv.out").read_text().splitlines()
     with torch.no_grad():
@@ -42,7 +48,7 @@ def test_ten_thousand_lines_in_order(home, tmp_path):
     assert (out / "sub" / "part-b.csv.out").read_text().count("\n") == 1
     result = transformer.last_result
     assert result.records == 10_001 and 1 < result.requests < 100  # mini-batches, not lines
-    assert os.listdir(os.path.join(str(home), "endpoints")) == []   # its server is gone
+    assert os.listdir(os.path.join(str(home), "endpoints")) == []  # its server is gone
     assert server_processes(transformer.latest_transform_job) == []
 
 
@@ -52,13 +58,24 @@ def test_bad_record_reported_rest_processed_and_join(home, tmp_path):
     src.write_text("id1,1,2\nid2,3,4\nid3,oops,5\nid4,7,8\n")
     out = tmp_path / "out"
     transformer = shipyard.PyTorchModel(archive).transformer(
-        1, "local", strategy="MultiRecord", assemble_with="Line", output_path=str(out),
-        accept="text/csv")
+        1,
+        "local",
+        strategy="MultiRecord",
+        assemble_with="Line",
+        output_path=str(out),
+        accept="text/csv",
+    )
     with pytest.raises(TransformError, match=r"data.csv record 3: .*; the other 3 were written"):
-        transformer.transform(str(src), content_type="text/csv", split_type="Line",
-                              input_filter="$[1:]", join_source="Input", output_filter="$[0,-1]")
+        transformer.transform(
+            str(src),
+            content_type="text/csv",
+            split_type="Line",
+            input_filter="$[1:]",
+            join_source="Input",
+            output_filter="$[0,-1]",
+        )
     lines = (out / "data.csv.out").read_text().split("\n")
-    assert lines[2] == "" and len(lines) == 5   # the failed record keeps its place
+    assert lines[2] == "" and len(lines) == 5  # the failed record keeps its place
     pred = float(net(__import__("torch").tensor([[3.0, 4.0]])).detach()[0, 0])
     assert lines[1].split(",")[0] == "id2" and abs(float(lines[1].split(",")[1]) - pred) < 1e-5
     assert [f["Position"] for f in transformer.last_result.failures] == [3]

@@ -19,15 +19,26 @@ def two_in_two_out(tmp_path_factory):
             super().__init__()
             self.scale = tf.Variable([2.0, 3.0])
 
-        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="zeta"),
-                                      tf.TensorSpec([None, 2], tf.float32, name="alpha"),
-                                      tf.TensorSpec([None], tf.string, name="label")])
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, 2], tf.float32, name="zeta"),
+                tf.TensorSpec([None, 2], tf.float32, name="alpha"),
+                tf.TensorSpec([None], tf.string, name="label"),
+            ]
+        )
         def serve(self, zeta, alpha, label):
-            return {"sum": (alpha + zeta) * self.scale, "diff": alpha - zeta,
-                    "label_len": tf.strings.length(label)}
+            return {
+                "sum": (alpha + zeta) * self.scale,
+                "diff": alpha - zeta,
+                "label_len": tf.strings.length(label),
+            }
 
-        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="b"),
-                                      tf.TensorSpec([None, 2], tf.float32, name="a")])
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, 2], tf.float32, name="b"),
+                tf.TensorSpec([None, 2], tf.float32, name="a"),
+            ]
+        )
         def numeric(self, b, a):
             return {"z_first": a - b, "a_second": a * 10 + b}
 
@@ -52,7 +63,9 @@ def test_direct_call_matches_the_signature_call(two_in_two_out):
         np.testing.assert_array_equal(direct[k], plain[k])
     np.testing.assert_array_equal(direct["z_first"], a - b)
     np.testing.assert_array_equal(direct["a_second"], a * 10 + b)
-    out = sv.run("serving_default", {"zeta": b, "alpha": a, "label": np.array([b"x", b"abc"], object)})
+    out = sv.run(
+        "serving_default", {"zeta": b, "alpha": a, "label": np.array([b"x", b"abc"], object)}
+    )
     np.testing.assert_array_equal(out["label_len"], [1, 3])
 
 

@@ -42,38 +42,69 @@ def test_endpoint_outlives_its_creator_and_cli_deletes_it(home, tmp_path):
         p = shipyard.PyTorchModel({archive!r}).deploy(1, "local", endpoint_name="survivor")
         print(p.endpoint_name)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False,
-                          env=dict(os.environ), timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ),
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     # the creator is gone; the endpoint still answers
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     got = shipyard.PyTorchPredictor("survivor").predict(x)
-    np.testing.assert_allclose(got, net(__import__("torch").from_numpy(x)).detach().numpy(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        got, net(__import__("torch").from_numpy(x)).detach().numpy(), rtol=1e-6
+    )
     cli = [sys.executable, "-m", "shipyard.cli"]
-    listed = subprocess.run(cli + ["endpoints", "--json"], capture_output=True, text=True, check=False)
+    listed = subprocess.run(
+        cli + ["endpoints", "--json"], capture_output=True, text=True, check=False
+    )
     (record,) = json.loads(listed.stdout)
     assert record["EndpointName"] == "survivor" and record["EndpointStatus"] == "InService"
     workers = server_processes(os.path.join(str(home), "endpoints", "survivor"))
     assert len(workers) == 2  # master + one worker
-    deleted = subprocess.run(cli + ["endpoints", "delete", "survivor"], capture_output=True,
-                             text=True, check=False)
+    deleted = subprocess.run(
+        cli + ["endpoints", "delete", "survivor"], capture_output=True, text=True, check=False
+    )
     assert deleted.returncode == 0, deleted.stderr
     _nothing_left(home, "survivor")
-    missing = subprocess.run(cli + ["endpoints", "delete", "survivor"], capture_output=True,
-                             text=True, check=False)
+    missing = subprocess.run(
+        cli + ["endpoints", "delete", "survivor"], capture_output=True, text=True, check=False
+    )
     assert missing.returncode == 3 and "no endpoint named 'survivor'" in missing.stderr
 
 
 def test_cli_serve_detached_with_workers(home, tmp_path):
     archive, _ = torchscript_archive(str(tmp_path / "m"))
-    done = subprocess.run([sys.executable, "-m", "shipyard.cli", "serve", archive, "--port", "0",
-                           "--workers", "2", "--name", "cli-ep", "--detach"],
-                          capture_output=True, text=True, timeout=180, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shipyard.cli",
+            "serve",
+            archive,
+            "--port",
+            "0",
+            "--workers",
+            "2",
+            "--name",
+            "cli-ep",
+            "--detach",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     record = Endpoints(str(home)).get("cli-ep")
-    req = urllib.request.Request(record.url + "/invocations", data=b"[[1,2,3,4]]",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        record.url + "/invocations",
+        data=b"[[1,2,3,4]]",
+        headers={"Content-Type": "application/json"},
+    )
     assert len(json.loads(urllib.request.urlopen(req).read())[0]) == 3
     procs = server_processes(record.endpoint_dir)
     assert len(procs) == 3  # master + two workers
@@ -117,9 +148,13 @@ def test_port_in_use_and_bad_model_data_are_refused(home, tmp_path):
 
 def test_model_that_fails_to_load_reports_failed_never_healthy(home, tmp_path):
     archive, _ = torchscript_archive(
-        str(tmp_path / "m"), extra={"code/inference.py": "def model_fn(model_dir):\n"
-                                                          "    raise RuntimeError('weights "
-                                                          "missing')\n"})
+        str(tmp_path / "m"),
+        extra={
+            "code/inference.py": "def model_fn(model_dir):\n"
+            "    raise RuntimeError('weights "
+            "missing')\n"
+        },
+    )
     with pytest.raises(EndpointError, match="model_fn failed: RuntimeError: weights missing"):
         shipyard.PyTorchModel(archive).deploy(endpoint_name="broken")
     _nothing_left(home, "broken")
@@ -138,15 +173,19 @@ def test_model_that_fails_to_load_reports_failed_never_healthy(home, tmp_path):
 
 
 def test_requirements_and_lib_in_model_code(home, tmp_path):
-    archive, net = torchscript_archive(str(tmp_path / "m"), extra={
-        "code/requirements.txt": "numpy\n",
-        "code/lib/scaler/__init__.py": "FACTOR = 3.0\n",
-        "code/inference.py": textwrap.dedent("""
+    archive, net = torchscript_archive(
+        str(tmp_path / "m"),
+        extra={
+            "code/requirements.txt": "numpy\n",
+            "code/lib/scaler/__init__.py": "FACTOR = 3.0\n",
+            "code/inference.py": textwrap.dedent("""
             import scaler
 
             def output_fn(prediction, accept):
                 return str(float(prediction.sum()) * scaler.FACTOR), "text/plain"
-        """)})
+        """),
+        },
+    )
     predictor = shipyard.PyTorchModel(archive).deploy(endpoint_name="withreq")
     try:
         from shipyard.sdk.deserializers import StringDeserializer

@@ -64,10 +64,14 @@ def test_keras_train_deploy_predict(session, digits, tmp_path):
     import tensorflow as tf
 
     data, x = digits
-    est = shipyard.TensorFlow(entry_point="digits_classifier.py",
-                              source_dir=os.path.join(EXAMPLES, "keras"), instance_count=1,
-                              instance_type="local", hyperparameters={"epochs": 2},
-                              session=session)
+    est = shipyard.TensorFlow(
+        entry_point="digits_classifier.py",
+        source_dir=os.path.join(EXAMPLES, "keras"),
+        instance_count=1,
+        instance_type="local",
+        hyperparameters={"epochs": 2},
+        session=session,
+    )
     est.fit({"training": data})
     loaded = tf.saved_model.load(os.path.join(_unpack(est.model_data, tmp_path / "m"), "1"))
     want = loaded.serve(tf.constant(x)).numpy()
@@ -81,18 +85,19 @@ def test_keras_train_deploy_predict(session, digits, tmp_path):
         got = predictor.predict(x.tolist())["predictions"]
         np.testing.assert_array_equal(np.asarray(got, dtype=np.float32), want)
         # classify and the tfs-model-name/-version attributes of TensorFlowPredictor
-        named = shipyard.TensorFlowPredictor(predictor.endpoint_name, model_name="model",
-                                             model_version="1")
+        named = shipyard.TensorFlowPredictor(
+            predictor.endpoint_name, model_name="model", model_version="1"
+        )
         np.testing.assert_array_equal(
-            np.asarray(named.predict(x.tolist())["predictions"], np.float32), want)
+            np.asarray(named.predict(x.tolist())["predictions"], np.float32), want
+        )
         result = named.classify({"examples": [{"image": r} for r in x.tolist()]})["result"]
-        assert [max(r, key=lambda p: p[1])[0] for r in result] == \
-            [str(i) for i in want.argmax(1)]
+        assert [max(r, key=lambda p: p[1])[0] for r in result] == [str(i) for i in want.argmax(1)]
         url = predictor.describe()["Shipyard"]["Url"].removeprefix("http://")
-        _status, _, body = call(url, "POST", "/v1/models/model:predict",
-                               {"instances": x.tolist()})
-        np.testing.assert_array_equal(np.asarray(json.loads(body)["predictions"],
-                                                 dtype=np.float32), want)
+        _status, _, body = call(url, "POST", "/v1/models/model:predict", {"instances": x.tolist()})
+        np.testing.assert_array_equal(
+            np.asarray(json.loads(body)["predictions"], dtype=np.float32), want
+        )
     finally:
         predictor.delete_endpoint()
 
@@ -100,10 +105,13 @@ def test_keras_train_deploy_predict(session, digits, tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     (code / "inference.py").write_text(textwrap.dedent(TF_INFERENCE))
-    model = shipyard.TensorFlowModel(model_data=est.model_data, entry_point="inference.py",
-                                     source_dir=str(code), sagemaker_session=session)
-    predictor = model.deploy(1, "local", serializer=CSVSerializer(),
-                             deserializer=CSVDeserializer())
+    model = shipyard.TensorFlowModel(
+        model_data=est.model_data,
+        entry_point="inference.py",
+        source_dir=str(code),
+        sagemaker_session=session,
+    )
+    predictor = model.deploy(1, "local", serializer=CSVSerializer(), deserializer=CSVDeserializer())
     try:
         got = predictor.predict(x.reshape(len(x), 64))
         assert [int(r[0]) for r in got] == want.argmax(1).tolist()
@@ -111,7 +119,7 @@ def test_keras_train_deploy_predict(session, digits, tmp_path):
         predictor.delete_endpoint()
 
 
-PT_INFERENCE = '''
+PT_INFERENCE = """
 import os
 import torch
 from torch import nn
@@ -121,7 +129,7 @@ def model_fn(model_dir):
                         nn.Flatten(), nn.Linear(16 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
     net.load_state_dict(torch.load(os.path.join(model_dir, "model.pth"), weights_only=True))
     return net
-'''
+"""
 
 
 @pytest.mark.torch
@@ -130,10 +138,14 @@ def test_pytorch_train_deploy_predict(session, digits, tmp_path):
 
     data, x = digits
     x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # NCHW as the script trains
-    est = shipyard.PyTorch(entry_point="digits_classifier.py",
-                           source_dir=os.path.join(EXAMPLES, "pytorch"), instance_count=1,
-                           instance_type="local", hyperparameters={"epochs": 2},
-                           session=session)
+    est = shipyard.PyTorch(
+        entry_point="digits_classifier.py",
+        source_dir=os.path.join(EXAMPLES, "pytorch"),
+        instance_count=1,
+        instance_type="local",
+        hyperparameters={"epochs": 2},
+        session=session,
+    )
     est.fit({"training": data})
     code = tmp_path / "code"
     code.mkdir()
@@ -144,20 +156,26 @@ def test_pytorch_train_deploy_predict(session, digits, tmp_path):
     with torch.no_grad():
         want = net(torch.from_numpy(x)).numpy()
 
-    predictor = est.deploy(initial_instance_count=1, instance_type="local",
-                           entry_point="inference.py", source_dir=str(code))
+    predictor = est.deploy(
+        initial_instance_count=1,
+        instance_type="local",
+        entry_point="inference.py",
+        source_dir=str(code),
+    )
     try:
         assert isinstance(predictor, shipyard.PyTorchPredictor)
-        got = predictor.predict(x)                       # application/x-npy both ways
+        got = predictor.predict(x)  # application/x-npy both ways
         assert got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         predictor.serializer, predictor.deserializer = JSONSerializer(), JSONDeserializer()
-        np.testing.assert_allclose(np.asarray(predictor.predict(x), np.float32), want,
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(predictor.predict(x), np.float32), want, rtol=1e-5, atol=1e-6
+        )
         url = predictor.describe()["Shipyard"]["Url"].removeprefix("http://")
         _status, _, body = call(url, "POST", "/v1/models/model:predict", {"instances": x.tolist()})
-        np.testing.assert_allclose(np.asarray(json.loads(body)["predictions"], np.float32),
-                                   want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(json.loads(body)["predictions"], np.float32), want, rtol=1e-5, atol=1e-6
+        )
     finally:
         predictor.delete_endpoint()
 
@@ -165,10 +183,17 @@ def test_pytorch_train_deploy_predict(session, digits, tmp_path):
     data_in = tmp_path / "batch"
     data_in.mkdir()
     (data_in / "images.jsonl").write_text("\n".join(json.dumps([r.tolist()]) for r in x))
-    transformer = est.transformer(1, "local", strategy="SingleRecord", assemble_with="Line",
-                                  output_path=str(tmp_path / "batch-out"),
-                                  entry_point="inference.py", source_dir=str(code))
+    transformer = est.transformer(
+        1,
+        "local",
+        strategy="SingleRecord",
+        assemble_with="Line",
+        output_path=str(tmp_path / "batch-out"),
+        entry_point="inference.py",
+        source_dir=str(code),
+    )
     transformer.transform(str(data_in), content_type="application/json", split_type="Line")
     lines = (tmp_path / "batch-out" / "images.jsonl.out").read_text().splitlines()
-    np.testing.assert_allclose(np.asarray([json.loads(ln)[0] for ln in lines], np.float32),
-                               want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray([json.loads(ln)[0] for ln in lines], np.float32), want, rtol=1e-5, atol=1e-6
+    )

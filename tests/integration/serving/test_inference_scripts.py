@@ -21,7 +21,7 @@ from tests.integration.serving.serving_helpers import (
 
 pytestmark = pytest.mark.timeout(300)
 
-TRIO = '''
+TRIO = """
 import json
 import numpy as np
 
@@ -38,15 +38,15 @@ def predict_fn(data, model):
 
 def output_fn(prediction, accept):
     return json.dumps({"scaled": prediction.tolist(), "accept": accept}), "application/json"
-'''
+"""
 
-TRANSFORM = '''
+TRANSFORM = """
 def model_fn(model_dir):
     return "model-object"
 
 def transform_fn(model, body, content_type, accept):
     return body.decode()[::-1] + "|" + model + "|" + content_type, "text/plain"
-'''
+"""
 
 
 def _model_dir(root, files: dict[str, str]) -> str:
@@ -61,52 +61,79 @@ def _model_dir(root, files: dict[str, str]) -> str:
 def test_python_trio_and_transform_fn(tmp_path):
     trio = _model_dir(tmp_path / "trio", {"scale.txt": "2.5", "code/inference.py": TRIO})
     with server(trio, str(tmp_path), "--framework", "python") as addr:
-        status, ctype, body = call(addr, "POST", "/invocations", "1 2 4",
-                                   {"Content-Type": "text/plain", "Accept": "*/*"})
+        status, ctype, body = call(
+            addr, "POST", "/invocations", "1 2 4", {"Content-Type": "text/plain", "Accept": "*/*"}
+        )
         assert status == 200 and ctype == "application/json"
         assert json.loads(body) == {"scaled": [2.5, 5.0, 10.0], "accept": "application/json"}
         # the user's exception is a 500 with its message only
-        status, _, body = call(addr, "POST", "/invocations", "1",
-                               {"Content-Type": "application/json"})
+        status, _, body = call(
+            addr, "POST", "/invocations", "1", {"Content-Type": "application/json"}
+        )
         assert status == 500 and json.loads(body) == {"error": "ValueError: send text/plain"}
     other = _model_dir(tmp_path / "tf", {"code/inference.py": TRANSFORM})
     with server(other, str(tmp_path), "--framework", "python") as addr:
-        status, ctype, body = call(addr, "POST", "/invocations", "abc",
-                                   {"Content-Type": "application/x-anything"})
-        assert (status, ctype, body) == (200, "text/plain",
-                                         b"cba|model-object|application/x-anything")
+        status, ctype, body = call(
+            addr, "POST", "/invocations", "abc", {"Content-Type": "application/x-anything"}
+        )
+        assert (status, ctype, body) == (
+            200,
+            "text/plain",
+            b"cba|model-object|application/x-anything",
+        )
 
 
 @pytest.mark.torch
 def test_pytorch_defaults_and_input_fn(tmp_path):
     import torch
 
-    _archive, net = torchscript_archive(str(tmp_path / "m"), extra={
-        "code/inference.py": '''
+    _archive, net = torchscript_archive(
+        str(tmp_path / "m"),
+        extra={
+            "code/inference.py": '''
 import torch
 
 def input_fn(body, content_type):
     """Pre-processing: a comma-separated row, doubled."""
     return torch.tensor([[float(v) * 2 for v in body.decode().split(",")]])
-'''})
+'''
+        },
+    )
     model = tmp_path / "m"  # the directory the archive was made from
     with server(str(model), str(tmp_path)) as addr:
-        status, ctype, body = call(addr, "POST", "/invocations", "1,2,3,4",
-                                   {"Content-Type": "text/csv", "Accept": "text/csv"})
+        status, ctype, body = call(
+            addr,
+            "POST",
+            "/invocations",
+            "1,2,3,4",
+            {"Content-Type": "text/csv", "Accept": "text/csv"},
+        )
         want = net(torch.tensor([[2.0, 4, 6, 8]])).detach().numpy()
         assert status == 200 and ctype == "text/csv"
-        np.testing.assert_allclose(np.asarray(body.decode().strip().split(","), np.float32),
-                                   want[0], rtol=1e-6)
-        status, _, body = call(addr, "POST", "/invocations", "1,2",
-                               {"Content-Type": "text/csv", "Accept": "application/xml"})
+        np.testing.assert_allclose(
+            np.asarray(body.decode().strip().split(","), np.float32), want[0], rtol=1e-6
+        )
+        status, _, body = call(
+            addr,
+            "POST",
+            "/invocations",
+            "1,2",
+            {"Content-Type": "text/csv", "Accept": "application/xml"},
+        )
         assert status == 400 and b"the model refused an input of shape [1, 2]" in body
     os.remove(model / "code" / "inference.py")
     with server(str(model), str(tmp_path)) as addr:
-        status, _, body = call(addr, "POST", "/invocations", "[[1,2,3,4]]",
-                               {"Content-Type": "application/json", "Accept": "application/xml"})
+        status, _, body = call(
+            addr,
+            "POST",
+            "/invocations",
+            "[[1,2,3,4]]",
+            {"Content-Type": "application/json", "Accept": "application/xml"},
+        )
         assert status == 415 and b"application/xml" in body
-        status, _, body = call(addr, "POST", "/invocations", "[[1,2",
-                               {"Content-Type": "application/json"})
+        status, _, body = call(
+            addr, "POST", "/invocations", "[[1,2", {"Content-Type": "application/json"}
+        )
         assert status == 400 and b"malformed application/json" in body
 
 
@@ -143,6 +170,5 @@ def test_tf_handler_calls_tf_serving_through_rest_uri(tmp_path):
         status, _, resp = call(addr, "POST", "/invocations", body, {"Content-Type": "text/csv"})
         assert status == 200, resp
         assert json.loads(resp) == {"classes": want, "model": "model", "method": "predict"}
-        status, _, resp = call(addr, "POST", "/invocations", "1,2",
-                               {"Content-Type": "text/csv"})
+        status, _, resp = call(addr, "POST", "/invocations", "1,2", {"Content-Type": "text/csv"})
         assert status == 500 and b"expected signature" in resp

@@ -22,7 +22,8 @@ def test_s3_model_data_and_transform(home, tmp_path, bucket):  # noqa: F811
     bucket.put("in/a.csv", b"1,2\n3,4\n")
     bucket.put("in/b/c.csv", b"5,6\n")
     transformer = shipyard.PyTorchModel(model_uri).transformer(
-        1, "local", assemble_with="Line", output_path=bucket.uri("out/"), accept="text/csv")
+        1, "local", assemble_with="Line", output_path=bucket.uri("out/"), accept="text/csv"
+    )
     transformer.transform(bucket.uri("in/"), content_type="text/csv", split_type="Line")
     assert bucket.keys("out/") == ["out/a.csv.out", "out/b/c.csv.out"]
     got = np.asarray(bucket.get("out/a.csv.out").decode().split(), np.float32)

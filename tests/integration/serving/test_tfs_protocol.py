@@ -31,8 +31,18 @@ def tf_models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def addr(tf_models, tmp_path_factory):
     # two workers sharing the socket, dynamic batching on, a small payload limit for 413
-    with server(str(tf_models), str(tmp_path_factory.mktemp("srv")), "--workers", "2",
-                "--batch-size", "16", "--batch-wait-ms", "1", "--max-payload-mb", "0.05") as a:
+    with server(
+        str(tf_models),
+        str(tmp_path_factory.mktemp("srv")),
+        "--workers",
+        "2",
+        "--batch-size",
+        "16",
+        "--batch-wait-ms",
+        "1",
+        "--max-payload-mb",
+        "0.05",
+    ) as a:
         yield a
 
 
@@ -63,112 +73,187 @@ def test_ping_and_execution_parameters(addr):
     assert call(addr, "GET", "/ping")[:1] == (200,)
     status, _ctype, body = call(addr, "GET", "/execution-parameters")
     assert status == 200 and json.loads(body) == {
-        "MaxConcurrentTransforms": 4, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 0}
+        "MaxConcurrentTransforms": 4,
+        "BatchStrategy": "MULTI_RECORD",
+        "MaxPayloadInMB": 0,
+    }
 
 
 def test_invocations_json_jsonlines_csv_equal_in_process(addr, expected):
     x, want = expected
     rows = x.tolist()
     bodies = {
-        "application/json": json.dumps({"instances": rows}),           # passed through
-        "application/json; charset=utf-8": json.dumps(rows),           # [[ -> instances
+        "application/json": json.dumps({"instances": rows}),  # passed through
+        "application/json; charset=utf-8": json.dumps(rows),  # [[ -> instances
         "application/jsonlines": "\n".join(json.dumps(r) for r in rows),
     }
     for ctype, body in bodies.items():
-        status, rtype, resp = call(addr, "POST", "/invocations", body,
-                                   {"Content-Type": ctype, **DIGITS})
+        status, rtype, resp = call(
+            addr, "POST", "/invocations", body, {"Content-Type": ctype, **DIGITS}
+        )
         assert status == 200, resp
         assert rtype.startswith("application/json")
         np.testing.assert_array_equal(_preds(resp), want[2])
     # JSON that does not start with [[ is wrapped as one instance; [[... is the list
-    status, _, resp = call(addr, "POST", "/invocations", '"abc"',
-                           {"Content-Type": "application/json",
-                            "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=echo"})
+    status, _, resp = call(
+        addr,
+        "POST",
+        "/invocations",
+        '"abc"',
+        {
+            "Content-Type": "application/json",
+            "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=echo",
+        },
+    )
     assert json.loads(resp) == {"predictions": [{"length": 3, "upper_bytes": {"b64": "QUJD"}}]}
-    status, _, resp = call(addr, "POST", "/invocations", json.dumps(rows[0]),
-                           {"Content-Type": "application/json", **DIGITS})
+    status, _, resp = call(
+        addr,
+        "POST",
+        "/invocations",
+        json.dumps(rows[0]),
+        {"Content-Type": "application/json", **DIGITS},
+    )
     assert status == 400 and b"shape [8, 8, 1] does not match" in resp
 
 
 def test_csv_and_jsonlines_accept(addr, expected):
     x, want = expected
     csv = "\n".join(",".join(repr(v) for v in row) for row in x.reshape(3, 64).tolist())
-    status, _, resp = call(addr, "POST", "/invocations", csv + "\n",
-                           {"Content-Type": "text/csv",
-                            "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=flat"})
+    status, _, resp = call(
+        addr,
+        "POST",
+        "/invocations",
+        csv + "\n",
+        {"Content-Type": "text/csv", "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=flat"},
+    )
     assert status == 200, resp
     np.testing.assert_array_equal(_preds(resp), want["flat"])
-    status, ctype, resp = call(addr, "POST", "/invocations", csv,
-                               {"Content-Type": "text/csv", "Accept": "text/csv",
-                                "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=flat"})
+    status, ctype, resp = call(
+        addr,
+        "POST",
+        "/invocations",
+        csv,
+        {
+            "Content-Type": "text/csv",
+            "Accept": "text/csv",
+            "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=flat",
+        },
+    )
     assert ctype == "text/csv"
     np.testing.assert_array_equal(
         np.asarray([ln.split(",") for ln in resp.decode().splitlines()], dtype=np.float32),
-        want["flat"])
+        want["flat"],
+    )
     # the echo model: CSV cells that are not numbers become strings (the container quotes)
-    status, _, resp = call(addr, "POST", "/invocations", "ab\ncde\n",
-                           {"Content-Type": "text/csv",
-                            "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=echo"})
+    status, _, resp = call(
+        addr,
+        "POST",
+        "/invocations",
+        "ab\ncde\n",
+        {"Content-Type": "text/csv", "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=echo"},
+    )
     assert status == 400  # each CSV line is an instance [cell]: rank 2 vs the rank-1 input
     assert b"signature 'serving_default'" in resp
     status, ctype, resp = call(
-        addr, "POST", "/invocations", '{"instances": ["ab", "cde"]}',
-        {"Content-Type": "application/json", "Accept": "application/jsonlines",
-         "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=echo"})
+        addr,
+        "POST",
+        "/invocations",
+        '{"instances": ["ab", "cde"]}',
+        {
+            "Content-Type": "application/json",
+            "Accept": "application/jsonlines",
+            "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=echo",
+        },
+    )
     assert status == 200 and ctype == "application/jsonlines"
-    assert resp == b'{"length":2,"upper_bytes":{"b64":"QUI="}}\n' \
-                   b'{"length":3,"upper_bytes":{"b64":"Q0RF"}}\n'
+    assert (
+        resp == b'{"length":2,"upper_bytes":{"b64":"QUI="}}\n'
+        b'{"length":3,"upper_bytes":{"b64":"Q0RF"}}\n'
+    )
 
 
 def test_custom_attributes_pick_model_version_and_method(addr, expected):
     x, want = expected
-    status, _, resp = call(addr, "POST", "/invocations", json.dumps(x.tolist()),
-                           {"Content-Type": "application/json",
-                            "X-Amzn-SageMaker-Custom-Attributes":
-                                "tfs-model-name=digits,tfs-model-version=1"})
+    status, _, resp = call(
+        addr,
+        "POST",
+        "/invocations",
+        json.dumps(x.tolist()),
+        {
+            "Content-Type": "application/json",
+            "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=digits,tfs-model-version=1",
+        },
+    )
     np.testing.assert_array_equal(_preds(resp), want[1])
-    status, _, resp = call(addr, "POST", "/invocations",
-                           json.dumps({"examples": [{"pixels": r} for r in x.tolist()]}),
-                           {"Content-Type": "application/json",
-                            "X-Amzn-SageMaker-Custom-Attributes":
-                                "tfs-model-name=digits,tfs-method=classify"})
+    status, _, resp = call(
+        addr,
+        "POST",
+        "/invocations",
+        json.dumps({"examples": [{"pixels": r} for r in x.tolist()]}),
+        {
+            "Content-Type": "application/json",
+            "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name=digits,tfs-method=classify",
+        },
+    )
     assert status == 200, resp
     result = json.loads(resp)["result"]
     assert [lbl for lbl, _ in result[0]] == [str(i) for i in range(10)]
     np.testing.assert_allclose([[s for _, s in r] for r in result], want[2], rtol=1e-6)
     # several models and no name: a clear 404
-    status, _, resp = call(addr, "POST", "/invocations", "[1]",
-                           {"Content-Type": "application/json"})
+    status, _, resp = call(
+        addr, "POST", "/invocations", "[1]", {"Content-Type": "application/json"}
+    )
     assert status == 404 and b"tfs-model-name" in resp
 
 
 def test_tfs_rest_api(addr, expected):
     x, want = expected
     status, _, resp = call(addr, "GET", "/v1/models/digits")
-    assert json.loads(resp) == {"model_version_status": [
-        {"version": v, "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
-        for v in ("2", "1")]}
+    assert json.loads(resp) == {
+        "model_version_status": [
+            {
+                "version": v,
+                "state": "AVAILABLE",
+                "status": {"error_code": "OK", "error_message": ""},
+            }
+            for v in ("2", "1")
+        ]
+    }
     meta = json.loads(call(addr, "GET", "/v1/models/digits/versions/1/metadata")[2])
     assert meta["model_spec"]["version"] == "1"
     sig = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
     assert sig["inputs"]["pixels"]["dtype"] == "DT_FLOAT"
-    assert [d["size"] for d in sig["inputs"]["pixels"]["tensor_shape"]["dim"]] == \
-        ["-1", "8", "8", "1"]
-    status, _, resp = call(addr, "POST", "/v1/models/digits:predict",
-                           {"signature_name": "serving_default", "instances": x.tolist()})
+    assert [d["size"] for d in sig["inputs"]["pixels"]["tensor_shape"]["dim"]] == [
+        "-1",
+        "8",
+        "8",
+        "1",
+    ]
+    status, _, resp = call(
+        addr,
+        "POST",
+        "/v1/models/digits:predict",
+        {"signature_name": "serving_default", "instances": x.tolist()},
+    )
     np.testing.assert_array_equal(_preds(resp), want[2])
-    status, _, resp = call(addr, "POST", "/v1/models/digits/versions/1:predict",
-                           {"inputs": {"pixels": x.tolist()}})
+    status, _, resp = call(
+        addr, "POST", "/v1/models/digits/versions/1:predict", {"inputs": {"pixels": x.tolist()}}
+    )
     np.testing.assert_array_equal(_preds(resp, "outputs"), want[1])
     # b64 in, *_bytes out as b64, other strings as text; columnar with several outputs
     text = base64.b64encode(b"hi\xff").decode()
-    status, _, resp = call(addr, "POST", "/v1/models/echo:predict",
-                           {"inputs": {"text": [{"b64": text}, "ok"]}})
-    assert json.loads(resp) == {"outputs": {
-        "length": [3, 2], "upper_bytes": [{"b64": base64.b64encode(b"HI\xff").decode()},
-                                          {"b64": "T0s="}]}}
-    status, _, resp = call(addr, "POST", "/v1/models/digits:regress",
-                           {"examples": [{"pixels": x[0].tolist()}]})
+    status, _, resp = call(
+        addr, "POST", "/v1/models/echo:predict", {"inputs": {"text": [{"b64": text}, "ok"]}}
+    )
+    assert json.loads(resp) == {
+        "outputs": {
+            "length": [3, 2],
+            "upper_bytes": [{"b64": base64.b64encode(b"HI\xff").decode()}, {"b64": "T0s="}],
+        }
+    }
+    status, _, resp = call(
+        addr, "POST", "/v1/models/digits:regress", {"examples": [{"pixels": x[0].tolist()}]}
+    )
     assert status == 400 and b"one value per example" in resp
 
 
@@ -177,27 +262,66 @@ BAD = [
     ("POST", "/invocations", "1,2\n3,,4", {"Content-Type": "text/csv"}, 400, b"malformed CSV"),
     ("POST", "/invocations", "x", {"Content-Type": "text/plain"}, 415, b"Unsupported Media"),
     ("POST", "/invocations", "x", {}, 400, b"malformed"),
-    ("POST", "/v1/models/digits:predict", '{"instances": [[1, 2]]}', {}, 400,
-     b"expected signature 'serving_default' (inputs {pixels: float32[-1,8,8,1]}"),
-    ("POST", "/v1/models/digits:predict", '{"instances": [["a"]]}', {}, 400,
-     b"cannot be read as float32"),
-    ("POST", "/v1/models/digits:predict", '{"instances": [1], "inputs": [1]}', {}, 400,
-     b"exactly one of"),
-    ("POST", "/v1/models/digits:predict", '{"instances": [1], "signature_name": "nope"}', {},
-     400, b"'nope' not found"),
-    ("POST", "/v1/models/half:predict", '{"instances": [1]}', {}, 404,
-     b"Servable not found for request: Latest(half)"),
+    (
+        "POST",
+        "/v1/models/digits:predict",
+        '{"instances": [[1, 2]]}',
+        {},
+        400,
+        b"expected signature 'serving_default' (inputs {pixels: float32[-1,8,8,1]}",
+    ),
+    (
+        "POST",
+        "/v1/models/digits:predict",
+        '{"instances": [["a"]]}',
+        {},
+        400,
+        b"cannot be read as float32",
+    ),
+    (
+        "POST",
+        "/v1/models/digits:predict",
+        '{"instances": [1], "inputs": [1]}',
+        {},
+        400,
+        b"exactly one of",
+    ),
+    (
+        "POST",
+        "/v1/models/digits:predict",
+        '{"instances": [1], "signature_name": "nope"}',
+        {},
+        400,
+        b"'nope' not found",
+    ),
+    (
+        "POST",
+        "/v1/models/half:predict",
+        '{"instances": [1]}',
+        {},
+        404,
+        b"Servable not found for request: Latest(half)",
+    ),
     ("GET", "/v1/models/digits/versions/7", None, {}, 404, b"Specific(digits, 7)"),
     ("POST", "/v1/models/digits:explain", '{"instances": [1]}', {}, 404, b"unknown method"),
     ("GET", "/v1/models/digits:predict", None, {}, 405, b"Method Not Allowed"),
     ("GET", "/nowhere", None, {}, 404, b"Not Found"),
-    ("POST", "/invocations", "[" + "1," * 40000 + "1]", {"Content-Type": "application/json"},
-     413, b"payload limit"),
+    (
+        "POST",
+        "/invocations",
+        "[" + "1," * 40000 + "1]",
+        {"Content-Type": "application/json"},
+        413,
+        b"payload limit",
+    ),
 ]
 
 
-@pytest.mark.parametrize("method,path,body,headers,status,text", BAD,
-                         ids=[f"{b[4]}-{b[1]}-{i}" for i, b in enumerate(BAD)])
+@pytest.mark.parametrize(
+    "method,path,body,headers,status,text",
+    BAD,
+    ids=[f"{b[4]}-{b[1]}-{i}" for i, b in enumerate(BAD)],
+)
 def test_bad_input_is_4xx_json_without_trace(addr, method, path, body, headers, status, text):
     got, ctype, resp = call(addr, method, path, body, headers)
     assert got == status, resp
@@ -218,8 +342,7 @@ def _random_json(rng: random.Random, depth: int = 0):
         return rng.choice(["instances", "inputs", "pixels", "text"])
     if kind in (4, 5):
         return [_random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
-    keys = ["instances", "inputs", "signature_name", "examples", "context", "pixels",
-            "text", "zz"]
+    keys = ["instances", "inputs", "signature_name", "examples", "context", "pixels", "text", "zz"]
     return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randrange(4))}
 
 
@@ -227,8 +350,12 @@ def test_generated_bad_requests_never_5xx(addr):
     """Property: whatever JSON (or bytes) arrives, the answer is 2xx or 4xx and the
     server stays up."""
     rng = random.Random(8)
-    paths = ["/v1/models/digits:predict", "/v1/models/echo:predict",
-             "/v1/models/digits:classify", "/v1/models/echo/versions/1:regress"]
+    paths = [
+        "/v1/models/digits:predict",
+        "/v1/models/echo:predict",
+        "/v1/models/digits:classify",
+        "/v1/models/echo/versions/1:regress",
+    ]
     for i in range(250):
         if i % 10 == 9:
             body = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
@@ -237,10 +364,18 @@ def test_generated_bad_requests_never_5xx(addr):
         path = rng.choice(paths)
         status, _, resp = call(addr, "POST", path, body)
         assert status < 500, (path, body, resp)
-        status, _, resp = call(addr, "POST", "/invocations", body,
-                               {"Content-Type": rng.choice(["application/json", "text/csv",
-                                                            "application/jsonlines"]),
-                                "X-Amzn-SageMaker-Custom-Attributes":
-                                    "tfs-model-name=" + rng.choice(["digits", "echo"])})
+        status, _, resp = call(
+            addr,
+            "POST",
+            "/invocations",
+            body,
+            {
+                "Content-Type": rng.choice(
+                    ["application/json", "text/csv", "application/jsonlines"]
+                ),
+                "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-name="
+                + rng.choice(["digits", "echo"]),
+            },
+        )
         assert status < 500, (body, resp)
     assert call(addr, "GET", "/ping")[0] == 200

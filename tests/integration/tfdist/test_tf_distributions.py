@@ -28,7 +28,8 @@ def digits(tmp_path_factory):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "make_digits", os.path.join(EXAMPLES, "data", "make_digits.py"))
+        "make_digits", os.path.join(EXAMPLES, "data", "make_digits.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path_factory.mktemp("digits")
@@ -45,9 +46,12 @@ def tf_process(job: str, host: str, name: str) -> psutil.Process | None:
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info.get("cmdline") or []
         try:
-            if "shipyard.tf.server" in cmd and name in cmd and \
-                    proc.environ().get("TRAINING_JOB_NAME") == job and \
-                    proc.environ().get("SHIPYARD_CURRENT_HOST") == host:
+            if (
+                "shipyard.tf.server" in cmd
+                and name in cmd
+                and proc.environ().get("TRAINING_JOB_NAME") == job
+                and proc.environ().get("SHIPYARD_CURRENT_HOST") == host
+            ):
                 return proc
         except psutil.Error:
             continue
@@ -68,11 +72,15 @@ def kill_when(log: str, text: str, job: str, host: str, name: str, done: dict) -
 
 
 def ps_estimator(session, digits, hps, instance_count=2, **dist):
-    est = shipyard.TensorFlow(entry_point="ps_tutorial.py",
-                              source_dir=os.path.join(EXAMPLES, "keras"),
-                              instance_count=instance_count,
-                              instance_type="local", hyperparameters=hps, session=session,
-                              distribution={"parameter_server": {"enabled": True, **dist}})
+    est = shipyard.TensorFlow(
+        entry_point="ps_tutorial.py",
+        source_dir=os.path.join(EXAMPLES, "keras"),
+        instance_count=instance_count,
+        instance_type="local",
+        hyperparameters=hps,
+        session=session,
+        distribution={"parameter_server": {"enabled": True, **dist}},
+    )
     return est
 
 
@@ -83,8 +91,9 @@ def test_ps_job_reports_placement_traffic_and_survives_a_lost_worker(session, ho
     est = ps_estimator(session, digits, {"epochs": 8, "steps_per_epoch": 40}, instance_count=3)
     log = os.path.join(str(home), "jobs", job, "logs", "algo-1.log")
     done: dict = {}
-    killer = threading.Thread(target=kill_when, args=(log, "Epoch 3/8", job, "algo-3",
-                                                      "worker:2", done), daemon=True)
+    killer = threading.Thread(
+        target=kill_when, args=(log, "Epoch 3/8", job, "algo-3", "worker:2", done), daemon=True
+    )
     killer.start()
     est.fit({"training": digits}, job_name=job)
     desc = est.latest_training_job.describe()
@@ -98,7 +107,7 @@ def test_ps_job_reports_placement_traffic_and_survives_a_lost_worker(session, ho
     model_dir = os.path.join(desc["Shipyard"]["JobDir"], "instances", "algo-1", "model")
     script_end = os.path.getmtime(os.path.join(model_dir, "variables.json"))
     assert desc["TrainingEndTime"].timestamp() - script_end < 10
-    with tarfile.open(desc["ModelArtifacts"]["S3ModelArtifacts"][len("file://"):]) as tar:
+    with tarfile.open(desc["ModelArtifacts"]["S3ModelArtifacts"][len("file://") :]) as tar:
         assert "1/saved_model.pb" in tar.getnames()
     # placement: every trainable variable on a ps, with its real byte count
     report = desc["Shipyard"]["DistributionReport"]
@@ -115,7 +124,8 @@ def test_ps_job_reports_placement_traffic_and_survives_a_lost_worker(session, ho
     holding = {s for e in report["placement"] for s in e["shard"]}
     assert holding == {0, 1, 2}
     assert report["shard_bytes"]["round_robin"] == [
-        sum(e["bytes"] for e in report["placement"] if e["shard"] == [j]) for j in (0, 1, 2)]
+        sum(e["bytes"] for e in report["placement"] if e["shard"] == [j]) for j in (0, 1, 2)
+    ]
     # traffic: the chief and every worker (the killed one trained before it died) talked
     # to every ps that holds variables
     traffic = report["traffic"]
@@ -135,8 +145,9 @@ def test_ps_failure_fails_the_job_with_its_cause(session, home, digits):
     est = ps_estimator(session, digits, {"epochs": 30, "steps_per_epoch": 40})
     log = os.path.join(str(home), "jobs", job, "logs", "algo-1.log")
     done: dict = {}
-    threading.Thread(target=kill_when, args=(log, "Epoch 2/30", job, "algo-2", "ps:1", done),
-                     daemon=True).start()
+    threading.Thread(
+        target=kill_when, args=(log, "Epoch 2/30", job, "algo-2", "ps:1", done), daemon=True
+    ).start()
     with pytest.raises(JobFailedError) as err:
         est.fit({"training": digits}, job_name=job)
     assert "killed_at" in done
@@ -159,10 +170,14 @@ print("trained alone", float(tf.reduce_sum(w)))
 @pytest.mark.timeout(180)
 def test_sagemaker_layout_and_the_classic_mistake_warning(session, write_script, capsys):
     src = write_script("alone.py", SCRIPT_IGNORING_TF_CONFIG)
-    est = shipyard.TensorFlow(entry_point="alone.py", source_dir=src, instance_count=2,
-                              instance_type="local", session=session,
-                              distribution={"parameter_server": {"enabled": True,
-                                                                 "layout": "sagemaker"}})
+    est = shipyard.TensorFlow(
+        entry_point="alone.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+        distribution={"parameter_server": {"enabled": True, "layout": "sagemaker"}},
+    )
     est.fit(job_name="tf-alone")
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed"
@@ -171,8 +186,18 @@ def test_sagemaker_layout_and_the_classic_mistake_warning(session, write_script,
     assert "no variable was placed on a parameter server" in report["warnings"][0]
     assert "WARNING: parameter_server was enabled but no variable" in capsys.readouterr().out
     ip = {i["Host"]: i["Address"] for i in desc["Shipyard"]["Instances"]}
-    tf_config = json.loads(read(os.path.join(desc["Shipyard"]["JobDir"], "instances", "algo-1",
-                                              "output", "data", "tf_config.json")))
+    tf_config = json.loads(
+        read(
+            os.path.join(
+                desc["Shipyard"]["JobDir"],
+                "instances",
+                "algo-1",
+                "output",
+                "data",
+                "tf_config.json",
+            )
+        )
+    )
     assert tf_config["cluster"]["ps"] == [f"{ip['algo-1']}:2223", f"{ip['algo-2']}:2223"]
     assert tf_config["cluster"]["worker"] == [f"{ip['algo-2']}:2222"]
     assert tf_config["task"] == {"index": 0, "type": "master"}
@@ -180,20 +205,27 @@ def test_sagemaker_layout_and_the_classic_mistake_warning(session, write_script,
 
 
 @pytest.mark.timeout(240)
-def test_keras3_model_fit_under_multi_worker_mirrored_trains_across_instances(session, home,
-                                                                            digits):
+def test_keras3_model_fit_under_multi_worker_mirrored_trains_across_instances(
+    session, home, digits
+):
     """A plain Keras 3 model.fit script (mwms_digits.py) on 2 instances: shipyard's fix for
     keras-team/keras#20585 is applied (one log line each) and both end with the same weights."""
-    est = shipyard.TensorFlow(entry_point="mwms_digits.py",
-                              source_dir=os.path.join(EXAMPLES, "keras"), instance_count=2,
-                              instance_type="local", hyperparameters={"epochs": 4},
-                              session=session,
-                              distribution={"multi_worker_mirrored_strategy": {"enabled": True}})
+    est = shipyard.TensorFlow(
+        entry_point="mwms_digits.py",
+        source_dir=os.path.join(EXAMPLES, "keras"),
+        instance_count=2,
+        instance_type="local",
+        hyperparameters={"epochs": 4},
+        session=session,
+        distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
+    )
     est.fit({"training": digits}, job_name="tf-mwms")
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
-    logs = {h: read(os.path.join(str(home), "jobs", "tf-mwms", "logs", f"{h}.log"))
-            for h in ("algo-1", "algo-2")}
+    logs = {
+        h: read(os.path.join(str(home), "jobs", "tf-mwms", "logs", f"{h}.log"))
+        for h in ("algo-1", "algo-2")
+    }
     sums = {h: text.split("weights_checksum=")[1].split()[0] for h, text in logs.items()}
     assert sums["algo-1"] == sums["algo-2"]  # gradients were all-reduced across instances
     assert "worker 1 of 2" in logs["algo-2"]
@@ -209,13 +241,17 @@ def test_bad_input_is_refused_before_anything_starts(session, write_script, home
     src = write_script("t.py", "print('never runs')\n")
     cases = [
         ({"parameter_server": {"enabled": True}, "mpi": {"enabled": True}}, "two distributions"),
-        ({"parameter_server": {"enabled": True, "processes_per_host": 2}},
-         "one worker per host"),
+        ({"parameter_server": {"enabled": True, "processes_per_host": 2}}, "one worker per host"),
         ({"parameter_server": {"enabled": True, "ports": {"ps": 2222}}}, "different ports"),
     ]
     for i, (dist, message) in enumerate(cases):
         with pytest.raises(DistributionError, match=message):
-            shipyard.TensorFlow(entry_point="t.py", source_dir=src, instance_count=2,
-                                instance_type="local", session=session,
-                                distribution=dist).fit(job_name=f"bad-{i}")
+            shipyard.TensorFlow(
+                entry_point="t.py",
+                source_dir=src,
+                instance_count=2,
+                instance_type="local",
+                session=session,
+                distribution=dist,
+            ).fit(job_name=f"bad-{i}")
         assert not os.path.exists(os.path.join(str(home), "jobs", f"bad-{i}"))

@@ -34,8 +34,10 @@ def test_recordio_round_trip_multipart_and_corruption():
     stream = io.BytesIO(b"".join(recordio.wrap(r) for r in records))
     assert list(recordio.read(stream, chunk=7)) == records
     # a dmlc multi-part record: parts joined with the magic put back between them
-    parts = [recordio.header(2)[:4] + (1 << 29 | 2).to_bytes(4, "little") + b"xy\0\0",
-             recordio.header(1)[:4] + (3 << 29 | 1).to_bytes(4, "little") + b"z\0\0\0"]
+    parts = [
+        recordio.header(2)[:4] + (1 << 29 | 2).to_bytes(4, "little") + b"xy\0\0",
+        recordio.header(1)[:4] + (3 << 29 | 1).to_bytes(4, "little") + b"z\0\0\0",
+    ]
     assert list(recordio.read(io.BytesIO(b"".join(parts)))) == [b"xy" + recordio.MAGIC_BYTES + b"z"]
     with pytest.raises(recordio.RecordIOError, match="bad RecordIO magic"):
         list(recordio.read(io.BytesIO(b"\0" * 16)))
@@ -96,10 +98,12 @@ def _pipe_setup(tmp_path, blobs):
 def test_feeder_gzip_recordio_epochs_and_early_close(tmp_path):
     payloads = {"a": b"first object", "b": b"second" * 1000}
     store, objects, data_dir = _pipe_setup(
-        tmp_path, {k: gzip.compress(v) for k, v in payloads.items()})
+        tmp_path, {k: gzip.compress(v) for k, v in payloads.items()}
+    )
     options = {"CompressionType": "Gzip", "RecordWrapperType": "RecordIO"}
-    feeder = threading.Thread(target=feed, args=(store, objects, data_dir, "ch", options, 3,
-                                                 lambda m: None), daemon=True)
+    feeder = threading.Thread(
+        target=feed, args=(store, objects, data_dir, "ch", options, 3, lambda m: None), daemon=True
+    )
     feeder.start()
     for epoch in range(2):
         with pipe_reader.open_epoch("ch", epoch, data_dir, timeout=10) as fh:
@@ -131,8 +135,9 @@ def test_feeder_names_a_corrupt_gzip_object(tmp_path):
 def test_epoch_state_is_shared_and_checked(tmp_path):
     config = tmp_path / "config"
     config.mkdir()
-    (config / "inputdataconfig.json").write_text(json.dumps(
-        {"p": {"TrainingInputMode": "Pipe"}, "f": {"TrainingInputMode": "File"}}))
+    (config / "inputdataconfig.json").write_text(
+        json.dumps({"p": {"TrainingInputMode": "Pipe"}, "f": {"TrainingInputMode": "File"}})
+    )
     assert [pipe_reader.next_epoch("p", str(tmp_path / "s")) for _ in range(3)] == [0, 1, 2]
     with pytest.raises(pipe_reader.PipeModeDatasetException, match="is in File mode"):
         pipe_reader.check_channel("f", str(config))
@@ -151,8 +156,9 @@ def test_fuse_mount_lists_everything_and_reads_on_demand(tmp_path):
         (src / name).write_bytes(data)
     objects = storage.list_channel(str(src))
     target = str(tmp_path / "mnt")
-    fs, cache = mount(storage.store_for(str(src)), objects, target, str(tmp_path / "cache"),
-                      "t", print)
+    fs, cache = mount(
+        storage.store_for(str(src)), objects, target, str(tmp_path / "cache"), "t", print
+    )
     try:
         assert sorted(os.listdir(target)) == ["a.bin", "sub"]
         assert os.path.getsize(os.path.join(target, "sub", "b.bin")) == 10

@@ -23,44 +23,91 @@ from shipyard.instance_types import InstanceResources
 
 def test_rank_env_is_torchruns_for_rank_3_of_2x2():
     [_, rank] = contract.ranks_of(1, 2, 2)
-    env = contract.rank_env(rank, master_addr="10.0.0.1", master_port=7777, restart_count=1,
-                            max_restarts=2, run_id="job-a", inherited={},
-                            error_file="/x/rank-3.error.json")
+    env = contract.rank_env(
+        rank,
+        master_addr="10.0.0.1",
+        master_port=7777,
+        restart_count=1,
+        max_restarts=2,
+        run_id="job-a",
+        inherited={},
+        error_file="/x/rank-3.error.json",
+    )
     assert env == {
-        "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
-        "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "ROLE_WORLD_SIZE": "4",
-        "ROLE_NAME": "default", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "7777",
-        "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_MAX_RESTARTS": "2",
-        "TORCHELASTIC_RUN_ID": "job-a", "TORCHELASTIC_USE_AGENT_STORE": "True",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1",
-        "TORCHELASTIC_ERROR_FILE": "/x/rank-3.error.json"}
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "1",
+        "GROUP_WORLD_SIZE": "2",
+        "ROLE_RANK": "3",
+        "ROLE_WORLD_SIZE": "4",
+        "ROLE_NAME": "default",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "7777",
+        "TORCHELASTIC_RESTART_COUNT": "1",
+        "TORCHELASTIC_MAX_RESTARTS": "2",
+        "TORCHELASTIC_RUN_ID": "job-a",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "OMP_NUM_THREADS": "1",
+        "TORCHELASTIC_ERROR_FILE": "/x/rank-3.error.json",
+    }
 
 
 def test_rank_env_keeps_the_users_threads_and_devices_and_one_process_gets_no_omp():
     [rank] = contract.ranks_of(0, 1, 3)
     inherited = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "CUDA_VISIBLE_DEVICES": "2,3"}
-    env = contract.rank_env(rank, master_addr="a", master_port=1, restart_count=0,
-                            max_restarts=0, run_id="j", inherited=inherited)
+    env = contract.rank_env(
+        rank,
+        master_addr="a",
+        master_port=1,
+        restart_count=0,
+        max_restarts=0,
+        run_id="j",
+        inherited=inherited,
+    )
     assert "OMP_NUM_THREADS" not in env and "TORCHELASTIC_ERROR_FILE" not in env
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
-    env = contract.rank_env(contract.ranks_of(0, 4, 1)[0], master_addr="a", master_port=1,
-                            restart_count=0, max_restarts=0, run_id="j",
-                            inherited={"OMP_NUM_THREADS": "3"})
+    env = contract.rank_env(
+        contract.ranks_of(0, 4, 1)[0],
+        master_addr="a",
+        master_port=1,
+        restart_count=0,
+        max_restarts=0,
+        run_id="j",
+        inherited={"OMP_NUM_THREADS": "3"},
+    )
     assert env["OMP_NUM_THREADS"] == "3"
 
 
 def _context(tmp_path, host: str, **options) -> InstanceContext:
     config = AgentConfig(
-        job_name="job-a", hosts=["algo-1", "algo-2"],
-        addresses={"algo-1": "127.9.9.1", "algo-2": "127.9.9.2"}, instance_type="local",
-        num_cpus=2, num_gpus=0, hyperparameters={}, input_data_config={}, channel_sources={},
-        submit_directory="", entry_point="train.py", instances_dir=str(tmp_path),
-        runner="torch_distributed", runner_options=dict(options, kind="pytorchddp"),
-        job_secret="s3cret")
+        job_name="job-a",
+        hosts=["algo-1", "algo-2"],
+        addresses={"algo-1": "127.9.9.1", "algo-2": "127.9.9.2"},
+        instance_type="local",
+        num_cpus=2,
+        num_gpus=0,
+        hyperparameters={},
+        input_data_config={},
+        channel_sources={},
+        submit_directory="",
+        entry_point="train.py",
+        instances_dir=str(tmp_path),
+        runner="torch_distributed",
+        runner_options=dict(options, kind="pytorchddp"),
+        job_secret="s3cret",
+    )
     env = {"PYTHONPATH": "/code", "SHIPYARD_ATTEMPT": "2", "SHIPYARD_MAX_RETRY_ATTEMPTS": "3"}
-    return InstanceContext(config=config, host=host, paths=InstancePaths(str(tmp_path / host)),
-                           env=env, user_command=[sys.executable, "train.py", "--lr", "1"])
+    return InstanceContext(
+        config=config,
+        host=host,
+        paths=InstancePaths(str(tmp_path / host)),
+        env=env,
+        user_command=[sys.executable, "train.py", "--lr", "1"],
+    )
 
 
 def test_plan_algo1_runs_the_rendezvous_and_its_ranks(tmp_path):
@@ -71,10 +118,10 @@ def test_plan_algo1_runs_the_rendezvous_and_its_ranks(tmp_path):
     assert all(s.role == "main" and s.critical for s in ranks)
     for spec in ranks:
         assert spec.argv[-3:] == ["train.py", "--lr", "1"]
-        assert spec.env["SHIPYARD_DDP_SECRET"] == "s3cret"          # by env, never argv
+        assert spec.env["SHIPYARD_DDP_SECRET"] == "s3cret"  # by env, never argv
         assert "s3cret" not in " ".join(spec.argv + service.argv)
         assert spec.env["PYTHONPATH"].split(os.pathsep) == ["/code", shim_path()]
-        assert spec.env["TORCHELASTIC_RESTART_COUNT"] == "1"         # attempt 2
+        assert spec.env["TORCHELASTIC_RESTART_COUNT"] == "1"  # attempt 2
         assert spec.env["TORCHELASTIC_MAX_RESTARTS"] == "3"
         assert spec.failure_file.endswith(os.path.join("agent", "ddp", "attempt-2", "failure"))
     assert "--announce-ports" in service.argv
@@ -94,18 +141,21 @@ def _resources(cpus: int, gpus: int) -> InstanceResources:
 
 def test_validate_refuses_more_ranks_than_gpus_and_warns_beyond_cpus(caplog):
     with pytest.raises(DistributionError, match="NCCL needs one GPU per rank"):
-        runner.validate({"processes_per_host": 5, "kind": "torch_distributed"}, 1,
-                        _resources(8, 4))
+        runner.validate({"processes_per_host": 5, "kind": "torch_distributed"}, 1, _resources(8, 4))
     with caplog.at_level(logging.WARNING, logger="shipyard"):
         runner.validate({"processes_per_host": 3, "kind": "pytorchddp"}, 2, _resources(2, 0))
     assert "exceeds the 2 CPU(s)" in caplog.text
     runner.validate({"processes_per_host": 4}, 1, _resources(8, 4))  # fine
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"master_port": 80}, "master_port"), ({"master_port": "7777"}, "master_port"),
-    ({"rendezvous_timeout": 0}, "rendezvous_timeout"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"master_port": 80}, "master_port"),
+        ({"master_port": "7777"}, "master_port"),
+        ({"rendezvous_timeout": 0}, "rendezvous_timeout"),
+    ],
+)
 def test_validate_refuses_bad_options(options, match):
     with pytest.raises(DistributionError, match=match):
         runner.validate(options, 1, _resources(2, 0))
@@ -115,8 +165,12 @@ def test_ports_are_the_same_everywhere_and_join_keys_name_ranks():
     assert contract.master_ports(7777)[:2] == [7777, 7778]
     assert contract.announce_ports("k", "j") == contract.announce_ports("k", "j")
     assert contract.announce_ports("k", "j") != contract.announce_ports("other", "j")
-    keys = ["default_pg/0//cpu//0/0", "default_pg/0//cpu//0/3", "default_pg/0//cuda//0",
-            "user/key/1"]
+    keys = [
+        "default_pg/0//cpu//0/0",
+        "default_pg/0//cpu//0/3",
+        "default_pg/0//cuda//0",
+        "user/key/1",
+    ]
     assert contract.joined_ranks(keys) == {0, 3}
     text = contract.missing_ranks_message([1, 2], 2, ["algo-1", "algo-2"], 2, 5)
     assert "2 of 4 ranks never joined" in text
@@ -141,21 +195,21 @@ def test_announce_skips_a_stranger_on_the_first_port_and_checks_the_secret():
     stranger.listen(4)
     ports = [stranger.getsockname()[1], *_free_ports(2)]
     events = []
-    server = announce.AnnounceServer("127.0.0.1", ports, "key", 7781,
-                                     lambda *e: events.append(e)).start()
+    server = announce.AnnounceServer(
+        "127.0.0.1", ports, "key", 7781, lambda *e: events.append(e)
+    ).start()
     try:
         assert server.port == ports[1]
         assert announce.request("127.0.0.1", ports[0], "key", "hello", 0, timeout=0.3) is None
         assert announce.request("127.0.0.1", server.port, "key", "exit", 2, 9) == 7781
-        assert announce.request("127.0.0.1", server.port, "wrong", "hello", 1,
-                                timeout=0.5) is None
+        assert announce.request("127.0.0.1", server.port, "wrong", "hello", 1, timeout=0.5) is None
         assert events == [("exit", 2, 9)]
     finally:
         server.close()
         stranger.close()
 
 
-SHIM_SCRIPT = r'''
+SHIM_SCRIPT = r"""
 import os, sys
 import smdistributed.dataparallel.torch.torch_smddp
 import smdistributed.dataparallel.torch.distributed as sdp
@@ -167,14 +221,19 @@ sdp.init_process_group()        # SMDDP's v1 init: a no-op once initialized
 print(dist.get_backend(), sdp.get_rank(), sdp.get_world_size(), sdp.get_local_rank(),
       sdp.get_local_size(), DistributedDataParallel.__module__)
 dist.destroy_process_group()
-'''
+"""
 
 
 def test_smddp_shim_maps_the_backend_and_offers_the_v1_api():
-    env = dict(os.environ, PYTHONPATH=shim_path(), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-               RANK="0")
-    done = subprocess.run([sys.executable, "-c", SHIM_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    env = dict(os.environ, PYTHONPATH=shim_path(), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", RANK="0")
+    done = subprocess.run(
+        [sys.executable, "-c", SHIM_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["gloo", "0", "1", "0", "1", "torch.nn.parallel.distributed"]
     assert done.stderr.count("backend 'smddp' runs as 'gloo'") == 1
@@ -187,29 +246,53 @@ def test_rank_wrapper_names_the_failing_rank_and_the_first_failure_wins(tmp_path
 
     ports = _free_ports(1)
     exits = []
-    server = announce.AnnounceServer("127.0.0.1", ports, "key", 7790,
-                                     lambda *e: exits.append(e)).start()
+    server = announce.AnnounceServer(
+        "127.0.0.1", ports, "key", 7790, lambda *e: exits.append(e)
+    ).start()
     failure = tmp_path / "failure"
-    base = [sys.executable, "-m", "shipyard.ddp.rank", "--announce-addr", "127.0.0.1",
-            "--announce-ports", str(ports[0]), "--hosts", "algo-1,algo-2",
-            "--failure-file", str(failure), "--timeout", "10", "--"]
-    code = ("import os; print('port', os.environ['MASTER_PORT'], 'secret' , "
-            "os.environ.get('SHIPYARD_DDP_SECRET')); raise ValueError('rank %s broke' % "
-            "os.environ['RANK'])")
+    base = [
+        sys.executable,
+        "-m",
+        "shipyard.ddp.rank",
+        "--announce-addr",
+        "127.0.0.1",
+        "--announce-ports",
+        str(ports[0]),
+        "--hosts",
+        "algo-1,algo-2",
+        "--failure-file",
+        str(failure),
+        "--timeout",
+        "10",
+        "--",
+    ]
+    code = (
+        "import os; print('port', os.environ['MASTER_PORT'], 'secret' , "
+        "os.environ.get('SHIPYARD_DDP_SECRET')); raise ValueError('rank %s broke' % "
+        "os.environ['RANK'])"
+    )
     try:
         results = []
         for rank in ("3", "2"):
             env = dict(os.environ, SHIPYARD_DDP_SECRET="key", RANK=rank, LOCAL_WORLD_SIZE="2")
-            results.append(subprocess.run(base + [sys.executable, "-c", code], env=env,
-                                          capture_output=True, text=True, timeout=60,
-                                          check=False))
+            results.append(
+                subprocess.run(
+                    base + [sys.executable, "-c", code],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+            )
     finally:
         server.close()
     assert [r.returncode for r in results] == [1, 1]
     assert "port 7790 secret None" in results[0].stdout
     text = failure.read_text()
-    assert text.startswith("rank 3 (algo-2, local rank 1) failed: AlgorithmError: "
-                           "ExecuteUserScriptError:")
+    assert text.startswith(
+        "rank 3 (algo-2, local rank 1) failed: AlgorithmError: ExecuteUserScriptError:"
+    )
     assert "ValueError: rank 3 broke" in text
     assert sorted(exits) == [("exit", 2, 1), ("exit", 3, 1), ("hello", 2, 0), ("hello", 3, 0)]
     assert wrapper.exit_status(-9) == 137

@@ -23,11 +23,25 @@ def _all(facts):
 def test_topology_prefers_runner_env_over_everything():
     # Two instances algo-1/algo-2 on ONE machine: the hostname is the same for all ranks and
     # mpirun (one node) says local size 4; the runner's HOROVOD_* variables must win.
-    facts = [RankFacts(host=f"algo-{1 + r // 2}", local_rank=r % 2, local_size=2, cross_rank=r // 2, cross_size=2,
-                       ompi_local_rank=r, ompi_local_size=4) for r in range(4)]
+    facts = [
+        RankFacts(
+            host=f"algo-{1 + r // 2}",
+            local_rank=r % 2,
+            local_size=2,
+            cross_rank=r // 2,
+            cross_size=2,
+            ompi_local_rank=r,
+            ompi_local_size=4,
+        )
+        for r in range(4)
+    ]
     topo = _all(facts)
     assert [(t.local_rank, t.local_size, t.cross_rank, t.cross_size) for t in topo] == [
-        (0, 2, 0, 2), (1, 2, 0, 2), (0, 2, 1, 2), (1, 2, 1, 2)]
+        (0, 2, 0, 2),
+        (1, 2, 0, 2),
+        (0, 2, 1, 2),
+        (1, 2, 1, 2),
+    ]
     assert {t.source for t in topo} == {"horovod-env"}
     assert topo[3].hostname == "algo-2"
 
@@ -36,7 +50,11 @@ def test_topology_from_ompi_env_derives_cross_from_local_rank():
     facts = [RankFacts(host="m", ompi_local_rank=r % 2, ompi_local_size=2) for r in range(4)]
     topo = _all(facts)
     assert [(t.local_rank, t.local_size, t.cross_rank, t.cross_size) for t in topo] == [
-        (0, 2, 0, 2), (1, 2, 0, 2), (0, 2, 1, 2), (1, 2, 1, 2)]
+        (0, 2, 0, 2),
+        (1, 2, 0, 2),
+        (0, 2, 1, 2),
+        (1, 2, 1, 2),
+    ]
     assert topo[0].source == "ompi-env"
 
 
@@ -57,9 +75,21 @@ def test_topology_partial_env_is_ignored_not_mixed():
 
 
 def test_local_facts_reads_env():
-    f = topology.local_facts({"HOROVOD_HOSTNAME": "algo-3", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
-                              "OMPI_COMM_WORLD_LOCAL_RANK": "x"})
-    assert (f.host, f.local_rank, f.local_size, f.cross_rank, f.ompi_local_rank) == ("algo-3", 1, 2, None, None)
+    f = topology.local_facts(
+        {
+            "HOROVOD_HOSTNAME": "algo-3",
+            "HOROVOD_LOCAL_RANK": "1",
+            "HOROVOD_LOCAL_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "x",
+        }
+    )
+    assert (f.host, f.local_rank, f.local_size, f.cross_rank, f.ompi_local_rank) == (
+        "algo-3",
+        1,
+        2,
+        None,
+        None,
+    )
 
 
 # ---------------------------------------------------------------- fusion
@@ -120,24 +150,39 @@ def test_find_mpirun_finds_the_wheel_or_path():
 
 
 def test_mpirun_command_flags_and_per_rank_contexts():
-    argv = mpi_command.mpirun_command(["python", "train.py"], mpirun="/x/mpirun", hosts=["algo-1", "algo-2"],
-                                       processes_per_host=2, per_rank_env=True, env_vars={"A": "1"},
-                                       allow_run_as_root=True, oversubscribe=True)
+    argv = mpi_command.mpirun_command(
+        ["python", "train.py"],
+        mpirun="/x/mpirun",
+        hosts=["algo-1", "algo-2"],
+        processes_per_host=2,
+        per_rank_env=True,
+        env_vars={"A": "1"},
+        allow_run_as_root=True,
+        oversubscribe=True,
+    )
     assert argv[:5] == ["/x/mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
     contexts = " ".join(argv[5:]).split(" : ")
     assert len(contexts) == 4
     assert contexts[3].startswith("-np 1 -x A=1 -x HOROVOD_HOSTNAME=algo-2 -x HOROVOD_RANK=3")
     assert "-x HOROVOD_LOCAL_RANK=1" in contexts[3] and "-x HOROVOD_CROSS_RANK=1" in contexts[3]
     assert contexts[3].endswith("python train.py")
-    plain = mpi_command.mpirun_command(["p"], 3, mpirun="m", allow_run_as_root=False, oversubscribe=False)
+    plain = mpi_command.mpirun_command(
+        ["p"], 3, mpirun="m", allow_run_as_root=False, oversubscribe=False
+    )
     assert plain == ["m", "--bind-to", "none", "-np", "3", "p"]
 
 
 def test_rank_env_layout():
     env = mpi_command.rank_env(["algo-1", "algo-2", "algo-3"], 2, 5)
-    assert env == {"HOROVOD_HOSTNAME": "algo-3", "HOROVOD_RANK": "5", "HOROVOD_SIZE": "6",
-                   "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_RANK": "2",
-                   "HOROVOD_CROSS_SIZE": "3"}
+    assert env == {
+        "HOROVOD_HOSTNAME": "algo-3",
+        "HOROVOD_RANK": "5",
+        "HOROVOD_SIZE": "6",
+        "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "2",
+        "HOROVOD_CROSS_SIZE": "3",
+    }
 
 
 def test_launcher_env_as_root_sets_permission_pair(monkeypatch):
@@ -148,13 +193,19 @@ def test_launcher_env_as_root_sets_permission_pair(monkeypatch):
 
 # ---------------------------------------------------------------- timeline
 def test_timeline_stream_is_valid_chrome_trace(tmp_path):
-    tl = timeline.Timeline(tmp_path / "t.json", rank=1, size=2, hostname="algo-2", origin_us=timeline.now_us())
+    tl = timeline.Timeline(
+        tmp_path / "t.json", rank=1, size=2, hostname="algo-2", origin_us=timeline.now_us()
+    )
     t0 = timeline.now_us()
     tl.complete("ALLREDUCE", "collective", t0, t0 + 5, 0, {"tensor": "w", "bytes": 4})
     tl.close_stream()
     events = json.loads((tmp_path / "t.rank1.json").read_text())
     x = [e for e in events if e["ph"] == "X"]
-    assert x[0]["name"] == "ALLREDUCE" and x[0]["pid"] == 1 and x[0]["dur"] == pytest.approx(5, abs=0.01)
+    assert (
+        x[0]["name"] == "ALLREDUCE"
+        and x[0]["pid"] == 1
+        and x[0]["dur"] == pytest.approx(5, abs=0.01)
+    )
     assert any(e["name"] == "process_name" and "algo-2" in e["args"]["name"] for e in events)
     tl.write_merged([[{"ph": "X", "name": "a", "pid": 0}], tl.events()])
     merged = json.loads((tmp_path / "t.json").read_text())

@@ -29,8 +29,14 @@ def test_not_initialized_is_a_value_error():
 
 
 def test_basics_single_rank(single):
-    assert (hvd.size(), hvd.rank(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()) == \
-        (1, 0, 0, 1, 0, 1)
+    assert (
+        hvd.size(),
+        hvd.rank(),
+        hvd.local_rank(),
+        hvd.local_size(),
+        hvd.cross_rank(),
+        hvd.cross_size(),
+    ) == (1, 0, 0, 1, 0, 1)
     assert hvd.is_initialized() and hvd.is_homogeneous()
     assert hvd.mpi_enabled() is False and hvd.gloo_enabled() is False
     assert isinstance(hvd.nccl_built(), bool) and isinstance(hvd.cuda_built(), bool)
@@ -92,7 +98,9 @@ def test_timeline_written_by_single_rank(tmp_path, monkeypatch):
     hvd.synchronize(hvd.allreduce_async(np.ones(4), name="later"))
     hvd.shutdown()
     events = json.loads(path.read_text())
-    names = {(e["name"], e.get("args", {}).get("tensor"), e.get("tid")) for e in events if e["ph"] == "X"}
+    names = {
+        (e["name"], e.get("args", {}).get("tensor"), e.get("tid")) for e in events if e["ph"] == "X"
+    }
     assert ("ALLREDUCE", "grad", 0) in names and ("ALLREDUCE", "later", 1) in names
     assert ("NEGOTIATE_ALLREDUCE", None, 0) in names
 
@@ -113,8 +121,15 @@ def _run_with_shim(code: str, tmp_path, extra_path: str | None = None, env_extra
     parts = [hvd.shim_path()] + ([extra_path] if extra_path else []) + [env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, check=False,
-                          cwd=tmp_path, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        cwd=tmp_path,
+        timeout=60,
+    )
 
 
 def test_shim_path_holds_a_horovod_package():
@@ -122,7 +137,8 @@ def test_shim_path_holds_a_horovod_package():
 
 
 def test_shim_aliases_modules_to_shipyard(tmp_path):
-    p = _run_with_shim("""
+    p = _run_with_shim(
+        """
         import horovod, shipyard.horovod, shipyard.horovod.errors as e
         from horovod.common.exceptions import HorovodInternalError
         import horovod.common
@@ -130,7 +146,9 @@ def test_shim_aliases_modules_to_shipyard(tmp_path):
         assert horovod.common is shipyard.horovod
         assert shipyard.horovod.errors.__spec__.name == "shipyard.horovod.errors"
         print("version", horovod.__version__)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert "version 0.28.1+shipyard" in p.stdout
     missing = _run_with_shim("import horovod.spark", tmp_path)
@@ -151,6 +169,10 @@ def test_shim_defers_to_a_real_horovod(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "0.28.1 True real horovod.torch" in p.stdout
     assert "using the installed Horovod" in p.stderr
-    forced = _run_with_shim("import horovod; print(horovod.__version__)", tmp_path, extra_path=str(tmp_path / "site"),
-                            env_extra={"SHIPYARD_HOROVOD_SHIM": "force"})
+    forced = _run_with_shim(
+        "import horovod; print(horovod.__version__)",
+        tmp_path,
+        extra_path=str(tmp_path / "site"),
+        env_extra={"SHIPYARD_HOROVOD_SHIM": "force"},
+    )
     assert forced.returncode == 0 and "0.28.1+shipyard" in forced.stdout, forced.stderr

@@ -32,7 +32,9 @@ def _train(model, opt, steps=3, accumulate=1):
 def test_optimizer_matches_plain_optimizer_and_keeps_its_class(single):
     m1, m2 = _model(), _model()
     plain = torch.optim.Adam(m1.parameters(), lr=0.01)
-    dist = hvd.DistributedOptimizer(torch.optim.Adam(m2.parameters(), lr=0.01), named_parameters=m2.named_parameters())
+    dist = hvd.DistributedOptimizer(
+        torch.optim.Adam(m2.parameters(), lr=0.01), named_parameters=m2.named_parameters()
+    )
     assert isinstance(dist, torch.optim.Adam)
     _train(m1, plain)
     _train(m2, dist)
@@ -58,8 +60,13 @@ def test_grads_live_in_bucket_buffers(single):
 def test_backward_passes_per_step(single):
     m1, m2 = _model(), _model()
     _train(m1, torch.optim.SGD(m1.parameters(), lr=0.1), accumulate=2)
-    _train(m2, hvd.DistributedOptimizer(torch.optim.SGD(m2.parameters(), lr=0.1), backward_passes_per_step=2),
-           accumulate=2)
+    _train(
+        m2,
+        hvd.DistributedOptimizer(
+            torch.optim.SGD(m2.parameters(), lr=0.1), backward_passes_per_step=2
+        ),
+        accumulate=2,
+    )
     for a, b in zip(m1.parameters(), m2.parameters()):
         torch.testing.assert_close(a, b)
     m3 = _model()
@@ -110,7 +117,9 @@ def test_tensor_ops_and_compression(single):
     h = hvd.allreduce_async(t, op=hvd.Sum)
     assert torch.equal(hvd.synchronize(h), t)
     outs = hvd.grouped_allreduce([t, t.double(), torch.tensor(3)])
-    assert [o.dtype for o in outs] == [torch.float32, torch.float64, torch.int64] and outs[2].shape == ()
+    assert [o.dtype for o in outs] == [torch.float32, torch.float64, torch.int64] and outs[
+        2
+    ].shape == ()
     x = t.clone().requires_grad_()
     hvd.allreduce(x).sum().backward()
     assert torch.equal(x.grad, torch.ones_like(t))

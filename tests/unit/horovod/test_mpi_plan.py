@@ -27,11 +27,14 @@ def test_processes_per_host_defaults_to_gpus_else_one():
     assert mpi.processes_per_host({"processes_per_host": 3}, 4) == 3
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"processes_per_host": 0}, "integer >= 1"),
-    ({"processes_per_host": True}, "integer >= 1"),
-    ({"process_per_host": 2}, "unknown option"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"processes_per_host": 0}, "integer >= 1"),
+        ({"processes_per_host": True}, "integer >= 1"),
+        ({"process_per_host": 2}, "unknown option"),
+    ],
+)
 def test_validate_refuses_bad_options(options, match):
     with pytest.raises(DistributionError, match=match):
         mpi.validate(dict(options, enabled=True), 2, CPU)
@@ -55,26 +58,47 @@ def test_only_the_master_decides():
     assert mpi.deciding_hosts({}, ["algo-1", "algo-2", "algo-3"]) == ["algo-1"]
 
 
-@pytest.mark.parametrize("text,level,rest", [
-    ("", "INFO", []),
-    ("--NCCL_DEBUG WARN -x FOO=1", "WARN", ["-x", "FOO=1"]),
-    ("--mca btl_tcp_if_include lo --NCCL_DEBUG=TRACE", "TRACE", ["--mca", "btl_tcp_if_include", "lo"]),
-])
+@pytest.mark.parametrize(
+    "text,level,rest",
+    [
+        ("", "INFO", []),
+        ("--NCCL_DEBUG WARN -x FOO=1", "WARN", ["-x", "FOO=1"]),
+        (
+            "--mca btl_tcp_if_include lo --NCCL_DEBUG=TRACE",
+            "TRACE",
+            ["--mca", "btl_tcp_if_include", "lo"],
+        ),
+    ],
+)
 def test_custom_mpi_options_split_as_sagemaker_does(text, level, rest):
     assert mpi_command.parse_custom_mpi_options(text) == (level, rest)
 
 
 def _ctx(tmp_path, host, options) -> InstanceContext:
-    config = AgentConfig(job_name="j", hosts=["algo-1", "algo-2"],
-                         addresses={"algo-1": "127.1.2.1", "algo-2": "127.1.2.2"},
-                         instance_type="local", num_cpus=2, num_gpus=0, hyperparameters={},
-                         input_data_config={}, channel_sources={}, submit_directory=str(tmp_path),
-                         entry_point="train.py", instances_dir=str(tmp_path / "instances"),
-                         runner="mpi", runner_options=dict(options, kind="mpi"))
+    config = AgentConfig(
+        job_name="j",
+        hosts=["algo-1", "algo-2"],
+        addresses={"algo-1": "127.1.2.1", "algo-2": "127.1.2.2"},
+        instance_type="local",
+        num_cpus=2,
+        num_gpus=0,
+        hyperparameters={},
+        input_data_config={},
+        channel_sources={},
+        submit_directory=str(tmp_path),
+        entry_point="train.py",
+        instances_dir=str(tmp_path / "instances"),
+        runner="mpi",
+        runner_options=dict(options, kind="mpi"),
+    )
     paths = paths_for(config, host)
-    return InstanceContext(config=config, host=host, paths=paths,
-                           env={"PATH": os.environ["PATH"], "SM_CURRENT_HOST": host},
-                           user_command=[sys.executable, "train.py", "--epochs", "2"])
+    return InstanceContext(
+        config=config,
+        host=host,
+        paths=paths,
+        env={"PATH": os.environ["PATH"], "SM_CURRENT_HOST": host},
+        user_command=[sys.executable, "train.py", "--epochs", "2"],
+    )
 
 
 def test_master_plans_mpirun_and_workers_wait(tmp_path):
@@ -85,10 +109,10 @@ def test_master_plans_mpirun_and_workers_wait(tmp_path):
     [master] = mpi.plan(_ctx(tmp_path, "algo-1", options))
     argv = master.argv
     assert master.failure_file and argv[argv.index("--failure-file") + 1] == master.failure_file
-    mpirun = argv[argv.index("--") + 1:]
+    mpirun = argv[argv.index("--") + 1 :]
     assert mpirun[mpirun.index("-np") + 1] == "6"
     assert "--bind-to" in mpirun and "--oversubscribe" in mpirun
-    assert ["-x", "NCCL_DEBUG=WARN"] == mpirun[mpirun.index("-x"):mpirun.index("-x") + 2]
+    assert ["-x", "NCCL_DEBUG=WARN"] == mpirun[mpirun.index("-x") : mpirun.index("-x") + 2]
     assert "--mca x y" in " ".join(mpirun)
     assert mpirun[-6:] == [sys.executable, "-m", "mpi4py", "train.py", "--epochs", "2"]
     plan = json.loads(Path(mpirun[mpirun.index("--plan") + 1]).read_text())
@@ -113,13 +137,24 @@ def test_rank_environment_layers():
     assert env["SM_CURRENT_HOST"] == "algo-2" and env["SM_MODEL_DIR"] == "/j/algo-2/model"
     assert env["OMPI_COMM_WORLD_RANK"] == "3" and env["NCCL_DEBUG"] == "INFO"
     assert env["PATH"] == "/ompi/bin:/bin"
-    assert (env["HOROVOD_HOSTNAME"], env["HOROVOD_LOCAL_RANK"], env["HOROVOD_CROSS_RANK"]) == ("algo-2", "1", "1")
+    assert (env["HOROVOD_HOSTNAME"], env["HOROVOD_LOCAL_RANK"], env["HOROVOD_CROSS_RANK"]) == (
+        "algo-2",
+        "1",
+        "1",
+    )
 
 
 def test_trim_traceback_drops_what_follows_the_exception():
-    lines = ["x", "Traceback (most recent call last):", '  File "t.py", line 1', "    boom()",
-             "ValueError: boom", "shipyard.horovod: uncaught ValueError on rank 1; aborting",
-             "-----", "MPI_ABORT was invoked on rank 1"]
+    lines = [
+        "x",
+        "Traceback (most recent call last):",
+        '  File "t.py", line 1',
+        "    boom()",
+        "ValueError: boom",
+        "shipyard.horovod: uncaught ValueError on rank 1; aborting",
+        "-----",
+        "MPI_ABORT was invoked on rank 1",
+    ]
     assert mpi_rank.trim_traceback(lines)[-1] == "ValueError: boom"
     assert mpi_rank.trim_traceback(["a", "b"]) == ["a", "b"]
 
@@ -132,10 +167,17 @@ def test_first_failure_wins(tmp_path):
 
 
 def test_banner_text_is_mpiruns_message():
-    lines = ["noise", "-" * 74, "An unrecognized option was included on the mpirun command line:", "",
-             "  Option: --bogus", "-" * 74]
-    assert mpi_launch.banner_text(lines) == ("An unrecognized option was included on the mpirun command "
-                                             "line: Option: --bogus")
+    lines = [
+        "noise",
+        "-" * 74,
+        "An unrecognized option was included on the mpirun command line:",
+        "",
+        "  Option: --bogus",
+        "-" * 74,
+    ]
+    assert mpi_launch.banner_text(lines) == (
+        "An unrecognized option was included on the mpirun command line: Option: --bogus"
+    )
     assert mpi_launch.banner_text(["a", "", "b"]) == "a b"
 
 

@@ -16,10 +16,14 @@ from shipyard.ps.shard import Shard
 
 def trained_shard(index=0, num_shards=2):
     s = Shard(index, num_shards)
-    s.register([{"id": 3, "name": "w", "shape": [2, 3], "dtype": "float32"},
-                {"id": 5, "name": "emb", "chunk": 1, "offset": 100, "shape": [4], "dtype": "float64"},
-                {"id": 6, "name": "later", "shape": [2], "dtype": "float32"}],
-               {"name": "adam", "lr": 0.1})
+    s.register(
+        [
+            {"id": 3, "name": "w", "shape": [2, 3], "dtype": "float32"},
+            {"id": 5, "name": "emb", "chunk": 1, "offset": 100, "shape": [4], "dtype": "float64"},
+            {"id": 6, "name": "later", "shape": [2], "dtype": "float32"},
+        ],
+        {"name": "adam", "lr": 0.1},
+    )
     s.init(s.slots[3], np.arange(6, dtype=np.float32).reshape(2, 3))
     s.init(s.slots[5], np.ones(4))
     for _ in range(3):
@@ -36,7 +40,11 @@ def test_round_trip_restores_everything(tmp_path):
     path = ckpt.save(s, w, tmp_path)
     assert path.name == "ps-shard-000.json" and not s.dirty
     manifest = json.loads(path.read_text())
-    assert manifest["format"] == ckpt.FORMAT and manifest["updates"] == 4 and manifest["workers"] == {"0": 3}
+    assert (
+        manifest["format"] == ckpt.FORMAT
+        and manifest["updates"] == 4
+        and manifest["workers"] == {"0": 3}
+    )
     s2, w2 = Shard(0, 2), WorkerTable()
     ckpt.restore(s2, w2, ckpt.load(tmp_path, 0, 2))
     for kid in (3, 5):
@@ -63,7 +71,10 @@ def test_generations_replace_each_other_atomically(tmp_path):
     s.apply(s.slots[3], np.ones((2, 3), np.float32))
     ckpt.save(s, w, tmp_path)
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["ps-shard-000.00000002.npz", "ps-shard-000.json"]  # no temp files, old gen gone
+    assert files == [
+        "ps-shard-000.00000002.npz",
+        "ps-shard-000.json",
+    ]  # no temp files, old gen gone
     assert ckpt.load(tmp_path, 0, 2).manifest["generation"] == 2
 
 

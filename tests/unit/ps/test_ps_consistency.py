@@ -21,14 +21,17 @@ def test_parse_modes():
     assert Consistency.parse("SSP", 3).mode == "bounded"
 
 
-@pytest.mark.parametrize("mode,s,match", [
-    ("eventual", None, "unknown consistency mode 'eventual'"),
-    ("async", -1, "max_staleness must be >= 0"),
-    ("bounded", None, "needs max_staleness"),
-    ("sync", 1, "does not apply to mode 'sync'"),
-    ("async", 1.5, "must be an integer"),
-    ("async", True, "must be an integer"),
-])
+@pytest.mark.parametrize(
+    "mode,s,match",
+    [
+        ("eventual", None, "unknown consistency mode 'eventual'"),
+        ("async", -1, "max_staleness must be >= 0"),
+        ("bounded", None, "needs max_staleness"),
+        ("sync", 1, "does not apply to mode 'sync'"),
+        ("async", 1.5, "must be an integer"),
+        ("async", True, "must be an integer"),
+    ],
+)
 def test_parse_rejects_bad_settings(mode, s, match):
     with pytest.raises(PSConfigError, match=match):
         Consistency.parse(mode, s)

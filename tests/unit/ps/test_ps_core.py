@@ -35,13 +35,19 @@ SECRET = "unit-secret"
 
 def make_net(n=2, mode="async", s=None, **cfg):
     cons = Consistency.parse(mode, s)
-    return LocalNetwork([ServerCore(ServerConfig(index=i, num_shards=n, consistency=cons, **cfg), SECRET)
-                         for i in range(n)])
+    return LocalNetwork(
+        [
+            ServerCore(ServerConfig(index=i, num_shards=n, consistency=cons, **cfg), SECRET)
+            for i in range(n)
+        ]
+    )
 
 
 def client(net, rank=0, **kw):
     kw.setdefault("timeout", 20)
-    return PSClient(worker_id=rank, secret=SECRET, transport_factory=net.connect, heartbeat_interval=0, **kw)
+    return PSClient(
+        worker_id=rank, secret=SECRET, transport_factory=net.connect, heartbeat_interval=0, **kw
+    )
 
 
 def wait_until(pred, timeout=10.0):
@@ -54,9 +60,11 @@ def wait_until(pred, timeout=10.0):
 
 def params():
     rng = np.random.default_rng(1)
-    return {"w": rng.standard_normal((4, 3)).astype(np.float32),
-            "b": np.zeros(3, np.float32),
-            "emb": rng.standard_normal(5000).astype(np.float32)}
+    return {
+        "w": rng.standard_normal((4, 3)).astype(np.float32),
+        "b": np.zeros(3, np.float32),
+        "emb": rng.standard_normal(5000).astype(np.float32),
+    }
 
 
 def test_push_pull_applies_sgd_on_every_chunk():
@@ -116,7 +124,9 @@ def test_sync_averages_one_gradient_per_worker():
     a.register(init, {"name": "sgd", "lr": 1.0}, policy="sliced", chunk_bytes=2048)
     b.register(init, {"name": "sgd", "lr": 1.0}, policy="sliced", chunk_bytes=2048)
     with ThreadPoolExecutor(1) as ex:
-        fut = ex.submit(a.push_pull, {"x": np.full(3, 2.0, np.float32), "y": np.full(2000, 2.0, np.float32)})
+        fut = ex.submit(
+            a.push_pull, {"x": np.full(3, 2.0, np.float32), "y": np.full(2000, 2.0, np.float32)}
+        )
         wait_until(lambda: all(0 in c.queues for c in net.cores))
         assert not fut.done()  # waits for worker 1's gradient
         out_b = b.push_pull({"x": np.full(3, 4.0, np.float32), "y": np.full(2000, 4.0, np.float32)})
@@ -146,7 +156,9 @@ def test_sync_round_proceeds_without_a_dead_worker_and_it_can_rejoin():
     assert net.cores[0].workers.live() == {0}
     # b comes back (e.g. restarted): it pulls current values and takes part again
     b2 = client(net, 1)
-    assert np.array_equal(b2.pull("x") if b2.keys else b2.register({"x": np.zeros(2, np.float32)})["x"], [-1, -1])
+    assert np.array_equal(
+        b2.pull("x") if b2.keys else b2.register({"x": np.zeros(2, np.float32)})["x"], [-1, -1]
+    )
     with ThreadPoolExecutor(1) as ex:
         fut = ex.submit(a.push_pull, {"x": np.ones(2, np.float32)})
         wait_until(lambda: 0 in net.cores[0].queues)
@@ -217,7 +229,9 @@ def test_bad_requests_are_errors_on_the_client():
     with pytest.raises(RemoteConfigMismatch, match="registered as w"):
         client(net, 1).register({"w": np.zeros((5,), np.float32)}, "sgd")
     with pytest.raises(RemoteConfigMismatch, match="optimizer group"):
-        client(net, 1).register({"w": np.zeros((2, 2), np.float32), "n": np.zeros(3, np.int64)}, "adam")
+        client(net, 1).register(
+            {"w": np.zeros((2, 2), np.float32), "n": np.zeros(3, np.int64)}, "adam"
+        )
     # the shards still serve
     assert np.array_equal(c.pull("w"), np.zeros((2, 2)))
 
@@ -225,8 +239,14 @@ def test_bad_requests_are_errors_on_the_client():
 def raw(core, mtype, key=0, payload=None, worker=5, shard=None, signer=None, **kw):
     """Send one hand-made message to a core; returns (reply message or None)."""
     signer = signer or wire.Signer(SECRET)
-    hdr = Header(msg_type=mtype, key=key, worker=worker, request_id=77,
-                 shard=core.config.index if shard is None else shard, **kw)
+    hdr = Header(
+        msg_type=mtype,
+        key=key,
+        worker=worker,
+        request_id=77,
+        shard=core.config.index if shard is None else shard,
+        **kw,
+    )
     frames = wire.encode(signer, hdr, [payload] if payload is not None else [])
     out = core.handle(b"peer", [bytes(memoryview(f).cast("B")) for f in frames], 0.0)
     if not out:
@@ -248,7 +268,14 @@ def test_server_rejects_bad_messages_counts_them_and_keeps_serving():
     assert r.header.request_id == 77
     r = raw(core, MsgType.PUSH, key=kid, payload=np.ones(5, np.float32), dtype=f32, shape=(5,))
     assert r.json()["code"] == "shape_mismatch"
-    r = raw(core, MsgType.PUSH, key=kid, payload=np.ones(4, np.float64), dtype=wire.dtype_code(np.float64), shape=(4,))
+    r = raw(
+        core,
+        MsgType.PUSH,
+        key=kid,
+        payload=np.ones(4, np.float64),
+        dtype=wire.dtype_code(np.float64),
+        shape=(4,),
+    )
     assert r.json()["code"] == "dtype_mismatch"
     r = raw(core, MsgType.PULL, key=kid, shard=3)
     assert r.json()["code"] == "wrong_shard"
@@ -285,9 +312,11 @@ def test_set_lr_reaches_every_shard():
 def test_optimizer_groups():
     net = make_net(2)
     c = client(net)
-    c.register({"body": np.zeros(2, np.float32), "head": np.zeros(2, np.float32)},
-               optimizers={"default": {"name": "sgd", "lr": 1.0}, "head": {"name": "sgd", "lr": 0.1}},
-               groups={"head": "head"})
+    c.register(
+        {"body": np.zeros(2, np.float32), "head": np.zeros(2, np.float32)},
+        optimizers={"default": {"name": "sgd", "lr": 1.0}, "head": {"name": "sgd", "lr": 0.1}},
+        groups={"head": "head"},
+    )
     out = c.push_pull({"body": np.ones(2, np.float32), "head": np.ones(2, np.float32)})
     np.testing.assert_allclose(out["body"], -1.0)
     np.testing.assert_allclose(out["head"], -0.1)
@@ -298,8 +327,11 @@ def test_optimizer_groups():
 def test_report_schema_and_traffic_matrix():
     net = make_net(2)
     a, b = client(net, 0), client(net, 1)
-    p = {"conv.weight": np.zeros((8, 3, 3, 3), np.float32), "fc.weight": np.zeros((10, 64), np.float32),
-         "fc.bias": np.zeros(10, np.float32)}
+    p = {
+        "conv.weight": np.zeros((8, 3, 3, 3), np.float32),
+        "fc.weight": np.zeros((10, 64), np.float32),
+        "fc.bias": np.zeros(10, np.float32),
+    }
     a.register(p, "sgd")
     b.register(p, "sgd")
     a.push_pull({k: np.ones_like(v) for k, v in p.items()})
@@ -316,7 +348,9 @@ def test_report_schema_and_traffic_matrix():
     assert len(tr["bytes_to_shard"]) == 2 and len(tr["bytes_to_shard"][0]) == 2
     # worker 0 pushed every tensor: it sent at least the tensor bytes to the shards
     assert sum(tr["bytes_to_shard"][0]) > sum(v.nbytes for v in p.values())
-    assert sum(tr["bytes_from_shard"][0]) > 2 * sum(v.nbytes for v in p.values())  # register pull + push_pull
+    assert sum(tr["bytes_from_shard"][0]) > 2 * sum(
+        v.nbytes for v in p.values()
+    )  # register pull + push_pull
     # the matrix adds up to the shards' own counters
     for j, s in enumerate(rep["shards"]):
         assert sum(row[j] for row in tr["bytes_to_shard"]) == s["bytes_in"]
@@ -330,7 +364,9 @@ def test_checkpoint_restore_in_process(tmp_path):
     p = params()
     c.register(p, {"name": "adam", "lr": 0.01}, policy="sliced", chunk_bytes=4096)
     rng = np.random.default_rng(3)
-    grads = [{k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p.items()} for _ in range(4)]
+    grads = [
+        {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p.items()} for _ in range(4)
+    ]
     for g in grads[:2]:
         c.push_pull(g)
     paths = c.checkpoint()
@@ -358,7 +394,9 @@ def test_copy_on_write_keeps_in_flight_buffers_intact():
         done = False
 
     shard = Shard(0, 1)
-    shard.register([{"id": 0, "name": "w", "shape": [3], "dtype": "float32"}], {"name": "sgd", "lr": 1.0})
+    shard.register(
+        [{"id": 0, "name": "w", "shape": [3], "dtype": "float32"}], {"name": "sgd", "lr": 1.0}
+    )
     slot = shard.slots[0]
     shard.init(slot, np.zeros(3, np.float32))
     sent, _ = shard.payload(slot)
@@ -420,8 +458,11 @@ def test_sync_quorum_waits_for_the_expected_workers_to_join():
 
 def test_periodic_checkpoint_is_due_only_after_changes(tmp_path):
     clock = [0.0]
-    core = ServerCore(ServerConfig(checkpoint_dir=str(tmp_path), checkpoint_interval=5.0), SECRET,
-                      clock=lambda: clock[0])
+    core = ServerCore(
+        ServerConfig(checkpoint_dir=str(tmp_path), checkpoint_interval=5.0),
+        SECRET,
+        clock=lambda: clock[0],
+    )
     net = LocalNetwork([core])
     c = client(net)
     c.register({"x": np.zeros(2, np.float32)}, "sgd")
@@ -453,7 +494,12 @@ def train_steps(clients, steps, grouped):
         c._many = c._many and grouped
     init = many_params()
     for c in clients:
-        c.register(init, {"name": "sgd", "lr": 0.1, "momentum": 0.9}, policy="sliced", chunk_bytes=64 * 1024)
+        c.register(
+            init,
+            {"name": "sgd", "lr": 0.1, "momentum": 0.9},
+            policy="sliced",
+            chunk_bytes=64 * 1024,
+        )
     results = []
 
     def run(rank, c):
@@ -490,8 +536,10 @@ def test_bad_push_pull_many_is_refused_whole():
     net = make_net(1)
     core = net.cores[0]
     c = client(net)
-    c.register({"a": np.zeros(4, np.float32), "b": np.zeros(2, np.float32), "n": np.zeros(3, np.int32)},
-               {"name": "sgd", "lr": 1.0})
+    c.register(
+        {"a": np.zeros(4, np.float32), "b": np.zeros(2, np.float32), "n": np.zeros(3, np.int32)},
+        {"name": "sgd", "lr": 1.0},
+    )
     ka, kb, kn = (c.placement(k).chunks[0].key_id for k in ("a", "b", "n"))
     assert "push_pull_many" in c.shard_info[0]["features"] and c._many
 
@@ -528,8 +576,14 @@ def test_bad_push_pull_many_is_refused_whole():
 def test_push_pull_begin_holds_small_tensors_back_and_keeps_their_order():
     net = make_net(2)
     c = client(net)
-    c.register({"a": np.zeros(4, np.float32), "b": np.zeros(3, np.float32),
-                "big": np.zeros(20_000, np.float32)}, {"name": "sgd", "lr": 1.0})
+    c.register(
+        {
+            "a": np.zeros(4, np.float32),
+            "b": np.zeros(3, np.float32),
+            "big": np.zeros(20_000, np.float32),
+        },
+        {"name": "sgd", "lr": 1.0},
+    )
     one = {k: np.ones(n, np.float32) for k, n in (("a", 4), ("b", 3), ("big", 20_000))}
     c.push_pull_begin({"a": one["a"]})
     c.push_pull_begin({"b": one["b"]})

@@ -40,14 +40,27 @@ CASES = [
     ("sgd", torch.optim.SGD, {"lr": 0.05, "momentum": 0.8, "nesterov": True, "weight_decay": 5e-3}),
     ("sgd", torch.optim.SGD, {"lr": 0.05, "momentum": 0.5, "maximize": True}),
     ("adam", torch.optim.Adam, {"lr": 1e-2}),
-    ("adam", torch.optim.Adam, {"lr": 1e-2, "betas": (0.8, 0.99), "eps": 1e-6, "weight_decay": 0.1}),
+    (
+        "adam",
+        torch.optim.Adam,
+        {"lr": 1e-2, "betas": (0.8, 0.99), "eps": 1e-6, "weight_decay": 0.1},
+    ),
     ("adam", torch.optim.Adam, {"lr": 1e-2, "amsgrad": True}),
     ("adam", torch.optim.Adam, {"lr": 1e-2, "betas": (0.3, 0.9)}),  # lerp's other branch
     ("adamw", torch.optim.AdamW, {"lr": 1e-2}),
     ("adamw", torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.3, "amsgrad": True}),
     ("adagrad", torch.optim.Adagrad, {"lr": 0.1}),
-    ("adagrad", torch.optim.Adagrad, {"lr": 0.1, "lr_decay": 0.05, "weight_decay": 0.01,
-                                      "initial_accumulator_value": 0.2, "eps": 1e-8}),
+    (
+        "adagrad",
+        torch.optim.Adagrad,
+        {
+            "lr": 0.1,
+            "lr_decay": 0.05,
+            "weight_decay": 0.01,
+            "initial_accumulator_value": 0.2,
+            "eps": 1e-8,
+        },
+    ),
 ]
 
 
@@ -61,10 +74,16 @@ def test_matches_torch_optim(name, cls, kwargs):
     assert not np.allclose(ours, p0)  # the optimizer did something
     np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=2e-7)
     if "exp_avg" in state:
-        np.testing.assert_allclose(state["exp_avg"], ref_state["exp_avg"].numpy(), rtol=2e-6, atol=1e-8)
-        np.testing.assert_allclose(state["exp_avg_sq"], ref_state["exp_avg_sq"].numpy(), rtol=2e-6, atol=1e-10)
+        np.testing.assert_allclose(
+            state["exp_avg"], ref_state["exp_avg"].numpy(), rtol=2e-6, atol=1e-8
+        )
+        np.testing.assert_allclose(
+            state["exp_avg_sq"], ref_state["exp_avg_sq"].numpy(), rtol=2e-6, atol=1e-10
+        )
     if "momentum_buffer" in state:
-        np.testing.assert_allclose(state["momentum_buffer"], ref_state["momentum_buffer"].numpy(), rtol=2e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            state["momentum_buffer"], ref_state["momentum_buffer"].numpy(), rtol=2e-6, atol=1e-7
+        )
     assert state["step"] == STEPS
 
 
@@ -100,18 +119,21 @@ def test_config_round_trip():
     assert make_optimizer({"name": "AdamW"}).hparams["weight_decay"] == 1e-2  # torch's default
 
 
-@pytest.mark.parametrize("config,match", [
-    ({"name": "rmsprop"}, "unknown optimizer 'rmsprop'"),
-    ({"name": "sgd", "lr": -1}, "lr must be"),
-    ({"name": "sgd", "lr": float("nan")}, "lr must be"),
-    ({"name": "sgd", "nesterov": True}, "Nesterov momentum requires"),
-    ({"name": "sgd", "momentum": 0.9, "nesterov": True, "dampening": 0.1}, "Nesterov"),
-    ({"name": "adam", "betas": (0.9, 1.0)}, "betas"),
-    ({"name": "adam", "betas": 0.9}, "betas"),
-    ({"name": "adam", "lr": 1e-3, "momentum": 0.9}, "unknown option"),
-    ({"name": "adagrad", "eps": -1}, "eps must be"),
-    (42, "must be a name or a dict"),
-])
+@pytest.mark.parametrize(
+    "config,match",
+    [
+        ({"name": "rmsprop"}, "unknown optimizer 'rmsprop'"),
+        ({"name": "sgd", "lr": -1}, "lr must be"),
+        ({"name": "sgd", "lr": float("nan")}, "lr must be"),
+        ({"name": "sgd", "nesterov": True}, "Nesterov momentum requires"),
+        ({"name": "sgd", "momentum": 0.9, "nesterov": True, "dampening": 0.1}, "Nesterov"),
+        ({"name": "adam", "betas": (0.9, 1.0)}, "betas"),
+        ({"name": "adam", "betas": 0.9}, "betas"),
+        ({"name": "adam", "lr": 1e-3, "momentum": 0.9}, "unknown option"),
+        ({"name": "adagrad", "eps": -1}, "eps must be"),
+        (42, "must be a name or a dict"),
+    ],
+)
 def test_bad_optimizer_configs(config, match):
     with pytest.raises(PSConfigError, match=match):
         make_optimizer(config)

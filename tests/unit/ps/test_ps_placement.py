@@ -21,12 +21,18 @@ from shipyard.ps.placement import (
 
 # the tutorial CNN (conv32-conv32-pool-conv64-conv64-pool-dense512-dense10), valid padding
 CNN = [
-    TensorSpec("conv1.weight", (32, 3, 3, 3)), TensorSpec("conv1.bias", (32,)),
-    TensorSpec("conv2.weight", (32, 32, 3, 3)), TensorSpec("conv2.bias", (32,)),
-    TensorSpec("conv3.weight", (64, 32, 3, 3)), TensorSpec("conv3.bias", (64,)),
-    TensorSpec("conv4.weight", (64, 64, 3, 3)), TensorSpec("conv4.bias", (64,)),
-    TensorSpec("dense1.weight", (512, 1600)), TensorSpec("dense1.bias", (512,)),
-    TensorSpec("dense2.weight", (10, 512)), TensorSpec("dense2.bias", (10,)),
+    TensorSpec("conv1.weight", (32, 3, 3, 3)),
+    TensorSpec("conv1.bias", (32,)),
+    TensorSpec("conv2.weight", (32, 32, 3, 3)),
+    TensorSpec("conv2.bias", (32,)),
+    TensorSpec("conv3.weight", (64, 32, 3, 3)),
+    TensorSpec("conv3.bias", (64,)),
+    TensorSpec("conv4.weight", (64, 64, 3, 3)),
+    TensorSpec("conv4.bias", (64,)),
+    TensorSpec("dense1.weight", (512, 1600)),
+    TensorSpec("dense1.bias", (512,)),
+    TensorSpec("dense2.weight", (10, 512)),
+    TensorSpec("dense2.bias", (10,)),
 ]
 
 
@@ -42,7 +48,12 @@ def test_round_robin_is_creation_order_modulo_shards():
 
 
 def test_greedy_puts_largest_first_on_least_loaded():
-    specs = [TensorSpec("a", (10,)), TensorSpec("b", (100,)), TensorSpec("c", (60,)), TensorSpec("d", (50,))]
+    specs = [
+        TensorSpec("a", (10,)),
+        TensorSpec("b", (100,)),
+        TensorSpec("c", (60,)),
+        TensorSpec("d", (50,)),
+    ]
     p = greedy_bytes(specs, 2)
     # b (400 B) -> 0, c (240) -> 1, d (200) -> 1, a (40) -> 0
     assert shard_of(p) == {"a": [0], "b": [0], "c": [1], "d": [1]}
@@ -51,7 +62,12 @@ def test_greedy_puts_largest_first_on_least_loaded():
 
 
 def test_greedy_beats_round_robin_on_a_skewed_model():
-    specs = [TensorSpec("big", (1000,)), TensorSpec("s1", (10,)), TensorSpec("med", (900,)), TensorSpec("s2", (10,))]
+    specs = [
+        TensorSpec("big", (1000,)),
+        TensorSpec("s1", (10,)),
+        TensorSpec("med", (900,)),
+        TensorSpec("s2", (10,)),
+    ]
     rr, gb = round_robin(specs, 2), greedy_bytes(specs, 2)
     assert rr.imbalance > 1.8  # big and med land on shard 0
     assert gb.imbalance < 1.06
@@ -75,7 +91,9 @@ def test_sliced_splits_only_big_tensors_into_fixed_chunks_over_all_shards():
     assert sum(c.length for c in dense.chunks) == 512 * 1600
     assert [c.offset for c in dense.chunks] == [i * per for i in range(len(dense.chunks))]
     assert dense.shards == [0, 1]
-    assert all(len(p[s.name].chunks) == 1 and p[s.name].chunks[0].whole for s in CNN if s.nbytes <= chunk)
+    assert all(
+        len(p[s.name].chunks) == 1 and p[s.name].chunks[0].whole for s in CNN if s.nbytes <= chunk
+    )
     ids = [c.key_id for k in p.keys for c in k.chunks]
     assert ids == list(range(len(ids)))  # creation order, chunk by chunk
     assert p.imbalance < 1.05
@@ -90,7 +108,7 @@ def test_sliced_chunks_reassemble_exactly(dtype):
     kp = p["w"]
     assert len(kp.chunks) > 3
     flat = value.reshape(-1)
-    parts = {c.index: flat[c.offset:c.offset + c.length].copy() for c in kp.chunks}
+    parts = {c.index: flat[c.offset : c.offset + c.length].copy() for c in kp.chunks}
     out = reassemble(spec, parts, kp)
     assert out.dtype == value.dtype and out.shape == value.shape
     assert np.array_equal(out, value)

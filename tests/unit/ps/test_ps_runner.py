@@ -21,32 +21,52 @@ ADDRESSES = {"algo-1": "127.1.2.1", "algo-2": "127.1.2.2"}
 
 
 def context(tmp_path, host, options, checkpoint_local_path=None):
-    config = AgentConfig(job_name="j", hosts=["algo-1", "algo-2"], addresses=ADDRESSES,
-                         instance_type="local", num_cpus=2, num_gpus=0, hyperparameters={},
-                         input_data_config={}, channel_sources={}, submit_directory=str(tmp_path),
-                         entry_point="train.py", instances_dir=str(tmp_path / "instances"),
-                         runner="native_ps", runner_options=dict(options, kind="parameter_server"),
-                         checkpoint_local_path=checkpoint_local_path, job_secret="s3cret")
-    return InstanceContext(config=config, host=host, paths=paths_for(config, host),
-                           env={"SM_CURRENT_HOST": host}, user_command=[sys.executable, "train.py"])
+    config = AgentConfig(
+        job_name="j",
+        hosts=["algo-1", "algo-2"],
+        addresses=ADDRESSES,
+        instance_type="local",
+        num_cpus=2,
+        num_gpus=0,
+        hyperparameters={},
+        input_data_config={},
+        channel_sources={},
+        submit_directory=str(tmp_path),
+        entry_point="train.py",
+        instances_dir=str(tmp_path / "instances"),
+        runner="native_ps",
+        runner_options=dict(options, kind="parameter_server"),
+        checkpoint_local_path=checkpoint_local_path,
+        job_secret="s3cret",
+    )
+    return InstanceContext(
+        config=config,
+        host=host,
+        paths=paths_for(config, host),
+        env={"SM_CURRENT_HOST": host},
+        user_command=[sys.executable, "train.py"],
+    )
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"policy": "nearest"}, "unknown placement policy"),
-    ({"consistency": "eventual"}, "unknown consistency mode"),
-    ({"consistency": "bounded"}, "needs max_staleness"),
-    ({"max_staleness": -1}, "max_staleness must be >= 0"),
-    ({"consistency": "sync", "max_staleness": 1}, "does not apply to mode 'sync'"),
-    ({"num_shards": 0}, "num_shards"),
-    ({"num_shards": 33}, "num_shards"),
-    ({"workers_per_host": 0}, "workers_per_host"),
-    ({"workers_per_host": True}, "workers_per_host"),
-    ({"workers_per_host": 2, "processes_per_host": 3}, "disagree"),
-    ({"heartbeat_timeout": 0}, "heartbeat_timeout"),
-    ({"mac": "md5"}, "'mac' must be one of"),
-    ({"port": 80}, "'port'"),
-    ({"shards": 2}, "unknown parameter_server option(s) ['shards']"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"policy": "nearest"}, "unknown placement policy"),
+        ({"consistency": "eventual"}, "unknown consistency mode"),
+        ({"consistency": "bounded"}, "needs max_staleness"),
+        ({"max_staleness": -1}, "max_staleness must be >= 0"),
+        ({"consistency": "sync", "max_staleness": 1}, "does not apply to mode 'sync'"),
+        ({"num_shards": 0}, "num_shards"),
+        ({"num_shards": 33}, "num_shards"),
+        ({"workers_per_host": 0}, "workers_per_host"),
+        ({"workers_per_host": True}, "workers_per_host"),
+        ({"workers_per_host": 2, "processes_per_host": 3}, "disagree"),
+        ({"heartbeat_timeout": 0}, "heartbeat_timeout"),
+        ({"mac": "md5"}, "'mac' must be one of"),
+        ({"port": 80}, "'port'"),
+        ({"shards": 2}, "unknown parameter_server option(s) ['shards']"),
+    ],
+)
 def test_bad_options_raise_distribution_errors(options, message):
     with pytest.raises(DistributionError) as err:
         native_ps.validate(dict(options, enabled=True), 2, None)
@@ -54,8 +74,15 @@ def test_bad_options_raise_distribution_errors(options, message):
 
 
 def test_defaults_one_shard_per_instance_async_auto():
-    opts = PSOptions.parse({"enabled": True, "implementation": "shipyard", "kind": "parameter_server"}, 3)
-    assert (opts.num_shards, opts.workers_per_host, opts.policy, opts.consistency.mode) == (3, 1, "auto", "async")
+    opts = PSOptions.parse(
+        {"enabled": True, "implementation": "shipyard", "kind": "parameter_server"}, 3
+    )
+    assert (opts.num_shards, opts.workers_per_host, opts.policy, opts.consistency.mode) == (
+        3,
+        1,
+        "auto",
+        "async",
+    )
     assert PSOptions.parse({"max_staleness": 2}, 1).consistency.mode == "bounded"
     assert PSOptions.parse({"processes_per_host": 2}, 1).workers_per_host == 2
 
@@ -65,13 +92,23 @@ def test_shards_spread_over_instances_with_their_own_ports():
     assert [opts.shards_on(h, 2) for h in (0, 1)] == [[0, 2, 4], [1, 3]]
     ips = list(ADDRESSES.values())
     assert [opts.shard_endpoint(i, ips) for i in range(5)] == [
-        "tcp://127.1.2.1:7100", "tcp://127.1.2.2:7100", "tcp://127.1.2.1:7101",
-        "tcp://127.1.2.2:7101", "tcp://127.1.2.1:7102"]
+        "tcp://127.1.2.1:7100",
+        "tcp://127.1.2.2:7100",
+        "tcp://127.1.2.1:7101",
+        "tcp://127.1.2.2:7101",
+        "tcp://127.1.2.1:7102",
+    ]
 
 
 def test_plan_shards_and_workers_of_one_instance(tmp_path):
-    options = {"enabled": True, "consistency": "sync", "policy": "sliced", "num_shards": 2,
-               "workers_per_host": 2, "checkpoint_interval": 5}
+    options = {
+        "enabled": True,
+        "consistency": "sync",
+        "policy": "sliced",
+        "num_shards": 2,
+        "workers_per_host": 2,
+        "checkpoint_interval": 5,
+    }
     ctx = context(tmp_path, "algo-2", options)
     specs = native_ps.plan(ctx)
     assert [s.name for s in specs] == ["ps-shard-1", "ps-worker-2", "ps-worker-3"]
@@ -86,7 +123,9 @@ def test_plan_shards_and_workers_of_one_instance(tmp_path):
     for local, w in enumerate(workers):
         assert not w.critical and w.argv[1:4] == ["-m", "shipyard.ps.worker", "--"]
         assert w.argv[4:] == ctx.user_command
-        assert w.env["SHIPYARD_PS_RANK"] == str(2 + local) and w.env["SHIPYARD_PS_LOCAL_RANK"] == str(local)
+        assert w.env["SHIPYARD_PS_RANK"] == str(2 + local) and w.env[
+            "SHIPYARD_PS_LOCAL_RANK"
+        ] == str(local)
         assert w.env["SHIPYARD_PS_ENDPOINTS"] == "tcp://127.1.2.1:7100,tcp://127.1.2.2:7100"
         assert w.env["SHIPYARD_PS_NUM_WORKERS"] == "4" and w.env["SHIPYARD_PS_POLICY"] == "sliced"
         assert w.env["SHIPYARD_PS_SECRET"] == "s3cret"
@@ -116,13 +155,21 @@ def test_job_outcome_a_rank_that_never_joins_is_lost_after_the_join_timeout():
     table = WorkerTable(heartbeat_timeout=10)
     table.restore({1: 40})  # known from a checkpoint, not heard from by this shard
     assert job_outcome(2, {0: 1}, table, {0}, 30.0, 0.0, 60) is None
-    assert job_outcome(2, {0: 1}, table, {0}, 61.0, 0.0, 60)[1] == {"lost": "never connected within 60s"}
+    assert job_outcome(2, {0: 1}, table, {0}, 61.0, 0.0, 60)[1] == {
+        "lost": "never connected within 60s"
+    }
 
 
 def test_final_report_merges_shards_and_warns_when_nobody_pushed():
     stats = {"shard": 0, "pushes": 0, "workers": {"0": {"bytes_in": 10, "bytes_out": 20}}}
-    answers = [{"finished": {"1": {"lost": "x"}, "0": {"exit_code": 0}}, "stats": stats,
-                "placement": None}, None]
+    answers = [
+        {
+            "finished": {"1": {"lost": "x"}, "0": {"exit_code": 0}},
+            "stats": stats,
+            "placement": None,
+        },
+        None,
+    ]
     report = final_report(answers, ["tcp://a:1"])
     assert report["schema"] == "shipyard.ps.report/v1"
     assert list(report["workers_final"]) == ["0", "1"] and report["warnings"] == [NEVER_USED]
@@ -131,10 +178,14 @@ def test_final_report_merges_shards_and_warns_when_nobody_pushed():
 
 
 def test_wrapper_keeps_the_error_tail_and_reports_signals(capfd):
-    status, tail, stopped = run_command([sys.executable, "-c", "import sys; sys.exit('boom at the end')"])
+    status, tail, stopped = run_command(
+        [sys.executable, "-c", "import sys; sys.exit('boom at the end')"]
+    )
     assert (status, stopped) == (1, False) and "boom at the end" in tail
     assert "boom at the end" in capfd.readouterr().err  # passed through as it came
-    status, tail, _ = run_command([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    status, tail, _ = run_command(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    )
     assert status == 137 and tail == ""
     assert run_command([sys.executable, "-c", "print('ok')"])[:2] == (0, "")
 

@@ -28,14 +28,18 @@ def data(n=64, seed=1):
 
 
 def local_client(net, rank=0):
-    return PSClient(worker_id=rank, secret=SECRET, transport_factory=net.connect, heartbeat_interval=0)
+    return PSClient(
+        worker_id=rank, secret=SECRET, transport_factory=net.connect, heartbeat_interval=0
+    )
 
 
 def train(model, opt, steps, sched=None):
     x, y = data()
     for i in range(steps):
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x[i * 8:(i + 1) * 8]), y[i * 8:(i + 1) * 8])
+        loss = torch.nn.functional.cross_entropy(
+            model(x[i * 8 : (i + 1) * 8]), y[i * 8 : (i + 1) * 8]
+        )
         loss.backward()
         opt.step()
         if sched is not None:
@@ -46,8 +50,13 @@ def train(model, opt, steps, sched=None):
 def build(kind, model):
     head, body = list(model[2].parameters()), list(model[0].parameters())
     if kind == "sgd":
-        return torch.optim.SGD([{"params": body}, {"params": head, "lr": 0.05}], lr=0.1, momentum=0.9,
-                               nesterov=True, weight_decay=1e-3)
+        return torch.optim.SGD(
+            [{"params": body}, {"params": head, "lr": 0.05}],
+            lr=0.1,
+            momentum=0.9,
+            nesterov=True,
+            weight_decay=1e-3,
+        )
     if kind == "adamw":
         return torch.optim.AdamW([{"params": body}, {"params": head, "lr": 3e-3}], lr=1e-2)
     return torch.optim.Adagrad(model.parameters(), lr=0.1, lr_decay=0.01)
@@ -64,9 +73,17 @@ def test_matches_plain_torch_training(kind, overlap):
     net = LocalNetwork([ServerCore(ServerConfig(index=i, num_shards=2), SECRET) for i in range(2)])
     model = make_model()
     inner = build(kind, model)
-    sched = torch.optim.lr_scheduler.StepLR(inner, step_size=3, gamma=0.5)  # on the wrapped optimizer
-    opt = DistributedOptimizer(inner, named_parameters=model.named_parameters(), client=local_client(net),
-                               overlap=overlap, policy="sliced", chunk_bytes=1024)
+    sched = torch.optim.lr_scheduler.StepLR(
+        inner, step_size=3, gamma=0.5
+    )  # on the wrapped optimizer
+    opt = DistributedOptimizer(
+        inner,
+        named_parameters=model.named_parameters(),
+        client=local_client(net),
+        overlap=overlap,
+        policy="sliced",
+        chunk_bytes=1024,
+    )
     loss = train(model, opt, 8, sched)
     for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
         torch.testing.assert_close(p, q, rtol=2e-5, atol=2e-6, msg=name)
@@ -75,17 +92,21 @@ def test_matches_plain_torch_training(kind, overlap):
     assert [e["key"] for e in rep["placement"]] == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert opt.client.step == 8
     if kind != "adagrad":  # the scheduler's changes reached the shards
-        assert all(s["optimizers"]["group1"]["lr"] == pytest.approx(inner.param_groups[1]["lr"])
-                   for s in opt.client.shard_stats())
+        assert all(
+            s["optimizers"]["group1"]["lr"] == pytest.approx(inner.param_groups[1]["lr"])
+            for s in opt.client.shard_stats()
+        )
 
 
 def test_other_ranks_start_from_rank0_values():
     net = LocalNetwork([ServerCore(ServerConfig(index=0, num_shards=1), SECRET)])
     m0, m1 = make_model(seed=0), make_model(seed=99)
-    DistributedOptimizer(torch.optim.SGD(m0.parameters(), lr=0.1), m0.named_parameters(),
-                         client=local_client(net, 0))
-    DistributedOptimizer(torch.optim.SGD(m1.parameters(), lr=0.1), m1.named_parameters(),
-                         client=local_client(net, 1))
+    DistributedOptimizer(
+        torch.optim.SGD(m0.parameters(), lr=0.1), m0.named_parameters(), client=local_client(net, 0)
+    )
+    DistributedOptimizer(
+        torch.optim.SGD(m1.parameters(), lr=0.1), m1.named_parameters(), client=local_client(net, 1)
+    )
     for p, q in zip(m0.parameters(), m1.parameters()):
         assert torch.equal(p, q)
 
@@ -95,12 +116,21 @@ def test_unsupported_optimizer_and_double_backward():
     m = make_model()
     with pytest.raises(PSConfigError, match="RMSprop has no server-side implementation"):
         DistributedOptimizer(torch.optim.RMSprop(m.parameters()), client=local_client(net))
-    assert server_optimizer_config(torch.optim.Adam(m.parameters(), lr=0.5, betas=(0.8, 0.9)),
-                                   torch.optim.Adam(m.parameters(), lr=0.5, betas=(0.8, 0.9)).param_groups[0]) == {
-        "name": "adam", "lr": 0.5, "betas": [0.8, 0.9], "eps": 1e-8, "weight_decay": 0,
-        "amsgrad": False, "maximize": False}
-    DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m.named_parameters(),
-                         client=local_client(net))
+    assert server_optimizer_config(
+        torch.optim.Adam(m.parameters(), lr=0.5, betas=(0.8, 0.9)),
+        torch.optim.Adam(m.parameters(), lr=0.5, betas=(0.8, 0.9)).param_groups[0],
+    ) == {
+        "name": "adam",
+        "lr": 0.5,
+        "betas": [0.8, 0.9],
+        "eps": 1e-8,
+        "weight_decay": 0,
+        "amsgrad": False,
+        "maximize": False,
+    }
+    DistributedOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.1), m.named_parameters(), client=local_client(net)
+    )
     x, y = data()
     torch.nn.functional.cross_entropy(m(x), y).backward()
     with pytest.raises(PSConfigError, match="overlap=False"):
@@ -111,8 +141,11 @@ def test_small_gradients_wait_in_a_bucket_big_ones_go_during_backward():
     net = LocalNetwork([ServerCore(ServerConfig(index=i, num_shards=2), SECRET) for i in range(2)])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(200, 100), torch.nn.Tanh(), torch.nn.Linear(100, 3))
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                               named_parameters=model.named_parameters(), client=local_client(net))
+    opt = DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(),
+        client=local_client(net),
+    )
     x, y = torch.randn(8, 200), torch.randint(0, 3, (8,))
     torch.nn.functional.cross_entropy(model(x), y).backward()
     # 0.weight (80 KB) was pushed by its hook; the three small ones wait for step()
@@ -122,7 +155,9 @@ def test_small_gradients_wait_in_a_bucket_big_ones_go_during_backward():
     opt.step()
     after = sum(s["messages_in"] for s in opt.client.shard_stats())
     assert not opt.client._bucket and not opt.client._open
-    shards = {c.shard for n in ("0.bias", "2.bias", "2.weight") for c in opt.client.placement(n).chunks}
+    shards = {
+        c.shard for n in ("0.bias", "2.bias", "2.weight") for c in opt.client.placement(n).chunks
+    }
     assert after - before == len(shards) + 2  # one message per shard for the bucket, + STATS x2
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(200, 100), torch.nn.Tanh(), torch.nn.Linear(100, 3))

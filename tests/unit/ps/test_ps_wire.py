@@ -25,8 +25,17 @@ OTHER = wire.Signer("secret-two")
 
 
 def frames_of(arr, **kw):
-    h = Header(msg_type=MsgType.PUSH, key=7, worker=3, request_id=99, shard=1, step=12,
-               dtype=wire.dtype_code(arr.dtype), shape=arr.shape, **kw)
+    h = Header(
+        msg_type=MsgType.PUSH,
+        key=7,
+        worker=3,
+        request_id=99,
+        shard=1,
+        step=12,
+        dtype=wire.dtype_code(arr.dtype),
+        shape=arr.shape,
+        **kw,
+    )
     return [bytes(memoryview(f).cast("B")) for f in wire.encode(SIGNER, h, [arr])]
 
 
@@ -37,7 +46,14 @@ def test_tensor_round_trip(dtype):
     assert len(frames[0]) == wire.HEADER_SIZE and len(frames[-1]) == wire.MAC_SIZE
     msg = wire.decode(SIGNER, frames)
     h = msg.header
-    assert (h.msg_type, h.key, h.worker, h.request_id, h.shard, h.step) == (MsgType.PUSH, 7, 3, 99, 1, 12)
+    assert (h.msg_type, h.key, h.worker, h.request_id, h.shard, h.step) == (
+        MsgType.PUSH,
+        7,
+        3,
+        99,
+        1,
+        12,
+    )
     assert h.shape == (2, 3, 4) and h.nbytes == arr.nbytes
     out = msg.tensor()
     assert out.dtype == arr.dtype and np.array_equal(out, arr)
@@ -189,7 +205,9 @@ def test_mac_algorithm_selection(monkeypatch):
     monkeypatch.setenv(wire.MAC_ENV, "hmac-sha256")
     assert wire.Signer("s").alg == wire.MAC_HMAC_SHA256
     monkeypatch.delenv(wire.MAC_ENV)
-    if "aes-gmac" in wire.available_macs():  # the ps extra installs cryptography: the fastest MAC by default
+    if (
+        "aes-gmac" in wire.available_macs()
+    ):  # the ps extra installs cryptography: the fastest MAC by default
         assert wire.default_mac() == "aes-gmac" and wire.Signer("s").alg == wire.MAC_GMAC
     if "blake3" not in wire.available_macs():
         with pytest.raises(PSConfigError, match="pip install blake3"):
@@ -219,7 +237,9 @@ def test_one_time_key_mac_round_trip_and_rejection(name):
     hdr = Header(msg_type=MsgType.PUSH, dtype=8, shape=arr.shape)
     frames = wire.encode(signer, hdr, [arr])
     again = wire.encode(signer, hdr, [arr])
-    assert bytes(frames[-1]) != bytes(again[-1])  # a fresh nonce, hence a fresh one-time key, per message
+    assert bytes(frames[-1]) != bytes(
+        again[-1]
+    )  # a fresh nonce, hence a fresh one-time key, per message
     msg = wire.decode(SIGNER, frames)  # the receiver accepts any available algorithm
     assert msg.header.mac_alg == wire.MAC_ALGORITHMS[name] and np.array_equal(msg.tensor(), arr)
     # frame boundaries are authenticated: the same bytes split differently do not verify

@@ -26,8 +26,14 @@ async def handler(req: HttpRequest) -> HttpResponse:
         await asyncio.sleep(0.3)
     if req.path == "/slower":
         await asyncio.sleep(2.5)
-    echo = {"method": req.method, "path": req.path, "query": req.query, "len": len(req.body),
-            "body": req.body.decode("latin-1"), "ctype": req.header("content-type")}
+    echo = {
+        "method": req.method,
+        "path": req.path,
+        "query": req.query,
+        "len": len(req.body),
+        "body": req.body.decode("latin-1"),
+        "ctype": req.header("content-type"),
+    }
     return HttpResponse(200, json.dumps(echo).encode(), headers=[("X-Seen", "1")])
 
 
@@ -38,8 +44,9 @@ class Running:
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
-        self.server = Server(handler, LIMIT, error_body, keepalive_timeout=keepalive,
-                             read_timeout=read_timeout)
+        self.server = Server(
+            handler, LIMIT, error_body, keepalive_timeout=keepalive, read_timeout=read_timeout
+        )
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         asyncio.run_coroutine_threadsafe(self.server.start(self.sock), self.loop).result(5)
@@ -95,8 +102,10 @@ def closed_by_peer(s: socket.socket, wait: float = 5.0) -> bool:
 
 
 def post(path: str, body: bytes, extra: str = "") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}\r\n"
+    ).encode() + body
 
 
 def test_keep_alive_and_pipelined_requests_answered_in_order(srv):
@@ -116,8 +125,10 @@ def test_keep_alive_and_pipelined_requests_answered_in_order(srv):
 
 def test_chunked_body_expect_continue_and_head(srv):
     s, buf = connect(srv.port), bytearray()
-    s.sendall(b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-              b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+    s.sendall(
+        b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    )
     status, _, body = read_response(s, buf)
     assert status == 200 and json.loads(body)["body"] == "hello world"
     s.sendall(b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
@@ -152,8 +163,11 @@ def test_body_over_the_limit_is_refused_while_it_arrives(srv):
     assert status == 413 and b"payload limit" in body
     # with Expect: 100-continue the body is never asked for
     s, buf = connect(srv.port), bytearray()
-    s.sendall(post("/big", b"", "Expect: 100-continue\r\n").replace(
-        b"Content-Length: 0", f"Content-Length: {LIMIT + 1}".encode()))
+    s.sendall(
+        post("/big", b"", "Expect: 100-continue\r\n").replace(
+            b"Content-Length: 0", f"Content-Length: {LIMIT + 1}".encode()
+        )
+    )
     status, _, _ = read_response(s, buf)
     assert status == 413 and closed_by_peer(s)
     # the server still serves

@@ -22,22 +22,31 @@ from shipyard.serving.errors import BadRequest, ModelLoadError, UnsupportedMedia
 from shipyard.serving.protocol import Signature, TensorSpec
 from shipyard.serving.servables import Servable
 
-SIG = Signature("serving_default", {"x": TensorSpec("x", "float32", (None, 2))},
-                {"y": TensorSpec("y", "float32", (None,))})
+SIG = Signature(
+    "serving_default",
+    {"x": TensorSpec("x", "float32", (None, 2))},
+    {"y": TensorSpec("y", "float32", (None,))},
+)
 
 
-@pytest.mark.parametrize("ctype,body,want", [
-    ("application/json", '{"instances": [[1, 2]]}', {"instances": [[1, 2]]}),
-    ("application/json", '{"inputs": {"x": [[1, 2]]}}', {"inputs": {"x": [[1, 2]]}}),
-    ("application/json", "[1, 2]", {"instances": [[1, 2]]}),
-    ("application/json", " [[1, 2], [3, 4]]", {"instances": [[1, 2], [3, 4]]}),
-    ("application/json", '{"a": 1}', {"instances": [{"a": 1}]}),
-    ("application/jsonlines", "[1, 2]\n[3, 4]\n", {"instances": [[1, 2], [3, 4]]}),
-    ("application/jsons", '{"x": [1, 2]}\n{"x": [3, 4]}', {"instances": [{"x": [1, 2]},
-                                                                        {"x": [3, 4]}]}),
-    ("text/csv", "1,2.5\n3,4\n\n", {"instances": [[1, 2.5], [3, 4]]}),
-    ("text/csv; charset=utf-8", 'a,"b"\n', {"instances": [["a", "b"]]}),
-])
+@pytest.mark.parametrize(
+    "ctype,body,want",
+    [
+        ("application/json", '{"instances": [[1, 2]]}', {"instances": [[1, 2]]}),
+        ("application/json", '{"inputs": {"x": [[1, 2]]}}', {"inputs": {"x": [[1, 2]]}}),
+        ("application/json", "[1, 2]", {"instances": [[1, 2]]}),
+        ("application/json", " [[1, 2], [3, 4]]", {"instances": [[1, 2], [3, 4]]}),
+        ("application/json", '{"a": 1}', {"instances": [{"a": 1}]}),
+        ("application/jsonlines", "[1, 2]\n[3, 4]\n", {"instances": [[1, 2], [3, 4]]}),
+        (
+            "application/jsons",
+            '{"x": [1, 2]}\n{"x": [3, 4]}',
+            {"instances": [{"x": [1, 2]}, {"x": [3, 4]}]},
+        ),
+        ("text/csv", "1,2.5\n3,4\n\n", {"instances": [[1, 2.5], [3, 4]]}),
+        ("text/csv; charset=utf-8", 'a,"b"\n', {"instances": [["a", "b"]]}),
+    ],
+)
 def test_invocations_to_tfs_as_the_container(ctype, body, want):
     assert protocol.invocations_to_tfs(body.encode(), ctype) == want
 
@@ -58,10 +67,16 @@ def test_parse_tfs_request_rows_columns_and_errors():
     assert not row and arrays["x"].tolist() == [[1, 2]]
     arrays, _ = protocol.parse_tfs_request({"instances": [{"x": [1, 2]}]}, SIG)
     assert arrays["x"].shape == (1, 2)
-    for bad, msg in [({"instances": [[1, 2, 3]]}, "shape"), ({"instances": [[1, [2]]]}, "float32"),
-                     ({"instances": [["a", "b"]]}, "float32"), ({"instances": []}, "non-empty"),
-                     ({"instances": [{"z": 1}]}, "lacks input 'x'"), ([1], "JSON object"),
-                     ({"instances": [[True, False]]}, "float32"), ({"x": 1}, "exactly one")]:
+    for bad, msg in [
+        ({"instances": [[1, 2, 3]]}, "shape"),
+        ({"instances": [[1, [2]]]}, "float32"),
+        ({"instances": [["a", "b"]]}, "float32"),
+        ({"instances": []}, "non-empty"),
+        ({"instances": [{"z": 1}]}, "lacks input 'x'"),
+        ([1], "JSON object"),
+        ({"instances": [[True, False]]}, "float32"),
+        ({"x": 1}, "exactly one"),
+    ]:
         with pytest.raises(BadRequest, match=msg):
             protocol.parse_tfs_request(bad, SIG)
 
@@ -74,8 +89,11 @@ def test_b64_strings_and_outputs():
         protocol.parse_tfs_request({"instances": [{"b64": "!!"}]}, sig)
     out = {"a_bytes": np.array([b"\x00"], dtype=object), "b": np.array([b"ok"], dtype=object)}
     assert protocol.format_predictions(out, True) == {
-        "predictions": [{"a_bytes": {"b64": "AA=="}, "b": "ok"}]}
-    assert protocol.plain(protocol.format_predictions({"y": np.array([1.5])}, False)) == {"outputs": [1.5]}
+        "predictions": [{"a_bytes": {"b64": "AA=="}, "b": "ok"}]
+    }
+    assert protocol.plain(protocol.format_predictions({"y": np.array([1.5])}, False)) == {
+        "outputs": [1.5]
+    }
 
 
 def test_dumps_numeric_answers_as_json_writes_them():
@@ -91,7 +109,9 @@ def test_dumps_numeric_answers_as_json_writes_them():
     assert nan == b'{"predictions":[NaN,Infinity]}'
     strided = np.arange(6, dtype=np.float64).reshape(2, 3)[:, ::2]  # not contiguous
     assert json.loads(protocol.dumps({"outputs": strided})) == {"outputs": [[0.0, 2.0], [3.0, 5.0]]}
-    assert protocol.dumps({"error": "é"}) == json.dumps({"error": "é"}, separators=(",", ":")).encode()
+    assert (
+        protocol.dumps({"error": "é"}) == json.dumps({"error": "é"}, separators=(",", ":")).encode()
+    )
 
 
 def test_classify_regress_formats():
@@ -122,11 +142,17 @@ def _link(name, target, kind=tarfile.SYMTYPE):
     return info, None
 
 
-@pytest.mark.parametrize("member,msg", [
-    (_file("../evil"), "outside"), (_file("/abs/evil"), "outside"),
-    (_file("a/../../evil"), "outside"), (_link("l", "/etc/passwd"), "links to"),
-    (_link("d/l", "../../x"), "links to"), (_link("h", "../x", tarfile.LNKTYPE), "links to"),
-])
+@pytest.mark.parametrize(
+    "member,msg",
+    [
+        (_file("../evil"), "outside"),
+        (_file("/abs/evil"), "outside"),
+        (_file("a/../../evil"), "outside"),
+        (_link("l", "/etc/passwd"), "links to"),
+        (_link("d/l", "../../x"), "links to"),
+        (_link("h", "../x", tarfile.LNKTYPE), "links to"),
+    ],
+)
 def test_archive_leaving_the_model_dir_is_refused_and_writes_nothing(tmp_path, member, msg):
     archive = _tar(tmp_path / "m.tar.gz", [_file("1/saved_model.pb"), member])
     dest = tmp_path / "out" / "model"
@@ -136,9 +162,15 @@ def test_archive_leaving_the_model_dir_is_refused_and_writes_nothing(tmp_path, m
 
 
 def test_extract_and_discover_tf_layouts(tmp_path):
-    archive = _tar(tmp_path / "m.tar.gz", [_file("1/saved_model.pb"), _file("2/saved_model.pb"),
-                                           _link("1/ok", "saved_model.pb"),
-                                           _file("code/inference.py")])
+    archive = _tar(
+        tmp_path / "m.tar.gz",
+        [
+            _file("1/saved_model.pb"),
+            _file("2/saved_model.pb"),
+            _link("1/ok", "saved_model.pb"),
+            _file("code/inference.py"),
+        ],
+    )
     model_data.extract(archive, str(tmp_path / "m"))
     found = model_data.find_tf_models(str(tmp_path / "m"))
     assert list(found) == ["model"] and found["model"].latest == 2
@@ -146,8 +178,9 @@ def test_extract_and_discover_tf_layouts(tmp_path):
     (tmp_path / "multi" / "a" / "3" / "saved_model.pb").write_bytes(b"")
     (tmp_path / "multi" / "b" / "x").mkdir(parents=True)
     (tmp_path / "multi" / "b" / "x" / "saved_model.pb").write_bytes(b"")  # not a version
-    assert {k: list(v.versions) for k, v in model_data.find_tf_models(
-        str(tmp_path / "multi")).items()} == {"a": [3]}
+    assert {
+        k: list(v.versions) for k, v in model_data.find_tf_models(str(tmp_path / "multi")).items()
+    } == {"a": [3]}
     (tmp_path / "notar").write_text("hello")
     with pytest.raises(ModelLoadError, match="not a tar"):
         model_data.extract(str(tmp_path / "notar"), str(tmp_path / "x"))
@@ -177,10 +210,16 @@ def test_jsonpath_filters_and_join():
     with pytest.raises(ValidationError):
         batch.jsonpath("a", [])
     assert batch.filter_input(b"id7,1,2", "$[1:]", "text/csv") == b"1,2"
-    assert batch.join_output(b"id7,1,2", b"0.5", "Input", "$[0,-1]", "text/csv",
-                             "text/csv") == b"id7,0.5"
-    assert batch.join_output(b'{"id": 1}', b"[0.5]", "Input", None, "application/json",
-                             "application/json") == b'{"id":1,"SageMakerOutput":[0.5]}'
+    assert (
+        batch.join_output(b"id7,1,2", b"0.5", "Input", "$[0,-1]", "text/csv", "text/csv")
+        == b"id7,0.5"
+    )
+    assert (
+        batch.join_output(
+            b'{"id": 1}', b"[0.5]", "Input", None, "application/json", "application/json"
+        )
+        == b'{"id":1,"SageMakerOutput":[0.5]}'
+    )
     assert batch.per_record_outputs(b'{"predictions": [[1], [2]]}', 2) == [b"[1]", b"[2]"]
     assert batch.per_record_outputs(b"1\n2\n", 2) == [b"1", b"2"]
     assert batch.per_record_outputs(b'{"x": 1}', 2) is None
@@ -196,18 +235,23 @@ def test_serializers_content_types_and_bytes():
     assert se.CSVSerializer().content_type == "text/csv"
     npy = se.NumpySerializer().serialize(x)
     assert se.NumpySerializer().content_type == "application/x-npy"
-    assert de.NumpyDeserializer().deserialize(io.BytesIO(npy), "application/x-npy").tolist() \
+    assert (
+        de.NumpyDeserializer().deserialize(io.BytesIO(npy), "application/x-npy").tolist()
         == x.tolist()
+    )
     assert se.IdentitySerializer().serialize(b"ab") == b"ab"
     assert se.StringSerializer().serialize(5) == b"5"
     assert de.JSONDeserializer().accept == ("application/json",)
     assert de.JSONLinesDeserializer().deserialize(io.BytesIO(b"[1]\n[2]\n"), "") == [[1], [2]]
-    assert de.CSVDeserializer().deserialize(io.BytesIO(b"1,2\n3,4\n"), "") == [["1", "2"],
-                                                                             ["3", "4"]]
+    assert de.CSVDeserializer().deserialize(io.BytesIO(b"1,2\n3,4\n"), "") == [
+        ["1", "2"],
+        ["3", "4"],
+    ]
     assert de.StringDeserializer().deserialize(io.BytesIO(b"hi"), "") == "hi"
     assert de.BytesDeserializer().deserialize(io.BytesIO(b"hi"), "") == b"hi"
-    assert de.NumpyDeserializer().deserialize(io.BytesIO(b"[[1,2]]"), "application/json"
-                                              ).tolist() == [[1, 2]]
+    assert de.NumpyDeserializer().deserialize(
+        io.BytesIO(b"[[1,2]]"), "application/json"
+    ).tolist() == [[1, 2]]
 
 
 # -- dynamic batching ---------------------------------------------------------------------
@@ -233,21 +277,23 @@ def test_batcher_merges_concurrent_requests_and_isolates_errors():
     async def main():
         reqs = [np.full((1, 2), i, dtype=np.float32) for i in range(6)]
         reqs[3] = np.full((1, 2), -1, dtype=np.float32)
-        return await asyncio.gather(*(runner.run(servable, "s", {"x": r}) for r in reqs),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            *(runner.run(servable, "s", {"x": r}) for r in reqs), return_exceptions=True
+        )
 
     results = asyncio.run(main())
-    assert servable.calls[0] == 6              # one merged call first ...
-    assert len(servable.calls) == 1 + 6        # ... which failed, so each went alone
+    assert servable.calls[0] == 6  # one merged call first ...
+    assert len(servable.calls) == 1 + 6  # ... which failed, so each went alone
     assert isinstance(results[3], BadRequest)
-    assert [r["y"].tolist() for i, r in enumerate(results) if i != 3] == \
-        [[4.0 * i] for i in (0, 1, 2, 4, 5)]
+    assert [r["y"].tolist() for i, r in enumerate(results) if i != 3] == [
+        [4.0 * i] for i in (0, 1, 2, 4, 5)
+    ]
     servable.calls.clear()
 
     async def many():
-        return await asyncio.gather(*(runner.run(servable, "s", {"x": np.ones((3, 2),
-                                                                              np.float32)})
-                                      for _ in range(5)))
+        return await asyncio.gather(
+            *(runner.run(servable, "s", {"x": np.ones((3, 2), np.float32)}) for _ in range(5))
+        )
 
     results = asyncio.run(many())
     assert sum(servable.calls) == 15 and max(servable.calls) <= 8 and len(servable.calls) < 5
@@ -266,9 +312,9 @@ def test_batcher_waits_only_while_company_is_coming():
         await runner.run(servable, "s", x)
         return time.monotonic() - start
 
-    assert asyncio.run(one()) < 0.25          # alone: no wait for company
-    runner.active = lambda: 3                  # two more requests are being read
-    assert asyncio.run(one()) >= 0.45          # waits (up to max_wait) for them
+    assert asyncio.run(one()) < 0.25  # alone: no wait for company
+    runner.active = lambda: 3  # two more requests are being read
+    assert asyncio.run(one()) >= 0.45  # waits (up to max_wait) for them
 
 
 def test_batcher_expects_as_many_rows_as_its_last_batch_and_learns_when_load_drops():
@@ -288,6 +334,7 @@ def test_batcher_expects_as_many_rows_as_its_last_batch_and_learns_when_load_dro
         async def later(i):
             await asyncio.sleep(i * gap)
             return await runner.run(servable, "s", x)
+
         return await asyncio.gather(*(later(i) for i in range(n)))
 
     async def timed_one():
@@ -296,10 +343,10 @@ def test_batcher_expects_as_many_rows_as_its_last_batch_and_learns_when_load_dro
         return time.monotonic() - start
 
     async def main():
-        await together(4)                  # one batch of 4: expect 4 next time
-        await staggered(4, 0.02)           # arriving 20 ms apart, still one batch
-        waited = await timed_one()         # load dropped: waits for company once ...
-        alone = await timed_one()          # ... then no more
+        await together(4)  # one batch of 4: expect 4 next time
+        await staggered(4, 0.02)  # arriving 20 ms apart, still one batch
+        waited = await timed_one()  # load dropped: waits for company once ...
+        alone = await timed_one()  # ... then no more
         return waited, alone
 
     waited, alone = asyncio.run(main())
@@ -340,7 +387,7 @@ def test_quick_calls_run_inline_and_slow_ones_leave_the_loop_free(make):
             await runner.run(quick, "s", x)
         call = asyncio.ensure_future(runner.run(slow, "s", x))
         start = time.monotonic()
-        await asyncio.sleep(0.05)   # a 0.3 s call on the loop would hold this up
+        await asyncio.sleep(0.05)  # a 0.3 s call on the loop would hold this up
         free_after = time.monotonic() - start
         assert not call.done()
         await call
@@ -355,8 +402,10 @@ def test_quick_calls_run_inline_and_slow_ones_leave_the_loop_free(make):
 
 def test_protocol_without_orjson_gives_the_same_values(monkeypatch):
     """orjson is optional: without it the json module parses and writes, same values."""
-    bodies = [b'{"instances": [[0.5, 1e-05, 3], [0.1, 2, 1]], "k": "\\u00e9"}',
-              b'{"instances": [[NaN, Infinity]]}']  # orjson refuses these: json parses them
+    bodies = [
+        b'{"instances": [[0.5, 1e-05, 3], [0.1, 2, 1]], "k": "\\u00e9"}',
+        b'{"instances": [[NaN, Infinity]]}',
+    ]  # orjson refuses these: json parses them
     fast = [protocol.loads(b) for b in bodies]
     out = {"p": np.array([[0.25, -1.5]], dtype=np.float32)}
     fast_out = protocol.dumps(protocol.format_predictions(out, True))

@@ -24,8 +24,14 @@ pytestmark = pytest.mark.tensorflow
 def run(code: str, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k != keras_compat.COMPAT_ENV}
     full.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join([HOOK, SRC]), **env)
-    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
-                          text=True, env=full, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=240,
+    )
 
 
 def test_the_hook_fixes_this_keras_once_the_script_imports_it():
@@ -38,7 +44,9 @@ def test_the_hook_fixes_this_keras_once_the_script_imports_it():
         "assert hasattr(trainer.reduce_per_replica, '__wrapped__')\n"
         "assert all(hasattr(getattr(trainer.TensorFlowTrainer, m), '__wrapped__')\n"
         "           for m in ('fit', 'evaluate', 'predict'))\n"
-        "print('ok')\n", **{keras_compat.COMPAT_ENV: "1"})
+        "print('ok')\n",
+        **{keras_compat.COMPAT_ENV: "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "ok"
     lines = [x for x in proc.stderr.splitlines() if x.startswith("shipyard:")]
@@ -58,6 +66,7 @@ def test_nothing_without_the_variable_and_a_fixed_keras_is_left_alone():
         "trainer.TensorFlowTrainer._maybe_symbolic_build = fixed\n"
         "trainer.reduce_per_replica = lambda values, strategy, reduction: values\n"
         "trainer.TensorFlowTrainer._make_function = lambda self, step_function: None\n"
-        "print(keras_compat.patch(trainer))\n")
+        "print(keras_compat.patch(trainer))\n"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]" and "shipyard:" not in proc.stderr

@@ -24,15 +24,31 @@ ADDR = {"algo-1": "127.9.9.1", "algo-2": "127.9.9.2", "algo-3": "127.9.9.3"}
 
 
 def ctx(tmp_path, host: str, options: dict, hosts=HOSTS) -> InstanceContext:
-    config = AgentConfig(job_name="j", hosts=hosts, addresses={h: ADDR[h] for h in hosts},
-                         instance_type="local", num_cpus=2, num_gpus=0, hyperparameters={},
-                         input_data_config={}, channel_sources={}, submit_directory="",
-                         entry_point="train.py", instances_dir=str(tmp_path),
-                         runner_options=options, job_secret="s3cret")
+    config = AgentConfig(
+        job_name="j",
+        hosts=hosts,
+        addresses={h: ADDR[h] for h in hosts},
+        instance_type="local",
+        num_cpus=2,
+        num_gpus=0,
+        hyperparameters={},
+        input_data_config={},
+        channel_sources={},
+        submit_directory="",
+        entry_point="train.py",
+        instances_dir=str(tmp_path),
+        runner_options=options,
+        job_secret="s3cret",
+    )
     paths = InstancePaths(os.path.join(tmp_path, host))
     env = {"PYTHONPATH": os.pathsep.join(["/code", "/resolver"]), "SM_CURRENT_HOST": host}
-    return InstanceContext(config=config, host=host, paths=paths, env=env,
-                           user_command=["python", "train.py", "--epochs", "1"])
+    return InstanceContext(
+        config=config,
+        host=host,
+        paths=paths,
+        env=env,
+        user_command=["python", "train.py", "--epochs", "1"],
+    )
 
 
 def picker():
@@ -51,16 +67,19 @@ def test_sagemaker_layout_byte_exact(tmp_path):
     assert master["master:0"].env["TF_CONFIG"] == (
         '{"cluster": {"master": ["127.9.9.1:40001"], "ps": ["127.9.9.1:2223", '
         '"127.9.9.2:2223", "127.9.9.3:2223"], "worker": ["127.9.9.2:2222", "127.9.9.3:2222"]}, '
-        '"environment": "cloud", "task": {"index": 0, "type": "master"}}')
+        '"environment": "cloud", "task": {"index": 0, "type": "master"}}'
+    )
     assert master["ps:0"].env["TF_CONFIG"] == (
         '{"cluster": {"master": ["127.9.9.1:2222"], "ps": ["127.9.9.1:40002", '
         '"127.9.9.2:2223", "127.9.9.3:2223"], "worker": ["127.9.9.2:2222", "127.9.9.3:2222"]}, '
-        '"environment": "cloud", "task": {"index": 0, "type": "ps"}}')
+        '"environment": "cloud", "task": {"index": 0, "type": "ps"}}'
+    )
     worker = by_name(tf_parameter_server.plan(ctx(tmp_path, "algo-3", opts), picker()))
     assert worker["worker:1"].env["TF_CONFIG"] == (
         '{"cluster": {"master": ["127.9.9.1:2222"], "ps": ["127.9.9.1:2223", '
         '"127.9.9.2:2223", "127.9.9.3:2223"], "worker": ["127.9.9.2:2222", "127.9.9.3:40002"]}, '
-        '"environment": "cloud", "task": {"index": 1, "type": "worker"}}')
+        '"environment": "cloud", "task": {"index": 1, "type": "worker"}}'
+    )
     # the user's script on a worker: not critical; the ps keeps the instance alive
     assert worker["worker:1"].argv == ["python", "train.py", "--epochs", "1"]
     assert not worker["worker:1"].critical and worker["ps:2"].critical
@@ -78,13 +97,19 @@ def test_tf2_layout_byte_exact(tmp_path):
     assert chief["chief:0"].env["TF_CONFIG"] == (
         '{"cluster": {"chief": ["127.9.9.1:40001"], "ps": ["127.9.9.1:2223", '
         '"127.9.9.2:2223", "127.9.9.3:2223"], "worker": ["127.9.9.1:2224", "127.9.9.2:2224", '
-        '"127.9.9.3:2224"]}, "environment": "cloud", "task": {"index": 0, "type": "chief"}}')
-    assert chief["worker:0"].env["TF_CONFIG"].endswith(
-        '"worker": ["127.9.9.1:40003", "127.9.9.2:2224", "127.9.9.3:2224"]}, '
-        '"environment": "cloud", "task": {"index": 0, "type": "worker"}}')
+        '"127.9.9.3:2224"]}, "environment": "cloud", "task": {"index": 0, "type": "chief"}}'
+    )
+    assert (
+        chief["worker:0"]
+        .env["TF_CONFIG"]
+        .endswith(
+            '"worker": ["127.9.9.1:40003", "127.9.9.2:2224", "127.9.9.3:2224"]}, '
+            '"environment": "cloud", "task": {"index": 0, "type": "worker"}}'
+        )
+    )
     spec = chief["chief:0"]
     assert spec.argv[1:3] == ["-m", "shipyard.tf.chief"]
-    assert spec.argv[spec.argv.index("--") + 1:] == ["python", "train.py", "--epochs", "1"]
+    assert spec.argv[spec.argv.index("--") + 1 :] == ["python", "train.py", "--epochs", "1"]
     assert "127.9.9.1:2223,127.9.9.2:2223,127.9.9.3:2223" in spec.argv
     assert spec.env["TF_USE_LEGACY_KERAS"] == "1" and spec.env["SHIPYARD_PEER_LABEL"] == "chief:0"
     path = spec.env["PYTHONPATH"].split(os.pathsep)
@@ -103,8 +128,10 @@ def test_tf2_layout_byte_exact(tmp_path):
 def test_ports_option_and_single_instance(tmp_path):
     opts = {"enabled": True, "ports": {"ps": 3333}, "kind": "parameter_server"}
     chief = by_name(tf_parameter_server.plan(ctx(tmp_path, "algo-1", opts), picker()))
-    assert '"ps": ["127.9.9.1:3333", "127.9.9.2:3333", "127.9.9.3:3333"]' in \
-        chief["chief:0"].env["TF_CONFIG"]
+    assert (
+        '"ps": ["127.9.9.1:3333", "127.9.9.2:3333", "127.9.9.3:3333"]'
+        in chief["chief:0"].env["TF_CONFIG"]
+    )
     single = ctx(tmp_path, "algo-1", opts, hosts=["algo-1"])
     specs = tf_parameter_server.plan(single, picker())
     assert [s.name for s in specs] == ["user"] and "TF_CONFIG" not in specs[0].env
@@ -116,7 +143,8 @@ def test_mwms_byte_exact(tmp_path):
     specs = by_name(multi_worker_mirrored.plan(ctx(tmp_path, "algo-2", opts), picker()))
     assert specs["user"].env["TF_CONFIG"] == (
         '{"cluster": {"worker": ["127.9.9.1:8890", "127.9.9.2:40001", "127.9.9.3:8890"]}, '
-        '"environment": "cloud", "task": {"index": 1, "type": "worker"}}')
+        '"environment": "cloud", "task": {"index": 1, "type": "worker"}}'
+    )
     relay = specs["relay-worker:1"]
     assert relay.role == "service" and "--serve" not in relay.argv
     assert "worker:1=127.9.9.2:8890>127.9.9.2:40001" in relay.argv
@@ -126,20 +154,24 @@ def test_mwms_byte_exact(tmp_path):
     path = specs["user"].env["PYTHONPATH"].split(os.pathsep)
     assert path[:2] == ["/code", "/resolver"]
     assert path[2].endswith(os.path.join("shipyard", "tf", "_hook"))
-    single = by_name(multi_worker_mirrored.plan(
-        ctx(tmp_path, "algo-1", opts, hosts=["algo-1"]), picker()))
+    single = by_name(
+        multi_worker_mirrored.plan(ctx(tmp_path, "algo-1", opts, hosts=["algo-1"]), picker())
+    )
     assert "SHIPYARD_KERAS_MWMS_COMPAT" not in single["user"].env  # one worker: nothing to fix
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"processes_per_host": 2}, "one worker per host"),
-    ({"layout": "tf3"}, "'tf2'"),
-    ({"ports": {"ps": 2222, "chief": 2222}}, "different ports"),
-    ({"ports": {"ps": 2224}}, "both use port 2224"),
-    ({"ports": {"master": 1}}, "no role 'master' in the 'tf2' layout"),
-    ({"ports": {"ps": 70000}}, "TCP port"),
-    ({"sync": True}, "unknown distribution['parameter_server'] key(s) ['sync']"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"processes_per_host": 2}, "one worker per host"),
+        ({"layout": "tf3"}, "'tf2'"),
+        ({"ports": {"ps": 2222, "chief": 2222}}, "different ports"),
+        ({"ports": {"ps": 2224}}, "both use port 2224"),
+        ({"ports": {"master": 1}}, "no role 'master' in the 'tf2' layout"),
+        ({"ports": {"ps": 70000}}, "TCP port"),
+        ({"sync": True}, "unknown distribution['parameter_server'] key(s) ['sync']"),
+    ],
+)
 def test_bad_ps_options(options, message):
     import re
 
@@ -163,14 +195,17 @@ def test_tensorflow_missing_names_the_extra(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, importlib.abc\n"
-            "class Block(importlib.abc.MetaPathFinder):\n"
-            "    def find_spec(self, name, path, target=None):\n"
-            "        if name.split('.')[0] in ('tensorflow', 'tf_keras'): raise ImportError(name)\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "from shipyard.agent.runners import tf_parameter_server as r\n"
-            "try:\n    r.validate({'enabled': True}, 2, None)\n"
-            "except Exception as e:\n    print(type(e).__name__, e)\n")
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
-                         text=True).stdout
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] in ('tensorflow', 'tf_keras'): raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from shipyard.agent.runners import tf_parameter_server as r\n"
+        "try:\n    r.validate({'enabled': True}, 2, None)\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True
+    ).stdout
     assert "DistributionError" in out and "shipyard[tensorflow]" in out

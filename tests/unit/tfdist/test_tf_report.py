@@ -10,15 +10,27 @@ def var(name, shape, ps, dtype="float32", size=4, trainable=True):
     numel = 1
     for d in shape:
         numel *= d
-    return {"name": name, "shape": shape, "dtype": dtype, "bytes": numel * size,
-            "device": "" if ps is None else f"/job:ps/replica:0/task:{ps}/device:CPU:0",
-            "trainable": trainable, "ps_task": ps}
+    return {
+        "name": name,
+        "shape": shape,
+        "dtype": dtype,
+        "bytes": numel * size,
+        "device": "" if ps is None else f"/job:ps/replica:0/task:{ps}/device:CPU:0",
+        "trainable": trainable,
+        "ps_task": ps,
+    }
 
 
 def stats(started, relay, peers, points=()):
-    return {"started": started, "relays": {relay: {
-        p: {"bytes_in": a, "bytes_out": b, "connections": 1} for p, (a, b) in peers.items()}},
-        "timeline": {"interval_s": 1.0, "points": list(points)}}
+    return {
+        "started": started,
+        "relays": {
+            relay: {
+                p: {"bytes_in": a, "bytes_out": b, "connections": 1} for p, (a, b) in peers.items()
+            }
+        },
+        "timeline": {"interval_s": 1.0, "points": list(points)},
+    }
 
 
 def test_device_strings():
@@ -29,20 +41,37 @@ def test_device_strings():
 
 
 def test_build_groups_parts_and_counts_bytes():
-    variables = [var("dense/kernel/part_0:0", [3, 4], 0), var("dense/kernel/part_1:0", [2, 4], 1),
-                 var("dense/bias:0", [4], 1), var("SGD/iter:0", [], 0, "int64", 8, False),
-                 var("local:0", [10], None)]
-    st = [stats(100.0, "ps:0", {"chief:0": (10, 20), "worker:0": (5, 6)},
-                [{"t": 0.5, "bytes": {"ps:0|worker:0": [1, 2]}}]),
-          stats(100.2, "ps:1", {"worker:0": (7, 8)})]
-    r = report.build({"variables": variables}, ["10.0.0.1:2223", "10.0.0.2:2223"],
-                     ["algo-1", "algo-2"], st, "tf2")
+    variables = [
+        var("dense/kernel/part_0:0", [3, 4], 0),
+        var("dense/kernel/part_1:0", [2, 4], 1),
+        var("dense/bias:0", [4], 1),
+        var("SGD/iter:0", [], 0, "int64", 8, False),
+        var("local:0", [10], None),
+    ]
+    st = [
+        stats(
+            100.0,
+            "ps:0",
+            {"chief:0": (10, 20), "worker:0": (5, 6)},
+            [{"t": 0.5, "bytes": {"ps:0|worker:0": [1, 2]}}],
+        ),
+        stats(100.2, "ps:1", {"worker:0": (7, 8)}),
+    ]
+    r = report.build(
+        {"variables": variables},
+        ["10.0.0.1:2223", "10.0.0.2:2223"],
+        ["algo-1", "algo-2"],
+        st,
+        "tf2",
+    )
     assert r["schema"] == "shipyard.ps.report/v1" and r["num_shards"] == 2
     kernel = r["placement"][0]
     assert kernel["key"] == "dense/kernel" and kernel["shape"] == [5, 4]
     assert kernel["bytes"] == 80 and kernel["shard"] == [0, 1] and kernel["partitioned"]
-    assert [(c["shard"], c["offset"], c["length"]) for c in kernel["chunks"]] == [(0, 0, 12),
-                                                                                  (1, 12, 8)]
+    assert [(c["shard"], c["offset"], c["length"]) for c in kernel["chunks"]] == [
+        (0, 0, 12),
+        (1, 12, 8),
+    ]
     assert r["shard_bytes"]["round_robin"] == [48 + 8, 32 + 16]
     assert r["imbalance"]["round_robin"] == round(56 / 52, 4)
     assert r["requested_policy"] == "variable_partitioner"
@@ -59,5 +88,4 @@ def test_nothing_on_a_ps_warns():
     r = report.build({"variables": [var("w:0", [3], None)]}, ["a:1"], ["algo-1"], [None], "tf2")
     assert r["placement"] == [] and r["warnings"] == [report.NO_PS_WARNING]
     assert r["shards"][0]["answered"] is False
-    assert report.build(None, ["a:1"], ["algo-1"], [None], "tf2",
-                        script_ok=False)["warnings"] == []
+    assert report.build(None, ["a:1"], ["algo-1"], [None], "tf2", script_ok=False)["warnings"] == []

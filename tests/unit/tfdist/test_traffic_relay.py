@@ -56,22 +56,33 @@ def echo_server() -> tuple[socket.socket, int]:
 def test_relay_counts_bytes_per_named_peer():
     srv, upstream = echo_server()
     book = TrafficBook(PeerNamer({"algo-1": "127.0.0.1"}), interval=0.05)
-    relay = Relay("ps:0", ("127.0.0.1", 0), ("127.0.0.1", upstream), book,
-                  stats=lambda: book.to_json(), secret="sekrit")
+    relay = Relay(
+        "ps:0",
+        ("127.0.0.1", 0),
+        ("127.0.0.1", upstream),
+        book,
+        stats=lambda: book.to_json(),
+        secret="sekrit",
+    )
     relay.bind()
     port = relay.sock.getsockname()[1]
     relay.start()
     book.start_sampling()
     env = dict(os.environ, SHIPYARD_PEER_LABEL="worker:7")
-    out = subprocess.run([sys.executable, "-c", CLIENT, str(port), "300000"], env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CLIENT, str(port), "300000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert int(out) == 150000
     stats = fetch_stats(("127.0.0.1", port), "sekrit")
-    assert stats["relays"]["ps:0"] == {"worker:7": {"bytes_in": 300000, "bytes_out": 150000,
-                                                    "connections": 1}}
+    assert stats["relays"]["ps:0"] == {
+        "worker:7": {"bytes_in": 300000, "bytes_out": 150000, "connections": 1}
+    }
     book.sample()
-    assert book.to_json()["timeline"]["points"][-1]["bytes"]["ps:0|worker:7"] == [300000,
-                                                                                  150000]
+    assert book.to_json()["timeline"]["points"][-1]["bytes"]["ps:0|worker:7"] == [300000, 150000]
     with pytest.raises(ConnectionError, match="wrong job secret"):
         fetch_stats(("127.0.0.1", port), "guess")
     srv.close()

@@ -44,13 +44,27 @@ class ChannelSession:
             failure = os.path.join(self.paths.agent_dir, f"pipe-{source.name}.failure")
             if os.path.exists(failure):
                 os.remove(failure)
-            specs.append(ProcessSpec(
-                name=f"pipe-feeder-{source.name}",
-                argv=[sys.executable, "-m", "shipyard.agent.channels.feeder", "--source",
-                      spec_file, "--input-data", self.paths.input_data,
-                      "--failure-file", failure],
-                env=dict(os.environ), cwd=self.paths.agent_dir, role="service",
-                user_facing=False, failure_file=failure))
+            specs.append(
+                ProcessSpec(
+                    name=f"pipe-feeder-{source.name}",
+                    argv=[
+                        sys.executable,
+                        "-m",
+                        "shipyard.agent.channels.feeder",
+                        "--source",
+                        spec_file,
+                        "--input-data",
+                        self.paths.input_data,
+                        "--failure-file",
+                        failure,
+                    ],
+                    env=dict(os.environ),
+                    cwd=self.paths.agent_dir,
+                    role="service",
+                    user_facing=False,
+                    failure_file=failure,
+                )
+            )
         return specs
 
     def close(self) -> None:
@@ -60,8 +74,10 @@ class ChannelSession:
                 self.checkpoints.finish()
         finally:
             for name, mount, cache, total in self.mounts:
-                self.log(f"channel {name} (FastFile): read {len(cache.fetched_objects)} of "
-                         f"{total} objects, fetched {cache.fetched_bytes / 1e6:.1f} MB")
+                self.log(
+                    f"channel {name} (FastFile): read {len(cache.fetched_objects)} of "
+                    f"{total} objects, fetched {cache.fetched_bytes / 1e6:.1f} MB"
+                )
                 mount.unmount()
             self.mounts = []
 
@@ -90,11 +106,14 @@ def _stage(source: ChannelSource, target: str, log: Log) -> None:
         log(f"channel {source.name} ({source.mode}): linked {source.uri}")
     elif not source.remote:
         file.link_objects(objects, target)
-        log(f"channel {source.name} ({source.mode}): linked {len(objects)} file(s) "
-            f"(shard of {source.uri})")
+        log(
+            f"channel {source.name} ({source.mode}): linked {len(objects)} file(s) "
+            f"(shard of {source.uri})"
+        )
     else:
-        file.download_objects(store, objects, target, f"channel {source.name} "
-                              f"({source.mode}) from {source.uri}", log)
+        file.download_objects(
+            store, objects, target, f"channel {source.name} ({source.mode}) from {source.uri}", log
+        )
 
 
 def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> ChannelSession:
@@ -108,7 +127,7 @@ def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> C
             _clear(target)
             if source.mode == "Pipe":
                 for entry in os.listdir(paths.input_data):  # FIFOs of an earlier attempt
-                    if entry.startswith(name + "_") and entry[len(name) + 1:].isdigit():
+                    if entry.startswith(name + "_") and entry[len(name) + 1 :].isdigit():
                         os.remove(os.path.join(paths.input_data, entry))
                 make_fifo(fifo_path(paths.input_data, name, 0))
                 session.pipes.append(source)
@@ -120,19 +139,22 @@ def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> C
                     shutil.rmtree(cache_dir, ignore_errors=True)
                     mount, cache = fastfile.mount(store, objects, target, cache_dir, name, log)
                     session.mounts.append((name, mount, cache, len(objects)))
-                    log(f"channel {name} (FastFile): {len(objects)} objects of {source.uri} "
-                        "mounted; fetched as they are read")
+                    log(
+                        f"channel {name} (FastFile): {len(objects)} objects of {source.uri} "
+                        "mounted; fetched as they are read"
+                    )
                 else:
-                    log(f"channel {name} (FastFile): FUSE is not usable here ({reason}); "
-                        "staging it like File mode before the script starts")
+                    log(
+                        f"channel {name} (FastFile): FUSE is not usable here ({reason}); "
+                        "staging it like File mode before the script starts"
+                    )
                     _stage(source, target, log)
             else:
                 _stage(source, target, log)
         uri = config.data.get("checkpoint_uri")
         if uri:
             local = config.checkpoint_local_path or paths.checkpoints
-            session.checkpoints = CheckpointSync(uri, local, config.data.get("endpoint_url"),
-                                                 log)
+            session.checkpoints = CheckpointSync(uri, local, config.data.get("endpoint_url"), log)
             count = session.checkpoints.restore()
             log(f"checkpoints: {count} object(s) copied in from {uri} to {local}")
             session.checkpoints.start()

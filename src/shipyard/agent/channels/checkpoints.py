@@ -19,8 +19,9 @@ from shipyard.errors import StorageError
 
 
 class CheckpointSync:
-    def __init__(self, uri: str, local_dir: str, endpoint: str | None,
-                 log: Callable[[str], None]) -> None:
+    def __init__(
+        self, uri: str, local_dir: str, endpoint: str | None, log: Callable[[str], None]
+    ) -> None:
         self.base = storage.parse(uri)
         self.local_dir = local_dir
         self.store = storage.store_for(self.base, endpoint)
@@ -43,12 +44,15 @@ class CheckpointSync:
         base_key = self.base.key if self.base.scheme == "s3" else ""
         if base_key and not base_key.endswith("/"):
             # keep paths relative to the URI itself, not to its parent "directory"
-            objects = [storage.ObjectInfo(o.location, o.size,
-                                          o.location.key[len(base_key):].lstrip("/"))
-                       for o in objects if o.location.key.startswith(base_key + "/")]
+            objects = [
+                storage.ObjectInfo(o.location, o.size, o.location.key[len(base_key) :].lstrip("/"))
+                for o in objects
+                if o.location.key.startswith(base_key + "/")
+            ]
         if objects:
-            download_objects(self.store, objects, self.local_dir,
-                             f"checkpoints from {self.base.uri}", self.log)
+            download_objects(
+                self.store, objects, self.local_dir, f"checkpoints from {self.base.uri}", self.log
+            )
             for obj in objects:
                 path = os.path.join(self.local_dir, obj.relative)
                 st = os.stat(path)

@@ -79,8 +79,14 @@ class ChunkCache:
             os.close(fd)
 
 
-def mount(store: Store, objects: list[ObjectInfo], target: str, cache_dir: str, name: str,
-          log: Callable[[str], None]) -> tuple[fuse.FuseMount, ChunkCache]:
+def mount(
+    store: Store,
+    objects: list[ObjectInfo],
+    target: str,
+    cache_dir: str,
+    name: str,
+    log: Callable[[str], None],
+) -> tuple[fuse.FuseMount, ChunkCache]:
     os.makedirs(target, exist_ok=True)
     nodes = fuse.build_tree([(o.relative, o.size, o) for o in objects])
     cache = ChunkCache(store, cache_dir)

@@ -52,8 +52,9 @@ def link_objects(objects: list[ObjectInfo], target: str) -> None:
         os.symlink(obj.location.path, dest)
 
 
-def download_objects(store: Store, objects: list[ObjectInfo], target: str, label: str,
-                     log: Callable[[str], None]) -> Progress:
+def download_objects(
+    store: Store, objects: list[ObjectInfo], target: str, label: str, log: Callable[[str], None]
+) -> Progress:
     """Fetch every object into ``target`` in parallel; objects already there with the
     right size (an earlier attempt) are kept."""
     os.makedirs(target, exist_ok=True)

@@ -29,7 +29,15 @@ _OPEN_IN = struct.Struct("<II")
 
 LOOKUP, FORGET, GETATTR, OPEN, READ, STATFS, RELEASE, FLUSH = 1, 2, 3, 14, 15, 17, 18, 25
 INIT, OPENDIR, READDIR, RELEASEDIR, ACCESS, INTERRUPT, DESTROY, BATCH_FORGET = (
-    26, 27, 28, 29, 34, 36, 38, 42)
+    26,
+    27,
+    28,
+    29,
+    34,
+    36,
+    38,
+    42,
+)
 _NO_REPLY = {FORGET, BATCH_FORGET, INTERRUPT}
 FOPEN_KEEP_CACHE = 2
 MAX_READ = 128 * 1024
@@ -59,8 +67,9 @@ def build_tree(files: list[tuple[str, int, object]]) -> dict[int, Node]:
             ino = parent.children.get(part)
             if ino is None:
                 ino = len(nodes) + 1
-                nodes[ino] = Node(ino, part, not last, size if last else 0,
-                                  payload=payload if last else None)
+                nodes[ino] = Node(
+                    ino, part, not last, size if last else 0, payload=payload if last else None
+                )
                 parent.children[part] = ino
             parent = nodes[ino]
     return nodes
@@ -82,9 +91,14 @@ def usable() -> str | None:
 class FuseMount:
     """Mounts ``nodes`` at ``mountpoint`` and serves requests on a daemon thread."""
 
-    def __init__(self, mountpoint: str, nodes: dict[int, Node],
-                 read: Callable[[Node, int, int], bytes], name: str = "shipyard",
-                 log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        mountpoint: str,
+        nodes: dict[int, Node],
+        read: Callable[[Node, int, int], bytes],
+        name: str = "shipyard",
+        log: Callable[[str], None] = print,
+    ) -> None:
         self.mountpoint = os.path.abspath(mountpoint)
         self.nodes = nodes
         self.read = read
@@ -98,17 +112,22 @@ class FuseMount:
     # -- lifecycle ------------------------------------------------------------------------
     def mount(self) -> None:
         self.fd = os.open("/dev/fuse", os.O_RDWR)
-        opts = (f"fd={self.fd},rootmode=40000,user_id={os.getuid()},group_id={os.getgid()},"
-                "allow_other")
-        rc = _libc.mount(self.name.encode(), self.mountpoint.encode(), b"fuse",
-                         MS_RDONLY | MS_NOSUID | MS_NODEV, opts.encode())
+        opts = (
+            f"fd={self.fd},rootmode=40000,user_id={os.getuid()},group_id={os.getgid()},allow_other"
+        )
+        rc = _libc.mount(
+            self.name.encode(),
+            self.mountpoint.encode(),
+            b"fuse",
+            MS_RDONLY | MS_NOSUID | MS_NODEV,
+            opts.encode(),
+        )
         if rc != 0:
             err = ctypes.get_errno()
             os.close(self.fd)
             self.fd = -1
             raise OSError(err, f"mount fuse at {self.mountpoint}: {os.strerror(err)}")
-        self._thread = threading.Thread(target=self._serve, name=f"fuse-{self.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=f"fuse-{self.name}", daemon=True)
         self._thread.start()
 
     def unmount(self) -> None:
@@ -133,9 +152,24 @@ class FuseMount:
 
     def _attr(self, node: Node) -> bytes:
         mode = (stat.S_IFDIR | 0o555) if node.is_dir else (stat.S_IFREG | 0o444)
-        return _ATTR.pack(node.ino, node.size, (node.size + 511) // 512, self.now, self.now,
-                          self.now, 0, 0, 0, mode, 2 if node.is_dir else 1, os.getuid(),
-                          os.getgid(), 0, 4096, 0)
+        return _ATTR.pack(
+            node.ino,
+            node.size,
+            (node.size + 511) // 512,
+            self.now,
+            self.now,
+            self.now,
+            0,
+            0,
+            0,
+            mode,
+            2 if node.is_dir else 1,
+            os.getuid(),
+            os.getgid(),
+            0,
+            4096,
+            0,
+        )
 
     def _entry(self, node: Node) -> bytes:
         return struct.pack("<QQQQII", node.ino, 0, 3600, 3600, 0, 0) + self._attr(node)
@@ -151,7 +185,7 @@ class FuseMount:
             if not buf:
                 return
             _, opcode, unique, nodeid, *_ = _IN_HEADER.unpack_from(buf)
-            body = buf[_IN_HEADER.size:]
+            body = buf[_IN_HEADER.size :]
             try:
                 if self._handle(opcode, unique, nodeid, body) is False:
                     return
@@ -164,8 +198,23 @@ class FuseMount:
         node = self.nodes.get(nodeid)
         if opcode == INIT:
             _major, minor, readahead, flags = struct.unpack_from("<IIII", body)
-            out = struct.pack("<IIIIHHIIHHI", 7, min(minor, 31), readahead, flags & 1,
-                              16, 12, MAX_READ, 1, 32, 0, 0) + b"\0" * 28
+            out = (
+                struct.pack(
+                    "<IIIIHHIIHHI",
+                    7,
+                    min(minor, 31),
+                    readahead,
+                    flags & 1,
+                    16,
+                    12,
+                    MAX_READ,
+                    1,
+                    32,
+                    0,
+                    0,
+                )
+                + b"\0" * 28
+            )
             self._reply(unique, 0, out)
         elif opcode in _NO_REPLY:
             pass
@@ -196,9 +245,23 @@ class FuseMount:
             self._reply(unique, 0, self._dirents(node, offset, size))
         elif opcode == STATFS:
             total = sum(n.size for n in self.nodes.values())
-            self._reply(unique, 0, struct.pack("<QQQQQIIII", (total + 4095) // 4096, 0, 0,
-                                               len(self.nodes), 0, 4096, 255, 4096, 0)
-                        + b"\0" * 24)
+            self._reply(
+                unique,
+                0,
+                struct.pack(
+                    "<QQQQQIIII",
+                    (total + 4095) // 4096,
+                    0,
+                    0,
+                    len(self.nodes),
+                    0,
+                    4096,
+                    255,
+                    4096,
+                    0,
+                )
+                + b"\0" * 24,
+            )
         elif opcode in (RELEASE, RELEASEDIR, FLUSH, ACCESS):
             self._reply(unique)
         else:
@@ -215,7 +278,8 @@ class FuseMount:
 
     def _dirents(self, node: Node, offset: int, size: int) -> bytes:
         entries = [(".", node.ino, True), ("..", 1, True)] + [
-            (name, ino, self.nodes[ino].is_dir) for name, ino in sorted(node.children.items())]
+            (name, ino, self.nodes[ino].is_dir) for name, ino in sorted(node.children.items())
+        ]
         out = b""
         for index in range(offset, len(entries)):
             name, ino, is_dir = entries[index]

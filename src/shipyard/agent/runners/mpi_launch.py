@@ -30,15 +30,16 @@ def banner_text(lines: list[str]) -> str:
     without rulers, the last few non-empty lines."""
     rulers = [i for i, ln in enumerate(lines) if ln.strip().startswith("-----")]
     if len(rulers) >= 2:
-        body = lines[rulers[-2] + 1:rulers[-1]]
+        body = lines[rulers[-2] + 1 : rulers[-1]]
     else:
         body = [ln for ln in lines if ln.strip()][-5:]
     return " ".join(" ".join(ln.split()) for ln in body if ln.strip())
 
 
 def launch(command: list[str], failure_file: str) -> int:
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads yet
+    proc = subprocess.Popen(
+        command, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
+    )  # noqa: PLW1509 - no threads yet
 
     def forward(signum: int, _frame=None) -> None:
         if proc.poll() is None:
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     command: list[str] = []
     if "--" in argv:
         split = argv.index("--")
-        argv, command = argv[:split], argv[split + 1:]
+        argv, command = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(prog="python -m shipyard.agent.runners.mpi_launch")
     parser.add_argument("--wait", action="store_true")
     parser.add_argument("--failure-file")

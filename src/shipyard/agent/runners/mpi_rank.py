@@ -77,9 +77,14 @@ def load_env(path: str, timeout: float, attempt: str = "") -> dict[str, str] | N
         time.sleep(0.02)
 
 
-def rank_environment(instance_env: dict[str, str], master_env: dict[str, str],
-                     current: dict[str, str] | os._Environ, hosts: list[str],
-                     processes_per_host: int, rank: int) -> dict[str, str]:
+def rank_environment(
+    instance_env: dict[str, str],
+    master_env: dict[str, str],
+    current: dict[str, str] | os._Environ,
+    hosts: list[str],
+    processes_per_host: int,
+    rank: int,
+) -> dict[str, str]:
     """Instance env < what mpirun set or changed (vs the master's planned env) < HOROVOD_*."""
     env = dict(instance_env)
     env.update({k: v for k, v in current.items() if master_env.get(k) != v})
@@ -95,13 +100,13 @@ def trim_traceback(lines: list[str]) -> list[str]:
         return lines
     for j in range(starts[-1] + 1, len(lines)):
         if lines[j].strip() and not lines[j].startswith((" ", "\t")):
-            return lines[:j + 1]
+            return lines[: j + 1]
     return lines
 
 
 def claim_failure(path: str, text: str) -> bool:
     """Write the job's failure text unless an earlier rank already did."""
-    return failure.claim(path, text[:failure.LIMIT])
+    return failure.claim(path, text[: failure.LIMIT])
 
 
 class Pump(threading.Thread):
@@ -147,23 +152,39 @@ class RankWrapper:
         plan = self.plan
         instance_dir = os.path.join(plan["instances_dir"], self.host)
         attempt = plan.get("attempt", "")
-        instance_env = load_env(os.path.join(instance_dir, "agent", plan["env_file"]),
-                                plan["env_timeout"], attempt)
+        instance_env = load_env(
+            os.path.join(instance_dir, "agent", plan["env_file"]), plan["env_timeout"], attempt
+        )
         master_env = load_env(plan["master_env"], 0, attempt)
         if instance_env is None or master_env is None:
-            return self.fail(f"instance {self.host} did not plan its environment within "
-                             f"{plan['env_timeout']:.0f} s (its agent did not start?)")
-        env = rank_environment(instance_env, master_env, os.environ, plan["hosts"],
-                               plan["processes_per_host"], self.rank)
+            return self.fail(
+                f"instance {self.host} did not plan its environment within "
+                f"{plan['env_timeout']:.0f} s (its agent did not start?)"
+            )
+        env = rank_environment(
+            instance_env,
+            master_env,
+            os.environ,
+            plan["hosts"],
+            plan["processes_per_host"],
+            self.rank,
+        )
         env["SHIPYARD_MPI_RUN_DIR"] = plan["run_dir"]
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
-        self.proc = subprocess.Popen(self.command, env=env, cwd=os.path.join(instance_dir, "code"),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE,
-                                     preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads yet
-        pumps = [Pump(self.proc.stdout, sys.stdout, f"[1,{self.rank}]<stdout>:"),
-                 Pump(self.proc.stderr, sys.stderr, f"[1,{self.rank}]<stderr>:")]
+        self.proc = subprocess.Popen(
+            self.command,
+            env=env,
+            cwd=os.path.join(instance_dir, "code"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=die_with_parent,
+        )  # noqa: PLW1509 - no threads yet
+        pumps = [
+            Pump(self.proc.stdout, sys.stdout, f"[1,{self.rank}]<stdout>:"),
+            Pump(self.proc.stderr, sys.stderr, f"[1,{self.rank}]<stderr>:"),
+        ]
         for pump in pumps:
             pump.start()
         stalled = self.watch_init()
@@ -204,17 +225,24 @@ class RankWrapper:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-            who = (f"rank(s) {missing} never called hvd.init()" if missing else
-                   "every rank called hvd.init() but MPI could not connect them")
-            return (f"HorovodInitTimeout: rank {self.rank} waited {timeout:.0f} s in hvd.init(): "
-                    f"{who} (SHIPYARD_HOROVOD_INIT_TIMEOUT={timeout:g})")
+            who = (
+                f"rank(s) {missing} never called hvd.init()"
+                if missing
+                else "every rank called hvd.init() but MPI could not connect them"
+            )
+            return (
+                f"HorovodInitTimeout: rank {self.rank} waited {timeout:.0f} s in hvd.init(): "
+                f"{who} (SHIPYARD_HOROVOD_INIT_TIMEOUT={timeout:g})"
+            )
         return None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
-        raise SystemExit("usage: python -m shipyard.agent.runners.mpi_rank --plan FILE -- COMMAND...")
+        raise SystemExit(
+            "usage: python -m shipyard.agent.runners.mpi_rank --plan FILE -- COMMAND..."
+        )
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="python -m shipyard.agent.runners.mpi_rank")
     parser.add_argument("--plan", required=True)
@@ -225,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     # a rank on a serving instance (mpi_rsh): that instance's copy of the plan, own paths
     with open(os.environ.get("SHIPYARD_MPI_PLAN") or args.plan, encoding="utf-8") as fh:
         plan = json.load(fh)
-    return RankWrapper(plan, argv[split + 1:], world_rank(os.environ)).run()
+    return RankWrapper(plan, argv[split + 1 :], world_rank(os.environ)).run()
 
 
 if __name__ == "__main__":

@@ -88,8 +88,10 @@ def client(plan_path: str, host: str, command: list[str]) -> int:
             break
         except OSError as exc:
             if time.monotonic() >= deadline:
-                sys.stderr.write(f"shipyard mpi_rsh: no instance answers at {host}:{rsh['port']} "
-                                 f"after {CONNECT_TIMEOUT_S:g} s: {exc}\n")
+                sys.stderr.write(
+                    f"shipyard mpi_rsh: no instance answers at {host}:{rsh['port']} "
+                    f"after {CONNECT_TIMEOUT_S:g} s: {exc}\n"
+                )
                 return 255
             time.sleep(0.2)
     sock.settimeout(None)
@@ -118,8 +120,12 @@ def local_plan(shipped: dict, serve: dict) -> dict:
     """The master's plan with this instance's own paths."""
     plan = dict(shipped)
     plan.pop("rsh", None)
-    plan.update(instances_dir=serve["instances_dir"], master_env=serve["env_file"],
-                failure_file=serve["failure_file"], run_dir=serve["run_dir"])
+    plan.update(
+        instances_dir=serve["instances_dir"],
+        master_env=serve["env_file"],
+        failure_file=serve["failure_file"],
+        run_dir=serve["run_dir"],
+    )
     return plan
 
 
@@ -127,8 +133,11 @@ def _handle(conn: socket.socket, serve: dict, children: set) -> None:
     try:
         kind, mac = _recv(conn)
         kind2, payload = _recv(conn)
-        if kind != b"m" or kind2 != b"p" or not hmac.compare_digest(
-                mac.decode(), _mac(serve["secret"], payload)):
+        if (
+            kind != b"m"
+            or kind2 != b"p"
+            or not hmac.compare_digest(mac.decode(), _mac(serve["secret"], payload))
+        ):
             _send(conn, b"e", b"request refused: not signed with this job's secret")
             return
         request = json.loads(payload)
@@ -142,11 +151,16 @@ def _handle(conn: socket.socket, serve: dict, children: set) -> None:
         with open(serve["env_file"], encoding="utf-8") as fh:
             env = json.load(fh)
         env["SHIPYARD_MPI_PLAN"] = plan_path
-        proc = subprocess.Popen(["/bin/sh", "-c", request["command"]], env=env,
-                                cwd=serve["cwd"], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True,
-                                preexec_fn=die_with_parent)  # noqa: PLW1509
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", request["command"]],
+            env=env,
+            cwd=serve["cwd"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )  # noqa: PLW1509
         children.add(proc)
         threading.Thread(target=_watch_peer, args=(conn, proc), daemon=True).start()
         assert proc.stdout is not None
@@ -208,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         return serve(argv[1])
     if len(argv) >= 4 and argv[0] == "--plan":
         return client(argv[1], argv[2], argv[3:])
-    raise SystemExit("usage: python -m shipyard.agent.runners.mpi_rsh --plan FILE HOST COMMAND..."
-                     " | --serve FILE")
+    raise SystemExit(
+        "usage: python -m shipyard.agent.runners.mpi_rsh --plan FILE HOST COMMAND... | --serve FILE"
+    )
 
 
 if __name__ == "__main__":

@@ -36,18 +36,20 @@ def validate(options: dict[str, Any], instance_count: int, resources: Any) -> No
     if unknown:
         raise DistributionError(
             f"unknown distribution['multi_worker_mirrored_strategy'] key(s) {unknown}; known: "
-            f"{list(cluster.MWMS_OPTION_KEYS)}")
+            f"{list(cluster.MWMS_OPTION_KEYS)}"
+        )
     if "port" in options:
-        cluster._check_port(options["port"],
-                            "distribution['multi_worker_mirrored_strategy']['port']")
+        cluster._check_port(
+            options["port"], "distribution['multi_worker_mirrored_strategy']['port']"
+        )
     if not installed("tensorflow"):
         raise DistributionError(
             "distribution 'multi_worker_mirrored_strategy' needs TensorFlow, which is not "
-            f"installed here: {EXTRA}")
+            f"installed here: {EXTRA}"
+        )
 
 
-def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port
-         ) -> list[ProcessSpec]:
+def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) -> list[ProcessSpec]:
     options = ctx.config.runner_options
     hosts = ctx.config.hosts
     tasks = cluster.mwms_tasks(hosts, int(options.get("port") or cluster.MWMS_PORT))
@@ -58,14 +60,19 @@ def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port
     if len(hosts) > 1:
         env[keras_compat.COMPAT_ENV] = "1"
         with_hook(env)
-    specs = [ProcessSpec(name="user", argv=list(ctx.user_command), env=env,
-                         cwd=ctx.paths.code)]
+    specs = [ProcessSpec(name="user", argv=list(ctx.user_command), env=env, cwd=ctx.paths.code)]
     if len(hosts) > 1:
         ip = ctx.address
-        specs.append(server_spec(ctx, f"relay-{me.name}",
-                                 server_env(ctx, None, f"relay-{me.name}", cpu_only=True),
-                                 serve=False, relays=[relay_arg(me.name, (ip, me.port),
-                                                                (ip, ports[me]))]))
-    ctx.notes.append(f"{ctx.host}: multi_worker_mirrored_strategy {me.name} at "
-                     f"{ctx.address}:{me.port}")
+        specs.append(
+            server_spec(
+                ctx,
+                f"relay-{me.name}",
+                server_env(ctx, None, f"relay-{me.name}", cpu_only=True),
+                serve=False,
+                relays=[relay_arg(me.name, (ip, me.port), (ip, ports[me]))],
+            )
+        )
+    ctx.notes.append(
+        f"{ctx.host}: multi_worker_mirrored_strategy {me.name} at {ctx.address}:{me.port}"
+    )
     return specs

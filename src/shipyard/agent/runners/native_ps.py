@@ -60,33 +60,70 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     secret = {"SHIPYARD_PS_SECRET": config.job_secret}
     if opts.mac:
         secret["SHIPYARD_PS_MAC"] = opts.mac
-    specs = [_shard(ctx, i, opts, endpoints[i], num_workers, checkpoint_dir, secret)
-             for i in opts.shards_on(ctx.host_index, len(hosts))]
+    specs = [
+        _shard(ctx, i, opts, endpoints[i], num_workers, checkpoint_dir, secret)
+        for i in opts.shards_on(ctx.host_index, len(hosts))
+    ]
     for local in range(opts.workers_per_host):
         rank = ctx.host_index * opts.workers_per_host + local
-        env = dict(ctx.env, **secret, SHIPYARD_PS_ENDPOINTS=",".join(endpoints),
-                   SHIPYARD_PS_RANK=str(rank), SHIPYARD_PS_LOCAL_RANK=str(local),
-                   SHIPYARD_PS_NUM_WORKERS=str(num_workers), SHIPYARD_PS_POLICY=opts.policy,
-                   SHIPYARD_PS_REPORT=ctx.paths.report_file)
-        specs.append(ProcessSpec(
-            name=f"ps-worker-{rank}", env=env, cwd=ctx.paths.code, critical=False,
-            argv=[sys.executable, "-m", "shipyard.ps.worker", "--", *ctx.user_command]))
-    ctx.notes.append(f"{ctx.host}: shipyard.ps with {opts.num_shards} shard(s) at {', '.join(endpoints)}, "
-                     f"{num_workers} worker(s), {opts.consistency.mode} updates, checkpoints in "
-                     f"{checkpoint_dir}")
+        env = dict(
+            ctx.env,
+            **secret,
+            SHIPYARD_PS_ENDPOINTS=",".join(endpoints),
+            SHIPYARD_PS_RANK=str(rank),
+            SHIPYARD_PS_LOCAL_RANK=str(local),
+            SHIPYARD_PS_NUM_WORKERS=str(num_workers),
+            SHIPYARD_PS_POLICY=opts.policy,
+            SHIPYARD_PS_REPORT=ctx.paths.report_file,
+        )
+        specs.append(
+            ProcessSpec(
+                name=f"ps-worker-{rank}",
+                env=env,
+                cwd=ctx.paths.code,
+                critical=False,
+                argv=[sys.executable, "-m", "shipyard.ps.worker", "--", *ctx.user_command],
+            )
+        )
+    ctx.notes.append(
+        f"{ctx.host}: shipyard.ps with {opts.num_shards} shard(s) at {', '.join(endpoints)}, "
+        f"{num_workers} worker(s), {opts.consistency.mode} updates, checkpoints in "
+        f"{checkpoint_dir}"
+    )
     return specs
 
 
-def _shard(ctx: InstanceContext, index: int, opts: Any, endpoint: str, num_workers: int,
-           checkpoint_dir: str, secret: dict[str, str]) -> ProcessSpec:
+def _shard(
+    ctx: InstanceContext,
+    index: int,
+    opts: Any,
+    endpoint: str,
+    num_workers: int,
+    checkpoint_dir: str,
+    secret: dict[str, str],
+) -> ProcessSpec:
     from shipyard.ps.launch import shard_command
 
     failure_file = os.path.join(ctx.paths.agent_dir, f"ps-shard-{index}.failure")
-    argv = shard_command(index, opts.num_shards, endpoint, checkpoint_dir=checkpoint_dir,
-                         consistency=opts.consistency.mode, max_staleness=opts.consistency.max_staleness,
-                         num_workers=num_workers, heartbeat_timeout=opts.heartbeat_timeout,
-                         checkpoint_interval=opts.checkpoint_interval, exit_when_done=True,
-                         failure_file=failure_file)
+    argv = shard_command(
+        index,
+        opts.num_shards,
+        endpoint,
+        checkpoint_dir=checkpoint_dir,
+        consistency=opts.consistency.mode,
+        max_staleness=opts.consistency.max_staleness,
+        num_workers=num_workers,
+        heartbeat_timeout=opts.heartbeat_timeout,
+        checkpoint_interval=opts.checkpoint_interval,
+        exit_when_done=True,
+        failure_file=failure_file,
+    )
     os.makedirs(ctx.paths.agent_dir, exist_ok=True)
-    return ProcessSpec(name=f"ps-shard-{index}", argv=argv, env=dict(ctx.env, **secret),
-                       cwd=ctx.paths.code, user_facing=False, failure_file=failure_file)
+    return ProcessSpec(
+        name=f"ps-shard-{index}",
+        argv=argv,
+        env=dict(ctx.env, **secret),
+        cwd=ctx.paths.code,
+        user_facing=False,
+        failure_file=failure_file,
+    )

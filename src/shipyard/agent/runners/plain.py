@@ -6,5 +6,6 @@ from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 
 
 def plan(ctx: InstanceContext) -> list[ProcessSpec]:
-    return [ProcessSpec(name="user", argv=list(ctx.user_command), env=dict(ctx.env),
-                        cwd=ctx.paths.code)]
+    return [
+        ProcessSpec(name="user", argv=list(ctx.user_command), env=dict(ctx.env), cwd=ctx.paths.code)
+    ]

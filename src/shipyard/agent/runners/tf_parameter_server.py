@@ -45,7 +45,8 @@ LEGACY_KERAS_NOTE = (
     "parameter_server (tf2 layout): TF_USE_LEGACY_KERAS=1 is set, so tf.keras is tf_keras "
     "(Keras 2), which ParameterServerStrategy needs; Keras 3 has no parameter-server "
     "training: for a Keras 3 script use {'parameter_server': {'enabled': True, "
-    "'implementation': 'shipyard'}}")
+    "'implementation': 'shipyard'}}"
+)
 
 
 def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
@@ -53,11 +54,13 @@ def validate(options: dict[str, Any], instance_count: int, resources: Any) -> No
     if not installed("tensorflow"):
         raise DistributionError(
             "distribution 'parameter_server' runs TensorFlow's parameter servers, but "
-            f"TensorFlow is not installed here: {EXTRA}")
+            f"TensorFlow is not installed here: {EXTRA}"
+        )
     if cluster.layout_of(options) == "tf2" and not installed("tf_keras"):
         raise DistributionError(
             "distribution 'parameter_server' (tf2 layout) needs tf_keras for "
-            f"ParameterServerStrategy with model.fit, and it is not installed: {EXTRA}")
+            f"ParameterServerStrategy with model.fit, and it is not installed: {EXTRA}"
+        )
 
 
 def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
@@ -65,12 +68,13 @@ def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
     return hosts[:1]
 
 
-def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port
-         ) -> list[ProcessSpec]:
+def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) -> list[ProcessSpec]:
     hosts = ctx.config.hosts
     if len(hosts) == 1:
-        ctx.notes.append("parameter_server with a single instance: running the script "
-                         "without parameter servers (as SageMaker does); TF_CONFIG is not set")
+        ctx.notes.append(
+            "parameter_server with a single instance: running the script "
+            "without parameter servers (as SageMaker does); TF_CONFIG is not set"
+        )
         return plain.plan(ctx)
     options = {k: v for k, v in ctx.config.runner_options.items() if k != "kind"}
     layout = cluster.layout_of(options)
@@ -86,17 +90,33 @@ def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port
     relays = [relay_arg(t.name, (ip, t.port), (ip, ports[t])) for t in mine]
     ps = next(t for t in mine if t.type == "ps")
     is_chief = ctx.host == hosts[0]
-    specs = [server_spec(ctx, ps.name, server_env(ctx, config_for(ps), ps.name, cpu_only=True),
-                         serve=True, cpu_only=True, relays=relays,
-                         role="service" if is_chief else "main")]
+    specs = [
+        server_spec(
+            ctx,
+            ps.name,
+            server_env(ctx, config_for(ps), ps.name, cpu_only=True),
+            serve=True,
+            cpu_only=True,
+            relays=relays,
+            role="service" if is_chief else "main",
+        )
+    ]
     for task in mine:
         if task.type == "ps":
             continue
         if layout == "tf2" and task.type == "worker":
             env = server_env(ctx, config_for(task), task.name, cpu_only=False)
             env["TF_USE_LEGACY_KERAS"] = "1"
-            specs.append(server_spec(ctx, task.name, env, serve=True,
-                                     role="service" if is_chief else "main", critical=False))
+            specs.append(
+                server_spec(
+                    ctx,
+                    task.name,
+                    env,
+                    serve=True,
+                    role="service" if is_chief else "main",
+                    critical=False,
+                )
+            )
             continue
         env = user_env(ctx, config_for(task), task.name)
         if layout == "tf2":
@@ -104,28 +124,57 @@ def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port
         if task.type in ("chief", "master"):
             specs.append(_chief_spec(ctx, task, env, tasks, layout))
         else:  # a SageMaker-layout worker: the user's script, whose loss training survives
-            specs.append(ProcessSpec(name=task.name, argv=list(ctx.user_command), env=env,
-                                     cwd=ctx.paths.code, critical=False))
+            specs.append(
+                ProcessSpec(
+                    name=task.name,
+                    argv=list(ctx.user_command),
+                    env=env,
+                    cwd=ctx.paths.code,
+                    critical=False,
+                )
+            )
     if layout == "tf2" and is_chief:
         ctx.notes.append(LEGACY_KERAS_NOTE)
     if ctx.config.num_gpus > 1:
-        ctx.notes.append("parameter_server runs one worker per host whatever the number of "
-                         f"GPUs ({ctx.config.num_gpus} here), as SageMaker does")
-    ctx.notes.append(f"{ctx.host}: TensorFlow tasks " + ", ".join(
-        f"{t.name} at {ip}:{t.port}" for t in mine) + f" ({layout} layout)")
+        ctx.notes.append(
+            "parameter_server runs one worker per host whatever the number of "
+            f"GPUs ({ctx.config.num_gpus} here), as SageMaker does"
+        )
+    ctx.notes.append(
+        f"{ctx.host}: TensorFlow tasks "
+        + ", ".join(f"{t.name} at {ip}:{t.port}" for t in mine)
+        + f" ({layout} layout)"
+    )
     return specs
 
 
-def _chief_spec(ctx: InstanceContext, task: cluster.Task, env: dict[str, str],
-                tasks: dict[str, list[cluster.Task]], layout: str) -> ProcessSpec:
+def _chief_spec(
+    ctx: InstanceContext,
+    task: cluster.Task,
+    env: dict[str, str],
+    tasks: dict[str, list[cluster.Task]],
+    layout: str,
+) -> ProcessSpec:
     """The user's script wrapped by shipyard.tf.chief, with the placement hook loaded."""
     addresses = ctx.config.addresses
     placement_file = os.path.join(ctx.paths.agent_dir, "tf-placement.json")
     env["SHIPYARD_JOB_SECRET"] = ctx.config.job_secret
     with_hook(env)
-    argv = [sys.executable, "-m", "shipyard.tf.chief", "--report", ctx.paths.report_file,
-            "--placement", placement_file,
-            "--ps", ",".join(f"{addresses[t.host]}:{t.port}" for t in tasks["ps"]),
-            "--hosts", ",".join(t.host for t in tasks["ps"]), "--layout", layout, "--",
-            *ctx.user_command]
+    argv = [
+        sys.executable,
+        "-m",
+        "shipyard.tf.chief",
+        "--report",
+        ctx.paths.report_file,
+        "--placement",
+        placement_file,
+        "--ps",
+        ",".join(f"{addresses[t.host]}:{t.port}" for t in tasks["ps"]),
+        "--hosts",
+        ",".join(t.host for t in tasks["ps"]),
+        "--layout",
+        layout,
+        "--",
+        *ctx.user_command,
+    ]
     return ProcessSpec(name=task.name, argv=argv, env=env, cwd=ctx.paths.code)

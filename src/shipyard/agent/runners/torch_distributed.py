@@ -26,8 +26,14 @@ from shipyard.errors import DistributionError
 
 logger = logging.getLogger("shipyard")
 SHIM_ENV = "SHIPYARD_SMDDP_SHIM"  # "off": leave the smdistributed shim off PYTHONPATH
-_OPTIONS = {"enabled", "kind", "processes_per_host", "master_port", "rendezvous_timeout",
-            "custom_mpi_options"}
+_OPTIONS = {
+    "enabled",
+    "kind",
+    "processes_per_host",
+    "master_port",
+    "rendezvous_timeout",
+    "custom_mpi_options",
+}
 
 
 def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
@@ -43,16 +49,22 @@ def validate(options: dict[str, Any], instance_count: int, resources: Any) -> No
     where = f"distribution[{_kind(options)!r}]"
     port = options.get("master_port", contract.DEFAULT_MASTER_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535 - 16:
-        raise DistributionError(f"{where}['master_port'] must be an integer port in "
-                                f"1024..65519, got {port!r}")
+        raise DistributionError(
+            f"{where}['master_port'] must be an integer port in 1024..65519, got {port!r}"
+        )
     timeout = options.get("rendezvous_timeout", contract.DEFAULT_RENDEZVOUS_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise DistributionError(f"{where}['rendezvous_timeout'] must be a number of seconds "
-                                f"> 0, got {timeout!r}")
+        raise DistributionError(
+            f"{where}['rendezvous_timeout'] must be a number of seconds > 0, got {timeout!r}"
+        )
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
-        logger.warning("%s: ignoring unknown option(s) %s (known: processes_per_host, "
-                       "master_port, rendezvous_timeout)", where, unknown)
+        logger.warning(
+            "%s: ignoring unknown option(s) %s (known: processes_per_host, "
+            "master_port, rendezvous_timeout)",
+            where,
+            unknown,
+        )
     if "processes_per_host" not in options:
         return
     ppn = options["processes_per_host"]
@@ -60,13 +72,19 @@ def validate(options: dict[str, Any], instance_count: int, resources: Any) -> No
         raise DistributionError(
             f"{where}['processes_per_host']={ppn} but {resources.instance_type!r} has "
             f"{resources.num_gpus} GPU(s) per instance here: NCCL needs one GPU per rank. "
-            f"Use processes_per_host <= {resources.num_gpus} or leave it out (one per GPU).")
+            f"Use processes_per_host <= {resources.num_gpus} or leave it out (one per GPU)."
+        )
     if ppn > resources.num_cpus:
         logger.warning(
             "%s['processes_per_host']=%d exceeds the %d CPU(s) of %r here: the ranks will "
             "share cores and each step waits for the slowest; it works, but slower than "
-            "processes_per_host=%d.", where, ppn, resources.num_cpus,
-            resources.instance_type, resources.num_cpus)
+            "processes_per_host=%d.",
+            where,
+            ppn,
+            resources.num_cpus,
+            resources.instance_type,
+            resources.num_cpus,
+        )
 
 
 def plan(ctx: InstanceContext) -> list[ProcessSpec]:
@@ -77,10 +95,10 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     master_addr = config.addresses[hosts[0]]
     attempt = int(ctx.env.get("SHIPYARD_ATTEMPT", "1"))
     max_restarts = int(ctx.env.get("SHIPYARD_MAX_RETRY_ATTEMPTS", "0"))
-    master_ports = contract.master_ports(int(options.get("master_port",
-                                                         contract.DEFAULT_MASTER_PORT)))
-    announce_ports = ",".join(map(str, contract.announce_ports(config.job_secret,
-                                                               config.job_name)))
+    master_ports = contract.master_ports(
+        int(options.get("master_port", contract.DEFAULT_MASTER_PORT))
+    )
+    announce_ports = ",".join(map(str, contract.announce_ports(config.job_secret, config.job_name)))
     timeout = str(float(options.get("rendezvous_timeout", contract.DEFAULT_RENDEZVOUS_TIMEOUT)))
     work = os.path.join(ctx.paths.agent_dir, "ddp", f"attempt-{attempt}")
     os.makedirs(work, exist_ok=True)
@@ -93,27 +111,77 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
 
     specs = []
     if ctx.host_index == 0:
-        specs.append(ProcessSpec(
-            name="rendezvous", role="service", user_facing=False, env=dict(base),
-            cwd=ctx.paths.code, failure_file=os.path.join(work, "rendezvous.failure"),
-            argv=[sys.executable, "-m", "shipyard.ddp.rendezvous", "--addr", master_addr,
-                  "--master-ports", ",".join(map(str, master_ports)),
-                  "--announce-ports", announce_ports, "--hosts", ",".join(hosts),
-                  "--nproc", str(nproc), "--timeout", timeout,
-                  "--linger", str(max(0.5, float(ctx.env.get("SHIPYARD_STOP_GRACE", "5")) - 1)),
-                  "--failure-file", os.path.join(work, "rendezvous.failure")]))
-    wrapper = [sys.executable, "-m", "shipyard.ddp.rank", "--announce-addr", master_addr,
-               "--announce-ports", announce_ports, "--hosts", ",".join(hosts),
-               "--failure-file", rank_failure, "--"]  # finding the service: its own timeout
+        specs.append(
+            ProcessSpec(
+                name="rendezvous",
+                role="service",
+                user_facing=False,
+                env=dict(base),
+                cwd=ctx.paths.code,
+                failure_file=os.path.join(work, "rendezvous.failure"),
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "shipyard.ddp.rendezvous",
+                    "--addr",
+                    master_addr,
+                    "--master-ports",
+                    ",".join(map(str, master_ports)),
+                    "--announce-ports",
+                    announce_ports,
+                    "--hosts",
+                    ",".join(hosts),
+                    "--nproc",
+                    str(nproc),
+                    "--timeout",
+                    timeout,
+                    "--linger",
+                    str(max(0.5, float(ctx.env.get("SHIPYARD_STOP_GRACE", "5")) - 1)),
+                    "--failure-file",
+                    os.path.join(work, "rendezvous.failure"),
+                ],
+            )
+        )
+    wrapper = [
+        sys.executable,
+        "-m",
+        "shipyard.ddp.rank",
+        "--announce-addr",
+        master_addr,
+        "--announce-ports",
+        announce_ports,
+        "--hosts",
+        ",".join(hosts),
+        "--failure-file",
+        rank_failure,
+        "--",
+    ]  # finding the service: its own timeout
     for rank in contract.ranks_of(ctx.host_index, nproc, len(hosts)):
         env = dict(base)
-        env.update(contract.rank_env(
-            rank, master_addr=master_addr, master_port=master_ports[0],
-            restart_count=attempt - 1, max_restarts=max_restarts, run_id=config.job_name,
-            inherited=ctx.env, error_file=os.path.join(work, f"rank-{rank.rank}.error.json")))
-        specs.append(ProcessSpec(name=f"rank-{rank.rank}", argv=wrapper + list(ctx.user_command),
-                                 env=env, cwd=ctx.paths.code, failure_file=rank_failure))
-    ctx.notes.append(f"{ctx.host}: {_kind(options)} via DDP: ranks "
-                     f"{nproc * ctx.host_index}..{nproc * (ctx.host_index + 1) - 1} of "
-                     f"{nproc * len(hosts)}, MASTER_ADDR={master_addr}")
+        env.update(
+            contract.rank_env(
+                rank,
+                master_addr=master_addr,
+                master_port=master_ports[0],
+                restart_count=attempt - 1,
+                max_restarts=max_restarts,
+                run_id=config.job_name,
+                inherited=ctx.env,
+                error_file=os.path.join(work, f"rank-{rank.rank}.error.json"),
+            )
+        )
+        specs.append(
+            ProcessSpec(
+                name=f"rank-{rank.rank}",
+                argv=wrapper + list(ctx.user_command),
+                env=env,
+                cwd=ctx.paths.code,
+                failure_file=rank_failure,
+            )
+        )
+    ctx.notes.append(
+        f"{ctx.host}: {_kind(options)} via DDP: ranks "
+        f"{nproc * ctx.host_index}..{nproc * (ctx.host_index + 1) - 1} of "
+        f"{nproc * len(hosts)}, MASTER_ADDR={master_addr}"
+    )
     return specs

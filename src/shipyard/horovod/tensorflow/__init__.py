@@ -36,7 +36,9 @@ FP16Compressor = Compression.fp16
 
 
 # ---------------------------------------------------------------- numpy bridge
-def _np_call(fn, inputs: Sequence[tf.Tensor], tout: Sequence[tf.DType], shapes=None, name: str | None = None):
+def _np_call(
+    fn, inputs: Sequence[tf.Tensor], tout: Sequence[tf.DType], shapes=None, name: str | None = None
+):
     """Run ``fn(list of numpy arrays) -> list of numpy arrays`` on TF tensors: directly in
     eager mode, as one ``tf.py_function`` node in a graph."""
     inputs = list(inputs)
@@ -75,8 +77,13 @@ def _eng():
 # ---------------------------------------------------------------- allreduce
 def _allreduce_dense_nograd(tensor, name, op, prescale, postscale):
     t, orig = _widen(tf.convert_to_tensor(tensor))
-    out = _np_call(lambda a: [_eng().allreduce(a[0], name, op, prescale, postscale)], [t], [t.dtype], [t.shape],
-                   name="HorovodAllreduce")[0]
+    out = _np_call(
+        lambda a: [_eng().allreduce(a[0], name, op, prescale, postscale)],
+        [t],
+        [t.dtype],
+        [t.shape],
+        name="HorovodAllreduce",
+    )[0]
     return _narrow(out, orig)
 
 
@@ -95,8 +102,10 @@ def _allreduce_dense(tensor, name, op, prescale, postscale):
 
 def _allreduce_sparse(slices: tf.IndexedSlices, name, op, prescale, postscale):
     if op not in (Average, Sum):
-        raise ValueError("sparse (IndexedSlices) allreduce supports only op=Average or Sum; "
-                         "or pass sparse_as_dense=True")
+        raise ValueError(
+            "sparse (IndexedSlices) allreduce supports only op=Average or Sum; "
+            "or pass sparse_as_dense=True"
+        )
     values = slices.values
     if prescale != 1.0:
         values = values * tf.cast(prescale, values.dtype)
@@ -108,9 +117,19 @@ def _allreduce_sparse(slices: tf.IndexedSlices, name, op, prescale, postscale):
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
-def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
-              ignore_name_scope=False):
+def allreduce(
+    tensor,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+):
     """Reduce a tensor (or ``IndexedSlices``, via allgather) over all ranks."""
     check_process_set(process_set)
     op = resolve_op(op, average)
@@ -122,8 +141,18 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(reduced, ctx)
 
 
-def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set, name=None):
+def grouped_allreduce(
+    tensors,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    name=None,
+):
     """Reduce a list of dense tensors with one fused call (one py_function in a graph)."""
     check_process_set(process_set)
     op = resolve_op(op, average)
@@ -133,17 +162,28 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     comp = [compression.compress(t) for t in tensors]
     wide = [_widen(c) for c, _ in comp]
     names = None if name is None else [f"{name}.{i}" for i in range(len(tensors))]
-    outs = _np_call(lambda arrs: _eng().grouped_allreduce(arrs, names, op, prescale_factor, postscale_factor),
-                    [w for w, _ in wide], [w.dtype for w, _ in wide], [w.shape for w, _ in wide],
-                    name="HorovodGroupedAllreduce")
-    return [compression.decompress(_narrow(o, orig), cctx) for o, (_, orig), (_, cctx) in zip(outs, wide, comp)]
+    outs = _np_call(
+        lambda arrs: _eng().grouped_allreduce(arrs, names, op, prescale_factor, postscale_factor),
+        [w for w, _ in wide],
+        [w.dtype for w, _ in wide],
+        [w.shape for w, _ in wide],
+        name="HorovodGroupedAllreduce",
+    )
+    return [
+        compression.decompress(_narrow(o, orig), cctx)
+        for o, (_, orig), (_, cctx) in zip(outs, wide, comp)
+    ]
 
 
 # ---------------------------------------------------------------- allgather / broadcast / alltoall
 def _allgather_nograd(tensor, name):
     t, orig = _widen(tf.convert_to_tensor(tensor))
-    shape = tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else tf.TensorShape([None])
-    out = _np_call(lambda a: [_eng().allgather(a[0], name)], [t], [t.dtype], [shape], name="HorovodAllgather")[0]
+    shape = (
+        tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else tf.TensorShape([None])
+    )
+    out = _np_call(
+        lambda a: [_eng().allgather(a[0], name)], [t], [t.dtype], [shape], name="HorovodAllgather"
+    )[0]
     return _narrow(out, orig)
 
 
@@ -161,10 +201,12 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
         def grad(dy):
             # as Horovod registers it: sum the gradient over ranks, keep this rank's rows
             reduced = _allreduce_dense_nograd(dy, None, Sum, 1.0, 1.0)
-            rows = tf.reshape(tf.shape(x, out_type=tf.int64)[0] if x.shape.rank else tf.constant(1, tf.int64), [1])
+            rows = tf.reshape(
+                tf.shape(x, out_type=tf.int64)[0] if x.shape.rank else tf.constant(1, tf.int64), [1]
+            )
             sizes = _allgather_nograd(rows, None)
             start = tf.reduce_sum(sizes[: rank()])
-            return tf.reshape(reduced[start:start + rows[0]], tf.shape(x))
+            return tf.reshape(reduced[start : start + rows[0]], tf.shape(x))
 
         return y, grad
 
@@ -173,12 +215,19 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
 
 def _broadcast_nograd(tensor, root_rank, name):
     t, orig = _widen(tf.convert_to_tensor(tensor))
-    out = _np_call(lambda a: [_eng().broadcast(a[0], root_rank, name)], [t], [t.dtype], [t.shape],
-                   name="HorovodBroadcast")[0]
+    out = _np_call(
+        lambda a: [_eng().broadcast(a[0], root_rank, name)],
+        [t],
+        [t.dtype],
+        [t.shape],
+        name="HorovodBroadcast",
+    )[0]
     return _narrow(out, orig)
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set, ignore_name_scope=False):
+def broadcast(
+    tensor, root_rank, name=None, process_set=global_process_set, ignore_name_scope=False
+):
     """``root_rank``'s value of ``tensor`` on every rank."""
     check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
@@ -198,19 +247,25 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
     return fn(tensor)
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ignore_name_scope=False):
+def alltoall(
+    tensor, splits=None, name=None, process_set=global_process_set, ignore_name_scope=False
+):
     """Scatter slices of dimension 0 to all ranks and gather theirs. Returns the output, and
     ``received_splits`` too when ``splits`` is given."""
     check_process_set(process_set)
     t, orig = _widen(tf.convert_to_tensor(tensor))
-    shape = tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else tf.TensorShape([None])
+    shape = (
+        tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else tf.TensorShape([None])
+    )
     inputs = [t] if splits is None else [t, tf.cast(tf.convert_to_tensor(splits), tf.int64)]
 
     def fn(arrs):
         out, recv = _eng().alltoall(arrs[0], None if splits is None else arrs[1], name)
         return [out, recv.astype(np.int32)]
 
-    out, recv = _np_call(fn, inputs, [t.dtype, tf.int32], [shape, tf.TensorShape([None])], name="HorovodAlltoall")
+    out, recv = _np_call(
+        fn, inputs, [t.dtype, tf.int32], [shape, tf.TensorShape([None])], name="HorovodAlltoall"
+    )
     out = _narrow(out, orig)
     return out if splits is None else (out, recv)
 
@@ -234,8 +289,13 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         arrays = []
         for v in variables:
             value = v.numpy()
-            arrays.append(np.array(value.astype(np.float32) if value.dtype.name == "bfloat16" else value, order="C",
-                                   copy=True))
+            arrays.append(
+                np.array(
+                    value.astype(np.float32) if value.dtype.name == "bfloat16" else value,
+                    order="C",
+                    copy=True,
+                )
+            )
         _eng().grouped_broadcast_(arrays, root_rank)
         for v, a in zip(variables, arrays):
             v.assign(a.astype(v.numpy().dtype) if a.dtype != v.numpy().dtype else a)
@@ -247,9 +307,16 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         _eng().grouped_broadcast_(arrs, root_rank)
         return arrs
 
-    outs = _np_call(fn, [w for w, _ in values], [w.dtype for w, _ in values], [w.shape for w, _ in values],
-                    name="HorovodBroadcastVariables")
-    return tf.group(*[v.assign(_narrow(o, orig)) for v, o, (_, orig) in zip(variables, outs, values)])
+    outs = _np_call(
+        fn,
+        [w for w, _ in values],
+        [w.dtype for w, _ in values],
+        [w.shape for w, _ in values],
+        name="HorovodBroadcastVariables",
+    )
+    return tf.group(
+        *[v.assign(_narrow(o, orig)) for v, o, (_, orig) in zip(variables, outs, values)]
+    )
 
 
 def broadcast_global_variables(root_rank):
@@ -282,8 +349,13 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, prescale, postsca
         if op == Adasum:
             reduced = [allreduce(g, op=op, compression=compression) for g in dense]
         else:
-            reduced = grouped_allreduce(dense, op=op, compression=compression, prescale_factor=prescale,
-                                        postscale_factor=postscale)
+            reduced = grouped_allreduce(
+                dense,
+                op=op,
+                compression=compression,
+                prescale_factor=prescale,
+                postscale_factor=postscale,
+            )
         for i, r in zip(dense_idx, reduced):
             out[i] = r
     return out
@@ -292,19 +364,40 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, prescale, postsca
 class _DistributedGradientTape:
     """Mixed into a subclass of the wrapped tape's class (so it still is a tf.GradientTape)."""
 
-    def gradient(self, target, sources, output_gradients=None,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+    def gradient(
+        self,
+        target,
+        sources,
+        output_gradients=None,
+        unconnected_gradients=tf.UnconnectedGradients.NONE,
+    ):
         grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
         flat = tf.nest.flatten(grads, expand_composites=False)
         if self._hvd_size > 1:
-            flat = _reduce_gradients(flat, self._hvd_op, self._hvd_compression, self._hvd_sparse_as_dense,
-                                     self._hvd_prescale, self._hvd_postscale)
+            flat = _reduce_gradients(
+                flat,
+                self._hvd_op,
+                self._hvd_compression,
+                self._hvd_sparse_as_dense,
+                self._hvd_prescale,
+                self._hvd_postscale,
+            )
         return tf.nest.pack_sequence_as(grads, flat, expand_composites=False)
 
 
-def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
-                            sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                            groups=None, process_set=global_process_set, scale_local_gradients=True):
+def DistributedGradientTape(
+    gradtape,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+):
     """Wrap a ``tf.GradientTape`` so ``gradient()`` returns gradients averaged (``op``) over
     all ranks (one fused allreduce for the dense ones)."""
     check_process_set(process_set)
@@ -351,21 +444,49 @@ class _DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
         return self._optimizer.variables(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
-                         compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
-                         op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=global_process_set, scale_local_gradients=True):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    use_locking=False,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    backward_passes_per_step=1,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+):
     """Keras optimizers (Keras 3 or tf_keras) are wrapped as ``shipyard.horovod.tensorflow.keras``
     does; ``tf.compat.v1.train.Optimizer`` gets a TF1-style wrapper."""
     check_process_set(process_set)
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if backward_passes_per_step != 1:
-            raise UnsupportedError("backward_passes_per_step > 1 is supported for Keras optimizers only")
-        return _DistributedOptimizerV1(optimizer, name, op, compression, sparse_as_dense,
-                                       1.0 / gradient_predivide_factor, float(gradient_predivide_factor))
+            raise UnsupportedError(
+                "backward_passes_per_step > 1 is supported for Keras optimizers only"
+            )
+        return _DistributedOptimizerV1(
+            optimizer,
+            name,
+            op,
+            compression,
+            sparse_as_dense,
+            1.0 / gradient_predivide_factor,
+            float(gradient_predivide_factor),
+        )
     from ._keras_impl import wrap_optimizer
 
-    return wrap_optimizer(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
-                          backward_passes_per_step=backward_passes_per_step, op=op,
-                          gradient_predivide_factor=gradient_predivide_factor,
-                          average_aggregated_gradients=average_aggregated_gradients)
+    return wrap_optimizer(
+        optimizer,
+        name=name,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        backward_passes_per_step=backward_passes_per_step,
+        op=op,
+        gradient_predivide_factor=gradient_predivide_factor,
+        average_aggregated_gradients=average_aggregated_gradients,
+    )

@@ -39,8 +39,14 @@ def _reduce(grads, settings):
 
     if _engine.get().size == 1:
         return list(grads)
-    return _reduce_gradients(list(grads), settings["op"], settings["compression"], settings["sparse_as_dense"],
-                             settings["prescale"], settings["postscale"])
+    return _reduce_gradients(
+        list(grads),
+        settings["op"],
+        settings["compression"],
+        settings["sparse_as_dense"],
+        settings["prescale"],
+        settings["postscale"],
+    )
 
 
 class _Keras3Mixin:
@@ -65,10 +71,16 @@ class _TFKerasMixin:
 def _subclass(mixin, base):
     """Same name and module as ``base``: a saved model's optimizer config then names the
     plain Keras class, so ``keras.models.load_model`` works without shipyard."""
-    return type(base.__name__, (mixin, base), {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    return type(
+        base.__name__,
+        (mixin, base),
+        {"__module__": base.__module__, "__qualname__": base.__qualname__},
+    )
 
 
-def _settings(compression, sparse_as_dense, backward_passes_per_step, op, gradient_predivide_factor):
+def _settings(
+    compression, sparse_as_dense, backward_passes_per_step, op, gradient_predivide_factor
+):
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor != 1.0 needs op=Average")
     return {
@@ -81,12 +93,25 @@ def _settings(compression, sparse_as_dense, backward_passes_per_step, op, gradie
     }
 
 
-def wrap_optimizer(optimizer, name=None, compression=None, sparse_as_dense=False, backward_passes_per_step=1,
-                   op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False):
+def wrap_optimizer(
+    optimizer,
+    name=None,
+    compression=None,
+    sparse_as_dense=False,
+    backward_passes_per_step=1,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    average_aggregated_gradients=False,
+):
     from . import Compression
 
-    settings = _settings(compression or Compression.none, sparse_as_dense, backward_passes_per_step, op,
-                         gradient_predivide_factor)
+    settings = _settings(
+        compression or Compression.none,
+        sparse_as_dense,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+    )
     if getattr(optimizer, "_hvd_settings", None) is not None:
         raise ValueError("the optimizer is already a DistributedOptimizer")
     config = optimizer.get_config()
@@ -94,7 +119,9 @@ def wrap_optimizer(optimizer, name=None, compression=None, sparse_as_dense=False
         mixin = _Keras3Mixin
         if settings["bpps"] > 1:
             if config.get("gradient_accumulation_steps") not in (None, settings["bpps"]):
-                raise ValueError("backward_passes_per_step conflicts with the optimizer's gradient_accumulation_steps")
+                raise ValueError(
+                    "backward_passes_per_step conflicts with the optimizer's gradient_accumulation_steps"
+                )
             config["gradient_accumulation_steps"] = settings["bpps"]
     else:
         mixin = _TFKerasMixin
@@ -116,7 +143,9 @@ def wrap_in_place(optimizer, compression=None, **kw):
     (used by ``load_model``)."""
     from . import Compression
 
-    settings = _settings(compression or Compression.none, kw.get("sparse_as_dense", False), 1, Average, 1.0)
+    settings = _settings(
+        compression or Compression.none, kw.get("sparse_as_dense", False), 1, Average, 1.0
+    )
     mixin = _Keras3Mixin if _is_keras3_optimizer(optimizer) else _TFKerasMixin
     optimizer.__class__ = _subclass(mixin, optimizer.__class__)
     optimizer._hvd_settings = settings
@@ -147,8 +176,12 @@ def _optimizer_variables(opt) -> list:
     return list(v or [])
 
 
-CALLBACKS = ("BroadcastGlobalVariablesCallback", "LearningRateScheduleCallback",
-             "LearningRateWarmupCallback", "MetricAverageCallback")
+CALLBACKS = (
+    "BroadcastGlobalVariablesCallback",
+    "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback",
+    "MetricAverageCallback",
+)
 
 
 def callbacks_for(keras_module) -> dict[str, type]:
@@ -221,8 +254,17 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
         """lr = initial_lr * multiplier(epoch) between start_epoch and end_epoch, per epoch
         (staircase) or per batch."""
 
-        def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
-                     momentum_correction=True, steps_per_epoch=None, *args):
+        def __init__(
+            self,
+            initial_lr,
+            multiplier,
+            start_epoch=0,
+            end_epoch=None,
+            staircase=True,
+            momentum_correction=True,
+            steps_per_epoch=None,
+            *args,
+        ):
             super().__init__()
             self.initial_lr = initial_lr
             self.start_epoch = start_epoch
@@ -258,7 +300,9 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
             if not self.staircase and not self.steps_per_epoch:
                 self.steps_per_epoch = (self.params or {}).get("steps")
                 if not self.steps_per_epoch:
-                    raise ValueError("steps_per_epoch is needed for staircase=False (pass it or use fit(steps_per_epoch=...))")
+                    raise ValueError(
+                        "steps_per_epoch is needed for staircase=False (pass it or use fit(steps_per_epoch=...))"
+                    )
 
         def on_epoch_begin(self, epoch, logs=None):
             self.current_epoch = epoch
@@ -279,21 +323,37 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
     class LearningRateWarmupCallback(LearningRateScheduleCallback):
         """Ramp lr from initial_lr / size to initial_lr over ``warmup_epochs`` (Goyal et al.)."""
 
-        def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
+        def __init__(
+            self,
+            initial_lr,
+            warmup_epochs=5,
+            momentum_correction=True,
+            steps_per_epoch=None,
+            verbose=0,
+        ):
             def multiplier(epoch):
                 n = _engine.get().size
                 epoch += 1.0 / self.steps_per_epoch
                 return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
 
-            super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs, staircase=False,
-                             momentum_correction=momentum_correction, steps_per_epoch=steps_per_epoch)
+            super().__init__(
+                initial_lr,
+                multiplier,
+                start_epoch=0,
+                end_epoch=warmup_epochs,
+                staircase=False,
+                momentum_correction=momentum_correction,
+                steps_per_epoch=steps_per_epoch,
+            )
             self.verbose = verbose
 
         def on_epoch_end(self, epoch, logs=None):
             super().on_epoch_end(epoch, logs)
             if epoch == self.end_epoch - 1 and self.verbose > 0 and _engine.get().rank == 0:
-                sys.stdout.write(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
-                                 f"{_get_lr(self.model.optimizer):g}.\n")
+                sys.stdout.write(
+                    f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
+                    f"{_get_lr(self.model.optimizer):g}.\n"
+                )
 
     return types.SimpleNamespace(
         BroadcastGlobalVariablesCallback=BroadcastGlobalVariablesCallback,

@@ -29,7 +29,11 @@ _ready = False
 def use_nccl() -> bool:
     if os.environ.get("SHIPYARD_HOROVOD_CUDA", "").lower() == "host":
         return False
-    return bool(torch.distributed.is_available() and torch.distributed.is_nccl_available() and torch.cuda.is_available())
+    return bool(
+        torch.distributed.is_available()
+        and torch.distributed.is_nccl_available()
+        and torch.cuda.is_available()
+    )
 
 
 def _free_port() -> int:
@@ -48,7 +52,11 @@ def ensure_group() -> None:
         eng = _engine.get()
         if not dist.is_initialized():
             if eng.rank == 0:
-                host = os.environ.get("MASTER_ADDR") or os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
+                host = (
+                    os.environ.get("MASTER_ADDR")
+                    or os.environ.get("HOROVOD_HOSTNAME")
+                    or socket.gethostname()
+                )
                 try:
                     addr = socket.gethostbyname(host)
                 except OSError:
@@ -57,14 +65,22 @@ def ensure_group() -> None:
             else:
                 info = None
             addr, port = eng.broadcast_object(info, 0, "shipyard.nccl.rendezvous")
-            dist.init_process_group("nccl", init_method=f"tcp://{addr}:{port}", rank=eng.rank, world_size=eng.size)
+            dist.init_process_group(
+                "nccl", init_method=f"tcp://{addr}:{port}", rank=eng.rank, world_size=eng.size
+            )
         _ready = True
 
 
 _TORCH_TO_NP = {
-    torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
-    torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8), torch.int16: np.dtype(np.int16),
-    torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64), torch.bool: np.dtype(np.bool_),
+    torch.float16: np.dtype(np.float16),
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.int8: np.dtype(np.int8),
+    torch.uint8: np.dtype(np.uint8),
+    torch.int16: np.dtype(np.int16),
+    torch.int32: np.dtype(np.int32),
+    torch.int64: np.dtype(np.int64),
+    torch.bool: np.dtype(np.bool_),
     torch.bfloat16: np.dtype(np.float32),  # signature stand-in only
 }
 
@@ -74,7 +90,9 @@ def _red_op(op: int):
     return {Sum: R.SUM, Average: R.SUM, Min: R.MIN, Max: R.MAX, Product: R.PRODUCT}[op]
 
 
-def allreduce_(tensor: torch.Tensor, name, op: int, prescale: float, postscale: float, ctx=None) -> torch.Tensor:
+def allreduce_(
+    tensor: torch.Tensor, name, op: int, prescale: float, postscale: float, ctx=None
+) -> torch.Tensor:
     """In place on a contiguous CUDA tensor. ``ctx``: run on that engine channel (the comm
     thread passes its own); None: the caller's (main) channel."""
     eng = _engine.get()
@@ -83,7 +101,11 @@ def allreduce_(tensor: torch.Tensor, name, op: int, prescale: float, postscale: 
         arr = host.float().numpy() if host.dtype == torch.bfloat16 else host.numpy()
         desc = ("allreduce", name, str(arr.dtype), tuple(tensor.shape), (("op", op),))
         if ctx is None:
-            eng.run(lambda c: eng._reduce_flat(c, arr.reshape(-1), desc, op, prescale, postscale, name or ""))
+            eng.run(
+                lambda c: eng._reduce_flat(
+                    c, arr.reshape(-1), desc, op, prescale, postscale, name or ""
+                )
+            )
         else:
             eng._reduce_flat(ctx, arr.reshape(-1), desc, op, prescale, postscale, name or "")
         tensor.copy_(torch.from_numpy(arr).to(tensor.dtype))
@@ -125,7 +147,11 @@ def allgather(tensor: torch.Tensor, name) -> torch.Tensor:
     rest = tuple(t.shape[1:])
     desc = ("allgather", name, str(t.dtype), rest, (("cuda", True),))
     dcode = _engine._DTYPE_CODES.get(_TORCH_TO_NP.get(t.dtype), 0)
-    table = eng.run(lambda c: eng._negotiate(c, _engine.K_ALLGATHER, desc, dcode, int(np.prod(rest)), dim0=t.shape[0]).copy())
+    table = eng.run(
+        lambda c: eng._negotiate(
+            c, _engine.K_ALLGATHER, desc, dcode, int(np.prod(rest)), dim0=t.shape[0]
+        ).copy()
+    )
     dims = [int(d) for d in table[:, 6]]
     mx = max(dims)
     padded = torch.zeros((mx,) + rest, dtype=t.dtype, device=t.device)
@@ -143,9 +169,17 @@ def broadcast_(tensor: torch.Tensor, root: int, name) -> torch.Tensor:
         tensor.copy_(torch.from_numpy(host))
         return tensor
     ensure_group()
-    desc = ("broadcast", name, str(tensor.dtype), tuple(tensor.shape), (("root", root), ("cuda", True)))
+    desc = (
+        "broadcast",
+        name,
+        str(tensor.dtype),
+        tuple(tensor.shape),
+        (("root", root), ("cuda", True)),
+    )
     dcode = _engine._DTYPE_CODES.get(_TORCH_TO_NP.get(tensor.dtype), 0)
-    eng.run(lambda c: eng._negotiate(c, _engine.K_BROADCAST, desc, dcode, tensor.numel(), root=root))
+    eng.run(
+        lambda c: eng._negotiate(c, _engine.K_BROADCAST, desc, dcode, tensor.numel(), root=root)
+    )
     torch.distributed.broadcast(tensor, src=root)
     return tensor
 

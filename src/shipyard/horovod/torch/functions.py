@@ -55,7 +55,9 @@ def broadcast_parameters(params, root_rank: int = 0, process_set=global_process_
             dst.copy_(staged)
 
 
-def broadcast_optimizer_state(optimizer, root_rank: int = 0, process_set=global_process_set) -> None:
+def broadcast_optimizer_state(
+    optimizer, root_rank: int = 0, process_set=global_process_set
+) -> None:
     """Make every rank's optimizer state (and hyperparameters) equal to ``root_rank``'s.
 
     The root's ``state_dict()`` travels serialized with ``torch.save`` (tensors, scalars

@@ -77,7 +77,11 @@ def synchronize(handle: int):
 def _allreduce_impl(tensor, name, op, prescale, postscale, compression, inplace):
     compressed, cctx = compression.compress(tensor)
     if compressed.is_cuda:
-        out = compressed if (inplace and compressed is tensor and tensor.is_contiguous()) else _contiguous_clone(compressed)
+        out = (
+            compressed
+            if (inplace and compressed is tensor and tensor.is_contiguous())
+            else _contiguous_clone(compressed)
+        )
         _nccl.allreduce_(out, name, op, prescale, postscale)
     elif not inplace and compressed.dtype != torch.bfloat16 and op != Adasum:
         # out of place: MPI reduces the input straight into a fresh output (no extra copy)
@@ -112,27 +116,48 @@ class _AllreduceFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         op, prescale, postscale, compression = ctx.args
-        grad = _allreduce_impl(grad_output, None, op, prescale, postscale, compression, inplace=False)
+        grad = _allreduce_impl(
+            grad_output, None, op, prescale, postscale, compression, inplace=False
+        )
         return grad, None, None, None, None, None
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
+def allreduce(
+    tensor,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
     """Reduce ``tensor`` over all ranks and return the result (a new tensor)."""
     check_process_set(process_set)
     op = resolve_op(op, average)
     if tensor.requires_grad and torch.is_grad_enabled():
         return _AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor, compression)
-    return _allreduce_impl(tensor, name, op, prescale_factor, postscale_factor, compression, inplace=False)
+    return _allreduce_impl(
+        tensor, name, op, prescale_factor, postscale_factor, compression, inplace=False
+    )
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=global_process_set):
+def allreduce_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
     """In-place allreduce; returns ``tensor``."""
     check_process_set(process_set)
     op = resolve_op(op, average)
     with torch.no_grad():
-        return _allreduce_impl(tensor, name, op, prescale_factor, postscale_factor, Compression.none, inplace=True)
+        return _allreduce_impl(
+            tensor, name, op, prescale_factor, postscale_factor, Compression.none, inplace=True
+        )
 
 
 def _async_allreduce(tensor, name, op, prescale, postscale, compression, inplace):
@@ -140,7 +165,12 @@ def _async_allreduce(tensor, name, op, prescale, postscale, compression, inplace
         result = _allreduce_impl(tensor, name, op, prescale, postscale, compression, inplace)
         return _register(None, lambda _: result)
     compressed, cctx = compression.compress(tensor)
-    direct = inplace and compressed is tensor and tensor.is_contiguous() and tensor.dtype != torch.bfloat16
+    direct = (
+        inplace
+        and compressed is tensor
+        and tensor.is_contiguous()
+        and tensor.dtype != torch.bfloat16
+    )
     out = tensor if direct else _contiguous_clone(compressed)
     arr, writeback = _np_view(out)
     h = _engine.get().allreduce_async(arr, name, op, prescale, postscale, inplace=True)
@@ -153,17 +183,41 @@ def _async_allreduce(tensor, name, op, prescale, postscale, compression, inplace
     return _register(h, finish)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    compression=Compression.none, process_set=global_process_set) -> int:
+def allreduce_async(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    compression=Compression.none,
+    process_set=global_process_set,
+) -> int:
     check_process_set(process_set)
-    return _async_allreduce(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor, compression, False)
+    return _async_allreduce(
+        tensor, name, resolve_op(op, average), prescale_factor, postscale_factor, compression, False
+    )
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=global_process_set) -> int:
+def allreduce_async_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> int:
     check_process_set(process_set)
-    return _async_allreduce(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor,
-                            Compression.none, True)
+    return _async_allreduce(
+        tensor,
+        name,
+        resolve_op(op, average),
+        prescale_factor,
+        postscale_factor,
+        Compression.none,
+        True,
+    )
 
 
 # ---------------------------------------------------------------- grouped allreduce
@@ -187,8 +241,11 @@ def _grouped_batches(tensors, compression, name):
             parts = [comp[i][0] for i in members]
             with torch.no_grad():  # a fresh tensor: the inputs are untouched (one part
                 # alone comes back as a view of itself, hence the clone)
-                flat = (_flatten_dense_tensors(parts) if len(parts) > 1
-                        else parts[0].reshape(-1).clone(memory_format=torch.contiguous_format))
+                flat = (
+                    _flatten_dense_tensors(parts)
+                    if len(parts) > 1
+                    else parts[0].reshape(-1).clone(memory_format=torch.contiguous_format)
+                )
             names = None if name is None else [f"{name}.{i}" for i in members]
             yield members, flat, parts, names, [comp[i][1] for i in members]
 
@@ -212,50 +269,101 @@ def _reduce_packed(flat, shapes, names, op, prescale, postscale, async_=False):
     return None, work
 
 
-def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce(
+    tensors: Sequence[torch.Tensor],
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
     """Reduce a list of tensors with tensor fusion (one collective per fusion buffer of
     ``HOROVOD_FUSION_THRESHOLD`` bytes and dtype); returns new tensors."""
     check_process_set(process_set)
     op = resolve_op(op, average)
     tensors = list(tensors)
     if any(t.is_cuda for t in tensors):
-        return [allreduce(t, name=None if name is None else f"{name}.{i}", compression=compression, op=op,
-                          prescale_factor=prescale_factor, postscale_factor=postscale_factor)
-                for i, t in enumerate(tensors)]
+        return [
+            allreduce(
+                t,
+                name=None if name is None else f"{name}.{i}",
+                compression=compression,
+                op=op,
+                prescale_factor=prescale_factor,
+                postscale_factor=postscale_factor,
+            )
+            for i, t in enumerate(tensors)
+        ]
     results = [None] * len(tensors)
     for members, flat, parts, names, ctxs in _grouped_batches(tensors, compression, name):
-        _reduce_packed(flat, [tuple(p.shape) for p in parts], names, op, prescale_factor, postscale_factor)
+        _reduce_packed(
+            flat, [tuple(p.shape) for p in parts], names, op, prescale_factor, postscale_factor
+        )
         for i, out in zip(members, _unpack(flat, parts, ctxs, compression)):
             results[i] = out
     return results
 
 
-def grouped_allreduce_(tensors: Sequence[torch.Tensor], average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_(
+    tensors: Sequence[torch.Tensor],
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
     check_process_set(process_set)
     tensors = list(tensors)
-    results = grouped_allreduce(tensors, name=name, op=resolve_op(op, average), prescale_factor=prescale_factor,
-                                postscale_factor=postscale_factor)
+    results = grouped_allreduce(
+        tensors,
+        name=name,
+        op=resolve_op(op, average),
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+    )
     with torch.no_grad():
         for t, r in zip(tensors, results):
             t.copy_(r)
     return tensors
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                            compression=Compression.none, process_set=global_process_set) -> int:
+def grouped_allreduce_async(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    compression=Compression.none,
+    process_set=global_process_set,
+) -> int:
     check_process_set(process_set)
     op = resolve_op(op, average)
     tensors = list(tensors)
     if any(t.is_cuda for t in tensors):
-        result = grouped_allreduce(tensors, name=name, compression=compression, op=op,
-                                   prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+        result = grouped_allreduce(
+            tensors,
+            name=name,
+            compression=compression,
+            op=op,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+        )
         return _register(None, lambda _: result)
     pending = []
     for members, flat, parts, names, ctxs in _grouped_batches(tensors, compression, name):
-        h, work = _reduce_packed(flat, [tuple(p.shape) for p in parts], names, op, prescale_factor,
-                                 postscale_factor, async_=True)
+        h, work = _reduce_packed(
+            flat,
+            [tuple(p.shape) for p in parts],
+            names,
+            op,
+            prescale_factor,
+            postscale_factor,
+            async_=True,
+        )
         pending.append((h, members, flat, work, parts, ctxs))
 
     def finish(_):
@@ -291,8 +399,15 @@ class _AllDone:
         return None
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                             process_set=global_process_set) -> int:
+def grouped_allreduce_async_(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> int:
     tensors = list(tensors)
     hid = grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor)
     h, finish = _handles[hid]
@@ -326,7 +441,9 @@ class _AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = _allreduce_impl(grad_output, None, Average, 1.0, 1.0, Compression.none, inplace=False)
+        grad = _allreduce_impl(
+            grad_output, None, Average, 1.0, 1.0, Compression.none, inplace=False
+        )
         eng = _engine.get()
         dims = eng.allgather(np.array([ctx.dim0], np.int64))
         offset = int(dims[: eng.rank].sum())
@@ -378,7 +495,9 @@ class _BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = _allreduce_impl(grad_output, None, Average, 1.0, 1.0, Compression.none, inplace=False)
+        grad = _allreduce_impl(
+            grad_output, None, Average, 1.0, 1.0, Compression.none, inplace=False
+        )
         if _engine.get().rank != ctx.root_rank:
             grad = grad * 0
         return grad, None, None
@@ -422,7 +541,11 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Send slices of dim 0 to every rank (equal slices, or ``splits``); returns the output,
     and ``received_splits`` too when ``splits`` was given (Horovod's convention)."""
     check_process_set(process_set)
-    sp = None if splits is None else np.asarray(splits.cpu() if isinstance(splits, torch.Tensor) else splits, np.int64)
+    sp = (
+        None
+        if splits is None
+        else np.asarray(splits.cpu() if isinstance(splits, torch.Tensor) else splits, np.int64)
+    )
     if tensor.is_cuda:
         out, recv = _nccl.alltoall(tensor, sp, name)
     else:
@@ -440,7 +563,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if tensor.is_cuda or tensor.dtype == torch.bfloat16:
         result = alltoall(tensor, splits, name)
         return _register(None, lambda _: result)
-    sp = None if splits is None else np.asarray(splits.cpu() if isinstance(splits, torch.Tensor) else splits, np.int64)
+    sp = (
+        None
+        if splits is None
+        else np.asarray(splits.cpu() if isinstance(splits, torch.Tensor) else splits, np.int64)
+    )
     h = _engine.get().alltoall_async(tensor.detach().numpy(), sp, name)
 
     def finish(res):

@@ -68,7 +68,9 @@ class _Bucket:
             off += p.numel()
         p0 = params[0]
         self.buffer = torch.zeros(off, dtype=p0.dtype, device=p0.device)
-        self.views = [self.buffer[o:o + p.numel()].view_as(p) for o, p in zip(self.offsets, params)]
+        self.views = [
+            self.buffer[o : o + p.numel()].view_as(p) for o, p in zip(self.offsets, params)
+        ]
         self.segments = [(o, o + p.numel()) for o, p in zip(self.offsets, params)]
         self.pending = len(params)
         self.ready = [False] * len(params)
@@ -81,8 +83,17 @@ class _DistributedOptimizer:
     """Mixed into a dynamic subclass of the wrapped optimizer's class (as Horovod does), so
     ``isinstance(opt, torch.optim.SGD)`` and LR schedulers keep working."""
 
-    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                   groups, num_groups, sparse_as_dense):
+    def _hvd_setup(
+        self,
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        groups,
+        num_groups,
+        sparse_as_dense,
+    ):
         eng = _engine.get()
         self._hvd_engine = eng
         self._hvd_compression = compression
@@ -112,16 +123,22 @@ class _DistributedOptimizer:
         if named_parameters is not None:
             named = list(named_parameters)
             if named and not isinstance(named[0], tuple):
-                raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
-                                 "usually model.named_parameters()")
+                raise ValueError(
+                    "named_parameters should be a sequence of (name, parameter) tuples, "
+                    "usually model.named_parameters()"
+                )
             all_names = [n for n, _ in named]
             dups = sorted({n for n in all_names if all_names.count(n) > 1})
             if dups:
-                raise ValueError(f"parameter names in named_parameters must be unique; duplicates: {dups[:5]}")
+                raise ValueError(
+                    f"parameter names in named_parameters must be unique; duplicates: {dups[:5]}"
+                )
             names = {id(p): n for n, p in named}
             unnamed = [p for p in params if id(p) not in names]
             if unnamed:
-                raise ValueError(f"named_parameters was given but {len(unnamed)} optimizer parameters are not in it")
+                raise ValueError(
+                    f"named_parameters was given but {len(unnamed)} optimizer parameters are not in it"
+                )
         for i, p in enumerate(params):
             names.setdefault(id(p), f"allreduce.noname.{i}")
         self._hvd_names = names
@@ -140,7 +157,7 @@ class _DistributedOptimizer:
             plan += [[p] for p in rest]
         elif num_groups and num_groups > 0:
             k = -(-len(order) // num_groups)
-            plan = [order[i:i + k] for i in range(0, len(order), k)]
+            plan = [order[i : i + k] for i in range(0, len(order), k)]
         else:
             by_kind: dict[tuple, list[torch.Tensor]] = {}
             kinds = []
@@ -153,7 +170,9 @@ class _DistributedOptimizer:
             for key in kinds:
                 ps = by_kind[key]
                 nbytes = [p.numel() * p.element_size() for p in ps]
-                for batch in plan_batches(nbytes, eng.fusion_threshold, first_cap=FIRST_BUCKET_BYTES):
+                for batch in plan_batches(
+                    nbytes, eng.fusion_threshold, first_cap=FIRST_BUCKET_BYTES
+                ):
                     plan.append([ps[j] for j in batch])
         # A bucket must be homogeneous in device and dtype.
         split_plan = []
@@ -171,10 +190,18 @@ class _DistributedOptimizer:
         self._hvd_where: dict[int, tuple[_Bucket, int]] = {}
         for i, members in enumerate(split_plan):
             b = _Bucket(i, members, [names[id(p)] for p in members])
-            comp_dtype = torch.float16 if (compression is Compression.fp16 and members[0].dtype.is_floating_point) \
+            comp_dtype = (
+                torch.float16
+                if (compression is Compression.fp16 and members[0].dtype.is_floating_point)
                 else members[0].dtype
-            b.desc = ("allreduce", tuple(b.names), str(comp_dtype), tuple(tuple(p.shape) for p in members),
-                      (("op", op_name(op)), ("pre", self._hvd_prescale), ("post", self._hvd_postscale)))
+            )
+            b.desc = (
+                "allreduce",
+                tuple(b.names),
+                str(comp_dtype),
+                tuple(tuple(p.shape) for p in members),
+                (("op", op_name(op)), ("pre", self._hvd_prescale), ("post", self._hvd_postscale)),
+            )
             self._hvd_buckets.append(b)
             for j, p in enumerate(members):
                 self._hvd_where[id(p)] = (b, j)
@@ -231,8 +258,11 @@ class _DistributedOptimizer:
         if buf.is_cuda:
             _nccl.allreduce_(buf, b.label, op, self._hvd_prescale, self._hvd_postscale, ctx=ctx)
             return
-        compressed = self._hvd_compression is Compression.fp16 and buf.dtype.is_floating_point \
+        compressed = (
+            self._hvd_compression is Compression.fp16
+            and buf.dtype.is_floating_point
             and buf.dtype != torch.float16
+        )
         if compressed:
             work = buf.to(torch.float16)
         elif buf.dtype == torch.bfloat16:
@@ -243,8 +273,16 @@ class _DistributedOptimizer:
         if op == Adasum:
             eng._adasum_flat(ctx, arr, b.desc, b.segments)
         else:
-            eng._reduce_flat(ctx, arr, b.desc, op, self._hvd_prescale, self._hvd_postscale, b.label,
-                             {"tensors": len(b.params)})
+            eng._reduce_flat(
+                ctx,
+                arr,
+                b.desc,
+                op,
+                self._hvd_prescale,
+                self._hvd_postscale,
+                b.label,
+                {"tensors": len(b.params)},
+            )
         if work is not buf:
             buf.copy_(work)
 
@@ -298,7 +336,8 @@ class _DistributedOptimizer:
                 warnings.warn(
                     "optimizer.step() called after optimizer.synchronize() without skip_synchronize(): "
                     "gradients are synchronized again (wasted communication). Use "
-                    "`with optimizer.skip_synchronize(): optimizer.step()`."
+                    "`with optimizer.skip_synchronize(): optimizer.step()`.",
+                    stacklevel=2,
                 )
             self.synchronize()
         self._hvd_synchronized = False
@@ -332,9 +371,18 @@ class _DistributedOptimizer:
             self._hvd_delay[k] = self.backward_passes_per_step
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
-                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=global_process_set):
+def DistributedOptimizer(
+    optimizer,
+    named_parameters=None,
+    compression=Compression.none,
+    backward_passes_per_step=1,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    sparse_as_dense=False,
+    process_set=global_process_set,
+):
     """Wrap a torch optimizer so ``step()`` uses gradients averaged (``op``) over all ranks.
 
     Returns an object of a subclass of ``optimizer``'s class sharing its state and param
@@ -344,10 +392,21 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("the optimizer is already a DistributedOptimizer")  # noqa: TRY004 (Horovod raises ValueError)
     base = optimizer.__class__
-    cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": base.__module__,
-                                                              "__qualname__": base.__qualname__})
+    cls = type(
+        base.__name__,
+        (_DistributedOptimizer, base),
+        {"__module__": base.__module__, "__qualname__": base.__qualname__},
+    )
     obj = cls.__new__(cls)
     obj.__dict__.update(optimizer.__dict__)
-    obj._hvd_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                   groups, num_groups, sparse_as_dense)
+    obj._hvd_setup(
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        groups,
+        num_groups,
+        sparse_as_dense,
+    )
     return obj

@@ -73,7 +73,9 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 "horovod.common.exceptions (no elastic, spark, ray or runner).",
                 name=fullname,
             )
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=spec.submodule_search_locations is not None)
+        return importlib.machinery.ModuleSpec(
+            fullname, self, is_package=spec.submodule_search_locations is not None
+        )
 
     def __init__(self):
         self._own_specs = {}
@@ -96,7 +98,9 @@ if _real is not None and _real.origin and _real.submodule_search_locations:
     __path__[:] = list(_real.submodule_search_locations)
     __file__ = _real.origin
     if _rank0():
-        sys.stderr.write(f"shipyard: using the installed Horovod at {os.path.dirname(_real.origin)}\n")
+        sys.stderr.write(
+            f"shipyard: using the installed Horovod at {os.path.dirname(_real.origin)}\n"
+        )
     with open(_real.origin, "rb") as _fh:
         exec(compile(_fh.read(), _real.origin, "exec"), globals())  # noqa: S102 - become the real package
 else:

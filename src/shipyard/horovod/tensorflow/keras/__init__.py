@@ -29,29 +29,71 @@ from . import callbacks
 
 # What ``from shipyard.horovod.tensorflow.keras import *`` gives (horovod.keras is built so).
 __all__ = basics.__all__ + [
-    "Compression", "DistributedOptimizer", "allgather", "allgather_object", "allreduce", "barrier",
-    "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables", "callbacks",
-    "join", "load_model"]
+    "Compression",
+    "DistributedOptimizer",
+    "allgather",
+    "allgather_object",
+    "allreduce",
+    "barrier",
+    "broadcast",
+    "broadcast_global_variables",
+    "broadcast_object",
+    "broadcast_variables",
+    "callbacks",
+    "join",
+    "load_model",
+]
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
-                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
-                         backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0, groups=None,
-                         process_set=global_process_set, scale_local_gradients=True):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+):
     """Wrap a Keras optimizer (Keras 3 or tf_keras) so gradients are averaged over all
     ranks before they are applied. Returns a new optimizer of a subclass of its class."""
-    return _keras_impl.wrap_optimizer(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
-                                      backward_passes_per_step=backward_passes_per_step, op=op,
-                                      gradient_predivide_factor=gradient_predivide_factor,
-                                      average_aggregated_gradients=average_aggregated_gradients)
+    return _keras_impl.wrap_optimizer(
+        optimizer,
+        name=name,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        backward_passes_per_step=backward_passes_per_step,
+        op=op,
+        gradient_predivide_factor=gradient_predivide_factor,
+        average_aggregated_gradients=average_aggregated_gradients,
+    )
 
 
-def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
-              compression=Compression.none):
+def allreduce(
+    value,
+    name=None,
+    average=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    op=None,
+    compression=Compression.none,
+):
     """Allreduce a tensor-compatible value; returns a tensor."""
-    return _tf_allreduce(tf.constant(value) if not tf.is_tensor(value) else value, name=name, average=average,
-                         prescale_factor=prescale_factor, postscale_factor=postscale_factor, op=op,
-                         compression=compression)
+    return _tf_allreduce(
+        tf.constant(value) if not tf.is_tensor(value) else value,
+        name=name,
+        average=average,
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        op=op,
+        compression=compression,
+    )
 
 
 def allgather(value, name=None):
@@ -59,7 +101,9 @@ def allgather(value, name=None):
 
 
 def broadcast(value, root_rank, name=None):
-    return _tf_broadcast(tf.constant(value) if not tf.is_tensor(value) else value, root_rank, name=name)
+    return _tf_broadcast(
+        tf.constant(value) if not tf.is_tensor(value) else value, root_rank, name=name
+    )
 
 
 def broadcast_global_variables(root_rank):

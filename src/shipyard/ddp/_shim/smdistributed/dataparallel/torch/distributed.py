@@ -16,10 +16,9 @@ from __future__ import annotations
 import os
 
 import torch.distributed as _dist
+from smdistributed.dataparallel.torch import torch_smddp as _smddp
 from torch.distributed import *
 from torch.distributed import is_initialized
-
-from smdistributed.dataparallel.torch import torch_smddp as _smddp
 
 
 def init_process_group(backend: str = _smddp.SMDDP, *args, **kwargs):

@@ -36,8 +36,10 @@ def _translate(backend):
         if not getattr(_translate, "logged", False):
             _translate.logged = True
             if os.environ.get("RANK", "0") == "0":
-                sys.stderr.write(f"[shipyard] backend 'smddp' runs as '{chosen}' on PyTorch "
-                                 "DDP (smdistributed shim)\n")
+                sys.stderr.write(
+                    f"[shipyard] backend 'smddp' runs as '{chosen}' on PyTorch "
+                    "DDP (smdistributed shim)\n"
+                )
                 sys.stderr.flush()
         return chosen
     return backend
