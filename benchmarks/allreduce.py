@@ -37,7 +37,7 @@ def _launched() -> bool:
 
 def _relaunch(args) -> int:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-    from shipyard.agent.runners import mpi_command
+    from shipyard.mpi import command as mpi_command
 
     cmd = mpi_command.mpirun_command(
         [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], args.np

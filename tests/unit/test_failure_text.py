@@ -1,4 +1,4 @@
-from shipyard.agent.failure import LIMIT, failure_text
+from shipyard.runtime.failure import LIMIT, failure_text
 
 TRACEBACK = "\n".join(
     ["starting", "Traceback (most recent call last):"]

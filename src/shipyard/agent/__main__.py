@@ -15,13 +15,14 @@ import tarfile
 import time
 import traceback
 
-from shipyard.agent import channels, failure, runners
+from shipyard.agent import channels, runners
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.entry_point import user_command
 from shipyard.agent.environment import process_env
 from shipyard.agent.layout import InstancePaths, build_tree
 from shipyard.agent.processes import Supervisor
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.runtime import failure
 
 
 def log(message: str) -> None:

@@ -139,7 +139,7 @@ def process_env(
     config: AgentConfig, host: str, paths: InstancePaths, base: dict[str, str] | None = None
 ) -> dict[str, str]:
     """The full environment of the user process: inherited < user's < SageMaker's."""
-    from shipyard.agent import resolver  # local: keeps the pure part import-light
+    from shipyard.runtime import resolver  # local: keeps the pure part import-light
 
     env = dict(os.environ if base is None else base)
     env.update(config.environment)

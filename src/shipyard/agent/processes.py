@@ -9,35 +9,14 @@ is terminated, then killed.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 
 from shipyard.agent.runners.api import ProcessSpec
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-try:
-    _LIBC = ctypes.CDLL(None, use_errno=True)
-except OSError:  # pragma: no cover - non-glibc platforms
-    _LIBC = None
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """preexec_fn: ask the kernel to send ``sig`` when our parent dies (Linux)."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-
-
-def become_subreaper() -> None:
-    """Adopt orphaned descendants (a script's daemonized helpers) so they can be reaped
-    and stopped with the instance instead of escaping to init."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+from shipyard.runtime.lifeline import become_subreaper, die_with_parent
 
 
 @dataclass

@@ -15,9 +15,9 @@ import time
 
 import psutil
 
-from shipyard.agent.processes import die_with_parent
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 from shipyard.errors import BackendError
+from shipyard.runtime.lifeline import die_with_parent
 
 
 def _agent_preexec() -> None:

@@ -29,6 +29,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from shipyard.errors import StagingError, ValidationError
 from shipyard.spec import CodeSpec
+from shipyard.storage.uri import local_path
 
 PACKAGE_MARKERS = ("setup.py", "pyproject.toml")
 
@@ -41,19 +42,6 @@ class StagedCode:
     python_package: bool = False
     extra_python_path: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def local_path(uri: str) -> str:
-    """A local path or file:// URI -> absolute local path; other schemes are refused."""
-    if uri.startswith("file://"):
-        return os.path.abspath(uri[len("file://") :])
-    if "://" in uri:
-        scheme = uri.split("://", 1)[0]
-        raise ValidationError(
-            f"{uri!r}: {scheme}:// locations are not supported yet for this setting; "
-            "use a local path or file://"
-        )
-    return os.path.abspath(os.path.expanduser(uri))
 
 
 def git_clone(git_config: dict[str, str], dest: str) -> None:

@@ -27,9 +27,9 @@ import subprocess
 import sys
 import time
 
-from shipyard.agent import failure
-from shipyard.agent.processes import die_with_parent
 from shipyard.ddp import announce, contract
+from shipyard.runtime import failure
+from shipyard.runtime.lifeline import die_with_parent
 
 SECRET_ENV = "SHIPYARD_DDP_SECRET"
 _TAIL = 64 * 1024

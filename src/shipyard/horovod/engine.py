@@ -1427,7 +1427,7 @@ def _launch_marker(stage: str) -> None:
     """Tell the mpi runner's rank wrapper how far init got (``<stage>.<rank>`` in
     $SHIPYARD_MPI_RUN_DIR). MPI_Init blocks until every rank has called it, possibly holding
     the GIL, so a rank that never calls init cannot be diagnosed from in here; the wrapper
-    (shipyard.agent.runners.mpi_rank) watches these files and names the missing ranks."""
+    (shipyard.mpi.rank) watches these files and names the missing ranks."""
     run_dir = os.environ.get("SHIPYARD_MPI_RUN_DIR")
     rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK")
     if not run_dir or rank is None:

@@ -18,7 +18,7 @@ in an unmodified script keeps working; the shim maps ``horovod.common.exceptions
                                            (process sets, elastic, Adasum with join, ...)
 
 ``MPIRunNotFoundError``
-lives with the mpi runner (``shipyard.agent.runners.mpi_command``): it is a launcher
+lives with the mpi runner (``shipyard.mpi.command``): it is a launcher
 error, raised in the agent, never inside a rank.
 """
 

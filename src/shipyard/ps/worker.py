@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from shipyard.agent.processes import die_with_parent
+from shipyard.runtime.lifeline import die_with_parent
 
 from .client import PSClient
 from .errors import PSError, PSTimeoutError

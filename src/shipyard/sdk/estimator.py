@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 import warnings
 from typing import Any
 
@@ -18,6 +17,7 @@ from shipyard import distribution as dist_mod
 from shipyard import instance_types
 from shipyard.errors import JobFailedError, ValidationError
 from shipyard.sdk.inputs import channels_from_inputs
+from shipyard.sdk.naming import name_from_base
 from shipyard.sdk.session import Session
 from shipyard.sdk.training_job import TrainingJob, _logs_on
 from shipyard.spec import JobSpec, validated
@@ -78,18 +78,6 @@ _V1_RENAMES = {
     "train_volume_size": "volume_size",
     "train_volume_kms_key": "volume_kms_key",
 }
-
-
-def timestamp() -> str:
-    """SageMaker's ``sagemaker_timestamp()``: YYYY-MM-DD-HH-MM-SS-mmm."""
-    now = time.time()
-    ms = str(int(now * 1000) % 1000).zfill(3)
-    return time.strftime(f"%Y-%m-%d-%H-%M-%S-{ms}", time.gmtime(now))
-
-
-def name_from_base(base: str, max_length: int = 63) -> str:
-    stamp = timestamp()
-    return f"{base[: max_length - len(stamp) - 1]}-{stamp}"
 
 
 def _renamed(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from shipyard.control.endpoints import Endpoints
 from shipyard.errors import ValidationError
+from shipyard.sdk.naming import name_from_base
 from shipyard.sdk.predictor import Predictor, PyTorchPredictor, TensorFlowPredictor
 
 logger = logging.getLogger("shipyard")
@@ -20,8 +21,6 @@ _LOCAL_TYPES = ("local", "local_gpu")
 
 
 def _name(base: str) -> str:
-    from shipyard.sdk.estimator import name_from_base
-
     return name_from_base(base)
 
 

@@ -30,7 +30,7 @@ class Session:
         self.address = address
         name = self.backend
         if self.backend == "ray":
-            from shipyard.backends.ray_connect import require_ray, resolve_address
+            from shipyard.backends.ray.connect import require_ray, resolve_address
 
             require_ray()
             self.address = resolve_address(address)

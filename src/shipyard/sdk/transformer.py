@@ -13,122 +13,21 @@ a path prefix.
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
-import socket
-import tempfile
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
-from shipyard.control.staging import local_path
-from shipyard.errors import ShipyardError, ValidationError
-from shipyard.serving import batch
+from shipyard.errors import ValidationError
+from shipyard.sdk.naming import name_from_base
+from shipyard.serving.transform import engine, records
+from shipyard.serving.transform.engine import TransformError, TransformResult
 
-logger = logging.getLogger("shipyard")
+__all__ = ["Transformer", "TransformError", "TransformResult"]
 
-
-class TransformError(ShipyardError):
-    """Some records failed; ``result.failures`` says which (file, position, message)."""
-
-    def __init__(self, result: TransformResult) -> None:
-        self.result = result
-        shown = "; ".join(
-            f"{f['File']} record {f['Position']}: {f['Error']}" for f in result.failures[:5]
-        )
-        more = len(result.failures) - 5
-        super().__init__(
-            f"batch transform {result.job_name}: {len(result.failures)} record(s) "
-            f"failed ({shown}{f'; and {more} more' if more > 0 else ''}); the "
-            f"other {result.records - len(result.failures)} were written"
-        )
-
-
-@dataclass
-class TransformResult:
-    job_name: str
-    outputs: list[str] = field(default_factory=list)
-    records: int = 0
-    requests: int = 0
-    failures: list[dict[str, Any]] = field(default_factory=list)
-
-
-def input_files(data: str) -> list[tuple[str, Callable[[], bytes]]]:
-    """(path relative to the input's "directory", reader) for each input: a file, a
-    directory or a path prefix (S3Prefix semantics), local, file:// or s3://."""
-    if data.startswith("s3://"):
-        from shipyard.storage import list_channel, parse, store_for
-
-        store = store_for(parse(data))
-        return [
-            (obj.relative, lambda o=obj: _read_all(store.open(o.location)))
-            for obj in list_channel(data)
-        ]
-    path = local_path(data)
-    if os.path.isfile(path):
-        return [(os.path.basename(path), lambda: _read_file(path))]
-    if os.path.isdir(path):
-        base, prefix = path, ""
-    else:
-        base, prefix = os.path.dirname(path), os.path.basename(path)
-    files = []
-    if os.path.isdir(base):
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames.sort()
-            for name in sorted(filenames):
-                full = os.path.join(dirpath, name)
-                rel = os.path.relpath(full, base)
-                if rel.startswith(prefix):
-                    files.append((rel, lambda f=full: _read_file(f)))
-    if not files:
-        raise ValidationError(f"transform data {data!r} matches no file")
-    return files
-
-
-def _read_file(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
-
-
-def _read_all(stream: Any) -> bytes:
-    with stream:
-        return stream.read()
-
-
-class _Client:
-    """One kept-alive connection per thread to the transform's server."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.address = (host, port)
-        self.local = threading.local()
-
-    def post(self, body: bytes, content_type: str, accept: str) -> tuple[int, bytes]:
-        for attempt in (1, 2):
-            conn = getattr(self.local, "conn", None)
-            if conn is None:
-                conn = http.client.HTTPConnection(*self.address, timeout=600)
-                conn.connect()
-                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self.local.conn = conn
-            try:
-                conn.request(
-                    "POST",
-                    "/invocations",
-                    body=body,
-                    headers={"Content-Type": content_type, "Accept": accept},
-                )
-                resp = conn.getresponse()
-                return resp.status, resp.read()
-            except (ConnectionError, http.client.HTTPException, OSError):
-                conn.close()
-                self.local.conn = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+logger = logging.getLogger("shipyard.sdk")
 
 
 class Transformer:
@@ -193,8 +92,6 @@ class Transformer:
         logs: bool = True,
         **kwargs: Any,
     ) -> None:
-        from shipyard.sdk.model import _name
-
         if data_type != "S3Prefix":
             raise ValidationError(
                 f"data_type {data_type!r}: only 'S3Prefix' (a file, a "
@@ -202,7 +99,7 @@ class Transformer:
             )
         if compression_type not in (None, "None"):
             raise ValidationError("compression_type: only uncompressed input is available")
-        if split_type not in batch.SPLIT_TYPES:
+        if split_type not in records.SPLIT_TYPES:
             raise ValidationError(
                 f"split_type {split_type!r}: use None, 'Line', 'RecordIO' or 'TFRecord'"
             )
@@ -213,8 +110,8 @@ class Transformer:
                 "input_filter, output_filter and join_source need "
                 "split_type='Line' (one record per line)"
             )
-        files = input_files(data)
-        job = job_name or _name(self.base_transform_job_name)
+        files = engine.input_files(data)
+        job = job_name or name_from_base(self.base_transform_job_name)
         self.latest_transform_job = job
         if self.output_path is None:
             self.output_path = os.path.join(self._home(), "transform", job)
@@ -281,24 +178,17 @@ class Transformer:
             concurrency = self.max_concurrent_transforms or self._execution_parameters(
                 record.url
             ).get("MaxConcurrentTransforms", 1)
-            result = TransformResult(job)
-            client = _Client(record.host, record.port)
-            remote = self.output_path.startswith("s3://")
-            out_dir = (
-                os.path.join(self._home(), "transform", job)
-                if remote
-                else local_path(self.output_path)
+            result = engine.run(
+                job,
+                files,
+                record.host,
+                record.port,
+                self.output_path,
+                os.path.join(self._home(), "transform", job),
+                concurrency,
+                engine.Settings(self.strategy, self.max_payload, self.accept, self.assemble_with),
+                options,
             )
-            with ThreadPoolExecutor(max(1, concurrency)) as pool:
-                for rel, read in files:
-                    out = os.path.join(out_dir, rel + ".out")
-                    self._transform_file(rel, read(), out, client, pool, options, result)
-                    if remote:
-                        from shipyard.storage import parse, store_for
-
-                        dest = parse(self.output_path).child(rel + ".out")
-                        store_for(dest).upload(out, dest)
-                        result.outputs[-1] = dest.uri
             self.last_result = result
         finally:
             endpoints.delete(job)
@@ -321,102 +211,3 @@ class Transformer:
                 return json.loads(resp.read())
         except (OSError, ValueError):
             return {}
-
-    def _transform_file(
-        self,
-        rel: str,
-        data: bytes,
-        out_path: str,
-        client: _Client,
-        pool: ThreadPoolExecutor,
-        options: dict[str, Any],
-        result: TransformResult,
-    ) -> None:
-        split_type = options["split_type"]
-        ctype = options["content_type"]
-        accept = self.accept or "application/json"
-        originals = batch.split_records(data, split_type)
-        # requests carry the filtered records; join_source joins the original ones
-        records = [batch.filter_input(r, options["input_filter"], ctype) for r in originals]
-        ranges = batch.mini_batches(
-            records, self.strategy, int(self.max_payload * 1024 * 1024), split_type
-        )
-        per_record = bool(options["join_source"] or options["output_filter"])
-        lock = threading.Lock()
-
-        def run(span: tuple[int, int]) -> list[bytes | None]:
-            """Outputs of records [start, end): a list of one body, or one per record."""
-            start, end = span
-            status, body = client.post(
-                batch.join_payload(records[start:end], split_type), ctype, accept
-            )
-            with lock:
-                result.requests += 1
-            if status < 300 and not per_record:
-                return [body]
-            if status < 300:
-                split = batch.per_record_outputs(body, end - start)
-                if split is not None:
-                    return split
-                if end - start == 1:
-                    return [body]
-                status, body = (
-                    400,
-                    json.dumps(
-                        {
-                            "error": "the answer for a mini-batch cannot "
-                            "be split per record; use an accept type "
-                            "with one line per record"
-                        }
-                    ).encode(),
-                )
-            if end - start > 1:  # find the bad records; the others still get outputs
-                return [o for i in range(start, end) for o in run((i, i + 1))]
-            with lock:
-                result.failures.append(
-                    {
-                        "File": rel,
-                        "Position": start + 1,
-                        "Status": status,
-                        "Error": _error_text(body),
-                    }
-                )
-            return [None]
-
-        outputs = list(pool.map(run, ranges))
-        result.records += len(records)
-        os.makedirs(os.path.dirname(out_path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out_path), suffix=".tmp")
-        line = self.assemble_with == "Line"
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                for (start, _end), bodies in zip(ranges, outputs):
-                    for k, body in enumerate(bodies):
-                        body = body if body is not None else b""
-                        if per_record and body:
-                            body = batch.join_output(
-                                originals[start + k],
-                                body,
-                                options["join_source"],
-                                options["output_filter"],
-                                ctype,
-                                accept,
-                            )
-                        fh.write(body)
-                        if line and not body.endswith(b"\n"):
-                            fh.write(b"\n")
-            os.replace(tmp, out_path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        result.outputs.append(out_path)
-
-
-def _error_text(body: bytes) -> str:
-    try:
-        data = json.loads(body)
-        if isinstance(data, dict) and "error" in data:
-            return str(data["error"])
-    except ValueError:
-        pass
-    return body.decode("utf-8", "replace")[:500]

@@ -81,3 +81,16 @@ def endpoint_url(explicit: str | None = None) -> str | None:
         or os.environ.get("AWS_ENDPOINT_URL")
         or _config_endpoint()
     )
+
+
+def local_path(uri: str) -> str:
+    """A local path or file:// URI -> absolute local path; other schemes are refused."""
+    if uri.startswith("file://"):
+        return os.path.abspath(uri[len("file://") :])
+    if "://" in uri:
+        scheme = uri.split("://", 1)[0]
+        raise ValidationError(
+            f"{uri!r}: {scheme}:// locations are not supported yet for this setting; "
+            "use a local path or file://"
+        )
+    return os.path.abspath(os.path.expanduser(uri))

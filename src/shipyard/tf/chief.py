@@ -25,7 +25,7 @@ from shipyard.tf.server import SECRET_ENV, log
 
 
 def run_script(argv: list[str], placement_file: str) -> int:
-    from shipyard.agent.processes import die_with_parent
+    from shipyard.runtime.lifeline import die_with_parent
 
     env = dict(os.environ)
     env.pop(SECRET_ENV, None)  # the user's script has no use for the job secret

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     # exit at once on SIGTERM: there is nothing to flush, and TF servers do not stop cleanly
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
-    from shipyard.agent.resolver import HOSTS_ENV, decode
+    from shipyard.runtime.resolver import HOSTS_ENV, decode
 
     host = os.environ.get("SHIPYARD_CURRENT_HOST", "?")
     book = TrafficBook(PeerNamer(decode(os.environ.get(HOSTS_ENV, ""))))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 import shipyard.horovod as hvd
-from shipyard.agent.runners import mpi_command
+from shipyard.mpi import command as mpi_command
 
 
 @dataclass

@@ -96,7 +96,7 @@ def keepers(job_name: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info.get("cmdline") or []
-        if "shipyard.backends.ray_keeper" in cmd and job_name in cmd:
+        if "shipyard.backends.ray.keeper" in cmd and job_name in cmd:
             found.append(proc)
     return found
 

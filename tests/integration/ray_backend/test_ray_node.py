@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from shipyard.backends import ray_node
+from shipyard.backends.ray import node as ray_node
 
 
 def test_localize_points_the_config_at_the_nodes_copies(tmp_path, monkeypatch):

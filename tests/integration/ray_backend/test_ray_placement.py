@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shipyard.backends.ray_placement import (
+from shipyard.backends.ray.placement import (
     NodeInfo,
     demand,
     instance_addresses,

@@ -9,10 +9,10 @@ import stat
 import numpy as np
 import pytest
 
-from shipyard.agent.runners import mpi_command
 from shipyard.errors import ShipyardError
 from shipyard.horovod import adasum, fusion, timeline, topology
 from shipyard.horovod.topology import RankFacts, derive_topology
+from shipyard.mpi import command as mpi_command
 
 
 # ---------------------------------------------------------------- topology

@@ -12,10 +12,13 @@ import pytest
 
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import paths_for
-from shipyard.agent.runners import mpi, mpi_command, mpi_launch, mpi_rank
+from shipyard.agent.runners import mpi
 from shipyard.agent.runners.api import InstanceContext
 from shipyard.errors import DistributionError
 from shipyard.instance_types import InstanceResources
+from shipyard.mpi import command as mpi_command
+from shipyard.mpi import launch as mpi_launch
+from shipyard.mpi import rank as mpi_rank
 
 CPU = InstanceResources("local", num_cpus=2, num_gpus=0, nominal_cpus=2, nominal_gpus=0)
 GPU4 = InstanceResources("ml.g5.12xlarge", num_cpus=48, num_gpus=4, nominal_cpus=48, nominal_gpus=4)
@@ -104,7 +107,7 @@ def _ctx(tmp_path, host, options) -> InstanceContext:
 def test_master_plans_mpirun_and_workers_wait(tmp_path):
     options = {"processes_per_host": 3, "custom_mpi_options": "--NCCL_DEBUG WARN --mca x y"}
     [worker] = mpi.plan(_ctx(tmp_path, "algo-2", options))
-    assert worker.argv[-2:] == ["shipyard.agent.runners.mpi_launch", "--wait"]
+    assert worker.argv[-2:] == ["shipyard.mpi.launch", "--wait"]
     assert not worker.user_facing
     [master] = mpi.plan(_ctx(tmp_path, "algo-1", options))
     argv = master.argv

@@ -16,11 +16,12 @@ import pytest
 from shipyard.errors import ValidationError
 from shipyard.sdk import deserializers as de
 from shipyard.sdk import serializers as se
-from shipyard.serving import batch, model_data, protocol
+from shipyard.serving import model_data, protocol
 from shipyard.serving.batching import BatchingRunner, DirectRunner
 from shipyard.serving.errors import BadRequest, ModelLoadError, UnsupportedMediaType
 from shipyard.serving.protocol import Signature, TensorSpec
 from shipyard.serving.servables import Servable
+from shipyard.serving.transform import records as batch
 
 SIG = Signature(
     "serving_default",

@@ -45,9 +45,10 @@ import sys
 import warnings
 from typing import Any
 
-from shipyard.agent.runners import mpi_command, mpi_rsh
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
+from shipyard.mpi import command as mpi_command
+from shipyard.mpi import rsh as mpi_rsh
 
 ENV_FILE = "process-env.json"
 PLAN_FILE = "mpi-plan.json"
@@ -160,7 +161,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
         return [
             ProcessSpec(
                 name="mpi-wait",
-                argv=[python, "-m", "shipyard.agent.runners.mpi_launch", "--wait"],
+                argv=[python, "-m", "shipyard.mpi.launch", "--wait"],
                 env=env,
                 cwd=ctx.paths.code,
                 user_facing=False,
@@ -212,7 +213,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     program = [
         python,
         "-m",
-        "shipyard.agent.runners.mpi_rank",
+        "shipyard.mpi.rank",
         "--plan",
         plan_file,
         "--",
@@ -233,7 +234,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     argv = [
         python,
         "-m",
-        "shipyard.agent.runners.mpi_launch",
+        "shipyard.mpi.launch",
         "--failure-file",
         failure_file,
         "--",
@@ -270,7 +271,7 @@ def _rsh_server(ctx: InstanceContext, env: dict[str, str]) -> ProcessSpec:
     )
     return ProcessSpec(
         name="mpi-rsh",
-        argv=[sys.executable, "-m", "shipyard.agent.runners.mpi_rsh", "--serve", serve_file],
+        argv=[sys.executable, "-m", "shipyard.mpi.rsh", "--serve", serve_file],
         env=mpi_command.launcher_env(env),
         cwd=ctx.paths.code,
         user_facing=False,
@@ -282,7 +283,7 @@ def _rsh_launch_args(ctx: InstanceContext, plan_file: str, ppn: int) -> list[str
     agent = os.path.join(ctx.paths.agent_dir, "mpi-rsh-agent")
     with open(agent, "w", encoding="utf-8") as fh:
         fh.write(
-            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m shipyard.agent.runners.mpi_rsh "
+            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m shipyard.mpi.rsh "
             f'--plan {shlex.quote(plan_file)} "$@"\n'
         )
     os.chmod(agent, 0o700)

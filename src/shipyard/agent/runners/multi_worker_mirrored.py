@@ -19,9 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
-from shipyard.errors import DistributionError
-from shipyard.tf import EXTRA, cluster, installed, keras_compat
-from shipyard.tf.processes import (
+from shipyard.agent.runners.tf_processes import (
     private_ports,
     relay_arg,
     server_env,
@@ -29,6 +27,8 @@ from shipyard.tf.processes import (
     user_env,
     with_hook,
 )
+from shipyard.errors import DistributionError
+from shipyard.tf import EXTRA, cluster, installed, keras_compat
 
 
 def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:

@@ -30,9 +30,7 @@ from typing import Any
 
 from shipyard.agent.runners import plain
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
-from shipyard.errors import DistributionError
-from shipyard.tf import EXTRA, cluster, installed
-from shipyard.tf.processes import (
+from shipyard.agent.runners.tf_processes import (
     private_ports,
     relay_arg,
     server_env,
@@ -40,6 +38,8 @@ from shipyard.tf.processes import (
     user_env,
     with_hook,
 )
+from shipyard.errors import DistributionError
+from shipyard.tf import EXTRA, cluster, installed
 
 LEGACY_KERAS_NOTE = (
     "parameter_server (tf2 layout): TF_USE_LEGACY_KERAS=1 is set, so tf.keras is tf_keras "

@@ -1,4 +1,4 @@
-"""``python -m shipyard.backends.ray_keeper``: one instance's root process on its Ray node.
+"""``python -m shipyard.backends.ray.keeper``: one instance's root process on its Ray node.
 
 The actor starts the keeper, and the keeper starts the agent exactly as the local backend
 does (its own session, PDEATHSIG, stopped with SIGTERM, a grace period, then SIGKILL of
@@ -26,7 +26,7 @@ import psutil
 
 from shipyard.backends.api import LaunchSpec
 from shipyard.backends.local import LocalBackend
-from shipyard.backends.ray_node import NodeLayout
+from shipyard.backends.ray.node import NodeLayout
 
 EXIT_FILE = "keeper.exit"
 
@@ -61,7 +61,7 @@ def keep(layout: NodeLayout, job: str, host: str, grace: float, actor: psutil.Pr
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shipyard.backends.ray_keeper")
+    parser = argparse.ArgumentParser(prog="python -m shipyard.backends.ray.keeper")
     parser.add_argument("--job", required=True)
     parser.add_argument("--host", required=True)
     parser.add_argument("--grace", type=float, default=5.0)

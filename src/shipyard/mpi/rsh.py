@@ -4,12 +4,12 @@ Open MPI's launcher (prterun) starts one ``prted`` per host by running its rsh a
 ``<agent> <host> <shell command>``, as it would run ``ssh``. On a multi-machine backend
 (Ray) the master's mpirun is given this module as that agent:
 
-* ``python -m shipyard.agent.runners.mpi_rsh --plan <master plan> <host> <command...>``
+* ``python -m shipyard.mpi.rsh --plan <master plan> <host> <command...>``
   (client, on the master): connects to the instance at ``host`` (its node IP, from
   ``AgentConfig.addresses``), sends the shell command and the master's rank plan,
   authenticated with the job secret (HMAC-SHA256), relays the command's output and exits
   with its status, as ssh does. For the master's own IP it runs the command itself.
-* ``python -m shipyard.agent.runners.mpi_rsh --serve <serve file>`` (every other
+* ``python -m shipyard.mpi.rsh --serve <serve file>`` (every other
   instance's main process, in place of ``mpi_launch --wait``): listens on its own IP,
   port ``SHIPYARD_MPI_RSH_PORT`` (default 7179), and for each authenticated request
   writes the shipped plan with *its own* paths (its instance tree, its process env, its
@@ -37,8 +37,8 @@ import sys
 import threading
 import time
 
-from shipyard.agent import failure
-from shipyard.agent.processes import die_with_parent
+from shipyard.runtime import failure
+from shipyard.runtime.lifeline import die_with_parent
 
 DEFAULT_PORT = 7179
 CONNECT_TIMEOUT_S = 60.0
@@ -222,9 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(argv[1])
     if len(argv) >= 4 and argv[0] == "--plan":
         return client(argv[1], argv[2], argv[3:])
-    raise SystemExit(
-        "usage: python -m shipyard.agent.runners.mpi_rsh --plan FILE HOST COMMAND... | --serve FILE"
-    )
+    raise SystemExit("usage: python -m shipyard.mpi.rsh --plan FILE HOST COMMAND... | --serve FILE")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,10 @@ from shipyard.observe.traffic import peer_env
 from shipyard.tf import cluster
 from shipyard.tf.server import SECRET_ENV
 
-HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
+# shipyard/tf/_hook, found by path so the agent never imports the tf package
+HOOK_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tf", "_hook"
+)
 # TensorFlow's C++ logging: the toolkit's level for the user's script (INFO hidden),
 # warnings hidden too for shipyard's own server processes, which only serve.
 USER_LOG_LEVEL = "1"
@@ -54,7 +57,7 @@ def with_hook(env: dict[str, str]) -> dict[str, str]:
     Right after the resolver shim, which chains to it; what it installs is chosen by
     environment variables (the placement recorder, the Keras multi-worker fix).
     """
-    from shipyard.agent import resolver
+    from shipyard.runtime import resolver
 
     parts = env.get("PYTHONPATH", "").split(os.pathsep)
     shim = resolver.shim_dir()

@@ -5,7 +5,7 @@ type, see ray_placement), learns which node each bundle got, gives every instanc
 address (the node's IP, or the job's loopback address when the cluster is one machine),
 ships the code bundle, agent.json and local channel data through the object store, and
 starts one InstanceActor per bundle; the actor runs the agent on its node as a
-subprocess (under ray_keeper), so the agent's process supervision works as on the local
+subprocess (under backends.ray.keeper), so the agent's process supervision works as on the local
 backend. A monitor thread on the submitting machine then, for every instance:
 
 * appends the node's new log bytes to the local log file (``logs/algo-k.log``), which
@@ -30,9 +30,10 @@ from typing import Any
 
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
-from shipyard.backends import ray_node, ray_placement
 from shipyard.backends.api import InstanceHandle, LaunchSpec
-from shipyard.backends.ray_connect import connect, resolve_address
+from shipyard.backends.ray import node as ray_node
+from shipyard.backends.ray import placement as ray_placement
+from shipyard.backends.ray.connect import connect, resolve_address
 from shipyard.errors import BackendError, ValidationError
 
 PLACEMENT_TIMEOUT_S = float(os.environ.get("SHIPYARD_RAY_PLACEMENT_TIMEOUT", "60"))
@@ -57,7 +58,7 @@ def forwarded_env(env: dict[str, str]) -> dict[str, str]:
 def node_launch_env(env: dict[str, str]) -> dict[str, str]:
     """What reaches the node's agent: the forwarded variables, and the mpi runner's
     launch mode: its mpirun starts prted on the other nodes through their instances
-    (shipyard.agent.runners.mpi_rsh), since the nodes share neither ssh nor a disk."""
+    (shipyard.mpi.rsh), since the nodes share neither ssh nor a disk."""
     return {**forwarded_env(env), "SHIPYARD_MPI_LAUNCH": "rsh"}
 
 
@@ -355,7 +356,7 @@ class RayBackend:
 
 
 def _actor_class() -> type:
-    from shipyard.backends.ray_actor import InstanceActor
+    from shipyard.backends.ray.actor import InstanceActor
 
     return InstanceActor
 

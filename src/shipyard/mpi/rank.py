@@ -1,6 +1,6 @@
 """The rank wrapper: what mpirun starts for every rank of an ``mpi`` job.
 
-``python -m shipyard.agent.runners.mpi_rank --plan <master>/agent/mpi-plan.json -- <command>``
+``python -m shipyard.mpi.rank --plan <master>/agent/mpi-plan.json -- <command>``
 
 mpirun runs on the master instance, so every rank starts with the master's environment
 and working directory. A rank belongs to instance ``hosts[rank // processes_per_host]``
@@ -21,7 +21,7 @@ It forwards the command's output tagged as mpirun's ``--tag-output`` tags it
 
 Failure: when the command fails on its own (non-zero exit, or a traceback before the job
 was torn down) the wrapper writes the failure text (exception line first,
-shipyard.agent.failure) to the job's mpi failure file, first writer wins (O_EXCL): the
+shipyard.runtime.failure) to the job's mpi failure file, first writer wins (O_EXCL): the
 earliest failing rank is the root cause; ranks merely killed by the teardown stay silent.
 
 init watch: shipyard.horovod's ``init()`` touches ``init.<rank>`` then ``ready.<rank>`` in
@@ -44,9 +44,9 @@ import threading
 import time
 from typing import IO
 
-from shipyard.agent import failure
-from shipyard.agent.processes import die_with_parent
-from shipyard.agent.runners.mpi_command import rank_env
+from shipyard.mpi.command import rank_env
+from shipyard.runtime import failure
+from shipyard.runtime.lifeline import die_with_parent
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 TRACEBACK = "Traceback (most recent call last):"
@@ -240,11 +240,9 @@ class RankWrapper:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
-        raise SystemExit(
-            "usage: python -m shipyard.agent.runners.mpi_rank --plan FILE -- COMMAND..."
-        )
+        raise SystemExit("usage: python -m shipyard.mpi.rank --plan FILE -- COMMAND...")
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m shipyard.agent.runners.mpi_rank")
+    parser = argparse.ArgumentParser(prog="python -m shipyard.mpi.rank")
     parser.add_argument("--plan", required=True)
     args = parser.parse_args(argv[:split])
     # If mpirun's daemon dies without stopping us (SIGKILL), stop too: the command follows

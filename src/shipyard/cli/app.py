@@ -277,14 +277,10 @@ def stop(job: str) -> None:
     console.print(f"{job}: {record.status}")
 
 
-from shipyard.control.endpoints_cli import register as _register_endpoints  # noqa: E402
+from shipyard.cli.endpoints import register as _register_endpoints  # noqa: E402
 
 _register_endpoints(app)  # serve, endpoints, endpoints delete (issue #8)
 
 
 def main() -> None:
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -16,8 +16,8 @@ import subprocess
 import sys
 import threading
 
-from shipyard.agent.processes import die_with_parent
-from shipyard.backends.ray_node import NodeLayout, interface_of, localize, write_private
+from shipyard.backends.ray.node import NodeLayout, interface_of, localize, write_private
+from shipyard.runtime.lifeline import die_with_parent
 
 # Environment a Ray worker carries that must not reach the job's processes: Ray's own
 # worker variables, and the OMP_NUM_THREADS=<actor CPUs> Ray injects.
@@ -60,7 +60,7 @@ class InstanceActor:
         argv = [
             sys.executable,
             "-m",
-            "shipyard.backends.ray_keeper",
+            "shipyard.backends.ray.keeper",
             "--job",
             self.job_name,
             "--host",

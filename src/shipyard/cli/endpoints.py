@@ -49,7 +49,7 @@ def serve(
     detach: bool = typer.Option(False, "--detach", "-d", help="return once InService"),
 ) -> None:
     """Serve a model on /ping, /invocations and the TF Serving REST API."""
-    from shipyard.sdk.estimator import name_from_base
+    from shipyard.sdk.naming import name_from_base
 
     eps = Endpoints()
     name = name or name_from_base("shipyard-endpoint")

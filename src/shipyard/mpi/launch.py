@@ -1,12 +1,12 @@
 """The two main processes of an ``mpi`` job's instances.
 
-``python -m shipyard.agent.runners.mpi_launch --failure-file F -- mpirun ...`` (master):
+``python -m shipyard.mpi.launch --failure-file F -- mpirun ...`` (master):
 runs mpirun and, when mpirun fails before any rank could say why (an option it rejects,
 a program it cannot start), turns mpirun's own message (the text of its ``----`` banner)
 into the failure text, so the job's FailureReason is that message and not a line of dashes.
 A failing rank's text, written by its wrapper (mpi_rank), is left as it is.
 
-``python -m shipyard.agent.runners.mpi_launch --wait`` (every other instance): the
+``python -m shipyard.mpi.launch --wait`` (every other instance): the
 counterpart of SageMaker's workers that wait for orted to come and go. On the local backend
 the master's mpirun starts every rank on this machine, so the instance only waits; the
 control plane stops it when the master (the only deciding host) has finished.
@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 
-from shipyard.agent.processes import die_with_parent
+from shipyard.runtime.lifeline import die_with_parent
 
 _TAIL_LINES = 60
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
-    parser = argparse.ArgumentParser(prog="python -m shipyard.agent.runners.mpi_launch")
+    parser = argparse.ArgumentParser(prog="python -m shipyard.mpi.launch")
     parser.add_argument("--wait", action="store_true")
     parser.add_argument("--failure-file")
     args = parser.parse_args(argv)

@@ -1,0 +1,3 @@
+from shipyard.cli.app import main
+
+main()

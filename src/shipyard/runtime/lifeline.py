@@ -1,0 +1,31 @@
+"""Death signals and reaping: how a process makes sure it never outlives its parent.
+
+Shared by the agent (which supervises an instance's processes) and by the libraries
+that start processes inside an instance (shipyard.ps, ddp, tf, mpi), so none of those
+has to import the agent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - non-glibc platforms
+    _LIBC = None
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """preexec_fn: ask the kernel to send ``sig`` when our parent dies (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (a script's daemonized helpers) so they can be reaped
+    and stopped with the instance instead of escaping to init."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
