@@ -33,7 +33,7 @@ def _install() -> None:
 
 def _chain() -> None:
     here = _os.path.dirname(_os.path.abspath(__file__))
-    resolver = _os.path.join(_os.path.dirname(_os.path.dirname(here)), "agent", "_resolver")
+    resolver = _os.path.join(_os.path.dirname(_os.path.dirname(here)), "runtime", "_resolver")
     skip = {here, resolver}
     import importlib.machinery
     import importlib.util
