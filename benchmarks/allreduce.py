@@ -261,6 +261,15 @@ def main() -> int:
             )
         else:
             print("\nfusion: skipped (torch not installed)")
+        from _result import result
+
+        result(
+            "allreduce",
+            ranks=n,
+            **{f"ratio_inplace_{row['MiB']}mib": row["ratio_inplace"] for row in rows},
+            **{f"ratio_new_{row['MiB']}mib": row["ratio_new_output"] for row in rows},
+            fusion_ratio=fusion["grouped_ratio"] if fusion else "skipped",
+        )
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(

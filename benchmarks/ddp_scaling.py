@@ -114,6 +114,9 @@ def main() -> int:
         f"ratio {two / one:.2f} (scaling efficiency {two / one / 2:.0%}); "
         f"batch {args.batch}/rank, {args.steps} timed steps, {os.cpu_count()} CPUs"
     )
+    from _result import result
+
+    result("ddp_scaling", one_ips=one, two_ips=two, ratio=two / one)
     return 0
 
 

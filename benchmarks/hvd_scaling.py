@@ -172,6 +172,9 @@ def main() -> int:
         f"no communication): communication costs {cpu[0] / cpu[2]:.2f}x the CPU per image "
         "(unlike images/s this holds on a busy machine)"
     )
+    from _result import result
+
+    result("hvd_scaling", one_ips=one, two_ips=two, ratio=ratio, limit_ratio=alone / one)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(

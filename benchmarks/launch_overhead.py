@@ -113,6 +113,14 @@ def main() -> None:
             f"ray/local (medians): {medians['ray'] / medians['local']:.2f}x over "
             f"{args.runs} runs, {args.runs} interleaved pairs"
         )
+    from _result import result
+
+    result(
+        "launch_overhead",
+        instances=args.instances,
+        noop_s=base,
+        **{f"{b}_overhead_s": medians[b] - base for b in backends},
+    )
 
 
 if __name__ == "__main__":

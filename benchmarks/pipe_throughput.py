@@ -235,6 +235,14 @@ def main() -> None:
             f"{stage['speedup']:.2f}x"
         )
         print(json.dumps({"pipe": pipe, "staging": stage}, indent=1))
+        from _result import result
+
+        result(
+            "pipe_throughput",
+            pipe_ratio=pipe["ratio"],
+            pipe_mb_s=pipe["pipe_mb_s"],
+            staging_speedup=stage["speedup"],
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -163,15 +163,22 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
+    ratios: dict[str, float] = {}
     for mb in (int(s) for s in args.sizes.split(",")):
+        runs = []
         for _ in range(args.runs):
             plain = run(mb * 1_000_000, False, args.repeats)
             worked = run(mb * 1_000_000, True, args.repeats)
+            runs.append(worked / plain)
             print(
                 f"{mb} MB: raw echo {plain:.2f} GB/s, raw + ps work {worked:.2f} GB/s, "
                 f"ratio {worked / plain:.2f}",
                 flush=True,
             )
+        ratios[f"mb{mb}"] = statistics.median(runs)
+    from _result import result
+
+    result("ps_work_bound", **ratios)
 
 
 if __name__ == "__main__":

@@ -123,6 +123,9 @@ def main() -> int:
     for (mode, n), rate in results.items():
         base = results.get((mode, args.instances[0]))
         print(f"| {mode} | {n} | {rate:.1f} | {rate / base:.2f}x |" if base else "")
+    from _result import result
+
+    result("tf_scaling", **{f"{mode}_x{n}_ips": rate for (mode, n), rate in results.items()})
     return 0
 
 

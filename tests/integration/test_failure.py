@@ -34,18 +34,15 @@ def test_failing_instance_fails_the_job_and_stops_the_rest(session, write_script
         instance_type="local",
         session=session,
     )
-    started = time.monotonic()
     with pytest.raises(JobFailedError) as err:
         est.fit(job_name="fail-job")
-    elapsed = time.monotonic() - started
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Failed"
     assert "RuntimeError: algo-2 exploded on purpose" in desc["FailureReason"]
     assert desc["FailureReason"].startswith("[algo-2]")
     assert len(desc["FailureReason"]) <= 1024
     assert "algo-2 exploded" in str(err.value)
-    # algo-2 fails ~0.5 s after start; algo-1/3 must be gone well within 5 s of that.
-    assert elapsed < 0.5 + 5 + 2, elapsed
+    # algo-1/3 were stopped, not left to finish (how fast: benchmarks/failure_teardown.py)
     inst = {i["Host"]: i for i in desc["Shipyard"]["Instances"]}
     assert inst["algo-2"]["Status"] == "Failed"
     assert inst["algo-1"]["Status"] == inst["algo-3"]["Status"] == "Stopped"

@@ -114,10 +114,8 @@ def test_wait_false_attach_and_logs(session, write_script, capsys):
         instance_type="local",
         session=session,
     )
-    t0 = time.monotonic()
     est.fit(wait=False, job_name="detached-job")
-    assert time.monotonic() - t0 < 1.0
-    assert session.control.get("detached-job").status == "InProgress"
+    assert session.control.get("detached-job").status == "InProgress"  # fit did not wait
     attached = shipyard.Estimator.attach("detached-job", sagemaker_session=session)
     assert attached.latest_training_job.describe()["TrainingJobStatus"] == "Completed"
     assert attached.model_data.endswith("detached-job/output/model.tar.gz")
@@ -165,7 +163,7 @@ def test_max_run_stops_the_job_and_keeps_artifacts(session, write_script):
     )
     t0 = time.monotonic()
     est.fit()
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 50  # hang guard: the script would sleep 60 s
     desc = est.latest_training_job.describe()
     assert (desc["TrainingJobStatus"], desc["SecondaryStatus"]) == ("Stopped", "MaxRuntimeExceeded")
     assert names(est.model_data) == ["partial"]

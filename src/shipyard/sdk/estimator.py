@@ -22,14 +22,16 @@ from shipyard.sdk.session import Session
 from shipyard.sdk.training_job import TrainingJob, _logs_on
 from shipyard.spec import JobSpec, validated
 
-logger = logging.getLogger("shipyard")
-if not logger.handlers and not logging.getLogger().handlers:
+logger = logging.getLogger("shipyard.sdk")
+_root = logging.getLogger("shipyard")
+if not _root.handlers and not logging.getLogger().handlers:
     # Like the SageMaker SDK, say what is happening (instance-type mapping, staging)
-    # without the user configuring logging; a configured root logger takes over.
+    # without the user configuring logging; a configured root logger takes over. Set on
+    # the "shipyard" parent, so every "shipyard.<area>" logger in this process shares it.
     _handler = logging.StreamHandler()
     _handler.setFormatter(logging.Formatter("shipyard: %(message)s"))
-    logger.addHandler(_handler)
-    logger.setLevel(logging.INFO)
+    _root.addHandler(_handler)
+    _root.setLevel(logging.INFO)
 
 # SageMaker parameters with no meaning without AWS: accepted, ignored, logged at debug.
 _AWS_ONLY = (

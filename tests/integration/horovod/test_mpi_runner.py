@@ -146,10 +146,8 @@ def test_rank_that_never_calls_init_is_named(session, write_script):
         write_script("train.py", NO_INIT_SCRIPT),
         environment={"SHIPYARD_HOROVOD_INIT_TIMEOUT": "4"},
     )
-    started = time.monotonic()
     with pytest.raises(JobFailedError):
-        est.fit(job_name="mpi-noinit")
-    assert time.monotonic() - started < 60
+        est.fit(job_name="mpi-noinit")  # the test's timeout is the hang guard
     desc = est.latest_training_job.describe()
     assert "rank(s) [1] never called hvd.init()" in desc["FailureReason"], desc["FailureReason"]
     assert job_processes(desc["Shipyard"]["JobDir"]) == []

@@ -104,9 +104,7 @@ def single_process_sgd(steps: int) -> dict[str, np.ndarray]:
 def test_sync_mode_equals_single_process_training_on_the_combined_batch(session, write_script):
     src = write_script("train.py", SCRIPT)
     est = estimator(session, src, {"steps": 12}, {"consistency": "sync", "policy": "sliced"})
-    t0 = time.monotonic()
     est.fit(logs=False)
-    assert time.monotonic() - t0 < 60
     got = np.load(model_file(est, "params.npz"))
     want = single_process_sgd(12)
     for k, v in want.items():

@@ -32,7 +32,7 @@ def test_an_address_with_no_cluster_is_refused_within_seconds(home, write_script
     session = shipyard.Session(backend="ray", address="127.0.0.1:1", home=str(home))
     t0 = time.monotonic()
     refused(session, write_script, r"no Ray cluster answers at '127.0.0.1:1'.*ray start --head")
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 120  # hang guard; the probe itself waits 5 s
 
 
 def test_ray_not_installed_names_the_extra(home):

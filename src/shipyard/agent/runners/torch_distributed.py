@@ -24,7 +24,7 @@ from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.ddp import contract, shim_path
 from shipyard.errors import DistributionError
 
-logger = logging.getLogger("shipyard")
+logger = logging.getLogger("shipyard.agent")
 SHIM_ENV = "SHIPYARD_SMDDP_SHIM"  # "off": leave the smdistributed shim off PYTHONPATH
 _OPTIONS = {
     "enabled",
