@@ -22,6 +22,7 @@ from shipyard import backends, instance_types
 from shipyard.agent import runners
 from shipyard.control import plan, staging
 from shipyard.control.home import Home
+from shipyard.control.interrupt import terminate_as_interrupt
 from shipyard.control.lifecycle import Event
 from shipyard.control.store import JobRecord, Store
 from shipyard.control.supervisor import REPORT_NAME, lost_processes
@@ -195,12 +196,15 @@ class ControlPlane:
 
     # -- running --------------------------------------------------------------------------
     def run(self, name: str, stream: TextIO | None = None) -> JobRecord:
-        """Supervise the job in this process until it ends (Ctrl-C stops it)."""
+        """Supervise the job in this process until it ends. Ctrl-C or SIGTERM stops it
+        (status Stopped, every instance gone) and raises KeyboardInterrupt (SIGTERM:
+        its subclass :class:`~shipyard.control.interrupt.Terminated`)."""
         from shipyard.control.supervisor import JobSupervisor
 
-        self.store.update(name, supervisor_pid=os.getpid())
-        self.store.transition(name, Event.DOWNLOADING, "Making input data available")
-        return JobSupervisor(self.home, self.store, name, stream=stream).run()
+        with terminate_as_interrupt():
+            self.store.update(name, supervisor_pid=os.getpid())
+            self.store.transition(name, Event.DOWNLOADING, "Making input data available")
+            return JobSupervisor(self.home, self.store, name, stream=stream).run()
 
     def start(self, name: str) -> int:
         """Hand the job to a detached supervisor process; returns its pid."""
