@@ -161,6 +161,7 @@ class ControlPlane:
                 code_location,
                 self.home.requirements_cache,
                 local_dir=os.path.join(job_dir, "source"),
+                exclude=self._never_bundled(spec, code_location),
             )
             encoded = plan.hyperparameters(spec, staged, self.home)
             subnet = plan.choose_subnet(self.store.subnets_in_use())
@@ -193,6 +194,17 @@ class ControlPlane:
             for note in staged.notes:
                 log(note)
         return record
+
+    def _never_bundled(self, spec: JobSpec, code_location: str) -> tuple[str, ...]:
+        """Local directories shipyard writes to: never part of a code bundle, even when a
+        user keeps them inside source_dir (the demo puts SHIPYARD_HOME there)."""
+        from shipyard import storage
+
+        paths = [self.home.root]
+        for uri in (spec.output_path, code_location, spec.checkpoint_s3_uri):
+            if uri and not uri.startswith("s3://"):
+                paths.append(storage.parse(uri).path)
+        return tuple(os.path.abspath(p) for p in paths)
 
     # -- running --------------------------------------------------------------------------
     def run(self, name: str, stream: TextIO | None = None) -> JobRecord:

@@ -111,11 +111,52 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root + os.sep)
 
 
-def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
+def _ignore_for(source_dir: str, exclude: tuple[str, ...]):
+    """copytree's ``ignore``: VCS/bytecode noise, and any directory of ``exclude`` (shipyard's
+    home, output paths, checkpoint directories) that lies inside ``source_dir``; those
+    hold other jobs' trees and secrets and would grow every bundle."""
+    skip = {os.path.realpath(p) for p in exclude if p and _inside(p, source_dir)}
+    noise = shutil.ignore_patterns(".git", "__pycache__", "*.pyc")
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        out = set(noise(directory, names))
+        if skip:
+            real = os.path.realpath(directory)
+            out.update(n for n in names if os.path.join(real, n) in skip)
+        return out
+
+    return ignore
+
+
+def _copy_source(source_dir: str, root: str, exclude: tuple[str, ...], what: str) -> None:
+    """Copy the user's directory; a file that vanishes or cannot be read meanwhile (another
+    process writing into source_dir) is a clear StagingError, not a copy traceback."""
+    try:
+        shutil.copytree(source_dir, root, symlinks=False, ignore=_ignore_for(source_dir, exclude))
+    except shutil.Error as exc:
+        problems = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+        first = problems[0] if problems else (source_dir, "", str(exc))
+        raise StagingError(
+            f"{what} {source_dir!r} changed while it was being staged: {first[0]!r} could not be "
+            f"copied ({first[2]}); {len(problems) or 1} file(s) affected. Something is writing "
+            "into it (another job's output or checkpoints?): keep such directories outside "
+            "source_dir, or retry"
+        ) from None
+    except OSError as exc:
+        raise StagingError(
+            f"{what} {source_dir!r} could not be staged: {exc}; something may be changing it "
+            "while the job is submitted, retry"
+        ) from None
+
+
+def resolve_code(
+    code: CodeSpec, workdir: str, exclude: tuple[str, ...] = ()
+) -> tuple[str, str, list[str]]:
     """Check the code inputs and gather them in ``workdir/code``.
 
     Returns (code root, entry point relative to it, notes). Raises ValidationError
-    before anything outside ``workdir`` is written.
+    before anything outside ``workdir`` is written. Directories in ``exclude`` are left
+    out of the copy wherever they lie inside the source directory.
     """
     base = None
     if code.git_config:
@@ -149,12 +190,7 @@ def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
 
     root = os.path.join(workdir, "code")
     if source_dir is not None:
-        shutil.copytree(
-            source_dir,
-            root,
-            symlinks=False,
-            ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"),
-        )
+        _copy_source(source_dir, root, exclude, "source_dir")
         rel_entry = os.path.relpath(os.path.realpath(entry), os.path.realpath(source_dir))
     else:
         os.makedirs(root)
@@ -166,15 +202,19 @@ def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
             raise ValidationError(f"dependency {dep!r} does not exist")
         target = os.path.join(root, os.path.basename(os.path.normpath(dep_path)))
         if os.path.isdir(dep_path):
-            shutil.copytree(
-                dep_path,
-                target,
-                dirs_exist_ok=True,
-                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-            )
+            _copy_into(dep_path, target, exclude)
         else:
             shutil.copy2(dep_path, target)
     return root, rel_entry, []
+
+
+def _copy_into(dep_path: str, target: str, exclude: tuple[str, ...]) -> None:
+    try:
+        shutil.copytree(dep_path, target, dirs_exist_ok=True, ignore=_ignore_for(dep_path, exclude))
+    except (shutil.Error, OSError) as exc:
+        raise StagingError(
+            f"dependency {dep_path!r} changed while it was being staged ({exc}); retry"
+        ) from None
 
 
 def make_bundle(code_root: str, dest_path: str) -> None:
@@ -290,9 +330,17 @@ def _tree_digest(root: str) -> bytes:
 
 
 def stage(
-    code: CodeSpec, job_name: str, code_location: str, cache_root: str, local_dir: str | None = None
+    code: CodeSpec,
+    job_name: str,
+    code_location: str,
+    cache_root: str,
+    local_dir: str | None = None,
+    exclude: tuple[str, ...] = (),
 ) -> StagedCode:
     """Resolve, bundle and install the job's code. Nothing is left behind on failure.
+
+    ``exclude``: local directories never bundled even when they lie inside source_dir
+    (shipyard's home with every job's tree and secret, output and checkpoint paths).
 
     An s3:// ``code_location`` gets the bundle uploaded to
     ``<code_location>/<job>/source/sourcedir.tar.gz`` (what sagemaker_submit_directory
@@ -306,7 +354,7 @@ def stage(
     else:
         bundle = os.path.join(local_path(code_location), job_name, "source", "sourcedir.tar.gz")
     with tempfile.TemporaryDirectory(prefix="shipyard-stage-") as workdir:
-        root, entry, notes = resolve_code(code, workdir)
+        root, entry, notes = resolve_code(code, workdir, exclude)
         is_package = any(os.path.isfile(os.path.join(root, m)) for m in PACKAGE_MARKERS)
         extra, install_notes = install_requirements(root, cache_root)
         make_bundle(root, bundle)
