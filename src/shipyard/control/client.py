@@ -20,7 +20,7 @@ import psutil
 
 from shipyard import backends, instance_types
 from shipyard.agent import runners
-from shipyard.control import plan, staging
+from shipyard.control import artifacts, plan, staging
 from shipyard.control.home import Home
 from shipyard.control.interrupt import terminate_as_interrupt
 from shipyard.control.lifecycle import Event
@@ -295,6 +295,19 @@ class ControlPlane:
             f"InternalServerError: the process supervising this job (pid "
             f"{record.supervisor_pid}) ended unexpectedly; its instances were stopped"
         )
+        if record.secondary_status in ("Uploading", "Stopping"):
+            removed = artifacts.discard_partial(
+                record.spec.get("output_path") or self.home.default_output_path,
+                record.name,
+                record.job_dir,
+            )
+            if record.secondary_status == "Uploading":
+                reason = (
+                    f"InternalServerError: the upload of the model artifacts was interrupted "
+                    f"(the process supervising this job, pid {record.supervisor_pid}, ended "
+                    "while uploading); every instance had completed, but the artifacts are "
+                    f"incomplete ({len(removed)} partial file(s) removed). Run the job again."
+                )
         if record.stop_requested:
             self.store.transition(record.name, Event.STOP_REQUESTED, "Stop requested")
             return self.store.transition(record.name, Event.STOPPED, "Training job stopped")

@@ -255,7 +255,13 @@ class JobSupervisor:
     def _upload(self) -> None:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
         output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
-        model, output = artifacts.save(self.spec["output_path"], self.name, model_dirs, output_dirs)
+        model, output = artifacts.save(
+            self.spec["output_path"],
+            self.name,
+            model_dirs,
+            output_dirs,
+            scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
+        )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
         if self.stream is not None and model.conflicts:
             self.stream.write(
