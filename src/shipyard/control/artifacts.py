@@ -12,15 +12,14 @@ and removes every piece.
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import tarfile
 import tempfile
-import glob
-import shutil
 from dataclasses import dataclass, field
 
 from shipyard.control.staging import local_path
-
 
 PARTIAL_PREFIX = ".shipyard-partial-"
 SCRATCH_DIR = "upload-scratch"
