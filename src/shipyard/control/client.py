@@ -105,7 +105,7 @@ def check_location(what: str, uri: str) -> str:
 
     try:
         loc = storage.parse(uri)
-        if loc.scheme == "s3" and not storage.store_for(loc).exists(loc):
+        if loc.scheme == "s3" and not storage.store_for(loc).bucket_exists(loc):
             raise ValidationError(
                 f"{what} {uri!r}: bucket {loc.bucket!r} does not exist at "
                 f"{storage.endpoint_url() or 'the default AWS endpoint'}"
