@@ -25,7 +25,7 @@ import sysconfig
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from shipyard.errors import StagingError, ValidationError
 from shipyard.spec import CodeSpec
@@ -60,34 +60,23 @@ def git_clone(git_config: dict[str, str], dest: str) -> None:
     }
     if unknown:
         raise ValidationError(f"git_config has unknown key(s) {sorted(unknown)}")
-    url = repo
-    parts = urlsplit(repo)
-    if parts.scheme == "https" and (git_config.get("token") or git_config.get("username")):
-        cred = (
-            quote(git_config["token"], safe="")
-            if git_config.get("token")
-            else quote(git_config["username"], safe="")
-            + ":"
-            + quote(git_config.get("password", ""), safe="")
-        )
-        url = urlunsplit(
-            (
-                parts.scheme,
-                f"{cred}@{parts.hostname}" + (f":{parts.port}" if parts.port else ""),
-                parts.path,
-                parts.query,
-                parts.fragment,
-            )
-        )
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
+    scheme = urlsplit(repo).scheme
+    askpass_dir = None
+    if scheme in ("https", "http") and (git_config.get("token") or git_config.get("username")):
+        askpass_dir, askpass_env = _askpass(git_config)
+        env.update(askpass_env)
     cmd = ["git", "clone", "--quiet"]
     if git_config.get("branch") and not git_config.get("commit"):
         cmd += ["--branch", git_config["branch"]]
-    cmd += [url, dest]
+    cmd += [repo, dest]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     except FileNotFoundError as exc:
         raise StagingError("git_config needs the `git` command, which is not on PATH") from exc
+    finally:
+        if askpass_dir is not None:
+            shutil.rmtree(askpass_dir, ignore_errors=True)
     if result.returncode != 0:
         raise ValidationError(
             f"git_config: could not clone {repo!r}: {result.stderr.strip() or result.stdout.strip()}"
@@ -96,6 +85,41 @@ def git_clone(git_config: dict[str, str], dest: str) -> None:
         _git(dest, ["checkout", "--quiet", git_config["branch"]], repo)
     if git_config.get("commit"):
         _git(dest, ["checkout", "--quiet", git_config["commit"]], repo)
+
+
+_ASKPASS = """#!/bin/sh
+case "$1" in
+  [Uu]sername*) printf '%s\\n' "$_SY_GIT_USERNAME" ;;
+  *) printf '%s\\n' "$_SY_GIT_PASSWORD" ;;
+esac
+"""
+
+
+def _askpass(git_config: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A GIT_ASKPASS helper that answers from the clone's environment, never argv: a token
+    or password in the URL is visible to every user of the machine (ps, /proc/*/cmdline)
+    and ends up in git's error messages. Returns (its private dir, the env to add)."""
+    import stat
+
+    directory = tempfile.mkdtemp(prefix="shipyard-askpass-")
+    helper = os.path.join(directory, "askpass")
+    with open(os.open(helper, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as fh:
+        fh.write(_ASKPASS)
+    os.chmod(helper, stat.S_IRWXU)
+    if git_config.get("token"):
+        # what SageMaker's https://<token>@host does: the token is the user name
+        user, password = git_config["token"], ""
+    else:
+        user, password = git_config["username"], git_config.get("password", "")
+    return directory, {
+        "GIT_ASKPASS": helper,
+        "_SY_GIT_USERNAME": user,
+        "_SY_GIT_PASSWORD": password,
+        # a stored credential helper must not answer (or record) in our place
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "credential.helper",
+        "GIT_CONFIG_VALUE_0": "",
+    }
 
 
 def _git(repo_dir: str, args: list[str], repo: str) -> None:
