@@ -150,9 +150,27 @@ class ControlPlane:
             check_location("code_location", spec.code_location)
         spec = spec.model_copy(update={"output_path": output_path})
         job_dir = self.home.job_dir(spec.job_name)
-        if os.path.exists(job_dir):
-            raise JobExistsError(f"job directory {job_dir} already exists; pick another job name")
         code_location = spec.code_location or output_path
+        # The name is reserved (atomically, with the job's subnet) before anything is
+        # staged: of concurrent submits of one name exactly one gets here, the others
+        # leave with JobExistsError having touched nothing.
+        record = self.store.create_job(
+            spec.job_name,
+            spec.model_dump(mode="json"),
+            {},
+            job_dir,
+            self.backend,
+            plan.choose_subnet,
+            owner_pid=os.getpid(),
+        )
+        try:
+            os.makedirs(job_dir)  # exclusive: a directory left by an older job is not reused
+        except FileExistsError:
+            self.store.delete_job(spec.job_name)
+            raise JobExistsError(
+                f"job directory {job_dir} already exists (left by an earlier job of that "
+                "name?); pick another job name or remove the directory"
+            ) from None
         staged = None
         try:
             staged = staging.stage(
@@ -164,8 +182,7 @@ class ControlPlane:
                 exclude=self._never_bundled(spec, code_location),
             )
             encoded = plan.hyperparameters(spec, staged, self.home)
-            subnet = plan.choose_subnet(self.store.subnets_in_use())
-            config = plan.agent_config(spec, staged, encoded, self.home, subnet, sources)
+            config = plan.agent_config(spec, staged, encoded, self.home, record.subnet, sources)
             os.makedirs(os.path.join(job_dir, "logs"))
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
@@ -181,13 +198,14 @@ class ControlPlane:
                 fh.write(config.to_json())
             if config.shared_dir:
                 os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
-            record = self.store.create_job(
-                spec.job_name, spec.model_dump(mode="json"), encoded, job_dir, self.backend, subnet
-            )
+            self.store.update(spec.job_name, hyperparameters=encoded)
+            record = self.store.get(spec.job_name)
         except BaseException:
+            # everything here is this submit's own: the name was reserved above
             shutil.rmtree(job_dir, ignore_errors=True)
             if staged is not None:
                 staging.discard(staged)
+            self.store.delete_job(spec.job_name)
             raise
         if log:
             log(instance_types.resolve(spec.instance_type).describe())

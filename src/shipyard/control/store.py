@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -152,8 +152,15 @@ class Store:
         hyperparameters: dict[str, str],
         job_dir: str,
         backend: str,
-        subnet: str | None,
+        subnet: str | None | Callable[[set[str]], str],
+        owner_pid: int | None = None,
     ) -> JobRecord:
+        """Record a new job, or JobExistsError: the name check and the insert are one
+        transaction, so of concurrent submits exactly one wins (``ControlPlane.submit``
+        calls this *before* staging: the name is reserved first). ``subnet`` may be a
+        chooser given the subnets in use, called inside the same transaction so two jobs
+        never pick the same one. ``owner_pid``: the process staging the job (reconcile
+        fails the job if it dies before a supervisor takes over)."""
         now = time.time()
         with self._tx() as db:
             if db.execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone():
@@ -161,10 +168,12 @@ class Store:
                     f"a training job named {name!r} already exists; job names are unique: "
                     "pass another job_name or base_job_name"
                 )
+            if callable(subnet):
+                subnet = subnet(_subnets_in_use(db))
             db.execute(
                 "INSERT INTO jobs (name, spec, hyperparameters, status, secondary_status,"
-                " created_at, modified_at, job_dir, backend, subnet)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " created_at, modified_at, job_dir, backend, subnet, supervisor_pid)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name,
                     json.dumps(spec),
@@ -176,6 +185,7 @@ class Store:
                     job_dir,
                     backend,
                     subnet,
+                    owner_pid,
                 ),
             )
             db.execute(
@@ -183,6 +193,14 @@ class Store:
                 (name, "InProgress", "Starting", "Preparing the instances for training", now),
             )
         return self.get(name)
+
+    def delete_job(self, name: str) -> None:
+        """Forget a job entirely: a submission refused after its name was reserved."""
+        with self._tx() as db:
+            for table in ("jobs",):
+                db.execute(f"DELETE FROM {table} WHERE name=?", (name,))
+            for table in ("transitions", "instances", "attempts", "metrics"):
+                db.execute(f"DELETE FROM {table} WHERE job=?", (name,))
 
     def exists(self, name: str) -> bool:
         with self._connect() as db:
@@ -204,11 +222,7 @@ class Store:
 
     def subnets_in_use(self) -> set[str]:
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT subnet FROM jobs WHERE status IN ('InProgress','Stopping')"
-                " AND subnet IS NOT NULL"
-            ).fetchall()
-        return {r["subnet"] for r in rows}
+            return _subnets_in_use(db)
 
     def transition(
         self, name: str, event: Event, message: str = "", failure_reason: str | None = None
@@ -239,6 +253,7 @@ class Store:
 
     def update(self, name: str, **fields: Any) -> None:
         allowed = {
+            "hyperparameters",
             "supervisor_pid",
             "stop_requested",
             "attempt",
@@ -249,6 +264,8 @@ class Store:
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"cannot update {bad}")
+        if "hyperparameters" in fields:
+            fields["hyperparameters"] = json.dumps(fields["hyperparameters"])
         fields["modified_at"] = time.time()
         sets = ", ".join(f"{k}=?" for k in fields)
         with self._tx() as db:
@@ -380,3 +397,10 @@ def _job(row: sqlite3.Row) -> JobRecord:
     data["hyperparameters"] = json.loads(data["hyperparameters"])
     data["stop_requested"] = bool(data["stop_requested"])
     return JobRecord(**data)
+
+
+def _subnets_in_use(db: sqlite3.Connection) -> set[str]:
+    rows = db.execute(
+        "SELECT subnet FROM jobs WHERE status IN ('InProgress','Stopping') AND subnet IS NOT NULL"
+    ).fetchall()
+    return {r["subnet"] for r in rows}
