@@ -309,6 +309,9 @@ class ControlPlane:
         ]
         if handles:
             get_backend(record.backend).stop(handles, grace=2.0)
+        self.store.close_running_instances(
+            record.name, "Stopped", "stopped when the job's supervisor was found gone"
+        )
         reason = (
             f"InternalServerError: the process supervising this job (pid "
             f"{record.supervisor_pid}) ended unexpectedly; its instances were stopped"

@@ -329,6 +329,17 @@ class Store:
                 ],
             )
 
+    def close_running_instances(self, name: str, status: str, reason: str | None) -> int:
+        """Instances still recorded Running whose supervisor is gone: give them their end
+        (``status``, now); returns how many rows changed."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE instances SET status=?, failure_reason=COALESCE(failure_reason, ?),"
+                " ended_at=? WHERE job=? AND status='Running'",
+                (status, reason, time.time(), name),
+            )
+            return int(cur.rowcount)
+
     def instances(self, name: str, attempt: int | None = None) -> list[InstanceRecord]:
         with self._connect() as db:
             if attempt is None:
