@@ -7,6 +7,9 @@ reused by an unrelated process kept a dead job InProgress.
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
 import time
 
 import psutil
@@ -50,3 +53,27 @@ def test_instances_of_a_job_whose_supervisor_died_are_not_left_running(session, 
     while job_processes(job.job_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert job_processes(job.job_dir) == []
+
+
+def test_a_reused_supervisor_pid_does_not_keep_a_dead_job_in_progress(
+    session, write_script, tmp_path
+):
+    control = _start_detached(session, write_script, "stale-pid", count=1)
+    supervisor = psutil.Process(control.store.get("stale-pid").supervisor_pid)
+    supervisor.kill()
+    supervisor.wait(timeout=10)
+    # the kernel hands the pid to an unrelated process: made explicit here by pointing the
+    # record at one (a real reuse cannot be forced); its start time is not the supervisor's
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with sqlite3.connect(control.store.path) as db:
+            db.execute(
+                "UPDATE jobs SET supervisor_pid=? WHERE name=?", (stranger.pid, "stale-pid")
+            )
+        job = control.get("stale-pid")
+        assert job.status == "Failed", (job.status, job.secondary_status)
+        assert "ended unexpectedly" in job.failure_reason
+        assert stranger.poll() is None  # the stranger is left alone
+    finally:
+        stranger.kill()
+        stranger.wait()
