@@ -294,7 +294,7 @@ class ControlPlane:
         """A job whose supervisor died is marked Failed, and its instances are stopped."""
         if record.terminal or record.supervisor_pid is None:
             return record
-        if _alive(record.supervisor_pid):
+        if _alive(record.supervisor_pid, record.supervisor_started):
             return record
         record = self.store.get(record.name)  # it may have just finished
         if record.terminal:
@@ -361,10 +361,14 @@ class ControlPlane:
             raise JobFailedError(record.name, record.status, record.failure_reason)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: float | None = None) -> bool:
+    """Process ``pid`` runs, and is the one that started at ``started`` (when recorded): a
+    pid the kernel reused for another process does not keep a dead job alive."""
     try:
         proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) < 0.05
     except psutil.Error:
         return False
 

@@ -90,6 +90,8 @@ class JobRecord:
     attempt: int
     model_artifact: str | None
     output_artifact: str | None
+    # when the supervising process started (its pid may be reused once it is gone)
+    supervisor_started: float | None = None
 
     @property
     def state(self) -> JobState:
@@ -120,6 +122,12 @@ class Store:
         self.path = path
         with self._connect() as db:
             db.executescript(_SCHEMA)
+            columns = {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+            if "supervisor_started" not in columns:
+                try:
+                    db.execute("ALTER TABLE jobs ADD COLUMN supervisor_started REAL")
+                except sqlite3.OperationalError:  # another process added it meanwhile
+                    pass
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -172,8 +180,8 @@ class Store:
                 subnet = subnet(_subnets_in_use(db))
             db.execute(
                 "INSERT INTO jobs (name, spec, hyperparameters, status, secondary_status,"
-                " created_at, modified_at, job_dir, backend, subnet, supervisor_pid)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " created_at, modified_at, job_dir, backend, subnet, supervisor_pid,"
+                " supervisor_started) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name,
                     json.dumps(spec),
@@ -186,6 +194,7 @@ class Store:
                     backend,
                     subnet,
                     owner_pid,
+                    process_started(owner_pid),
                 ),
             )
             db.execute(
@@ -255,6 +264,7 @@ class Store:
         allowed = {
             "hyperparameters",
             "supervisor_pid",
+            "supervisor_started",
             "stop_requested",
             "attempt",
             "model_artifact",
@@ -264,6 +274,8 @@ class Store:
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"cannot update {bad}")
+        if "supervisor_pid" in fields and "supervisor_started" not in fields:
+            fields["supervisor_started"] = process_started(fields["supervisor_pid"])
         if "hyperparameters" in fields:
             fields["hyperparameters"] = json.dumps(fields["hyperparameters"])
         fields["modified_at"] = time.time()
@@ -415,3 +427,16 @@ def _subnets_in_use(db: sqlite3.Connection) -> set[str]:
         "SELECT subnet FROM jobs WHERE status IN ('InProgress','Stopping') AND subnet IS NOT NULL"
     ).fetchall()
     return {r["subnet"] for r in rows}
+
+
+def process_started(pid: int | None) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None if it is gone: with
+    the pid, the identity of a process across pid reuse."""
+    if pid is None:
+        return None
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None

@@ -67,9 +67,7 @@ def test_a_reused_supervisor_pid_does_not_keep_a_dead_job_in_progress(
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with sqlite3.connect(control.store.path) as db:
-            db.execute(
-                "UPDATE jobs SET supervisor_pid=? WHERE name=?", (stranger.pid, "stale-pid")
-            )
+            db.execute("UPDATE jobs SET supervisor_pid=? WHERE name=?", (stranger.pid, "stale-pid"))
         job = control.get("stale-pid")
         assert job.status == "Failed", (job.status, job.secondary_status)
         assert "ended unexpectedly" in job.failure_reason
