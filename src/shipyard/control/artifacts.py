@@ -129,6 +129,19 @@ def discard_partial(output_path: str, job_name: str, job_dir: str) -> list[str]:
                 removed.append(path)
             except FileNotFoundError:
                 pass
+    else:
+        from shipyard import storage
+        from shipyard.errors import StorageError
+        from shipyard.storage.s3 import S3Store
+
+        base = storage.parse(output_path).child(f"{job_name}/output/")
+        store = storage.store_for(base)
+        try:
+            if isinstance(store, S3Store):
+                aborted = store.abort_incomplete_uploads(base)
+                removed += [f"{base.uri} (incomplete multipart upload)"] * aborted
+        except StorageError:
+            pass  # the endpoint is unreachable now; the reason still says what happened
     scratch = os.path.join(job_dir, SCRATCH_DIR)
     if os.path.isdir(scratch):
         shutil.rmtree(scratch, ignore_errors=True)

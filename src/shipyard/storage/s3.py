@@ -221,6 +221,26 @@ class S3Store:
             lambda: self.s3.delete_object(Bucket=location.bucket, Key=location.key),
         )
 
+    def abort_incomplete_uploads(self, prefix: Location) -> int:
+        """Abort multipart uploads under ``prefix`` that never completed (an upload
+        interrupted by a killed process leaves its parts stored, invisible and billed);
+        returns how many were aborted."""
+
+        def _abort() -> int:
+            count = 0
+            pages = self.s3.get_paginator("list_multipart_uploads").paginate(
+                Bucket=prefix.bucket, Prefix=prefix.key
+            )
+            for page in pages:
+                for upload in page.get("Uploads", []):
+                    self.s3.abort_multipart_upload(
+                        Bucket=prefix.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+                    count += 1
+            return count
+
+        return self._call("aborting uploads under", prefix, _abort)
+
     def exists(self, location: Location) -> bool:
         """Whether the object exists (the bucket, for a location without a key)."""
         if not location.key:

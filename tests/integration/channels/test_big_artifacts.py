@@ -66,3 +66,19 @@ def test_job_model_over_the_threshold_is_uploaded_in_parts(
     head = bucket.client.head_object(Bucket=bucket.name, Key=key)
     assert head["ContentLength"] > 10 * MiB
     assert "-" in head["ETag"], head["ETag"]  # a multipart object
+
+
+def test_an_interrupted_multipart_upload_is_aborted_by_the_cleanup(bucket, tmp_path):
+    """What a supervisor killed mid-upload leaves in the bucket: parts of an upload that
+    never completed. The reconcile's cleanup (artifacts.discard_partial) aborts them."""
+    from shipyard.control import artifacts
+
+    key = "out/cut-job/output/model.tar.gz"
+    up = bucket.client.create_multipart_upload(Bucket=bucket.name, Key=key)
+    bucket.client.upload_part(
+        Bucket=bucket.name, Key=key, UploadId=up["UploadId"], PartNumber=1, Body=b"x" * MiB
+    )
+    removed = artifacts.discard_partial(bucket.uri("out"), "cut-job", str(tmp_path))
+    assert len(removed) == 1, removed
+    left = bucket.client.list_multipart_uploads(Bucket=bucket.name).get("Uploads", [])
+    assert left == []
