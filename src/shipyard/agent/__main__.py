@@ -12,6 +12,7 @@ import shutil
 import signal
 import sys
 import tarfile
+import threading
 import time
 import traceback
 
@@ -99,9 +100,17 @@ def _run(
         if failed is not None and not failed.user_facing:
             text = f"{failed.name} failed: " + text
         write_file(paths.failure_file, text)
-        os.makedirs(paths.agent_dir, exist_ok=True)
-        write_file(paths.failure_time_file, repr(outcome.at))
+        record_failure_time(outcome.at)
         recorded.append(True)
+
+    time_lock = threading.Lock()
+
+    def record_failure_time(at: float) -> None:
+        """From the exit watcher (at once) or the poll loop: the first time stands."""
+        with time_lock:
+            if not os.path.exists(paths.failure_time_file):
+                os.makedirs(paths.agent_dir, exist_ok=True)
+                write_file(paths.failure_time_file, repr(at))
 
     supervisor = Supervisor(
         specs,
@@ -109,6 +118,7 @@ def _run(
         log=log,
         lost_file=paths.lost_file,
         on_failure=record_failure,
+        on_failed_exit=record_failure_time,
     )
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

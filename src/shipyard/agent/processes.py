@@ -70,6 +70,7 @@ class Supervisor:
         log=print,
         lost_file: str | None = None,
         on_failure: Callable[[Outcome], None] | None = None,
+        on_failed_exit: Callable[[float], None] | None = None,
     ) -> None:
         self.specs = specs
         self.grace = grace
@@ -80,6 +81,9 @@ class Supervisor:
         self.procs: list[tuple[ProcessSpec, subprocess.Popen]] = []
         self.on_failure = on_failure  # called before teardown: the failure is recorded first
         self.exited_at: dict[int, float] = {}
+        # called from the exit watcher, at once, when a critical process ends badly: the
+        # time is out before the poll loop even notices (the control plane compares times)
+        self.on_failed_exit = on_failed_exit
 
     def request_stop(self, signum: int, _frame=None) -> None:
         self.stop_signal = signum
@@ -91,17 +95,25 @@ class Supervisor:
                 spec.argv, env=spec.env, cwd=spec.cwd, preexec_fn=die_with_parent, close_fds=True
             )
             self.procs.append((spec, proc))
-            threading.Thread(target=self._note_exit, args=(proc.pid,), daemon=True).start()
+            threading.Thread(
+                target=self._note_exit, args=(proc.pid, spec.critical), daemon=True
+            ).start()
 
-    def _note_exit(self, pid: int) -> None:
+    def _note_exit(self, pid: int, critical: bool) -> None:
         """The moment a process ends, to the millisecond, whatever the poll interval: the
         earliest failure across instances is the job's root cause (torch elastic's rule).
         WNOWAIT leaves the child for Popen to reap."""
         try:
-            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
         except (ChildProcessError, OSError):
             return
-        self.exited_at[pid] = time.time()
+        at = self.exited_at[pid] = time.time()
+        failed = info is not None and (info.si_code != os.CLD_EXITED or info.si_status != 0)
+        if failed and critical and self.on_failed_exit is not None:
+            try:
+                self.on_failed_exit(at)
+            except OSError:
+                pass
 
     def run(self) -> Outcome:
         self.start()

@@ -46,7 +46,7 @@ STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
 # After the first failure is seen, how long the other agents get to record theirs: a peer
 # failing a few ms later (its connection dropped) may be *seen* first; the earliest
 # recorded failure time names the root cause (torch elastic's rule).
-ROOT_CAUSE_SETTLE_SECONDS = 0.3
+ROOT_CAUSE_SETTLE_SECONDS = 0.5
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """Issue 20, defect 8: the root cause is the earliest failure, not the first one noticed.
 
-algo-2 fails first; algo-1 fails a few ms later because its peer went away (it waits on a
-lock algo-2's process holds, as a rank waits on a peer's connection). algo-2's agent then
+algo-2 fails first; algo-1 fails 0.2 s later because its peer went away (it waits on a
+lock algo-2's process holds, as a rank waits on a peer's connection, then times out).
+The times compared are each failing process's exit as its agent saw it: exact to the
+agent's wake-up latency (well under 1 ms idle, tens of ms on an overloaded machine), so
+the test leaves a margin above that noise. algo-2's agent then
 takes its stop grace to tear down a helper that ignores SIGTERM, so the supervisor *sees*
 algo-1's instance end first. Before the fix algo-1 was blamed; now the failure times the
 agents recorded decide.
@@ -21,15 +24,18 @@ lock, ready = os.path.join(d, "lock"), os.path.join(d, "ready")
 if os.environ["SM_CURRENT_HOST"] == "algo-2":
     subprocess.Popen([sys.executable, "-c", "import signal, time; "
                       "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
-    held = open(lock, "w")
+    # a raw fd: released by the kernel when the process ends (as a peer's socket is), not
+    # earlier by the interpreter's finalization
+    held = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_EX)
     open(ready, "w").close()
     time.sleep(0.5)
     raise RuntimeError("algo-2 failed first")
 while not os.path.exists(ready):
     time.sleep(0.001)
-fh = open(lock, "w")
-fcntl.flock(fh, fcntl.LOCK_EX)  # granted once algo-2's process is gone
+fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)  # granted once algo-2's process is gone
+time.sleep(0.2)  # a read timeout noticing the dropped peer (beyond scheduling noise)
 raise ConnectionError("algo-1: peer algo-2 went away")
 """
 
