@@ -22,7 +22,7 @@ from shipyard import backends, instance_types
 from shipyard.agent import runners
 from shipyard.control import plan, staging
 from shipyard.control.home import Home
-from shipyard.control.lifecycle import Event
+from shipyard.control.lifecycle import Event, JobStatus
 from shipyard.control.store import JobRecord, Store
 from shipyard.control.supervisor import REPORT_NAME, lost_processes
 from shipyard.errors import (
@@ -35,9 +35,7 @@ from shipyard.errors import (
 )
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import final_metrics
-from shipyard.spec import ChannelSpec, JobSpec, host_names
-
-TERMINAL = ("Completed", "Failed", "Stopped")
+from shipyard.spec import ChannelSpec, JobSpec
 
 
 def check_runner(spec: JobSpec) -> None:
@@ -179,9 +177,7 @@ class ControlPlane:
                 fh.write(config.to_json())
             if config.shared_dir:
                 os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
-            record = self.store.create_job(
-                spec.job_name, spec.model_dump(mode="json"), encoded, job_dir, self.backend, subnet
-            )
+            record = self.store.create_job(spec, encoded, job_dir, self.backend, subnet)
         except BaseException:
             shutil.rmtree(job_dir, ignore_errors=True)
             if staged is not None:
@@ -307,7 +303,7 @@ class ControlPlane:
         return files
 
     def raise_for_status(self, record: JobRecord) -> None:
-        if record.status == "Failed":
+        if record.status is JobStatus.FAILED:
             raise JobFailedError(record.name, record.status, record.failure_reason)
 
 
@@ -348,21 +344,21 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             entry["EndTime"] = _ts(t["at"])
         sec.append(entry)
     channels = []
-    for ch in spec.get("channels", []):
+    for ch in spec.channels:
         channels.append(
             {
-                "ChannelName": ch["name"],
+                "ChannelName": ch.name,
                 "DataSource": {
                     "S3DataSource": {
-                        "S3DataType": ch.get("s3_data_type", "S3Prefix"),
-                        "S3Uri": ch["uri"],
-                        "S3DataDistributionType": ch.get("distribution", "FullyReplicated"),
+                        "S3DataType": ch.s3_data_type,
+                        "S3Uri": ch.uri,
+                        "S3DataDistributionType": ch.distribution,
                     }
                 },
-                "CompressionType": ch.get("compression") or "None",
-                "RecordWrapperType": ch.get("record_wrapping") or "None",
-                "InputMode": ch.get("input_mode") or spec.get("input_mode", "File"),
-                **({"ContentType": ch["content_type"]} if ch.get("content_type") else {}),
+                "CompressionType": ch.compression or "None",
+                "RecordWrapperType": ch.record_wrapping or "None",
+                "InputMode": spec.channel_mode(ch),
+                **({"ContentType": ch.content_type} if ch.content_type else {}),
             }
         )
     metrics = cp.store.metrics(record.name)
@@ -374,34 +370,34 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "SecondaryStatus": record.secondary_status,
         "HyperParameters": dict(record.hyperparameters),
         "AlgorithmSpecification": {
-            "TrainingImage": spec.get("framework") or "shipyard-generic",
-            "TrainingInputMode": spec.get("input_mode", "File"),
-            "MetricDefinitions": spec.get("metric_definitions", []),
+            "TrainingImage": spec.framework or "shipyard-generic",
+            "TrainingInputMode": spec.input_mode,
+            "MetricDefinitions": [m.model_dump() for m in spec.metric_definitions],
             "EnableSageMakerMetricsTimeSeries": False,
         },
-        "RoleArn": spec.get("role") or "",
+        "RoleArn": spec.role or "",
         "InputDataConfig": channels,
-        "OutputDataConfig": {"S3OutputPath": spec.get("output_path")},
+        "OutputDataConfig": {"S3OutputPath": spec.output_path},
         "ResourceConfig": {
-            "InstanceType": spec.get("instance_type"),
-            "InstanceCount": spec.get("instance_count"),
+            "InstanceType": spec.instance_type,
+            "InstanceCount": spec.instance_count,
             "VolumeSizeInGB": 30,
         },
-        "StoppingCondition": {"MaxRuntimeInSeconds": spec.get("max_run")},
+        "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_run},
         "CreationTime": _ts(record.created_at),
         "TrainingStartTime": _ts(record.start_time),
         "TrainingEndTime": _ts(record.end_time),
         "LastModifiedTime": _ts(record.modified_at),
         "SecondaryStatusTransitions": sec,
         "FinalMetricDataList": final,
-        "Environment": spec.get("environment", {}),
-        "RetryStrategy": {"MaximumRetryAttempts": spec.get("max_retry_attempts", 0)},
+        "Environment": dict(spec.environment),
+        "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
         "EnableNetworkIsolation": False,
-        "Tags": spec.get("tags", []),
+        "Tags": [dict(t) for t in spec.tags],
         "Shipyard": {
             "JobDir": record.job_dir,
             "Backend": record.backend,
-            "Distribution": spec.get("distribution", {}),
+            "Distribution": dict(spec.distribution),
             "Attempts": [
                 dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
                 for a in cp.store.attempts(record.name)
@@ -420,9 +416,7 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
                 for i in cp.store.instances(record.name)
             ],
             "OutputArtifacts": record.output_artifact,
-            "LostProcesses": lost_processes(
-                record.job_dir, host_names(int(spec.get("instance_count", 1)))
-            ),
+            "LostProcesses": lost_processes(record.job_dir, spec.hosts),
         },
     }
     report_path = os.path.join(record.job_dir, REPORT_NAME)
@@ -434,10 +428,10 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         out["FailureReason"] = record.failure_reason
     if record.model_artifact:
         out["ModelArtifacts"] = {"S3ModelArtifacts": record.model_artifact}
-    if spec.get("checkpoint_s3_uri") or spec.get("checkpoint_local_path"):
+    if spec.checkpoint_s3_uri or spec.checkpoint_local_path:
         out["CheckpointConfig"] = {
-            "S3Uri": spec.get("checkpoint_s3_uri"),
-            "LocalPath": spec.get("checkpoint_local_path"),
+            "S3Uri": spec.checkpoint_s3_uri,
+            "LocalPath": spec.checkpoint_local_path,
         }
     if record.start_time:
         end = record.end_time or time.time()

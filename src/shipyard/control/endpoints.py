@@ -14,43 +14,34 @@ workers and removes everything it made. Creation that fails leaves nothing behin
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
 from shipyard.agent.processes import kill_survivors
-from shipyard.control import staging
+from shipyard.control import schema, staging
 from shipyard.control.home import Home
+from shipyard.control.lifecycle import StrEnum
 from shipyard.errors import ShipyardError, ValidationError
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS endpoints (
-    name TEXT PRIMARY KEY,
-    model_data TEXT NOT NULL,
-    endpoint_dir TEXT NOT NULL,
-    host TEXT NOT NULL,
-    port INTEGER NOT NULL,
-    pid INTEGER,
-    status TEXT NOT NULL,
-    failure_reason TEXT,
-    config TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    modified_at REAL NOT NULL
-);
-"""
+
+class EndpointStatus(StrEnum):
+    """EndpointStatus as SageMaker names the ones a local endpoint goes through."""
+
+    CREATING = "Creating"
+    IN_SERVICE = "InService"
+    FAILED = "Failed"
 
 
 class EndpointError(ShipyardError):
@@ -70,7 +61,7 @@ class EndpointRecord:
     host: str
     port: int
     pid: int | None
-    status: str  # Creating | InService | Failed
+    status: EndpointStatus
     failure_reason: str | None
     config: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
@@ -106,18 +97,6 @@ class EndpointRecord:
         }
 
 
-@contextmanager
-def _db(path: str) -> Iterator[sqlite3.Connection]:
-    db = sqlite3.connect(path, timeout=30, isolation_level=None)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA busy_timeout=30000")
-        db.row_factory = sqlite3.Row
-        yield db
-    finally:
-        db.close()
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -139,20 +118,20 @@ class Endpoints:
         self.home = Home.from_env(home)
         os.makedirs(self.home.root, exist_ok=True)
         self.db_path = self.home.db_path
-        with _db(self.db_path) as db:
-            db.executescript(_SCHEMA)
+        schema.open_db(self.db_path)
 
     def endpoint_dir(self, name: str) -> str:
         return os.path.join(self.home.root, "endpoints", name)
 
     # -- reading --------------------------------------------------------------------------
     def _row(self, name: str) -> EndpointRecord | None:
-        with _db(self.db_path) as db:
+        with schema.connect(self.db_path) as db:
             row = db.execute("SELECT * FROM endpoints WHERE name=?", (name,)).fetchone()
         if row is None:
             return None
         data = dict(row)
         data["config"] = json.loads(data["config"])
+        data["status"] = EndpointStatus(data["status"])
         return EndpointRecord(**data)
 
     def get(self, name: str) -> EndpointRecord:
@@ -161,8 +140,8 @@ class Endpoints:
             raise EndpointNotFoundError(f"no endpoint named {name!r} (see `shipyard endpoints`)")
         return self._reconcile(record)
 
-    def list(self) -> list[EndpointRecord]:
-        with _db(self.db_path) as db:
+    def list(self) -> builtins.list[EndpointRecord]:
+        with schema.connect(self.db_path) as db:
             names = [
                 r["name"]
                 for r in db.execute(
@@ -177,16 +156,18 @@ class Endpoints:
         try:
             with open(record.state_file) as fh:
                 state = json.load(fh)
-            status, reason = state["status"], state.get("failure_reason") or reason
+            said, reason = state["status"], state.get("failure_reason") or reason
+            # the server's own last word "Deleted": it stopped without being deleted here
+            if said == "Deleted":
+                said, reason = EndpointStatus.FAILED, reason or "the server stopped"
+            status = EndpointStatus(said)
         except (OSError, ValueError, KeyError):
             pass
-        if status in ("Creating", "InService") and not _server_alive(record):
-            status = "Failed"
+        if status is not EndpointStatus.FAILED and not _server_alive(record):
+            status = EndpointStatus.FAILED
             reason = reason or f"the server process ({record.pid}) is gone; see {record.log_path}"
-        if status == "Deleted":
-            status, reason = "Failed", reason or "the server stopped"
         if (status, reason) != (record.status, record.failure_reason):
-            with _db(self.db_path) as db:
+            with schema.connect(self.db_path) as db:
                 db.execute(
                     "UPDATE endpoints SET status=?, failure_reason=?, modified_at=? WHERE name=?",
                     (status, reason, time.time(), record.name),
@@ -202,7 +183,7 @@ class Endpoints:
         framework: str = "auto",
         entry_point: str | None = None,
         source_dir: str | None = None,
-        dependencies: list[str] | None = None,
+        dependencies: builtins.list[str] | None = None,
         env: dict[str, str] | None = None,
         port: int | None = None,
         host: str = "127.0.0.1",
@@ -264,7 +245,7 @@ class Endpoints:
                 "MaxPayloadInMB": max_payload_mb,
             }
             now = time.time()
-            with _db(self.db_path) as db:
+            with schema.connect(self.db_path) as db:
                 db.execute(
                     "INSERT INTO endpoints VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (
@@ -274,7 +255,7 @@ class Endpoints:
                         host,
                         port,
                         None,
-                        "Creating",
+                        EndpointStatus.CREATING,
                         None,
                         json.dumps(config),
                         now,
@@ -282,6 +263,7 @@ class Endpoints:
                     ),
                 )
             record = self._row(name)
+            assert record is not None  # inserted just above, under our name
             proc = self._launch(
                 record,
                 model_dir,
@@ -294,14 +276,14 @@ class Endpoints:
                 env or {},
                 paths,
             )
-            with _db(self.db_path) as db:
+            with schema.connect(self.db_path) as db:
                 db.execute("UPDATE endpoints SET pid=? WHERE name=?", (proc.pid, name))
             _wait_exec(proc, edir)
         except BaseException:
             if proc is not None:
                 _stop_tree(proc.pid, grace=5)
             if record is not None:
-                with _db(self.db_path) as db:
+                with schema.connect(self.db_path) as db:
                     db.execute("DELETE FROM endpoints WHERE name=?", (name,))
             shutil.rmtree(edir, ignore_errors=True)
             raise
@@ -337,7 +319,10 @@ class Endpoints:
 
     @staticmethod
     def _add_code(
-        model_dir: str, entry_point: str | None, source_dir: str | None, dependencies: list[str]
+        model_dir: str,
+        entry_point: str | None,
+        source_dir: str | None,
+        dependencies: builtins.list[str],
     ) -> str | None:
         """Copy the inference code into model/code (SageMaker's repack); returns program."""
         if not entry_point and not source_dir:
@@ -387,7 +372,7 @@ class Endpoints:
         batch_wait_ms: float,
         max_payload_mb: float,
         env: dict[str, str],
-        paths: list[str],
+        paths: builtins.list[str],
     ) -> subprocess.Popen:
         cmd = [
             sys.executable,
@@ -434,9 +419,9 @@ class Endpoints:
         deadline = time.monotonic() + timeout
         while True:
             record = self.get(name)
-            if record.status == "Failed":
+            if record.status is EndpointStatus.FAILED:
                 raise EndpointError(f"endpoint {name!r} failed: {record.failure_reason}")
-            if record.status == "InService" and ping(record):
+            if record.status is EndpointStatus.IN_SERVICE and ping(record):
                 return record
             if time.monotonic() > deadline:
                 raise EndpointError(
@@ -453,7 +438,7 @@ class Endpoints:
             raise EndpointNotFoundError(f"no endpoint named {name!r} (see `shipyard endpoints`)")
         if record.pid and _server_alive(record):
             _stop_tree(record.pid, grace)
-        with _db(self.db_path) as db:
+        with schema.connect(self.db_path) as db:
             db.execute("DELETE FROM endpoints WHERE name=?", (name,))
         shutil.rmtree(record.endpoint_dir, ignore_errors=True)
 
