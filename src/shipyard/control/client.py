@@ -330,37 +330,6 @@ def _ts(value: float | None) -> dt.datetime | None:
 def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     """A SageMaker DescribeTrainingJob-shaped dict (datetimes as in boto3)."""
     spec = record.spec
-    transitions = cp.store.transitions(record.name)
-    sec = []
-    for i, t in enumerate(transitions):
-        entry = {
-            "Status": t["secondary_status"],
-            "StartTime": _ts(t["at"]),
-            "StatusMessage": t["message"] or "",
-        }
-        if i + 1 < len(transitions):
-            entry["EndTime"] = _ts(transitions[i + 1]["at"])
-        elif record.terminal:
-            entry["EndTime"] = _ts(t["at"])
-        sec.append(entry)
-    channels = []
-    for ch in spec.channels:
-        channels.append(
-            {
-                "ChannelName": ch.name,
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": ch.s3_data_type,
-                        "S3Uri": ch.uri,
-                        "S3DataDistributionType": ch.distribution,
-                    }
-                },
-                "CompressionType": ch.compression or "None",
-                "RecordWrapperType": ch.record_wrapping or "None",
-                "InputMode": spec.channel_mode(ch),
-                **({"ContentType": ch.content_type} if ch.content_type else {}),
-            }
-        )
     metrics = cp.store.metrics(record.name)
     final = [dict(m, Timestamp=_ts(m["Timestamp"])) for m in final_metrics(metrics)]
     out: dict[str, Any] = {
@@ -376,7 +345,7 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             "EnableSageMakerMetricsTimeSeries": False,
         },
         "RoleArn": spec.role or "",
-        "InputDataConfig": channels,
+        "InputDataConfig": _input_data_config(spec),
         "OutputDataConfig": {"S3OutputPath": spec.output_path},
         "ResourceConfig": {
             "InstanceType": spec.instance_type,
@@ -388,42 +357,14 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "TrainingStartTime": _ts(record.start_time),
         "TrainingEndTime": _ts(record.end_time),
         "LastModifiedTime": _ts(record.modified_at),
-        "SecondaryStatusTransitions": sec,
+        "SecondaryStatusTransitions": _transitions(cp.store.transitions(record.name), record),
         "FinalMetricDataList": final,
         "Environment": dict(spec.environment),
         "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
         "EnableNetworkIsolation": False,
         "Tags": [dict(t) for t in spec.tags],
-        "Shipyard": {
-            "JobDir": record.job_dir,
-            "Backend": record.backend,
-            "Distribution": dict(spec.distribution),
-            "Attempts": [
-                dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
-                for a in cp.store.attempts(record.name)
-            ],
-            "Instances": [
-                {
-                    "Host": i.host,
-                    "Attempt": i.attempt,
-                    "Address": i.address,
-                    "Pid": i.pid,
-                    "Status": i.status,
-                    "ExitCode": i.exit_code,
-                    "FailureReason": i.failure_reason,
-                    "LogPath": i.log_path,
-                }
-                for i in cp.store.instances(record.name)
-            ],
-            "OutputArtifacts": record.output_artifact,
-            "LostProcesses": lost_processes(record.job_dir, spec.hosts),
-        },
+        "Shipyard": _shipyard_section(cp, record),
     }
-    report_path = os.path.join(record.job_dir, REPORT_NAME)
-    if os.path.isfile(report_path):
-        with open(report_path, encoding="utf-8") as fh:
-            out["Shipyard"]["DistributionReport"] = json.load(fh)
-        out["Shipyard"]["DistributionReportPath"] = report_path
     if record.failure_reason:
         out["FailureReason"] = record.failure_reason
     if record.model_artifact:
@@ -438,3 +379,76 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         out["TrainingTimeInSeconds"] = int(round(end - record.start_time))
         out["BillableTimeInSeconds"] = out["TrainingTimeInSeconds"]
     return out
+
+
+def _transitions(transitions: list[dict[str, Any]], record: JobRecord) -> list[dict[str, Any]]:
+    """SecondaryStatusTransitions: each one ends when the next starts (the last one when
+    the job ended)."""
+    out = []
+    for i, t in enumerate(transitions):
+        entry = {
+            "Status": t["secondary_status"],
+            "StartTime": _ts(t["at"]),
+            "StatusMessage": t["message"] or "",
+        }
+        if i + 1 < len(transitions):
+            entry["EndTime"] = _ts(transitions[i + 1]["at"])
+        elif record.terminal:
+            entry["EndTime"] = _ts(t["at"])
+        out.append(entry)
+    return out
+
+
+def _input_data_config(spec: JobSpec) -> list[dict[str, Any]]:
+    return [
+        {
+            "ChannelName": ch.name,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": ch.s3_data_type,
+                    "S3Uri": ch.uri,
+                    "S3DataDistributionType": ch.distribution,
+                }
+            },
+            "CompressionType": ch.compression or "None",
+            "RecordWrapperType": ch.record_wrapping or "None",
+            "InputMode": spec.channel_mode(ch),
+            **({"ContentType": ch.content_type} if ch.content_type else {}),
+        }
+        for ch in spec.channels
+    ]
+
+
+def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
+    """What describe adds beyond SageMaker: where the job lives, its attempts and
+    instances, and the distribution report the agents wrote."""
+    section: dict[str, Any] = {
+        "JobDir": record.job_dir,
+        "Backend": record.backend,
+        "Distribution": dict(record.spec.distribution),
+        "Attempts": [
+            dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
+            for a in cp.store.attempts(record.name)
+        ],
+        "Instances": [
+            {
+                "Host": i.host,
+                "Attempt": i.attempt,
+                "Address": i.address,
+                "Pid": i.pid,
+                "Status": i.status,
+                "ExitCode": i.exit_code,
+                "FailureReason": i.failure_reason,
+                "LogPath": i.log_path,
+            }
+            for i in cp.store.instances(record.name)
+        ],
+        "OutputArtifacts": record.output_artifact,
+        "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
+    }
+    report_path = os.path.join(record.job_dir, REPORT_NAME)
+    if os.path.isfile(report_path):
+        with open(report_path, encoding="utf-8") as fh:
+            section["DistributionReport"] = json.load(fh)
+        section["DistributionReportPath"] = report_path
+    return section

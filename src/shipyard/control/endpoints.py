@@ -193,22 +193,7 @@ class Endpoints:
         max_payload_mb: float = 6.0,
     ) -> EndpointRecord:
         """Prepare the model and start the detached server; returns at once (Creating)."""
-        from shipyard.serving.model_data import ModelLoadError, check_tree, extract
-
-        if not name or not all(c.isalnum() or c == "-" for c in name) or len(name) > 63:
-            raise ValidationError(
-                f"endpoint name {name!r}: use up to 63 letters, digits and hyphens"
-            )
-        if self._row(name) is not None:
-            raise ValidationError(
-                f"an endpoint named {name!r} already exists; delete it "
-                "(`shipyard endpoints delete`) or pick another name"
-            )
-        if port is not None and not port_free(host, port):
-            raise ValidationError(
-                f"port {port} on {host} is already in use; pick another port "
-                "or leave it out to get a free one"
-            )
+        self._check_new(name, host, port)
         source = self.resolve_model_data(model_data)
         edir = self.endpoint_dir(name)
         if os.path.exists(edir):
@@ -218,16 +203,7 @@ class Endpoints:
         proc: subprocess.Popen | None = None
         try:
             os.makedirs(edir)
-            try:
-                if source.startswith("s3://"):
-                    source = _download(source, os.path.join(edir, "model.tar.gz"))
-                if os.path.isdir(source):
-                    check_tree(source)
-                    shutil.copytree(source, model_dir, symlinks=True)
-                else:
-                    extract(source, model_dir)
-            except ModelLoadError as exc:
-                raise ValidationError(str(exc)) from None
+            _stage_model(source, edir, model_dir)
             program = self._add_code(model_dir, entry_point, source_dir, dependencies or [])
             code_dir = os.path.join(model_dir, "code")
             paths = (
@@ -235,7 +211,6 @@ class Endpoints:
                 if os.path.isdir(code_dir)
                 else []
             )
-            port = port or free_port(host)
             config = {
                 "Framework": framework,
                 "Workers": workers,
@@ -244,26 +219,7 @@ class Endpoints:
                 "Program": program,
                 "MaxPayloadInMB": max_payload_mb,
             }
-            now = time.time()
-            with schema.connect(self.db_path) as db:
-                db.execute(
-                    "INSERT INTO endpoints VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        name,
-                        model_data,
-                        edir,
-                        host,
-                        port,
-                        None,
-                        EndpointStatus.CREATING,
-                        None,
-                        json.dumps(config),
-                        now,
-                        now,
-                    ),
-                )
-            record = self._row(name)
-            assert record is not None  # inserted just above, under our name
+            record = self._insert(name, model_data, edir, host, port or free_port(host), config)
             proc = self._launch(
                 record,
                 model_dir,
@@ -288,6 +244,48 @@ class Endpoints:
             shutil.rmtree(edir, ignore_errors=True)
             raise
         return self.get(name)
+
+    def _check_new(self, name: str, host: str, port: int | None) -> None:
+        """Refuse a bad or taken name, or a port already in use, before anything is made."""
+        if not name or not all(c.isalnum() or c == "-" for c in name) or len(name) > 63:
+            raise ValidationError(
+                f"endpoint name {name!r}: use up to 63 letters, digits and hyphens"
+            )
+        if self._row(name) is not None:
+            raise ValidationError(
+                f"an endpoint named {name!r} already exists; delete it "
+                "(`shipyard endpoints delete`) or pick another name"
+            )
+        if port is not None and not port_free(host, port):
+            raise ValidationError(
+                f"port {port} on {host} is already in use; pick another port "
+                "or leave it out to get a free one"
+            )
+
+    def _insert(
+        self, name: str, model_data: str, edir: str, host: str, port: int, config: dict
+    ) -> EndpointRecord:
+        now = time.time()
+        with schema.connect(self.db_path) as db:
+            db.execute(
+                "INSERT INTO endpoints VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    name,
+                    model_data,
+                    edir,
+                    host,
+                    port,
+                    None,
+                    EndpointStatus.CREATING,
+                    None,
+                    json.dumps(config),
+                    now,
+                    now,
+                ),
+            )
+        record = self._row(name)
+        assert record is not None  # inserted just above, under our name
+        return record
 
     def resolve_model_data(self, model_data: str) -> str:
         """A local path, file:// or s3:// URI, or a training job name -> a local archive or
@@ -441,6 +439,23 @@ class Endpoints:
         with schema.connect(self.db_path) as db:
             db.execute("DELETE FROM endpoints WHERE name=?", (name,))
         shutil.rmtree(record.endpoint_dir, ignore_errors=True)
+
+
+def _stage_model(source: str, edir: str, model_dir: str) -> None:
+    """The model at ``model_dir``: an s3:// archive fetched into ``edir`` first, a
+    directory copied, an archive extracted (safely: model_data refuses escaping paths)."""
+    from shipyard.serving.model_data import ModelLoadError, check_tree, extract
+
+    try:
+        if source.startswith("s3://"):
+            source = _download(source, os.path.join(edir, "model.tar.gz"))
+        if os.path.isdir(source):
+            check_tree(source)
+            shutil.copytree(source, model_dir, symlinks=True)
+        else:
+            extract(source, model_dir)
+    except ModelLoadError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 def _wait_exec(proc: subprocess.Popen, marker: str, timeout: float = 30.0) -> None:
