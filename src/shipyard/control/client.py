@@ -23,7 +23,7 @@ from shipyard.agent import runners
 from shipyard.control import plan, staging
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event, JobStatus
-from shipyard.control.store import JobRecord, Store
+from shipyard.control.store import JobRecord, Store, Transition
 from shipyard.control.supervisor import REPORT_NAME, lost_processes
 from shipyard.errors import (
     ChannelError,
@@ -381,7 +381,7 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     return out
 
 
-def _transitions(transitions: list[dict[str, Any]], record: JobRecord) -> list[dict[str, Any]]:
+def _transitions(transitions: list[Transition], record: JobRecord) -> list[dict[str, Any]]:
     """SecondaryStatusTransitions: each one ends when the next starts (the last one when
     the job ended)."""
     out = []

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from pydantic import ValidationError as PydanticError
 
@@ -40,6 +40,29 @@ from shipyard.spec import JobSpec
 class CorruptRecordError(ShipyardError):
     """A stored job record does not read back as a valid job (another version wrote it,
     or the file was edited by hand)."""
+
+
+class Transition(TypedDict):
+    """One row of SecondaryStatusTransitions."""
+
+    status: str
+    secondary_status: str
+    message: str | None
+    at: float
+
+
+class Attempt(TypedDict):
+    attempt: int
+    failure_reason: str | None
+    started_at: float | None
+    ended_at: float | None
+
+
+class MetricPoint(TypedDict):
+    name: str
+    value: float
+    at: float
+    host: str | None
 
 
 @dataclass
@@ -225,14 +248,14 @@ class Store:
             )
         return self.get(name)
 
-    def transitions(self, name: str) -> builtins.list[dict[str, Any]]:
+    def transitions(self, name: str) -> builtins.list[Transition]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT status, secondary_status, message, at FROM transitions"
                 " WHERE job=? ORDER BY rowid",
                 (name,),
             ).fetchall()
-        return [dict(r) for r in rows]
+        return [cast(Transition, dict(r)) for r in rows]
 
     # -- instances and attempts ---------------------------------------------------------
     def record_instance(self, rec: InstanceRecord) -> None:
@@ -304,14 +327,14 @@ class Store:
                 (name, attempt, failure_reason, started_at, ended_at),
             )
 
-    def attempts(self, name: str) -> builtins.list[dict[str, Any]]:
+    def attempts(self, name: str) -> builtins.list[Attempt]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT attempt, failure_reason, started_at, ended_at FROM attempts"
                 " WHERE job=? ORDER BY attempt",
                 (name,),
             ).fetchall()
-        return [dict(r) for r in rows]
+        return [cast(Attempt, dict(r)) for r in rows]
 
     # -- metrics --------------------------------------------------------------------------
     def add_metrics(self, name: str, points: builtins.list[tuple[str, float, float, str]]) -> None:
@@ -323,12 +346,12 @@ class Store:
                 [(name, m, v, t, h) for (m, v, t, h) in points],
             )
 
-    def metrics(self, name: str) -> builtins.list[dict[str, Any]]:
+    def metrics(self, name: str) -> builtins.list[MetricPoint]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT name, value, at, host FROM metrics WHERE job=? ORDER BY rowid", (name,)
             ).fetchall()
-        return [dict(r) for r in rows]
+        return [cast(MetricPoint, dict(r)) for r in rows]
 
 
 def _host_index(host: str) -> int:
