@@ -122,7 +122,12 @@ class ControlPlane:
 
     # -- submission -----------------------------------------------------------------------
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
-        """Validate, stage, record. On any error nothing is left but the refusal."""
+        """Validate, stage, record. On any error nothing is left but the refusal (a
+        SIGTERM meanwhile too: it interrupts like Ctrl-C, and the reservation is undone)."""
+        with terminate_as_interrupt():
+            return self._submit(spec, log)
+
+    def _submit(self, spec: JobSpec, log=None) -> JobRecord:
         check_runner(spec)
         backends.validate(
             self.backend,

@@ -83,3 +83,34 @@ def test_sigterm_to_shipyard_train_exits_143_and_stops_the_job(home, write_scrip
     assert proc.returncode == 143, out
     assert "terminated: the job was stopped" in out
     _assert_stopped(home, "term-cli")
+
+
+def test_sigterm_while_staging_leaves_nothing(home, write_script):
+    src = write_script("train.py", SLEEPER)
+    with open(os.path.join(src, "data.bin"), "wb") as fh:  # staging takes a moment
+        fh.write(os.urandom(48 << 20))
+    code = (
+        "import shipyard\n"
+        f"e = shipyard.Estimator(entry_point='train.py', source_dir={src!r}, "
+        "instance_count=1, instance_type='local')\n"
+        "e.fit(job_name='term-stage')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    job_dir = os.path.join(str(home), "jobs", "term-stage")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not os.path.isdir(job_dir):
+        time.sleep(0.002)
+    if os.path.exists(os.path.join(job_dir, "agent.json")):
+        proc.kill()
+        pytest.fail("staging finished before the signal could land")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out
+    assert not os.path.exists(job_dir)
+    assert not shipyard.Session(home=str(home)).control.store.exists("term-stage")
