@@ -43,6 +43,8 @@ CASES = [
         "implementation",
     ),
     (dict(metric_definitions=[{"Name": "x", "Regex": "(unclosed"}]), "does not compile"),
+    (dict(distribution={"parameter_server": {"enable": True}}), "did you mean 'enabled'"),
+    (dict(distribution={"mpi": {"enable": True, "processes_per_host": 2}}), "'enabled'"),
 ]
 
 
