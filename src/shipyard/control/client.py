@@ -20,11 +20,11 @@ import psutil
 
 from shipyard import backends, instance_types
 from shipyard.agent import runners
-from shipyard.control import plan, staging
+from shipyard.control import legacy_mode, plan, staging
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event
 from shipyard.control.store import JobRecord, Store
-from shipyard.control.supervisor import REPORT_NAME, lost_processes
+from shipyard.control.supervisor import REPORT_NAME, job_warnings, lost_processes
 from shipyard.errors import (
     ChannelError,
     DistributionError,
@@ -161,6 +161,7 @@ class ControlPlane:
                 self.home.requirements_cache,
                 local_dir=os.path.join(job_dir, "source"),
             )
+            legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
             encoded = plan.hyperparameters(spec, staged, self.home)
             subnet = plan.choose_subnet(self.store.subnets_in_use())
             config = plan.agent_config(spec, staged, encoded, self.home, subnet, sources)
@@ -420,6 +421,7 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
                 for i in cp.store.instances(record.name)
             ],
             "OutputArtifacts": record.output_artifact,
+            "Warnings": job_warnings(record.job_dir),
             "LostProcesses": lost_processes(
                 record.job_dir, host_names(int(spec.get("instance_count", 1)))
             ),
