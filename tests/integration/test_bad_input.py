@@ -114,6 +114,24 @@ def test_job_name_that_exists(session, src, home):
     assert session.control.get("taken").status == "Completed"
 
 
+def test_smddp_with_the_tensorflow_estimator_is_refused_at_fit(session, src, home):
+    """Issue 16 item 5: it was accepted, then failed inside the script with
+    "No module named 'smdistributed.dataparallel.tensorflow'"."""
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+        distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+    )
+    with pytest.raises(DistributionError, match="dropped TensorFlow support") as err:
+        est.fit(job_name="refused-job")
+    assert "'mpi'" in str(err.value) and "multi_worker_mirrored_strategy" in str(err.value)
+    assert written(home) == []
+    assert session.control.list() == []
+
+
 def test_distribution_error_is_raised_by_the_constructor(session, src):
     with pytest.raises(DistributionError):
         shipyard.Estimator(

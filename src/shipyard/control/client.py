@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import psutil
 
 from shipyard import backends, instance_types
+from shipyard import distribution as dist_mod
 from shipyard.agent import runners
 from shipyard.control import legacy_mode, plan, staging
 from shipyard.control.home import Home
@@ -44,6 +45,15 @@ def check_runner(spec: JobSpec) -> None:
     """Refuse, at submission, a distribution this build cannot run or options its runner
     rejects (each runner's optional ``validate``), so nothing is half-started."""
     runner = spec.dist.runner_for(spec.framework)
+    if spec.dist.kind == dist_mod.SMDDP and spec.framework == "tensorflow":
+        raise DistributionError(
+            "distribution smdistributed.dataparallel with the TensorFlow estimator: SageMaker "
+            "dropped TensorFlow support from its data-parallel library (only PyTorch scripts "
+            'can use it; the script would fail with "No module named '
+            "'smdistributed.dataparallel.tensorflow'\"). For TensorFlow use "
+            "{'mpi': {'enabled': True}} with Horovod (import horovod.tensorflow.keras as hvd) "
+            "or {'multi_worker_mirrored_strategy': {'enabled': True}}."
+        )
     if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
         raise DistributionError(
             "distribution['parameter_server']['implementation']='tensorflow' needs the "
