@@ -21,7 +21,7 @@ import psutil
 from shipyard import backends, instance_types
 from shipyard import distribution as dist_mod
 from shipyard.agent import runners
-from shipyard.control import legacy_mode, plan, staging
+from shipyard.control import legacy_mode, plan, staging, versions
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event
 from shipyard.control.store import JobRecord, Store
@@ -66,8 +66,13 @@ def check_runner(spec: JobSpec) -> None:
             f"in this version of shipyard yet (coming with: {planned}); it will not be run as "
             "a plain job. Remove `distribution` to train without it."
         )
+    # the options as the runner gets them on the instances (plan.agent_config): with the kind,
+    # so a runner serving several kinds names the one the user asked for
     runners.validate(
-        runner, spec.dist.options, spec.instance_count, instance_types.resolve(spec.instance_type)
+        runner,
+        dict(spec.dist.options, kind=spec.dist.kind),
+        spec.instance_count,
+        instance_types.resolve(spec.instance_type),
     )
 
 
@@ -200,6 +205,8 @@ class ControlPlane:
             raise
         if log:
             log(instance_types.resolve(spec.instance_type).describe())
+            for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
+                log(line)
             for note in staged.notes:
                 log(note)
         return record
