@@ -220,6 +220,8 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
         out.print("[red]FailureReason:[/]", desc["FailureReason"], markup=True, highlight=False)
     if desc.get("ModelArtifacts"):
         out.print("model:", desc["ModelArtifacts"]["S3ModelArtifacts"])
+    for warning in desc["Shipyard"].get("Warnings", []):
+        out.print("[yellow]warning:[/]", warning, markup=True, highlight=False)
     table = Table("host", "attempt", "address", "status", "exit", "log")
     for inst in desc["Shipyard"]["Instances"]:
         table.add_row(

@@ -278,8 +278,9 @@ def parse_tfs_request(
     raise BadRequest(f"'inputs' must be an object keyed by input name; expected {sig.describe()}")
 
 
-def examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
-    """Classify/regress ``{"examples": [...], "context": {...}}`` -> arrays by input name."""
+def example_rows(request: Any) -> list[dict[str, Any]]:
+    """Classify/regress ``{"examples": [...], "context": {...}}`` -> one dict of features per
+    example, the context's features in each (b64 values decoded)."""
     if (
         not isinstance(request, dict)
         or not isinstance(request.get("examples"), list)
@@ -293,7 +294,13 @@ def examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
     for ex in _unb64(request["examples"]):
         if not isinstance(ex, dict):
             raise BadRequest("each example must be an object of feature values")
-        rows.append({**context, **ex})
+        rows.append({**_unb64(context), **ex})
+    return rows
+
+
+def examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
+    """Classify/regress examples fed to a signature that takes the features themselves."""
+    rows = example_rows(request)
     if len(sig.inputs) == 1:
         (name,) = sig.inputs
         rows = [r.get(name, r) if len(r) != 1 else next(iter(r.values())) for r in rows]
