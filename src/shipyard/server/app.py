@@ -189,6 +189,8 @@ class Handler(BaseHTTPRequestHandler):
     def _send(self, resp: Response, close: bool = False) -> None:
         self.send_response(resp.status)
         length = resp.length if resp.file else len(resp.body)
+        if self.command == "HEAD" and "Content-Length" in resp.headers:
+            length = int(resp.headers["Content-Length"])  # what a GET would send
         for name, value in resp.headers.items():
             if name.lower() != "content-length":
                 self.send_header(name, value)
