@@ -117,6 +117,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         req = Request(self.command, raw_path, raw_query, headers, self.rfile, length)
         service = "s3"
+        if raw_path == "/_shipyard/health" and self.command == "GET":
+            self._send(json_response({"status": "ok"}))  # liveness only: says nothing else
+            return
         try:
             scope = sigv4.scope(headers, req.query)
             if scope is None:
@@ -148,18 +151,15 @@ class Handler(BaseHTTPRequestHandler):
             if service == "sagemaker" and "x-amz-target" not in headers:
                 service = "sagemaker-runtime"  # it signs as "sagemaker" too
             req.service = service
-            if raw_path == "/_shipyard/health" and scope is None:
-                resp = json_response({"status": "ok"})
-            else:
-                handler = self.server.services.get(service)
-                if handler is None:
-                    raise ApiError(
-                        "UnknownService",
-                        f"service {service!r} is not served here; shipyard server answers "
-                        + ", ".join(sorted(self.server.services)),
-                        400,
-                    )
-                resp = handler.handle(req)
+            handler = self.server.services.get(service)
+            if handler is None:
+                raise ApiError(
+                    "UnknownService",
+                    f"service {service!r} is not served here; shipyard server answers "
+                    + ", ".join(sorted(self.server.services)),
+                    400,
+                )
+            resp = handler.handle(req)
         except ApiError as err:
             resp = self._error(service, req, err)
         except Exception as exc:  # noqa: BLE001 - any bug is a 500 and the server stays up
