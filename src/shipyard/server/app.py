@@ -115,7 +115,7 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send(Response(400, b"bad Content-Length"), close=True)
             return
-        req = Request(self.command, raw_path, raw_query, headers, self.rfile, length)
+        req = Request(self.command, raw_path, raw_query, headers, self.rfile, length)  # type: ignore[arg-type]
         service = "s3"
         if raw_path == "/_shipyard/health" and self.command == "GET":
             self._send(json_response({"status": "ok"}))  # liveness only: says nothing else

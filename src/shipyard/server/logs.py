@@ -57,7 +57,7 @@ class _Stream:
 
     def events(self, start_time: int, first: int) -> tuple[list[dict[str, Any]], int]:
         self.refresh()
-        out = []
+        out: list[dict[str, Any]] = []
         index = first
         with open(self.path, "rb") as fh:
             while index < len(self.lines) and len(out) < MAX_EVENTS:

@@ -119,7 +119,7 @@ class ObjectStore:
         name = uuid.uuid4().hex
         return os.path.join(self.root, "data", name[:2], name)
 
-    def write_temp(self, body: BinaryIO, length: int) -> tuple[str, str, int]:
+    def write_temp(self, body: BinaryIO, length: int) -> tuple[str, str, str]:
         """Stream ``length`` bytes into a temporary file: (path, md5 hex, sha256 hex)."""
         tmp = os.path.join(self.root, "tmp", uuid.uuid4().hex)
         md5, size = hashlib.md5(), 0
@@ -201,7 +201,7 @@ class ObjectStore:
         if row:
             _unlink(row[0])
 
-    def list(
+    def scan(
         self, bucket: str, prefix: str, start_after: str, limit: int
     ) -> Iterator[tuple[str, int, str, float]]:
         """(key, size, etag, modified) with ``prefix``, after ``start_after``, key order."""

@@ -176,10 +176,12 @@ class S3Api:
             start = urllib.parse.unquote(token) if token else (req.arg("start-after", "") or "")
         else:
             start = req.arg("marker", "") or ""
-        contents, prefixes, truncated, last = [], [], False, start
+        contents: list[tuple[str, int, str, float]] = []
+        prefixes: list[str] = []
+        truncated, last = False, start
         scan_from = start
         while True:
-            batch = list(self.store.list(bucket, prefix, scan_from, 1000))
+            batch = list(self.store.scan(bucket, prefix, scan_from, 1000))
             if not batch:
                 break
             for key, size, etag, modified in batch:
@@ -277,7 +279,8 @@ class S3Api:
         source = urllib.parse.unquote(req.headers["x-amz-copy-source"]).lstrip("/")
         src_bucket, _, src_key = source.partition("/")
         src = self.store.get(src_bucket, src_key.split("?versionId=")[0])
-        tmp, md5 = self.store.write_temp(open(src.file, "rb"), src.size)  # noqa: SIM115
+        with open(src.file, "rb") as fh:
+            tmp, md5, _ = self.store.write_temp(fh, src.size)
         obj = self.store.commit(bucket, key, tmp, md5, src.content_type, src.meta)
         inner = tag("ETag", f'"{obj.etag}"') + tag("LastModified", _iso(obj.modified))
         return xml_response("CopyObjectResult", inner, ns=NS)

@@ -149,6 +149,8 @@ def test_s3_objects_live_on_disk_and_survive_a_restart(tmp_path):
             s3.get_object(Bucket="keep-me", Key="nope")
         with pytest.raises(s3.exceptions.NoSuchBucket):
             s3.list_objects_v2(Bucket="no-such-bucket")
+        s3.copy_object(Bucket="keep-me", Key="copy.txt", CopySource="keep-me/a/one.txt")
+        assert s3.get_object(Bucket="keep-me", Key="copy.txt")["Body"].read() == b"one"
         s3.delete_object(Bucket="keep-me", Key="a")
         assert "Contents" not in s3.list_objects_v2(Bucket="keep-me", Prefix="a", Delimiter="/")
     finally:
