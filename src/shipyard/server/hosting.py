@@ -197,8 +197,12 @@ class HostingApi:
         if doc is None:
             raise validation(f'Could not find endpoint "{arn(region, "endpoint", name)}".')
         status, reason, record = self.status(name)
-        if doc.get("Updating") and status == "Creating":
-            status = "Updating"
+        if doc.get("Updating"):
+            if status == "Creating":
+                status = "Updating"
+            else:
+                doc.pop("Updating")
+                self.records.put("endpoint", name, doc)
         config = self.records.get("endpoint-config", doc["EndpointConfigName"]) or {}
         variants = []
         for v in config.get("ProductionVariants", []):

@@ -24,13 +24,15 @@ from shipyard import instance_types
 from shipyard.control.client import ControlPlane, describe
 from shipyard.errors import JobExistsError, JobNotFoundError, ShipyardError
 from shipyard.server import images
-from shipyard.server.errors import ApiError, in_use, validation
+from shipyard.server.errors import ApiError, in_use, limit_exceeded, validation
 from shipyard.server.identity import ACCOUNT
 from shipyard.server.objects import ObjectStore
 from shipyard.server.records import Records
 from shipyard.spec import validated
 
 log = logging.getLogger("shipyard.server")
+# instances of unfinished jobs at once (SageMaker's per-account quota; one machine's sense)
+INSTANCE_QUOTA = 32
 # hyperparameters the SDK writes for the platform, not for the script
 _PLATFORM_KEYS = (
     "sagemaker_program",
@@ -121,6 +123,7 @@ class TrainingApi:
                 f"Training job names must be unique within an AWS account and region, and a "
                 f"training job with this name already exists ({arn(region, 'training-job', name)})"
             )
+        self._check_quota(req)
         image = (req.get("AlgorithmSpecification") or {}).get("TrainingImage", "")
         framework, _version = images.parse(image, "training")
         work = tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=self.staging)
@@ -139,6 +142,21 @@ class TrainingApi:
             log.warning("%s: %s", name, note)
         self.control.start(name)
         return {"TrainingJobArn": arn(region, "training-job", name)}
+
+    def _check_quota(self, req: dict[str, Any]) -> None:
+        """SageMaker's per-account instance quota, here: instances of unfinished jobs."""
+        resources = req.get("ResourceConfig") or {}
+        try:
+            wanted = int(resources.get("InstanceCount") or 1)
+        except (TypeError, ValueError):
+            raise validation("ResourceConfig.InstanceCount must be an integer") from None
+        running = sum(_instance_count(r.spec) for r in self.control.list(1000) if not r.terminal)
+        if running + wanted > INSTANCE_QUOTA:
+            raise limit_exceeded(
+                f"The account-level service limit 'training job instances' is {INSTANCE_QUOTA} "
+                f"Instances, with current utilization of {running} Instances and a request "
+                f"delta of {wanted} Instances. Wait for running jobs to end or stop some."
+            )
 
     def spec_from_request(self, req: dict[str, Any], framework: str, work: str):
         name = str(req.get("TrainingJobName") or "")
@@ -334,6 +352,15 @@ _ECHOED = (
     "Environment",
     "RetryStrategy",
 )
+
+
+def _instance_count(spec: Any) -> int:
+    """A stored spec's instance count (a dict today, a typed JobSpec after issue 14)."""
+    if isinstance(spec, dict):
+        return int(spec.get("instance_count", 1))
+    return int(getattr(spec, "instance_count", 1))
+
+
 _noted: set[tuple[str, str | None]] = set()
 
 

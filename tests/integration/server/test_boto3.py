@@ -242,10 +242,14 @@ def test_bad_training_requests_are_refused_and_nothing_is_left(server, sm, stage
     refused(sm, req, "ValidationException", "processes_per_host")
 
     refused(sm, training_request("boto-plain", staged), "ResourceInUse", "already exists")
+
+    req = training_request("too-many", staged)
+    req["ResourceConfig"]["InstanceCount"] = 40
+    refused(sm, req, "ResourceLimitExceeded", "is 32 Instances", "delta of 40")
     from shipyard.control.client import ControlPlane
 
     names = {r.name for r in ControlPlane(home=server.home).list()}
-    assert not names & {"bad-image", "bad-channel", "bad-type", "bad-dist"}
+    assert not names & {"bad-image", "bad-channel", "bad-type", "bad-dist", "too-many"}
     assert not [d for d in os.listdir(os.path.join(server.home, "jobs")) if d.startswith("bad-")]
     assert os.listdir(os.path.join(server.home, "server", "staging")) == []
 
@@ -278,5 +282,50 @@ def test_invoke_missing_endpoint_and_malformed_bodies(server, sm):
         answer = sock.recv(65536)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"at most" in answer
+    # a model that cannot load: the endpoint is Failed and InvokeEndpoint names it
+    import boto3 as _boto3
+
+    s3 = _boto3.client("s3")
+    s3.create_bucket(Bucket="junk-models")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("notes.txt")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"junk"))
+    s3.put_object(Bucket="junk-models", Key="model.tar.gz", Body=buf.getvalue())
+    sm.create_model(
+        ModelName="junk",
+        PrimaryContainer={
+            "Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-inference:2.3.0-cpu-py311",
+            "ModelDataUrl": "s3://junk-models/model.tar.gz",
+        },
+        ExecutionRoleArn=ROLE,
+    )
+    sm.create_endpoint_config(
+        EndpointConfigName="junk",
+        ProductionVariants=[
+            {
+                "VariantName": "AllTraffic",
+                "ModelName": "junk",
+                "InitialInstanceCount": 1,
+                "InstanceType": "ml.c5.xlarge",
+            }
+        ],
+    )
+    sm.create_endpoint(EndpointName="junk", EndpointConfigName="junk")
+    deadline = time.monotonic() + 120
+    while sm.describe_endpoint(EndpointName="junk")["EndpointStatus"] == "Creating":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    desc = sm.describe_endpoint(EndpointName="junk")
+    assert desc["EndpointStatus"] == "Failed" and desc["FailureReason"]
+    with pytest.raises(runtime.exceptions.ValidationError, match="Endpoint junk .* Failed"):
+        runtime.invoke_endpoint(EndpointName="junk", Body=b"[]", ContentType="application/json")
+    sm.delete_endpoint(EndpointName="junk")
+    with pytest.raises(sm.exceptions.ClientError, match="Could not find model"):
+        sm.create_endpoint_config(
+            EndpointConfigName="orphan",
+            ProductionVariants=[{"VariantName": "v", "ModelName": "nope"}],
+        )
     # the server is still up
     assert sm.list_training_jobs()["TrainingJobSummaries"] is not None
