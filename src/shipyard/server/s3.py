@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import hashlib
+import io
 import re
 import urllib.parse
 import xml.etree.ElementTree as ET
@@ -257,6 +258,8 @@ class S3Api:
             if length < 0:
                 raise ApiError("MissingContentLength", "aws-chunked needs its decoded length")
             stream: BinaryIO = _Chunked(req.stream)  # type: ignore[assignment]
+        elif req._body is not None:  # read (and checked) already, with the signature
+            length, stream = len(req._body), io.BytesIO(req._body)
         else:
             length, stream = req.length, req.stream
         tmp, md5, sha = self.store.write_temp(stream, length)

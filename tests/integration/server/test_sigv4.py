@@ -120,6 +120,29 @@ def test_wrong_unsigned_and_stale_requests_are_refused(signed_server):
     assert err.value.code == 403 and b"RequestExpired" in err.value.read()
 
 
+def test_a_signed_s3_body_cannot_be_swapped(signed_server):
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    client(signed_server, "s3").create_bucket(Bucket="swap-bucket")
+    for key, body in (("small", b"original"), ("big", b"o" * (2 << 20))):
+        request = AWSRequest(method="PUT", url=f"{signed_server.url}/swap-bucket/{key}", data=body)
+        S3SigV4Auth(Credentials(KEY, SECRET), "s3", "us-east-1").add_auth(request)
+        prepared = request.prepare()
+        swapped = body.replace(b"o", b"x", 1)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(
+                urllib.request.Request(
+                    prepared.url, data=swapped, headers=dict(prepared.headers), method="PUT"
+                ),
+                timeout=30,
+            )
+        assert err.value.code == 400 and b"XAmzContentSHA256Mismatch" in err.value.read()
+    listing = client(signed_server, "s3").list_objects_v2(Bucket="swap-bucket")
+    assert "Contents" not in listing
+
+
 def test_no_key_no_start_off_loopback(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHIPYARD_SERVER_")}
     env.update(SHIPYARD_HOME=str(tmp_path), PYTHONPATH=os.path.join(ROOT, "src"))
