@@ -64,13 +64,14 @@ class ServerProcess:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {open(self.log_path).read()[-2000:]}")
+                raise RuntimeError(f"server exited: {self.log()[-2000:]}")
             try:
                 with urllib.request.urlopen(self.url + "/_shipyard/health", timeout=1):
                     return self
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError("server did not start")
+        self.stop()  # never leave a server behind
+        raise RuntimeError(f"server did not answer within 60 s: {self.log()[-2000:]}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
