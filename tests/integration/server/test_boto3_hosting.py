@@ -84,7 +84,9 @@ def test_model_config_endpoint_invoke_update_delete(server):
             ],
         )
     assert sm.describe_model(ModelName="scale-x1")["PrimaryContainer"]["Image"] == IMAGE
-    with pytest.raises(sm.exceptions.ClientError, match="Could not find ModelDataUrl at s3://models/none.tar.gz"):
+    with pytest.raises(
+        sm.exceptions.ClientError, match="Could not find ModelDataUrl at s3://models/none.tar.gz"
+    ):
         sm.create_model(
             ModelName="nowhere",
             PrimaryContainer={"Image": IMAGE, "ModelDataUrl": "s3://models/none.tar.gz"},
