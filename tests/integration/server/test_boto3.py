@@ -145,6 +145,10 @@ def test_s3_objects_live_on_disk_and_survive_a_restart(tmp_path):
         assert page["IsTruncated"] and [o["Key"] for o in page["Contents"]] == ["a", "a/b/big.bin"]
         rest = s3.list_objects_v2(Bucket="keep-me", ContinuationToken=page["NextContinuationToken"])
         assert [o["Key"] for o in rest["Contents"]] == ["a/one.txt"]
+        v1 = s3.list_objects(Bucket="keep-me", Prefix="a/", MaxKeys=1)
+        assert [o["Key"] for o in v1["Contents"]] == ["a/b/big.bin"] and v1["IsTruncated"]
+        v1 = s3.list_objects(Bucket="keep-me", Prefix="a/", Marker="a/b/big.bin")
+        assert [o["Key"] for o in v1["Contents"]] == ["a/one.txt"]
         with pytest.raises(s3.exceptions.NoSuchKey):
             s3.get_object(Bucket="keep-me", Key="nope")
         with pytest.raises(s3.exceptions.NoSuchBucket):

@@ -62,3 +62,25 @@ def test_images():
         images.parse(uri.replace("inference", "training"), "inference")
     with pytest.raises(ApiError, match="not one shipyard can run"):
         images.parse("my-registry/custom-algo:latest", "training")
+
+
+@pytest.mark.parametrize(
+    "framework,version,py,scope,expected",
+    [
+        ("tensorflow", "2.16", "py310", "training", "tensorflow"),
+        ("tensorflow", "2.16", None, "inference", "tensorflow"),
+        ("pytorch", "2.3", "py311", "training", "pytorch"),
+        ("pytorch", "2.3", "py311", "inference", "pytorch"),
+    ],
+)
+def test_the_sdks_own_image_uris(framework, version, py, scope, expected):
+    image_uris = pytest.importorskip("sagemaker.image_uris")
+    uri = image_uris.retrieve(
+        framework,
+        region="us-east-1",
+        version=version,
+        py_version=py,
+        instance_type="ml.c5.xlarge",
+        image_scope=scope,
+    )
+    assert images.parse(uri, scope)[0] == expected
