@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 import typer
@@ -30,6 +31,7 @@ def server(
     from shipyard.server.app import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    signal.signal(signal.SIGTERM, _interrupt)  # close the socket as Ctrl-C does
     try:
         serve(host, port, default_home(), backend=os.environ.get("SHIPYARD_BACKEND", "local"))
     except (OSError, ValueError) as exc:
@@ -37,6 +39,10 @@ def server(
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         pass
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @server_app.command("env")
