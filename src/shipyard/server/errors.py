@@ -1,6 +1,10 @@
 """Errors as AWS services send them, so botocore raises the exception class it would.
 
-``ApiError`` carries the error code (``ValidationException``, ``ResourceNotFound``, ...),
+A missing training job, model, endpoint config, endpoint or transform job is a
+ValidationException on SageMaker (``Requested resource not found.``, ``Could not find
+endpoint ...``), not ResourceNotFound, and so it is here.
+
+``ApiError`` carries the error code (``ValidationException``, ``ResourceInUse``, ...),
 the HTTP status and a message that says what was wrong; each protocol module renders it
 in its wire format (JSON for sagemaker/logs/sagemaker-runtime, XML for S3/STS/IAM).
 """
@@ -20,12 +24,6 @@ class ApiError(Exception):
 
 def validation(message: str) -> ApiError:
     return ApiError("ValidationException", message)
-
-
-def not_found(message: str) -> ApiError:
-    """SageMaker's ResourceNotFound (Describe* of most resources answers ValidationException;
-    see the callers)."""
-    return ApiError("ResourceNotFound", message)
 
 
 def in_use(message: str) -> ApiError:

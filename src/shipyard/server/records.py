@@ -24,7 +24,6 @@ CREATE TABLE IF NOT EXISTS resources (
     PRIMARY KEY (kind, name)
 );
 """
-KINDS = ("model", "endpoint-config", "endpoint", "transform-job", "training-job")
 
 
 class Records:
