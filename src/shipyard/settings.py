@@ -69,6 +69,12 @@ SETTINGS: tuple[Setting, ...] = (
     _user("SHIPYARD_S3_MAX_ATTEMPTS", "3", "boto3 retry attempts for S3 calls."),
     _user("SHIPYARD_S3_CONNECT_TIMEOUT", "3", "Seconds to connect to an S3 endpoint."),
     _user(
+        "SHIPYARD_S3_MULTIPART_THRESHOLD",
+        str(64 << 20),
+        "Bytes above which S3 uploads/downloads move in parts (also the part size, min 5 MiB).",
+    ),
+    _user("SHIPYARD_S3_TRANSFER_THREADS", "8", "Parts of one S3 object moved in parallel."),
+    _user(
         "SHIPYARD_SERVER_ACCESS_KEY",
         None,
         "`shipyard server`: the access key clients sign with (required off loopback).",
