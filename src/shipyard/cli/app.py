@@ -291,6 +291,10 @@ from shipyard.cli.endpoints import register as _register_endpoints  # noqa: E402
 
 _register_endpoints(app)  # serve, endpoints, endpoints delete (issue #8)
 
+from shipyard.cli.server import register as _register_server  # noqa: E402
+
+_register_server(app)  # server, server env (issue #18)
+
 
 def main() -> None:
     app()
