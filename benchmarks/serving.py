@@ -338,6 +338,95 @@ install_uvloop()
 asyncio.run(main())
 """
 
+# the same echo handler behind uvicorn (httptools, uvloop), inside the process as a worker
+# runs it (shipyard.serving.asgi.UvicornFrontEnd)
+UVICORN_ECHO = r"""
+import asyncio, socket
+from shipyard.serving.asgi import UvicornFrontEnd
+from shipyard.serving.http_server import HttpResponse, install_uvloop
+from shipyard.serving.protocol import error_body
+async def echo(request):
+    return HttpResponse(200, request.body)
+async def main():
+    sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(1024)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    await UvicornFrontEnd(echo, 1 << 20, error_body).start(sock)
+    print(sock.getsockname()[1], flush=True)
+    await asyncio.Event().wait()
+install_uvloop()
+asyncio.run(main())
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(proc: subprocess.Popen, port: int, path: str, timeout: float = 180) -> None:
+    """Until ``GET path`` answers 200 (a peer that loads its model first)."""
+    import http.client
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with code {proc.returncode} before serving")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"nothing answered 200 on {path} within {timeout:.0f} s")
+
+
+def _bench_env(**extra: str) -> dict[str, str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(os.path.dirname(here), "src")
+    path = os.pathsep.join(p for p in (src, here, os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def start_granian(target: str, workers: int = 1, **env: str) -> tuple[subprocess.Popen, int]:
+    """granian (Rust HTTP/1 front end, ASGI) serving ``benchmarks/serving_frontends.py``'s
+    ``target``: one runtime thread and uvloop per worker, as a shipyard worker has."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "granian",
+            "--interface",
+            "asgi",
+            "--http",
+            "1",
+            "--no-ws",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--runtime-threads",
+            "1",
+            "--loop",
+            "uvloop",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            f"serving_frontends:{target}",
+        ],  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_bench_env(**env),
+        start_new_session=True,
+    )
+    wait_http(proc, port, "/ping")
+    return proc, port
+
 
 # The client's ceiling: a C epoll server answering every request with a canned 200
 # (no Python, no model). Built with the system C compiler when there is one.
@@ -427,11 +516,24 @@ def start_script(code: str, *args: str) -> tuple[subprocess.Popen, int]:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
+    """SIGTERM (to the process group when the server leads one: peers with workers),
+    then SIGKILL after 30 s; no process is left behind."""
+    try:
+        group = os.getpgid(proc.pid) == proc.pid
+    except ProcessLookupError:
+        return
+    kill = (lambda sig: os.killpg(proc.pid, sig)) if group else proc.send_signal
+    kill(signal.SIGTERM)
     try:
         proc.wait(30)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        kill(signal.SIGKILL)
+        proc.wait()
+    if group:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # workers that outlived their master
+        except ProcessLookupError:
+            pass
 
 
 def median(rows: list[dict]) -> dict:
@@ -442,6 +544,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--ab",
+        action="store_true",
+        help="only the front-end A/B: the same handler behind the built-in HTTP layer, "
+        "uvicorn and granian (echo, and the model with batching at c=8)",
+    )
     ap.add_argument(
         "--quick",
         action="store_true",
@@ -462,7 +570,9 @@ def main() -> None:
     results: dict[str, dict] = {}
     one = max(1, _threads() - 1)
     in_process_rows = (
-        () if args.quick else ((1, 0, False), (8, 0, False), (8, one, False), (8, one, True))
+        ()
+        if args.quick or args.ab
+        else ((1, 0, False), (8, 0, False), (8, one, False), (8, one, True))
     )
     for batch, threads, direct in in_process_rows:
         runs = []
@@ -492,12 +602,51 @@ def main() -> None:
     }
     if shutil.which("cc"):
         servers["C canned response (client ceiling)"] = lambda: start_canned(tmp)
+    # the front-end A/B: the same handler (echo; the whole model server) behind uvicorn and
+    # granian; rows whose server is not installed say so
+    frontends = {
+        "uvicorn echo (same handler, ASGI)": lambda: start_script(UVICORN_ECHO),
+        "granian echo (same handler, ASGI)": lambda: start_granian("echo"),
+        "shipyard on uvicorn, batching 8/1ms": lambda: start_shipyard(
+            model_dir, tmp, "--front-end", "uvicorn", "--batch-size", "8", "--batch-wait-ms", "1"
+        ),
+        "shipyard on uvicorn, 2 workers, batching 8/1ms": lambda: start_shipyard(
+            model_dir,
+            tmp,
+            "--front-end",
+            "uvicorn",
+            "--workers",
+            "2",
+            "--batch-size",
+            "8",
+            "--batch-wait-ms",
+            "1",
+        ),  # fmt: skip
+        "shipyard on granian, batching 8/1ms": lambda: start_granian(
+            "model", SERVING_MODEL_DIR=model_dir
+        ),
+        "shipyard on granian, 2 workers, batching 8/1ms": lambda: start_granian(
+            "model", 2, SERVING_MODEL_DIR=model_dir, SERVING_WORKERS="2"
+        ),
+    }
+    servers.update(frontends)
+    if args.ab:
+        servers = {
+            k: v for k, v in servers.items() if "echo" in k or ("batching 8" in k and "c=" not in k)
+        }
+        servers.pop("stdlib http.server + model", None)
     if args.quick:
         servers = {k: v for k, v in servers.items() if "batching 8" in k}
+    skipped: dict[str, str] = {}
     for name, start in servers.items():
-        proc, port = start()
         try:
-            for conc in (8,) if args.quick else (1, 8):
+            proc, port = start()
+        except Exception as exc:  # noqa: BLE001 - a server that cannot start is reported, not fatal
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+            print(f"{name}: did not start: {skipped[name]}", flush=True)
+            continue
+        try:
+            for conc in (8,) if args.quick or (args.ab and "echo" not in name) else (1, 8):
                 rows = [
                     run_load(port, body, conc, args.seconds, proc.pid, loadgen, tmp)
                     for _ in range(args.repeats)
@@ -523,7 +672,16 @@ def main() -> None:
                 f"{name:44s} {r['req_s']:9.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
                 f"{r['server_us']:8.0f} {r['client_us']:8.0f}"
             )
-    if args.quick:
+    for name, why in skipped.items():
+        print(f"{name:44s} not measured: {why}")
+    if args.quick or args.ab:
+        ab = [
+            (k, r["req_s"])
+            for k, r in results.items()
+            if "c=8" in k and ("echo" in k or "batching" in k)
+        ]
+        for k, v in ab:
+            print(f"A/B {k}: {v:.0f} req/s")
         return
     # the server row: the better of 1 and 2 workers with batching (a configuration choice)
     best_name = max(
