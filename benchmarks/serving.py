@@ -42,6 +42,7 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 PY = sys.executable
 
 
@@ -214,12 +215,20 @@ def _tree_cpu(pid: int) -> float:
         return float("nan")
 
 
-def load_c(exe: str, tmp: str, port: int, body: bytes, concurrency: int, seconds: float) -> dict:
+def load_c(
+    exe: str,
+    tmp: str,
+    port: int,
+    body: bytes,
+    concurrency: int,
+    seconds: float,
+    path: str = "/invocations",
+) -> dict:
     """One run of the C load generator (0.5 s warm-up, then ``seconds`` measured)."""
-    req = os.path.join(tmp, f"request-{len(body)}.http")
+    req = os.path.join(tmp, f"request-{len(body)}-{path.strip('/').replace('/', '_')}.http")
     with open(req, "wb") as fh:
         fh.write(
-            f"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
             f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
@@ -250,18 +259,21 @@ def run_load(
     server_pid: int,
     loadgen: str | None = None,
     tmp: str = "",
+    path: str = "/invocations",
 ) -> dict:
     """One load run; also the server's CPU time per request (its whole process tree,
     measured over the timed part only when the C generator is used; with the Python
     client it includes the 0.5 s warm-up)."""
     if loadgen:
         cpu0 = _tree_cpu(server_pid)
-        result = load_c(loadgen, tmp, port, body, concurrency, seconds)
+        result = load_c(loadgen, tmp, port, body, concurrency, seconds, path)
         # the warm-up's share of the server's CPU is removed pro rata to time
         spent = (_tree_cpu(server_pid) - cpu0) * seconds / (seconds + 0.5)
         result["server_us"] = spent / result.pop("total") * 1e6
         return result
     q: mp.Queue = mp.Queue()
+    if path != "/invocations":
+        raise RuntimeError("peers are measured with the C load generator only (needs cc)")
     p = mp.Process(target=load, args=("127.0.0.1", port, body, concurrency, seconds, q))
     cpu0 = _tree_cpu(server_pid)
     p.start()
@@ -286,6 +298,7 @@ def start_shipyard(model_dir: str, tmp: str, *args: str) -> tuple[subprocess.Pop
             if data["status"] == "InService":
                 return proc, data["port"]
             if data["status"] == "Failed":
+                stop(proc)
                 raise RuntimeError(data["failure_reason"])
         except (OSError, ValueError, KeyError):
             pass
@@ -358,6 +371,201 @@ asyncio.run(main())
 """
 
 
+# -- peers: other model servers serving the same SavedModel ----------------------------------
+# Each gets the same framework threads per worker as a shipyard worker with batching (its
+# share of the cores less one, at least 1: TF_NUM_INTRAOP_THREADS), the same cores (the
+# whole machine), one instance per request as {"instances": [...]}, and its own batching
+# (8 rows, 1 ms), with 1 and 2 model workers.
+def _peer_threads(workers: int) -> dict[str, str]:
+    n = str(max(1, (os.cpu_count() or 1) // workers - 1))
+    return {
+        "OMP_NUM_THREADS": n,
+        "TF_NUM_INTRAOP_THREADS": n,
+        "TF_NUM_INTEROP_THREADS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+
+
+LITSERVE = r"""
+import os, sys
+import litserve as ls
+import numpy as np
+model_dir, port, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+class Digits(ls.LitAPI):
+    def setup(self, device):
+        import tensorflow as tf
+        self.tf = tf
+        self.fn = tf.saved_model.load(model_dir + "/1").signatures["serving_default"]
+    def decode_request(self, request):
+        return np.asarray(request["instances"], dtype=np.float32)
+    def batch(self, inputs):
+        return np.concatenate(inputs)
+    def predict(self, x):
+        return self.fn(pixels=self.tf.constant(x))["output_0"].numpy()
+    def unbatch(self, output):
+        return [row[None] for row in output]
+    def encode_response(self, output):
+        return {"predictions": output.tolist()}
+if __name__ == "__main__":  # LitServe starts its workers by spawning this file again
+    api = Digits(max_batch_size=8, batch_timeout=0.001, api_path="/invocations")
+    server = ls.LitServer(api, accelerator="cpu", workers_per_device=workers)
+    server.run(host="127.0.0.1", port=port, generate_client_file=False, log_level="warning")
+"""
+
+
+def start_litserve(model_dir: str, tmp: str, workers: int) -> tuple[subprocess.Popen, int]:
+    """LitServe (FastAPI on uvicorn, model workers in processes of their own, its batching)."""
+    port = free_port()
+    script = os.path.join(tmp, "litserve_digits.py")
+    with open(script, "w") as fh:
+        fh.write(LITSERVE)
+    log = open(os.path.join(tmp, f"litserve-{workers}.log"), "wb")  # noqa: SIM115 - kept
+    proc = subprocess.Popen(
+        [PY, script, model_dir, str(port), str(workers)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=_bench_env(**_peer_threads(workers)),
+        start_new_session=True,
+    )
+    wait_http(proc, port, "/health")
+    return proc, port
+
+
+TORCHSERVE_HANDLER = r"""
+# TorchServe handler for the digits SavedModel: TorchServe's front end batches requests
+# (batchSize / maxBatchDelay) and hands the batch to handle() as a list.
+import json, os
+import numpy as np
+_state = {}
+def handle(data, context):
+    if not _state:
+        import tensorflow as tf
+        _state["tf"] = tf
+        path = os.environ["DIGITS_MODEL_DIR"] + "/1"
+        _state["fn"] = tf.saved_model.load(path).signatures["serving_default"]
+    if data is None:
+        return None
+    rows = [row.get("body") or row.get("data") for row in data]  # JSON arrives decoded
+    x = np.concatenate([
+        np.asarray((json.loads(r) if isinstance(r, (bytes, str)) else r)["instances"],
+                   dtype=np.float32)
+        for r in rows
+    ])
+    out = _state["fn"](pixels=_state["tf"].constant(x))["output_0"].numpy()
+    return [{"predictions": out[i : i + 1].tolist()} for i in range(len(data))]
+"""
+
+
+TORCHSERVE_LOG4J = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration>
+  <Appenders>
+    <Console name="STDOUT" target="SYSTEM_OUT"><PatternLayout pattern="%d %p %c - %m%n"/></Console>
+  </Appenders>
+  <Loggers><Root level="warn"><AppenderRef ref="STDOUT"/></Root></Loggers>
+</Configuration>
+"""
+
+
+def start_torchserve(model_dir: str, tmp: str, workers: int) -> tuple[subprocess.Popen, int]:
+    """TorchServe: a Java (Netty) front end that batches (8 rows / 1 ms) and Python model
+    workers it feeds over Unix sockets; the handler runs the same SavedModel."""
+    import http.client
+
+    bindir = os.path.dirname(PY)
+    if not shutil.which("java") or not os.path.exists(os.path.join(bindir, "torchserve")):
+        raise RuntimeError("needs java 17 and torchserve (make bench-env)")
+    home = os.path.join(tmp, f"torchserve-{workers}")
+    store = os.path.join(home, "store")
+    os.makedirs(store, exist_ok=True)
+    handler = os.path.join(home, "digits_handler.py")
+    with open(handler, "w") as fh:
+        fh.write(TORCHSERVE_HANDLER)
+    subprocess.run(
+        [
+            os.path.join(bindir, "torch-model-archiver"),
+            "--model-name",
+            "digits",
+            "--version",
+            "1.0",
+            "--handler",
+            handler,
+            "--export-path",
+            store,
+            "--force",
+        ],  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
+    port, mgmt, metrics = free_port(), free_port(), free_port()
+    models = {
+        "digits": {
+            "1.0": {
+                "defaultVersion": True,
+                "marName": "digits.mar",
+                "minWorkers": workers,
+                "maxWorkers": workers,
+                "batchSize": 8,
+                "maxBatchDelay": 1,
+                "responseTimeout": 120,
+            }
+        }
+    }
+    config = os.path.join(home, "config.properties")
+    with open(config, "w") as fh:
+        fh.write(
+            f"inference_address=http://127.0.0.1:{port}\n"
+            f"management_address=http://127.0.0.1:{mgmt}\n"
+            f"metrics_address=http://127.0.0.1:{metrics}\n"
+            "disable_system_metrics=true\n"
+            f"model_store={store}\nload_models=digits.mar\nmodels={json.dumps(models)}\n"
+        )
+    # warnings only: by default it logs every request and its metrics (CPU it need not spend)
+    log_config = os.path.join(home, "log4j2.xml")
+    with open(log_config, "w") as fh:
+        fh.write(TORCHSERVE_LOG4J)
+    log = open(os.path.join(home, "ts.log"), "wb")  # noqa: SIM115 - the server's, kept
+    proc = subprocess.Popen(
+        [
+            os.path.join(bindir, "torchserve"),
+            "--start",
+            "--foreground",
+            "--ncs",
+            "--disable-token-auth",
+            "--model-store",
+            store,
+            "--ts-config",
+            config,
+            "--log-config",
+            log_config,
+        ],  # fmt: skip
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=home,
+        env=_bench_env(
+            DIGITS_MODEL_DIR=model_dir,
+            LOG_LOCATION=home,
+            METRICS_LOCATION=home,
+            **_peer_threads(workers),
+        ),
+        start_new_session=True,
+    )
+    # /ping answers before the model's workers are up: wait for a prediction
+    body = json.dumps({"instances": [[[[0.0]] * 8] * 8]})
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", "/predictions/digits", body, {"Content-Type": "application/json"})
+            if conn.getresponse().status == 200:
+                return proc, port
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            stop(proc)
+            raise RuntimeError(f"torchserve did not serve the model; see {home}/ts.log")
+        time.sleep(0.5)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -365,12 +573,14 @@ def free_port() -> int:
 
 
 def wait_http(proc: subprocess.Popen, port: int, path: str, timeout: float = 180) -> None:
-    """Until ``GET path`` answers 200 (a peer that loads its model first)."""
+    """Until ``GET path`` answers 200 (a peer that loads its model first); on failure the
+    server is stopped (nothing left running)."""
     import http.client
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            stop(proc)
             raise RuntimeError(f"exited with code {proc.returncode} before serving")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -380,6 +590,7 @@ def wait_http(proc: subprocess.Popen, port: int, path: str, timeout: float = 180
         except OSError:
             pass
         time.sleep(0.25)
+    stop(proc)
     raise TimeoutError(f"nothing answered 200 on {path} within {timeout:.0f} s")
 
 
@@ -545,6 +756,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument(
+        "--peers",
+        action="store_true",
+        help="only shipyard with batching and the peer servers (TorchServe, LitServe), "
+        "c=1 and c=8 (they need `make bench-env`)",
+    )
+    ap.add_argument(
         "--ab",
         action="store_true",
         help="only the front-end A/B: the same handler behind the built-in HTTP layer, "
@@ -630,9 +847,27 @@ def main() -> None:
         ),
     }
     servers.update(frontends)
+    # peers: the model servers users would pick instead, same model, threads and cores
+    peers = {
+        "TorchServe (Java front end), batching 8/1ms": lambda: start_torchserve(model_dir, tmp, 1),
+        "TorchServe (Java front end), 2 workers, batching 8/1ms": lambda: start_torchserve(
+            model_dir, tmp, 2
+        ),
+        "LitServe (Python), batching 8/1ms": lambda: start_litserve(model_dir, tmp, 1),
+        "LitServe (Python), 2 workers, batching 8/1ms": lambda: start_litserve(model_dir, tmp, 2),
+    }
+    servers.update(peers)
+    if args.peers:
+        servers = {
+            k: v
+            for k, v in servers.items()
+            if k in peers or k.startswith(("shipyard, batching", "shipyard, 2 workers"))
+        }
     if args.ab:
         servers = {
-            k: v for k, v in servers.items() if "echo" in k or ("batching 8" in k and "c=" not in k)
+            k: v
+            for k, v in servers.items()
+            if k not in peers and ("echo" in k or "batching 8" in k)
         }
         servers.pop("stdlib http.server + model", None)
     if args.quick:
@@ -645,10 +880,13 @@ def main() -> None:
             skipped[name] = f"{type(exc).__name__}: {exc}"
             print(f"{name}: did not start: {skipped[name]}", flush=True)
             continue
+        path = "/predictions/digits" if name.startswith("TorchServe") else "/invocations"
         try:
+            if loadgen:  # one untimed second first, for every server alike (a JIT warms up)
+                load_c(loadgen, tmp, port, body, 8, 1.0, path)
             for conc in (8,) if args.quick or (args.ab and "echo" not in name) else (1, 8):
                 rows = [
-                    run_load(port, body, conc, args.seconds, proc.pid, loadgen, tmp)
+                    run_load(port, body, conc, args.seconds, proc.pid, loadgen, tmp, path)
                     for _ in range(args.repeats)
                 ]
                 results[f"{name}, c={conc}"] = median(rows)
@@ -674,7 +912,12 @@ def main() -> None:
             )
     for name, why in skipped.items():
         print(f"{name:44s} not measured: {why}")
-    if args.quick or args.ab:
+    print(
+        "TF Serving: not measured; its binary (tensorflow_model_server) is not installable "
+        "here (no PyPI or Debian package; the docker image and Google's apt repository are "
+        "out of reach)"
+    )
+    if args.quick or args.ab or args.peers:
         ab = [
             (k, r["req_s"])
             for k, r in results.items()
@@ -682,6 +925,7 @@ def main() -> None:
         ]
         for k, v in ab:
             print(f"A/B {k}: {v:.0f} req/s")
+        result_line(results, None)
         return
     # the server row: the better of 1 and 2 workers with batching (a configuration choice)
     best_name = max(
@@ -723,6 +967,50 @@ def main() -> None:
         f"{direct['cpu_us_row']:.0f} (direct call)"
     )
     print(json.dumps(results))
+    result_line(results, b8["rows_s"])
+
+
+def _best(results: dict[str, dict], prefix: str) -> tuple[str, dict] | None:
+    """The faster c=8 row among the 1- and 2-worker rows whose name starts with prefix."""
+    rows = [(k, r) for k, r in results.items() if k.startswith(prefix) and k.endswith("c=8")]
+    return max(rows, key=lambda kr: kr[1]["req_s"]) if rows else None
+
+
+def result_line(results: dict[str, dict], inprocess_b8: float | None) -> None:
+    """Ratios of the same run, then the RESULT line: shipyard's best c=8 batching row,
+    over in-process batch 8, and over the best peer (and the best Python-only peer);
+    the front-end A/B as maintained / built-in, for the echo and the model rows."""
+    from _result import result
+
+    ours = _best(results, "shipyard, ") or _best(results, "shipyard on ")
+    if ours is None:
+        return
+    ours_name, best = ours
+    print(f"shipyard's row: {ours_name}: {best['req_s']:.0f} req/s, p99 {best['p99_ms']:.2f} ms")
+    fields: dict[str, object] = {"req_s": best["req_s"]}
+    if inprocess_b8:
+        fields["inprocess_ratio"] = best["req_s"] / inprocess_b8
+    peers = [p for p in (_best(results, "TorchServe"), _best(results, "LitServe")) if p]
+    if peers:
+        name, row = max(peers, key=lambda kr: kr[1]["req_s"])
+        fields["best_peer"] = name.split(" (")[0]
+        fields["peer_ratio"] = best["req_s"] / row["req_s"]
+        python_only = _best(results, "LitServe")
+        if python_only:
+            fields["python_peer_ratio"] = best["req_s"] / python_only[1]["req_s"]
+        for pname, prow in peers:
+            print(f"ratio shipyard / {pname}: {best['req_s'] / prow['req_s']:.2f}")
+    builtin_echo = results.get("shipyard HTTP layer echo (no model), c=8")
+    for front in ("uvicorn", "granian"):
+        echo = results.get(f"{front} echo (same handler, ASGI), c=8")
+        model = _best(results, f"shipyard on {front}")
+        builtin = _best(results, "shipyard, ")
+        if echo and builtin_echo:
+            fields[f"{front}_echo_ratio"] = echo["req_s"] / builtin_echo["req_s"]
+        if model and builtin:
+            fields[f"{front}_ratio"] = model[1]["req_s"] / builtin[1]["req_s"]
+    fields["p99_ms"] = best["p99_ms"]
+    result("serving", **fields)
 
 
 if __name__ == "__main__":
