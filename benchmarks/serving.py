@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -566,6 +567,89 @@ def start_torchserve(model_dir: str, tmp: str, workers: int) -> tuple[subprocess
         time.sleep(0.5)
 
 
+# Triton through PyTriton: Triton's C++ HTTP front end and dynamic batcher, the model in a
+# Python process of its own. Its model stub needs a Python PyTriton supports: it runs in
+# .venv-triton (make bench-env, Python 3.12 through pyenv when there is one), with its own
+# TensorFlow of the same version. Requests are Triton's (KServe v2) JSON.
+PYTRITON = r"""
+import os, sys
+import numpy as np
+import tensorflow as tf
+from pytriton.decorators import batch
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+model_dir, port, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fn = tf.saved_model.load(model_dir + "/1").signatures["serving_default"]
+@batch
+def infer(pixels):
+    return {"output_0": fn(pixels=tf.constant(pixels))["output_0"].numpy()}
+config = TritonConfig(http_address="127.0.0.1", http_port=port, grpc_port=int(sys.argv[4]),
+                      metrics_port=int(sys.argv[5]), allow_metrics=False, log_verbose=0)
+with Triton(config=config) as triton:
+    triton.bind(
+        model_name="digits",
+        infer_func=[infer] * workers,
+        inputs=[Tensor(name="pixels", dtype=np.float32, shape=(8, 8, 1))],
+        outputs=[Tensor(name="output_0", dtype=np.float32, shape=(10,))],
+        config=ModelConfig(
+            max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=1000)
+        ),
+        strict=False,
+    )
+    triton.serve()
+"""
+TRITON_PY = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv-triton", "bin", "python"
+)
+
+
+def triton_body(x: Any) -> bytes:
+    return json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "pixels",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "data": x.reshape(-1).tolist(),
+                }
+            ]
+        }  # fmt: skip
+    ).encode()
+
+
+def start_pytriton(model_dir: str, tmp: str, workers: int) -> tuple[subprocess.Popen, int]:
+    if not os.path.exists(TRITON_PY):
+        raise RuntimeError("needs .venv-triton with nvidia-pytriton (make bench-env)")
+    port, grpc, metrics = free_port(), free_port(), free_port()
+    script = os.path.join(tmp, "pytriton_digits.py")
+    with open(script, "w") as fh:
+        fh.write(PYTRITON)
+    log = open(os.path.join(tmp, f"pytriton-{workers}.log"), "wb")  # noqa: SIM115 - kept
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(_peer_threads(workers))
+    # the model stub links libpython; a pyenv Python keeps it beside itself, off the
+    # loader's path
+    libdir = subprocess.run(
+        [TRITON_PY, "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (libdir, os.environ.get("LD_LIBRARY_PATH", "")) if p
+    )
+    proc = subprocess.Popen(
+        [TRITON_PY, script, model_dir, str(port), str(workers), str(grpc), str(metrics)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    wait_http(proc, port, "/v2/models/digits/ready")
+    return proc, port
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -853,6 +937,12 @@ def main() -> None:
         "TorchServe (Java front end), 2 workers, batching 8/1ms": lambda: start_torchserve(
             model_dir, tmp, 2
         ),
+        "Triton via PyTriton (C++ front end), batching 8/1ms": lambda: start_pytriton(
+            model_dir, tmp, 1
+        ),
+        "Triton via PyTriton (C++ front end), 2 workers, batching 8/1ms": lambda: start_pytriton(
+            model_dir, tmp, 2
+        ),
         "LitServe (Python), batching 8/1ms": lambda: start_litserve(model_dir, tmp, 1),
         "LitServe (Python), 2 workers, batching 8/1ms": lambda: start_litserve(model_dir, tmp, 2),
     }
@@ -880,13 +970,17 @@ def main() -> None:
             skipped[name] = f"{type(exc).__name__}: {exc}"
             print(f"{name}: did not start: {skipped[name]}", flush=True)
             continue
-        path = "/predictions/digits" if name.startswith("TorchServe") else "/invocations"
+        path, req = "/invocations", body
+        if name.startswith("TorchServe"):
+            path = "/predictions/digits"
+        elif name.startswith("Triton"):
+            path, req = "/v2/models/digits/infer", triton_body(x)
         try:
             if loadgen:  # one untimed second first, for every server alike (a JIT warms up)
-                load_c(loadgen, tmp, port, body, 8, 1.0, path)
+                load_c(loadgen, tmp, port, req, 8, 1.0, path)
             for conc in (8,) if args.quick or (args.ab and "echo" not in name) else (1, 8):
                 rows = [
-                    run_load(port, body, conc, args.seconds, proc.pid, loadgen, tmp, path)
+                    run_load(port, req, conc, args.seconds, proc.pid, loadgen, tmp, path)
                     for _ in range(args.repeats)
                 ]
                 results[f"{name}, c={conc}"] = median(rows)
@@ -990,7 +1084,7 @@ def result_line(results: dict[str, dict], inprocess_b8: float | None) -> None:
     fields: dict[str, object] = {"req_s": best["req_s"]}
     if inprocess_b8:
         fields["inprocess_ratio"] = best["req_s"] / inprocess_b8
-    peers = [p for p in (_best(results, "TorchServe"), _best(results, "LitServe")) if p]
+    peers = [p for p in (_best(results, k) for k in ("TorchServe", "Triton", "LitServe")) if p]
     if peers:
         name, row = max(peers, key=lambda kr: kr[1]["req_s"])
         fields["best_peer"] = name.split(" (")[0]
