@@ -35,7 +35,7 @@ def asgi_app(
             (b"content-type", response.content_type.encode("latin-1")),
             (b"content-length", b"%d" % len(response.body)),
         ]
-        headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         await send({"type": "http.response.body", "body": response.body})
 
