@@ -302,15 +302,17 @@ def _parse_tfs_request(
     raise BadRequest(f"'inputs' must be an object keyed by input name; expected {sig.describe()}")
 
 
-def examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
-    """Classify/regress ``{"examples": [...], "context": {...}}`` -> arrays by input name."""
+def example_rows(request: Any) -> list[dict[str, Any]]:
+    """Classify/regress ``{"examples": [...], "context": {...}}`` -> one dict of features per
+    example, the context's features in each (b64 values decoded). A value nested deeper
+    than the b64 walk can recurse is ``BadRequest``."""
     try:
-        return _examples_to_arrays(request, sig)
+        return _example_rows(request)
     except RecursionError:
         raise BadRequest(TOO_DEEP) from None
 
 
-def _examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
+def _example_rows(request: Any) -> list[dict[str, Any]]:
     if (
         not isinstance(request, dict)
         or not isinstance(request.get("examples"), list)
@@ -324,7 +326,20 @@ def _examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
     for ex in _unb64(request["examples"]):
         if not isinstance(ex, dict):
             raise BadRequest("each example must be an object of feature values")
-        rows.append({**context, **ex})
+        rows.append({**_unb64(context), **ex})
+    return rows
+
+
+def examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
+    """Classify/regress examples fed to a signature that takes the features themselves."""
+    try:
+        return _examples_to_arrays(request, sig)
+    except RecursionError:
+        raise BadRequest(TOO_DEEP) from None
+
+
+def _examples_to_arrays(request: Any, sig: Signature) -> dict[str, np.ndarray]:
+    rows = example_rows(request)
     if len(sig.inputs) == 1:
         (name,) = sig.inputs
         rows = [r.get(name, r) if len(r) != 1 else next(iter(r.values())) for r in rows]
