@@ -416,6 +416,7 @@ if __name__ == "__main__":  # LitServe starts its workers by spawning this file 
 
 def start_litserve(model_dir: str, tmp: str, workers: int) -> tuple[subprocess.Popen, int]:
     """LitServe (FastAPI on uvicorn, model workers in processes of their own, its batching)."""
+    _needs("litserve")
     port = free_port()
     script = os.path.join(tmp, "litserve_digits.py")
     with open(script, "w") as fh:
@@ -678,6 +679,15 @@ def wait_http(proc: subprocess.Popen, port: int, path: str, timeout: float = 180
     raise TimeoutError(f"nothing answered 200 on {path} within {timeout:.0f} s")
 
 
+def _needs(module: str) -> None:
+    """A peer or front end that is not installed is a row that says so."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise RuntimeError(f"{module} is not installed here: run `make bench-env` and use "
+                           ".venv-bench/bin/python")  # fmt: skip
+
+
 def _bench_env(**extra: str) -> dict[str, str]:
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.path.join(os.path.dirname(here), "src")
@@ -688,6 +698,7 @@ def _bench_env(**extra: str) -> dict[str, str]:
 def start_granian(target: str, workers: int = 1, **env: str) -> tuple[subprocess.Popen, int]:
     """granian (Rust HTTP/1 front end, ASGI) serving ``benchmarks/serving_frontends.py``'s
     ``target``: one runtime thread and uvloop per worker, as a shipyard worker has."""
+    _needs("granian")
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -906,22 +917,37 @@ def main() -> None:
     # the front-end A/B: the same handler (echo; the whole model server) behind uvicorn and
     # granian; rows whose server is not installed say so
     frontends = {
-        "uvicorn echo (same handler, ASGI)": lambda: start_script(UVICORN_ECHO),
-        "granian echo (same handler, ASGI)": lambda: start_granian("echo"),
-        "shipyard on uvicorn, batching 8/1ms": lambda: start_shipyard(
-            model_dir, tmp, "--front-end", "uvicorn", "--batch-size", "8", "--batch-wait-ms", "1"
+        "uvicorn echo (same handler, ASGI)": lambda: (
+            _needs("uvicorn") or start_script(UVICORN_ECHO)
         ),
-        "shipyard on uvicorn, 2 workers, batching 8/1ms": lambda: start_shipyard(
-            model_dir,
-            tmp,
-            "--front-end",
-            "uvicorn",
-            "--workers",
-            "2",
-            "--batch-size",
-            "8",
-            "--batch-wait-ms",
-            "1",
+        "granian echo (same handler, ASGI)": lambda: start_granian("echo"),
+        "shipyard on uvicorn, batching 8/1ms": lambda: (
+            _needs("uvicorn")
+            or start_shipyard(
+                model_dir,
+                tmp,
+                "--front-end",
+                "uvicorn",
+                "--batch-size",
+                "8",
+                "--batch-wait-ms",
+                "1",
+            )
+        ),
+        "shipyard on uvicorn, 2 workers, batching 8/1ms": lambda: (
+            _needs("uvicorn")
+            or start_shipyard(
+                model_dir,
+                tmp,
+                "--front-end",
+                "uvicorn",
+                "--workers",
+                "2",
+                "--batch-size",
+                "8",
+                "--batch-wait-ms",
+                "1",
+            )
         ),  # fmt: skip
         "shipyard on granian, batching 8/1ms": lambda: start_granian(
             "model", SERVING_MODEL_DIR=model_dir
