@@ -68,7 +68,7 @@ class TrainingInput:
         self.s3_data_type = s3_data_type
         self.input_mode = input_mode
         # The SageMaker SDK exposes the request dict as .config; keep a compatible view.
-        self.config = {
+        self.config: dict[str, Any] = {
             "DataSource": {
                 "S3DataSource": {
                     "S3DataType": s3_data_type,

@@ -84,7 +84,7 @@ class Model:
         """Start an endpoint serving this model; with ``wait`` (default) return once it is
         InService. ``workers``/``batch_size``/``batch_wait_ms`` are shipyard's knobs
         (worker processes; dynamic batching of concurrent requests)."""
-        if instance_type not in _LOCAL_TYPES:
+        if instance_type is not None and instance_type not in _LOCAL_TYPES:
             from shipyard import instance_types
 
             instance_types.resolve(instance_type)  # refuses unknown types with a clear error
@@ -216,7 +216,7 @@ def model_for_estimator(estimator: Any, **kwargs: Any) -> Model:
     job = estimator._require_job()
     model_data = estimator.model_data or job.job_name
     cls = {"tensorflow": TensorFlowModel, "pytorch": PyTorchModel}.get(
-        getattr(estimator, "_framework", None), Model
+        getattr(estimator, "_framework", "") or "", Model
     )
     if cls is not TensorFlowModel and "entry_point" not in kwargs:
         kwargs.setdefault("source_dir", estimator.source_dir)
