@@ -57,6 +57,12 @@ SETTINGS: tuple[Setting, ...] = (
         "5",
         "Seconds between SIGTERM and SIGKILL when a job or instance is stopped.",
     ),
+    _user(
+        "SHIPYARD_LOG_NOISE",
+        "hide",
+        "`show` to print framework noise (TF C++ INFO, cuInit, NCCL INFO) with job logs; "
+        "the log files always keep it.",
+    ),
     # -- data and storage ------------------------------------------------------------------
     _user("SHIPYARD_DOWNLOAD_THREADS", "8", "Parallel downloads for File-mode channels."),
     _user("SHIPYARD_FASTFILE_CHUNK", "8388608", "Bytes fetched per read in FastFile mode."),

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
+from shipyard.spec import host_names
 
 app = typer.Typer(
     add_completion=False,
@@ -246,25 +247,30 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
 def logs(
     job: str,
     follow: bool = typer.Option(False, "--follow", "-f"),
-    host: str | None = typer.Option(None, "--host"),
+    host: str | None = typer.Option(
+        None, "--host", help="one instance (algo-k): its lines and those of its MPI ranks"
+    ),
+    show_all: bool = typer.Option(
+        False, "--all", help="also framework noise (TF C++ INFO, cuInit, NCCL INFO)"
+    ),
 ) -> None:
-    """Print a job's logs, each line prefixed with its host."""
-    from shipyard.observe.logs import LogTailer, print_lines
+    """Print a job's logs, each line prefixed with its host (and MPI rank)."""
+    from shipyard.observe.logs import LogTailer, print_lines, select
 
     control = _control()
     try:
         record = control.get(job)
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
+    hosts = host_names(int(record.spec.get("instance_count", 1)))
+    if host and host not in hosts:
+        _fail(f"job {job!r} has no host {host!r}; its hosts are {', '.join(hosts)}", EXIT_BAD_INPUT)
+    show_noise = True if show_all else None
     if follow and not record.terminal:
-        if host:
-            _fail("--follow shows every host; leave out --host", EXIT_BAD_INPUT)
-        control.wait(job, logs=True, stream=sys.stdout)
+        control.wait(job, logs=True, stream=sys.stdout, host=host, show_noise=show_noise)
         return
-    files = control.log_files(job, host)
-    if host and not files:
-        _fail(f"job {job!r} has no host {host!r}", EXIT_BAD_INPUT)
-    print_lines(LogTailer(files).poll(flush=True), sys.stdout)
+    lines = LogTailer(control.log_files(job)).poll(flush=True)
+    print_lines(select(lines, host), sys.stdout, show_noise=show_noise)
 
 
 @app.command()

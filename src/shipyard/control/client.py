@@ -33,7 +33,7 @@ from shipyard.errors import (
     StorageError,
     ValidationError,
 )
-from shipyard.observe.logs import LogTailer, print_lines
+from shipyard.observe.logs import LogTailer, print_lines, select
 from shipyard.observe.metrics import final_metrics
 from shipyard.spec import ChannelSpec, JobSpec, host_names
 
@@ -241,8 +241,16 @@ class ControlPlane:
             time.sleep(0.1)
         return record
 
-    def wait(self, name: str, logs: bool = True, stream: TextIO | None = None) -> JobRecord:
-        """Follow a job run by another process until it ends (attach, logs --follow)."""
+    def wait(
+        self,
+        name: str,
+        logs: bool = True,
+        stream: TextIO | None = None,
+        host: str | None = None,
+        show_noise: bool | None = None,
+    ) -> JobRecord:
+        """Follow a job run by another process until it ends (attach, logs --follow);
+        ``host``: only that instance's lines (its MPI ranks' included)."""
         stream = stream or sys.stdout
         tailer = LogTailer({})
         while True:
@@ -251,7 +259,7 @@ class ControlPlane:
                 tailer.add(key, path)
             lines = tailer.poll(flush=record.terminal)
             if logs:
-                print_lines(lines, stream)
+                print_lines(select(lines, host), stream, show_noise=show_noise)
             if record.terminal:
                 return record
             time.sleep(0.1)
