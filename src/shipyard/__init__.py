@@ -26,6 +26,7 @@ _EXPORTS = {
     "TensorFlowPredictor": "shipyard.sdk.predictor",
     "PyTorchPredictor": "shipyard.sdk.predictor",
     "Transformer": "shipyard.sdk.transformer",
+    "TrainingJobAnalytics": "shipyard.sdk.analytics",
 }
 
 __all__ = sorted(_EXPORTS)

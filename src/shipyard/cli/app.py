@@ -287,6 +287,10 @@ from shipyard.cli.endpoints import register as _register_endpoints  # noqa: E402
 
 _register_endpoints(app)  # serve, endpoints, endpoints delete (issue #8)
 
+from shipyard.cli.observe import register as _register_observe  # noqa: E402
+
+_register_observe(app)  # metrics, stacks, tensorboard, ui (issue #21)
+
 
 def main() -> None:
     app()

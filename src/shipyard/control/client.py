@@ -34,7 +34,7 @@ from shipyard.errors import (
     ValidationError,
 )
 from shipyard.observe.logs import LogTailer, print_lines, select
-from shipyard.observe.metrics import final_metrics
+from shipyard.observe.metrics import final_metrics, history
 from shipyard.spec import ChannelSpec, JobSpec, host_names
 
 TERMINAL = ("Completed", "Failed", "Stopped")
@@ -428,6 +428,8 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
                 for i in cp.store.instances(record.name)
             ],
             "OutputArtifacts": record.output_artifact,
+            # every metric_definitions match (FinalMetricDataList keeps the last of each)
+            "MetricHistory": [dict(h, Timestamp=_ts(h["Timestamp"])) for h in history(metrics)],
             "LostProcesses": lost_processes(
                 record.job_dir, host_names(int(spec.get("instance_count", 1)))
             ),

@@ -266,6 +266,15 @@ class EstimatorBase:
         self._require_job().stop()
 
     @property
+    def training_job_analytics(self) -> Any:
+        """The latest job's metric history (SageMaker's TrainingJobAnalytics):
+        ``.dataframe()`` has columns timestamp, metric_name, value (and host)."""
+        from shipyard.sdk.analytics import TrainingJobAnalytics
+
+        job = self._require_job()
+        return TrainingJobAnalytics(job.job_name, control=job.control)
+
+    @property
     def model_data(self) -> str | None:
         """URI of model.tar.gz once the job has completed (S3ModelArtifacts)."""
         desc = self._require_job().describe()

@@ -1,0 +1,85 @@
+"""``shipyard metrics``, ``stacks``, ``tensorboard`` and ``ui``: seeing a job
+(added to the CLI by register). Exit codes as in cli.app: 2 bad input, 3 no such job."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+from rich.console import Console
+
+from shipyard.errors import JobNotFoundError
+
+console = Console(stderr=True, highlight=False)
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND = 1, 2, 3
+
+
+def _fail(message: str, code: int) -> None:
+    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def _control():
+    from shipyard.control.client import ControlPlane
+
+    return ControlPlane()
+
+
+def metrics(
+    job: str,
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep showing until the job ends"),
+    as_json: bool = typer.Option(False, "--json", help="every point as JSON"),
+) -> None:
+    """A job's metric history (every metric_definitions match, with time and host)."""
+    from shipyard.observe.metrics import history
+    from shipyard.observe.metrics_view import history_table, point_line
+
+    control = _control()
+    try:
+        record = control.get(job)
+    except JobNotFoundError as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    if not record.spec.get("metric_definitions"):
+        _fail(
+            f"job {job!r} has no metric_definitions, so no metrics were recorded; pass "
+            "metric_definitions=[{'Name': ..., 'Regex': ...}] (or --metric Name=Regex)",
+            EXIT_BAD_INPUT,
+        )
+    if as_json:
+        typer.echo(json.dumps(history(control.store.metrics(job)), indent=1))
+        return
+    out = Console()
+    if not follow or record.terminal:
+        points = control.store.metrics(job)
+        if not points:
+            out.print(f"{job}: no metric matched yet ({record.status})")
+            return
+        out.print(history_table(points, width=max(10, min(60, out.width - 60))))
+        return
+    if not out.is_terminal:  # plain lines, one per point, as they come
+        seen = 0
+        while True:
+            record = control.get(job)
+            points = control.store.metrics(job)
+            for p in points[seen:]:
+                typer.echo(point_line(p))
+            seen = len(points)
+            if record.terminal:
+                return
+            time.sleep(0.5)
+    from rich.live import Live
+
+    with Live(console=out, auto_refresh=False) as live:
+        while True:
+            record = control.get(job)
+            points = control.store.metrics(job)
+            live.update(history_table(points, width=max(10, min(60, out.width - 60))))
+            live.refresh()
+            if record.terminal:
+                return
+            time.sleep(0.5)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(metrics)
