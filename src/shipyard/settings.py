@@ -72,6 +72,11 @@ SETTINGS: tuple[Setting, ...] = (
         "10",
         "Interval of checkpoint uploads to checkpoint_s3_uri while a job runs.",
     ),
+    _user(
+        "SHIPYARD_TENSORBOARD_SYNC_SECONDS",
+        "5",
+        "Interval of TensorBoard uploads (tensorboard_output_config) while a job runs.",
+    ),
     _user("SHIPYARD_S3_MAX_ATTEMPTS", "3", "boto3 retry attempts for S3 calls."),
     _user("SHIPYARD_S3_CONNECT_TIMEOUT", "3", "Seconds to connect to an S3 endpoint."),
     # -- distributions ---------------------------------------------------------------------

@@ -81,5 +81,56 @@ def metrics(
             time.sleep(0.5)
 
 
+def tensorboard(
+    jobs: list[str] = typer.Argument(..., help="one or more training jobs, each a run"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+    port: int = typer.Option(6006, "--port"),
+) -> None:
+    """Start TensorBoard over the jobs' TensorBoard output (Ctrl-C ends it)."""
+    import importlib.util
+
+    from shipyard.observe import tensorboard as tb
+
+    if importlib.util.find_spec("tensorboard") is None:
+        _fail(
+            "TensorBoard is not installed: pip install 'shipyard[tensorflow]' (or tensorboard)",
+            EXIT_BAD_INPUT,
+        )
+    control = _control()
+    found = []
+    for job in dict.fromkeys(jobs):
+        try:
+            record = control.get(job)
+        except JobNotFoundError as exc:
+            _fail(str(exc), EXIT_NOT_FOUND)
+        try:
+            found.append(tb.job_logdir(job, record.job_dir, record.spec))
+        except tb.NoTensorBoardOutputError as exc:
+            _fail(str(exc), EXIT_BAD_INPUT)
+    if not tb.port_free(host, port):
+        _fail(f"port {port} on {host} is in use: pass another --port", EXIT_BAD_INPUT)
+    proc = tb.start(found, host, port)
+    console.print(
+        f"TensorBoard on http://{host}:{port}/ over "
+        + ", ".join(f"{j.job} ({j.logdir})" for j in found)
+        + "; Ctrl-C to stop"
+    )
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        code = 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - it must not outlive us
+                proc.kill()
+                proc.wait()
+    if code not in (0, -2, -15):
+        raise typer.Exit(EXIT_FAILED)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(metrics)
+    app.command()(tensorboard)

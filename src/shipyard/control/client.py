@@ -137,6 +137,10 @@ class ControlPlane:
         }
         if spec.checkpoint_s3_uri:
             check_location("checkpoint_s3_uri", spec.checkpoint_s3_uri)
+        if spec.tensorboard:
+            check_location(
+                "tensorboard_output_config.s3_output_path", spec.tensorboard.s3_output_path
+            )
         if self.store.exists(spec.job_name):
             raise JobExistsError(
                 f"a training job named {spec.job_name!r} already exists; job names are unique: "

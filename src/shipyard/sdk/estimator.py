@@ -49,7 +49,6 @@ _AWS_ONLY = (
     "max_wait",
     "rules",
     "debugger_hook_config",
-    "tensorboard_output_config",
     "enable_sagemaker_metrics",
     "enable_network_isolation",
     "profiler_config",
@@ -137,6 +136,10 @@ class EstimatorBase:
         instance_type = kwargs.pop("instance_type", instance_type)
         max_run = kwargs.pop("max_run", max_run)
         distribution = kwargs.pop("distribution", distribution)
+        from shipyard.debugger import tensorboard_spec
+
+        self.tensorboard_output_config = kwargs.pop("tensorboard_output_config", None)
+        self._tensorboard = tensorboard_spec(self.tensorboard_output_config)
         self.session = kwargs.pop("sagemaker_session", None) or session or Session()
         if not isinstance(self.session, Session):
             raise ValidationError("sagemaker_session/session must be a shipyard.Session")
@@ -222,6 +225,7 @@ class EstimatorBase:
             code_location=self.code_location,
             checkpoint_s3_uri=self.checkpoint_s3_uri,
             checkpoint_local_path=self.checkpoint_local_path,
+            tensorboard=self._tensorboard,
             environment=self.environment,
             max_run=self.max_run,
             max_retry_attempts=self.max_retry_attempts,
@@ -264,6 +268,13 @@ class EstimatorBase:
 
     def stop_training_job(self) -> None:
         self._require_job().stop()
+
+    def latest_job_tensorboard_artifacts_path(self) -> str | None:
+        """Where the latest job's TensorBoard output is synced (SageMaker's method)."""
+        if self._tensorboard is None or self.latest_training_job is None:
+            return None
+        base = self._tensorboard["s3_output_path"].rstrip("/")
+        return f"{base}/{self.latest_training_job.job_name}/tensorboard-output"
 
     @property
     def training_job_analytics(self) -> Any:
