@@ -58,6 +58,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds between SIGTERM and SIGKILL when a job or instance is stopped.",
     ),
     _user(
+        "SHIPYARD_STACKS_ON_SILENCE",
+        None,
+        "Seconds without log output or metrics after which every process's Python stack "
+        "is dumped into the job's log (set it in the job's `environment`; local backend).",
+    ),
+    _user(
         "SHIPYARD_LOG_NOISE",
         "hide",
         "`show` to print framework noise (TF C++ INFO, cuInit, NCCL INFO) with job logs; "
@@ -117,6 +123,9 @@ SETTINGS: tuple[Setting, ...] = (
     _internal("SHIPYARD_MAX_RETRY_ATTEMPTS", "The job's max_retry_attempts, for the runners."),
     _internal("SHIPYARD_HOSTS", "algo-k=address pairs of the job, for name resolution."),
     _internal("SHIPYARD_CURRENT_HOST", "This instance's host name (algo-k)."),
+    _internal(
+        "SHIPYARD_PROCESS_NAME", "The agent's name for a process it started (stack dump labels)."
+    ),
     _internal("SHIPYARD_JOB_SECRET", "Per-job secret of TF servers' traffic counters."),
     _internal("SHIPYARD_DDP_SECRET", "Per-job secret of the DDP port announcement."),
     _internal("SHIPYARD_PS_SECRET", "Per-job key of shipyard.ps messages."),

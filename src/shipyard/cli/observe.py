@@ -131,6 +131,44 @@ def tensorboard(
         raise typer.Exit(EXIT_FAILED)
 
 
+def stacks(job: str) -> None:
+    """Print the Python stack of every process of every instance of a running job."""
+    import psutil
+
+    from shipyard.observe.stacks import StacksUnavailableError, collect, format_stacks
+
+    control = _control()
+    try:
+        record = control.get(job)
+    except JobNotFoundError as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    if record.terminal:
+        _fail(
+            f"job {job!r} has ended ({record.status}): stacks exist only while it runs; "
+            f"`shipyard logs {job}` shows what it printed",
+            EXIT_BAD_INPUT,
+        )
+    if record.backend != "local":
+        _fail(
+            f"job {job!r} runs on the {record.backend} backend; `shipyard stacks` reads the "
+            "processes of this machine (local backend) only",
+            EXIT_BAD_INPUT,
+        )
+    agents = {
+        i.host: i.pid
+        for i in control.store.instances(job, record.attempt)
+        if i.pid and i.status == "Running" and psutil.pid_exists(i.pid)
+    }
+    if not agents:
+        _fail(f"job {job!r} has no running instance yet ({record.secondary_status})", 1)
+    try:
+        found = collect(agents)
+    except StacksUnavailableError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    typer.echo("\n".join(format_stacks(found)))
+
+
 def register(app: typer.Typer) -> None:
+    app.command()(stacks)
     app.command()(metrics)
     app.command()(tensorboard)

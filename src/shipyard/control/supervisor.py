@@ -37,6 +37,7 @@ from shipyard.control.lifecycle import Event
 from shipyard.control.store import InstanceRecord, JobRecord, Store
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
+from shipyard.observe.stacks import SilenceWatch
 from shipyard.spec import host_names
 
 REPORT_NAME = "distribution-report.json"
@@ -91,6 +92,12 @@ class JobSupervisor:
         self.handles: list[InstanceHandle] = []
         self.metrics = MetricExtractor(self.spec.get("metric_definitions") or [])
         self.tailer = LogTailer({})
+        # stacks are read from this machine's processes: the local backend's instances
+        self.silence = (
+            SilenceWatch.from_environment(self.spec.get("environment") or {})
+            if self.record.backend == "local"
+            else None
+        )
         self.deadline = time.monotonic() + int(self.spec.get("max_run", 86400))
         self.signalled = False
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
@@ -110,6 +117,8 @@ class JobSupervisor:
         lines = self.tailer.poll(flush=flush)
         if not lines:
             return
+        if self.silence is not None:
+            self.silence.activity()
         if self.stream is not None:
             print_lines(lines, self.stream)
         self.store.add_metrics(self.name, self.metrics.extract(lines))
@@ -225,6 +234,11 @@ class JobSupervisor:
                 )
             if self.signalled:
                 return AttemptResult("stopped")
+            if self.silence is not None:
+                self.silence.check(
+                    {h.host: h.pid for h in self.handles if h.host not in done},
+                    {h.host: h.log_path for h in self.handles},
+                )
             if now >= next_stop_check:
                 next_stop_check = now + STOP_CHECK_SECONDS
                 if self.store.get(self.name).stop_requested:
