@@ -168,7 +168,23 @@ def stacks(job: str) -> None:
     typer.echo("\n".join(format_stacks(found)))
 
 
+def ui(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+    port: int = typer.Option(8765, "--port"),
+) -> None:
+    """The web dashboard: jobs, live logs, metric plots, placement and traffic, endpoints."""
+    from shipyard.observe.tensorboard import port_free
+
+    if not port_free(host, port):
+        _fail(f"port {port} on {host} is in use: pass another --port", EXIT_BAD_INPUT)
+    from shipyard.observe.ui.server import serve
+
+    console.print(f"shipyard ui on http://{host}:{port}/ (Ctrl-C to stop)")
+    serve(host, port)
+
+
 def register(app: typer.Typer) -> None:
+    app.command()(ui)
     app.command()(stacks)
     app.command()(metrics)
     app.command()(tensorboard)
