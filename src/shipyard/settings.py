@@ -64,6 +64,12 @@ SETTINGS: tuple[Setting, ...] = (
         "is dumped into the job's log (set it in the job's `environment`; local backend).",
     ),
     _user(
+        "SHIPYARD_PROGRESS",
+        "auto",
+        "Progress of staging, installs, uploads, endpoint start: `auto` (bars on a terminal, "
+        "plain lines otherwise), `plain`, or `off` (as `--quiet`).",
+    ),
+    _user(
         "SHIPYARD_LOG_NOISE",
         "hide",
         "`show` to print framework noise (TF C++ INFO, cuInit, NCCL INFO) with job logs; "

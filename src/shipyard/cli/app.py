@@ -27,6 +27,26 @@ console = Console(stderr=True, highlight=False)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
+@app.callback()
+def _options(
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="no progress lines or bars (staging, installs, uploads)"
+    ),
+) -> None:
+    """SageMaker-style distributed training on your own machines."""
+    if quiet:
+        from shipyard.observe import progress
+
+        progress.set_quiet(True)
+
+
+def out_console() -> Console:
+    """stdout; when it is not a terminal, wide enough that tables keep whole job names
+    and paths (rich would otherwise fold them to 80 columns)."""
+    plain = Console()
+    return plain if plain.is_terminal else Console(width=1000, highlight=False)
+
+
 def _control():
     from shipyard.control.client import ControlPlane
 
@@ -191,7 +211,7 @@ def jobs(
             created,
             duration,
         )
-    Console().print(table)
+    out_console().print(table)
 
 
 @app.command()
@@ -204,7 +224,7 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         typer.echo(json.dumps(desc, indent=1, default=_json_default))
         return
-    out = Console()
+    out = out_console()
     out.print(
         f"[bold]{desc['TrainingJobName']}[/]  {desc['TrainingJobStatus']} / "
         f"{desc['SecondaryStatus']}"

@@ -15,6 +15,12 @@ console = Console(stderr=True, highlight=False)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND = 1, 2, 3
 
 
+def _out() -> Console:
+    from shipyard.cli.app import out_console
+
+    return out_console()
+
+
 def _fail(message: str, code: int) -> None:
     console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
     raise typer.Exit(code)
@@ -49,7 +55,7 @@ def metrics(
     if as_json:
         typer.echo(json.dumps(history(control.store.metrics(job)), indent=1))
         return
-    out = Console()
+    out = _out()
     if not follow or record.terminal:
         points = control.store.metrics(job)
         if not points:

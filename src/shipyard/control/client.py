@@ -33,6 +33,7 @@ from shipyard.errors import (
     StorageError,
     ValidationError,
 )
+from shipyard.observe import progress
 from shipyard.observe.logs import LogTailer, print_lines, select
 from shipyard.observe.metrics import final_metrics, history
 from shipyard.spec import ChannelSpec, JobSpec, host_names
@@ -158,13 +159,14 @@ class ControlPlane:
         code_location = spec.code_location or output_path
         staged = None
         try:
-            staged = staging.stage(
-                spec.code,
-                spec.job_name,
-                code_location,
-                self.home.requirements_cache,
-                local_dir=os.path.join(job_dir, "source"),
-            )
+            with progress.step(f"Staging the code of {spec.job_name}"):
+                staged = staging.stage(
+                    spec.code,
+                    spec.job_name,
+                    code_location,
+                    self.home.requirements_cache,
+                    local_dir=os.path.join(job_dir, "source"),
+                )
             encoded = plan.hyperparameters(spec, staged, self.home)
             subnet = plan.choose_subnet(self.store.subnets_in_use())
             config = plan.agent_config(spec, staged, encoded, self.home, subnet, sources)

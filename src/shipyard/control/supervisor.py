@@ -35,6 +35,7 @@ from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event
 from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.observe import progress
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
@@ -269,7 +270,10 @@ class JobSupervisor:
     def _upload(self) -> None:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
         output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
-        model, output = artifacts.save(self.spec["output_path"], self.name, model_dirs, output_dirs)
+        with progress.step(f"Uploading the model and output to {self.spec['output_path']}"):
+            model, output = artifacts.save(
+                self.spec["output_path"], self.name, model_dirs, output_dirs
+            )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
         if self.stream is not None and model.conflicts:
             self.stream.write(
