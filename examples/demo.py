@@ -42,6 +42,7 @@ from shipyard.sdk.deserializers import JSONDeserializer  # noqa: E402
 from shipyard.sdk.serializers import CSVSerializer, JSONLinesSerializer  # noqa: E402
 
 PS = {"parameter_server": {"enabled": True}}
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 METRICS = [
     {"Name": "eval:accuracy", "Regex": r"eval_accuracy=([0-9.]+)"},
     {"Name": "train:loss", "Regex": r" loss: ([0-9.]+)"},
@@ -49,8 +50,11 @@ METRICS = [
 out = Console(highlight=False)
 
 
+_t0 = time.monotonic()
+
+
 def step(n: int, text: str) -> None:
-    out.rule(f"[bold]{n}. {text}")
+    out.rule(f"[bold]{n}. {text}[/]  [dim]{time.monotonic() - _t0:.0f} s[/]")
 
 
 def report_of(estimator) -> dict | None:
@@ -81,7 +85,7 @@ def main() -> None:
             instance_count=2,
             instance_type="local",
             distribution=PS,
-            hyperparameters={"epochs": 2},
+            hyperparameters={"epochs": 1},
             metric_definitions=METRICS,
             tensorboard_output_config=TensorBoardOutputConfig(
                 s3_output_path="file://" + os.path.join(session.home, "tensorboard")
@@ -133,7 +137,7 @@ def main() -> None:
             for kind, answer in answers.items():
                 got = [p["class"] for p in answer["predictions"]]
                 out.print(f"{kind:>10}: {got}")
-            out.print(f"  labels    : {labels.tolist()} (class indices)")
+            out.print(f"{'labels':>10}: {[CLASSES[i] for i in labels]}")
         finally:
             predictor.delete_endpoint()
 

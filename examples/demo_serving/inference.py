@@ -22,7 +22,8 @@ def input_handler(data, context):
     if context.request_content_type == "application/jsonlines":
         lines = [json.loads(ln) for ln in data.read().decode().splitlines() if ln.strip()]
         return json.dumps({"instances": lines})
-    return data.read()
+    body = json.loads(data.read())
+    return json.dumps(body if isinstance(body, dict) else {"instances": body})
 
 
 def output_handler(response, context):

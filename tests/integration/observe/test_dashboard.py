@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 
 import shipyard
@@ -234,3 +235,23 @@ def test_pages_in_headless_chromium(jobs, ui):
         "live-job.png",
         "ps-job.png",
     ]
+
+
+@pytest.mark.torch
+def test_api_endpoints_report_requests_and_latency(home, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("prometheus_client")
+    from shipyard.observe.ui import api
+    from tests.integration.serving.serving_helpers import torchscript_archive
+
+    archive, _ = torchscript_archive(str(tmp_path / "m"))
+    predictor = shipyard.PyTorchModel(archive).deploy(1, "local", endpoint_name="dash-ep")
+    try:
+        for _ in range(5):
+            predictor.predict(np.ones((1, 4), dtype=np.float32))
+        (entry,) = api.endpoints(str(home))
+        assert entry["EndpointName"] == "dash-ep" and entry["EndpointStatus"] == "InService"
+        assert entry["requests"] == 5 and entry["errors"] == 0
+        assert entry["latency_count"] == 5 and entry["latency_sum"] > 0
+    finally:
+        predictor.delete_endpoint()

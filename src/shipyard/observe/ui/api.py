@@ -24,6 +24,7 @@ from shipyard.observe.logs import LogTailer, is_noise, select
 from shipyard.observe.metrics import history
 
 MAX_LINES = 5000
+HOUSEKEEPING = ("/metrics", "/ping")  # not traffic: health checks and scrapes
 
 
 def _plain(value: Any) -> Any:
@@ -78,7 +79,8 @@ def metrics(control: ControlPlane, name: str) -> list[dict[str, Any]]:
 
 
 def _scrape(url: str) -> dict[str, float]:
-    """Request count and latency totals from an endpoint's /metrics."""
+    """Request count and latency totals from an endpoint's /metrics (predictions and
+    other traffic; health checks and scrapes left out)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(url + "/metrics", timeout=2) as resp:
@@ -86,13 +88,15 @@ def _scrape(url: str) -> dict[str, float]:
     out = {"requests": 0.0, "errors": 0.0, "latency_sum": 0.0, "latency_count": 0.0}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == "shipyard_requests_total" and s.labels.get("route") != "/metrics":
+            if s.labels.get("route") in HOUSEKEEPING:
+                continue
+            if s.name == "shipyard_requests_total":
                 out["requests"] += s.value
                 if not s.labels.get("status", "2").startswith("2"):
                     out["errors"] += s.value
-            elif s.name == "shipyard_request_seconds_sum" and s.labels.get("route") != "/metrics":
+            elif s.name == "shipyard_request_seconds_sum":
                 out["latency_sum"] += s.value
-            elif s.name == "shipyard_request_seconds_count" and s.labels.get("route") != "/metrics":
+            elif s.name == "shipyard_request_seconds_count":
                 out["latency_count"] += s.value
     return out
 
