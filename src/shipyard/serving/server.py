@@ -82,7 +82,7 @@ class Master:
                 CONFIG_ENV: self.config.to_json(),
                 "SHIPYARD_SERVING_FD": str(self.sock.fileno()),
                 "SHIPYARD_SERVING_REPORT_FD": str(self.write_fd),
-                **({prometheus.ENV: self.metrics_dir} if self.metrics_dir else {}),
+                prometheus.ENV: self.metrics_dir,
             },
         )
         # the model directory in argv: `ps` shows what each worker serves
@@ -124,7 +124,6 @@ class Master:
             if code is None:
                 continue
             del self.workers[pid]
-            prometheus.worker_exited(self.metrics_dir, pid)
             was_ready = pid in self.ready
             self.ready.discard(pid)
             if self.stopping or self.failure:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+import time
 
 import pytest
 
@@ -38,14 +39,22 @@ def test_metrics_count_requests_after_predictions(tmp_path):
             assert status == 200
         assert call(addr, "POST", "/invocations", "x", {"Content-Type": "image/gif"})[0] == 415
         assert call(addr, "GET", "/no/such/<route>")[0] == 404
-        status, ctype, text = call(addr, "GET", "/metrics")
-        assert status == 200 and ctype.startswith("text/plain"), (status, ctype, text[:200])
-        got = samples(text.decode())
+        # each worker writes its counts at most a second after its last request
+        deadline = time.monotonic() + 30
+        while True:
+            status, ctype, text = call(addr, "GET", "/metrics")
+            assert status == 200 and ctype.startswith("text/plain"), (status, ctype, text[:200])
+            got = samples(text.decode())
+            done = ("shipyard_requests_total", (("route", "/invocations"), ("status", "200")))
+            if got.get(done) == 12 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
     key = lambda name, **labels: (name, tuple(sorted(labels.items())))  # noqa: E731
     # 12 answered across both workers, whichever took each connection
     assert got[key("shipyard_requests_total", route="/invocations", status="200")] == 12
     assert got[key("shipyard_requests_total", route="/invocations", status="415")] == 1
     assert got[key("shipyard_requests_total", route="other", status="404")] == 1
     assert got[key("shipyard_request_seconds_count", route="/invocations")] == 13
+    assert got[key("shipyard_request_seconds_bucket", route="/invocations", le="+Inf")] == 13
     assert got[key("shipyard_batch_rows_count")] >= 1
     assert got[key("shipyard_batch_rows_sum")] == 24  # 12 requests x 2 rows each
