@@ -15,8 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shipyard.control.lifecycle import JobStatus
 from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
-from shipyard.spec import host_names
 
 app = typer.Typer(
     add_completion=False,
@@ -172,8 +172,11 @@ def train(
         f"{name}: [bold]{record.status}[/]"
         + (f"  model: {record.model_artifact}" if record.model_artifact else "")
     )
-    if record.status != "Completed":
+    if record.status is not JobStatus.COMPLETED:
         raise typer.Exit(EXIT_FAILED)
+
+
+_COLORS = {JobStatus.COMPLETED: "green", JobStatus.FAILED: "red", JobStatus.STOPPED: "yellow"}
 
 
 @app.command()
@@ -202,12 +205,12 @@ def jobs(
     for r in records:
         created = dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S")
         duration = f"{(r.end_time or dt.datetime.now().timestamp()) - r.created_at:.1f}s"
-        color = {"Completed": "green", "Failed": "red", "Stopped": "yellow"}.get(r.status, "cyan")
+        color = _COLORS.get(r.status, "cyan")
         table.add_row(
             r.name,
             f"[{color}]{r.status}[/]",
             r.secondary_status,
-            str(r.spec.get("instance_count")),
+            str(r.spec.instance_count),
             created,
             duration,
         )
@@ -282,7 +285,7 @@ def logs(
         record = control.get(job)
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
-    hosts = host_names(int(record.spec.get("instance_count", 1)))
+    hosts = record.spec.hosts
     if host and host not in hosts:
         _fail(f"job {job!r} has no host {host!r}; its hosts are {', '.join(hosts)}", EXIT_BAD_INPUT)
     show_noise = True if show_all else None

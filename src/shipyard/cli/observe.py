@@ -46,7 +46,7 @@ def metrics(
         record = control.get(job)
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
-    if not record.spec.get("metric_definitions"):
+    if not record.spec.metric_definitions:
         _fail(
             f"job {job!r} has no metric_definitions, so no metrics were recorded; pass "
             "metric_definitions=[{'Name': ..., 'Regex': ...}] (or --metric Name=Regex)",

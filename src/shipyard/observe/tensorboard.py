@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from shipyard.errors import ShipyardError
+from shipyard.spec import JobSpec
 
 EVENT_MARK = "tfevents"
 
@@ -38,15 +39,14 @@ class JobLogs:
     logdir: str
 
 
-def job_logdir(job: str, job_dir: str, spec: dict) -> JobLogs:
+def job_logdir(job: str, job_dir: str, spec: JobSpec) -> JobLogs:
     """Where ``job``'s TensorBoard event files are on this machine (see the module doc)."""
     from shipyard import storage
 
     looked: list[str] = []
-    tb = spec.get("tensorboard")
+    tb = spec.tensorboard
     if tb:
-        uri = f"{tb['s3_output_path'].rstrip('/')}/{job}/tensorboard-output"
-        loc = storage.parse(uri)
+        loc = storage.parse(tb.output_uri(job))
         if loc.scheme == "file":
             looked.append(loc.path)
             if os.path.isdir(loc.path) and has_events(loc.path):
@@ -67,7 +67,7 @@ def job_logdir(job: str, job_dir: str, spec: dict) -> JobLogs:
             if objects and has_events(target):
                 return JobLogs(job, target)
     instances = os.path.join(job_dir, "instances")
-    local = tb.get("local_path") if tb else None
+    local = tb.local_path if tb else None
     rel = "output/tensorboard"
     if local and local.startswith("/opt/ml/"):
         rel = local[len("/opt/ml/") :]

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from typing import Any
 
-from shipyard.control.client import TERMINAL, ControlPlane
+from shipyard.control.client import ControlPlane
 from shipyard.observe.logs import LogTailer, is_noise, select
 from shipyard.observe.metrics import history
 
@@ -44,8 +44,8 @@ def jobs(control: ControlPlane, limit: int = 200) -> list[dict[str, Any]]:
             "TrainingJobName": r.name,
             "TrainingJobStatus": r.status,
             "SecondaryStatus": r.secondary_status,
-            "InstanceCount": r.spec.get("instance_count"),
-            "Distribution": next(iter(r.spec.get("distribution") or {}), None),
+            "InstanceCount": r.spec.instance_count,
+            "Distribution": next(iter(r.spec.distribution or {}), None),
             "CreationTime": r.created_at,
             "DurationSeconds": round((r.end_time or now) - r.created_at, 1),
         }
@@ -69,7 +69,7 @@ def logs(
     return {
         "lines": [{"label": lb, "text": ln} for lb, ln in lines[start:]],
         "next": total,
-        "terminal": record.status in TERMINAL,
+        "terminal": record.terminal,
     }
 
 
