@@ -8,6 +8,7 @@ import time
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from shipyard.errors import JobNotFoundError
 
@@ -22,7 +23,7 @@ def _out() -> Console:
 
 
 def _fail(message: str, code: int) -> None:
-    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
 
 

@@ -21,6 +21,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -104,9 +106,14 @@ def is_python(proc: psutil.Process) -> bool:
 
 
 def dump(pid: int, timeout: float = 30.0) -> tuple[str | None, str | None]:
-    """(stack text, error) of one Python process."""
+    """(stack text, error) of one Python process. py-spy sometimes fails to read a
+    process caught mid-update (more often on a loaded machine, and with native frames),
+    so it is asked a few times, with native frames first, then without."""
     tool = py_spy()
-    for args in (["--native"], []):
+    error = "py-spy failed"
+    for attempt, args in enumerate((["--native"], [], ["--native"], [], [])):
+        if attempt:
+            time.sleep(0.05 * attempt)
         try:
             res = subprocess.run(
                 [tool, "dump", "--pid", str(pid), *args],
@@ -119,6 +126,8 @@ def dump(pid: int, timeout: float = 30.0) -> tuple[str | None, str | None]:
         if res.returncode == 0:
             return res.stdout, None
         error = (res.stderr.strip().splitlines() or [f"py-spy exit status {res.returncode}"])[0]
+        if not psutil.pid_exists(pid):
+            return None, "the process ended"
     return None, error
 
 
@@ -186,9 +195,6 @@ class SilenceWatch:
     comes only after another ``seconds`` of silence."""
 
     def __init__(self, seconds: float, clock=None) -> None:
-        import threading
-        import time
-
         self.seconds = seconds
         self.clock = clock or time.monotonic
         self.last = self.clock()
@@ -211,8 +217,6 @@ class SilenceWatch:
 
     def check(self, agents: dict[str, int], log_files: dict[str, str]) -> bool:
         """Start a dump (in a thread) if the job has been silent long enough."""
-        import threading
-
         if self._busy.is_set() or self.clock() - self.last < self.seconds:
             return False
         self._busy.set()

@@ -56,3 +56,29 @@ def test_mpi_rank_lines_under_their_host(session, write_script, home):
     assert bad.returncode == 2 and "algo-1, algo-2" in bad.stderr
     hosts = {m["host"] for m in session.control.store.metrics("mpi-logs")}
     assert hosts == {f"algo-{r // 2 + 1} rank {r}" for r in range(4)}
+
+
+@pytest.mark.timeout(120)
+def test_follow_one_host_of_a_running_job(home, write_script):
+    src = write_script(
+        "slow.py",
+        "import os, time\nfor i in range(4):\n"
+        "    print(f\"{os.environ['SM_CURRENT_HOST']} step {i}\", flush=True)\n"
+        "    time.sleep(0.4)\n",
+    )
+
+    def run(*a):
+        return subprocess.run(
+            [sys.executable, "-m", "shipyard.cli", *a],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ),
+            timeout=90,
+        )
+
+    started = run("train", "slow.py", "--source-dir", src, "-n", "2", "--detach")
+    assert started.returncode == 0, started.stderr
+    followed = run("logs", started.stdout.strip(), "--follow", "--host", "algo-2")
+    assert followed.returncode == 0, followed.stderr
+    steps = [ln for ln in followed.stdout.splitlines() if " step " in ln]
+    assert steps == [f"[algo-2] algo-2 step {i}" for i in range(4)], followed.stdout
