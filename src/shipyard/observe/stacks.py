@@ -80,21 +80,46 @@ def _rank(env: dict[str, str]) -> str | None:
     return None
 
 
-def _role(proc: psutil.Process, env: dict[str, str], agent_pid: int) -> str:
+def _module(cmd: list[str]) -> str | None:
+    """``python -m X ...`` -> X."""
+    for i, part in enumerate(cmd[1:4], start=1):
+        if part == "-m" and i + 1 < len(cmd):
+            return cmd[i + 1]
+    return None
+
+
+def _role(proc: psutil.Process, env: dict[str, str], agent_pid: int, python: bool) -> str:
     if proc.pid == agent_pid:
         return "agent"
     try:
         cmd = proc.cmdline()
     except psutil.Error:
         cmd = []
-    if "shipyard.mpi.rank" in cmd:
+    if not python:  # mpirun's launcher, prted, a shell: what it is
+        return os.path.basename(cmd[0] if cmd else proc.name())
+    module = _module(cmd)
+    if module == "shipyard.mpi.rank":
         return "mpi rank wrapper"
     if env.get("OMPI_COMM_WORLD_RANK", "") != "":
         return "mpi rank"
     name = env.get("SHIPYARD_PROCESS_NAME")
     if name:
         return {"user": "script"}.get(name, name)
-    return os.path.basename(cmd[0] if cmd else proc.name())
+    return module or os.path.basename(cmd[0] if cmd else proc.name())
+
+
+def _host(proc: psutil.Process, env: dict[str, str], agent_host: str, role: str) -> str:
+    """The instance a process works for: its SM_CURRENT_HOST; a rank wrapper (started
+    with the master's environment) works for the instance of the rank it runs."""
+    if role == "mpi rank wrapper":
+        try:
+            for child in proc.children():
+                host = _environ(child).get("SM_CURRENT_HOST")
+                if host:
+                    return host
+        except psutil.Error:
+            pass
+    return env.get("SM_CURRENT_HOST") or agent_host
 
 
 def is_python(proc: psutil.Process) -> bool:
@@ -155,11 +180,13 @@ def collect(agents: dict[str, int]) -> list[ProcessStack]:
             cmdline = " ".join(proc.cmdline())
         except psutil.Error:
             return None  # gone meanwhile
-        stack, error = dump(proc.pid) if is_python(proc) else (None, None)
+        python = is_python(proc)
+        role = _role(proc, env, agent_pid, python)
+        stack, error = dump(proc.pid) if python else (None, None)
         return ProcessStack(
-            host=env.get("SM_CURRENT_HOST") or host,
+            host=_host(proc, env, host, role),
             pid=proc.pid,
-            role=_role(proc, env, agent_pid),
+            role=role,
             rank=_rank(env),
             cmdline=cmdline,
             stack=stack,

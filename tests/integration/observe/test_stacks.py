@@ -86,3 +86,35 @@ def test_stacks_of_a_stuck_two_instance_job(session, write_script):
     assert ended.returncode == 2 and "has ended (Stopped)" in ended.stderr
     unknown = cli("stacks", "no-such-job")
     assert unknown.returncode == 3
+
+
+@pytest.mark.timeout(180)
+def test_stacks_of_mpi_ranks_are_labelled_by_their_host_and_rank(session, write_script):
+    pytest.importorskip("mpi4py")
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=write_script("train.py", STUCK),
+        instance_count=2,
+        instance_type="local",
+        session=session,
+        distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+    )
+    est.fit(job_name="stuck-mpi", wait=False)
+    control = session.control
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # all four ranks printed "started" into algo-1's log
+            path = control.log_files("stuck-mpi").get("algo-1")
+            text = open(path).read() if path and os.path.exists(path) else ""
+            if text.count("started") >= 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        out = cli("stacks", "stuck-mpi").stdout
+        for rank in range(4):
+            head = f"=== algo-{rank // 2 + 1} rank {rank} mpi rank (pid"
+            assert head in out, out
+            assert "wait_for_the_other_host_forever" in out.split(head)[1].split("===")[0]
+        assert "=== algo-1 prterun (pid" in out and "(not a Python process)" in out
+    finally:
+        control.stop("stuck-mpi")
+    assert job_processes(control.get("stuck-mpi").job_dir) == []
