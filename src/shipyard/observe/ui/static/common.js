@@ -80,6 +80,13 @@ function linePlot(series, opts) {
     const path = svg("path", { d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.8, class: "series" });
     path.appendChild(svg("title", {}, s.name));
     root.appendChild(path);
+    if (s.points.length <= 60) {  // few points: each one drawn, so a single value shows
+      for (const p of s.points) {
+        const dot = svg("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5, fill: COLORS[i % COLORS.length], class: "point" });
+        dot.appendChild(svg("title", {}, `${s.name}: ${p[1]}`));
+        root.appendChild(dot);
+      }
+    }
   });
   return root;
 }
