@@ -104,7 +104,7 @@ def main() -> None:
             instance_count=2,
             instance_type="local",
             distribution=PS,
-            hyperparameters={"epochs": 2, "steps_per_epoch": 8},
+            hyperparameters={"epochs": 3, "steps_per_epoch": 16},
             metric_definitions=METRICS,
             session=session,
         )
