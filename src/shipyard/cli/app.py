@@ -1,7 +1,8 @@
 """The ``shipyard`` command line: train, jobs, describe, logs, stop.
 
 Exit codes: 0 success; 1 the job failed (or was stopped); 2 bad input, refused before
-anything started; 3 no such job; 130 interrupted (the job was stopped).
+anything started; 3 no such job; 130 interrupted by Ctrl-C, 143 by SIGTERM (either way the
+job was stopped: status Stopped, every instance gone).
 """
 
 from __future__ import annotations
@@ -156,9 +157,12 @@ def train(
         estimator.fit(inputs, wait=not detach, job_name=job_name)
     except JobFailedError as exc:
         _fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        console.print("interrupted: the job was stopped")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:
+        from shipyard.control.interrupt import EXIT_TERMINATED, Terminated
+
+        terminated = isinstance(exc, Terminated)
+        console.print(f"{'terminated' if terminated else 'interrupted'}: the job was stopped")
+        raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
     except (ValidationError, TypeError) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     except ShipyardError as exc:

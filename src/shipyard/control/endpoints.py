@@ -148,7 +148,8 @@ class Endpoints:
                     "SELECT name FROM endpoints ORDER BY created_at DESC"
                 ).fetchall()
             ]
-        return [r for r in (self._row(n) for n in names) if r is not None]
+        # reconciled like get(): a server killed meanwhile must not be listed InService
+        return [self._reconcile(r) for r in (self._row(n) for n in names) if r is not None]
 
     def _reconcile(self, record: EndpointRecord) -> EndpointRecord:
         """The server's own state file and liveness decide the status."""
@@ -165,7 +166,10 @@ class Endpoints:
             pass
         if status is not EndpointStatus.FAILED and not _server_alive(record):
             status = EndpointStatus.FAILED
-            reason = reason or f"the server process ({record.pid}) is gone; see {record.log_path}"
+            reason = reason or (
+                f"the server process ({record.pid}) ended unexpectedly; see {record.log_path}"
+            )
+            _stop_leftovers(record.endpoint_dir)
         if (status, reason) != (record.status, record.failure_reason):
             with schema.connect(self.db_path) as db:
                 db.execute(
@@ -500,6 +504,24 @@ def _server_alive(record: EndpointRecord) -> bool:
         )
     except psutil.Error:
         return False
+
+
+def _stop_leftovers(endpoint_dir: str) -> None:
+    """Workers of a server that died (SIGKILL leaves them running, holding the port)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(endpoint_dir in part for part in proc.info.get("cmdline") or []):
+                proc.terminate()
+                left.append(proc)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(left, timeout=3)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 def _stop_tree(pid: int, grace: float) -> None:

@@ -44,6 +44,10 @@ REPORT_NAME = "distribution-report.json"
 POLL_SECONDS = 0.02
 STOP_CHECK_SECONDS = 0.25
 STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
+# After the first failure is seen, how long the other agents get to record theirs: a peer
+# failing a few ms later (its connection dropped) may be *seen* first; the earliest
+# recorded failure time names the root cause (torch elastic's rule).
+ROOT_CAUSE_SETTLE_SECONDS = 0.5
 
 
 @dataclass
@@ -100,6 +104,7 @@ class JobSupervisor:
         )
         self.deadline = time.monotonic() + self.spec.max_run
         self.signalled = False
+        self.failed_hosts: set[str] = set()
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
@@ -149,6 +154,7 @@ class JobSupervisor:
                     self.name, host, os.path.join(self.record.job_dir, "agent.json"), log_path, env
                 )
             )
+        self.failed_hosts = set()
         self.handles = self.backend.launch(specs)
         now = time.time()
         addresses = self._addresses()
@@ -223,7 +229,9 @@ class JobSupervisor:
                 if code != 0:
                     reason = self._failure_reason(handle.host, code)
                     self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
-                    return AttemptResult(AttemptKind.FAILED, reason, handle.host)
+                    self.failed_hosts.add(handle.host)
+                    root = self._root_cause(handle.host, attempt, done)
+                    return AttemptResult(AttemptKind.FAILED, self._failure_reason(root, code), root)
                 self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
             if len(done) == len(self.handles):
                 return AttemptResult(AttemptKind.SUCCEEDED)
@@ -251,6 +259,44 @@ class JobSupervisor:
             time.sleep(delay if not progressed else 0)
             delay = min(delay * 2, POLL_SECONDS)
 
+    def _failure_time(self, host: str) -> float | None:
+        try:
+            with open(self.paths(host).failure_time_file, encoding="utf-8") as fh:
+                return float(fh.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _root_cause(self, seen: str, attempt: int, done: dict[str, int]) -> str:
+        """The host whose failure came first: let the other agents record theirs for a
+        moment, then compare the times they recorded (not the order we noticed them)."""
+        settle = time.monotonic() + ROOT_CAUSE_SETTLE_SECONDS
+        while time.monotonic() < settle and len(done) < len(self.handles):
+            for handle in self.handles:
+                if handle.host in done:
+                    continue
+                code = self.backend.poll(handle)
+                if code is None:
+                    continue
+                done[handle.host] = code
+                if code != 0:
+                    self.failed_hosts.add(handle.host)
+                    self._finish_instance(
+                        handle,
+                        attempt,
+                        code,
+                        InstanceStatus.FAILED,
+                        self._failure_reason(handle.host, code),
+                    )
+                else:
+                    self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
+            time.sleep(0.01)
+        times = {h: t for h in self.hosts if (t := self._failure_time(h)) is not None}
+        if not times:
+            return seen
+        root = min(times, key=lambda h: times[h])
+        self.failed_hosts.add(root)
+        return root
+
     def _release_servers(self, attempt: int, done: dict[str, int]) -> None:
         """The deciding instances succeeded: stop the ones that only serve them."""
         serving = [h for h in self.handles if h.host not in done]
@@ -271,14 +317,25 @@ class JobSupervisor:
         running = [h for h in self.handles if self.backend.poll(h) is None]
         self.backend.stop(self.handles, grace=STOP_GRACE_SECONDS)
         for handle in running:
-            self._finish_instance(handle, attempt, self.backend.poll(handle) or -15, status, None)
+            code = self.backend.poll(handle) or -15
+            if handle.host in self.failed_hosts:  # failed first, seen later
+                reason = self._failure_reason(handle.host, code)
+                self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
+            else:
+                self._finish_instance(handle, attempt, code, status, None)
 
     def _upload(self) -> None:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
         output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
         output_path = self.spec.output_path or self.home.default_output_path
         with progress.step(f"Uploading the model and output to {output_path}"):
-            model, output = artifacts.save(output_path, self.name, model_dirs, output_dirs)
+            model, output = artifacts.save(
+                output_path,
+                self.name,
+                model_dirs,
+                output_dirs,
+                scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
+            )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
         if self.stream is not None and model.conflicts:
             self.stream.write(
