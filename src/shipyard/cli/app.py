@@ -240,6 +240,8 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
         out.print("[red]FailureReason:[/]", desc["FailureReason"], markup=True, highlight=False)
     if desc.get("ModelArtifacts"):
         out.print("model:", desc["ModelArtifacts"]["S3ModelArtifacts"])
+    for warning in desc["Shipyard"].get("Warnings", []):
+        out.print("[yellow]warning:[/]", warning, markup=True, highlight=False)
     table = Table("host", "attempt", "address", "status", "exit", "log")
     for inst in desc["Shipyard"]["Instances"]:
         table.add_row(
@@ -317,6 +319,10 @@ _register_endpoints(app)  # serve, endpoints, endpoints delete (issue #8)
 from shipyard.cli.observe import register as _register_observe  # noqa: E402
 
 _register_observe(app)  # metrics, stacks, tensorboard, ui (issue #21)
+
+from shipyard.cli.server import register as _register_server  # noqa: E402
+
+_register_server(app)  # server, server env (issue #18)
 
 
 def main() -> None:

@@ -19,13 +19,14 @@ from typing import Any, TextIO
 import psutil
 
 from shipyard import backends, instance_types
+from shipyard import distribution as dist_mod
 from shipyard.agent import runners
-from shipyard.control import artifacts, plan, staging
+from shipyard.control import artifacts, legacy_mode, plan, staging, versions
 from shipyard.control.home import Home
 from shipyard.control.interrupt import terminate_as_interrupt
 from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
 from shipyard.control.store import JobRecord, Store, Transition
-from shipyard.control.supervisor import REPORT_NAME, lost_processes
+from shipyard.control.supervisor import REPORT_NAME, job_warnings, lost_processes
 from shipyard.errors import (
     ChannelError,
     DistributionError,
@@ -44,6 +45,15 @@ def check_runner(spec: JobSpec) -> None:
     """Refuse, at submission, a distribution this build cannot run or options its runner
     rejects (each runner's optional ``validate``), so nothing is half-started."""
     runner = spec.dist.runner_for(spec.framework)
+    if spec.dist.kind == dist_mod.SMDDP and spec.framework == "tensorflow":
+        raise DistributionError(
+            "distribution smdistributed.dataparallel with the TensorFlow estimator: SageMaker "
+            "dropped TensorFlow support from its data-parallel library (only PyTorch scripts "
+            'can use it; the script would fail with "No module named '
+            "'smdistributed.dataparallel.tensorflow'\"). For TensorFlow use "
+            "{'mpi': {'enabled': True}} with Horovod (import horovod.tensorflow.keras as hvd) "
+            "or {'multi_worker_mirrored_strategy': {'enabled': True}}."
+        )
     if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
         raise DistributionError(
             "distribution['parameter_server']['implementation']='tensorflow' needs the "
@@ -56,8 +66,13 @@ def check_runner(spec: JobSpec) -> None:
             f"in this version of shipyard yet (coming with: {planned}); it will not be run as "
             "a plain job. Remove `distribution` to train without it."
         )
+    # the options as the runner gets them on the instances (plan.agent_config): with the kind,
+    # so a runner serving several kinds names the one the user asked for
     runners.validate(
-        runner, spec.dist.options, spec.instance_count, instance_types.resolve(spec.instance_type)
+        runner,
+        dict(spec.dist.options, kind=spec.dist.kind),
+        spec.instance_count,
+        instance_types.resolve(spec.instance_type),
     )
 
 
@@ -189,6 +204,7 @@ class ControlPlane:
                     local_dir=os.path.join(job_dir, "source"),
                     exclude=self._never_bundled(spec, code_location),
                 )
+            legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
             encoded = plan.hyperparameters(spec, staged, self.home)
             assert record.subnet is not None  # chosen with the reservation
             config = plan.agent_config(spec, staged, encoded, self.home, record.subnet, sources)
@@ -218,6 +234,8 @@ class ControlPlane:
             raise
         if log:
             log(instance_types.resolve(spec.instance_type).describe())
+            for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
+                log(line)
             for note in staged.notes:
                 log(note)
         return record
@@ -519,6 +537,7 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             for i in cp.store.instances(record.name)
         ],
         "OutputArtifacts": record.output_artifact,
+        "Warnings": job_warnings(record.job_dir),
         "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
         # every metric_definitions match (FinalMetricDataList keeps the last of each)
         "MetricHistory": [

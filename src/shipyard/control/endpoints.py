@@ -199,14 +199,11 @@ class Endpoints:
         """Prepare the model and start the detached server; returns at once (Creating)."""
         self._check_new(name, host, port)
         source = self.resolve_model_data(model_data)
-        edir = self.endpoint_dir(name)
-        if os.path.exists(edir):
-            raise ValidationError(f"{edir} already exists; pick another endpoint name")
+        edir = self._reserve_dir(name)
         model_dir = os.path.join(edir, "model")
         record: EndpointRecord | None = None
         proc: subprocess.Popen | None = None
         try:
-            os.makedirs(edir)
             _stage_model(source, edir, model_dir)
             program = self._add_code(model_dir, entry_point, source_dir, dependencies or [])
             code_dir = os.path.join(model_dir, "code")
@@ -248,6 +245,20 @@ class Endpoints:
             shutil.rmtree(edir, ignore_errors=True)
             raise
         return self.get(name)
+
+    def _reserve_dir(self, name: str) -> str:
+        """Create the endpoint's directory, atomically: of two creates racing on one name,
+        exactly one gets it, and the other leaves the winner's directory alone."""
+        edir = self.endpoint_dir(name)
+        os.makedirs(os.path.dirname(edir), exist_ok=True)
+        try:
+            os.mkdir(edir)
+        except FileExistsError:
+            raise ValidationError(
+                f"an endpoint named {name!r} is being created or its directory {edir} "
+                "already exists; pick another name or delete the endpoint"
+            ) from None
+        return edir
 
     def _check_new(self, name: str, host: str, port: int | None) -> None:
         """Refuse a bad or taken name, or a port already in use, before anything is made."""

@@ -41,6 +41,7 @@ from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
 
 REPORT_NAME = "distribution-report.json"
+WARNINGS_NAME = "warnings.json"
 POLL_SECONDS = 0.02
 STOP_CHECK_SECONDS = 0.25
 STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
@@ -71,6 +72,23 @@ def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
                 except ValueError:
                     continue
     return out
+
+
+def job_warnings(job_dir: str) -> list[str]:
+    """What the job's end found worth a warning (describe's Shipyard.Warnings)."""
+    try:
+        with open(os.path.join(job_dir, WARNINGS_NAME), encoding="utf-8") as fh:
+            return [str(w) for w in json.load(fh)]
+    except (OSError, ValueError):
+        return []
+
+
+EMPTY_MODEL_WARNING = (
+    "No model artifact was saved under /opt/ml/model (SM_MODEL_DIR) on any instance: "
+    "model.tar.gz is empty and there is nothing to deploy. Save the trained model under "
+    "os.environ['SM_MODEL_DIR'] (with TensorFlow, --model_dir is the checkpoint location, "
+    "not the model to deploy)."
+)
 
 
 class StopRequested(Exception):
@@ -337,11 +355,32 @@ class JobSupervisor:
                 scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
             )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
+        if model.files == 0:
+            self._warn(EMPTY_MODEL_WARNING)
         if self.stream is not None and model.conflicts:
             self.stream.write(
                 "shipyard: several instances wrote the same model file; kept "
                 "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n"
             )
+
+    def _warn(self, message: str) -> None:
+        """Say ``message`` in the job log (algo-1's), on the attached console, and in
+        describe (the job dir's warnings file)."""
+        line = f"[shipyard] WARNING: {message}\n"
+        if self.stream is not None:
+            self.stream.write(line)
+        handle = next((h for h in self.handles if h.host == self.hosts[0]), None)
+        log_path = handle.log_path if handle else self.home.log_path(self.name, self.hosts[0])
+        try:
+            with open(log_path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+        except OSError:
+            pass
+        path = os.path.join(self.record.job_dir, WARNINGS_NAME)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(job_warnings(self.record.job_dir) + [message], fh)
+        os.replace(tmp, path)
 
     # -- the whole job --------------------------------------------------------------------
     def run(self) -> JobRecord:
