@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum
 # Exact framework versions for development and CI live in constraints.txt.
 EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
 
-.PHONY: demo test test-fast lint format venv clean bench bench-env
+.PHONY: demo test test-fast lint format venv clean bench bench-env browser
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP)
+# The dashboard's tests drive Debian's chromium (headless); installed here when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: install it (apt-get install chromium) for the dashboard tests"; fi; }
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 test-fast: $(STAMP)

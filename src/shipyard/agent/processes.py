@@ -91,8 +91,10 @@ class Supervisor:
     def start(self) -> None:
         become_subreaper()
         for spec in self.specs:
+            env = dict(spec.env) if spec.env is not None else dict(os.environ)
+            env["SHIPYARD_PROCESS_NAME"] = spec.name  # labels `shipyard stacks` output
             proc = subprocess.Popen(
-                spec.argv, env=spec.env, cwd=spec.cwd, preexec_fn=die_with_parent, close_fds=True
+                spec.argv, env=env, cwd=spec.cwd, preexec_fn=die_with_parent, close_fds=True
             )
             self.procs.append((spec, proc))
             threading.Thread(

@@ -28,6 +28,26 @@ console = Console(stderr=True, highlight=False)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
+@app.callback()
+def _options(
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="no progress lines or bars (staging, installs, uploads)"
+    ),
+) -> None:
+    """SageMaker-style distributed training on your own machines."""
+    if quiet:
+        from shipyard.observe import progress
+
+        progress.set_quiet(True)
+
+
+def out_console() -> Console:
+    """stdout; when it is not a terminal, wide enough that tables keep whole job names
+    and paths (rich would otherwise fold them to 80 columns)."""
+    plain = Console()
+    return plain if plain.is_terminal else Console(width=1000, highlight=False)
+
+
 def _control():
     from shipyard.control.client import ControlPlane
 
@@ -198,7 +218,7 @@ def jobs(
             created,
             duration,
         )
-    Console().print(table)
+    out_console().print(table)
 
 
 @app.command()
@@ -211,7 +231,7 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         typer.echo(json.dumps(desc, indent=1, default=_json_default))
         return
-    out = Console()
+    out = out_console()
     out.print(
         f"[bold]{desc['TrainingJobName']}[/]  {desc['TrainingJobStatus']} / "
         f"{desc['SecondaryStatus']}"
@@ -256,25 +276,30 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
 def logs(
     job: str,
     follow: bool = typer.Option(False, "--follow", "-f"),
-    host: str | None = typer.Option(None, "--host"),
+    host: str | None = typer.Option(
+        None, "--host", help="one instance (algo-k): its lines and those of its MPI ranks"
+    ),
+    show_all: bool = typer.Option(
+        False, "--all", help="also framework noise (TF C++ INFO, cuInit, NCCL INFO)"
+    ),
 ) -> None:
-    """Print a job's logs, each line prefixed with its host."""
-    from shipyard.observe.logs import LogTailer, print_lines
+    """Print a job's logs, each line prefixed with its host (and MPI rank)."""
+    from shipyard.observe.logs import LogTailer, print_lines, select
 
     control = _control()
     try:
         record = control.get(job)
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
+    hosts = record.spec.hosts
+    if host and host not in hosts:
+        _fail(f"job {job!r} has no host {host!r}; its hosts are {', '.join(hosts)}", EXIT_BAD_INPUT)
+    show_noise = True if show_all else None
     if follow and not record.terminal:
-        if host:
-            _fail("--follow shows every host; leave out --host", EXIT_BAD_INPUT)
-        control.wait(job, logs=True, stream=sys.stdout)
+        control.wait(job, logs=True, stream=sys.stdout, host=host, show_noise=show_noise)
         return
-    files = control.log_files(job, host)
-    if host and not files:
-        _fail(f"job {job!r} has no host {host!r}", EXIT_BAD_INPUT)
-    print_lines(LogTailer(files).poll(flush=True), sys.stdout)
+    lines = LogTailer(control.log_files(job)).poll(flush=True)
+    print_lines(select(lines, host), sys.stdout, show_noise=show_noise)
 
 
 @app.command()
@@ -290,6 +315,10 @@ def stop(job: str) -> None:
 from shipyard.cli.endpoints import register as _register_endpoints  # noqa: E402
 
 _register_endpoints(app)  # serve, endpoints, endpoints delete (issue #8)
+
+from shipyard.cli.observe import register as _register_observe  # noqa: E402
+
+_register_observe(app)  # metrics, stacks, tensorboard, ui (issue #21)
 
 from shipyard.cli.server import register as _register_server  # noqa: E402
 

@@ -32,6 +32,12 @@ endpoints_app = typer.Typer(
 )
 
 
+def _out() -> Console:
+    from shipyard.cli.app import out_console
+
+    return out_console()
+
+
 def _fail(message: str, code: int) -> None:
     console.print(f"[bold red]error:[/] {message}", markup=True)
     raise typer.Exit(code)
@@ -122,7 +128,7 @@ def endpoints(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
             r.model_data,
             r.failure_reason or "",
         )
-    Console().print(table)
+    _out().print(table)
 
 
 @endpoints_app.command("delete")

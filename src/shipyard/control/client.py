@@ -35,8 +35,9 @@ from shipyard.errors import (
     StorageError,
     ValidationError,
 )
-from shipyard.observe.logs import LogTailer, print_lines
-from shipyard.observe.metrics import final_metrics
+from shipyard.observe import progress
+from shipyard.observe.logs import LogTailer, print_lines, select
+from shipyard.observe.metrics import final_metrics, history
 from shipyard.spec import ChannelSpec, JobSpec
 
 
@@ -156,6 +157,10 @@ class ControlPlane:
         }
         if spec.checkpoint_s3_uri:
             check_location("checkpoint_s3_uri", spec.checkpoint_s3_uri)
+        if spec.tensorboard:
+            check_location(
+                "tensorboard_output_config.s3_output_path", spec.tensorboard.s3_output_path
+            )
         if self.store.exists(spec.job_name):
             raise JobExistsError(
                 f"a training job named {spec.job_name!r} already exists; job names are unique: "
@@ -190,14 +195,15 @@ class ControlPlane:
             ) from None
         staged = None
         try:
-            staged = staging.stage(
-                spec.code,
-                spec.job_name,
-                code_location,
-                self.home.requirements_cache,
-                local_dir=os.path.join(job_dir, "source"),
-                exclude=self._never_bundled(spec, code_location),
-            )
+            with progress.step(f"Staging the code of {spec.job_name}"):
+                staged = staging.stage(
+                    spec.code,
+                    spec.job_name,
+                    code_location,
+                    self.home.requirements_cache,
+                    local_dir=os.path.join(job_dir, "source"),
+                    exclude=self._never_bundled(spec, code_location),
+                )
             legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
             encoded = plan.hyperparameters(spec, staged, self.home)
             assert record.subnet is not None  # chosen with the reservation
@@ -296,8 +302,16 @@ class ControlPlane:
             time.sleep(0.1)
         return record
 
-    def wait(self, name: str, logs: bool = True, stream: TextIO | None = None) -> JobRecord:
-        """Follow a job run by another process until it ends (attach, logs --follow)."""
+    def wait(
+        self,
+        name: str,
+        logs: bool = True,
+        stream: TextIO | None = None,
+        host: str | None = None,
+        show_noise: bool | None = None,
+    ) -> JobRecord:
+        """Follow a job run by another process until it ends (attach, logs --follow);
+        ``host``: only that instance's lines (its MPI ranks' included)."""
         stream = stream or sys.stdout
         tailer = LogTailer({})
         while True:
@@ -306,7 +320,7 @@ class ControlPlane:
                 tailer.add(key, path)
             lines = tailer.poll(flush=record.terminal)
             if logs:
-                print_lines(lines, stream)
+                print_lines(select(lines, host), stream, show_noise=show_noise)
             if record.terminal:
                 return record
             time.sleep(0.1)
@@ -525,6 +539,10 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "OutputArtifacts": record.output_artifact,
         "Warnings": job_warnings(record.job_dir),
         "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
+        # every metric_definitions match (FinalMetricDataList keeps the last of each)
+        "MetricHistory": [
+            dict(h, Timestamp=_ts(h["Timestamp"])) for h in history(cp.store.metrics(record.name))
+        ],
     }
     report_path = os.path.join(record.job_dir, REPORT_NAME)
     if os.path.isfile(report_path):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from shipyard.errors import StagingError, ValidationError
+from shipyard.observe import progress
 from shipyard.spec import CodeSpec
 from shipyard.storage.uri import local_path
 
@@ -290,23 +291,24 @@ def cached_environment(
             with open(os.path.join(site_dir, "_shipyard_parent.pth"), "w") as fh:
                 fh.write("\n".join(parents) + "\n")
             python = os.path.join(tmp, "bin", "python")
-            result = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "--python",
-                    python,
-                    "install",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                    *install_args,
-                ],
-                cwd=cwd,
-                capture_output=True,
-                text=True,
-                timeout=3600,
-            )
+            with progress.step(f"Installing {label} (pip, cached for the next jobs)"):
+                result = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "--python",
+                        python,
+                        "install",
+                        "--disable-pip-version-check",
+                        "--no-input",
+                        *install_args,
+                    ],
+                    cwd=cwd,
+                    capture_output=True,
+                    text=True,
+                    timeout=3600,
+                )
             if result.returncode != 0:
                 raise StagingError(
                     f"installing {label} failed:\n" + (result.stderr or result.stdout)[-2000:]

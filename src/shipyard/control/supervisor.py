@@ -35,8 +35,10 @@ from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.observe import progress
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
+from shipyard.observe.stacks import SilenceWatch
 
 REPORT_NAME = "distribution-report.json"
 WARNINGS_NAME = "warnings.json"
@@ -112,6 +114,12 @@ class JobSupervisor:
         self.handles: list[InstanceHandle] = []
         self.metrics = MetricExtractor(m.model_dump() for m in self.spec.metric_definitions)
         self.tailer = LogTailer({})
+        # stacks are read from this machine's processes: the local backend's instances
+        self.silence = (
+            SilenceWatch.from_environment(dict(self.spec.environment))
+            if self.record.backend == "local"
+            else None
+        )
         self.deadline = time.monotonic() + self.spec.max_run
         self.signalled = False
         self.failed_hosts: set[str] = set()
@@ -132,6 +140,8 @@ class JobSupervisor:
         lines = self.tailer.poll(flush=flush)
         if not lines:
             return
+        if self.silence is not None:
+            self.silence.activity()
         if self.stream is not None:
             print_lines(lines, self.stream)
         self.store.add_metrics(self.name, self.metrics.extract(lines))
@@ -255,6 +265,11 @@ class JobSupervisor:
                 )
             if self.signalled:
                 return AttemptResult(AttemptKind.STOPPED)
+            if self.silence is not None:
+                self.silence.check(
+                    {h.host: h.pid for h in self.handles if h.host not in done},
+                    {h.host: h.log_path for h in self.handles},
+                )
             if now >= next_stop_check:
                 next_stop_check = now + STOP_CHECK_SECONDS
                 if self.store.get(self.name).stop_requested:
@@ -330,13 +345,15 @@ class JobSupervisor:
     def _upload(self) -> None:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
         output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
-        model, output = artifacts.save(
-            self.spec.output_path or self.home.default_output_path,
-            self.name,
-            model_dirs,
-            output_dirs,
-            scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
-        )
+        output_path = self.spec.output_path or self.home.default_output_path
+        with progress.step(f"Uploading the model and output to {output_path}"):
+            model, output = artifacts.save(
+                output_path,
+                self.name,
+                model_dirs,
+                output_dirs,
+                scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
+            )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
         if model.files == 0:
             self._warn(EMPTY_MODEL_WARNING)

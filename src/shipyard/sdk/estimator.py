@@ -51,7 +51,6 @@ _AWS_ONLY = (
     "max_wait",
     "rules",
     "debugger_hook_config",
-    "tensorboard_output_config",
     "enable_sagemaker_metrics",
     "enable_network_isolation",
     "profiler_config",
@@ -139,6 +138,10 @@ class EstimatorBase:
         instance_type = kwargs.pop("instance_type", instance_type)
         max_run = kwargs.pop("max_run", max_run)
         distribution = kwargs.pop("distribution", distribution)
+        from shipyard.debugger import tensorboard_spec
+
+        self.tensorboard_output_config = kwargs.pop("tensorboard_output_config", None)
+        self._tensorboard = tensorboard_spec(self.tensorboard_output_config)
         self.session = kwargs.pop("sagemaker_session", None) or session or Session()
         if not isinstance(self.session, Session):
             raise ValidationError("sagemaker_session/session must be a shipyard.Session")
@@ -224,6 +227,7 @@ class EstimatorBase:
             code_location=self.code_location,
             checkpoint_s3_uri=self.checkpoint_s3_uri,
             checkpoint_local_path=self.checkpoint_local_path,
+            tensorboard=self._tensorboard,
             environment=self.environment,
             max_run=self.max_run,
             max_retry_attempts=self.max_retry_attempts,
@@ -279,6 +283,22 @@ class EstimatorBase:
 
     def stop_training_job(self) -> None:
         self._require_job().stop()
+
+    def latest_job_tensorboard_artifacts_path(self) -> str | None:
+        """Where the latest job's TensorBoard output is synced (SageMaker's method)."""
+        if self._tensorboard is None or self.latest_training_job is None:
+            return None
+        base = self._tensorboard["s3_output_path"].rstrip("/")
+        return f"{base}/{self.latest_training_job.job_name}/tensorboard-output"
+
+    @property
+    def training_job_analytics(self) -> Any:
+        """The latest job's metric history (SageMaker's TrainingJobAnalytics):
+        ``.dataframe()`` has columns timestamp, metric_name, value (and host)."""
+        from shipyard.sdk.analytics import TrainingJobAnalytics
+
+        job = self._require_job()
+        return TrainingJobAnalytics(job.job_name, control=job.control)
 
     @property
     def model_data(self) -> str | None:

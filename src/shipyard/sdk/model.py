@@ -13,6 +13,7 @@ from typing import Any
 
 from shipyard.control.endpoints import Endpoints
 from shipyard.errors import ValidationError
+from shipyard.observe import progress
 from shipyard.sdk.naming import name_from_base
 from shipyard.sdk.predictor import Predictor, PyTorchPredictor, TensorFlowPredictor
 
@@ -117,7 +118,8 @@ class Model:
         self.endpoint_name = name
         if wait:
             try:
-                endpoints.wait(name)
+                with progress.step(f"Starting endpoint {name}"):
+                    endpoints.wait(name)
             except BaseException:
                 endpoints.delete(name)  # a failed endpoint leaves no process behind
                 raise
