@@ -53,6 +53,7 @@ def job_processes(job_dir: str) -> list[psutil.Process]:
             job_dir in cmd
             or job_dir in (info.get("cwd") or "")
             or job_dir in env.get("SAGEMAKER_BASE_DIR", "")
+            or job_dir in env.get("SHIPYARD_INSTANCE_DIR", "")
         ):
             if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)

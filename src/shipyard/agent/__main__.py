@@ -19,10 +19,17 @@ from shipyard.agent import channels, runners
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.entry_point import user_command
 from shipyard.agent.environment import process_env
-from shipyard.agent.layout import InstancePaths, build_tree
+from shipyard.agent.layout import InstancePaths, build_tree, paths_for
 from shipyard.agent.processes import Supervisor
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.runtime import failure
+from shipyard.runtime.lifeline import arm_death_signal
+
+OPT_ML = "/opt/ml"
+NO_SANDBOX_NOTE = (
+    "instance sandbox off ({reason}): /opt/ml is not mapped (SM_* paths point into the "
+    "job directory) and the job's listeners are visible on this machine"
+)
 
 
 def log(message: str) -> None:
@@ -59,8 +66,33 @@ def own_failure_text(spec: ProcessSpec | None) -> str | None:
     return text[: failure.LIMIT] or None
 
 
-def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
-    paths = build_tree(config, host)
+def enter_sandbox(config: AgentConfig, host: str, holder_pid: int | None) -> InstancePaths:
+    """Move into the instance's namespaces when the job has them; the tree's paths as this
+    instance's processes see them (/opt/ml in a sandbox)."""
+    real = paths_for(config, host)
+    if holder_pid is None:
+        if config.sandbox.get("reason") and host == config.hosts[0]:
+            log(NO_SANDBOX_NOTE.format(reason=config.sandbox["reason"]))
+        return real
+    from shipyard.sandbox.instance import InstanceSandbox, enter
+
+    os.makedirs(real.base, exist_ok=True)
+    enter(
+        InstanceSandbox(
+            holder_pid=holder_pid,
+            host=host,
+            hosts=dict(config.addresses),
+            tree=real.base,
+            rootless=bool(config.sandbox.get("rootless")),
+        )
+    )
+    return InstancePaths(OPT_ML)
+
+
+def run_instance(
+    config: AgentConfig, host: str, log_path: str | None, paths: InstancePaths | None = None
+) -> int:
+    paths = build_tree(config, host, paths)
     stage_code(config.submit_directory, paths.code)
     data = channels.prepare(config, host, paths, log)
     try:
@@ -120,11 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--host", required=True)
     parser.add_argument("--log", default=None, help="this agent's own log file (failure text)")
+    parser.add_argument("--parent-pid", type=int, default=None, help="die with this process")
+    parser.add_argument(
+        "--sandbox-holder", type=int, default=None, help="pid holding the job's network"
+    )
     args = parser.parse_args(argv)
+    if args.parent_pid is not None and not arm_death_signal(args.parent_pid, signal.SIGTERM):
+        return 1  # the supervisor died while this agent was starting
     started = time.monotonic()
     config = AgentConfig.load(args.config)
     try:
-        code = run_instance(config, args.host, args.log)
+        paths = enter_sandbox(config, args.host, args.sandbox_holder)
+        code = run_instance(config, args.host, args.log, paths)
     except Exception:  # noqa: BLE001 - the agent's own failure: recorded like the toolkit's Framework Error
         text = "Framework Error: \n" + traceback.format_exc()
         paths = InstancePaths(os.path.join(config.instances_dir, args.host))

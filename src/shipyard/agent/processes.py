@@ -1,7 +1,9 @@
 """Supervising an instance's processes: start, watch, stop; nothing may outlive them.
 
 Children run in the agent's process group (the backend made the agent a session
-leader) and get PR_SET_PDEATHSIG, so they die with the agent even if it is SIGKILLed.
+leader) and get PR_SET_PDEATHSIG (armed by util-linux ``setpriv`` in the child, not by a
+preexec_fn, which is unsafe once the agent has threads), so they die with the agent
+even if it is SIGKILLed.
 The agent is a child subreaper, so even descendants that daemonize (new session,
 parent exited) stay its descendants; when the agent ends, every remaining descendant
 is terminated, then killed.
@@ -16,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from shipyard.agent.runners.api import ProcessSpec
-from shipyard.runtime.lifeline import become_subreaper, die_with_parent
+from shipyard.runtime.lifeline import become_subreaper, death_signal_argv
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Supervisor:
         become_subreaper()
         for spec in self.specs:
             proc = subprocess.Popen(
-                spec.argv, env=spec.env, cwd=spec.cwd, preexec_fn=die_with_parent, close_fds=True
+                death_signal_argv(spec.argv), env=spec.env, cwd=spec.cwd, close_fds=True
             )
             self.procs.append((spec, proc))
 

@@ -162,8 +162,13 @@ class ControlPlane:
                 local_dir=os.path.join(job_dir, "source"),
             )
             encoded = plan.hyperparameters(spec, staged, self.home)
-            subnet = plan.choose_subnet(self.store.subnets_in_use())
-            config = plan.agent_config(spec, staged, encoded, self.home, subnet, sources)
+            sandbox = plan.sandbox_config(self.backend)
+            subnet = plan.choose_subnet(
+                self.store.subnets_in_use(), sandboxed=bool(sandbox["enabled"])
+            )
+            config = plan.agent_config(
+                spec, staged, encoded, self.home, subnet, sources, sandbox=sandbox
+            )
             os.makedirs(os.path.join(job_dir, "logs"))
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
