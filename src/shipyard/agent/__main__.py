@@ -17,7 +17,7 @@ import traceback
 
 from shipyard.agent import channels, runners
 from shipyard.agent.config import AgentConfig
-from shipyard.agent.entry_point import user_command
+from shipyard.agent.entry_point import python_dir, user_command
 from shipyard.agent.environment import process_env
 from shipyard.agent.layout import InstancePaths, build_tree, paths_for
 from shipyard.agent.processes import Supervisor
@@ -77,16 +77,45 @@ def enter_sandbox(config: AgentConfig, host: str, holder_pid: int | None) -> Ins
     from shipyard.sandbox.instance import InstanceSandbox, enter
 
     os.makedirs(real.base, exist_ok=True)
-    enter(
-        InstanceSandbox(
-            holder_pid=holder_pid,
-            host=host,
-            hosts=dict(config.addresses),
-            tree=real.base,
-            rootless=bool(config.sandbox.get("rootless")),
-        )
+    box = InstanceSandbox(
+        holder_pid=holder_pid,
+        host=host,
+        hosts=dict(config.addresses),
+        tree=real.base,
+        rootless=bool(config.sandbox.get("rootless")),
+        outbound=not config.sandbox.get("isolation"),
+        forward_ports=loopback_ports(config),
     )
+    enter(box)
+    for note in box.notes:
+        log(f"{host}: {note}")
+    if config.sandbox.get("isolation") and host == config.hosts[0]:
+        log("network isolation: instances have no outbound network")
     return InstancePaths(OPT_ML)
+
+
+def loopback_ports(config: AgentConfig) -> list[int]:
+    """Ports of the host's loopback a sandboxed instance must still reach: the job's S3
+    endpoint when it is on this machine (http://127.0.0.1:9000, localhost, [::1])."""
+    from urllib.parse import urlsplit
+
+    ports = set()
+    env = config.environment
+    for url in (
+        config.data.get("endpoint_url"),
+        env.get("AWS_ENDPOINT_URL_S3"),
+        env.get("AWS_ENDPOINT_URL"),
+    ):
+        if not url:
+            continue
+        parts = urlsplit(str(url))
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            continue
+        if parts.hostname in ("127.0.0.1", "localhost", "::1"):
+            ports.add(port)
+    return sorted(ports)
 
 
 def run_instance(
@@ -109,6 +138,7 @@ def _run(
     data: channels.ChannelSession,
 ) -> int:
     env = process_env(config, host, paths)
+    env["PATH"] = os.pathsep.join(p for p in (python_dir(paths.agent_dir), env.get("PATH")) if p)
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
     specs = runners.get(config.runner)(ctx) + data.services()

@@ -281,6 +281,10 @@ from shipyard.cli.endpoints import register as _register_endpoints  # noqa: E402
 
 _register_endpoints(app)  # serve, endpoints, endpoints delete (issue #8)
 
+from shipyard.cli.doctor import register as _register_doctor  # noqa: E402
+
+_register_doctor(app)  # doctor (issue #15)
+
 
 def main() -> None:
     app()

@@ -162,7 +162,7 @@ class ControlPlane:
                 local_dir=os.path.join(job_dir, "source"),
             )
             encoded = plan.hyperparameters(spec, staged, self.home)
-            sandbox = plan.sandbox_config(self.backend)
+            sandbox = plan.sandbox_config(self.backend, spec.enable_network_isolation)
             subnet = plan.choose_subnet(
                 self.store.subnets_in_use(), sandboxed=bool(sandbox["enabled"])
             )

@@ -26,8 +26,9 @@ FRAMEWORK_MODULES = {
 }
 
 
-def sandbox_config(backend: str) -> dict:
-    """AgentConfig.sandbox for a job on ``backend``: on when this machine supports it."""
+def sandbox_config(backend: str, isolation: bool = False) -> dict:
+    """AgentConfig.sandbox for a job on ``backend``: on when this machine supports it;
+    ``isolation`` (enable_network_isolation) cuts the instances' outbound traffic."""
     from shipyard.sandbox import probe
 
     if backend != "local":
@@ -37,7 +38,12 @@ def sandbox_config(backend: str) -> dict:
             "(its listeners bind the node's cluster address; see docs/sandbox.md)",
         }
     support = probe.support()
-    return {"enabled": support.ok, "reason": support.reason, "rootless": support.rootless}
+    return {
+        "enabled": support.ok,
+        "reason": support.reason,
+        "rootless": support.rootless,
+        "isolation": bool(isolation),
+    }
 
 
 def choose_subnet(

@@ -6,12 +6,21 @@ attaches its new network namespace to the job's bridge with a veth pair, names i
 ``algo-k`` and mounts its tree at ``/opt/ml`` and the job's hosts file at ``/etc/hosts``.
 Everything it creates belongs to its namespaces: when the instance's last process ends,
 the kernel removes them (the veth pair included), whatever ended it.
+
+Outbound traffic: pasta (from passt, what rootless Podman uses) runs in the host's network
+namespace as a child of the agent and gives the instance a ``tap0`` with the host's
+addressing and default route (``--config-net``); it forwards nothing inbound (``-t none
+-u none``: its default would expose the instance's listeners on the host), does not map
+the gateway to the host's loopback (``--no-map-gw``), and forwards only the job's S3
+endpoint port from the instance's loopback to the host's (``-T``), so an endpoint on the
+host's 127.0.0.1 keeps working. With network isolation only that forward remains.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field
 
 from shipyard.sandbox import kernel, network, tools
@@ -28,6 +37,8 @@ class InstanceSandbox:
     hosts: dict[str, str]  # algo-k -> its address on the job network
     tree: str  # the instance's tree on the host (<job>/instances/algo-k)
     rootless: bool = False
+    outbound: bool = True  # False: network isolation (no route out of the job network)
+    forward_ports: list[int] = field(default_factory=list)  # host loopback ports to reach
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -59,8 +70,84 @@ def _ip(batch: str, pass_fds: tuple[int, ...] = ()) -> None:
         raise OSError(f"ip failed ({batch.strip()!r}): {done.stderr.decode(errors='replace')}")
 
 
+PASTA_READY_TIMEOUT_S = 10.0
+
+
+def _pasta_waiter(box: InstanceSandbox) -> subprocess.Popen | None:
+    """pasta, started now (in the host's namespaces) but held by a shell until the
+    instance's namespaces exist: it is released by writing a line to its stdin."""
+    if not box.outbound and not box.forward_ports:
+        return None
+    pasta = tools.find("pasta")
+    if pasta is None:
+        box.notes.append(
+            "pasta (passt) is not installed: this instance has no outbound network "
+            "(apt-get install passt)"
+        )
+        return None
+    argv = [pasta, "-q", "-f", "-I", "tap0", "--no-map-gw", "-t", "none", "-u", "none"]
+    argv += ["-U", "none", "-T", ",".join(map(str, box.forward_ports)) or "none"]
+    if os.geteuid() == 0:  # else it drops to nobody, which cannot enter the namespaces
+        argv += ["--runas", "0:0"]
+    if box.outbound:
+        argv.append("--config-net")
+    # the shell opens the agent's namespaces once they exist (fds 3, 4): pasta, which
+    # drops to an unprivileged user first, could not open another process's
+    if box.rootless:
+        argv += ["--userns", "/proc/self/fd/4"]
+    argv += ["--netns", "/proc/self/fd/3"]
+    from shipyard.runtime.lifeline import death_signal_argv
+
+    me = os.getpid()
+    script = f'read _ && exec 3</proc/{me}/ns/net 4</proc/{me}/ns/user && exec "$@"'
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script, "pasta-waiter", *death_signal_argv(argv)],
+        stdin=subprocess.PIPE,
+        close_fds=True,
+    )
+
+
+def _release_pasta(box: InstanceSandbox, waiter: subprocess.Popen | None) -> None:
+    if waiter is None or waiter.stdin is None:
+        return
+    waiter.stdin.write(b"go\n")
+    waiter.stdin.close()
+    deadline = time.monotonic() + PASTA_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if _pasta_ready(box):
+            return
+        if waiter.poll() is not None:
+            break
+        time.sleep(0.005)
+    code = waiter.poll()
+    why = f"exited with status {code}" if code is not None else "timed out"
+    box.notes.append(f"pasta did not set up this instance's outbound network ({why})")
+
+
+def _pasta_ready(box: InstanceSandbox) -> bool:
+    if box.outbound and not _has_default_route():
+        return False
+    return all(_listens_locally(p) for p in box.forward_ports)
+
+
+def _has_default_route() -> bool:
+    with open("/proc/self/net/route", encoding="ascii") as fh:
+        return any(line.split()[1] == "00000000" for line in fh.readlines()[1:] if line.strip())
+
+
+def _listens_locally(port: int) -> bool:
+    """Something listens on 127.0.0.1:``port`` in this network namespace."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/self/net/tcp", encoding="ascii") as fh:
+        return any(
+            fields[1] == want and fields[3] == "0A"
+            for fields in (line.split() for line in fh.readlines()[1:])
+        )
+
+
 def enter(box: InstanceSandbox) -> None:
     """Move this process into its instance sandbox (see the module docstring)."""
+    waiter = _pasta_waiter(box)
     holder = f"/proc/{box.holder_pid}/ns"
     if box.rootless:
         user_fd = os.open(f"{holder}/user", os.O_RDONLY)
@@ -78,6 +165,7 @@ def enter(box: InstanceSandbox) -> None:
             os.close(own_net)
     finally:
         os.close(job_net)
+    _release_pasta(box, waiter)
     kernel.sethostname(box.host)
     # nothing mounted here may propagate back to the host's mount namespace
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)

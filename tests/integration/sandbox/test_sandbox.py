@@ -249,3 +249,131 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
     assert _ended(helpers[0])
     with open("/proc/self/mountinfo") as fh:
         assert str(home) not in fh.read()  # no instance mount leaked into the host's view
+
+
+PLAIN_GLOO = r"""
+import json, os
+import torch, torch.distributed as dist
+hosts = json.loads(os.environ["SM_HOSTS"])
+rank = hosts.index(os.environ["SM_CURRENT_HOST"])
+dist.init_process_group("gloo", rank=rank, world_size=len(hosts))
+t = torch.ones(1) * (rank + 1)
+dist.all_reduce(t)
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank-{rank}.json"), "w") as fh:
+    json.dump({"sum": t.item(), "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}, fh)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(180)
+def test_plain_two_instance_init_process_group(session, write_script):
+    """No distribution: the PyTorch container's MASTER_ADDR=algo-1 / MASTER_PORT=7777, and
+    gloo's C++ resolves algo-1 itself."""
+    pytest.importorskip("torch")
+    src = write_script("train.py", PLAIN_GLOO)
+    est = shipyard.PyTorch(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        session=session,
+    )
+    est.fit(job_name="plain-gloo")
+    with tarfile.open(est.model_data.removeprefix("file://")) as tar:
+        records = [json.load(tar.extractfile(m)) for m in tar.getmembers() if m.isfile()]
+    assert records == [{"sum": 3.0, "master": "algo-1:7777"}] * 2
+
+
+def test_shell_entry_point_finds_the_jobs_python(session, write_script):
+    src = write_script(
+        "train.sh",
+        "python -c \"import sys, os; open('/opt/ml/model/py', 'w').write(sys.executable)\"\n",
+    )
+    est = shipyard.Estimator(
+        entry_point="train.sh",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        session=session,
+    )
+    est.fit(job_name="shell-python")
+    with tarfile.open(est.model_data.removeprefix("file://")) as tar:
+        used = tar.extractfile("py").read().decode()
+    assert os.path.realpath(used) == os.path.realpath(sys.executable)
+
+
+OUTBOUND = r"""
+import json, os, socket, subprocess, urllib.request
+url = os.environ["AWS_ENDPOINT_URL"]
+record = {"s3": urllib.request.urlopen(url + "/ping", timeout=10).read().decode()}
+routes = subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
+record["default_route"] = "default" in routes
+try:
+    socket.create_connection((os.environ["OUTSIDE"], 443), timeout=5).close()
+    record["outside"] = "connected"
+except OSError as exc:
+    record["outside"] = type(exc).__name__ + str(exc.errno)
+with open("/opt/ml/model/net.json", "w") as fh:
+    json.dump(record, fh)
+"""
+
+
+@pytest.fixture
+def loopback_http():
+    """An HTTP server on the host's loopback only (as a local S3 endpoint would be)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"pong")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _outside_address() -> str | None:
+    """An address on the internet this machine reaches, if any (pypi.org, else none)."""
+    try:
+        with socket.create_connection(("pypi.org", 443), timeout=3) as s:
+            return s.getpeername()[0]
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_outbound_and_network_isolation(session, write_script, loopback_http, isolated):
+    """pasta gives instances the host's outbound network and its loopback S3 endpoint;
+    enable_network_isolation=True leaves only the S3 endpoint."""
+    outside = _outside_address()
+    src = write_script("train.py", OUTBOUND)
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        environment={"AWS_ENDPOINT_URL": loopback_http, "OUTSIDE": outside or "192.0.2.77"},
+        enable_network_isolation=isolated,
+        session=session,
+    )
+    est.fit(job_name=f"outbound-{int(isolated)}")
+    with tarfile.open(est.model_data.removeprefix("file://")) as tar:
+        record = json.load(tar.extractfile("net.json"))
+    assert record["s3"] == "pong"
+    if isolated:
+        assert record["default_route"] is False
+        assert record["outside"].startswith("OSError101")  # ENETUNREACH: no route out
+    else:
+        assert record["default_route"] is True
+        if outside is not None:  # this machine itself reaches the internet
+            assert record["outside"] == "connected"

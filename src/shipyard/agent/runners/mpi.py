@@ -154,7 +154,9 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     os.makedirs(ctx.paths.agent_dir, exist_ok=True)
     _write_private_json(os.path.join(ctx.paths.agent_dir, ENV_FILE), env)
     python = sys.executable
-    remote = env.get("SHIPYARD_MPI_LAUNCH") == "rsh"  # set by multi-machine backends (Ray)
+    # Ray sets SHIPYARD_MPI_LAUNCH=rsh; in instance sandboxes every instance is its own
+    # machine too: its ranks must run inside its namespaces (its /opt/ml, its network)
+    remote = env.get("SHIPYARD_MPI_LAUNCH") == "rsh" or config.sandboxed
     if ctx.host != config.hosts[0]:
         if remote:
             return [_rsh_server(ctx, env)]
