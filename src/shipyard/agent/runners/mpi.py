@@ -267,7 +267,7 @@ def _rsh_server(ctx: InstanceContext, env: dict[str, str]) -> ProcessSpec:
             "env_file": os.path.join(agent_dir, ENV_FILE),
             "instances_dir": ctx.config.instances_dir,
             "failure_file": os.path.join(agent_dir, FAILURE_FILE),
-            "run_dir": os.path.join(agent_dir, RUN_DIR),
+            "run_dir": _serving_run_dir(ctx, agent_dir),
             "cwd": ctx.paths.code,
         },
     )
@@ -278,6 +278,15 @@ def _rsh_server(ctx: InstanceContext, env: dict[str, str]) -> ProcessSpec:
         cwd=ctx.paths.code,
         user_facing=False,
     )
+
+
+def _serving_run_dir(ctx: InstanceContext, agent_dir: str) -> str:
+    """Where this instance's ranks leave their init markers. In sandboxes the instances
+    share the host's filesystem, so they use the master's run dir at its host path and
+    rank 0's init watch sees every rank (on Ray each node keeps its own)."""
+    if ctx.config.sandboxed:
+        return os.path.join(ctx.config.instances_dir, ctx.config.hosts[0], "agent", RUN_DIR)
+    return os.path.join(agent_dir, RUN_DIR)
 
 
 def _rsh_launch_args(ctx: InstanceContext, plan_file: str, ppn: int) -> list[str]:
