@@ -176,4 +176,9 @@ def process_env(
         python_path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(python_path)
     env.update(resolver.env_for(config.addresses, host))
+    if config.sandboxed:
+        # NCCL would also consider pasta's tap0, which has the host's address in every
+        # instance; the job network is eth0 (as SageMaker's containers set it)
+        for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            env.setdefault(name, config.network_interface_name)
     return env

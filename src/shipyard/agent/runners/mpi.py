@@ -120,6 +120,17 @@ def _write_private_json(path: str, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def sandbox_mca(interface: str) -> dict[str, str]:
+    """Open MPI on the job network only. A sandboxed instance also has pasta's ``tap0``,
+    which carries the host's own address in every instance: a rank that offered it would
+    have its peers connect to themselves. (The user's own OMPI_MCA_* settings win.)"""
+    return {
+        "OMPI_MCA_btl_tcp_if_include": interface,
+        "OMPI_MCA_oob_tcp_if_include": interface,
+        "PRTE_MCA_oob_tcp_if_include": interface,
+    }
+
+
 def rank_python_path(env: dict[str, str]) -> dict[str, str]:
     """Add the ``horovod`` shim to PYTHONPATH when no real Horovod is importable."""
     if importlib.util.find_spec("horovod") is not None:
@@ -151,6 +162,8 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     config = ctx.config
     options = config.runner_options
     env = rank_python_path(ctx.env)
+    if config.sandboxed:
+        env = {**sandbox_mca(config.network_interface_name), **env}
     os.makedirs(ctx.paths.agent_dir, exist_ok=True)
     _write_private_json(os.path.join(ctx.paths.agent_dir, ENV_FILE), env)
     python = sys.executable
