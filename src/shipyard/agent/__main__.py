@@ -14,6 +14,7 @@ import sys
 import tarfile
 import time
 import traceback
+from typing import Any
 
 from shipyard.agent import channels, runners
 from shipyard.agent.config import AgentConfig
@@ -66,14 +67,17 @@ def own_failure_text(spec: ProcessSpec | None) -> str | None:
     return text[: failure.LIMIT] or None
 
 
-def enter_sandbox(config: AgentConfig, host: str, holder_pid: int | None) -> InstancePaths:
-    """Move into the instance's namespaces when the job has them; the tree's paths as this
-    instance's processes see them (/opt/ml in a sandbox)."""
+def enter_sandbox(
+    config: AgentConfig, host: str, holder_pid: int | None
+) -> tuple[InstancePaths, Any]:
+    """Move into the instance's namespaces when the job has them. Returns the tree's paths
+    as this instance's processes see them (/opt/ml in a sandbox) and the sandbox (an
+    InstanceSandbox, None without one)."""
     real = paths_for(config, host)
     if holder_pid is None:
         if config.sandbox.get("reason") and host == config.hosts[0]:
             log(NO_SANDBOX_NOTE.format(reason=config.sandbox["reason"]))
-        return real
+        return real, None
     from shipyard.sandbox.instance import InstanceSandbox, enter
 
     os.makedirs(real.base, exist_ok=True)
@@ -87,11 +91,9 @@ def enter_sandbox(config: AgentConfig, host: str, holder_pid: int | None) -> Ins
         forward_ports=loopback_ports(config),
     )
     enter(box)
-    for note in box.notes:
-        log(f"{host}: {note}")
     if config.sandbox.get("isolation") and host == config.hosts[0]:
         log("network isolation: instances have no outbound network")
-    return InstancePaths(OPT_ML)
+    return InstancePaths(OPT_ML), box
 
 
 def loopback_ports(config: AgentConfig) -> list[int]:
@@ -119,10 +121,20 @@ def loopback_ports(config: AgentConfig) -> list[int]:
 
 
 def run_instance(
-    config: AgentConfig, host: str, log_path: str | None, paths: InstancePaths | None = None
+    config: AgentConfig,
+    host: str,
+    log_path: str | None,
+    paths: InstancePaths | None = None,
+    box: Any = None,
 ) -> int:
     paths = build_tree(config, host, paths)
     stage_code(config.submit_directory, paths.code)
+    if box is not None:  # pasta started meanwhile; channels may need the network now
+        from shipyard.sandbox.instance import wait_outbound
+
+        wait_outbound(box)
+        for note in box.notes:
+            log(f"{host}: {note}")
     data = channels.prepare(config, host, paths, log)
     try:
         return _run(config, host, log_path, paths, data)
@@ -192,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     config = AgentConfig.load(args.config)
     try:
-        paths = enter_sandbox(config, args.host, args.sandbox_holder)
-        code = run_instance(config, args.host, args.log, paths)
+        paths, box = enter_sandbox(config, args.host, args.sandbox_holder)
+        code = run_instance(config, args.host, args.log, paths, box)
     except Exception:  # noqa: BLE001 - the agent's own failure: recorded like the toolkit's Framework Error
         text = "Framework Error: \n" + traceback.format_exc()
         paths = InstancePaths(os.path.join(config.instances_dir, args.host))

@@ -42,7 +42,7 @@ class LocalBackend:
         spec = specs[0] if specs else None
         try:
             sandbox = _sandbox(specs)
-            if sandbox is not None:
+            if sandbox is not None:  # agents start meanwhile; each waits for what it needs
                 holder = self._start_holder(bool(sandbox.get("rootless")), specs[0].env)
             for spec in specs:
                 os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
@@ -74,6 +74,7 @@ class LocalBackend:
                 self._procs[proc.pid] = proc
                 handles.append(InstanceHandle(spec.host, proc.pid, spec.log_path))
             if holder is not None and holder.stdin is not None:
+                self._wait_ready(holder)
                 pids = [h.pid for h in handles]
                 holder.stdin.write(("pids " + " ".join(map(str, pids)) + "\n").encode())
                 holder.stdin.flush()
@@ -89,11 +90,11 @@ class LocalBackend:
         return handles
 
     def _start_holder(self, rootless: bool, env: dict[str, str]) -> subprocess.Popen:
-        """The job network's holder; returns once its bridge exists."""
+        """The job network's holder (``_wait_ready``: until its bridge exists)."""
         argv = [sys.executable, "-m", "shipyard.sandbox.network", "--parent", str(os.getpid())]
         if rootless:
             argv.append("--rootless")
-        holder = subprocess.Popen(
+        return subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -102,6 +103,9 @@ class LocalBackend:
             start_new_session=True,
             close_fds=True,
         )
+
+    @staticmethod
+    def _wait_ready(holder: subprocess.Popen) -> None:
         assert holder.stdout is not None
         ready, _, _ = select.select([holder.stdout], [], [], HOLDER_START_TIMEOUT_S)
         line = holder.stdout.readline().decode(errors="replace").strip() if ready else ""
@@ -114,7 +118,6 @@ class LocalBackend:
                 "SHIPYARD_SANDBOX=off runs instances without sandboxes"
             )
         holder.stdout.close()
-        return holder
 
     def poll(self, handle: InstanceHandle) -> int | None:
         self._reap_holders()

@@ -40,6 +40,7 @@ class InstanceSandbox:
     outbound: bool = True  # False: network isolation (no route out of the job network)
     forward_ports: list[int] = field(default_factory=list)  # host loopback ports to reach
     notes: list[str] = field(default_factory=list)
+    pasta: subprocess.Popen | None = None  # released, maybe not ready yet (wait_outbound)
 
     @property
     def address(self) -> str:
@@ -107,11 +108,19 @@ def _pasta_waiter(box: InstanceSandbox) -> subprocess.Popen | None:
     )
 
 
-def _release_pasta(box: InstanceSandbox, waiter: subprocess.Popen | None) -> None:
-    if waiter is None or waiter.stdin is None:
+def _release_pasta(waiter: subprocess.Popen | None) -> None:
+    if waiter is not None and waiter.stdin is not None:
+        waiter.stdin.write(b"go\n")
+        waiter.stdin.close()
+
+
+def wait_outbound(box: InstanceSandbox) -> None:
+    """Until pasta has set up the instance's outbound network (called by the agent just
+    before anything may need it, so pasta's start overlaps the agent's own set-up)."""
+    waiter = box.pasta
+    box.pasta = None
+    if waiter is None:
         return
-    waiter.stdin.write(b"go\n")
-    waiter.stdin.close()
     deadline = time.monotonic() + PASTA_READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if _pasta_ready(box):
@@ -149,6 +158,7 @@ def enter(box: InstanceSandbox) -> None:
     """Move this process into its instance sandbox (see the module docstring)."""
     waiter = _pasta_waiter(box)
     holder = f"/proc/{box.holder_pid}/ns"
+    _wait_for_holder(box)
     if box.rootless:
         user_fd = os.open(f"{holder}/user", os.O_RDONLY)
         try:
@@ -165,7 +175,8 @@ def enter(box: InstanceSandbox) -> None:
             os.close(own_net)
     finally:
         os.close(job_net)
-    _release_pasta(box, waiter)
+    _release_pasta(waiter)
+    box.pasta = waiter
     kernel.sethostname(box.host)
     # nothing mounted here may propagate back to the host's mount namespace
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
@@ -177,11 +188,51 @@ def enter(box: InstanceSandbox) -> None:
     mount_tree(box.tree)
 
 
+HOLDER_WAIT_S = 15.0
+
+
+def _wait(ready, what: str) -> None:
+    """The backend starts agents without waiting for the holder (their start-up overlaps
+    its own); each agent waits here for the part it needs."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    delay = 0.001
+    while not ready():
+        if time.monotonic() > deadline:
+            raise OSError(f"{what} did not appear within {HOLDER_WAIT_S:.0f}s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _wait_for_holder(box: InstanceSandbox) -> None:
+    """Until the holder is in its own namespaces (and, rootless, has its id maps)."""
+    holder = f"/proc/{box.holder_pid}"
+
+    def entered() -> bool:
+        try:
+            if os.readlink(f"{holder}/ns/net") == os.readlink("/proc/self/ns/net"):
+                return False
+            if box.rootless:
+                with open(f"{holder}/gid_map", encoding="ascii") as fh:
+                    return bool(fh.read().strip())
+            return True
+        except OSError:
+            return False
+
+    _wait(entered, "the job network's namespace")
+
+
+def _links() -> list[str]:
+    """Interfaces of this process's current network namespace."""
+    with open("/proc/self/net/dev", encoding="ascii") as fh:
+        return [line.split(":", 1)[0].strip() for line in fh.readlines()[2:]]
+
+
 def _attach(box: InstanceSandbox, job_net: int, own_net: int) -> None:
     """A veth pair: ``v<host>`` on the job's bridge, ``eth0`` with the instance's address."""
     veth = network.veth_name(box.host)
     kernel.setns(job_net, kernel.CLONE_NEWNET)
     try:
+        _wait(lambda: network.BRIDGE in _links(), "the job's bridge")
         _ip(
             f"link add {veth} type veth peer name eth0 netns /proc/self/fd/{own_net}\n"
             f"link set {veth} master {network.BRIDGE}\n"

@@ -193,7 +193,8 @@ def _wait_ranks_ready(job_dir: str, count: int = 4) -> None:
     """Every rank's ready file, in its own instance's run dir (ranks run inside their
     instance in sandboxes; all from algo-1 without)."""
     run_dirs = [
-        os.path.join(job_dir, "instances", host, "agent", "mpi-run") for host in ("algo-1", "algo-2")
+        os.path.join(job_dir, "instances", host, "agent", "mpi-run")
+        for host in ("algo-1", "algo-2")
     ]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
