@@ -41,7 +41,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _result import result
 from shipyard.ps import wire
 from shipyard.ps.client import PSClient
 from shipyard.ps.launch import start_shards, stop_shards
@@ -276,6 +278,13 @@ def main(argv=None) -> int:
                 )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    # headline: ps / best raw TCP per model size (and the ps GB/s); one MAC keeps bare names
+    figures = {}
+    for r in results:
+        key = f"mb{round(r['model_mb'])}" + ("" if len(macs) == 1 else f"_{r['mac']}")
+        figures[key] = r["ratio_vs_best_tcp"]
+        figures[f"{key}_gbps"] = round(r["GBps"]["ps"], 3)
+    result("ps_throughput", **figures)
     return 0
 
 

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shipyard.control.lifecycle import JobStatus
 from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
 
 app = typer.Typer(
@@ -151,8 +152,11 @@ def train(
         f"{name}: [bold]{record.status}[/]"
         + (f"  model: {record.model_artifact}" if record.model_artifact else "")
     )
-    if record.status != "Completed":
+    if record.status is not JobStatus.COMPLETED:
         raise typer.Exit(EXIT_FAILED)
+
+
+_COLORS = {JobStatus.COMPLETED: "green", JobStatus.FAILED: "red", JobStatus.STOPPED: "yellow"}
 
 
 @app.command()
@@ -181,12 +185,12 @@ def jobs(
     for r in records:
         created = dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S")
         duration = f"{(r.end_time or dt.datetime.now().timestamp()) - r.created_at:.1f}s"
-        color = {"Completed": "green", "Failed": "red", "Stopped": "yellow"}.get(r.status, "cyan")
+        color = _COLORS.get(r.status, "cyan")
         table.add_row(
             r.name,
             f"[{color}]{r.status}[/]",
             r.secondary_status,
-            str(r.spec.get("instance_count")),
+            str(r.spec.instance_count),
             created,
             duration,
         )

@@ -16,7 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from shipyard.control.endpoints import EndpointError, EndpointNotFoundError, Endpoints
+from shipyard.control.endpoints import (
+    EndpointError,
+    EndpointNotFoundError,
+    Endpoints,
+    EndpointStatus,
+)
 from shipyard.errors import ValidationError
 
 console = Console(stderr=True, highlight=False)
@@ -85,7 +90,7 @@ def serve(
                 if chunk:
                     sys.stderr.buffer.write(chunk)
                     sys.stderr.flush()
-                if eps.get(name).status != "InService":
+                if eps.get(name).status is not EndpointStatus.IN_SERVICE:
                     _fail(f"endpoint {name} stopped: {eps.get(name).failure_reason}", 1)
                 time.sleep(0.5)
     except KeyboardInterrupt:
@@ -106,7 +111,9 @@ def endpoints(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
         return
     table = Table("name", "status", "url", "pid", "model data", "reason")
     for r in records:
-        color = {"InService": "green", "Failed": "red"}.get(r.status, "cyan")
+        color = {EndpointStatus.IN_SERVICE: "green", EndpointStatus.FAILED: "red"}.get(
+            r.status, "cyan"
+        )
         table.add_row(
             r.name,
             f"[{color}]{r.status}[/]",

@@ -22,8 +22,8 @@ from shipyard import backends, instance_types
 from shipyard.agent import runners
 from shipyard.control import plan, staging
 from shipyard.control.home import Home
-from shipyard.control.lifecycle import Event
-from shipyard.control.store import JobRecord, Store
+from shipyard.control.lifecycle import Event, JobStatus
+from shipyard.control.store import JobRecord, Store, Transition
 from shipyard.control.supervisor import REPORT_NAME, lost_processes
 from shipyard.errors import (
     ChannelError,
@@ -35,9 +35,7 @@ from shipyard.errors import (
 )
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import final_metrics
-from shipyard.spec import ChannelSpec, JobSpec, host_names
-
-TERMINAL = ("Completed", "Failed", "Stopped")
+from shipyard.spec import ChannelSpec, JobSpec
 
 
 def check_runner(spec: JobSpec) -> None:
@@ -184,9 +182,7 @@ class ControlPlane:
                 fh.write(config.to_json())
             if config.shared_dir:
                 os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
-            record = self.store.create_job(
-                spec.job_name, spec.model_dump(mode="json"), encoded, job_dir, self.backend, subnet
-            )
+            record = self.store.create_job(spec, encoded, job_dir, self.backend, subnet)
         except BaseException:
             shutil.rmtree(job_dir, ignore_errors=True)
             if staged is not None:
@@ -312,7 +308,7 @@ class ControlPlane:
         return files
 
     def raise_for_status(self, record: JobRecord) -> None:
-        if record.status == "Failed":
+        if record.status is JobStatus.FAILED:
             raise JobFailedError(record.name, record.status, record.failure_reason)
 
 
@@ -339,8 +335,61 @@ def _ts(value: float | None) -> dt.datetime | None:
 def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     """A SageMaker DescribeTrainingJob-shaped dict (datetimes as in boto3)."""
     spec = record.spec
-    transitions = cp.store.transitions(record.name)
-    sec = []
+    metrics = cp.store.metrics(record.name)
+    final = [dict(m, Timestamp=_ts(m["Timestamp"])) for m in final_metrics(metrics)]
+    out: dict[str, Any] = {
+        "TrainingJobName": record.name,
+        "TrainingJobArn": f"arn:shipyard:local:training-job/{record.name}",
+        "TrainingJobStatus": record.status,
+        "SecondaryStatus": record.secondary_status,
+        "HyperParameters": dict(record.hyperparameters),
+        "AlgorithmSpecification": {
+            "TrainingImage": spec.framework or "shipyard-generic",
+            "TrainingInputMode": spec.input_mode,
+            "MetricDefinitions": [m.model_dump() for m in spec.metric_definitions],
+            "EnableSageMakerMetricsTimeSeries": False,
+        },
+        "RoleArn": spec.role or "",
+        "InputDataConfig": _input_data_config(spec),
+        "OutputDataConfig": {"S3OutputPath": spec.output_path},
+        "ResourceConfig": {
+            "InstanceType": spec.instance_type,
+            "InstanceCount": spec.instance_count,
+            "VolumeSizeInGB": 30,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_run},
+        "CreationTime": _ts(record.created_at),
+        "TrainingStartTime": _ts(record.start_time),
+        "TrainingEndTime": _ts(record.end_time),
+        "LastModifiedTime": _ts(record.modified_at),
+        "SecondaryStatusTransitions": _transitions(cp.store.transitions(record.name), record),
+        "FinalMetricDataList": final,
+        "Environment": dict(spec.environment),
+        "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
+        "EnableNetworkIsolation": False,
+        "Tags": [dict(t) for t in spec.tags],
+        "Shipyard": _shipyard_section(cp, record),
+    }
+    if record.failure_reason:
+        out["FailureReason"] = record.failure_reason
+    if record.model_artifact:
+        out["ModelArtifacts"] = {"S3ModelArtifacts": record.model_artifact}
+    if spec.checkpoint_s3_uri or spec.checkpoint_local_path:
+        out["CheckpointConfig"] = {
+            "S3Uri": spec.checkpoint_s3_uri,
+            "LocalPath": spec.checkpoint_local_path,
+        }
+    if record.start_time:
+        end = record.end_time or time.time()
+        out["TrainingTimeInSeconds"] = int(round(end - record.start_time))
+        out["BillableTimeInSeconds"] = out["TrainingTimeInSeconds"]
+    return out
+
+
+def _transitions(transitions: list[Transition], record: JobRecord) -> list[dict[str, Any]]:
+    """SecondaryStatusTransitions: each one ends when the next starts (the last one when
+    the job ended)."""
+    out = []
     for i, t in enumerate(transitions):
         entry = {
             "Status": t["secondary_status"],
@@ -351,101 +400,60 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             entry["EndTime"] = _ts(transitions[i + 1]["at"])
         elif record.terminal:
             entry["EndTime"] = _ts(t["at"])
-        sec.append(entry)
-    channels = []
-    for ch in spec.get("channels", []):
-        channels.append(
-            {
-                "ChannelName": ch["name"],
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": ch.get("s3_data_type", "S3Prefix"),
-                        "S3Uri": ch["uri"],
-                        "S3DataDistributionType": ch.get("distribution", "FullyReplicated"),
-                    }
-                },
-                "CompressionType": ch.get("compression") or "None",
-                "RecordWrapperType": ch.get("record_wrapping") or "None",
-                "InputMode": ch.get("input_mode") or spec.get("input_mode", "File"),
-                **({"ContentType": ch["content_type"]} if ch.get("content_type") else {}),
-            }
-        )
-    metrics = cp.store.metrics(record.name)
-    final = [dict(m, Timestamp=_ts(m["Timestamp"])) for m in final_metrics(metrics)]
-    out: dict[str, Any] = {
-        "TrainingJobName": record.name,
-        "TrainingJobArn": f"arn:shipyard:local:training-job/{record.name}",
-        "TrainingJobStatus": record.status,
-        "SecondaryStatus": record.secondary_status,
-        "HyperParameters": dict(record.hyperparameters),
-        "AlgorithmSpecification": {
-            "TrainingImage": spec.get("framework") or "shipyard-generic",
-            "TrainingInputMode": spec.get("input_mode", "File"),
-            "MetricDefinitions": spec.get("metric_definitions", []),
-            "EnableSageMakerMetricsTimeSeries": False,
-        },
-        "RoleArn": spec.get("role") or "",
-        "InputDataConfig": channels,
-        "OutputDataConfig": {"S3OutputPath": spec.get("output_path")},
-        "ResourceConfig": {
-            "InstanceType": spec.get("instance_type"),
-            "InstanceCount": spec.get("instance_count"),
-            "VolumeSizeInGB": 30,
-        },
-        "StoppingCondition": {"MaxRuntimeInSeconds": spec.get("max_run")},
-        "CreationTime": _ts(record.created_at),
-        "TrainingStartTime": _ts(record.start_time),
-        "TrainingEndTime": _ts(record.end_time),
-        "LastModifiedTime": _ts(record.modified_at),
-        "SecondaryStatusTransitions": sec,
-        "FinalMetricDataList": final,
-        "Environment": spec.get("environment", {}),
-        "RetryStrategy": {"MaximumRetryAttempts": spec.get("max_retry_attempts", 0)},
-        "EnableNetworkIsolation": False,
-        "Tags": spec.get("tags", []),
-        "Shipyard": {
-            "JobDir": record.job_dir,
-            "Backend": record.backend,
-            "Distribution": spec.get("distribution", {}),
-            "Attempts": [
-                dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
-                for a in cp.store.attempts(record.name)
-            ],
-            "Instances": [
-                {
-                    "Host": i.host,
-                    "Attempt": i.attempt,
-                    "Address": i.address,
-                    "Pid": i.pid,
-                    "Status": i.status,
-                    "ExitCode": i.exit_code,
-                    "FailureReason": i.failure_reason,
-                    "LogPath": i.log_path,
+        out.append(entry)
+    return out
+
+
+def _input_data_config(spec: JobSpec) -> list[dict[str, Any]]:
+    return [
+        {
+            "ChannelName": ch.name,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": ch.s3_data_type,
+                    "S3Uri": ch.uri,
+                    "S3DataDistributionType": ch.distribution,
                 }
-                for i in cp.store.instances(record.name)
-            ],
-            "OutputArtifacts": record.output_artifact,
-            "LostProcesses": lost_processes(
-                record.job_dir, host_names(int(spec.get("instance_count", 1)))
-            ),
-        },
+            },
+            "CompressionType": ch.compression or "None",
+            "RecordWrapperType": ch.record_wrapping or "None",
+            "InputMode": spec.channel_mode(ch),
+            **({"ContentType": ch.content_type} if ch.content_type else {}),
+        }
+        for ch in spec.channels
+    ]
+
+
+def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
+    """What describe adds beyond SageMaker: where the job lives, its attempts and
+    instances, and the distribution report the agents wrote."""
+    section: dict[str, Any] = {
+        "JobDir": record.job_dir,
+        "Backend": record.backend,
+        "Distribution": dict(record.spec.distribution),
+        "Attempts": [
+            dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
+            for a in cp.store.attempts(record.name)
+        ],
+        "Instances": [
+            {
+                "Host": i.host,
+                "Attempt": i.attempt,
+                "Address": i.address,
+                "Pid": i.pid,
+                "Status": i.status,
+                "ExitCode": i.exit_code,
+                "FailureReason": i.failure_reason,
+                "LogPath": i.log_path,
+            }
+            for i in cp.store.instances(record.name)
+        ],
+        "OutputArtifacts": record.output_artifact,
+        "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
     }
     report_path = os.path.join(record.job_dir, REPORT_NAME)
     if os.path.isfile(report_path):
         with open(report_path, encoding="utf-8") as fh:
-            out["Shipyard"]["DistributionReport"] = json.load(fh)
-        out["Shipyard"]["DistributionReportPath"] = report_path
-    if record.failure_reason:
-        out["FailureReason"] = record.failure_reason
-    if record.model_artifact:
-        out["ModelArtifacts"] = {"S3ModelArtifacts": record.model_artifact}
-    if spec.get("checkpoint_s3_uri") or spec.get("checkpoint_local_path"):
-        out["CheckpointConfig"] = {
-            "S3Uri": spec.get("checkpoint_s3_uri"),
-            "LocalPath": spec.get("checkpoint_local_path"),
-        }
-    if record.start_time:
-        end = record.end_time or time.time()
-        out["TrainingTimeInSeconds"] = int(round(end - record.start_time))
-        out["BillableTimeInSeconds"] = out["TrainingTimeInSeconds"]
-    return out
+            section["DistributionReport"] = json.load(fh)
+        section["DistributionReportPath"] = report_path
+    return section

@@ -33,11 +33,10 @@ from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
 from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
-from shipyard.control.lifecycle import Event
+from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
-from shipyard.spec import host_names
 
 REPORT_NAME = "distribution-report.json"
 POLL_SECONDS = 0.02
@@ -47,7 +46,7 @@ STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
 
 @dataclass
 class AttemptResult:
-    kind: str  # "succeeded" | "failed" | "stopped" | "max_runtime"
+    kind: AttemptKind
     reason: str | None = None
     host: str | None = None
 
@@ -89,9 +88,9 @@ class JobSupervisor:
         self.spec = self.record.spec
         self.backend = backend or get_backend(self.record.backend)
         self.handles: list[InstanceHandle] = []
-        self.metrics = MetricExtractor(self.spec.get("metric_definitions") or [])
+        self.metrics = MetricExtractor(m.model_dump() for m in self.spec.metric_definitions)
         self.tailer = LogTailer({})
-        self.deadline = time.monotonic() + int(self.spec.get("max_run", 86400))
+        self.deadline = time.monotonic() + self.spec.max_run
         self.signalled = False
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
         self.deciding = set(
@@ -101,7 +100,7 @@ class JobSupervisor:
     # -- helpers --------------------------------------------------------------------------
     @property
     def hosts(self) -> list[str]:
-        return host_names(int(self.spec["instance_count"]))
+        return self.spec.hosts
 
     def paths(self, host: str) -> InstancePaths:
         return InstancePaths(os.path.join(self.record.job_dir, "instances", host))
@@ -129,7 +128,7 @@ class JobSupervisor:
     def _launch(self, attempt: int) -> None:
         env = dict(os.environ)
         env["SHIPYARD_ATTEMPT"] = str(attempt)
-        env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.get("max_retry_attempts", 0))
+        env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.max_retry_attempts)
         specs = []
         for host in self.hosts:
             log_path = self.home.log_path(self.name, host)
@@ -151,7 +150,7 @@ class JobSupervisor:
                     h.host,
                     addresses.get(h.host),
                     h.pid,
-                    "Running",
+                    InstanceStatus.RUNNING,
                     None,
                     None,
                     h.log_path,
@@ -172,7 +171,12 @@ class JobSupervisor:
         return table
 
     def _finish_instance(
-        self, handle: InstanceHandle, attempt: int, code: int, status: str, reason: str | None
+        self,
+        handle: InstanceHandle,
+        attempt: int,
+        code: int,
+        status: InstanceStatus,
+        reason: str | None,
     ) -> None:
         addresses = self._addresses()
         self.store.record_instance(
@@ -208,27 +212,27 @@ class JobSupervisor:
                 done[handle.host] = code
                 if code != 0:
                     reason = self._failure_reason(handle.host, code)
-                    self._finish_instance(handle, attempt, code, "Failed", reason)
-                    return AttemptResult("failed", reason, handle.host)
-                self._finish_instance(handle, attempt, code, "Completed", None)
+                    self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
+                    return AttemptResult(AttemptKind.FAILED, reason, handle.host)
+                self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
             if len(done) == len(self.handles):
-                return AttemptResult("succeeded")
+                return AttemptResult(AttemptKind.SUCCEEDED)
             if progressed and self.deciding.issubset(done):
                 self._release_servers(attempt, done)
-                return AttemptResult("succeeded")
+                return AttemptResult(AttemptKind.SUCCEEDED)
             now = time.monotonic()
             if now >= self.deadline:
                 return AttemptResult(
-                    "max_runtime",
+                    AttemptKind.MAX_RUNTIME,
                     f"MaxRuntimeExceeded: the job ran longer than max_run="
-                    f"{self.spec.get('max_run')} seconds",
+                    f"{self.spec.max_run} seconds",
                 )
             if self.signalled:
-                return AttemptResult("stopped")
+                return AttemptResult(AttemptKind.STOPPED)
             if now >= next_stop_check:
                 next_stop_check = now + STOP_CHECK_SECONDS
                 if self.store.get(self.name).stop_requested:
-                    return AttemptResult("stopped")
+                    return AttemptResult(AttemptKind.STOPPED)
             time.sleep(delay if not progressed else 0)
             delay = min(delay * 2, POLL_SECONDS)
 
@@ -243,10 +247,12 @@ class JobSupervisor:
         self.backend.stop(serving, grace=STOP_GRACE_SECONDS)
         for handle in serving:
             self._finish_instance(
-                handle, attempt, self.backend.poll(handle) or 0, "Completed", None
+                handle, attempt, self.backend.poll(handle) or 0, InstanceStatus.COMPLETED, None
             )
 
-    def _stop_instances(self, attempt: int, status: str = "Stopped") -> None:
+    def _stop_instances(
+        self, attempt: int, status: InstanceStatus = InstanceStatus.STOPPED
+    ) -> None:
         running = [h for h in self.handles if self.backend.poll(h) is None]
         self.backend.stop(self.handles, grace=STOP_GRACE_SECONDS)
         for handle in running:
@@ -255,7 +261,12 @@ class JobSupervisor:
     def _upload(self) -> None:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
         output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
-        model, output = artifacts.save(self.spec["output_path"], self.name, model_dirs, output_dirs)
+        model, output = artifacts.save(
+            self.spec.output_path or self.home.default_output_path,
+            self.name,
+            model_dirs,
+            output_dirs,
+        )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
         if self.stream is not None and model.conflicts:
             self.stream.write(
@@ -265,7 +276,7 @@ class JobSupervisor:
 
     # -- the whole job --------------------------------------------------------------------
     def run(self) -> JobRecord:
-        attempts_allowed = 1 + int(self.spec.get("max_retry_attempts", 0))
+        attempts_allowed = 1 + self.spec.max_retry_attempts
         attempt = self.record.attempt
         try:
             while True:
@@ -278,11 +289,11 @@ class JobSupervisor:
                     f"Training with {len(self.hosts)} instance(s), attempt {attempt}",
                 )
                 result = self._monitor(attempt)
-                if result.kind != "succeeded":
+                if result.kind is not AttemptKind.SUCCEEDED:
                     self._stop_instances(attempt)
                 self._pump_logs(flush=True)
                 self.store.record_attempt(self.name, attempt, started, time.time(), result.reason)
-                if result.kind == "failed" and attempt < attempts_allowed:
+                if result.kind is AttemptKind.FAILED and attempt < attempts_allowed:
                     attempt += 1
                     self.store.update(self.name, attempt=attempt)
                     self.store.transition(
@@ -337,15 +348,15 @@ class JobSupervisor:
 
     def _conclude(self, result: AttemptResult) -> JobRecord:
         self._collect_agent_records()
-        if result.kind == "succeeded":
+        if result.kind is AttemptKind.SUCCEEDED:
             self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
             self._upload()
             return self.store.transition(self.name, Event.SUCCEEDED, "Training job completed")
-        if result.kind == "failed":
+        if result.kind is AttemptKind.FAILED:
             return self.store.transition(
                 self.name, Event.FAILED, "Training job failed", failure_reason=result.reason
             )
-        if result.kind == "max_runtime":
+        if result.kind is AttemptKind.MAX_RUNTIME:
             self._upload()
             return self.store.transition(
                 self.name, Event.MAX_RUNTIME, result.reason or "", failure_reason=result.reason
@@ -371,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     record = sup.run()
-    return 0 if record.status == "Completed" else 1
+    return 0 if record.status is JobStatus.COMPLETED else 1
 
 
 if __name__ == "__main__":

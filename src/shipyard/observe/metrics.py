@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -38,9 +38,9 @@ class MetricExtractor:
         return points
 
 
-def final_metrics(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def final_metrics(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Last value of each metric, in first-seen order (FinalMetricDataList)."""
-    last: dict[str, dict[str, Any]] = {}
+    last: dict[str, Mapping[str, Any]] = {}
     for p in points:
         last[p["name"]] = p
     return [{"MetricName": n, "Value": p["value"], "Timestamp": p["at"]} for n, p in last.items()]

@@ -15,6 +15,7 @@ from typing import Any
 
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
+from shipyard.control.lifecycle import JobStatus
 from shipyard.errors import JobFailedError, ValidationError
 from shipyard.sdk.inputs import channels_from_inputs
 from shipyard.sdk.naming import name_from_base
@@ -253,7 +254,7 @@ class EstimatorBase:
             control.start(spec.job_name)
             return
         record = control.run(spec.job_name, stream=sys.stdout if _logs_on(logs) else None)
-        if record.status == "Failed":
+        if record.status is JobStatus.FAILED:
             raise JobFailedError(record.name, record.status, record.failure_reason)
 
     def _require_job(self) -> TrainingJob:
@@ -303,22 +304,21 @@ class EstimatorBase:
         session = sagemaker_session or Session()
         record = session.control.get(training_job_name)
         spec = record.spec
-        code = spec["code"]
-        dist_arg = dist_mod.Distribution.from_dict(spec.get("distribution")).to_sagemaker()
+        code = spec.code
         estimator = cls(
-            entry_point=code["entry_point"],
-            source_dir=code.get("source_dir"),
-            dependencies=code.get("dependencies"),
-            git_config=code.get("git_config"),
-            hyperparameters=spec.get("hyperparameters"),
-            instance_count=spec["instance_count"],
-            instance_type=spec["instance_type"],
-            distribution=dist_arg,
-            output_path=spec.get("output_path"),
-            environment=spec.get("environment"),
-            max_run=spec.get("max_run"),
-            metric_definitions=spec.get("metric_definitions"),
-            max_retry_attempts=spec.get("max_retry_attempts"),
+            entry_point=code.entry_point,
+            source_dir=code.source_dir,
+            dependencies=list(code.dependencies),
+            git_config=code.git_config,
+            hyperparameters=dict(spec.hyperparameters),
+            instance_count=spec.instance_count,
+            instance_type=spec.instance_type,
+            distribution=spec.dist.to_sagemaker(),
+            output_path=spec.output_path,
+            environment=dict(spec.environment),
+            max_run=spec.max_run,
+            metric_definitions=[m.model_dump() for m in spec.metric_definitions],
+            max_retry_attempts=spec.max_retry_attempts,
             session=session,
             **cls._attach_kwargs(spec),
         )
@@ -328,7 +328,7 @@ class EstimatorBase:
         return estimator
 
     @classmethod
-    def _attach_kwargs(cls, spec: dict[str, Any]) -> dict[str, Any]:
+    def _attach_kwargs(cls, spec: JobSpec) -> dict[str, Any]:
         return {}
 
 
@@ -340,8 +340,5 @@ class Framework(EstimatorBase):
     """Base of the framework estimators: script mode with a framework's conventions."""
 
     @classmethod
-    def _attach_kwargs(cls, spec: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "framework_version": spec.get("framework_version"),
-            "py_version": spec.get("py_version"),
-        }
+    def _attach_kwargs(cls, spec: JobSpec) -> dict[str, Any]:
+        return {"framework_version": spec.framework_version, "py_version": spec.py_version}

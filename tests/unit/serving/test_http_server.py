@@ -200,16 +200,12 @@ def test_idle_connections_are_closed_and_stop_lets_requests_finish():
         half.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")  # and silence
         slow = connect(running.port)
         slow.sendall(post("/slower", b"busy, not stalled"))  # 2.5 s in its handler: kept
-        started = time.monotonic()
-        assert closed_by_peer(half, wait=5)
-        assert time.monotonic() - started < 4
+        assert closed_by_peer(half, wait=5)  # read_timeout is 0.5 s; 5 s is the hang guard
         assert read_response(slow, bytearray())[0] == 200
         s, buf = connect(running.port), bytearray()
         s.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(s, buf)[0] == 200
-        started = time.monotonic()
-        assert closed_by_peer(s, wait=5)
-        assert time.monotonic() - started < 4
+        assert closed_by_peer(s, wait=5)  # keepalive is 0.3 s; 5 s is the hang guard
         busy, buf = connect(running.port), bytearray()
         busy.sendall(post("/slow", b"in flight"))
         time.sleep(0.1)
