@@ -31,6 +31,7 @@ MAGIC = b"SHIPYARD-STATS "
 LABEL_ENV = "SHIPYARD_PEER_LABEL"
 _BUFFER = 256 * 1024
 MAX_POINTS = 600
+UPSTREAM_GONE_S = 0.5
 
 
 class PeerNamer:
@@ -266,6 +267,7 @@ class Relay:
         self.stats = stats
         self.secret = secret
         self.connect_timeout = connect_timeout
+        self._upstream_seen = False
         self.sock: socket.socket | None = None
 
     def bind(self) -> None:
@@ -332,10 +334,16 @@ class Relay:
             client.sendall(json.dumps(self.stats()).encode())
 
     def _connect_upstream(self) -> socket.socket | None:
-        deadline = time.monotonic() + self.connect_timeout
+        # waiting is for a server still starting; once it has answered, a refusal means it
+        # is gone: the client learns so at once, as from the server itself (a gRPC client
+        # kept waiting would time out its whole channel instead of failing over)
+        timeout = UPSTREAM_GONE_S if self._upstream_seen else self.connect_timeout
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                return socket.create_connection(self.upstream, timeout=5.0)
+                upstream = socket.create_connection(self.upstream, timeout=5.0)
+                self._upstream_seen = True
+                return upstream
             except OSError:
                 if time.monotonic() >= deadline:
                     return None
