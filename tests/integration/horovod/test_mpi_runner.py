@@ -11,7 +11,7 @@ import os
 import time
 
 import pytest
-from tests.conftest import job_processes
+from tests.conftest import host_listeners, job_processes
 
 import shipyard
 from shipyard.errors import JobFailedError
@@ -181,6 +181,8 @@ def test_stopping_an_mpi_job_leaves_nothing(session, write_script, home):
     job_dir = os.path.join(str(home), "jobs", "mpi-stop")
     _wait_ranks_ready(job_dir)
     assert any("mpirun" in " ".join(p.cmdline()) for p in job_processes(job_dir))
+    if probe.support().ok:  # prterun and the ranks listen, but only inside the instances
+        assert host_listeners(job_dir) == []
     record = session.control.stop("mpi-stop")
     assert record.status == "Stopped"
     deadline = time.monotonic() + 10

@@ -16,7 +16,7 @@ import pytest
 
 import shipyard
 from shipyard.sandbox import probe
-from tests.conftest import job_processes
+from tests.conftest import host_listeners, job_processes
 
 pytestmark = pytest.mark.skipif(
     not probe.support().ok, reason=f"no instance sandbox here: {probe.support().reason}"
@@ -184,7 +184,9 @@ def test_names_ports_and_isolation_from_the_host(session, write_script, home):
         assert ready["algo-1"]["getent"] == ready["algo-2"]["getent"]
         instance_ips = [ready[h]["addr"] for h in ("algo-1", "algo-2")]
         assert len(set(instance_ips)) == 2
-        # nothing the job listens on is reachable from the host's network namespace
+        # no socket of the job listens in the host's network namespace, and nothing the
+        # job listens on answers from there
+        assert host_listeners(job_dir) == []
         for address in _host_addresses() + instance_ips:
             for p in (2222, port):
                 assert not _reaches_job(address, p), f"{address}:{p} reachable from the host"
@@ -231,14 +233,28 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
     else:
         proc.kill()
         pytest.fail("instances did not start")
-    helpers = [
-        p for p in psutil.Process(proc.pid).children() if "sandbox.network" in " ".join(p.cmdline())
-    ]
-    assert len(helpers) == 1
-    inodes = set(_namespaces(helpers[0].pid).values()) - set(_namespaces(os.getpid()).values())
-    for p in job_processes(job_dir):
-        inodes |= set(_namespaces(p.pid).values()) - set(_namespaces(os.getpid()).values())
-    assert len(inodes) == 1 + 3 * 2  # the job's network + each instance's net, mnt, uts
+    try:
+        helpers = [
+            p
+            for p in psutil.Process(proc.pid).children()
+            if "sandbox.network" in " ".join(p.cmdline())
+        ]
+        assert len(helpers) == 1
+        inodes = set(_namespaces(helpers[0].pid).values()) - set(_namespaces(os.getpid()).values())
+        for p in job_processes(job_dir):
+            inodes |= set(_namespaces(p.pid).values()) - set(_namespaces(os.getpid()).values())
+        assert len(inodes) == 1 + 3 * 2  # the job's network + each instance's net, mnt, uts
+        agents = [p for p in job_processes(job_dir) if "shipyard.agent" in " ".join(p.cmdline())]
+        pastas = [
+            c
+            for a in agents
+            for c in a.children(recursive=True)
+            if c.name().startswith(("pasta", "passt"))
+        ]
+        assert len(pastas) == 2  # each instance's outbound network: in the host's namespace
+    except BaseException:
+        proc.kill()
+        raise
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 15
@@ -247,6 +263,7 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
     assert job_processes(job_dir) == []
     assert _processes_in(inodes) == []  # so the kernel has freed namespaces, veths, mounts
     assert _ended(helpers[0])
+    assert all(_ended(p) for p in pastas)
     with open("/proc/self/mountinfo") as fh:
         assert str(home) not in fh.read()  # no instance mount leaked into the host's view
 
