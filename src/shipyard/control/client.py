@@ -366,7 +366,7 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "FinalMetricDataList": final,
         "Environment": dict(spec.environment),
         "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
-        "EnableNetworkIsolation": False,
+        "EnableNetworkIsolation": spec.enable_network_isolation,
         "Tags": [dict(t) for t in spec.tags],
         "Shipyard": _shipyard_section(cp, record),
     }

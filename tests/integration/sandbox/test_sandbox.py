@@ -384,6 +384,7 @@ def test_outbound_and_network_isolation(session, write_script, loopback_http, is
         session=session,
     )
     est.fit(job_name=f"outbound-{int(isolated)}")
+    assert est.latest_training_job.describe()["EnableNetworkIsolation"] is isolated
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:
         record = json.load(tar.extractfile("net.json"))
     assert record["s3"] == "pong"
