@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum
 # Exact framework versions for development and CI live in constraints.txt.
 EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
 
-.PHONY: demo test test-fast lint format venv clean bench sandbox-tools
+.PHONY: demo test test-fast lint format venv clean bench bench-env sandbox-tools
 
 # Instance sandboxes need iproute2 (`ip`), util-linux (`setpriv`) and passt (`pasta`, the
 # instances' outbound network): installed when missing, as root with apt-get; elsewhere
@@ -53,5 +53,22 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/launch_overhead.py
 
+# The serving peers (benchmarks/serving.py) in an environment of their own, over .venv's
+# packages (a .pth file), so they never become the product's dependencies.
+BENCH_VENV := .venv-bench
+TRITON_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python3.12) $(shell command -v python3.12))
+bench-env: $(STAMP)
+	test -x $(BENCH_VENV)/bin/python || $(PY) -m venv $(BENCH_VENV)
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+		> "$$($(BENCH_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_project_venv.pth"
+	$(BENCH_VENV)/bin/python -m pip install --quiet -c constraints.txt -r benchmarks/requirements-bench.txt
+	@# Triton (PyTriton): its model stub needs a Python it supports (3.12 here; 3.11 fails in
+	@# the stub), with a TensorFlow of its own for the same model
+	@if [ -n "$(TRITON_PYTHON)" ]; then \
+		test -x .venv-triton/bin/python || $(TRITON_PYTHON) -m venv .venv-triton; \
+		.venv-triton/bin/python -m pip install --quiet -c constraints.txt nvidia-pytriton==0.7.0 tensorflow-cpu; \
+	else echo "no Python 3.12 found: the Triton rows of benchmarks/serving.py will say so"; fi
+	@echo "now: $(BENCH_VENV)/bin/python benchmarks/serving.py --peers"
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) .venv-triton build *.egg-info src/*.egg-info

@@ -26,6 +26,9 @@ _EXPORTS = {
     "TensorFlowPredictor": "shipyard.sdk.predictor",
     "PyTorchPredictor": "shipyard.sdk.predictor",
     "Transformer": "shipyard.sdk.transformer",
+    "LocalSession": "shipyard.sdk.session",
+    "get_execution_role": "shipyard.sdk.session",
+    "s3_input": "shipyard.sdk.inputs",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -73,6 +73,22 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _user("SHIPYARD_S3_MAX_ATTEMPTS", "3", "boto3 retry attempts for S3 calls."),
     _user("SHIPYARD_S3_CONNECT_TIMEOUT", "3", "Seconds to connect to an S3 endpoint."),
+    _user(
+        "SHIPYARD_S3_MULTIPART_THRESHOLD",
+        str(64 << 20),
+        "Bytes above which S3 uploads/downloads move in parts (also the part size, min 5 MiB).",
+    ),
+    _user("SHIPYARD_S3_TRANSFER_THREADS", "8", "Parts of one S3 object moved in parallel."),
+    _user(
+        "SHIPYARD_SERVER_ACCESS_KEY",
+        None,
+        "`shipyard server`: the access key clients sign with (required off loopback).",
+    ),
+    _user(
+        "SHIPYARD_SERVER_SECRET_KEY",
+        None,
+        "`shipyard server`: the secret key SigV4 signatures are checked against.",
+    ),
     # -- distributions ---------------------------------------------------------------------
     _user("SHIPYARD_MPIRUN", None, "The mpirun to use (a path or a name on PATH)."),
     _user("SHIPYARD_MPI_RSH_PORT", "7179", "Port of the mpi launch server on Ray nodes."),

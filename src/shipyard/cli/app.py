@@ -1,7 +1,8 @@
 """The ``shipyard`` command line: train, jobs, describe, logs, stop.
 
 Exit codes: 0 success; 1 the job failed (or was stopped); 2 bad input, refused before
-anything started; 3 no such job; 130 interrupted (the job was stopped).
+anything started; 3 no such job; 130 interrupted by Ctrl-C, 143 by SIGTERM (either way the
+job was stopped: status Stopped, every instance gone).
 """
 
 from __future__ import annotations
@@ -136,9 +137,12 @@ def train(
         estimator.fit(inputs, wait=not detach, job_name=job_name)
     except JobFailedError as exc:
         _fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        console.print("interrupted: the job was stopped")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:
+        from shipyard.control.interrupt import EXIT_TERMINATED, Terminated
+
+        terminated = isinstance(exc, Terminated)
+        console.print(f"{'terminated' if terminated else 'interrupted'}: the job was stopped")
+        raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
     except (ValidationError, TypeError) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     except ShipyardError as exc:
@@ -216,6 +220,8 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
         out.print("[red]FailureReason:[/]", desc["FailureReason"], markup=True, highlight=False)
     if desc.get("ModelArtifacts"):
         out.print("model:", desc["ModelArtifacts"]["S3ModelArtifacts"])
+    for warning in desc["Shipyard"].get("Warnings", []):
+        out.print("[yellow]warning:[/]", warning, markup=True, highlight=False)
     table = Table("host", "attempt", "address", "status", "exit", "log")
     for inst in desc["Shipyard"]["Instances"]:
         table.add_row(
@@ -288,6 +294,10 @@ _register_endpoints(app)  # serve, endpoints, endpoints delete (issue #8)
 from shipyard.cli.doctor import register as _register_doctor  # noqa: E402
 
 _register_doctor(app)  # doctor (issue #15)
+
+from shipyard.cli.server import register as _register_server  # noqa: E402
+
+_register_server(app)  # server, server env (issue #18)
 
 
 def main() -> None:

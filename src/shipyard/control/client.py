@@ -8,6 +8,7 @@ the foreground; start() hands the job to a detached supervisor process.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import shutil
@@ -19,12 +20,14 @@ from typing import Any, TextIO
 import psutil
 
 from shipyard import backends, instance_types
+from shipyard import distribution as dist_mod
 from shipyard.agent import runners
-from shipyard.control import plan, staging
+from shipyard.control import artifacts, legacy_mode, plan, staging, versions
 from shipyard.control.home import Home
-from shipyard.control.lifecycle import Event, JobStatus
+from shipyard.control.interrupt import terminate_as_interrupt
+from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
 from shipyard.control.store import JobRecord, Store, Transition
-from shipyard.control.supervisor import REPORT_NAME, lost_processes
+from shipyard.control.supervisor import REPORT_NAME, job_warnings, lost_processes
 from shipyard.errors import (
     ChannelError,
     DistributionError,
@@ -42,6 +45,15 @@ def check_runner(spec: JobSpec) -> None:
     """Refuse, at submission, a distribution this build cannot run or options its runner
     rejects (each runner's optional ``validate``), so nothing is half-started."""
     runner = spec.dist.runner_for(spec.framework)
+    if spec.dist.kind == dist_mod.SMDDP and spec.framework == "tensorflow":
+        raise DistributionError(
+            "distribution smdistributed.dataparallel with the TensorFlow estimator: SageMaker "
+            "dropped TensorFlow support from its data-parallel library (only PyTorch scripts "
+            'can use it; the script would fail with "No module named '
+            "'smdistributed.dataparallel.tensorflow'\"). For TensorFlow use "
+            "{'mpi': {'enabled': True}} with Horovod (import horovod.tensorflow.keras as hvd) "
+            "or {'multi_worker_mirrored_strategy': {'enabled': True}}."
+        )
     if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
         raise DistributionError(
             "distribution['parameter_server']['implementation']='tensorflow' needs the "
@@ -54,8 +66,13 @@ def check_runner(spec: JobSpec) -> None:
             f"in this version of shipyard yet (coming with: {planned}); it will not be run as "
             "a plain job. Remove `distribution` to train without it."
         )
+    # the options as the runner gets them on the instances (plan.agent_config): with the kind,
+    # so a runner serving several kinds names the one the user asked for
     runners.validate(
-        runner, spec.dist.options, spec.instance_count, instance_types.resolve(spec.instance_type)
+        runner,
+        dict(spec.dist.options, kind=spec.dist.kind),
+        spec.instance_count,
+        instance_types.resolve(spec.instance_type),
     )
 
 
@@ -102,7 +119,7 @@ def check_location(what: str, uri: str) -> str:
 
     try:
         loc = storage.parse(uri)
-        if loc.scheme == "s3" and not storage.store_for(loc).exists(loc):
+        if loc.scheme == "s3" and not storage.store_for(loc).bucket_exists(loc):
             raise ValidationError(
                 f"{what} {uri!r}: bucket {loc.bucket!r} does not exist at "
                 f"{storage.endpoint_url() or 'the default AWS endpoint'}"
@@ -121,7 +138,12 @@ class ControlPlane:
 
     # -- submission -----------------------------------------------------------------------
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
-        """Validate, stage, record. On any error nothing is left but the refusal."""
+        """Validate, stage, record. On any error nothing is left but the refusal (a
+        SIGTERM meanwhile too: it interrupts like Ctrl-C, and the reservation is undone)."""
+        with terminate_as_interrupt():
+            return self._submit(spec, log)
+
+    def _submit(self, spec: JobSpec, log=None) -> JobRecord:
         check_runner(spec)
         backends.validate(
             self.backend,
@@ -147,9 +169,27 @@ class ControlPlane:
             check_location("code_location", spec.code_location)
         spec = spec.model_copy(update={"output_path": output_path})
         job_dir = self.home.job_dir(spec.job_name)
-        if os.path.exists(job_dir):
-            raise JobExistsError(f"job directory {job_dir} already exists; pick another job name")
         code_location = spec.code_location or output_path
+        # The name is reserved (atomically, with the job's subnet) before anything is
+        # staged: of concurrent submits of one name exactly one gets here, the others
+        # leave with JobExistsError having touched nothing.
+        sandbox = plan.sandbox_config(self.backend, spec.enable_network_isolation)
+        record = self.store.create_job(
+            spec,
+            {},
+            job_dir,
+            self.backend,
+            functools.partial(plan.choose_subnet, sandboxed=bool(sandbox["enabled"])),
+            owner_pid=os.getpid(),
+        )
+        try:
+            os.makedirs(job_dir)  # exclusive: a directory left by an older job is not reused
+        except FileExistsError:
+            self.store.delete_job(spec.job_name)
+            raise JobExistsError(
+                f"job directory {job_dir} already exists (left by an earlier job of that "
+                "name?); pick another job name or remove the directory"
+            ) from None
         staged = None
         try:
             staged = staging.stage(
@@ -158,14 +198,13 @@ class ControlPlane:
                 code_location,
                 self.home.requirements_cache,
                 local_dir=os.path.join(job_dir, "source"),
+                exclude=self._never_bundled(spec, code_location),
             )
+            legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
             encoded = plan.hyperparameters(spec, staged, self.home)
-            sandbox = plan.sandbox_config(self.backend, spec.enable_network_isolation)
-            subnet = plan.choose_subnet(
-                self.store.subnets_in_use(), sandboxed=bool(sandbox["enabled"])
-            )
+            assert record.subnet is not None  # chosen with the reservation
             config = plan.agent_config(
-                spec, staged, encoded, self.home, subnet, sources, sandbox=sandbox
+                spec, staged, encoded, self.home, record.subnet, sources, sandbox=sandbox
             )
             os.makedirs(os.path.join(job_dir, "logs"))
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
@@ -182,26 +221,45 @@ class ControlPlane:
                 fh.write(config.to_json())
             if config.shared_dir:
                 os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
-            record = self.store.create_job(spec, encoded, job_dir, self.backend, subnet)
+            self.store.update(spec.job_name, hyperparameters=encoded)
+            record = self.store.get(spec.job_name)
         except BaseException:
+            # everything here is this submit's own: the name was reserved above
             shutil.rmtree(job_dir, ignore_errors=True)
             if staged is not None:
                 staging.discard(staged)
+            self.store.delete_job(spec.job_name)
             raise
         if log:
             log(instance_types.resolve(spec.instance_type).describe())
+            for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
+                log(line)
             for note in staged.notes:
                 log(note)
         return record
 
+    def _never_bundled(self, spec: JobSpec, code_location: str) -> tuple[str, ...]:
+        """Local directories shipyard writes to: never part of a code bundle, even when a
+        user keeps them inside source_dir (the demo puts SHIPYARD_HOME there)."""
+        from shipyard import storage
+
+        paths = [self.home.root]
+        for uri in (spec.output_path, code_location, spec.checkpoint_s3_uri):
+            if uri and not uri.startswith("s3://"):
+                paths.append(storage.parse(uri).path)
+        return tuple(os.path.abspath(p) for p in paths)
+
     # -- running --------------------------------------------------------------------------
     def run(self, name: str, stream: TextIO | None = None) -> JobRecord:
-        """Supervise the job in this process until it ends (Ctrl-C stops it)."""
+        """Supervise the job in this process until it ends. Ctrl-C or SIGTERM stops it
+        (status Stopped, every instance gone) and raises KeyboardInterrupt (SIGTERM:
+        its subclass :class:`~shipyard.control.interrupt.Terminated`)."""
         from shipyard.control.supervisor import JobSupervisor
 
-        self.store.update(name, supervisor_pid=os.getpid())
-        self.store.transition(name, Event.DOWNLOADING, "Making input data available")
-        return JobSupervisor(self.home, self.store, name, stream=stream).run()
+        with terminate_as_interrupt():
+            self.store.update(name, supervisor_pid=os.getpid())
+            self.store.transition(name, Event.DOWNLOADING, "Making input data available")
+            return JobSupervisor(self.home, self.store, name, stream=stream).run()
 
     def start(self, name: str) -> int:
         """Hand the job to a detached supervisor process; returns its pid."""
@@ -261,7 +319,7 @@ class ControlPlane:
         """A job whose supervisor died is marked Failed, and its instances are stopped."""
         if record.terminal or record.supervisor_pid is None:
             return record
-        if _alive(record.supervisor_pid):
+        if _alive(record.supervisor_pid, record.supervisor_started):
             return record
         record = self.store.get(record.name)  # it may have just finished
         if record.terminal:
@@ -276,10 +334,26 @@ class ControlPlane:
         ]
         if handles:
             get_backend(record.backend).stop(handles, grace=2.0)
+        self.store.close_running_instances(
+            record.name, InstanceStatus.STOPPED, "stopped when the job's supervisor was found gone"
+        )
         reason = (
             f"InternalServerError: the process supervising this job (pid "
             f"{record.supervisor_pid}) ended unexpectedly; its instances were stopped"
         )
+        if record.secondary_status in (SecondaryStatus.UPLOADING, SecondaryStatus.STOPPING):
+            removed = artifacts.discard_partial(
+                record.spec.output_path or self.home.default_output_path,
+                record.name,
+                record.job_dir,
+            )
+            if record.secondary_status is SecondaryStatus.UPLOADING:
+                reason = (
+                    f"InternalServerError: the upload of the model artifacts was interrupted "
+                    f"(the process supervising this job, pid {record.supervisor_pid}, ended "
+                    "while uploading); every instance had completed, but the artifacts are "
+                    f"incomplete ({len(removed)} partial file(s) removed). Run the job again."
+                )
         if record.stop_requested:
             self.store.transition(record.name, Event.STOP_REQUESTED, "Stop requested")
             return self.store.transition(record.name, Event.STOPPED, "Training job stopped")
@@ -312,10 +386,14 @@ class ControlPlane:
             raise JobFailedError(record.name, record.status, record.failure_reason)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: float | None = None) -> bool:
+    """Process ``pid`` runs, and is the one that started at ``started`` (when recorded): a
+    pid the kernel reused for another process does not keep a dead job alive."""
     try:
         proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) < 0.05
     except psutil.Error:
         return False
 
@@ -449,6 +527,7 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             for i in cp.store.instances(record.name)
         ],
         "OutputArtifacts": record.output_artifact,
+        "Warnings": job_warnings(record.job_dir),
         "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
     }
     report_path = os.path.join(record.job_dir, REPORT_NAME)

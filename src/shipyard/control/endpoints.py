@@ -148,7 +148,8 @@ class Endpoints:
                     "SELECT name FROM endpoints ORDER BY created_at DESC"
                 ).fetchall()
             ]
-        return [r for r in (self._row(n) for n in names) if r is not None]
+        # reconciled like get(): a server killed meanwhile must not be listed InService
+        return [self._reconcile(r) for r in (self._row(n) for n in names) if r is not None]
 
     def _reconcile(self, record: EndpointRecord) -> EndpointRecord:
         """The server's own state file and liveness decide the status."""
@@ -165,7 +166,10 @@ class Endpoints:
             pass
         if status is not EndpointStatus.FAILED and not _server_alive(record):
             status = EndpointStatus.FAILED
-            reason = reason or f"the server process ({record.pid}) is gone; see {record.log_path}"
+            reason = reason or (
+                f"the server process ({record.pid}) ended unexpectedly; see {record.log_path}"
+            )
+            _stop_leftovers(record.endpoint_dir)
         if (status, reason) != (record.status, record.failure_reason):
             with schema.connect(self.db_path) as db:
                 db.execute(
@@ -195,14 +199,11 @@ class Endpoints:
         """Prepare the model and start the detached server; returns at once (Creating)."""
         self._check_new(name, host, port)
         source = self.resolve_model_data(model_data)
-        edir = self.endpoint_dir(name)
-        if os.path.exists(edir):
-            raise ValidationError(f"{edir} already exists; pick another endpoint name")
+        edir = self._reserve_dir(name)
         model_dir = os.path.join(edir, "model")
         record: EndpointRecord | None = None
         proc: subprocess.Popen | None = None
         try:
-            os.makedirs(edir)
             _stage_model(source, edir, model_dir)
             program = self._add_code(model_dir, entry_point, source_dir, dependencies or [])
             code_dir = os.path.join(model_dir, "code")
@@ -244,6 +245,20 @@ class Endpoints:
             shutil.rmtree(edir, ignore_errors=True)
             raise
         return self.get(name)
+
+    def _reserve_dir(self, name: str) -> str:
+        """Create the endpoint's directory, atomically: of two creates racing on one name,
+        exactly one gets it, and the other leaves the winner's directory alone."""
+        edir = self.endpoint_dir(name)
+        os.makedirs(os.path.dirname(edir), exist_ok=True)
+        try:
+            os.mkdir(edir)
+        except FileExistsError:
+            raise ValidationError(
+                f"an endpoint named {name!r} is being created or its directory {edir} "
+                "already exists; pick another name or delete the endpoint"
+            ) from None
+        return edir
 
     def _check_new(self, name: str, host: str, port: int | None) -> None:
         """Refuse a bad or taken name, or a port already in use, before anything is made."""
@@ -500,6 +515,24 @@ def _server_alive(record: EndpointRecord) -> bool:
         )
     except psutil.Error:
         return False
+
+
+def _stop_leftovers(endpoint_dir: str) -> None:
+    """Workers of a server that died (SIGKILL leaves them running, holding the port)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(endpoint_dir in part for part in proc.info.get("cmdline") or []):
+                proc.terminate()
+                left.append(proc)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(left, timeout=3)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 def _stop_tree(pid: int, grace: float) -> None:

@@ -91,7 +91,11 @@ _V2 = (
     "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status)",
 )
 
-MIGRATIONS: tuple[Sequence[str], ...] = (_V1, _V2)
+# A job's supervisor is identified by its pid *and* its start time: once it is gone the
+# kernel may hand the pid to another process, which must not keep the job InProgress.
+_V3 = ("ALTER TABLE jobs ADD COLUMN supervisor_started REAL",)
+
+MIGRATIONS: tuple[Sequence[str], ...] = (_V1, _V2, _V3)
 VERSION = len(MIGRATIONS)
 
 

@@ -17,7 +17,7 @@ import builtins
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
@@ -85,6 +85,8 @@ class JobRecord:
     attempt: int
     model_artifact: str | None
     output_artifact: str | None
+    # when the supervising process started (its pid may be reused once it is gone)
+    supervisor_started: float | None = None
 
     @property
     def state(self) -> JobState:
@@ -132,8 +134,15 @@ class Store:
         hyperparameters: dict[str, str],
         job_dir: str,
         backend: str,
-        subnet: str | None,
+        subnet: str | None | Callable[[set[str]], str],
+        owner_pid: int | None = None,
     ) -> JobRecord:
+        """Record a new job, or JobExistsError: the name check and the insert are one
+        transaction, so of concurrent submits exactly one wins (``ControlPlane.submit``
+        calls this *before* staging: the name is reserved first). ``subnet`` may be a
+        chooser given the subnets in use, called inside the same transaction so two jobs
+        never pick the same one. ``owner_pid``: the process staging the job (reconcile
+        fails the job if it dies before a supervisor takes over)."""
         name = spec.job_name
         now = time.time()
         with self._tx() as db:
@@ -142,10 +151,12 @@ class Store:
                     f"a training job named {name!r} already exists; job names are unique: "
                     "pass another job_name or base_job_name"
                 )
+            if callable(subnet):
+                subnet = subnet(_subnets_in_use(db))
             db.execute(
                 "INSERT INTO jobs (name, spec, hyperparameters, status, secondary_status,"
-                " created_at, modified_at, job_dir, backend, subnet)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " created_at, modified_at, job_dir, backend, subnet, supervisor_pid,"
+                " supervisor_started) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name,
                     spec.model_dump_json(),
@@ -157,6 +168,8 @@ class Store:
                     job_dir,
                     backend,
                     subnet,
+                    owner_pid,
+                    process_started(owner_pid),
                 ),
             )
             db.execute(
@@ -170,6 +183,14 @@ class Store:
                 ),
             )
         return self.get(name)
+
+    def delete_job(self, name: str) -> None:
+        """Forget a job entirely: a submission refused after its name was reserved."""
+        with self._tx() as db:
+            for table in ("jobs",):
+                db.execute(f"DELETE FROM {table} WHERE name=?", (name,))
+            for table in ("transitions", "instances", "attempts", "metrics"):
+                db.execute(f"DELETE FROM {table} WHERE job=?", (name,))
 
     def exists(self, name: str) -> bool:
         with self._connect() as db:
@@ -191,11 +212,7 @@ class Store:
 
     def subnets_in_use(self) -> set[str]:
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT subnet FROM jobs WHERE status IN (?,?) AND subnet IS NOT NULL",
-                (JobStatus.IN_PROGRESS, JobStatus.STOPPING),
-            ).fetchall()
-        return {r["subnet"] for r in rows}
+            return _subnets_in_use(db)
 
     def transition(
         self, name: str, event: Event, message: str = "", failure_reason: str | None = None
@@ -226,7 +243,9 @@ class Store:
 
     def update(self, name: str, **fields: Any) -> None:
         allowed = {
+            "hyperparameters",
             "supervisor_pid",
+            "supervisor_started",
             "stop_requested",
             "attempt",
             "model_artifact",
@@ -236,6 +255,10 @@ class Store:
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"cannot update {bad}")
+        if "supervisor_pid" in fields and "supervisor_started" not in fields:
+            fields["supervisor_started"] = process_started(fields["supervisor_pid"])
+        if "hyperparameters" in fields:
+            fields["hyperparameters"] = json.dumps(fields["hyperparameters"])
         fields["modified_at"] = time.time()
         sets = ", ".join(f"{k}=?" for k in fields)
         with self._tx() as db:
@@ -298,6 +321,17 @@ class Store:
                     for r in recs
                 ],
             )
+
+    def close_running_instances(self, name: str, status: InstanceStatus, reason: str | None) -> int:
+        """Instances still recorded Running whose supervisor is gone: give them their end
+        (``status``, now); returns how many rows changed."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE instances SET status=?, failure_reason=COALESCE(failure_reason, ?),"
+                " ended_at=? WHERE job=? AND status=?",
+                (status, reason, time.time(), name, InstanceStatus.RUNNING),
+            )
+            return int(cur.rowcount)
 
     def instances(self, name: str, attempt: int | None = None) -> builtins.list[InstanceRecord]:
         with self._connect() as db:
@@ -383,3 +417,24 @@ def _first_line(exc: Exception) -> str:
         err = exc.errors()[0]
         return f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']}"
     return str(exc)
+
+
+def _subnets_in_use(db: sqlite3.Connection) -> set[str]:
+    rows = db.execute(
+        "SELECT subnet FROM jobs WHERE status IN (?,?) AND subnet IS NOT NULL",
+        (JobStatus.IN_PROGRESS, JobStatus.STOPPING),
+    ).fetchall()
+    return {r["subnet"] for r in rows}
+
+
+def process_started(pid: int | None) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None if it is gone: with
+    the pid, the identity of a process across pid reuse."""
+    if pid is None:
+        return None
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None

@@ -39,9 +39,14 @@ from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 
 REPORT_NAME = "distribution-report.json"
+WARNINGS_NAME = "warnings.json"
 POLL_SECONDS = 0.02
 STOP_CHECK_SECONDS = 0.25
 STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
+# After the first failure is seen, how long the other agents get to record theirs: a peer
+# failing a few ms later (its connection dropped) may be *seen* first; the earliest
+# recorded failure time names the root cause (torch elastic's rule).
+ROOT_CAUSE_SETTLE_SECONDS = 0.5
 
 
 @dataclass
@@ -65,6 +70,23 @@ def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
                 except ValueError:
                     continue
     return out
+
+
+def job_warnings(job_dir: str) -> list[str]:
+    """What the job's end found worth a warning (describe's Shipyard.Warnings)."""
+    try:
+        with open(os.path.join(job_dir, WARNINGS_NAME), encoding="utf-8") as fh:
+            return [str(w) for w in json.load(fh)]
+    except (OSError, ValueError):
+        return []
+
+
+EMPTY_MODEL_WARNING = (
+    "No model artifact was saved under /opt/ml/model (SM_MODEL_DIR) on any instance: "
+    "model.tar.gz is empty and there is nothing to deploy. Save the trained model under "
+    "os.environ['SM_MODEL_DIR'] (with TensorFlow, --model_dir is the checkpoint location, "
+    "not the model to deploy)."
+)
 
 
 class StopRequested(Exception):
@@ -92,6 +114,7 @@ class JobSupervisor:
         self.tailer = LogTailer({})
         self.deadline = time.monotonic() + self.spec.max_run
         self.signalled = False
+        self.failed_hosts: set[str] = set()
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
@@ -139,6 +162,7 @@ class JobSupervisor:
                     self.name, host, os.path.join(self.record.job_dir, "agent.json"), log_path, env
                 )
             )
+        self.failed_hosts = set()
         self.handles = self.backend.launch(specs)
         now = time.time()
         addresses = self._addresses()
@@ -213,7 +237,9 @@ class JobSupervisor:
                 if code != 0:
                     reason = self._failure_reason(handle.host, code)
                     self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
-                    return AttemptResult(AttemptKind.FAILED, reason, handle.host)
+                    self.failed_hosts.add(handle.host)
+                    root = self._root_cause(handle.host, attempt, done)
+                    return AttemptResult(AttemptKind.FAILED, self._failure_reason(root, code), root)
                 self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
             if len(done) == len(self.handles):
                 return AttemptResult(AttemptKind.SUCCEEDED)
@@ -236,6 +262,44 @@ class JobSupervisor:
             time.sleep(delay if not progressed else 0)
             delay = min(delay * 2, POLL_SECONDS)
 
+    def _failure_time(self, host: str) -> float | None:
+        try:
+            with open(self.paths(host).failure_time_file, encoding="utf-8") as fh:
+                return float(fh.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _root_cause(self, seen: str, attempt: int, done: dict[str, int]) -> str:
+        """The host whose failure came first: let the other agents record theirs for a
+        moment, then compare the times they recorded (not the order we noticed them)."""
+        settle = time.monotonic() + ROOT_CAUSE_SETTLE_SECONDS
+        while time.monotonic() < settle and len(done) < len(self.handles):
+            for handle in self.handles:
+                if handle.host in done:
+                    continue
+                code = self.backend.poll(handle)
+                if code is None:
+                    continue
+                done[handle.host] = code
+                if code != 0:
+                    self.failed_hosts.add(handle.host)
+                    self._finish_instance(
+                        handle,
+                        attempt,
+                        code,
+                        InstanceStatus.FAILED,
+                        self._failure_reason(handle.host, code),
+                    )
+                else:
+                    self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
+            time.sleep(0.01)
+        times = {h: t for h in self.hosts if (t := self._failure_time(h)) is not None}
+        if not times:
+            return seen
+        root = min(times, key=lambda h: times[h])
+        self.failed_hosts.add(root)
+        return root
+
     def _release_servers(self, attempt: int, done: dict[str, int]) -> None:
         """The deciding instances succeeded: stop the ones that only serve them."""
         serving = [h for h in self.handles if h.host not in done]
@@ -256,7 +320,12 @@ class JobSupervisor:
         running = [h for h in self.handles if self.backend.poll(h) is None]
         self.backend.stop(self.handles, grace=STOP_GRACE_SECONDS)
         for handle in running:
-            self._finish_instance(handle, attempt, self.backend.poll(handle) or -15, status, None)
+            code = self.backend.poll(handle) or -15
+            if handle.host in self.failed_hosts:  # failed first, seen later
+                reason = self._failure_reason(handle.host, code)
+                self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
+            else:
+                self._finish_instance(handle, attempt, code, status, None)
 
     def _upload(self) -> None:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
@@ -266,13 +335,35 @@ class JobSupervisor:
             self.name,
             model_dirs,
             output_dirs,
+            scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
         )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
+        if model.files == 0:
+            self._warn(EMPTY_MODEL_WARNING)
         if self.stream is not None and model.conflicts:
             self.stream.write(
                 "shipyard: several instances wrote the same model file; kept "
                 "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n"
             )
+
+    def _warn(self, message: str) -> None:
+        """Say ``message`` in the job log (algo-1's), on the attached console, and in
+        describe (the job dir's warnings file)."""
+        line = f"[shipyard] WARNING: {message}\n"
+        if self.stream is not None:
+            self.stream.write(line)
+        handle = next((h for h in self.handles if h.host == self.hosts[0]), None)
+        log_path = handle.log_path if handle else self.home.log_path(self.name, self.hosts[0])
+        try:
+            with open(log_path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+        except OSError:
+            pass
+        path = os.path.join(self.record.job_dir, WARNINGS_NAME)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(job_warnings(self.record.job_dir) + [message], fh)
+        os.replace(tmp, path)
 
     # -- the whole job --------------------------------------------------------------------
     def run(self) -> JobRecord:

@@ -90,6 +90,9 @@ class ServerConfig:
     # joined within ``join_timeout``): how shards stop by themselves in a job.
     exit_when_done: bool = False
     join_timeout: float = 600.0
+    # A rank silent without LEAVE: how long its wrapper's DONE may take before the job's
+    # end counts it lost (consistency.job_outcome); capped by join_timeout.
+    done_grace: float = 60.0
 
     def __post_init__(self) -> None:
         if self.num_shards < 1 or not 0 <= self.index < self.num_shards:

@@ -68,6 +68,7 @@ class JobEnd:
             now,
             self.started,
             cfg.join_timeout,
+            min(cfg.done_grace, cfg.join_timeout),
         )
         if outcome is None:
             return []

@@ -16,7 +16,7 @@ from typing import Any
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
 from shipyard.control.lifecycle import JobStatus
-from shipyard.errors import JobFailedError, ValidationError
+from shipyard.errors import JobExistsError, JobFailedError, ValidationError
 from shipyard.sdk.inputs import channels_from_inputs
 from shipyard.sdk.naming import name_from_base
 from shipyard.sdk.session import Session
@@ -24,6 +24,7 @@ from shipyard.sdk.training_job import TrainingJob, _logs_on
 from shipyard.spec import JobSpec, validated
 
 logger = logging.getLogger("shipyard.sdk")
+DEFAULT_NAME_TRIES = 20  # default names taken by other submits in the same millisecond
 _root = logging.getLogger("shipyard")
 if not _root.handlers and not logging.getLogger().handlers:
     # Like the SageMaker SDK, say what is happening (instance-type mapping, staging)
@@ -245,9 +246,8 @@ class EstimatorBase:
     ) -> None:
         """Run a training job. With ``wait`` it returns when the job ends (raising
         JobFailedError if it failed); Ctrl-C stops the job."""
-        spec = self._job_spec(inputs, job_name)
         control = self.session.control
-        control.submit(spec, log=logger.info)
+        spec = self._submit(control, inputs, job_name)
         self._current_job_name = spec.job_name
         self.latest_training_job = TrainingJob(control, spec.job_name)
         if not wait:
@@ -256,6 +256,20 @@ class EstimatorBase:
         record = control.run(spec.job_name, stream=sys.stdout if _logs_on(logs) else None)
         if record.status is JobStatus.FAILED:
             raise JobFailedError(record.name, record.status, record.failure_reason)
+
+    def _submit(self, control: Any, inputs: Any, job_name: str | None) -> JobSpec:
+        """Submit; a default name (base + millisecond timestamp) that another submit took
+        in the same millisecond gets a ``-1``, ``-2``... suffix instead of failing."""
+        base = self.base_job_name or self._default_base_job_name
+        for attempt in range(DEFAULT_NAME_TRIES):
+            spec = self._job_spec(inputs, job_name or name_from_base(base, attempt=attempt))
+            try:
+                control.submit(spec, log=logger.info)
+                return spec
+            except JobExistsError:
+                if job_name is not None or attempt == DEFAULT_NAME_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _require_job(self) -> TrainingJob:
         if self.latest_training_job is None:

@@ -256,3 +256,33 @@ def test_bad_input_is_refused_before_anything_starts(session, write_script, home
                 distribution=dist,
             ).fit(job_name=f"bad-{i}")
         assert not os.path.exists(os.path.join(str(home), "jobs", f"bad-{i}"))
+
+
+# Issue 16 item 2: a TF1-era chief that dies at once. The other processes of its instance (its
+# parameter server and relays) print on after it, and the FailureReason named their line.
+TF1_CHIEF = """
+import tensorflow as tf
+tf.logging.set_verbosity(tf.logging.INFO)
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("layout", ["sagemaker", "tf2"])
+def test_a_failing_chief_is_the_failure_reason_not_shipyards_lines(session, write_script, layout):
+    src = write_script("tf1_chief.py", TF1_CHIEF)
+    est = shipyard.TensorFlow(
+        entry_point="tf1_chief.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+        distribution={"parameter_server": {"enabled": True, "layout": layout}},
+    )
+    with pytest.raises(JobFailedError) as err:
+        est.fit(job_name=f"tf-chief-dies-{layout}")
+    reason = err.value.reason
+    assert reason.startswith("[algo-1] "), reason
+    assert (
+        "ErrorMessage \"AttributeError: module 'tensorflow' has no attribute 'logging'\"" in reason
+    ), reason
+    assert "[shipyard-" not in reason, reason
