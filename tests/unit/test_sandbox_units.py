@@ -62,3 +62,24 @@ def test_socket_owner_found_in_another_network_namespace():
     finally:
         child.stdin.close()
         child.wait(timeout=10)
+
+
+def test_doctor_reports_each_capability_with_a_fix_for_what_is_missing(monkeypatch):
+    from typer.testing import CliRunner
+
+    from shipyard.cli.app import app
+    from shipyard.cli.doctor import checks
+    from shipyard.sandbox import probe
+
+    monkeypatch.setenv("SHIPYARD_SANDBOX", "off")
+    found = {c.name: c for c in checks()}
+    assert set(found) >= {"instance sandbox", "FUSE (FastFile mode)", "MPI", "TensorFlow"}
+    assert {"PyTorch", "GPUs", "outbound traffic from sandboxes"} <= set(found)
+    sandbox = found["instance sandbox"]
+    assert not sandbox.ok and "SHIPYARD_SANDBOX=off" in sandbox.detail
+    assert sandbox.fix == "unset SHIPYARD_SANDBOX"
+    assert all(c.fix for c in found.values() if not c.ok)
+    monkeypatch.delenv("SHIPYARD_SANDBOX")
+    assert {c.name: c for c in checks()}["instance sandbox"].ok == probe.support().ok
+    result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "instance sandbox" in result.output
