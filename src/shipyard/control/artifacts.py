@@ -17,9 +17,11 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shipyard.control.staging import local_path
+from shipyard.observe import progress
 
 PARTIAL_PREFIX = ".shipyard-partial-"
 SCRATCH_DIR = "upload-scratch"
@@ -46,8 +48,26 @@ def _walk(root: str) -> list[str]:
     return out
 
 
-def archive_dirs(sources: list[tuple[str, str]], dest_path: str) -> ArchiveResult:
-    """Merge ``[(host, dir), ...]`` (first wins) into a gzip tar at ``dest_path``."""
+def tree_bytes(sources: list[tuple[str, str]]) -> int:
+    """Bytes of the regular files under the source dirs (the archiving bar's total)."""
+    total = 0
+    for _, directory in sources:
+        for dirpath, _dirs, filenames in os.walk(directory, followlinks=False):
+            for name in filenames:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    pass
+    return total
+
+
+def archive_dirs(
+    sources: list[tuple[str, str]],
+    dest_path: str,
+    on_file: Callable[[int], None] | None = None,
+) -> ArchiveResult:
+    """Merge ``[(host, dir), ...]`` (first wins) into a gzip tar at ``dest_path``;
+    ``on_file(nbytes)`` after each file (progress)."""
     os.makedirs(os.path.dirname(dest_path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         dir=os.path.dirname(dest_path),
@@ -72,11 +92,34 @@ def archive_dirs(sources: list[tuple[str, str]], dest_path: str) -> ArchiveResul
                         arcname=rel.rstrip(os.sep),
                         recursive=False,
                     )
+                    if on_file is not None:
+                        on_file(_size(os.path.join(directory, rel.rstrip(os.sep))))
         os.replace(tmp, dest_path)
     except BaseException:
         os.unlink(tmp)
         raise
     return ArchiveResult(dest_path, "file://" + dest_path, len(seen), conflicts)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.lstat(path).st_size if os.path.isfile(path) else 0
+    except OSError:
+        return 0
+
+
+def _archive_both(
+    model_dirs: list[tuple[str, str]],
+    output_dirs: list[tuple[str, str]],
+    model_dest: str,
+    output_dest: str,
+) -> tuple[ArchiveResult, ArchiveResult]:
+    """Both archives under one bar: bytes of the instances' files archived of all."""
+    total = tree_bytes(model_dirs) + tree_bytes(output_dirs)
+    with progress.transfer("Archiving model.tar.gz and output.tar.gz", total) as advance:
+        model = archive_dirs(model_dirs, model_dest, advance)
+        output = archive_dirs(output_dirs, output_dest, advance)
+    return model, output
 
 
 def output_prefix(output_path: str, job_name: str) -> str:
@@ -98,9 +141,12 @@ def save(
     """
     if not output_path.startswith("s3://"):
         prefix = output_prefix(output_path, job_name)
-        model = archive_dirs(model_dirs, os.path.join(prefix, "model.tar.gz"))
-        output = archive_dirs(output_dirs, os.path.join(prefix, "output.tar.gz"))
-        return model, output
+        return _archive_both(
+            model_dirs,
+            output_dirs,
+            os.path.join(prefix, "model.tar.gz"),
+            os.path.join(prefix, "output.tar.gz"),
+        )
     from shipyard import storage
 
     base = storage.parse(output_path).child(f"{job_name}/output")
@@ -109,10 +155,17 @@ def save(
     if scratch_root is not None:
         os.makedirs(scratch_root, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="shipyard-artifacts-", dir=scratch_root) as scratch:
-        for name, dirs in (("model.tar.gz", model_dirs), ("output.tar.gz", output_dirs)):
-            result = archive_dirs(dirs, os.path.join(scratch, name))
-            target = base.child(name)
-            store.upload(result.path, target)
+        archives = _archive_both(
+            model_dirs,
+            output_dirs,
+            os.path.join(scratch, "model.tar.gz"),
+            os.path.join(scratch, "output.tar.gz"),
+        )
+        for result in archives:
+            target = base.child(os.path.basename(result.path))
+            size = os.path.getsize(result.path)
+            with progress.transfer(f"Uploading {target.uri}", size) as advance:
+                store.upload(result.path, target, callback=advance)
             results.append(ArchiveResult(target.uri, target.uri, result.files, result.conflicts))
     return results[0], results[1]
 

@@ -35,7 +35,6 @@ from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
-from shipyard.observe import progress
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
@@ -346,14 +345,14 @@ class JobSupervisor:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
         output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
         output_path = self.spec.output_path or self.home.default_output_path
-        with progress.step(f"Uploading the model and output to {output_path}"):
-            model, output = artifacts.save(
-                output_path,
-                self.name,
-                model_dirs,
-                output_dirs,
-                scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
-            )
+        # artifacts.save shows its own bars (bytes archived, then uploaded)
+        model, output = artifacts.save(
+            output_path,
+            self.name,
+            model_dirs,
+            output_dirs,
+            scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
+        )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
         if model.files == 0:
             self._warn(EMPTY_MODEL_WARNING)

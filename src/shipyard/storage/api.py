@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -39,8 +40,10 @@ class Store(Protocol):
     def download(self, obj: ObjectInfo, dest: str) -> None:
         """Write the object to ``dest`` atomically (temporary name, then rename)."""
 
-    def upload(self, path: str, location: Location) -> None:
-        """Put a local file at ``location``."""
+    def upload(
+        self, path: str, location: Location, callback: Callable[[int], None] | None = None
+    ) -> None:
+        """Put a local file at ``location``; ``callback(nbytes)`` as bytes go (progress)."""
 
     def delete(self, location: Location) -> None:
         """Remove one object if it exists."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import BinaryIO
 
 from shipyard.errors import StorageError
@@ -55,8 +56,12 @@ class LocalStore:
             os.unlink(tmp)
             raise
 
-    def upload(self, path: str, location: Location) -> None:
+    def upload(
+        self, path: str, location: Location, callback: Callable[[int], None] | None = None
+    ) -> None:
         self.download(ObjectInfo(Location("file", path=path), 0, ""), location.path)
+        if callback is not None:
+            callback(os.path.getsize(location.path))
 
     def delete(self, location: Location) -> None:
         try:

@@ -203,14 +203,18 @@ class S3Store:
                 os.unlink(tmp)
             raise
 
-    def upload(self, path: str, location: Location) -> None:
+    def upload(
+        self, path: str, location: Location, callback: Callable[[int], None] | None = None
+    ) -> None:
         """Multipart above the threshold: parts in parallel, each retried; an object
-        appears only when every part is in (a failed upload is aborted)."""
+        appears only when every part is in (a failed upload is aborted). ``callback``
+        is the transfer manager's: bytes sent, from its threads (a retried part's bytes
+        are first taken back with a negative count)."""
         self._call(
             "uploading to",
             location,
             lambda: self.s3.upload_file(
-                path, location.bucket, location.key, Config=transfer_config()
+                path, location.bucket, location.key, Config=transfer_config(), Callback=callback
             ),
         )
 

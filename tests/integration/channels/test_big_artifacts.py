@@ -34,6 +34,35 @@ def test_upload_is_multipart_and_download_is_intact(bucket, monkeypatch, tmp_pat
     assert [p.name for p in dest.parent.iterdir()] == ["big.bin"]  # no temp file left
 
 
+def test_multipart_upload_reports_its_bytes_as_a_bounded_number_of_plain_lines(
+    bucket, monkeypatch, tmp_path
+):
+    """Issue 21: the transfer manager's callbacks feed the progress (not a terminal:
+    a start line, ~one per 10 %, the end; every byte of the 12 MiB counted)."""
+    import io
+
+    from shipyard.observe import progress
+
+    monkeypatch.setenv("SHIPYARD_S3_MULTIPART_THRESHOLD", str(5 * MiB))
+    monkeypatch.delenv("SHIPYARD_PROGRESS", raising=False)
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(12 * MiB))
+    loc = storage.parse(bucket.uri("models/progress.bin"))
+    out = io.StringIO()
+    seen: list[int] = []
+    with progress.transfer("Uploading model", 12 * MiB, out) as advance:
+
+        def count(nbytes: int) -> None:
+            seen.append(nbytes)
+            advance(nbytes)
+
+        storage.store_for(loc).upload(str(src), loc, callback=count)
+    assert sum(seen) == 12 * MiB and len(seen) > 3  # many callbacks, from its threads
+    lines = out.getvalue().splitlines()
+    assert 2 <= len(lines) <= 13, lines
+    assert lines[-1].startswith("shipyard: Uploading model: 12.6 MB of 12.6 MB (100%)")
+
+
 def test_exists_checks_the_key_not_the_bucket(bucket):
     bucket.put("present/key.txt", b"x")
     store = storage.store_for(storage.parse(bucket.uri()))

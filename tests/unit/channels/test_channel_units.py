@@ -171,3 +171,24 @@ def test_fuse_mount_lists_everything_and_reads_on_demand(tmp_path):
             pass
     finally:
         fs.unmount()
+
+
+def test_file_mode_staging_logs_bytes_of_total_in_a_bounded_number_of_lines(tmp_path):
+    """Two thousand objects downloaded in File mode: a start line, one per ~10 % (or
+    5 s), the last; each says bytes done of the total and a rate. Not 2000 lines."""
+    from shipyard.agent.channels.file import download_objects
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(2000):
+        (src / f"part-{i:05d}.bin").write_bytes(b"x" * 500)
+    objects = storage.list_channel(str(src))
+    lines: list[str] = []
+    download_objects(
+        storage.store_for(str(src)), objects, str(tmp_path / "dst"), "channel train", lines.append
+    )
+    assert len(os.listdir(tmp_path / "dst")) == 2000
+    assert 2 <= len(lines) <= 13, lines
+    assert lines[0] == "channel train: downloading 2000 objects, 1.0 MB"
+    assert lines[-1].startswith("channel train: 1.0/1.0 MB (100%), 2000/2000 objects, ")
+    assert all(" MB/s, " in line for line in lines[1:])

@@ -58,3 +58,59 @@ def test_rich_on_a_terminal_nests_quietly():
         pass
     text = out.getvalue()
     assert "outer" in text and "inner" not in text
+
+
+def _recording_console(monkeypatch):
+    from rich.console import Console
+
+    console = Console(record=True, force_terminal=True, width=120, file=io.StringIO())
+    monkeypatch.setattr(progress, "stream_console", lambda stream: console)
+    return console
+
+
+def test_a_bar_with_the_total_on_a_terminal(monkeypatch):
+    """On a terminal a known size is a bar: bytes done of the total, rate, ETA."""
+    console = _recording_console(monkeypatch)
+    total = 8_000_000
+    with progress.transfer("Uploading s3://b/job/output/model.tar.gz", total, Tty()) as advance:
+        for _ in range(8):
+            advance(1_000_000)
+    text = console.export_text()
+    assert "Uploading s3://b/job/output/model.tar.gz" in text
+    assert "━" in text  # the bar itself
+    assert "8.0/8.0 MB" in text  # rich's DownloadColumn: done/total
+    assert "✓" in text and "(8.0 MB," in text
+
+
+def test_plain_lines_are_bounded_for_a_large_multi_file_transfer():
+    """Five thousand files as a log: a start line, one per ~10 %, an end; not 5000."""
+    out = io.StringIO()
+    files = 5000
+    with progress.transfer("Archiving model.tar.gz and output.tar.gz", files * 1000, out) as add:
+        for _ in range(files):
+            add(1000)
+    lines = out.getvalue().splitlines()
+    assert 3 <= len(lines) <= 12, lines
+    assert lines[0] == "shipyard: Archiving model.tar.gz and output.tar.gz: 5.0 MB ..."
+    assert "2.5 MB of 5.0 MB (50%)" in "\n".join(lines)
+    assert lines[-1].startswith(
+        "shipyard: Archiving model.tar.gz and output.tar.gz: 5.0 MB of 5.0 MB"
+    )
+    assert "/s, done in " in lines[-1]
+
+
+def test_plain_meter_says_something_every_five_seconds_when_slow():
+    now = [0.0]
+    meter = progress.PlainMeter("up", 1000, clock=lambda: now[0])
+    assert meter.add(1) is None  # 0.1 %, no time passed
+    now[0] = 6.0
+    line = meter.add(1)
+    assert line is not None and "2 B of 1.0 kB (0%)" in line and "ETA" in line
+
+
+def test_quiet_transfer_says_nothing():
+    out = io.StringIO()
+    progress.set_quiet(True)
+    with progress.transfer("x", 10, out) as advance:
+        advance(10)
+    assert out.getvalue() == ""

@@ -59,6 +59,7 @@ def download_objects(
     right size (an earlier attempt) are kept."""
     os.makedirs(target, exist_ok=True)
     progress = Progress(label, len(objects), sum(o.size for o in objects), log)
+    log(f"{label}: downloading {len(objects)} objects, {progress.total_bytes / 1e6:.1f} MB")
 
     def fetch(obj: ObjectInfo) -> None:
         dest = safe_join(target, obj.relative)
