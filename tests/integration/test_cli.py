@@ -90,9 +90,12 @@ def test_progress_lines_quiet_and_whole_names(home, write_script):
     name = "a-rather-long-job-name-that-a-narrow-table-would-fold-" + "x" * 8
     res = cli("train", "ok.py", "--source-dir", src, "--job-name", name)
     assert res.returncode == 0, res.stderr
-    assert f"shipyard: Staging the code of {name} ..." in res.stderr  # not a terminal: lines
-    assert "shipyard: Uploading the model and output to " in res.stderr
+    # not a terminal: a few plain lines per sized step, bytes of the total, whole names
+    assert f"shipyard: Bundling the code of {name}: " in res.stderr
+    assert f"/{name}/output: " in res.stderr and "shipyard: Writing model.tar.gz" in res.stderr
+    assert " (100%), " in res.stderr and "/s, done in " in res.stderr
     quiet = cli("--quiet", "train", "ok.py", "--source-dir", src, "--job-name", name + "-q")
-    assert quiet.returncode == 0 and "shipyard: Staging" not in quiet.stderr
+    assert quiet.returncode == 0 and "shipyard: Bundling" not in quiet.stderr
+    assert "shipyard: Writing" not in quiet.stderr
     listed = cli("jobs").stdout
     assert name in listed and name + "-q" in listed  # whole names when piped

@@ -113,10 +113,11 @@ def _archive_both(
     output_dirs: list[tuple[str, str]],
     model_dest: str,
     output_dest: str,
+    description: str,
 ) -> tuple[ArchiveResult, ArchiveResult]:
     """Both archives under one bar: bytes of the instances' files archived of all."""
     total = tree_bytes(model_dirs) + tree_bytes(output_dirs)
-    with progress.transfer("Archiving model.tar.gz and output.tar.gz", total) as advance:
+    with progress.transfer(description, total) as advance:
         model = archive_dirs(model_dirs, model_dest, advance)
         output = archive_dirs(output_dirs, output_dest, advance)
     return model, output
@@ -146,6 +147,7 @@ def save(
             output_dirs,
             os.path.join(prefix, "model.tar.gz"),
             os.path.join(prefix, "output.tar.gz"),
+            f"Writing model.tar.gz and output.tar.gz to {prefix}",
         )
     from shipyard import storage
 
@@ -160,6 +162,7 @@ def save(
             output_dirs,
             os.path.join(scratch, "model.tar.gz"),
             os.path.join(scratch, "output.tar.gz"),
+            "Archiving model.tar.gz and output.tar.gz",
         )
         for result in archives:
             target = base.child(os.path.basename(result.path))

@@ -36,7 +36,6 @@ from shipyard.errors import (
     StorageError,
     ValidationError,
 )
-from shipyard.observe import progress
 from shipyard.observe.logs import LogTailer, print_lines, select
 from shipyard.observe.metrics import final_metrics, history
 from shipyard.spec import ChannelSpec, JobSpec
@@ -197,15 +196,15 @@ class ControlPlane:
             ) from None
         staged = None
         try:
-            with progress.step(f"Staging the code of {spec.job_name}"):
-                staged = staging.stage(
-                    spec.code,
-                    spec.job_name,
-                    code_location,
-                    self.home.requirements_cache,
-                    local_dir=os.path.join(job_dir, "source"),
-                    exclude=self._never_bundled(spec, code_location),
-                )
+            # staging shows its own progress: bundling and upload bars, pip's spinner
+            staged = staging.stage(
+                spec.code,
+                spec.job_name,
+                code_location,
+                self.home.requirements_cache,
+                local_dir=os.path.join(job_dir, "source"),
+                exclude=self._never_bundled(spec, code_location),
+            )
             legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
             encoded = plan.hyperparameters(spec, staged, self.home)
             assert record.subnet is not None  # chosen with the reservation

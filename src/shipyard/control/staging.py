@@ -24,6 +24,7 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -242,15 +243,36 @@ def _copy_into(dep_path: str, target: str, exclude: tuple[str, ...]) -> None:
         ) from None
 
 
-def make_bundle(code_root: str, dest_path: str) -> None:
-    """Write sourcedir.tar.gz atomically (a reader never sees a partial bundle)."""
+def tree_bytes(root: str) -> int:
+    """Bytes of the regular files under ``root`` (the bundling bar's total)."""
+    total = 0
+    for dirpath, _dirs, filenames in os.walk(root, followlinks=False):
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def make_bundle(
+    code_root: str, dest_path: str, on_file: Callable[[int], None] | None = None
+) -> None:
+    """Write sourcedir.tar.gz atomically (a reader never sees a partial bundle);
+    ``on_file(nbytes)`` as each file goes in (progress)."""
+
+    def counted(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        if on_file is not None and info.isfile():
+            on_file(info.size)
+        return info
+
     os.makedirs(os.path.dirname(dest_path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest_path), suffix=".tmp")
     os.close(fd)
     try:
         with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
             for name in sorted(os.listdir(code_root)):
-                tar.add(os.path.join(code_root, name), arcname=name)
+                tar.add(os.path.join(code_root, name), arcname=name, filter=counted)
         os.replace(tmp, dest_path)
     except BaseException:
         os.unlink(tmp)
@@ -383,14 +405,16 @@ def stage(
         root, entry, notes = resolve_code(code, workdir, exclude)
         is_package = any(os.path.isfile(os.path.join(root, m)) for m in PACKAGE_MARKERS)
         extra, install_notes = install_requirements(root, cache_root)
-        make_bundle(root, bundle)
+        with progress.transfer(f"Bundling the code of {job_name}", tree_bytes(root)) as add:
+            make_bundle(root, bundle, add)
     uri = "file://" + bundle
     if remote:
         from shipyard import storage
 
         target = storage.parse(code_location).child(f"{job_name}/source/sourcedir.tar.gz")
         try:
-            storage.store_for(target).upload(bundle, target)
+            with progress.transfer(f"Uploading {target.uri}", os.path.getsize(bundle)) as add:
+                storage.store_for(target).upload(bundle, target, callback=add)
         except BaseException:
             os.unlink(bundle)
             raise

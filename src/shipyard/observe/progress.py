@@ -101,6 +101,7 @@ def _shown(how: str, description: str, stream: TextIO, started: float) -> Iterat
 
 PLAIN_EVERY_FRACTION = 0.10  # a plain line at each further ~10 % ...
 PLAIN_EVERY_SECONDS = 5.0  # ... or after this long without one
+PLAIN_MIN_SECONDS = 1.0  # never closer together (a sub-second step: start and end only)
 
 
 def human_bytes(n: float) -> str:
@@ -116,12 +117,14 @@ class PlainMeter:
     """Bytes done of a known total as a few log lines: the caller logs each returned
     line (``None``: nothing to say yet). Thread-safe, so parallel transfers share one."""
 
-    def __init__(self, description: str, total: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, description: str, total: int, clock: Callable[[], float] | None = None
+    ) -> None:
         self.description = description
         self.total = max(int(total), 0)
         self.done = 0
-        self.clock = clock
-        self.started = clock()
+        self.clock = clock or time.monotonic
+        self.started = self.clock()
         self._last_time = self.started
         self._last_fraction = 0.0
         self._lock = threading.Lock()
@@ -133,9 +136,10 @@ class PlainMeter:
             fraction = self.done / self.total if self.total else 1.0
             if fraction >= 1.0:
                 return None  # the end line says it
-            if (
-                fraction - self._last_fraction >= PLAIN_EVERY_FRACTION
-                or now - self._last_time >= PLAIN_EVERY_SECONDS
+            since = now - self._last_time
+            if since >= PLAIN_EVERY_SECONDS or (
+                since >= PLAIN_MIN_SECONDS
+                and fraction - self._last_fraction >= PLAIN_EVERY_FRACTION
             ):
                 self._last_time, self._last_fraction = now, fraction
                 return self.line()

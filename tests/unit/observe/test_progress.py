@@ -82,21 +82,35 @@ def test_a_bar_with_the_total_on_a_terminal(monkeypatch):
     assert "✓" in text and "(8.0 MB," in text
 
 
-def test_plain_lines_are_bounded_for_a_large_multi_file_transfer():
+def test_plain_lines_are_bounded_for_a_large_multi_file_transfer(monkeypatch):
     """Five thousand files as a log: a start line, one per ~10 %, an end; not 5000."""
+    ticks = iter(range(1_000_000))
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(ticks) * 0.01)  # 50 s in all
     out = io.StringIO()
     files = 5000
     with progress.transfer("Archiving model.tar.gz and output.tar.gz", files * 1000, out) as add:
         for _ in range(files):
             add(1000)
     lines = out.getvalue().splitlines()
-    assert 3 <= len(lines) <= 12, lines
-    assert lines[0] == "shipyard: Archiving model.tar.gz and output.tar.gz: 5.0 MB ..."
+    assert 10 <= len(lines) <= 12, lines
     assert "2.5 MB of 5.0 MB (50%)" in "\n".join(lines)
+    assert lines[0] == "shipyard: Archiving model.tar.gz and output.tar.gz: 5.0 MB ..."
     assert lines[-1].startswith(
         "shipyard: Archiving model.tar.gz and output.tar.gz: 5.0 MB of 5.0 MB"
     )
     assert "/s, done in " in lines[-1]
+
+
+def test_plain_meter_says_each_further_tenth_at_most_once_a_second():
+    now = [0.0]
+    meter = progress.PlainMeter("up", 10_000, clock=lambda: now[0])
+    said = []
+    for _ in range(1000):  # 10 B each, 0.01 s apart: 10 s in all
+        now[0] += 0.01
+        said.append(meter.add(10))
+    lines = [line for line in said if line]
+    assert len(lines) == 9, lines  # 10 %, 20 %, ... 90 %; the end line is the caller's
+    assert "5.0 kB of 10.0 kB (50%), 1.0 kB/s, ETA 5 s" in lines[4]
 
 
 def test_plain_meter_says_something_every_five_seconds_when_slow():

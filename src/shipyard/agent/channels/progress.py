@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 EVERY_FRACTION = 0.10
 EVERY_SECONDS = 5.0
+MIN_SECONDS = 1.0  # lines never closer together: a fast channel logs its start and end
 
 
 def _mb(n: float) -> str:
@@ -54,8 +55,9 @@ class Progress:
             fraction = self._fraction()
             if self.objects >= self.total_objects:
                 return  # the caller logs the last line
-            if now - self._last >= self.every or fraction - self._last_fraction >= (
-                self.every_fraction
+            since = now - self._last
+            if since >= self.every or (
+                since >= MIN_SECONDS and fraction - self._last_fraction >= self.every_fraction
             ):
                 self._last, self._last_fraction = now, fraction
                 self.log(self.line())
