@@ -21,7 +21,20 @@ iterations are interleaved so machine noise hits both alike; medians are
 reported, and the ratio is ps / best tcp. On a shared 2-core machine expect
 +-20% run to run; compare ratios, not absolute numbers.
 
+Two more rows:
+
+* rtt1k: the round trip of a 1 KB push_pull (one 256-float tensor, one shard), median
+  of ``--rtt-repeats`` calls, beside a 1 KB ping-pong over a plain socket to an echo
+  process, interleaved in blocks.
+* scaling: 1, 2 and 4 worker processes against 2 shards, each doing push_pull of the
+  ``--scaling-mb`` model; aggregate GB/s = workers x 2 x model bytes x steps / the time
+  from the first worker's start to the last one's end (all start at one barrier).
+
+Ends with ``RESULT ps_throughput mb5=<ratio> mb100=<ratio> rtt1k_us=<median>`` (for the
+default MAC, or the one given), then the scaling figures as ``w<N>_GBps``.
+
 Run:  python benchmarks/ps_throughput.py [--sizes 5,100] [--repeats 15] [--mac aes-gmac|poly1305|hmac-sha256|blake3|all]
+      [--rtt-repeats 2000] [--scaling 1,2,4] [--scaling-mb 5] [--scaling-steps 10]
 """
 
 from __future__ import annotations
@@ -171,6 +184,97 @@ class RawTcp:
             p.join(timeout=10)
 
 
+# ---------------------------------------------------------------------------- round trip
+def bench_rtt(mac: str, repeats: int, run_dir: str, block: int = 100) -> dict:
+    """Median 1 KB push_pull round trip, beside a 1 KB ping-pong on a plain socket."""
+    shards = start_shards(2, SECRET, run_dir=os.path.join(run_dir, f"rtt-{mac}"))
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    echo = ctx.Process(target=_echo_server, args=(q, "saf"), daemon=True)
+    echo.start()
+    conn = socket.create_connection(("127.0.0.1", q.get(timeout=60)))
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        client = PSClient(
+            [s.endpoint for s in shards], worker_id=0, secret=SECRET, mac=mac, timeout=60
+        )
+        client.register({"x": np.zeros(256, np.float32)}, {"name": "sgd", "lr": 0.0})
+        grads = {"x": np.ones(256, np.float32)}
+        outs = {"x": np.empty(256, np.float32)}
+        ping = (1024).to_bytes(8, "little") + bytes(1024)
+        back = memoryview(bytearray(1024))
+        ps_t: list[float] = []
+        tcp_t: list[float] = []
+        for i in range(repeats // block + 1):
+            for _ in range(block):
+                t0 = time.perf_counter()
+                client.push_pull(grads, outs=outs)
+                ps_t.append(time.perf_counter() - t0)
+            for _ in range(block):
+                t0 = time.perf_counter()
+                conn.sendall(ping)
+                _recv_exact(conn, back)
+                tcp_t.append(time.perf_counter() - t0)
+            if i == 0:  # warm-up block
+                ps_t.clear()
+                tcp_t.clear()
+        client.close()
+    finally:
+        conn.close()
+        echo.join(timeout=10)
+        stop_shards(shards)
+    return {
+        "mac": mac,
+        "ps_us": round(statistics.median(ps_t) * 1e6, 1),
+        "tcp_us": round(statistics.median(tcp_t) * 1e6, 1),
+    }
+
+
+# ------------------------------------------------------------------------------- scaling
+def _scale_worker(
+    endpoints: list[str], rank: int, mb: int, steps: int, mac: str, barrier, q
+) -> None:
+    params = model_of(mb)
+    client = PSClient(endpoints, worker_id=rank, secret=SECRET, mac=mac, timeout=300)
+    client.register(params, {"name": "sgd", "lr": 0.0})
+    grads = {k: np.ones_like(v) for k, v in params.items()}
+    outs = {k: np.empty_like(v) for k, v in params.items()}
+    for _ in range(2):
+        client.push_pull(grads, outs=outs)
+    barrier.wait()
+    t0 = time.time()
+    for _ in range(steps):
+        client.push_pull(grads, outs=outs)
+    q.put((t0, time.time()))
+    client.close()
+
+
+def bench_scaling(mb: int, counts: list[int], steps: int, mac: str, run_dir: str) -> dict:
+    """Aggregate GB/s of ``n`` worker processes against two shards, for each n."""
+    nbytes = sum(v.nbytes for v in model_of(mb).values())
+    ctx = mp.get_context("spawn")
+    out = {}
+    for n in counts:
+        shards = start_shards(2, SECRET, run_dir=os.path.join(run_dir, f"scale-{n}"))
+        try:
+            eps = [s.endpoint for s in shards]
+            barrier, q = ctx.Barrier(n), ctx.Queue()
+            procs = [
+                ctx.Process(target=_scale_worker, args=(eps, r, mb, steps, mac, barrier, q))
+                for r in range(n)
+            ]
+            for p in procs:
+                p.start()
+            spans = [q.get(timeout=600) for _ in procs]
+            for p in procs:
+                p.join(timeout=60)
+        finally:
+            stop_shards(shards)
+        wall = max(e for _, e in spans) - min(s for s, _ in spans)
+        out[n] = round(n * 2 * nbytes * steps / wall / 1e9, 3)
+    return out
+
+
 # ---------------------------------------------------------------------------------- driver
 def bench_size(
     mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES
@@ -257,13 +361,20 @@ def main(argv=None) -> int:
         default=DEFAULT_CHUNK_BYTES / 2**20,
         help="placement chunk size (sliced policy) in MiB",
     )
+    ap.add_argument("--rtt-repeats", type=int, default=2000, help="1 KB round trips (0: skip)")
+    ap.add_argument("--scaling", default="1,2,4", help="worker counts ('' skips the row)")
+    ap.add_argument("--scaling-mb", type=int, default=5)
+    ap.add_argument("--scaling-steps", type=int, default=10)
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args(argv)
     macs = wire.available_macs() if args.mac == "all" else [args.mac]
+    headline = wire.default_mac() if args.mac == "all" else args.mac
     results = []
+    rtt: dict = {}
+    scaling: dict = {}
     with tempfile.TemporaryDirectory(prefix="ps-bench-") as run_dir:
         for mac in macs:
-            for mb in (int(x) for x in args.sizes.split(",")):
+            for mb in (int(x) for x in args.sizes.split(",") if x):
                 r = bench_size(mb, mac, args.repeats, run_dir, int(args.chunk_mb * 2**20))
                 results.append(r)
                 g = r["GBps"]
@@ -274,8 +385,38 @@ def main(argv=None) -> int:
                     f"| ratio ps/best-tcp {r['ratio_vs_best_tcp']:.2f} (vs saf {r['ratio_vs_tcp_saf']:.2f})",
                     flush=True,
                 )
+        if args.rtt_repeats:
+            rtt = bench_rtt(headline, args.rtt_repeats, run_dir)
+            print(
+                f"1 KB push_pull round trip (mac={headline}): ps {rtt['ps_us']:.0f} us | "
+                f"tcp ping-pong {rtt['tcp_us']:.0f} us",
+                flush=True,
+            )
+        if args.scaling:
+            counts = [int(x) for x in args.scaling.split(",")]
+            scaling = bench_scaling(args.scaling_mb, counts, args.scaling_steps, headline, run_dir)
+            print(
+                f"scaling, {args.scaling_mb} MB model, 2 shards, aggregate GB/s: "
+                + ", ".join(f"{n} worker(s) {g:.2f}" for n, g in scaling.items()),
+                flush=True,
+            )
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"sizes": results, "rtt1k": rtt, "scaling": scaling}, indent=1)
+        )
+    ratio = {r["model_mb"]: r["ratio_vs_best_tcp"] for r in results if r["mac"] == headline}
+    figures: dict = {}
+    for mb in (5, 100):
+        hit = [v for k, v in ratio.items() if round(k) == mb]
+        if hit:
+            figures[f"mb{mb}"] = hit[0]
+    if rtt:
+        figures["rtt1k_us"] = rtt["ps_us"]
+        figures["tcp1k_us"] = rtt["tcp_us"]
+    figures.update({f"w{n}_GBps": g for n, g in scaling.items()})
+    from _result import result
+
+    result("ps_throughput", **figures)
     return 0
 
 

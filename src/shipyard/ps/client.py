@@ -43,6 +43,7 @@ from .errors import (
     PSError,
     PSTimeoutError,
     RemoteError,
+    ReplayedMessageError,
     ShapeMismatchError,
     UnknownKeyError,
     WireError,
@@ -59,7 +60,7 @@ from .placement import (
     place,
 )
 from .stats import build_report
-from .transport import Transport, ZmqTransport, tune_malloc
+from .transport import SocketTransport, Transport, tune_malloc
 from .wire import Header, Message, MsgType
 
 log = logging.getLogger("shipyard.ps.client")
@@ -158,7 +159,7 @@ class PSClient:
             self.endpoints: list[str] = eps
 
             def transport_factory() -> Transport:
-                return ZmqTransport(eps)
+                return SocketTransport(eps)
 
         else:
             self.endpoints = list(endpoints or [])
@@ -170,7 +171,11 @@ class PSClient:
         if not 0 <= worker_id <= wire.U32_MAX:
             raise PSConfigError(f"worker_id must be in [0, 2**32), got {worker_id}")
         self.worker_id = worker_id
-        self.signer = wire.Signer(wire.secret_from_env(secret), mac)
+        self._secret = wire.secret_from_env(secret)
+        self._mac = mac
+        self.signer = wire.Signer(self._secret, mac)
+        # replies must be new and addressed to this client's session (wire.ReplayGuard)
+        self._guard = wire.ReplayGuard(self.signer.session)
         # SHA-256 segments are hashed on the pool; BLAKE3 threads itself (GIL held)
         self._pool_hash = self.signer.alg == wire.MAC_HMAC_SHA256
         self.timeout = timeout if timeout is not None else _env_float(TIMEOUT_ENV, DEFAULT_TIMEOUT)
@@ -181,6 +186,7 @@ class PSClient:
             self.endpoints = [f"shard-{i}" for i in range(self.num_shards)]
         self.step = 0
         self.shard_info: list[dict[str, Any]] = []
+        self._peers = [0] * self.num_shards  # each shard's session, learned in hello()
         self.report: PlacementReport | None = None
         self._keys: dict[str, KeyPlacement] = {}
         self._rids = itertools.count(1)
@@ -243,6 +249,16 @@ class PSClient:
         self.step = max((int(x.get("step", 0)) for x in self.shard_info), default=0)
         return self.shard_info
 
+    def _learn_sessions(self, timeout: float | None = None) -> None:
+        """Say HELLO to the shards whose session this client does not know yet (a client
+        made with ``connect=False``): every other request must name it (replay guard)."""
+        missing = [i for i in range(self.num_shards) if not self._peers[i]]
+        if missing:
+            body = {"worker": self.worker_id, "pid": os.getpid()}
+            self._exchange(
+                [self._json_req(i, MsgType.HELLO, body, None, "hello") for i in missing], timeout
+            )
+
     def close(self, leave: bool = True) -> None:
         """Stop heartbeats, tell shards this worker leaves (``leave=True``), close sockets.
 
@@ -282,6 +298,10 @@ class PSClient:
         self.close()
 
     def _start_heartbeats(self) -> None:
+        # its own session: its messages travel on their own connections, so their
+        # numbers must not interleave with the requests' (each session is in order)
+        signer = wire.Signer(self._secret, self._mac)
+
         def run() -> None:
             t = self._factory()
             try:
@@ -292,8 +312,10 @@ class PSClient:
                             worker=self.worker_id,
                             shard=i,
                             step=self.step,
+                            mac_alg=signer.alg,
+                            peer=self._peers[i],
                         )
-                        t.send(i, wire.encode(self.signer, hdr))
+                        t.send(i, wire.encode(signer, hdr))
             except Exception as exc:  # noqa: BLE001  # pragma: no cover - socket torn down at exit
                 log.debug("heartbeat thread stopped: %s", exc)
             finally:
@@ -597,6 +619,7 @@ class PSClient:
 
     def shard_stats(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """Each shard's raw STATS reply."""
+        self._learn_sessions(timeout)
         out: list[Any] = [None] * self.num_shards
 
         def keep(i: int) -> Callable[[Message], None]:
@@ -655,6 +678,7 @@ class PSClient:
         """Tell every shard this worker's process ended (what the runner's worker wrapper
         sends) and wait until every worker of the job has ended; returns each shard's
         final answer: ``{"finished": {rank: outcome}, "stats": ..., "placement": ...}``."""
+        self._learn_sessions(timeout)
         out: list[Any] = [None] * self.num_shards
 
         def keep(i: int) -> Callable[[Message], None]:
@@ -687,6 +711,8 @@ class PSClient:
     # plumbing ---------------------------------------------------------------------
     def _header(self, shard: int, mtype: MsgType, key: int = 0, **kw: Any) -> Header:
         # the MAC id is set here so encode() need not rebuild the (frozen) header per message
+        if not self._peers[shard] and mtype != MsgType.HELLO:
+            self._learn_sessions()
         return Header(
             msg_type=mtype,
             key=key,
@@ -695,6 +721,7 @@ class PSClient:
             request_id=next(self._rids) & wire.U32_MAX,
             shard=shard,
             step=self.step,
+            peer=self._peers[shard],
             **kw,
         )
 
@@ -902,7 +929,13 @@ class PSClient:
                     ):
                         self._results[rid] = pool.submit(self._receive, r, frames, False)
                     else:
-                        self._results[rid] = self._receive(r, frames, True)
+                        res = self._receive(r, frames, True)
+                        if isinstance(res, ReplayedMessageError):
+                            # a copy of an old reply: not this request's answer; keep waiting
+                            log.warning("dropped a reply that is not new: %s", res)
+                            self._pending[rid] = r
+                            continue
+                        self._results[rid] = res
             errors = []
             for rid in rids:
                 res = self._results.pop(rid, None)
@@ -916,7 +949,7 @@ class PSClient:
     def _receive(self, r: _Req, frames: list, parallel: bool) -> BaseException | None:
         """Authenticate one reply and hand it to its request; returns the error, if any."""
         try:
-            self._deliver(r, wire.decode(self.signer, frames, None, parallel))
+            self._deliver(r, wire.decode(self.signer, frames, None, parallel, guard=self._guard))
         except PSError as exc:
             return exc
         return None
@@ -936,6 +969,8 @@ class PSClient:
             raise RemoteError(
                 f"reply claims shard {h.shard}, came from shard {r.shard}", shard=r.shard
             )
+        if r.header.msg_type == MsgType.HELLO:
+            self._peers[r.shard] = h.session  # every later request to it names this session
         if h.msg_type == MsgType.ERROR:
             body = msg.json() or {}
             raise remote_error(

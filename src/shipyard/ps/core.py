@@ -157,6 +157,7 @@ class ServerCore:
     ) -> None:
         self.config = config
         self.signer = wire.Signer(secret)
+        self.replay = wire.ReplayGuard(self.signer.session)  # this shard's session = its run
         self._macs = {wire.MAC_ALGORITHMS[n] for n in wire.available_macs()}
         self.clock = clock
         self.shard = Shard(config.index, config.num_shards)
@@ -194,7 +195,7 @@ class ServerCore:
         """Process one request; returns the replies to send now (never raises)."""
         now = self.clock() if now is None else now
         try:
-            msg = wire.decode(self.signer, frames, self.config.max_payload)
+            msg = wire.decode(self.signer, frames, self.config.max_payload, guard=self.replay)
         except WireError as err:
             self.stats.reject(err.code)
             hdr = getattr(err, "header", None)
@@ -504,6 +505,7 @@ class ServerCore:
             shard=self.config.index,
             step=max(g.versions),
             mac_alg=h.mac_alg,
+            peer=h.session,
         )
         frames = wire.encode(
             self.signer,
@@ -615,6 +617,7 @@ class ServerCore:
             shape=slot.shape,
             nbytes=value.nbytes,
             mac_alg=h.mac_alg,
+            peer=h.session,
         )
         frames = wire.encode(self.signer, hdr, [value], digests=[digest], alg=h.mac_alg)
         self.stats.sent(w, wire.frames_nbytes(frames))
@@ -636,6 +639,7 @@ class ServerCore:
             shard=self.config.index,
             step=step,
             flags=flags,
+            peer=req.session,
         )
         frames = wire.encode(self.signer, hdr, alg=self._reply_alg(req))
         self.stats.sent(req.worker, wire.frames_nbytes(frames))
@@ -648,6 +652,7 @@ class ServerCore:
             worker=req.worker,
             request_id=req.request_id,
             shard=self.config.index,
+            peer=req.session,
         )
         frames = wire.encode_json(self.signer, hdr, obj, alg=self._reply_alg(req))
         self.stats.sent(req.worker, wire.frames_nbytes(frames))
