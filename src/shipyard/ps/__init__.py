@@ -22,7 +22,7 @@ Modules (one job each)::
     server.py       the shard process (socket loop) and ``python -m shipyard.ps.server``
     options.py      the job's options (policy, consistency, counts), validated; no numpy
     launch.py       shard command lines, start/stop shard processes (runners, tests, benchmarks)
-    client.py       PSClient
+    client.py       PSClient (its data path, requests and exchange in client_*.py)
     worker.py       ``python -m shipyard.ps.worker -- CMD``: runs a worker, reports its end
     torch.py        PyTorch adapter: DistributedOptimizer (imports torch; nothing else here does)
     keras.py        Keras 3 adapter: DistributedOptimizer for model.fit (imports tensorflow)
