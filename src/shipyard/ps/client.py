@@ -172,6 +172,7 @@ class PSClient(DataPath, Exchange, Requests):
         self.timeout = timeout if timeout is not None else _env_float(TIMEOUT_ENV, DEFAULT_TIMEOUT)
         self._factory = transport_factory
         self.transport: Transport = transport_factory()
+        self.transport.sink = self._sink  # values land in the caller's arrays (client_data)
         self.num_shards = self.transport.num_shards
         if not self.endpoints:
             self.endpoints = [f"shard-{i}" for i in range(self.num_shards)]

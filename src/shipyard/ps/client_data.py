@@ -9,18 +9,28 @@ small ones held back in a bucket so they still share messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from . import wire
 from .client_requests import _Req
 from .errors import (
     ShapeMismatchError,
     UnknownKeyError,
 )
 from .placement import Chunk, KeyPlacement
-from .wire import Message, MsgType
+from .wire import Buffer, Message, MsgType
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when ``a`` is a view of exactly ``b``'s bytes."""
+    return bool(
+        a.nbytes == b.nbytes
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
+
 
 # push_pull_begin holds small tensors back until this much waits or push_pull_end
 # comes, so that hooks firing one tensor at a time still share messages
@@ -40,6 +50,7 @@ class DataPath:
     _bucket_bytes: int
     _open: list[int]
     _open_result: dict[str, np.ndarray]
+    _pending: dict[int, _Req]
 
     # _exchange, _send, _wait (client_exchange.Exchange) and _tensor_req, _grouped,
     # _groupable (client_requests.Requests) come from the other mixins of PSClient
@@ -187,25 +198,46 @@ class DataPath:
         flat_g = grad.reshape(-1) if grad is not None else None
         reqs = []
         for c in kp.chunks:
+            if single:
+                dest = out.reshape(-1) if out is not None else None
+            else:
+                dest = flat_out[c.offset : c.offset + c.length]
 
-            def on_reply(m: Message, c: Chunk = c) -> None:
+            def on_reply(m: Message, c: Chunk = c, dest: np.ndarray | None = dest) -> None:
                 arr = m.tensor()
-                if single:
+                if dest is not None and _same_memory(arr, dest):
+                    pass  # the transport received the value right into place
+                elif single and out is None:
                     if not arr.flags.writeable:  # a transport that hands out read-only buffers
                         arr = arr.copy()
-                    if out is not None:
-                        np.copyto(out, arr)
-                        result[name] = out
-                    else:
-                        result[name] = arr
+                    result[name] = arr
+                    return
                 else:
-                    np.copyto(flat_out[c.offset : c.offset + c.length], arr.reshape(-1))
+                    assert dest is not None
+                    np.copyto(dest, arr.reshape(-1))
+                if single:
+                    result[name] = out
 
             payload = None
             if grad is not None:
                 payload = grad if c.whole else flat_g[c.offset : c.offset + c.length]
-            reqs.append(self._tensor_req(kp, c, mtype, payload, on_reply))
+            req = self._tensor_req(kp, c, mtype, payload, on_reply)
+            req.dest = dest.view(np.uint8) if dest is not None else None
+            reqs.append(req)
         return reqs
+
+    def _sink(self, shard: int, frames: Sequence[Buffer], size: int) -> np.ndarray | None:
+        """Where the transport should receive a large frame: the caller's array (``outs``,
+        or the array a sliced tensor is reassembled in) when the frame is the value a
+        pending request waits for, so that no copy follows. Until the reply is verified
+        those bytes are not trusted: on any error the call raises, and what the array
+        holds is unspecified."""
+        if len(frames) != 1:  # only the frame right after the header carries a value
+            return None
+        r = self._pending.get(wire.request_id_of(frames[0]) or 0)
+        if r is None or r.shard != shard or r.dest is None or r.dest.nbytes != size:
+            return None
+        return r.dest
 
     def _check(self, kp: KeyPlacement, value: ArrayLike) -> np.ndarray:
         arr = np.asarray(value)

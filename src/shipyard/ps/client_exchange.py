@@ -23,7 +23,6 @@ from .errors import (
     PSTimeoutError,
     RemoteError,
     ReplayedMessageError,
-    WireError,
     remote_error,
 )
 from .transport import Transport
@@ -124,10 +123,7 @@ class Exchange:
         outcome (None or the error) waits in ``_results`` for whoever waits on it."""
         for shard in ready:
             frames = self.transport.recv(shard)
-            try:
-                rid = wire.Header.unpack(frames[0]).request_id if frames else None
-            except WireError:
-                rid = None
+            rid = wire.request_id_of(frames[0]) if frames else None
             r = self._pending.get(rid) if rid is not None else None
             if r is None or r.shard != shard:
                 log.debug("dropping a reply that matches no pending request")

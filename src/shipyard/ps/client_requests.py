@@ -44,6 +44,7 @@ class _Req:
     make: Callable[[bool], list]  # make(parallel) -> frames
     nbytes: int = 0
     payload: np.ndarray | None = None  # a gradient to push (PUSH_PULL), for grouping
+    dest: np.ndarray | None = None  # bytes where the reply's value goes (received into)
 
 
 def _ignore(msg: Message) -> None:

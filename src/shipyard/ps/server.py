@@ -50,6 +50,7 @@ from .stream import (
     tune_socket,
 )
 from .transport import tune_malloc
+from .wire import Buffer
 
 log = logging.getLogger("shipyard.ps.server")
 
@@ -142,9 +143,13 @@ class PSServer:
             pass
         peer.sock.close()
 
-    def _flush(self, peer: _Peer) -> None:
+    def _flush(
+        self, peer: _Peer, frames: Sequence[Buffer] | None = None, sent: Sent | None = None
+    ) -> None:
+        """Write what the kernel takes (after queueing ``frames``, if given); watch for
+        write readiness only while something is left."""
         try:
-            done = peer.writer.flush()
+            done = peer.writer.flush() if frames is None else peer.writer.send(frames, sent)
         except PeerClosed as exc:
             self._drop(peer, str(exc))
             return
@@ -154,7 +159,6 @@ class PSServer:
             self._sel.modify(peer.sock, events, peer.id)
 
     def _send(self, out: Sequence[Outgoing]) -> None:
-        touched: dict[bytes, _Peer] = {}
         for o in out:
             peer = self._peers.get(o.peer)
             if peer is None:  # that connection is gone: dropped, as ROUTER did
@@ -164,10 +168,7 @@ class PSServer:
             sent = None
             if o.hold is not None:
                 sent = o.hold.tracker = Sent()
-            peer.writer.queue(o.frames, sent)
-            touched[peer.id] = peer
-        for peer in touched.values():
-            self._flush(peer)
+            self._flush(peer, o.frames, sent)
 
     def _read(self, peer: _Peer) -> None:
         core = self.core

@@ -33,7 +33,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,16 +115,48 @@ class Writer:
         return bool(self._bufs)
 
     def queue(self, frames: Sequence[Buffer], sent: Sent | None = None) -> None:
-        views = [as_bytes_view(f) for f in frames]
+        views = [f if type(f) is bytes else as_bytes_view(f) for f in frames]
         head = prefix(views)
         self._bufs.append(memoryview(head))
         self._queued += len(head)
         for v in views:
             if len(v):
-                self._bufs.append(v)
+                self._bufs.append(memoryview(v))
                 self._queued += len(v)
         if sent is not None:
             self._marks.append((self._queued, sent))
+
+    def send(self, frames: Sequence[Buffer], sent: Sent | None = None) -> bool:
+        """Queue one message and write what the kernel takes now (``queue`` + ``flush``);
+        True when nothing is left. The common case, an idle connection and a message
+        the kernel takes whole, is one ``sendmsg`` and no queueing."""
+        if self._bufs:
+            self.queue(frames, sent)
+            return self.flush()
+        views = [f if type(f) is bytes else as_bytes_view(f) for f in frames]
+        head = prefix(views)
+        total = len(head) + sum(len(v) for v in views)
+        try:
+            n = self.sock.sendmsg([head, *views])
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as exc:
+            raise PeerClosed(f"send failed: {exc}") from None
+        if n == total:
+            if sent is not None:
+                sent.done = True
+            return True
+        self._written = self._queued + n  # the first n bytes of this message are out
+        self.queue(views, sent)
+        while n:  # drop what was written, as flush would
+            first = self._bufs[0]
+            if n >= len(first):
+                n -= len(first)
+                self._bufs.popleft()
+            else:
+                self._bufs[0] = first[n:]
+                n = 0
+        return self.flush()
 
     def flush(self) -> bool:
         """Write what the kernel takes now; True when nothing is left. PeerClosed if the
@@ -179,6 +211,9 @@ class Reader:
         self._big_got = 0
         self.partial_since: float | None = None  # when the unfinished message began
         self._closed = False
+        # sink(frames so far, size) -> a writable buffer of exactly size bytes where a
+        # large frame should be received, or None for a fresh one (transport.Transport.sink)
+        self.sink: Callable[[list[Buffer], int], Any] | None = None
 
     def read(self) -> list[list[Buffer]]:
         """Every message complete after reading what the socket has now (may be none).
@@ -290,8 +325,10 @@ class Reader:
                 self._start += size
                 self._finish_frame(out)
                 continue
-            big = np.empty(size, dtype=np.uint8)
-            bview = memoryview(big)
+            big = self.sink(self._frames, size) if self.sink is not None else None
+            if big is None:
+                big = np.empty(size, dtype=np.uint8)
+            bview = memoryview(big).cast("B")
             head = min(avail, size)
             bview[:head] = view[self._start : self._start + head]
             self._start += head

@@ -120,6 +120,7 @@ U32_MAX = 0xFFFFFFFF
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _SESSION_SEQ = struct.Struct("<QQ")
+_GCM_IV = struct.Struct("<QI")  # the 96-bit GCM nonce: u64 seq || u32 0
 _SESSION_OFFSET = HEADER_SIZE - 24  # session, seq, peer close the header
 
 
@@ -193,9 +194,13 @@ def code_dtype(code: int) -> np.dtype:
         raise MalformedFrameError(f"unknown dtype code {code}") from None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Header:
-    """The fixed-size message header. ``shape`` is only meaningful for tensors."""
+    """The fixed-size message header. ``shape`` is only meaningful for tensors.
+
+    Treated as immutable (``dataclasses.replace`` makes changed copies); not declared
+    frozen because a frozen dataclass's ``__init__`` costs ~3x more, and a header is
+    built or parsed several times per message."""
 
     msg_type: int
     key: int = 0
@@ -247,7 +252,7 @@ class Header:
     @classmethod
     def unpack(cls, buf: Buffer) -> Header:
         """Parse a header frame; MalformedFrameError on size/magic/version/ndim problems."""
-        if len(memoryview(buf).cast("B")) != HEADER_SIZE:
+        if (len(buf) if type(buf) is bytes else len(memoryview(buf).cast("B"))) != HEADER_SIZE:
             raise MalformedFrameError(
                 f"header frame is {len(memoryview(buf).cast('B'))} bytes, expected {HEADER_SIZE}"
             )
@@ -685,17 +690,19 @@ class Signer:
                 "message uses MAC aes-gmac, but 'cryptography' is not installed here"
             )
         self._gcm = gcm
-        header = bytes(header)
+        if type(header) is not bytes:
+            header = bytes(header)
         if len(header) != HEADER_SIZE:
             raise AuthenticationError("aes-gmac needs a full header")
         session, seq = _SESSION_SEQ.unpack_from(header, _SESSION_OFFSET)
-        key, aead = self._session_key(session)
-        iv = _U64.pack(seq) + b"\0\0\0\0"
-        views = [as_bytes_view(f) for f in payload]
-        layout = _U32.pack(len(views)) + b"".join(_U64.pack(len(v)) for v in views)
-        if sum(len(v) for v in views) <= GCM_ONE_SHOT_MAX:
-            return aead.encrypt(iv, b"", b"".join((header, layout, *views)))
-        enc = gcm.streaming(key, iv)
+        hit = self._session_keys.get(session) or self._session_key(session)
+        views = [p if type(p) is bytes else as_bytes_view(p) for p in payload]
+        lens = [len(v) for v in views]
+        layout = struct.pack(f"<I{len(lens)}Q", len(lens), *lens)
+        iv = _GCM_IV.pack(seq, 0)
+        if sum(lens) <= GCM_ONE_SHOT_MAX:
+            return hit[1].encrypt(iv, b"", b"".join((header, layout, *views)))
+        enc = gcm.streaming(hit[0], iv)
         enc.authenticate_additional_data(header + layout)
         for v in views:
             if len(v):
@@ -730,7 +737,7 @@ def encode(
 
     ``alg``: MAC algorithm (default the signer's); a shard passes the request's.
     """
-    views = [as_bytes_view(p) for p in payload]
+    views = [p if type(p) is bytes else as_bytes_view(p) for p in payload]
     total = sum(len(v) for v in views)
     alg = signer.alg if alg is None else alg
     if header.nbytes != total or header.mac_alg != alg:
@@ -766,7 +773,7 @@ def decode(
     try:
         if len(frames) < 2:
             raise MalformedFrameError(f"{len(frames)} frame(s); a message has a header and a MAC")
-        views = [as_bytes_view(f) for f in frames]
+        views = [f if type(f) is bytes else as_bytes_view(f) for f in frames]
         header = Header.unpack(views[0])
         mac = views[-1]
         payload = views[1:-1]
@@ -797,6 +804,18 @@ def decode(
         err.authenticated = authenticated  # type: ignore[attr-defined]
         err.header = header  # type: ignore[attr-defined]
         raise
+
+
+_RID_OFFSET = struct.calcsize("<4sBBBBHBBII")
+
+
+def request_id_of(frame: Buffer) -> int | None:
+    """The request id of a header frame without parsing the rest (None if it is not
+    one): how a client finds the request a reply answers before verifying it."""
+    view = frame if type(frame) is bytes else as_bytes_view(frame)
+    if len(view) != HEADER_SIZE:
+        return None
+    return int(_U32.unpack_from(view, _RID_OFFSET)[0])
 
 
 def pack_keys(keys: Sequence[int], versions: Sequence[int] | None = None) -> bytes:
