@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -242,15 +243,16 @@ def _scale_worker(
     for _ in range(2):
         client.push_pull(grads, outs=outs)
     barrier.wait()
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     for _ in range(steps):
         client.push_pull(grads, outs=outs)
-    q.put((t0, time.time()))
+    q.put((t0, time.time(), time.process_time() - c0))
     client.close()
 
 
 def bench_scaling(mb: int, counts: list[int], steps: int, mac: str, run_dir: str) -> dict:
-    """Aggregate GB/s of ``n`` worker processes against two shards, for each n."""
+    """For each n: aggregate GB/s of ``n`` worker processes against two shards, and the
+    CPU (workers' timed steps + shards' whole run, warm-up included) per GB moved."""
     nbytes = sum(v.nbytes for v in model_of(mb).values())
     ctx = mp.get_context("spawn")
     out = {}
@@ -258,6 +260,8 @@ def bench_scaling(mb: int, counts: list[int], steps: int, mac: str, run_dir: str
         shards = start_shards(2, SECRET, run_dir=os.path.join(run_dir, f"scale-{n}"))
         try:
             eps = [s.endpoint for s in shards]
+            shard_procs = [psutil.Process(s.proc.pid) for s in shards]
+            s0 = [p.cpu_times() for p in shard_procs]
             barrier, q = ctx.Barrier(n), ctx.Queue()
             procs = [
                 ctx.Process(target=_scale_worker, args=(eps, r, mb, steps, mac, barrier, q))
@@ -268,10 +272,22 @@ def bench_scaling(mb: int, counts: list[int], steps: int, mac: str, run_dir: str
             spans = [q.get(timeout=600) for _ in procs]
             for p in procs:
                 p.join(timeout=60)
+            shard_cpu = (
+                sum(
+                    (b.user + b.system) - (a.user + a.system)
+                    for a, b in zip(s0, (p.cpu_times() for p in shard_procs))
+                )
+                * steps
+                / (steps + 2)
+            )  # the shards also served each worker's 2 warm-up steps
         finally:
             stop_shards(shards)
-        wall = max(e for _, e in spans) - min(s for s, _ in spans)
-        out[n] = round(n * 2 * nbytes * steps / wall / 1e9, 3)
+        wall = max(e for _, e, _ in spans) - min(s for s, _, _ in spans)
+        moved = n * 2 * nbytes * steps / 1e9
+        out[n] = {
+            "GBps": round(moved / wall, 3),
+            "cpu_s_per_GB": round((sum(c for _, _, c in spans) + shard_cpu) / moved, 3),
+        }
     return out
 
 
@@ -306,10 +322,19 @@ def bench_size(
         sink = [memoryview(bytearray(b)) for b in shard_bytes]
         times: dict[str, list[float]] = {"ps": [], "tcp-saf": [], "tcp-stream": []}
         messages_before = sum(st["messages_in"] for st in client.shard_stats())
+        shard_procs = [psutil.Process(s.proc.pid) for s in shards]
+        cpu = {"client": 0.0, "shards": 0.0}
         for i in range(repeats + 2):  # two warm-up rounds
+            c0, s0 = time.process_time(), [p.cpu_times() for p in shard_procs]
             t0 = time.perf_counter()
             client.push_pull(grads, outs=outs)
             dt = time.perf_counter() - t0
+            if i >= 2:  # CPU of this step alone: the raw-TCP rounds run outside it
+                cpu["client"] += time.process_time() - c0
+                cpu["shards"] += sum(
+                    (b.user + b.system) - (a.user + a.system)
+                    for a, b in zip(s0, (p.cpu_times() for p in shard_procs))
+                )
             d_saf = tcp["saf"].roundtrip(shares, sink)
             d_stream = tcp["stream"].roundtrip(shares, sink)
             if i >= 2:
@@ -343,6 +368,9 @@ def bench_size(
         "GBps": {k: round(v, 3) for k, v in gbps.items()},
         "ratio_vs_best_tcp": round(gbps["ps"] / best_tcp, 3),
         "ratio_vs_tcp_saf": round(gbps["ps"] / gbps["tcp-saf"], 3),
+        # CPU per step (all threads of the client, both shard processes): what the ratio
+        # costs, and far less sensitive than wall time to a busy machine
+        "cpu_ms_per_step": {k: round(v / repeats * 1e3, 1) for k, v in cpu.items()},
     }
 
 
@@ -382,7 +410,9 @@ def main(argv=None) -> int:
                     f"{r['model_mb']:>7.2f} MB  mac={mac:<11} policy={r['policy']:<7} "
                     f"{r['tensors_per_step']} tensors in {r['messages_per_step']:g} messages/step  "
                     f"ps {g['ps']:.2f} GB/s | tcp-saf {g['tcp-saf']:.2f} | tcp-stream {g['tcp-stream']:.2f} "
-                    f"| ratio ps/best-tcp {r['ratio_vs_best_tcp']:.2f} (vs saf {r['ratio_vs_tcp_saf']:.2f})",
+                    f"| ratio ps/best-tcp {r['ratio_vs_best_tcp']:.2f} (vs saf {r['ratio_vs_tcp_saf']:.2f}) "
+                    f"| cpu ms/step client {r['cpu_ms_per_step']['client']:.1f} "
+                    f"shards {r['cpu_ms_per_step']['shards']:.1f}",
                     flush=True,
                 )
         if args.rtt_repeats:
@@ -396,8 +426,11 @@ def main(argv=None) -> int:
             counts = [int(x) for x in args.scaling.split(",")]
             scaling = bench_scaling(args.scaling_mb, counts, args.scaling_steps, headline, run_dir)
             print(
-                f"scaling, {args.scaling_mb} MB model, 2 shards, aggregate GB/s: "
-                + ", ".join(f"{n} worker(s) {g:.2f}" for n, g in scaling.items()),
+                f"scaling, {args.scaling_mb} MB model, 2 shards, aggregate GB/s (CPU s per GB): "
+                + ", ".join(
+                    f"{n} worker(s) {g['GBps']:.2f} ({g['cpu_s_per_GB']:.2f})"
+                    for n, g in scaling.items()
+                ),
                 flush=True,
             )
     if args.json:
@@ -405,7 +438,10 @@ def main(argv=None) -> int:
             json.dumps({"sizes": results, "rtt1k": rtt, "scaling": scaling}, indent=1)
         )
     ratio = {r["model_mb"]: r["ratio_vs_best_tcp"] for r in results if r["mac"] == headline}
-    figures: dict = {}
+    cpu = {
+        r["model_mb"]: sum(r["cpu_ms_per_step"].values()) for r in results if r["mac"] == headline
+    }
+    figures: dict = {}  # the issue's three first, in its order; then the supporting figures
     for mb in (5, 100):
         hit = [v for k, v in ratio.items() if round(k) == mb]
         if hit:
@@ -413,7 +449,12 @@ def main(argv=None) -> int:
     if rtt:
         figures["rtt1k_us"] = rtt["ps_us"]
         figures["tcp1k_us"] = rtt["tcp_us"]
-    figures.update({f"w{n}_GBps": g for n, g in scaling.items()})
+    for mb in (5, 100):
+        hit = [v for k, v in cpu.items() if round(k) == mb]
+        if hit:
+            figures[f"cpu{mb}_ms"] = round(hit[0], 1)
+    figures.update({f"w{n}_GBps": g["GBps"] for n, g in scaling.items()})
+    figures.update({f"w{n}_cpu_s_per_GB": g["cpu_s_per_GB"] for n, g in scaling.items()})
     from _result import result
 
     result("ps_throughput", **figures)
