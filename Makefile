@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum
 # Exact framework versions for development and CI live in constraints.txt.
 EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
 
-.PHONY: demo test test-fast lint format venv clean bench
+.PHONY: demo test test-fast lint format venv clean bench bench-env browser
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP)
+# The dashboard's tests drive Debian's chromium (headless); installed here when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: install it (apt-get install chromium) for the dashboard tests"; fi; }
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 test-fast: $(STAMP)
@@ -39,5 +46,22 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/launch_overhead.py
 
+# The serving peers (benchmarks/serving.py) in an environment of their own, over .venv's
+# packages (a .pth file), so they never become the product's dependencies.
+BENCH_VENV := .venv-bench
+TRITON_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python3.12) $(shell command -v python3.12))
+bench-env: $(STAMP)
+	test -x $(BENCH_VENV)/bin/python || $(PY) -m venv $(BENCH_VENV)
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+		> "$$($(BENCH_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_project_venv.pth"
+	$(BENCH_VENV)/bin/python -m pip install --quiet -c constraints.txt -r benchmarks/requirements-bench.txt
+	@# Triton (PyTriton): its model stub needs a Python it supports (3.12 here; 3.11 fails in
+	@# the stub), with a TensorFlow of its own for the same model
+	@if [ -n "$(TRITON_PYTHON)" ]; then \
+		test -x .venv-triton/bin/python || $(TRITON_PYTHON) -m venv .venv-triton; \
+		.venv-triton/bin/python -m pip install --quiet -c constraints.txt nvidia-pytriton==0.7.0 tensorflow-cpu; \
+	else echo "no Python 3.12 found: the Triton rows of benchmarks/serving.py will say so"; fi
+	@echo "now: $(BENCH_VENV)/bin/python benchmarks/serving.py --peers"
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) .venv-triton build *.egg-info src/*.egg-info

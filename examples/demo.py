@@ -1,84 +1,176 @@
-"""The flagship scenario, as far as shipyard has it today (run by `make demo`).
+"""`make demo`: the tutorials' parameter-server flow, end to end, on this machine.
 
-1. scikit-learn's digits become a training channel (no download);
-2. the Keras 3 classifier trains on 2 local instances with the TensorFlow estimator,
-   logs streamed with host prefixes, its metric scraped from the log;
-3. the PyTorch classifier does the same with the PyTorch estimator;
-4. describe() shows status, metrics and the model.tar.gz each job produced.
+The question SageMaker users keep asking about parameter servers: "my script never
+mentions a strategy or a device, yet two instances ran faster: where do the variables
+live, and what goes between the servers?" This demo answers it:
 
-As the parameter-server, serving and data issues land, this grows into the tutorials'
-Keras CNN on 2 instances with the parameter server, its placement report, a deployed
-endpoint and a prediction.
+1. CIFAR-10-shaped TFRecords are generated (the tutorials' record format; nothing downloads);
+2. the tutorials' Keras CNN script, as users wrote it (no strategy), runs with
+   ``distribution={'parameter_server': {'enabled': True}}`` on 2 instances: shipyard's
+   report says nothing was placed on a parameter server (each instance trained its own
+   copy on its own data);
+3. the same CNN with ParameterServerStrategy on 2 instances: every variable's server,
+   the imbalance, the worker x server traffic;
+4. the model is deployed and answers JSON, JSON lines and CSV (an inference.py);
+5. a batch transform scores a file of images;
+6. where to look next: ``shipyard ui`` draws both reports side by side,
+   ``shipyard tensorboard`` shows the first job's training curves.
+
+The demo and the CLI share one home (``$SHIPYARD_HOME``, default ``~/.shipyard``), so
+``shipyard jobs`` lists what the demo ran.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
-import tarfile
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "data"))
 
-from make_digits import write_digits  # noqa: E402
+import numpy as np  # noqa: E402
+from make_cifar_tfrecords import images, write  # noqa: E402
+from rich.console import Console  # noqa: E402
 
 import shipyard  # noqa: E402
+from shipyard.debugger import TensorBoardOutputConfig  # noqa: E402
+from shipyard.observe.report_view import render  # noqa: E402
+from shipyard.sdk.deserializers import JSONDeserializer  # noqa: E402
+from shipyard.sdk.serializers import CSVSerializer, JSONLinesSerializer  # noqa: E402
 
-METRICS = [{"Name": "test:accuracy", "Regex": r"test_accuracy=([0-9.]+)"}]
+PS = {"parameter_server": {"enabled": True}}
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+METRICS = [
+    {"Name": "eval:accuracy", "Regex": r"eval_accuracy=([0-9.]+)"},
+    {"Name": "train:loss", "Regex": r" loss: ([0-9.]+)"},
+]
+out = Console(highlight=False)
 
 
-def show(estimator) -> None:
+_t0 = time.monotonic()
+
+
+def step(n: int, text: str) -> None:
+    out.rule(f"[bold]{n}. {text}[/]  [dim]{time.monotonic() - _t0:.0f} s[/]")
+
+
+def report_of(estimator) -> dict | None:
     desc = estimator.latest_training_job.describe()
-    print(
-        f"\n== {desc['TrainingJobName']}: {desc['TrainingJobStatus']} "
-        f"({desc.get('TrainingTimeInSeconds', 0)} s)"
-    )
-    for metric in desc["FinalMetricDataList"]:
-        print(f"   {metric['MetricName']} = {metric['Value']}")
-    path = estimator.model_data.removeprefix("file://")
-    with tarfile.open(path) as tar:
-        names = tar.getnames()
-    print(f"   model: {estimator.model_data} ({len(names)} entries, e.g. {names[:3]})\n")
+    return desc["Shipyard"].get("DistributionReport")
 
 
 def main() -> None:
-    home = os.environ.get("SHIPYARD_HOME") or os.path.join(HERE, "..", ".shipyard")
-    session = shipyard.Session(home=home)
-    data = tempfile.mkdtemp(prefix="shipyard-digits-")
-    write_digits(data)
+    started = time.monotonic()
+    session = shipyard.Session()  # $SHIPYARD_HOME or ~/.shipyard: the CLI's home too
+    stamp = time.strftime("%H%M%S")
+    data = tempfile.mkdtemp(prefix="shipyard-demo-")
+    try:
+        step(1, "CIFAR-10-shaped TFRecords (generated: 512 train, 128 eval)")
+        inputs = {}
+        for split, n, seed in (("train", 512, 1), ("eval", 128, 2)):
+            os.makedirs(os.path.join(data, split))
+            write(os.path.join(data, split, f"{split}.tfrecords"), n, seed)
+            inputs[split] = os.path.join(data, split)
+        out.print(f"written under {data}")
 
-    keras_job = shipyard.TensorFlow(
-        entry_point="digits_classifier.py",
-        source_dir=os.path.join(HERE, "keras"),
-        instance_count=2,
-        instance_type="local",
-        framework_version="2.21",
-        py_version="py311",
-        hyperparameters={"epochs": 12, "batch_size": 32},
-        metric_definitions=METRICS,
-        session=session,
-    )
-    keras_job.fit({"training": data})
-    show(keras_job)
+        step(
+            2, "the tutorials' CNN as users wrote it (no strategy), parameter_server on 2 instances"
+        )
+        plain = shipyard.TensorFlow(
+            entry_point="train.py",
+            source_dir=os.path.join(HERE, "keras", "cifar10_cnn"),
+            instance_count=2,
+            instance_type="local",
+            distribution=PS,
+            hyperparameters={"epochs": 1},
+            metric_definitions=METRICS,
+            tensorboard_output_config=TensorBoardOutputConfig(
+                s3_output_path="file://" + os.path.join(session.home, "tensorboard")
+            ),
+            session=session,
+        )
+        plain.fit(inputs, job_name=f"demo-no-strategy-{stamp}", logs=False)
+        report = report_of(plain)
+        if report:
+            render(report, out)
 
-    torch_job = shipyard.PyTorch(
-        entry_point="digits_classifier.py",
-        source_dir=os.path.join(HERE, "pytorch"),
-        instance_count=2,
-        instance_type="local",
-        framework_version="2.13",
-        py_version="py311",
-        hyperparameters={"epochs": 15},
-        metric_definitions=METRICS,
-        session=session,
-    )
-    torch_job.fit({"training": data})
-    show(torch_job)
-    print(
-        f"jobs are recorded in {session.home}: try `shipyard jobs` and "
-        f"`shipyard describe {torch_job.latest_training_job.job_name}`"
-    )
+        step(3, "the same CNN with ParameterServerStrategy on 2 instances")
+        ps = shipyard.TensorFlow(
+            entry_point="cifar10_ps.py",
+            source_dir=os.path.join(HERE, "tensorflow"),
+            instance_count=2,
+            instance_type="local",
+            distribution=PS,
+            hyperparameters={"epochs": 3, "steps_per_epoch": 16},
+            metric_definitions=METRICS,
+            session=session,
+        )
+        ps.fit(inputs, job_name=f"demo-ps-strategy-{stamp}", logs=False)
+        report = report_of(ps)
+        if report:
+            render(report, out)
+        out.print(f"model: {ps.model_data}")
+
+        step(4, "deploy, then predict in JSON, JSON lines and CSV")
+        model = shipyard.TensorFlowModel(
+            model_data=ps.model_data,
+            entry_point="inference.py",
+            source_dir=os.path.join(HERE, "demo_serving"),
+            sagemaker_session=session,
+        )
+        predictor = model.deploy(
+            1, "local", endpoint_name=f"demo-cifar-{stamp}", deserializer=JSONDeserializer()
+        )
+        x, labels = images(4, seed=7)
+        x = (x / 255.0).round(3)
+        try:
+            answers = {
+                "JSON": predictor.predict(x.tolist()),
+            }
+            predictor.serializer = JSONLinesSerializer()
+            answers["JSON lines"] = predictor.predict(x.tolist())
+            predictor.serializer = CSVSerializer()
+            answers["CSV"] = predictor.predict(x.reshape(len(x), -1))
+            for kind, answer in answers.items():
+                got = [p["class"] for p in answer["predictions"]]
+                out.print(f"{kind:>10}: {got}")
+            out.print(f"{'labels':>10}: {[CLASSES[i] for i in labels]}")
+        finally:
+            predictor.delete_endpoint()
+
+        step(5, "batch transform: one image per line of a CSV file")
+        batch_in = os.path.join(data, "batch")
+        os.makedirs(batch_in)
+        xb, _ = images(16, seed=9)
+        np.savetxt(os.path.join(batch_in, "images.csv"), (xb / 255.0).reshape(16, -1), "%.3f", ",")
+        transformer = model.transformer(
+            instance_count=1,
+            instance_type="local",
+            output_path=os.path.join(session.home, "transform", f"demo-{stamp}"),
+        )
+        transformer.transform(batch_in, content_type="text/csv", split_type="Line", logs=False)
+        result = os.path.join(transformer.output_path, "images.csv.out")
+        with open(result, encoding="utf-8") as fh:
+            text = fh.read()
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        out.print(f"{result}: {len(lines)} answer line(s), e.g. {lines[0][:100]}")
+
+        step(6, "where to look next")
+        a, b = plain.latest_training_job.job_name, ps.latest_training_job.job_name
+        out.print(
+            f"  shipyard jobs                      both jobs, in {session.home}\n"
+            f"  shipyard ui                        the dashboard; /jobs/{a},{b} draws both "
+            "reports side by side\n"
+            f"  shipyard tensorboard {a}   the first job's training curves\n"
+            f"  shipyard metrics {b}       metric history with a small plot\n"
+            f"  shipyard describe {b}      placement and traffic in the terminal"
+        )
+        out.print(f"demo finished in {time.monotonic() - started:.0f} s")
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ _EXPORTS = {
     "TensorFlowPredictor": "shipyard.sdk.predictor",
     "PyTorchPredictor": "shipyard.sdk.predictor",
     "Transformer": "shipyard.sdk.transformer",
+    "TrainingJobAnalytics": "shipyard.sdk.analytics",
+    "LocalSession": "shipyard.sdk.session",
+    "get_execution_role": "shipyard.sdk.session",
+    "s3_input": "shipyard.sdk.inputs",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,7 +8,8 @@ that read those keys see exactly what they would on SageMaker.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,65 @@ RUNNER_FOR_KIND = {
     TORCH_DISTRIBUTED: "torch_distributed",
     MWMS: "multi_worker_mirrored",
 }
+
+
+# The keys each section may hold (SageMaker's, plus the options shipyard's runners read; the
+# runners check the values). A key outside these is refused at parse time with a spelling
+# hint: a misspelt 'enabled' used to leave the section off, so the job trained on every
+# instance alone and reported Completed.
+_TORCH_KEYS = ("enabled", "processes_per_host", "master_port", "rendezvous_timeout")
+SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    PARAMETER_SERVER: (
+        "enabled",
+        "implementation",
+        # TensorFlow's parameter servers (shipyard.tf.cluster)
+        "layout",
+        "ports",
+        # shipyard.ps (shipyard.ps.options)
+        "policy",
+        "consistency",
+        "max_staleness",
+        "num_shards",
+        "workers_per_host",
+        "processes_per_host",
+        "port",
+        "heartbeat_timeout",
+        "checkpoint_interval",
+        "mac",
+    ),
+    MPI: ("enabled", "processes_per_host", "custom_mpi_options"),
+    SMDDP: _TORCH_KEYS + ("custom_mpi_options",),
+    "smdistributed.modelparallel": ("enabled", "parameters"),
+    PYTORCHDDP: _TORCH_KEYS,
+    TORCH_DISTRIBUTED: _TORCH_KEYS,
+    MWMS: ("enabled", "port"),
+}
+
+
+def spelling_hint(key: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for a near miss of one of ``known``, else ''."""
+    if not isinstance(key, str):
+        return ""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+def _check_section_keys(section: Mapping[str, Any], where: str) -> None:
+    known = SECTION_KEYS[where]
+    unknown = [k for k in section if k not in known]
+    if not unknown:
+        return
+    named = ", ".join(f"{k!r}{spelling_hint(k, known)}" for k in unknown)
+    raise DistributionError(
+        f"distribution[{where!r}] has unknown key(s) {named}; its keys are "
+        + ", ".join(repr(k) for k in known)
+        + (
+            ". Without 'enabled': True the job would run undistributed, each instance alone"
+            if "enabled" not in section
+            else ""
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -150,7 +210,9 @@ def parse(distribution: Mapping[str, Any] | None) -> Distribution:
     unknown = [k for k in distribution if k not in _TOP_LEVEL_KEYS]
     if unknown:
         raise DistributionError(
-            f"unknown distribution key(s) {unknown}: use one of "
+            "unknown distribution key(s) "
+            + ", ".join(f"{k!r}{spelling_hint(k, _TOP_LEVEL_KEYS)}" for k in unknown)
+            + ": use one of "
             + ", ".join(repr(k) for k in _TOP_LEVEL_KEYS)
         )
 
@@ -164,9 +226,14 @@ def parse(distribution: Mapping[str, Any] | None) -> Distribution:
                 )
             extra = [k for k in section if k not in ("dataparallel", "modelparallel")]
             if extra:
+                hints = "".join(spelling_hint(k, ("dataparallel", "modelparallel")) for k in extra)
                 raise DistributionError(
-                    f"unknown distribution['smdistributed'] key(s) {extra}: use 'dataparallel'"
+                    f"unknown distribution['smdistributed'] key(s) {extra}{hints}: "
+                    "use 'dataparallel'"
                 )
+            for sub in ("dataparallel", "modelparallel"):
+                if isinstance(section.get(sub), Mapping):
+                    _check_section_keys(section[sub], f"smdistributed.{sub}")
             if "modelparallel" in section and _enabled(
                 section["modelparallel"], "smdistributed.modelparallel"
             ):
@@ -179,6 +246,8 @@ def parse(distribution: Mapping[str, Any] | None) -> Distribution:
                 _check_custom_mpi_options(options, SMDDP)
                 found.append(Distribution(SMDDP, options))
             continue
+        if isinstance(section, Mapping):
+            _check_section_keys(section, key)
         if _enabled(section, key):
             options = dict(section)
             if key in (MPI, TORCH_DISTRIBUTED, PYTORCHDDP, PARAMETER_SERVER):

@@ -78,6 +78,11 @@ class InstanceResources:
 
     def describe(self) -> str:
         """One log line saying what the type maps to locally."""
+        if self.instance_type == "local_gpu" and not self.num_gpus:
+            return (
+                f"instance_type 'local_gpu': this machine has no GPU; instances run on its "
+                f"{self.num_cpus} CPUs, as with 'local'"
+            )
         if self.instance_type in ("local", "local_gpu"):
             return (
                 f"instance_type {self.instance_type!r}: {self.num_cpus} CPUs, "

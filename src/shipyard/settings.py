@@ -57,6 +57,24 @@ SETTINGS: tuple[Setting, ...] = (
         "5",
         "Seconds between SIGTERM and SIGKILL when a job or instance is stopped.",
     ),
+    _user(
+        "SHIPYARD_STACKS_ON_SILENCE",
+        None,
+        "Seconds without log output or metrics after which every process's Python stack "
+        "is dumped into the job's log (set it in the job's `environment`; local backend).",
+    ),
+    _user(
+        "SHIPYARD_PROGRESS",
+        "auto",
+        "Progress of staging, installs, uploads, endpoint start: `auto` (bars on a terminal, "
+        "plain lines otherwise), `plain`, or `off` (as `--quiet`).",
+    ),
+    _user(
+        "SHIPYARD_LOG_NOISE",
+        "hide",
+        "`show` to print framework noise (TF C++ INFO, cuInit, NCCL INFO) with job logs; "
+        "the log files always keep it.",
+    ),
     # -- data and storage ------------------------------------------------------------------
     _user("SHIPYARD_DOWNLOAD_THREADS", "8", "Parallel downloads for File-mode channels."),
     _user("SHIPYARD_FASTFILE_CHUNK", "8388608", "Bytes fetched per read in FastFile mode."),
@@ -66,8 +84,29 @@ SETTINGS: tuple[Setting, ...] = (
         "10",
         "Interval of checkpoint uploads to checkpoint_s3_uri while a job runs.",
     ),
+    _user(
+        "SHIPYARD_TENSORBOARD_SYNC_SECONDS",
+        "5",
+        "Interval of TensorBoard uploads (tensorboard_output_config) while a job runs.",
+    ),
     _user("SHIPYARD_S3_MAX_ATTEMPTS", "3", "boto3 retry attempts for S3 calls."),
     _user("SHIPYARD_S3_CONNECT_TIMEOUT", "3", "Seconds to connect to an S3 endpoint."),
+    _user(
+        "SHIPYARD_S3_MULTIPART_THRESHOLD",
+        str(64 << 20),
+        "Bytes above which S3 uploads/downloads move in parts (also the part size, min 5 MiB).",
+    ),
+    _user("SHIPYARD_S3_TRANSFER_THREADS", "8", "Parts of one S3 object moved in parallel."),
+    _user(
+        "SHIPYARD_SERVER_ACCESS_KEY",
+        None,
+        "`shipyard server`: the access key clients sign with (required off loopback).",
+    ),
+    _user(
+        "SHIPYARD_SERVER_SECRET_KEY",
+        None,
+        "`shipyard server`: the secret key SigV4 signatures are checked against.",
+    ),
     # -- distributions ---------------------------------------------------------------------
     _user("SHIPYARD_MPIRUN", None, "The mpirun to use (a path or a name on PATH)."),
     _user("SHIPYARD_MPI_RSH_PORT", "7179", "Port of the mpi launch server on Ray nodes."),
@@ -106,6 +145,9 @@ SETTINGS: tuple[Setting, ...] = (
     _internal("SHIPYARD_MAX_RETRY_ATTEMPTS", "The job's max_retry_attempts, for the runners."),
     _internal("SHIPYARD_HOSTS", "algo-k=address pairs of the job, for name resolution."),
     _internal("SHIPYARD_CURRENT_HOST", "This instance's host name (algo-k)."),
+    _internal(
+        "SHIPYARD_PROCESS_NAME", "The agent's name for a process it started (stack dump labels)."
+    ),
     _internal("SHIPYARD_JOB_SECRET", "Per-job secret of TF servers' traffic counters."),
     _internal("SHIPYARD_DDP_SECRET", "Per-job secret of the DDP port announcement."),
     _internal("SHIPYARD_PS_SECRET", "Per-job key of shipyard.ps messages."),

@@ -76,6 +76,20 @@ def host_names(instance_count: int) -> list[str]:
     return [f"algo-{i}" for i in range(1, instance_count + 1)]
 
 
+TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
+
+
+class TensorBoardSpec(_Model):
+    """SageMaker's TensorBoardOutputConfig (S3OutputPath, LocalPath)."""
+
+    s3_output_path: str
+    local_path: str = TENSORBOARD_LOCAL_PATH
+
+    def output_uri(self, job_name: str) -> str:
+        """Where the files go: SageMaker's ``<S3OutputPath>/<job>/tensorboard-output``."""
+        return f"{self.s3_output_path.rstrip('/')}/{job_name}/tensorboard-output"
+
+
 class JobSpec(_Model):
     """A training job as submitted. Serialized into the job store and the job dir."""
 
@@ -94,6 +108,9 @@ class JobSpec(_Model):
     code_location: str | None = None
     checkpoint_s3_uri: str | None = None
     checkpoint_local_path: str | None = None
+    # TensorBoardOutputConfig: what the script writes under local_path is synced to
+    # s3_output_path/<job>/tensorboard-output during the job and after it
+    tensorboard: TensorBoardSpec | None = None
     environment: dict[str, str] = Field(default_factory=dict)
     max_run: int = 24 * 60 * 60
     max_retry_attempts: int = 0

@@ -43,6 +43,8 @@ CASES = [
         "implementation",
     ),
     (dict(metric_definitions=[{"Name": "x", "Regex": "(unclosed"}]), "does not compile"),
+    (dict(distribution={"parameter_server": {"enable": True}}), "did you mean 'enabled'"),
+    (dict(distribution={"mpi": {"enable": True, "processes_per_host": 2}}), "'enabled'"),
 ]
 
 
@@ -112,6 +114,24 @@ def test_job_name_that_exists(session, src, home):
     assert session.control.get("taken").status == "Completed"
 
 
+def test_smddp_with_the_tensorflow_estimator_is_refused_at_fit(session, src, home):
+    """Issue 16 item 5: it was accepted, then failed inside the script with
+    "No module named 'smdistributed.dataparallel.tensorflow'"."""
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=2,
+        instance_type="local",
+        session=session,
+        distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+    )
+    with pytest.raises(DistributionError, match="dropped TensorFlow support") as err:
+        est.fit(job_name="refused-job")
+    assert "'mpi'" in str(err.value) and "multi_worker_mirrored_strategy" in str(err.value)
+    assert written(home) == []
+    assert session.control.list() == []
+
+
 def test_distribution_error_is_raised_by_the_constructor(session, src):
     with pytest.raises(DistributionError):
         shipyard.Estimator(
@@ -122,3 +142,45 @@ def test_distribution_error_is_raised_by_the_constructor(session, src):
             distribution={"mpi": "yes"},
             session=session,
         )
+
+
+def test_processes_per_host_warning_names_the_distribution_asked(session, src, caplog):
+    """Issue 16 item 7: under smdistributed.dataparallel it named torch_distributed."""
+    import logging
+
+    est = shipyard.PyTorch(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        session=session,
+        distribution={
+            "smdistributed": {"dataparallel": {"enabled": True, "processes_per_host": 3}}
+        },
+    )
+    with caplog.at_level(logging.WARNING, logger="shipyard"):
+        est.fit(job_name="smddp-ppn")
+    warning = [r.getMessage() for r in caplog.records if "processes_per_host" in r.getMessage()]
+    assert warning and "smdistributed.dataparallel" in warning[0], warning
+    assert "torch_distributed" not in warning[0]
+
+
+def test_versions_that_differ_from_what_is_installed_are_said_in_one_line(session, src, caplog):
+    """Issue 16 item 7: accepted silently before."""
+    import logging
+
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        framework_version="2.3",
+        py_version="py37",
+        session=session,
+    )
+    with caplog.at_level(logging.INFO, logger="shipyard"):
+        est.fit(job_name="old-versions")
+    lines = [r.getMessage() for r in caplog.records if "framework_version '2.3'" in r.getMessage()]
+    assert len(lines) == 1 and "py_version 'py37'" in lines[0], lines

@@ -83,3 +83,16 @@ def test_detach_follow_and_stop(home, write_script):
     out, _ = follower.communicate(timeout=20)
     assert "[algo-1] started" in out
     assert json.loads(cli("describe", "bg-job", "--json").stdout)["TrainingJobStatus"] == "Stopped"
+
+
+def test_progress_lines_quiet_and_whole_names(home, write_script):
+    src = write_script("ok.py", "print('fine')\n")
+    name = "a-rather-long-job-name-that-a-narrow-table-would-fold-" + "x" * 8
+    res = cli("train", "ok.py", "--source-dir", src, "--job-name", name)
+    assert res.returncode == 0, res.stderr
+    assert f"shipyard: Staging the code of {name} ..." in res.stderr  # not a terminal: lines
+    assert "shipyard: Uploading the model and output to " in res.stderr
+    quiet = cli("--quiet", "train", "ok.py", "--source-dir", src, "--job-name", name + "-q")
+    assert quiet.returncode == 0 and "shipyard: Staging" not in quiet.stderr
+    listed = cli("jobs").stdout
+    assert name in listed and name + "-q" in listed  # whole names when piped

@@ -56,3 +56,46 @@ def test_reserved_hyperparameters_match_the_sdk():
         "sagemaker_instance_type": "ml.p4d.24xlarge",
         "sagemaker_distributed_dataparallel_custom_mpi_options": "",
     }
+
+
+# Issue 16 item 4: a misspelt key used to leave the section disabled, and the job trained on
+# each instance alone and reported Completed.
+@pytest.mark.parametrize(
+    "given,hint",
+    [
+        ({"parameter_server": {"enable": True}}, "did you mean 'enabled'"),
+        ({"mpi": {"enable": True, "processes_per_host": 2}}, "did you mean 'enabled'"),
+        ({"mpi": {"enabled": True, "process_per_host": 2}}, "did you mean 'processes_per_host'"),
+        ({"mpi": {"enabled": True, "custom_mpi_option": "-x A"}}, "'custom_mpi_options'"),
+        ({"smdistributed": {"dataparallel": {"enable": True}}}, "did you mean 'enabled'"),
+        ({"torch_distributed": {"enabled": True, "master_prot": 29501}}, "'master_port'"),
+        ({"pytorchddp": {"Enabled": True}}, "did you mean 'enabled'"),
+        ({"multi_worker_mirrored_strategy": {"enabeld": True}}, "did you mean 'enabled'"),
+        ({"parameter_server": {"enabled": True, "layuot": "tf2"}}, "did you mean 'layout'"),
+        ({"parameter_server": {"enabled": True, "consistancy": "sync"}}, "'consistency'"),
+        ({"mpi": {"enabled": False, "color": 1}}, "unknown key"),
+        ({"smdistributed": {"modelparallel": {"enabled": True, "parametrs": {}}}}, "'parameters'"),
+        ({"parameterserver": {"enabled": True}}, "did you mean 'parameter_server'"),
+    ],
+)
+def test_unknown_keys_in_a_section_are_refused_with_a_spelling_hint(given, hint):
+    with pytest.raises(DistributionError, match=hint):
+        d.parse(given)
+
+
+def test_known_keys_cover_what_the_runners_accept():
+    from shipyard.agent.runners import mpi, torch_distributed
+    from shipyard.ps import options as ps_options
+    from shipyard.tf import cluster
+
+    assert set(mpi.OPTIONS) <= set(d.SECTION_KEYS[d.MPI])
+    torch_keys = torch_distributed._OPTIONS - {"kind", "custom_mpi_options"}  # that one: smddp
+    assert torch_keys <= set(d.SECTION_KEYS[d.TORCH_DISTRIBUTED])
+    assert set(cluster.PS_OPTION_KEYS) <= set(d.SECTION_KEYS[d.PARAMETER_SERVER])
+    ps_keys = set(ps_options._KNOWN) | set(ps_options._PASSTHROUGH) - {"kind"}
+    assert ps_keys <= set(d.SECTION_KEYS[d.PARAMETER_SERVER])
+    assert set(cluster.MWMS_OPTION_KEYS) <= set(d.SECTION_KEYS[d.MWMS])
+
+
+def test_a_disabled_section_with_known_options_is_fine():
+    assert d.parse({"mpi": {"enabled": False, "processes_per_host": 2}}).kind is None

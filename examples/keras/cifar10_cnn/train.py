@@ -72,7 +72,14 @@ if __name__ == "__main__":
     args, _ = parser.parse_known_args()
     net = model(args.learning_rate)
     # Each Keras epoch makes a new iterator: in Pipe mode that opens the next epoch's FIFO.
-    net.fit(dataset("train", args.batch_size), epochs=args.epochs, verbose=2)
+    # TensorBoard logs where SageMaker's tensorboard_output_config looks (synced by shipyard)
+    logdir = os.path.join(os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output"), "tensorboard")
+    net.fit(
+        dataset("train", args.batch_size),
+        epochs=args.epochs,
+        verbose=2,
+        callbacks=[keras.callbacks.TensorBoard(logdir)],
+    )
     loss, acc = net.evaluate(dataset("eval", args.batch_size), verbose=0)
     print(f"eval_loss={loss:.4f} eval_accuracy={acc:.4f}")
     net.save(os.path.join(os.environ["SM_MODEL_DIR"], "cnn.keras"))

@@ -12,6 +12,7 @@ import shutil
 import signal
 import sys
 import tarfile
+import threading
 import time
 import traceback
 
@@ -20,7 +21,7 @@ from shipyard.agent.config import AgentConfig
 from shipyard.agent.entry_point import user_command
 from shipyard.agent.environment import process_env
 from shipyard.agent.layout import InstancePaths, build_tree
-from shipyard.agent.processes import Supervisor
+from shipyard.agent.processes import Outcome, Supervisor
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.runtime import failure
 
@@ -84,11 +85,40 @@ def _run(
         log(note)
     for spec in specs:
         log(f"{host}: starting {spec.name} ({spec.role}): {' '.join(spec.argv)}")
+    recorded: list[bool] = []
+
+    def record_failure(outcome: Outcome) -> None:
+        """Before teardown (which may take the stop grace): the failure text, then the
+        time its process ended, so the control plane can tell which host failed first."""
+        failed = outcome.failed
+        text = own_failure_text(failed)
+        if text is None:
+            output = failure.read_tail(log_path) if log_path else ""
+            text = failure.failure_text(
+                outcome.exit_code, failed.argv if failed else command, output
+            )
+        if failed is not None and not failed.user_facing:
+            text = f"{failed.name} failed: " + text
+        write_file(paths.failure_file, text)
+        record_failure_time(outcome.at)
+        recorded.append(True)
+
+    time_lock = threading.Lock()
+
+    def record_failure_time(at: float) -> None:
+        """From the exit watcher (at once) or the poll loop: the first time stands."""
+        with time_lock:
+            if not os.path.exists(paths.failure_time_file):
+                os.makedirs(paths.agent_dir, exist_ok=True)
+                write_file(paths.failure_time_file, repr(at))
+
     supervisor = Supervisor(
         specs,
         grace=float(os.environ.get("SHIPYARD_STOP_GRACE", "5")),
         log=log,
         lost_file=paths.lost_file,
+        on_failure=record_failure,
+        on_failed_exit=record_failure_time,
     )
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)
@@ -99,16 +129,10 @@ def _run(
     if outcome.stopped:
         log(f"{host}: stopped by signal {outcome.exit_code - 128}")
         return outcome.exit_code
-    failed = outcome.failed
-    text = own_failure_text(failed)
-    if text is None:
-        output = failure.read_tail(log_path) if log_path else ""
-        text = failure.failure_text(outcome.exit_code, failed.argv if failed else command, output)
-    if failed is not None and not failed.user_facing:
-        text = f"{failed.name} failed: " + text
-    write_file(paths.failure_file, text)
+    if not recorded:
+        record_failure(outcome)
     log(
-        f"{host}: {failed.name if failed else 'process'} exited with "
+        f"{host}: {outcome.failed.name if outcome.failed else 'process'} exited with "
         f"{failure.describe_exit(outcome.exit_code)}"
     )
     code = outcome.exit_code

@@ -74,6 +74,12 @@ class InstancePaths:
         return self._p("agent")
 
     @property
+    def failure_time_file(self) -> str:
+        """When this instance's failing process ended (seconds since the epoch): the
+        control plane blames the earliest failure of the job."""
+        return self._p("agent", "failure-time")
+
+    @property
     def lost_file(self) -> str:
         return self._p("agent", "lost.jsonl")
 
@@ -136,7 +142,7 @@ def build_tree(config: AgentConfig, host: str) -> InstancePaths:
         os.makedirs(config.checkpoint_local_path, exist_ok=True)
     else:
         os.makedirs(paths.checkpoints, exist_ok=True)
-    for stale in (paths.success_file, paths.failure_file):
+    for stale in (paths.success_file, paths.failure_file, paths.failure_time_file):
         if os.path.exists(stale):  # a retried attempt starts clean
             os.remove(stale)
     _write_json(paths.config_file("hyperparameters.json"), config.hyperparameters)

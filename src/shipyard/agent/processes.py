@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from shipyard.agent.runners.api import ProcessSpec
 from shipyard.runtime.lifeline import become_subreaper, die_with_parent
@@ -25,6 +27,7 @@ class Outcome:
     exit_code: int
     failed: ProcessSpec | None = None
     stopped: bool = False
+    at: float = field(default_factory=time.time)  # when the deciding process ended
 
 
 def terminate_descendants(grace: float) -> None:
@@ -61,7 +64,13 @@ class Supervisor:
     """Runs the planned processes until the instance's result is known."""
 
     def __init__(
-        self, specs: list[ProcessSpec], grace: float = 5.0, log=print, lost_file: str | None = None
+        self,
+        specs: list[ProcessSpec],
+        grace: float = 5.0,
+        log=print,
+        lost_file: str | None = None,
+        on_failure: Callable[[Outcome], None] | None = None,
+        on_failed_exit: Callable[[float], None] | None = None,
     ) -> None:
         self.specs = specs
         self.grace = grace
@@ -70,6 +79,11 @@ class Supervisor:
         self.lost: list[tuple[ProcessSpec, int]] = []
         self.stop_signal: int | None = None
         self.procs: list[tuple[ProcessSpec, subprocess.Popen]] = []
+        self.on_failure = on_failure  # called before teardown: the failure is recorded first
+        self.exited_at: dict[int, float] = {}
+        # called from the exit watcher, at once, when a critical process ends badly: the
+        # time is out before the poll loop even notices (the control plane compares times)
+        self.on_failed_exit = on_failed_exit
 
     def request_stop(self, signum: int, _frame=None) -> None:
         self.stop_signal = signum
@@ -77,10 +91,31 @@ class Supervisor:
     def start(self) -> None:
         become_subreaper()
         for spec in self.specs:
+            env = dict(spec.env) if spec.env is not None else dict(os.environ)
+            env["SHIPYARD_PROCESS_NAME"] = spec.name  # labels `shipyard stacks` output
             proc = subprocess.Popen(
-                spec.argv, env=spec.env, cwd=spec.cwd, preexec_fn=die_with_parent, close_fds=True
+                spec.argv, env=env, cwd=spec.cwd, preexec_fn=die_with_parent, close_fds=True
             )
             self.procs.append((spec, proc))
+            threading.Thread(
+                target=self._note_exit, args=(proc.pid, spec.critical), daemon=True
+            ).start()
+
+    def _note_exit(self, pid: int, critical: bool) -> None:
+        """The moment a process ends, to the millisecond, whatever the poll interval: the
+        earliest failure across instances is the job's root cause (torch elastic's rule).
+        WNOWAIT leaves the child for Popen to reap."""
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except (ChildProcessError, OSError):
+            return
+        at = self.exited_at[pid] = time.time()
+        failed = info is not None and (info.si_code != os.CLD_EXITED or info.si_status != 0)
+        if failed and critical and self.on_failed_exit is not None:
+            try:
+                self.on_failed_exit(at)
+            except OSError:
+                pass
 
     def run(self) -> Outcome:
         self.start()
@@ -99,7 +134,11 @@ class Supervisor:
                         self._record_lost(spec, proc, code)
                         continue
                     if code != 0:
-                        return Outcome(ok=False, exit_code=code, failed=spec)
+                        outcome = Outcome(ok=False, exit_code=code, failed=spec)
+                        outcome.at = self.exited_at.get(proc.pid, outcome.at)
+                        if self.on_failure is not None:
+                            self.on_failure(outcome)
+                        return outcome
                 if not mains_running:
                     return Outcome(ok=True, exit_code=0)
                 time.sleep(delay)

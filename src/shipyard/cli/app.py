@@ -1,7 +1,8 @@
 """The ``shipyard`` command line: train, jobs, describe, logs, stop.
 
 Exit codes: 0 success; 1 the job failed (or was stopped); 2 bad input, refused before
-anything started; 3 no such job; 130 interrupted (the job was stopped).
+anything started; 3 no such job; 130 interrupted by Ctrl-C, 143 by SIGTERM (either way the
+job was stopped: status Stopped, every instance gone).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shipyard.control.lifecycle import JobStatus
 from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
 
 app = typer.Typer(
@@ -24,6 +26,26 @@ app = typer.Typer(
 )
 console = Console(stderr=True, highlight=False)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+@app.callback()
+def _options(
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="no progress lines or bars (staging, installs, uploads)"
+    ),
+) -> None:
+    """SageMaker-style distributed training on your own machines."""
+    if quiet:
+        from shipyard.observe import progress
+
+        progress.set_quiet(True)
+
+
+def out_console() -> Console:
+    """stdout; when it is not a terminal, wide enough that tables keep whole job names
+    and paths (rich would otherwise fold them to 80 columns)."""
+    plain = Console()
+    return plain if plain.is_terminal else Console(width=1000, highlight=False)
 
 
 def _control():
@@ -135,9 +157,12 @@ def train(
         estimator.fit(inputs, wait=not detach, job_name=job_name)
     except JobFailedError as exc:
         _fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        console.print("interrupted: the job was stopped")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:
+        from shipyard.control.interrupt import EXIT_TERMINATED, Terminated
+
+        terminated = isinstance(exc, Terminated)
+        console.print(f"{'terminated' if terminated else 'interrupted'}: the job was stopped")
+        raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
     except (ValidationError, TypeError) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     except ShipyardError as exc:
@@ -151,8 +176,11 @@ def train(
         f"{name}: [bold]{record.status}[/]"
         + (f"  model: {record.model_artifact}" if record.model_artifact else "")
     )
-    if record.status != "Completed":
+    if record.status is not JobStatus.COMPLETED:
         raise typer.Exit(EXIT_FAILED)
+
+
+_COLORS = {JobStatus.COMPLETED: "green", JobStatus.FAILED: "red", JobStatus.STOPPED: "yellow"}
 
 
 @app.command()
@@ -181,16 +209,16 @@ def jobs(
     for r in records:
         created = dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S")
         duration = f"{(r.end_time or dt.datetime.now().timestamp()) - r.created_at:.1f}s"
-        color = {"Completed": "green", "Failed": "red", "Stopped": "yellow"}.get(r.status, "cyan")
+        color = _COLORS.get(r.status, "cyan")
         table.add_row(
             r.name,
             f"[{color}]{r.status}[/]",
             r.secondary_status,
-            str(r.spec.get("instance_count")),
+            str(r.spec.instance_count),
             created,
             duration,
         )
-    Console().print(table)
+    out_console().print(table)
 
 
 @app.command()
@@ -203,7 +231,7 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         typer.echo(json.dumps(desc, indent=1, default=_json_default))
         return
-    out = Console()
+    out = out_console()
     out.print(
         f"[bold]{desc['TrainingJobName']}[/]  {desc['TrainingJobStatus']} / "
         f"{desc['SecondaryStatus']}"
@@ -212,6 +240,8 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
         out.print("[red]FailureReason:[/]", desc["FailureReason"], markup=True, highlight=False)
     if desc.get("ModelArtifacts"):
         out.print("model:", desc["ModelArtifacts"]["S3ModelArtifacts"])
+    for warning in desc["Shipyard"].get("Warnings", []):
+        out.print("[yellow]warning:[/]", warning, markup=True, highlight=False)
     table = Table("host", "attempt", "address", "status", "exit", "log")
     for inst in desc["Shipyard"]["Instances"]:
         table.add_row(
@@ -246,25 +276,30 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
 def logs(
     job: str,
     follow: bool = typer.Option(False, "--follow", "-f"),
-    host: str | None = typer.Option(None, "--host"),
+    host: str | None = typer.Option(
+        None, "--host", help="one instance (algo-k): its lines and those of its MPI ranks"
+    ),
+    show_all: bool = typer.Option(
+        False, "--all", help="also framework noise (TF C++ INFO, cuInit, NCCL INFO)"
+    ),
 ) -> None:
-    """Print a job's logs, each line prefixed with its host."""
-    from shipyard.observe.logs import LogTailer, print_lines
+    """Print a job's logs, each line prefixed with its host (and MPI rank)."""
+    from shipyard.observe.logs import LogTailer, print_lines, select
 
     control = _control()
     try:
         record = control.get(job)
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
+    hosts = record.spec.hosts
+    if host and host not in hosts:
+        _fail(f"job {job!r} has no host {host!r}; its hosts are {', '.join(hosts)}", EXIT_BAD_INPUT)
+    show_noise = True if show_all else None
     if follow and not record.terminal:
-        if host:
-            _fail("--follow shows every host; leave out --host", EXIT_BAD_INPUT)
-        control.wait(job, logs=True, stream=sys.stdout)
+        control.wait(job, logs=True, stream=sys.stdout, host=host, show_noise=show_noise)
         return
-    files = control.log_files(job, host)
-    if host and not files:
-        _fail(f"job {job!r} has no host {host!r}", EXIT_BAD_INPUT)
-    print_lines(LogTailer(files).poll(flush=True), sys.stdout)
+    lines = LogTailer(control.log_files(job)).poll(flush=True)
+    print_lines(select(lines, host), sys.stdout, show_noise=show_noise)
 
 
 @app.command()
@@ -280,6 +315,14 @@ def stop(job: str) -> None:
 from shipyard.cli.endpoints import register as _register_endpoints  # noqa: E402
 
 _register_endpoints(app)  # serve, endpoints, endpoints delete (issue #8)
+
+from shipyard.cli.observe import register as _register_observe  # noqa: E402
+
+_register_observe(app)  # metrics, stacks, tensorboard, ui (issue #21)
+
+from shipyard.cli.server import register as _register_server  # noqa: E402
+
+_register_server(app)  # server, server env (issue #18)
 
 
 def main() -> None:

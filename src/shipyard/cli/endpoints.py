@@ -16,7 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from shipyard.control.endpoints import EndpointError, EndpointNotFoundError, Endpoints
+from shipyard.control.endpoints import (
+    EndpointError,
+    EndpointNotFoundError,
+    Endpoints,
+    EndpointStatus,
+)
 from shipyard.errors import ValidationError
 
 console = Console(stderr=True, highlight=False)
@@ -25,6 +30,12 @@ endpoints_app = typer.Typer(
     invoke_without_command=True,
     help="List endpoints; `endpoints delete NAME` stops one.",
 )
+
+
+def _out() -> Console:
+    from shipyard.cli.app import out_console
+
+    return out_console()
 
 
 def _fail(message: str, code: int) -> None:
@@ -85,7 +96,7 @@ def serve(
                 if chunk:
                     sys.stderr.buffer.write(chunk)
                     sys.stderr.flush()
-                if eps.get(name).status != "InService":
+                if eps.get(name).status is not EndpointStatus.IN_SERVICE:
                     _fail(f"endpoint {name} stopped: {eps.get(name).failure_reason}", 1)
                 time.sleep(0.5)
     except KeyboardInterrupt:
@@ -106,7 +117,9 @@ def endpoints(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
         return
     table = Table("name", "status", "url", "pid", "model data", "reason")
     for r in records:
-        color = {"InService": "green", "Failed": "red"}.get(r.status, "cyan")
+        color = {EndpointStatus.IN_SERVICE: "green", EndpointStatus.FAILED: "red"}.get(
+            r.status, "cyan"
+        )
         table.add_row(
             r.name,
             f"[{color}]{r.status}[/]",
@@ -115,7 +128,7 @@ def endpoints(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
             r.model_data,
             r.failure_reason or "",
         )
-    Console().print(table)
+    _out().print(table)
 
 
 @endpoints_app.command("delete")

@@ -4,17 +4,25 @@ Like SageMaker, all instances' directories end up in one archive under
 ``<output_path>/<job>/output/``. Where two instances wrote the same file, algo-1's copy
 wins (SageMaker's result would depend on upload order) and the conflict is reported.
 Archives are written to a temporary name and renamed, so a reader never sees half a file;
-an s3:// output_path gets them uploaded whole.
+an s3:// output_path gets them uploaded whole. Temporary names all start with
+``PARTIAL_PREFIX`` and s3 scratch lives under the job's directory, so when the supervisor
+dies mid-upload :func:`discard_partial` (run by the reconcile that marks the job) finds
+and removes every piece.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
 
 from shipyard.control.staging import local_path
+
+PARTIAL_PREFIX = ".shipyard-partial-"
+SCRATCH_DIR = "upload-scratch"
 
 
 @dataclass
@@ -41,7 +49,11 @@ def _walk(root: str) -> list[str]:
 def archive_dirs(sources: list[tuple[str, str]], dest_path: str) -> ArchiveResult:
     """Merge ``[(host, dir), ...]`` (first wins) into a gzip tar at ``dest_path``."""
     os.makedirs(os.path.dirname(dest_path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest_path), suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=os.path.dirname(dest_path),
+        prefix=PARTIAL_PREFIX + os.path.basename(dest_path) + ".",
+        suffix=".tmp",
+    )
     os.close(fd)
     seen: dict[str, str] = {}
     conflicts: list[str] = []
@@ -76,11 +88,13 @@ def save(
     job_name: str,
     model_dirs: list[tuple[str, str]],
     output_dirs: list[tuple[str, str]],
+    scratch_root: str | None = None,
 ) -> tuple[ArchiveResult, ArchiveResult]:
     """Write model.tar.gz and output.tar.gz under ``<output_path>/<job>/output/``.
 
-    For an s3:// output_path the archives are built in a temporary directory and
-    uploaded; each is uploaded whole (PutObject), so the bucket never holds half of one.
+    For an s3:// output_path the archives are built in a scratch directory (under
+    ``scratch_root``, the job's directory, when given) and uploaded; an object appears
+    only when its upload completes, so the bucket never holds half of one.
     """
     if not output_path.startswith("s3://"):
         prefix = output_prefix(output_path, job_name)
@@ -92,10 +106,44 @@ def save(
     base = storage.parse(output_path).child(f"{job_name}/output")
     store = storage.store_for(base)
     results = []
-    with tempfile.TemporaryDirectory(prefix="shipyard-artifacts-") as scratch:
+    if scratch_root is not None:
+        os.makedirs(scratch_root, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="shipyard-artifacts-", dir=scratch_root) as scratch:
         for name, dirs in (("model.tar.gz", model_dirs), ("output.tar.gz", output_dirs)):
             result = archive_dirs(dirs, os.path.join(scratch, name))
             target = base.child(name)
             store.upload(result.path, target)
             results.append(ArchiveResult(target.uri, target.uri, result.files, result.conflicts))
     return results[0], results[1]
+
+
+def discard_partial(output_path: str, job_name: str, job_dir: str) -> list[str]:
+    """Remove what an interrupted save() left: partial archives beside the final ones and
+    the s3 scratch directory. Returns the paths removed."""
+    removed = []
+    if not output_path.startswith("s3://"):
+        prefix = output_prefix(output_path, job_name)
+        for path in glob.glob(os.path.join(glob.escape(prefix), PARTIAL_PREFIX + "*")):
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+    else:
+        from shipyard import storage
+        from shipyard.errors import StorageError
+        from shipyard.storage.s3 import S3Store
+
+        base = storage.parse(output_path).child(f"{job_name}/output/")
+        store = storage.store_for(base)
+        try:
+            if isinstance(store, S3Store):
+                aborted = store.abort_incomplete_uploads(base)
+                removed += [f"{base.uri} (incomplete multipart upload)"] * aborted
+        except StorageError:
+            pass  # the endpoint is unreachable now; the reason still says what happened
+    scratch = os.path.join(job_dir, SCRATCH_DIR)
+    if os.path.isdir(scratch):
+        shutil.rmtree(scratch, ignore_errors=True)
+        removed.append(scratch)
+    return removed

@@ -19,12 +19,14 @@ from typing import Any, TextIO
 import psutil
 
 from shipyard import backends, instance_types
+from shipyard import distribution as dist_mod
 from shipyard.agent import runners
-from shipyard.control import plan, staging
+from shipyard.control import artifacts, legacy_mode, plan, staging, versions
 from shipyard.control.home import Home
-from shipyard.control.lifecycle import Event
-from shipyard.control.store import JobRecord, Store
-from shipyard.control.supervisor import REPORT_NAME, lost_processes
+from shipyard.control.interrupt import terminate_as_interrupt
+from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
+from shipyard.control.store import JobRecord, Store, Transition
+from shipyard.control.supervisor import REPORT_NAME, job_warnings, lost_processes
 from shipyard.errors import (
     ChannelError,
     DistributionError,
@@ -33,17 +35,25 @@ from shipyard.errors import (
     StorageError,
     ValidationError,
 )
-from shipyard.observe.logs import LogTailer, print_lines
-from shipyard.observe.metrics import final_metrics
-from shipyard.spec import ChannelSpec, JobSpec, host_names
-
-TERMINAL = ("Completed", "Failed", "Stopped")
+from shipyard.observe import progress
+from shipyard.observe.logs import LogTailer, print_lines, select
+from shipyard.observe.metrics import final_metrics, history
+from shipyard.spec import ChannelSpec, JobSpec
 
 
 def check_runner(spec: JobSpec) -> None:
     """Refuse, at submission, a distribution this build cannot run or options its runner
     rejects (each runner's optional ``validate``), so nothing is half-started."""
     runner = spec.dist.runner_for(spec.framework)
+    if spec.dist.kind == dist_mod.SMDDP and spec.framework == "tensorflow":
+        raise DistributionError(
+            "distribution smdistributed.dataparallel with the TensorFlow estimator: SageMaker "
+            "dropped TensorFlow support from its data-parallel library (only PyTorch scripts "
+            'can use it; the script would fail with "No module named '
+            "'smdistributed.dataparallel.tensorflow'\"). For TensorFlow use "
+            "{'mpi': {'enabled': True}} with Horovod (import horovod.tensorflow.keras as hvd) "
+            "or {'multi_worker_mirrored_strategy': {'enabled': True}}."
+        )
     if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
         raise DistributionError(
             "distribution['parameter_server']['implementation']='tensorflow' needs the "
@@ -56,8 +66,13 @@ def check_runner(spec: JobSpec) -> None:
             f"in this version of shipyard yet (coming with: {planned}); it will not be run as "
             "a plain job. Remove `distribution` to train without it."
         )
+    # the options as the runner gets them on the instances (plan.agent_config): with the kind,
+    # so a runner serving several kinds names the one the user asked for
     runners.validate(
-        runner, spec.dist.options, spec.instance_count, instance_types.resolve(spec.instance_type)
+        runner,
+        dict(spec.dist.options, kind=spec.dist.kind),
+        spec.instance_count,
+        instance_types.resolve(spec.instance_type),
     )
 
 
@@ -104,7 +119,7 @@ def check_location(what: str, uri: str) -> str:
 
     try:
         loc = storage.parse(uri)
-        if loc.scheme == "s3" and not storage.store_for(loc).exists(loc):
+        if loc.scheme == "s3" and not storage.store_for(loc).bucket_exists(loc):
             raise ValidationError(
                 f"{what} {uri!r}: bucket {loc.bucket!r} does not exist at "
                 f"{storage.endpoint_url() or 'the default AWS endpoint'}"
@@ -123,7 +138,12 @@ class ControlPlane:
 
     # -- submission -----------------------------------------------------------------------
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
-        """Validate, stage, record. On any error nothing is left but the refusal."""
+        """Validate, stage, record. On any error nothing is left but the refusal (a
+        SIGTERM meanwhile too: it interrupts like Ctrl-C, and the reservation is undone)."""
+        with terminate_as_interrupt():
+            return self._submit(spec, log)
+
+    def _submit(self, spec: JobSpec, log=None) -> JobRecord:
         check_runner(spec)
         backends.validate(
             self.backend,
@@ -137,6 +157,10 @@ class ControlPlane:
         }
         if spec.checkpoint_s3_uri:
             check_location("checkpoint_s3_uri", spec.checkpoint_s3_uri)
+        if spec.tensorboard:
+            check_location(
+                "tensorboard_output_config.s3_output_path", spec.tensorboard.s3_output_path
+            )
         if self.store.exists(spec.job_name):
             raise JobExistsError(
                 f"a training job named {spec.job_name!r} already exists; job names are unique: "
@@ -149,21 +173,41 @@ class ControlPlane:
             check_location("code_location", spec.code_location)
         spec = spec.model_copy(update={"output_path": output_path})
         job_dir = self.home.job_dir(spec.job_name)
-        if os.path.exists(job_dir):
-            raise JobExistsError(f"job directory {job_dir} already exists; pick another job name")
         code_location = spec.code_location or output_path
+        # The name is reserved (atomically, with the job's subnet) before anything is
+        # staged: of concurrent submits of one name exactly one gets here, the others
+        # leave with JobExistsError having touched nothing.
+        record = self.store.create_job(
+            spec,
+            {},
+            job_dir,
+            self.backend,
+            plan.choose_subnet,
+            owner_pid=os.getpid(),
+        )
+        try:
+            os.makedirs(job_dir)  # exclusive: a directory left by an older job is not reused
+        except FileExistsError:
+            self.store.delete_job(spec.job_name)
+            raise JobExistsError(
+                f"job directory {job_dir} already exists (left by an earlier job of that "
+                "name?); pick another job name or remove the directory"
+            ) from None
         staged = None
         try:
-            staged = staging.stage(
-                spec.code,
-                spec.job_name,
-                code_location,
-                self.home.requirements_cache,
-                local_dir=os.path.join(job_dir, "source"),
-            )
+            with progress.step(f"Staging the code of {spec.job_name}"):
+                staged = staging.stage(
+                    spec.code,
+                    spec.job_name,
+                    code_location,
+                    self.home.requirements_cache,
+                    local_dir=os.path.join(job_dir, "source"),
+                    exclude=self._never_bundled(spec, code_location),
+                )
+            legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
             encoded = plan.hyperparameters(spec, staged, self.home)
-            subnet = plan.choose_subnet(self.store.subnets_in_use())
-            config = plan.agent_config(spec, staged, encoded, self.home, subnet, sources)
+            assert record.subnet is not None  # chosen with the reservation
+            config = plan.agent_config(spec, staged, encoded, self.home, record.subnet, sources)
             os.makedirs(os.path.join(job_dir, "logs"))
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
@@ -179,28 +223,45 @@ class ControlPlane:
                 fh.write(config.to_json())
             if config.shared_dir:
                 os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
-            record = self.store.create_job(
-                spec.job_name, spec.model_dump(mode="json"), encoded, job_dir, self.backend, subnet
-            )
+            self.store.update(spec.job_name, hyperparameters=encoded)
+            record = self.store.get(spec.job_name)
         except BaseException:
+            # everything here is this submit's own: the name was reserved above
             shutil.rmtree(job_dir, ignore_errors=True)
             if staged is not None:
                 staging.discard(staged)
+            self.store.delete_job(spec.job_name)
             raise
         if log:
             log(instance_types.resolve(spec.instance_type).describe())
+            for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
+                log(line)
             for note in staged.notes:
                 log(note)
         return record
 
+    def _never_bundled(self, spec: JobSpec, code_location: str) -> tuple[str, ...]:
+        """Local directories shipyard writes to: never part of a code bundle, even when a
+        user keeps them inside source_dir (the demo puts SHIPYARD_HOME there)."""
+        from shipyard import storage
+
+        paths = [self.home.root]
+        for uri in (spec.output_path, code_location, spec.checkpoint_s3_uri):
+            if uri and not uri.startswith("s3://"):
+                paths.append(storage.parse(uri).path)
+        return tuple(os.path.abspath(p) for p in paths)
+
     # -- running --------------------------------------------------------------------------
     def run(self, name: str, stream: TextIO | None = None) -> JobRecord:
-        """Supervise the job in this process until it ends (Ctrl-C stops it)."""
+        """Supervise the job in this process until it ends. Ctrl-C or SIGTERM stops it
+        (status Stopped, every instance gone) and raises KeyboardInterrupt (SIGTERM:
+        its subclass :class:`~shipyard.control.interrupt.Terminated`)."""
         from shipyard.control.supervisor import JobSupervisor
 
-        self.store.update(name, supervisor_pid=os.getpid())
-        self.store.transition(name, Event.DOWNLOADING, "Making input data available")
-        return JobSupervisor(self.home, self.store, name, stream=stream).run()
+        with terminate_as_interrupt():
+            self.store.update(name, supervisor_pid=os.getpid())
+            self.store.transition(name, Event.DOWNLOADING, "Making input data available")
+            return JobSupervisor(self.home, self.store, name, stream=stream).run()
 
     def start(self, name: str) -> int:
         """Hand the job to a detached supervisor process; returns its pid."""
@@ -241,8 +302,16 @@ class ControlPlane:
             time.sleep(0.1)
         return record
 
-    def wait(self, name: str, logs: bool = True, stream: TextIO | None = None) -> JobRecord:
-        """Follow a job run by another process until it ends (attach, logs --follow)."""
+    def wait(
+        self,
+        name: str,
+        logs: bool = True,
+        stream: TextIO | None = None,
+        host: str | None = None,
+        show_noise: bool | None = None,
+    ) -> JobRecord:
+        """Follow a job run by another process until it ends (attach, logs --follow);
+        ``host``: only that instance's lines (its MPI ranks' included)."""
         stream = stream or sys.stdout
         tailer = LogTailer({})
         while True:
@@ -251,7 +320,7 @@ class ControlPlane:
                 tailer.add(key, path)
             lines = tailer.poll(flush=record.terminal)
             if logs:
-                print_lines(lines, stream)
+                print_lines(select(lines, host), stream, show_noise=show_noise)
             if record.terminal:
                 return record
             time.sleep(0.1)
@@ -260,7 +329,7 @@ class ControlPlane:
         """A job whose supervisor died is marked Failed, and its instances are stopped."""
         if record.terminal or record.supervisor_pid is None:
             return record
-        if _alive(record.supervisor_pid):
+        if _alive(record.supervisor_pid, record.supervisor_started):
             return record
         record = self.store.get(record.name)  # it may have just finished
         if record.terminal:
@@ -275,10 +344,26 @@ class ControlPlane:
         ]
         if handles:
             get_backend(record.backend).stop(handles, grace=2.0)
+        self.store.close_running_instances(
+            record.name, InstanceStatus.STOPPED, "stopped when the job's supervisor was found gone"
+        )
         reason = (
             f"InternalServerError: the process supervising this job (pid "
             f"{record.supervisor_pid}) ended unexpectedly; its instances were stopped"
         )
+        if record.secondary_status in (SecondaryStatus.UPLOADING, SecondaryStatus.STOPPING):
+            removed = artifacts.discard_partial(
+                record.spec.output_path or self.home.default_output_path,
+                record.name,
+                record.job_dir,
+            )
+            if record.secondary_status is SecondaryStatus.UPLOADING:
+                reason = (
+                    f"InternalServerError: the upload of the model artifacts was interrupted "
+                    f"(the process supervising this job, pid {record.supervisor_pid}, ended "
+                    "while uploading); every instance had completed, but the artifacts are "
+                    f"incomplete ({len(removed)} partial file(s) removed). Run the job again."
+                )
         if record.stop_requested:
             self.store.transition(record.name, Event.STOP_REQUESTED, "Stop requested")
             return self.store.transition(record.name, Event.STOPPED, "Training job stopped")
@@ -307,14 +392,18 @@ class ControlPlane:
         return files
 
     def raise_for_status(self, record: JobRecord) -> None:
-        if record.status == "Failed":
+        if record.status is JobStatus.FAILED:
             raise JobFailedError(record.name, record.status, record.failure_reason)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: float | None = None) -> bool:
+    """Process ``pid`` runs, and is the one that started at ``started`` (when recorded): a
+    pid the kernel reused for another process does not keep a dead job alive."""
     try:
         proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) < 0.05
     except psutil.Error:
         return False
 
@@ -334,8 +423,61 @@ def _ts(value: float | None) -> dt.datetime | None:
 def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     """A SageMaker DescribeTrainingJob-shaped dict (datetimes as in boto3)."""
     spec = record.spec
-    transitions = cp.store.transitions(record.name)
-    sec = []
+    metrics = cp.store.metrics(record.name)
+    final = [dict(m, Timestamp=_ts(m["Timestamp"])) for m in final_metrics(metrics)]
+    out: dict[str, Any] = {
+        "TrainingJobName": record.name,
+        "TrainingJobArn": f"arn:shipyard:local:training-job/{record.name}",
+        "TrainingJobStatus": record.status,
+        "SecondaryStatus": record.secondary_status,
+        "HyperParameters": dict(record.hyperparameters),
+        "AlgorithmSpecification": {
+            "TrainingImage": spec.framework or "shipyard-generic",
+            "TrainingInputMode": spec.input_mode,
+            "MetricDefinitions": [m.model_dump() for m in spec.metric_definitions],
+            "EnableSageMakerMetricsTimeSeries": False,
+        },
+        "RoleArn": spec.role or "",
+        "InputDataConfig": _input_data_config(spec),
+        "OutputDataConfig": {"S3OutputPath": spec.output_path},
+        "ResourceConfig": {
+            "InstanceType": spec.instance_type,
+            "InstanceCount": spec.instance_count,
+            "VolumeSizeInGB": 30,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_run},
+        "CreationTime": _ts(record.created_at),
+        "TrainingStartTime": _ts(record.start_time),
+        "TrainingEndTime": _ts(record.end_time),
+        "LastModifiedTime": _ts(record.modified_at),
+        "SecondaryStatusTransitions": _transitions(cp.store.transitions(record.name), record),
+        "FinalMetricDataList": final,
+        "Environment": dict(spec.environment),
+        "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
+        "EnableNetworkIsolation": False,
+        "Tags": [dict(t) for t in spec.tags],
+        "Shipyard": _shipyard_section(cp, record),
+    }
+    if record.failure_reason:
+        out["FailureReason"] = record.failure_reason
+    if record.model_artifact:
+        out["ModelArtifacts"] = {"S3ModelArtifacts": record.model_artifact}
+    if spec.checkpoint_s3_uri or spec.checkpoint_local_path:
+        out["CheckpointConfig"] = {
+            "S3Uri": spec.checkpoint_s3_uri,
+            "LocalPath": spec.checkpoint_local_path,
+        }
+    if record.start_time:
+        end = record.end_time or time.time()
+        out["TrainingTimeInSeconds"] = int(round(end - record.start_time))
+        out["BillableTimeInSeconds"] = out["TrainingTimeInSeconds"]
+    return out
+
+
+def _transitions(transitions: list[Transition], record: JobRecord) -> list[dict[str, Any]]:
+    """SecondaryStatusTransitions: each one ends when the next starts (the last one when
+    the job ended)."""
+    out = []
     for i, t in enumerate(transitions):
         entry = {
             "Status": t["secondary_status"],
@@ -346,101 +488,65 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             entry["EndTime"] = _ts(transitions[i + 1]["at"])
         elif record.terminal:
             entry["EndTime"] = _ts(t["at"])
-        sec.append(entry)
-    channels = []
-    for ch in spec.get("channels", []):
-        channels.append(
-            {
-                "ChannelName": ch["name"],
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": ch.get("s3_data_type", "S3Prefix"),
-                        "S3Uri": ch["uri"],
-                        "S3DataDistributionType": ch.get("distribution", "FullyReplicated"),
-                    }
-                },
-                "CompressionType": ch.get("compression") or "None",
-                "RecordWrapperType": ch.get("record_wrapping") or "None",
-                "InputMode": ch.get("input_mode") or spec.get("input_mode", "File"),
-                **({"ContentType": ch["content_type"]} if ch.get("content_type") else {}),
-            }
-        )
-    metrics = cp.store.metrics(record.name)
-    final = [dict(m, Timestamp=_ts(m["Timestamp"])) for m in final_metrics(metrics)]
-    out: dict[str, Any] = {
-        "TrainingJobName": record.name,
-        "TrainingJobArn": f"arn:shipyard:local:training-job/{record.name}",
-        "TrainingJobStatus": record.status,
-        "SecondaryStatus": record.secondary_status,
-        "HyperParameters": dict(record.hyperparameters),
-        "AlgorithmSpecification": {
-            "TrainingImage": spec.get("framework") or "shipyard-generic",
-            "TrainingInputMode": spec.get("input_mode", "File"),
-            "MetricDefinitions": spec.get("metric_definitions", []),
-            "EnableSageMakerMetricsTimeSeries": False,
-        },
-        "RoleArn": spec.get("role") or "",
-        "InputDataConfig": channels,
-        "OutputDataConfig": {"S3OutputPath": spec.get("output_path")},
-        "ResourceConfig": {
-            "InstanceType": spec.get("instance_type"),
-            "InstanceCount": spec.get("instance_count"),
-            "VolumeSizeInGB": 30,
-        },
-        "StoppingCondition": {"MaxRuntimeInSeconds": spec.get("max_run")},
-        "CreationTime": _ts(record.created_at),
-        "TrainingStartTime": _ts(record.start_time),
-        "TrainingEndTime": _ts(record.end_time),
-        "LastModifiedTime": _ts(record.modified_at),
-        "SecondaryStatusTransitions": sec,
-        "FinalMetricDataList": final,
-        "Environment": spec.get("environment", {}),
-        "RetryStrategy": {"MaximumRetryAttempts": spec.get("max_retry_attempts", 0)},
-        "EnableNetworkIsolation": False,
-        "Tags": spec.get("tags", []),
-        "Shipyard": {
-            "JobDir": record.job_dir,
-            "Backend": record.backend,
-            "Distribution": spec.get("distribution", {}),
-            "Attempts": [
-                dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
-                for a in cp.store.attempts(record.name)
-            ],
-            "Instances": [
-                {
-                    "Host": i.host,
-                    "Attempt": i.attempt,
-                    "Address": i.address,
-                    "Pid": i.pid,
-                    "Status": i.status,
-                    "ExitCode": i.exit_code,
-                    "FailureReason": i.failure_reason,
-                    "LogPath": i.log_path,
+        out.append(entry)
+    return out
+
+
+def _input_data_config(spec: JobSpec) -> list[dict[str, Any]]:
+    return [
+        {
+            "ChannelName": ch.name,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": ch.s3_data_type,
+                    "S3Uri": ch.uri,
+                    "S3DataDistributionType": ch.distribution,
                 }
-                for i in cp.store.instances(record.name)
-            ],
-            "OutputArtifacts": record.output_artifact,
-            "LostProcesses": lost_processes(
-                record.job_dir, host_names(int(spec.get("instance_count", 1)))
-            ),
-        },
+            },
+            "CompressionType": ch.compression or "None",
+            "RecordWrapperType": ch.record_wrapping or "None",
+            "InputMode": spec.channel_mode(ch),
+            **({"ContentType": ch.content_type} if ch.content_type else {}),
+        }
+        for ch in spec.channels
+    ]
+
+
+def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
+    """What describe adds beyond SageMaker: where the job lives, its attempts and
+    instances, and the distribution report the agents wrote."""
+    section: dict[str, Any] = {
+        "JobDir": record.job_dir,
+        "Backend": record.backend,
+        "Distribution": dict(record.spec.distribution),
+        "Attempts": [
+            dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))
+            for a in cp.store.attempts(record.name)
+        ],
+        "Instances": [
+            {
+                "Host": i.host,
+                "Attempt": i.attempt,
+                "Address": i.address,
+                "Pid": i.pid,
+                "Status": i.status,
+                "ExitCode": i.exit_code,
+                "FailureReason": i.failure_reason,
+                "LogPath": i.log_path,
+            }
+            for i in cp.store.instances(record.name)
+        ],
+        "OutputArtifacts": record.output_artifact,
+        "Warnings": job_warnings(record.job_dir),
+        "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
+        # every metric_definitions match (FinalMetricDataList keeps the last of each)
+        "MetricHistory": [
+            dict(h, Timestamp=_ts(h["Timestamp"])) for h in history(cp.store.metrics(record.name))
+        ],
     }
     report_path = os.path.join(record.job_dir, REPORT_NAME)
     if os.path.isfile(report_path):
         with open(report_path, encoding="utf-8") as fh:
-            out["Shipyard"]["DistributionReport"] = json.load(fh)
-        out["Shipyard"]["DistributionReportPath"] = report_path
-    if record.failure_reason:
-        out["FailureReason"] = record.failure_reason
-    if record.model_artifact:
-        out["ModelArtifacts"] = {"S3ModelArtifacts": record.model_artifact}
-    if spec.get("checkpoint_s3_uri") or spec.get("checkpoint_local_path"):
-        out["CheckpointConfig"] = {
-            "S3Uri": spec.get("checkpoint_s3_uri"),
-            "LocalPath": spec.get("checkpoint_local_path"),
-        }
-    if record.start_time:
-        end = record.end_time or time.time()
-        out["TrainingTimeInSeconds"] = int(round(end - record.start_time))
-        out["BillableTimeInSeconds"] = out["TrainingTimeInSeconds"]
-    return out
+            section["DistributionReport"] = json.load(fh)
+        section["DistributionReportPath"] = report_path
+    return section

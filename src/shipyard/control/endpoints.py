@@ -14,43 +14,34 @@ workers and removes everything it made. Creation that fails leaves nothing behin
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
 from shipyard.agent.processes import kill_survivors
-from shipyard.control import staging
+from shipyard.control import schema, staging
 from shipyard.control.home import Home
+from shipyard.control.lifecycle import StrEnum
 from shipyard.errors import ShipyardError, ValidationError
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS endpoints (
-    name TEXT PRIMARY KEY,
-    model_data TEXT NOT NULL,
-    endpoint_dir TEXT NOT NULL,
-    host TEXT NOT NULL,
-    port INTEGER NOT NULL,
-    pid INTEGER,
-    status TEXT NOT NULL,
-    failure_reason TEXT,
-    config TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    modified_at REAL NOT NULL
-);
-"""
+
+class EndpointStatus(StrEnum):
+    """EndpointStatus as SageMaker names the ones a local endpoint goes through."""
+
+    CREATING = "Creating"
+    IN_SERVICE = "InService"
+    FAILED = "Failed"
 
 
 class EndpointError(ShipyardError):
@@ -70,7 +61,7 @@ class EndpointRecord:
     host: str
     port: int
     pid: int | None
-    status: str  # Creating | InService | Failed
+    status: EndpointStatus
     failure_reason: str | None
     config: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
@@ -106,18 +97,6 @@ class EndpointRecord:
         }
 
 
-@contextmanager
-def _db(path: str) -> Iterator[sqlite3.Connection]:
-    db = sqlite3.connect(path, timeout=30, isolation_level=None)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA busy_timeout=30000")
-        db.row_factory = sqlite3.Row
-        yield db
-    finally:
-        db.close()
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -139,20 +118,20 @@ class Endpoints:
         self.home = Home.from_env(home)
         os.makedirs(self.home.root, exist_ok=True)
         self.db_path = self.home.db_path
-        with _db(self.db_path) as db:
-            db.executescript(_SCHEMA)
+        schema.open_db(self.db_path)
 
     def endpoint_dir(self, name: str) -> str:
         return os.path.join(self.home.root, "endpoints", name)
 
     # -- reading --------------------------------------------------------------------------
     def _row(self, name: str) -> EndpointRecord | None:
-        with _db(self.db_path) as db:
+        with schema.connect(self.db_path) as db:
             row = db.execute("SELECT * FROM endpoints WHERE name=?", (name,)).fetchone()
         if row is None:
             return None
         data = dict(row)
         data["config"] = json.loads(data["config"])
+        data["status"] = EndpointStatus(data["status"])
         return EndpointRecord(**data)
 
     def get(self, name: str) -> EndpointRecord:
@@ -161,15 +140,16 @@ class Endpoints:
             raise EndpointNotFoundError(f"no endpoint named {name!r} (see `shipyard endpoints`)")
         return self._reconcile(record)
 
-    def list(self) -> list[EndpointRecord]:
-        with _db(self.db_path) as db:
+    def list(self) -> builtins.list[EndpointRecord]:
+        with schema.connect(self.db_path) as db:
             names = [
                 r["name"]
                 for r in db.execute(
                     "SELECT name FROM endpoints ORDER BY created_at DESC"
                 ).fetchall()
             ]
-        return [r for r in (self._row(n) for n in names) if r is not None]
+        # reconciled like get(): a server killed meanwhile must not be listed InService
+        return [self._reconcile(r) for r in (self._row(n) for n in names) if r is not None]
 
     def _reconcile(self, record: EndpointRecord) -> EndpointRecord:
         """The server's own state file and liveness decide the status."""
@@ -177,16 +157,21 @@ class Endpoints:
         try:
             with open(record.state_file) as fh:
                 state = json.load(fh)
-            status, reason = state["status"], state.get("failure_reason") or reason
+            said, reason = state["status"], state.get("failure_reason") or reason
+            # the server's own last word "Deleted": it stopped without being deleted here
+            if said == "Deleted":
+                said, reason = EndpointStatus.FAILED, reason or "the server stopped"
+            status = EndpointStatus(said)
         except (OSError, ValueError, KeyError):
             pass
-        if status in ("Creating", "InService") and not _server_alive(record):
-            status = "Failed"
-            reason = reason or f"the server process ({record.pid}) is gone; see {record.log_path}"
-        if status == "Deleted":
-            status, reason = "Failed", reason or "the server stopped"
+        if status is not EndpointStatus.FAILED and not _server_alive(record):
+            status = EndpointStatus.FAILED
+            reason = reason or (
+                f"the server process ({record.pid}) ended unexpectedly; see {record.log_path}"
+            )
+            _stop_leftovers(record.endpoint_dir)
         if (status, reason) != (record.status, record.failure_reason):
-            with _db(self.db_path) as db:
+            with schema.connect(self.db_path) as db:
                 db.execute(
                     "UPDATE endpoints SET status=?, failure_reason=?, modified_at=? WHERE name=?",
                     (status, reason, time.time(), record.name),
@@ -202,7 +187,7 @@ class Endpoints:
         framework: str = "auto",
         entry_point: str | None = None,
         source_dir: str | None = None,
-        dependencies: list[str] | None = None,
+        dependencies: builtins.list[str] | None = None,
         env: dict[str, str] | None = None,
         port: int | None = None,
         host: str = "127.0.0.1",
@@ -212,8 +197,71 @@ class Endpoints:
         max_payload_mb: float = 6.0,
     ) -> EndpointRecord:
         """Prepare the model and start the detached server; returns at once (Creating)."""
-        from shipyard.serving.model_data import ModelLoadError, check_tree, extract
+        self._check_new(name, host, port)
+        source = self.resolve_model_data(model_data)
+        edir = self._reserve_dir(name)
+        model_dir = os.path.join(edir, "model")
+        record: EndpointRecord | None = None
+        proc: subprocess.Popen | None = None
+        try:
+            _stage_model(source, edir, model_dir)
+            program = self._add_code(model_dir, entry_point, source_dir, dependencies or [])
+            code_dir = os.path.join(model_dir, "code")
+            paths = (
+                staging.install_requirements(code_dir, self.home.requirements_cache)[0]
+                if os.path.isdir(code_dir)
+                else []
+            )
+            config = {
+                "Framework": framework,
+                "Workers": workers,
+                "BatchSize": batch_size,
+                "BatchWaitMs": batch_wait_ms,
+                "Program": program,
+                "MaxPayloadInMB": max_payload_mb,
+            }
+            record = self._insert(name, model_data, edir, host, port or free_port(host), config)
+            proc = self._launch(
+                record,
+                model_dir,
+                framework,
+                program,
+                workers,
+                batch_size,
+                batch_wait_ms,
+                max_payload_mb,
+                env or {},
+                paths,
+            )
+            with schema.connect(self.db_path) as db:
+                db.execute("UPDATE endpoints SET pid=? WHERE name=?", (proc.pid, name))
+            _wait_exec(proc, edir)
+        except BaseException:
+            if proc is not None:
+                _stop_tree(proc.pid, grace=5)
+            if record is not None:
+                with schema.connect(self.db_path) as db:
+                    db.execute("DELETE FROM endpoints WHERE name=?", (name,))
+            shutil.rmtree(edir, ignore_errors=True)
+            raise
+        return self.get(name)
 
+    def _reserve_dir(self, name: str) -> str:
+        """Create the endpoint's directory, atomically: of two creates racing on one name,
+        exactly one gets it, and the other leaves the winner's directory alone."""
+        edir = self.endpoint_dir(name)
+        os.makedirs(os.path.dirname(edir), exist_ok=True)
+        try:
+            os.mkdir(edir)
+        except FileExistsError:
+            raise ValidationError(
+                f"an endpoint named {name!r} is being created or its directory {edir} "
+                "already exists; pick another name or delete the endpoint"
+            ) from None
+        return edir
+
+    def _check_new(self, name: str, host: str, port: int | None) -> None:
+        """Refuse a bad or taken name, or a port already in use, before anything is made."""
         if not name or not all(c.isalnum() or c == "-" for c in name) or len(name) > 63:
             raise ValidationError(
                 f"endpoint name {name!r}: use up to 63 letters, digits and hyphens"
@@ -228,84 +276,31 @@ class Endpoints:
                 f"port {port} on {host} is already in use; pick another port "
                 "or leave it out to get a free one"
             )
-        source = self.resolve_model_data(model_data)
-        edir = self.endpoint_dir(name)
-        if os.path.exists(edir):
-            raise ValidationError(f"{edir} already exists; pick another endpoint name")
-        model_dir = os.path.join(edir, "model")
-        record: EndpointRecord | None = None
-        proc: subprocess.Popen | None = None
-        try:
-            os.makedirs(edir)
-            try:
-                if source.startswith("s3://"):
-                    source = _download(source, os.path.join(edir, "model.tar.gz"))
-                if os.path.isdir(source):
-                    check_tree(source)
-                    shutil.copytree(source, model_dir, symlinks=True)
-                else:
-                    extract(source, model_dir)
-            except ModelLoadError as exc:
-                raise ValidationError(str(exc)) from None
-            program = self._add_code(model_dir, entry_point, source_dir, dependencies or [])
-            code_dir = os.path.join(model_dir, "code")
-            paths = (
-                staging.install_requirements(code_dir, self.home.requirements_cache)[0]
-                if os.path.isdir(code_dir)
-                else []
+
+    def _insert(
+        self, name: str, model_data: str, edir: str, host: str, port: int, config: dict
+    ) -> EndpointRecord:
+        now = time.time()
+        with schema.connect(self.db_path) as db:
+            db.execute(
+                "INSERT INTO endpoints VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    name,
+                    model_data,
+                    edir,
+                    host,
+                    port,
+                    None,
+                    EndpointStatus.CREATING,
+                    None,
+                    json.dumps(config),
+                    now,
+                    now,
+                ),
             )
-            port = port or free_port(host)
-            config = {
-                "Framework": framework,
-                "Workers": workers,
-                "BatchSize": batch_size,
-                "BatchWaitMs": batch_wait_ms,
-                "Program": program,
-                "MaxPayloadInMB": max_payload_mb,
-            }
-            now = time.time()
-            with _db(self.db_path) as db:
-                db.execute(
-                    "INSERT INTO endpoints VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        name,
-                        model_data,
-                        edir,
-                        host,
-                        port,
-                        None,
-                        "Creating",
-                        None,
-                        json.dumps(config),
-                        now,
-                        now,
-                    ),
-                )
-            record = self._row(name)
-            proc = self._launch(
-                record,
-                model_dir,
-                framework,
-                program,
-                workers,
-                batch_size,
-                batch_wait_ms,
-                max_payload_mb,
-                env or {},
-                paths,
-            )
-            with _db(self.db_path) as db:
-                db.execute("UPDATE endpoints SET pid=? WHERE name=?", (proc.pid, name))
-            _wait_exec(proc, edir)
-        except BaseException:
-            if proc is not None:
-                _stop_tree(proc.pid, grace=5)
-            if record is not None:
-                with _db(self.db_path) as db:
-                    db.execute("DELETE FROM endpoints WHERE name=?", (name,))
-            shutil.rmtree(edir, ignore_errors=True)
-            raise
-        return self.get(name)
+        record = self._row(name)
+        assert record is not None  # inserted just above, under our name
+        return record
 
     def resolve_model_data(self, model_data: str) -> str:
         """A local path, file:// or s3:// URI, or a training job name -> a local archive or
@@ -337,7 +332,10 @@ class Endpoints:
 
     @staticmethod
     def _add_code(
-        model_dir: str, entry_point: str | None, source_dir: str | None, dependencies: list[str]
+        model_dir: str,
+        entry_point: str | None,
+        source_dir: str | None,
+        dependencies: builtins.list[str],
     ) -> str | None:
         """Copy the inference code into model/code (SageMaker's repack); returns program."""
         if not entry_point and not source_dir:
@@ -387,7 +385,7 @@ class Endpoints:
         batch_wait_ms: float,
         max_payload_mb: float,
         env: dict[str, str],
-        paths: list[str],
+        paths: builtins.list[str],
     ) -> subprocess.Popen:
         cmd = [
             sys.executable,
@@ -434,9 +432,9 @@ class Endpoints:
         deadline = time.monotonic() + timeout
         while True:
             record = self.get(name)
-            if record.status == "Failed":
+            if record.status is EndpointStatus.FAILED:
                 raise EndpointError(f"endpoint {name!r} failed: {record.failure_reason}")
-            if record.status == "InService" and ping(record):
+            if record.status is EndpointStatus.IN_SERVICE and ping(record):
                 return record
             if time.monotonic() > deadline:
                 raise EndpointError(
@@ -453,9 +451,26 @@ class Endpoints:
             raise EndpointNotFoundError(f"no endpoint named {name!r} (see `shipyard endpoints`)")
         if record.pid and _server_alive(record):
             _stop_tree(record.pid, grace)
-        with _db(self.db_path) as db:
+        with schema.connect(self.db_path) as db:
             db.execute("DELETE FROM endpoints WHERE name=?", (name,))
         shutil.rmtree(record.endpoint_dir, ignore_errors=True)
+
+
+def _stage_model(source: str, edir: str, model_dir: str) -> None:
+    """The model at ``model_dir``: an s3:// archive fetched into ``edir`` first, a
+    directory copied, an archive extracted (safely: model_data refuses escaping paths)."""
+    from shipyard.serving.model_data import ModelLoadError, check_tree, extract
+
+    try:
+        if source.startswith("s3://"):
+            source = _download(source, os.path.join(edir, "model.tar.gz"))
+        if os.path.isdir(source):
+            check_tree(source)
+            shutil.copytree(source, model_dir, symlinks=True)
+        else:
+            extract(source, model_dir)
+    except ModelLoadError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 def _wait_exec(proc: subprocess.Popen, marker: str, timeout: float = 30.0) -> None:
@@ -500,6 +515,24 @@ def _server_alive(record: EndpointRecord) -> bool:
         )
     except psutil.Error:
         return False
+
+
+def _stop_leftovers(endpoint_dir: str) -> None:
+    """Workers of a server that died (SIGKILL leaves them running, holding the port)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(endpoint_dir in part for part in proc.info.get("cmdline") or []):
+                proc.terminate()
+                left.append(proc)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(left, timeout=3)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 def _stop_tree(pid: int, grace: float) -> None:

@@ -141,4 +141,12 @@ def data_config(spec: JobSpec) -> dict:
         "checkpoint_uri": (
             storage.parse(spec.checkpoint_s3_uri).uri if spec.checkpoint_s3_uri else None
         ),
+        "tensorboard": (
+            {
+                "uri": storage.parse(spec.tensorboard.output_uri(spec.job_name)).uri,
+                "local_path": spec.tensorboard.local_path,
+            }
+            if spec.tensorboard
+            else None
+        ),
     }

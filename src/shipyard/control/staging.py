@@ -25,9 +25,10 @@ import sysconfig
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from shipyard.errors import StagingError, ValidationError
+from shipyard.observe import progress
 from shipyard.spec import CodeSpec
 from shipyard.storage.uri import local_path
 
@@ -60,34 +61,23 @@ def git_clone(git_config: dict[str, str], dest: str) -> None:
     }
     if unknown:
         raise ValidationError(f"git_config has unknown key(s) {sorted(unknown)}")
-    url = repo
-    parts = urlsplit(repo)
-    if parts.scheme == "https" and (git_config.get("token") or git_config.get("username")):
-        cred = (
-            quote(git_config["token"], safe="")
-            if git_config.get("token")
-            else quote(git_config["username"], safe="")
-            + ":"
-            + quote(git_config.get("password", ""), safe="")
-        )
-        url = urlunsplit(
-            (
-                parts.scheme,
-                f"{cred}@{parts.hostname}" + (f":{parts.port}" if parts.port else ""),
-                parts.path,
-                parts.query,
-                parts.fragment,
-            )
-        )
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
+    scheme = urlsplit(repo).scheme
+    askpass_dir = None
+    if scheme in ("https", "http") and (git_config.get("token") or git_config.get("username")):
+        askpass_dir, askpass_env = _askpass(git_config)
+        env.update(askpass_env)
     cmd = ["git", "clone", "--quiet"]
     if git_config.get("branch") and not git_config.get("commit"):
         cmd += ["--branch", git_config["branch"]]
-    cmd += [url, dest]
+    cmd += [repo, dest]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     except FileNotFoundError as exc:
         raise StagingError("git_config needs the `git` command, which is not on PATH") from exc
+    finally:
+        if askpass_dir is not None:
+            shutil.rmtree(askpass_dir, ignore_errors=True)
     if result.returncode != 0:
         raise ValidationError(
             f"git_config: could not clone {repo!r}: {result.stderr.strip() or result.stdout.strip()}"
@@ -96,6 +86,41 @@ def git_clone(git_config: dict[str, str], dest: str) -> None:
         _git(dest, ["checkout", "--quiet", git_config["branch"]], repo)
     if git_config.get("commit"):
         _git(dest, ["checkout", "--quiet", git_config["commit"]], repo)
+
+
+_ASKPASS = """#!/bin/sh
+case "$1" in
+  [Uu]sername*) printf '%s\\n' "$_SY_GIT_USERNAME" ;;
+  *) printf '%s\\n' "$_SY_GIT_PASSWORD" ;;
+esac
+"""
+
+
+def _askpass(git_config: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A GIT_ASKPASS helper that answers from the clone's environment, never argv: a token
+    or password in the URL is visible to every user of the machine (ps, /proc/*/cmdline)
+    and ends up in git's error messages. Returns (its private dir, the env to add)."""
+    import stat
+
+    directory = tempfile.mkdtemp(prefix="shipyard-askpass-")
+    helper = os.path.join(directory, "askpass")
+    with open(os.open(helper, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as fh:
+        fh.write(_ASKPASS)
+    os.chmod(helper, stat.S_IRWXU)
+    if git_config.get("token"):
+        # what SageMaker's https://<token>@host does: the token is the user name
+        user, password = git_config["token"], ""
+    else:
+        user, password = git_config["username"], git_config.get("password", "")
+    return directory, {
+        "GIT_ASKPASS": helper,
+        "_SY_GIT_USERNAME": user,
+        "_SY_GIT_PASSWORD": password,
+        # a stored credential helper must not answer (or record) in our place
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "credential.helper",
+        "GIT_CONFIG_VALUE_0": "",
+    }
 
 
 def _git(repo_dir: str, args: list[str], repo: str) -> None:
@@ -111,11 +136,52 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root + os.sep)
 
 
-def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
+def _ignore_for(source_dir: str, exclude: tuple[str, ...]):
+    """copytree's ``ignore``: VCS/bytecode noise, and any directory of ``exclude`` (shipyard's
+    home, output paths, checkpoint directories) that lies inside ``source_dir``; those
+    hold other jobs' trees and secrets and would grow every bundle."""
+    skip = {os.path.realpath(p) for p in exclude if p and _inside(p, source_dir)}
+    noise = shutil.ignore_patterns(".git", "__pycache__", "*.pyc")
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        out = set(noise(directory, names))
+        if skip:
+            real = os.path.realpath(directory)
+            out.update(n for n in names if os.path.join(real, n) in skip)
+        return out
+
+    return ignore
+
+
+def _copy_source(source_dir: str, root: str, exclude: tuple[str, ...], what: str) -> None:
+    """Copy the user's directory; a file that vanishes or cannot be read meanwhile (another
+    process writing into source_dir) is a clear StagingError, not a copy traceback."""
+    try:
+        shutil.copytree(source_dir, root, symlinks=False, ignore=_ignore_for(source_dir, exclude))
+    except shutil.Error as exc:
+        problems = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+        first = problems[0] if problems else (source_dir, "", str(exc))
+        raise StagingError(
+            f"{what} {source_dir!r} changed while it was being staged: {first[0]!r} could not be "
+            f"copied ({first[2]}); {len(problems) or 1} file(s) affected. Something is writing "
+            "into it (another job's output or checkpoints?): keep such directories outside "
+            "source_dir, or retry"
+        ) from None
+    except OSError as exc:
+        raise StagingError(
+            f"{what} {source_dir!r} could not be staged: {exc}; something may be changing it "
+            "while the job is submitted, retry"
+        ) from None
+
+
+def resolve_code(
+    code: CodeSpec, workdir: str, exclude: tuple[str, ...] = ()
+) -> tuple[str, str, list[str]]:
     """Check the code inputs and gather them in ``workdir/code``.
 
     Returns (code root, entry point relative to it, notes). Raises ValidationError
-    before anything outside ``workdir`` is written.
+    before anything outside ``workdir`` is written. Directories in ``exclude`` are left
+    out of the copy wherever they lie inside the source directory.
     """
     base = None
     if code.git_config:
@@ -149,12 +215,7 @@ def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
 
     root = os.path.join(workdir, "code")
     if source_dir is not None:
-        shutil.copytree(
-            source_dir,
-            root,
-            symlinks=False,
-            ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"),
-        )
+        _copy_source(source_dir, root, exclude, "source_dir")
         rel_entry = os.path.relpath(os.path.realpath(entry), os.path.realpath(source_dir))
     else:
         os.makedirs(root)
@@ -166,15 +227,19 @@ def resolve_code(code: CodeSpec, workdir: str) -> tuple[str, str, list[str]]:
             raise ValidationError(f"dependency {dep!r} does not exist")
         target = os.path.join(root, os.path.basename(os.path.normpath(dep_path)))
         if os.path.isdir(dep_path):
-            shutil.copytree(
-                dep_path,
-                target,
-                dirs_exist_ok=True,
-                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-            )
+            _copy_into(dep_path, target, exclude)
         else:
             shutil.copy2(dep_path, target)
     return root, rel_entry, []
+
+
+def _copy_into(dep_path: str, target: str, exclude: tuple[str, ...]) -> None:
+    try:
+        shutil.copytree(dep_path, target, dirs_exist_ok=True, ignore=_ignore_for(dep_path, exclude))
+    except (shutil.Error, OSError) as exc:
+        raise StagingError(
+            f"dependency {dep_path!r} changed while it was being staged ({exc}); retry"
+        ) from None
 
 
 def make_bundle(code_root: str, dest_path: str) -> None:
@@ -226,23 +291,24 @@ def cached_environment(
             with open(os.path.join(site_dir, "_shipyard_parent.pth"), "w") as fh:
                 fh.write("\n".join(parents) + "\n")
             python = os.path.join(tmp, "bin", "python")
-            result = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "--python",
-                    python,
-                    "install",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                    *install_args,
-                ],
-                cwd=cwd,
-                capture_output=True,
-                text=True,
-                timeout=3600,
-            )
+            with progress.step(f"Installing {label} (pip, cached for the next jobs)"):
+                result = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "--python",
+                        python,
+                        "install",
+                        "--disable-pip-version-check",
+                        "--no-input",
+                        *install_args,
+                    ],
+                    cwd=cwd,
+                    capture_output=True,
+                    text=True,
+                    timeout=3600,
+                )
             if result.returncode != 0:
                 raise StagingError(
                     f"installing {label} failed:\n" + (result.stderr or result.stdout)[-2000:]
@@ -290,9 +356,17 @@ def _tree_digest(root: str) -> bytes:
 
 
 def stage(
-    code: CodeSpec, job_name: str, code_location: str, cache_root: str, local_dir: str | None = None
+    code: CodeSpec,
+    job_name: str,
+    code_location: str,
+    cache_root: str,
+    local_dir: str | None = None,
+    exclude: tuple[str, ...] = (),
 ) -> StagedCode:
     """Resolve, bundle and install the job's code. Nothing is left behind on failure.
+
+    ``exclude``: local directories never bundled even when they lie inside source_dir
+    (shipyard's home with every job's tree and secret, output and checkpoint paths).
 
     An s3:// ``code_location`` gets the bundle uploaded to
     ``<code_location>/<job>/source/sourcedir.tar.gz`` (what sagemaker_submit_directory
@@ -306,7 +380,7 @@ def stage(
     else:
         bundle = os.path.join(local_path(code_location), job_name, "source", "sourcedir.tar.gz")
     with tempfile.TemporaryDirectory(prefix="shipyard-stage-") as workdir:
-        root, entry, notes = resolve_code(code, workdir)
+        root, entry, notes = resolve_code(code, workdir, exclude)
         is_package = any(os.path.isfile(os.path.join(root, m)) for m in PACKAGE_MARKERS)
         extra, install_notes = install_requirements(root, cache_root)
         make_bundle(root, bundle)

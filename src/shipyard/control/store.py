@@ -4,79 +4,74 @@ One short-lived connection per operation keeps it safe across threads and proces
 (the supervisor, the CLI and the SDK all read and write it). Every status change goes
 through lifecycle.step, so an illegal transition can never be recorded, and each
 change appends to the transitions table (SecondaryStatusTransitions in describe).
+
+The tables and their versions live in control.schema. What goes in is a JobSpec and
+what comes out is one again, validated on the way out: a record another shipyard
+wrote in a shape this one does not understand fails loudly here, naming the job,
+instead of deep inside the supervisor or describe.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
-from shipyard.control.lifecycle import Event, JobState, step
-from shipyard.errors import JobExistsError, JobNotFoundError
+from pydantic import ValidationError as PydanticError
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    name TEXT PRIMARY KEY,
-    spec TEXT NOT NULL,
-    hyperparameters TEXT NOT NULL,
-    status TEXT NOT NULL,
-    secondary_status TEXT NOT NULL,
-    failure_reason TEXT,
-    created_at REAL NOT NULL,
-    start_time REAL,
-    end_time REAL,
-    modified_at REAL NOT NULL,
-    job_dir TEXT NOT NULL,
-    backend TEXT NOT NULL,
-    subnet TEXT,
-    supervisor_pid INTEGER,
-    stop_requested INTEGER NOT NULL DEFAULT 0,
-    attempt INTEGER NOT NULL DEFAULT 1,
-    model_artifact TEXT,
-    output_artifact TEXT
-);
-CREATE TABLE IF NOT EXISTS instances (
-    job TEXT NOT NULL,
-    attempt INTEGER NOT NULL,
-    host TEXT NOT NULL,
-    address TEXT,
-    pid INTEGER,
-    status TEXT NOT NULL,
-    exit_code INTEGER,
-    failure_reason TEXT,
-    log_path TEXT,
-    started_at REAL,
-    ended_at REAL,
-    PRIMARY KEY (job, attempt, host)
-);
-CREATE TABLE IF NOT EXISTS transitions (
-    job TEXT NOT NULL, status TEXT NOT NULL, secondary_status TEXT NOT NULL,
-    message TEXT, at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS transitions_job ON transitions(job);
-CREATE TABLE IF NOT EXISTS attempts (
-    job TEXT NOT NULL, attempt INTEGER NOT NULL, failure_reason TEXT,
-    started_at REAL, ended_at REAL, PRIMARY KEY (job, attempt)
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    job TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, at REAL NOT NULL, host TEXT
-);
-CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job);
-"""
+from shipyard.control import schema
+from shipyard.control.lifecycle import (
+    Event,
+    InstanceStatus,
+    JobState,
+    JobStatus,
+    SecondaryStatus,
+    step,
+)
+from shipyard.errors import JobExistsError, JobNotFoundError, ShipyardError
+from shipyard.spec import JobSpec
+
+
+class CorruptRecordError(ShipyardError):
+    """A stored job record does not read back as a valid job (another version wrote it,
+    or the file was edited by hand)."""
+
+
+class Transition(TypedDict):
+    """One row of SecondaryStatusTransitions."""
+
+    status: str
+    secondary_status: str
+    message: str | None
+    at: float
+
+
+class Attempt(TypedDict):
+    attempt: int
+    failure_reason: str | None
+    started_at: float | None
+    ended_at: float | None
+
+
+class MetricPoint(TypedDict):
+    name: str
+    value: float
+    at: float
+    host: str | None
 
 
 @dataclass
 class JobRecord:
     name: str
-    spec: dict[str, Any]
+    spec: JobSpec
     hyperparameters: dict[str, str]
-    status: str
-    secondary_status: str
+    status: JobStatus
+    secondary_status: SecondaryStatus
     failure_reason: str | None
     created_at: float
     start_time: float | None
@@ -90,6 +85,8 @@ class JobRecord:
     attempt: int
     model_artifact: str | None
     output_artifact: str | None
+    # when the supervising process started (its pid may be reused once it is gone)
+    supervisor_started: float | None = None
 
     @property
     def state(self) -> JobState:
@@ -107,7 +104,7 @@ class InstanceRecord:
     host: str
     address: str | None
     pid: int | None
-    status: str
+    status: InstanceStatus
     exit_code: int | None
     failure_reason: str | None
     log_path: str | None
@@ -118,42 +115,35 @@ class InstanceRecord:
 class Store:
     def __init__(self, path: str) -> None:
         self.path = path
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
+        schema.open_db(path)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=30000")
-            db.row_factory = sqlite3.Row
+        with schema.connect(self.path) as db:
             yield db
-        finally:
-            db.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with schema.transaction(self.path) as db:
+            yield db
 
     # -- jobs ---------------------------------------------------------------------------
     def create_job(
         self,
-        name: str,
-        spec: dict[str, Any],
+        spec: JobSpec,
         hyperparameters: dict[str, str],
         job_dir: str,
         backend: str,
-        subnet: str | None,
+        subnet: str | None | Callable[[set[str]], str],
+        owner_pid: int | None = None,
     ) -> JobRecord:
+        """Record a new job, or JobExistsError: the name check and the insert are one
+        transaction, so of concurrent submits exactly one wins (``ControlPlane.submit``
+        calls this *before* staging: the name is reserved first). ``subnet`` may be a
+        chooser given the subnets in use, called inside the same transaction so two jobs
+        never pick the same one. ``owner_pid``: the process staging the job (reconcile
+        fails the job if it dies before a supervisor takes over)."""
+        name = spec.job_name
         now = time.time()
         with self._tx() as db:
             if db.execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone():
@@ -161,28 +151,46 @@ class Store:
                     f"a training job named {name!r} already exists; job names are unique: "
                     "pass another job_name or base_job_name"
                 )
+            if callable(subnet):
+                subnet = subnet(_subnets_in_use(db))
             db.execute(
                 "INSERT INTO jobs (name, spec, hyperparameters, status, secondary_status,"
-                " created_at, modified_at, job_dir, backend, subnet)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " created_at, modified_at, job_dir, backend, subnet, supervisor_pid,"
+                " supervisor_started) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name,
-                    json.dumps(spec),
+                    spec.model_dump_json(),
                     json.dumps(hyperparameters),
-                    "InProgress",
-                    "Starting",
+                    JobStatus.IN_PROGRESS,
+                    SecondaryStatus.STARTING,
                     now,
                     now,
                     job_dir,
                     backend,
                     subnet,
+                    owner_pid,
+                    process_started(owner_pid),
                 ),
             )
             db.execute(
                 "INSERT INTO transitions VALUES (?,?,?,?,?)",
-                (name, "InProgress", "Starting", "Preparing the instances for training", now),
+                (
+                    name,
+                    JobStatus.IN_PROGRESS,
+                    SecondaryStatus.STARTING,
+                    "Preparing the instances for training",
+                    now,
+                ),
             )
         return self.get(name)
+
+    def delete_job(self, name: str) -> None:
+        """Forget a job entirely: a submission refused after its name was reserved."""
+        with self._tx() as db:
+            for table in ("jobs",):
+                db.execute(f"DELETE FROM {table} WHERE name=?", (name,))
+            for table in ("transitions", "instances", "attempts", "metrics"):
+                db.execute(f"DELETE FROM {table} WHERE job=?", (name,))
 
     def exists(self, name: str) -> bool:
         with self._connect() as db:
@@ -195,7 +203,7 @@ class Store:
             raise JobNotFoundError(f"no training job named {name!r} (see `shipyard jobs`)")
         return _job(row)
 
-    def list(self, limit: int = 100) -> list[JobRecord]:
+    def list(self, limit: int = 100) -> builtins.list[JobRecord]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?", (limit,)
@@ -204,11 +212,7 @@ class Store:
 
     def subnets_in_use(self) -> set[str]:
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT subnet FROM jobs WHERE status IN ('InProgress','Stopping')"
-                " AND subnet IS NOT NULL"
-            ).fetchall()
-        return {r["subnet"] for r in rows}
+            return _subnets_in_use(db)
 
     def transition(
         self, name: str, event: Event, message: str = "", failure_reason: str | None = None
@@ -223,7 +227,7 @@ class Store:
                 raise JobNotFoundError(f"no training job named {name!r}")
             new = step(JobState(row["status"], row["secondary_status"]), event)
             fields = {"status": new.status, "secondary_status": new.secondary, "modified_at": now}
-            if new.secondary == "Training" and row["start_time"] is None:
+            if new.secondary is SecondaryStatus.TRAINING and row["start_time"] is None:
                 fields["start_time"] = now
             if new.terminal:
                 fields["end_time"] = now
@@ -239,7 +243,9 @@ class Store:
 
     def update(self, name: str, **fields: Any) -> None:
         allowed = {
+            "hyperparameters",
             "supervisor_pid",
+            "supervisor_started",
             "stop_requested",
             "attempt",
             "model_artifact",
@@ -249,6 +255,10 @@ class Store:
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"cannot update {bad}")
+        if "supervisor_pid" in fields and "supervisor_started" not in fields:
+            fields["supervisor_started"] = process_started(fields["supervisor_pid"])
+        if "hyperparameters" in fields:
+            fields["hyperparameters"] = json.dumps(fields["hyperparameters"])
         fields["modified_at"] = time.time()
         sets = ", ".join(f"{k}=?" for k in fields)
         with self._tx() as db:
@@ -261,14 +271,14 @@ class Store:
             )
         return self.get(name)
 
-    def transitions(self, name: str) -> list[dict[str, Any]]:
+    def transitions(self, name: str) -> builtins.list[Transition]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT status, secondary_status, message, at FROM transitions"
                 " WHERE job=? ORDER BY rowid",
                 (name,),
             ).fetchall()
-        return [dict(r) for r in rows]
+        return [cast(Transition, dict(r)) for r in rows]
 
     # -- instances and attempts ---------------------------------------------------------
     def record_instance(self, rec: InstanceRecord) -> None:
@@ -290,7 +300,7 @@ class Store:
                 ),
             )
 
-    def record_instances(self, recs: list[InstanceRecord]) -> None:
+    def record_instances(self, recs: builtins.list[InstanceRecord]) -> None:
         with self._tx() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -312,7 +322,18 @@ class Store:
                 ],
             )
 
-    def instances(self, name: str, attempt: int | None = None) -> list[InstanceRecord]:
+    def close_running_instances(self, name: str, status: InstanceStatus, reason: str | None) -> int:
+        """Instances still recorded Running whose supervisor is gone: give them their end
+        (``status``, now); returns how many rows changed."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE instances SET status=?, failure_reason=COALESCE(failure_reason, ?),"
+                " ended_at=? WHERE job=? AND status=?",
+                (status, reason, time.time(), name, InstanceStatus.RUNNING),
+            )
+            return int(cur.rowcount)
+
+    def instances(self, name: str, attempt: int | None = None) -> builtins.list[InstanceRecord]:
         with self._connect() as db:
             if attempt is None:
                 rows = db.execute(
@@ -323,7 +344,7 @@ class Store:
                     "SELECT * FROM instances WHERE job=? AND attempt=? ORDER BY host",
                     (name, attempt),
                 ).fetchall()
-        recs = [InstanceRecord(**dict(r)) for r in rows]
+        recs = [InstanceRecord(**dict(r, status=InstanceStatus(r["status"]))) for r in rows]
         return sorted(recs, key=lambda r: (r.attempt, _host_index(r.host)))
 
     def record_attempt(
@@ -340,17 +361,17 @@ class Store:
                 (name, attempt, failure_reason, started_at, ended_at),
             )
 
-    def attempts(self, name: str) -> list[dict[str, Any]]:
+    def attempts(self, name: str) -> builtins.list[Attempt]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT attempt, failure_reason, started_at, ended_at FROM attempts"
                 " WHERE job=? ORDER BY attempt",
                 (name,),
             ).fetchall()
-        return [dict(r) for r in rows]
+        return [cast(Attempt, dict(r)) for r in rows]
 
     # -- metrics --------------------------------------------------------------------------
-    def add_metrics(self, name: str, points: list[tuple[str, float, float, str]]) -> None:
+    def add_metrics(self, name: str, points: builtins.list[tuple[str, float, float, str]]) -> None:
         if not points:
             return
         with self._tx() as db:
@@ -359,12 +380,12 @@ class Store:
                 [(name, m, v, t, h) for (m, v, t, h) in points],
             )
 
-    def metrics(self, name: str) -> list[dict[str, Any]]:
+    def metrics(self, name: str) -> builtins.list[MetricPoint]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT name, value, at, host FROM metrics WHERE job=? ORDER BY rowid", (name,)
             ).fetchall()
-        return [dict(r) for r in rows]
+        return [cast(MetricPoint, dict(r)) for r in rows]
 
 
 def _host_index(host: str) -> int:
@@ -376,7 +397,44 @@ def _host_index(host: str) -> int:
 
 def _job(row: sqlite3.Row) -> JobRecord:
     data = dict(row)
-    data["spec"] = json.loads(data["spec"])
-    data["hyperparameters"] = json.loads(data["hyperparameters"])
+    try:
+        data["spec"] = JobSpec.model_validate_json(data["spec"])
+        data["hyperparameters"] = json.loads(data["hyperparameters"])
+        data["status"] = JobStatus(data["status"])
+        data["secondary_status"] = SecondaryStatus(data["secondary_status"])
+    except (PydanticError, ValueError) as exc:
+        raise CorruptRecordError(
+            f"the stored record of training job {data['name']!r} does not read back as a "
+            f"valid job ({_first_line(exc)}); it was written by an incompatible shipyard or "
+            "edited by hand: run this job again under another name"
+        ) from None
     data["stop_requested"] = bool(data["stop_requested"])
     return JobRecord(**data)
+
+
+def _first_line(exc: Exception) -> str:
+    if isinstance(exc, PydanticError) and exc.errors():
+        err = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']}"
+    return str(exc)
+
+
+def _subnets_in_use(db: sqlite3.Connection) -> set[str]:
+    rows = db.execute(
+        "SELECT subnet FROM jobs WHERE status IN (?,?) AND subnet IS NOT NULL",
+        (JobStatus.IN_PROGRESS, JobStatus.STOPPING),
+    ).fetchall()
+    return {r["subnet"] for r in rows}
+
+
+def process_started(pid: int | None) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None if it is gone: with
+    the pid, the identity of a process across pid reuse."""
+    if pid is None:
+        return None
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None

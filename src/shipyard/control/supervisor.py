@@ -33,21 +33,27 @@ from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
 from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
-from shipyard.control.lifecycle import Event
+from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.observe import progress
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
-from shipyard.spec import host_names
+from shipyard.observe.stacks import SilenceWatch
 
 REPORT_NAME = "distribution-report.json"
+WARNINGS_NAME = "warnings.json"
 POLL_SECONDS = 0.02
 STOP_CHECK_SECONDS = 0.25
 STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
+# After the first failure is seen, how long the other agents get to record theirs: a peer
+# failing a few ms later (its connection dropped) may be *seen* first; the earliest
+# recorded failure time names the root cause (torch elastic's rule).
+ROOT_CAUSE_SETTLE_SECONDS = 0.5
 
 
 @dataclass
 class AttemptResult:
-    kind: str  # "succeeded" | "failed" | "stopped" | "max_runtime"
+    kind: AttemptKind
     reason: str | None = None
     host: str | None = None
 
@@ -66,6 +72,23 @@ def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
                 except ValueError:
                     continue
     return out
+
+
+def job_warnings(job_dir: str) -> list[str]:
+    """What the job's end found worth a warning (describe's Shipyard.Warnings)."""
+    try:
+        with open(os.path.join(job_dir, WARNINGS_NAME), encoding="utf-8") as fh:
+            return [str(w) for w in json.load(fh)]
+    except (OSError, ValueError):
+        return []
+
+
+EMPTY_MODEL_WARNING = (
+    "No model artifact was saved under /opt/ml/model (SM_MODEL_DIR) on any instance: "
+    "model.tar.gz is empty and there is nothing to deploy. Save the trained model under "
+    "os.environ['SM_MODEL_DIR'] (with TensorFlow, --model_dir is the checkpoint location, "
+    "not the model to deploy)."
+)
 
 
 class StopRequested(Exception):
@@ -89,10 +112,17 @@ class JobSupervisor:
         self.spec = self.record.spec
         self.backend = backend or get_backend(self.record.backend)
         self.handles: list[InstanceHandle] = []
-        self.metrics = MetricExtractor(self.spec.get("metric_definitions") or [])
+        self.metrics = MetricExtractor(m.model_dump() for m in self.spec.metric_definitions)
         self.tailer = LogTailer({})
-        self.deadline = time.monotonic() + int(self.spec.get("max_run", 86400))
+        # stacks are read from this machine's processes: the local backend's instances
+        self.silence = (
+            SilenceWatch.from_environment(dict(self.spec.environment))
+            if self.record.backend == "local"
+            else None
+        )
+        self.deadline = time.monotonic() + self.spec.max_run
         self.signalled = False
+        self.failed_hosts: set[str] = set()
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
@@ -101,7 +131,7 @@ class JobSupervisor:
     # -- helpers --------------------------------------------------------------------------
     @property
     def hosts(self) -> list[str]:
-        return host_names(int(self.spec["instance_count"]))
+        return self.spec.hosts
 
     def paths(self, host: str) -> InstancePaths:
         return InstancePaths(os.path.join(self.record.job_dir, "instances", host))
@@ -110,6 +140,8 @@ class JobSupervisor:
         lines = self.tailer.poll(flush=flush)
         if not lines:
             return
+        if self.silence is not None:
+            self.silence.activity()
         if self.stream is not None:
             print_lines(lines, self.stream)
         self.store.add_metrics(self.name, self.metrics.extract(lines))
@@ -129,7 +161,7 @@ class JobSupervisor:
     def _launch(self, attempt: int) -> None:
         env = dict(os.environ)
         env["SHIPYARD_ATTEMPT"] = str(attempt)
-        env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.get("max_retry_attempts", 0))
+        env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.max_retry_attempts)
         specs = []
         for host in self.hosts:
             log_path = self.home.log_path(self.name, host)
@@ -140,6 +172,7 @@ class JobSupervisor:
                     self.name, host, os.path.join(self.record.job_dir, "agent.json"), log_path, env
                 )
             )
+        self.failed_hosts = set()
         self.handles = self.backend.launch(specs)
         now = time.time()
         addresses = self._addresses()
@@ -151,7 +184,7 @@ class JobSupervisor:
                     h.host,
                     addresses.get(h.host),
                     h.pid,
-                    "Running",
+                    InstanceStatus.RUNNING,
                     None,
                     None,
                     h.log_path,
@@ -172,7 +205,12 @@ class JobSupervisor:
         return table
 
     def _finish_instance(
-        self, handle: InstanceHandle, attempt: int, code: int, status: str, reason: str | None
+        self,
+        handle: InstanceHandle,
+        attempt: int,
+        code: int,
+        status: InstanceStatus,
+        reason: str | None,
     ) -> None:
         addresses = self._addresses()
         self.store.record_instance(
@@ -208,29 +246,74 @@ class JobSupervisor:
                 done[handle.host] = code
                 if code != 0:
                     reason = self._failure_reason(handle.host, code)
-                    self._finish_instance(handle, attempt, code, "Failed", reason)
-                    return AttemptResult("failed", reason, handle.host)
-                self._finish_instance(handle, attempt, code, "Completed", None)
+                    self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
+                    self.failed_hosts.add(handle.host)
+                    root = self._root_cause(handle.host, attempt, done)
+                    return AttemptResult(AttemptKind.FAILED, self._failure_reason(root, code), root)
+                self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
             if len(done) == len(self.handles):
-                return AttemptResult("succeeded")
+                return AttemptResult(AttemptKind.SUCCEEDED)
             if progressed and self.deciding.issubset(done):
                 self._release_servers(attempt, done)
-                return AttemptResult("succeeded")
+                return AttemptResult(AttemptKind.SUCCEEDED)
             now = time.monotonic()
             if now >= self.deadline:
                 return AttemptResult(
-                    "max_runtime",
+                    AttemptKind.MAX_RUNTIME,
                     f"MaxRuntimeExceeded: the job ran longer than max_run="
-                    f"{self.spec.get('max_run')} seconds",
+                    f"{self.spec.max_run} seconds",
                 )
             if self.signalled:
-                return AttemptResult("stopped")
+                return AttemptResult(AttemptKind.STOPPED)
+            if self.silence is not None:
+                self.silence.check(
+                    {h.host: h.pid for h in self.handles if h.host not in done},
+                    {h.host: h.log_path for h in self.handles},
+                )
             if now >= next_stop_check:
                 next_stop_check = now + STOP_CHECK_SECONDS
                 if self.store.get(self.name).stop_requested:
-                    return AttemptResult("stopped")
+                    return AttemptResult(AttemptKind.STOPPED)
             time.sleep(delay if not progressed else 0)
             delay = min(delay * 2, POLL_SECONDS)
+
+    def _failure_time(self, host: str) -> float | None:
+        try:
+            with open(self.paths(host).failure_time_file, encoding="utf-8") as fh:
+                return float(fh.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _root_cause(self, seen: str, attempt: int, done: dict[str, int]) -> str:
+        """The host whose failure came first: let the other agents record theirs for a
+        moment, then compare the times they recorded (not the order we noticed them)."""
+        settle = time.monotonic() + ROOT_CAUSE_SETTLE_SECONDS
+        while time.monotonic() < settle and len(done) < len(self.handles):
+            for handle in self.handles:
+                if handle.host in done:
+                    continue
+                code = self.backend.poll(handle)
+                if code is None:
+                    continue
+                done[handle.host] = code
+                if code != 0:
+                    self.failed_hosts.add(handle.host)
+                    self._finish_instance(
+                        handle,
+                        attempt,
+                        code,
+                        InstanceStatus.FAILED,
+                        self._failure_reason(handle.host, code),
+                    )
+                else:
+                    self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
+            time.sleep(0.01)
+        times = {h: t for h in self.hosts if (t := self._failure_time(h)) is not None}
+        if not times:
+            return seen
+        root = min(times, key=lambda h: times[h])
+        self.failed_hosts.add(root)
+        return root
 
     def _release_servers(self, attempt: int, done: dict[str, int]) -> None:
         """The deciding instances succeeded: stop the ones that only serve them."""
@@ -243,29 +326,65 @@ class JobSupervisor:
         self.backend.stop(serving, grace=STOP_GRACE_SECONDS)
         for handle in serving:
             self._finish_instance(
-                handle, attempt, self.backend.poll(handle) or 0, "Completed", None
+                handle, attempt, self.backend.poll(handle) or 0, InstanceStatus.COMPLETED, None
             )
 
-    def _stop_instances(self, attempt: int, status: str = "Stopped") -> None:
+    def _stop_instances(
+        self, attempt: int, status: InstanceStatus = InstanceStatus.STOPPED
+    ) -> None:
         running = [h for h in self.handles if self.backend.poll(h) is None]
         self.backend.stop(self.handles, grace=STOP_GRACE_SECONDS)
         for handle in running:
-            self._finish_instance(handle, attempt, self.backend.poll(handle) or -15, status, None)
+            code = self.backend.poll(handle) or -15
+            if handle.host in self.failed_hosts:  # failed first, seen later
+                reason = self._failure_reason(handle.host, code)
+                self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
+            else:
+                self._finish_instance(handle, attempt, code, status, None)
 
     def _upload(self) -> None:
         model_dirs = [(h, self.paths(h).model) for h in self.hosts]
         output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
-        model, output = artifacts.save(self.spec["output_path"], self.name, model_dirs, output_dirs)
+        output_path = self.spec.output_path or self.home.default_output_path
+        with progress.step(f"Uploading the model and output to {output_path}"):
+            model, output = artifacts.save(
+                output_path,
+                self.name,
+                model_dirs,
+                output_dirs,
+                scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
+            )
         self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
+        if model.files == 0:
+            self._warn(EMPTY_MODEL_WARNING)
         if self.stream is not None and model.conflicts:
             self.stream.write(
                 "shipyard: several instances wrote the same model file; kept "
                 "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n"
             )
 
+    def _warn(self, message: str) -> None:
+        """Say ``message`` in the job log (algo-1's), on the attached console, and in
+        describe (the job dir's warnings file)."""
+        line = f"[shipyard] WARNING: {message}\n"
+        if self.stream is not None:
+            self.stream.write(line)
+        handle = next((h for h in self.handles if h.host == self.hosts[0]), None)
+        log_path = handle.log_path if handle else self.home.log_path(self.name, self.hosts[0])
+        try:
+            with open(log_path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+        except OSError:
+            pass
+        path = os.path.join(self.record.job_dir, WARNINGS_NAME)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(job_warnings(self.record.job_dir) + [message], fh)
+        os.replace(tmp, path)
+
     # -- the whole job --------------------------------------------------------------------
     def run(self) -> JobRecord:
-        attempts_allowed = 1 + int(self.spec.get("max_retry_attempts", 0))
+        attempts_allowed = 1 + self.spec.max_retry_attempts
         attempt = self.record.attempt
         try:
             while True:
@@ -278,11 +397,11 @@ class JobSupervisor:
                     f"Training with {len(self.hosts)} instance(s), attempt {attempt}",
                 )
                 result = self._monitor(attempt)
-                if result.kind != "succeeded":
+                if result.kind is not AttemptKind.SUCCEEDED:
                     self._stop_instances(attempt)
                 self._pump_logs(flush=True)
                 self.store.record_attempt(self.name, attempt, started, time.time(), result.reason)
-                if result.kind == "failed" and attempt < attempts_allowed:
+                if result.kind is AttemptKind.FAILED and attempt < attempts_allowed:
                     attempt += 1
                     self.store.update(self.name, attempt=attempt)
                     self.store.transition(
@@ -337,15 +456,15 @@ class JobSupervisor:
 
     def _conclude(self, result: AttemptResult) -> JobRecord:
         self._collect_agent_records()
-        if result.kind == "succeeded":
+        if result.kind is AttemptKind.SUCCEEDED:
             self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
             self._upload()
             return self.store.transition(self.name, Event.SUCCEEDED, "Training job completed")
-        if result.kind == "failed":
+        if result.kind is AttemptKind.FAILED:
             return self.store.transition(
                 self.name, Event.FAILED, "Training job failed", failure_reason=result.reason
             )
-        if result.kind == "max_runtime":
+        if result.kind is AttemptKind.MAX_RUNTIME:
             self._upload()
             return self.store.transition(
                 self.name, Event.MAX_RUNTIME, result.reason or "", failure_reason=result.reason
@@ -371,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     record = sup.run()
-    return 0 if record.status == "Completed" else 1
+    return 0 if record.status is JobStatus.COMPLETED else 1
 
 
 if __name__ == "__main__":

@@ -109,6 +109,25 @@ def elastic_error(path: str | None) -> str | None:
         return None
 
 
+# What torch says when a process group asks for NCCL where there is none: a CPU-only torch
+# build, or a CUDA build on a machine without GPUs.
+NCCL_UNUSABLE_MARKERS = (
+    "doesn't have NCCL built in",
+    "ProcessGroupNCCL is only supported with GPUs",
+)
+
+
+def nccl_hint(output: str, num_gpus: str | None) -> str | None:
+    """Why NCCL failed, in the user's terms, when the instance has no GPU."""
+    if num_gpus not in (None, "", "0") or not any(m in output for m in NCCL_UNUSABLE_MARKERS):
+        return None
+    return (
+        "backend 'nccl' needs a GPU and this instance has no GPU (SM_NUM_GPUS=0): use "
+        "backend='gloo' on CPU instances, e.g. init_process_group(backend='nccl' if "
+        "torch.cuda.is_available() else 'gloo'), or an instance type with GPUs"
+    )
+
+
 def failure_text(
     who: str, code: int, command: list[str], output: str, error_file: str | None
 ) -> str:
@@ -116,6 +135,9 @@ def failure_text(
     recorded = elastic_error(error_file)
     if recorded and recorded not in text:
         text = text.replace('ErrorMessage "', f'ErrorMessage "{recorded.strip()} | ', 1)
+    hint = nccl_hint(output, os.environ.get("SM_NUM_GPUS"))
+    if hint:
+        text = text.replace('ErrorMessage "', f'ErrorMessage "{hint} | ', 1)
     return f"{who} failed: {text}"[: failure.LIMIT]
 
 

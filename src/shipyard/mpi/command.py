@@ -19,6 +19,8 @@ that start mpirun themselves.
 * more ranks than cores needs ``--oversubscribe`` (Open MPI 5 then also yields when idle);
 * ``--bind-to none``: the default binds ranks to cores, which piles the ranks of
   concurrent jobs onto the same cores of a shared machine;
+* these defaults stay with ``custom_mpi_options``, except one the user repeats (given once)
+  or contradicts (``--nooversubscribe``, ``--map-by ...:NOOVERSUBSCRIBE``, ``--bind-to X``);
 * ``custom_mpi_options`` are read as SageMaker's toolkit reads them
   (``sagemaker_training.mpi._parse_custom_mpi_options``): split on whitespace, only
   ``--NCCL_DEBUG <level>`` is known (default INFO, exported as ``-x NCCL_DEBUG=<level>``),
@@ -138,6 +140,24 @@ def rank_env(hosts: Sequence[str], processes_per_host: int, rank: int) -> dict[s
     }
 
 
+def _given_flags(args: Sequence[str]) -> set[str]:
+    """The mpirun options ``args`` set, by name without dashes (``-bind-to`` and
+    ``--bind-to`` alike); a ``--map-by`` with ``NOOVERSUBSCRIBE`` counts as
+    ``nooversubscribe``. shipyard's defaults step aside for what the user set: custom
+    options keep the defaults unless they repeat or contradict them."""
+    names = set()
+    for i, arg in enumerate(args):
+        if arg.startswith("-"):
+            names.add(arg.lstrip("-").split("=", 1)[0])
+        if arg.lstrip("-").startswith("map-by"):
+            value = (
+                arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            )
+            if "NOOVERSUBSCRIBE" in value.upper():
+                names.add("nooversubscribe")
+    return names
+
+
 def mpirun_command(
     program: Sequence[str],
     np: int | None = None,
@@ -166,11 +186,17 @@ def mpirun_command(
             raise ValueError("give np or hosts")
         np = len(hosts) * processes_per_host
     argv = [mpirun or find_mpirun()]
-    if allow_run_as_root if allow_run_as_root is not None else is_root():
+    given = _given_flags(extra_args)
+    if (allow_run_as_root if allow_run_as_root is not None else is_root()) and not (
+        given & {"allow-run-as-root"}
+    ):
         argv.append("--allow-run-as-root")
-    if oversubscribe if oversubscribe is not None else np > default_slots():
+    if (oversubscribe if oversubscribe is not None else np > default_slots()) and not (
+        given & {"oversubscribe", "nooversubscribe", "no-oversubscribe"}
+    ):
         argv.append("--oversubscribe")
-    argv += ["--bind-to", "none"]
+    if not given & {"bind-to", "bind-to-core", "bind-to-socket", "bind-to-none"}:
+        argv += ["--bind-to", "none"]
     for k, v in (mca or {}).items():
         argv += ["--mca", k, str(v)]
     argv += list(extra_args)

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 
+from shipyard.mpi.rank import RANK_LINE
 from shipyard.runtime.lifeline import die_with_parent
 
 _TAIL_LINES = 60
@@ -53,7 +54,7 @@ def launch(command: list[str], failure_file: str) -> int:
         line = raw.decode("utf-8", "replace")
         sys.stderr.write(line)
         sys.stderr.flush()
-        if not line.startswith("[1,"):  # a rank's own (tagged) output is not mpirun's
+        if not RANK_LINE.match(line):  # a rank's own (tagged) output is not mpirun's
             tail.append(line.rstrip("\n"))
     code = proc.wait()
     if code != 0:

@@ -16,8 +16,9 @@ gives it that instance's world before the user's command runs:
   Horovod's per-rank HOROVOD_HOSTNAME / LOCAL_RANK / CROSS_RANK ... (instance-relative);
 * the instance's code directory as working directory.
 
-It forwards the command's output tagged as mpirun's ``--tag-output`` tags it
-(``[1,<rank>]<stdout>:``), as SageMaker's logs show MPI jobs.
+It forwards the command's output (stdout and stderr) tagged with the rank's own host and
+rank (``[algo-2 rank 3] ``): mpirun runs on algo-1, so every rank's lines reach algo-1's
+log; the tag lets the log reader (shipyard.observe.logs) show them under their own host.
 
 Failure: when the command fails on its own (non-zero exit, or a traceback before the job
 was torn down) the wrapper writes the failure text (exception line first,
@@ -37,6 +38,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +53,14 @@ from shipyard.runtime.lifeline import die_with_parent
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 TRACEBACK = "Traceback (most recent call last):"
 _TAIL_LINES = 200
+
+
+def rank_tag(host: str, rank: int) -> str:
+    """The prefix of every line a rank prints: ``[algo-2 rank 3] ``."""
+    return f"[{host} rank {rank}] "
+
+
+RANK_LINE = re.compile(r"^\[algo-\d+ rank \d+\] ")
 
 
 def world_rank(env: dict[str, str] | os._Environ) -> int:
@@ -139,7 +149,7 @@ class RankWrapper:
 
     def fail(self, text: str) -> int:
         claim_failure(self.plan["failure_file"], f"rank {self.rank} ({self.host}): {text}")
-        sys.stderr.write(f"[1,{self.rank}]<stderr>:shipyard: {text}\n")
+        sys.stderr.write(f"{rank_tag(self.host, self.rank)}shipyard: {text}\n")
         sys.stderr.flush()
         return 1
 
@@ -183,8 +193,8 @@ class RankWrapper:
         )  # noqa: PLW1509 - no threads yet
         assert self.proc.stdout is not None and self.proc.stderr is not None
         pumps = [
-            Pump(self.proc.stdout, sys.stdout, f"[1,{self.rank}]<stdout>:"),
-            Pump(self.proc.stderr, sys.stderr, f"[1,{self.rank}]<stderr>:"),
+            Pump(self.proc.stdout, sys.stdout, rank_tag(self.host, self.rank)),
+            Pump(self.proc.stderr, sys.stderr, rank_tag(self.host, self.rank)),
         ]
         for pump in pumps:
             pump.start()

@@ -189,6 +189,7 @@ def job_outcome(
     now: float,
     started: float,
     join_timeout: float,
+    done_grace: float = 0.0,
 ) -> dict[int, dict[str, Any]] | None:
     """Has every worker of the job ended? None while one may still be running, else
     rank -> ``{"exit_code": c}`` (its wrapper reported) or ``{"lost": why}``.
@@ -196,10 +197,16 @@ def job_outcome(
     Why a shard needs this: shards must end by themselves once training is over
     (a parameter server that never exits hangs the job), yet never while a worker
     still needs them. A rank is over when its process reported its exit (DONE), when
-    it went silent for longer than the heartbeat timeout after joining, or when it
-    never joined within ``join_timeout`` seconds of the shard's start. A rank that left
-    cleanly (LEAVE) is given ``join_timeout`` for its DONE: its process may still be
-    saving or evaluating, and its wrapper must find the shards there to report to.
+    it went silent after joining for longer than the heartbeat timeout *and* the DONE
+    grace, or when it never joined within ``join_timeout`` seconds of the shard's start.
+    A rank that left cleanly (LEAVE) is given ``join_timeout`` for its DONE: its process
+    may still be saving or evaluating, and its wrapper must find the shards there to
+    report to. A rank that went silent without LEAVE gets ``done_grace`` (at least the
+    heartbeat timeout): its LEAVE may have been lost on a loaded machine, or its script
+    dropped the client and went on saving, and its wrapper's DONE, sent only once the
+    script's interpreter has exited, can come seconds later. Declaring it lost meanwhile
+    failed jobs whose every worker had completed. (Membership for training, e.g. sync
+    rounds, still drops a silent worker after the heartbeat timeout: ``expire``.)
     """
     seen = set(joined)
     out: dict[int, dict[str, Any]] = {}
@@ -210,7 +217,7 @@ def job_outcome(
         st = workers.workers.get(rank)
         if rank in seen and st is not None:
             silent = now - st.last_seen
-            limit = join_timeout if st.left else workers.heartbeat_timeout
+            limit = join_timeout if st.left else max(workers.heartbeat_timeout, done_grace)
             if st.live or silent <= limit:
                 return None
             out[rank] = {
@@ -218,7 +225,7 @@ def job_outcome(
                 + (
                     "it left but never reported its end"
                     if st.left
-                    else f"heartbeat timeout {workers.heartbeat_timeout:g}s"
+                    else f"heartbeat timeout {workers.heartbeat_timeout:g}s, and no end reported"
                 )
                 + ")"
             }

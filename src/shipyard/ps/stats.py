@@ -50,9 +50,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .consistency import Consistency, WorkerTable
+    from .shard import Shard
 
 SCHEMA = "shipyard.ps.report/v1"
 REPORT_SCHEMA = __doc__
@@ -115,6 +119,74 @@ class ShardStats:
             (f"{k}+" if k == STALENESS_CAP else str(k)): v
             for k, v in sorted(self.staleness.items())
         }
+
+
+def shard_json(
+    index: int,
+    num_shards: int,
+    consistency: Consistency,
+    shard: Shard,
+    stats: ShardStats,
+    workers: WorkerTable,
+    waiting: Mapping[int, Sized],
+    checkpoint: dict[str, Any],
+) -> dict[str, Any]:
+    """One shard's STATS reply (the per-shard part of the schema above); ``waiting``:
+    each worker's queued data requests."""
+    s, st = shard, stats
+    per_worker = {}
+    table = workers.workers
+    for w in sorted(set(st.workers) | set(table)):
+        t = st.worker(w)
+        ws = table.get(w)
+        per_worker[str(w)] = {
+            "live": bool(ws and ws.live),
+            "progress": ws.progress if ws else 0,
+            "rejoins": ws.rejoins if ws else 0,
+            "bytes_in": t.bytes_in,
+            "bytes_out": t.bytes_out,
+            "pushes": t.pushes,
+            "pulls": t.pulls,
+            "waiting": len(waiting.get(w, ())),
+        }
+    return {
+        "shard": index,
+        "num_shards": num_shards,
+        "consistency": consistency.to_json(),
+        "keys": len(s.slots),
+        "bytes": s.param_bytes,
+        "optimizer_bytes": s.optimizer_bytes,
+        "pushes": st.pushes,
+        "pulls": st.pulls,
+        "inits": st.inits,
+        "updates": s.updates,
+        "sync_rounds": st.sync_rounds,
+        "global_step": s.global_step,
+        "bytes_in": st.bytes_in,
+        "bytes_out": st.bytes_out,
+        "messages_in": st.messages_in,
+        "messages_out": st.messages_out,
+        "rejected": dict(sorted(st.rejected.items())),
+        "live_workers": sorted(workers.live()),
+        "workers": per_worker,
+        "staleness_histogram": st.staleness_json(),
+        "optimizers": {g: o.config() for g, o in s.optimizers.items()},
+        "keys_detail": [
+            {
+                "id": k.key_id,
+                "name": k.name,
+                "chunk": k.chunk,
+                "bytes": k.nbytes,
+                "version": k.version,
+                "pushes": k.pushes,
+                "pulls": k.pulls,
+                "initialized": k.initialized,
+            }
+            for k in sorted(s.slots.values(), key=lambda k: k.key_id)
+        ],
+        "checkpoint": checkpoint,
+        "uptime_s": round(time.time() - st.started, 3),
+    }
 
 
 def build_report(

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from shipyard.runtime.lifeline import die_with_parent
 
 from .client import PSClient
-from .errors import PSError, PSTimeoutError
+from .errors import PSConfigError, PSError, PSTimeoutError, RemoteError
 from .stats import final_report
 
 log = logging.getLogger("shipyard.ps.worker")
@@ -40,6 +40,7 @@ TAIL_BYTES = 2000
 WAIT_FOR_JOB_S = 30 * 86400.0  # the other workers may train for days
 WAIT_WHEN_STOPPED_S = 2.0
 CHECK_EVERY_S = 30.0
+RETRY_DONE_S = 15.0
 
 
 class _Tee(threading.Thread):
@@ -101,6 +102,9 @@ def report_done(status: int, error: str, report_path: str | None, timeout: float
     client = PSClient(heartbeat_interval=0, connect=False, timeout=timeout)
     try:
         deadline = time.monotonic() + timeout
+        # a loaded machine may refuse or reset a connection for a moment: DONE is
+        # idempotent at the shard, so it is sent again (bounded) rather than given up
+        retry_until = time.monotonic() + max(timeout, RETRY_DONE_S)
         while True:
             try:
                 answers = client.finish(status, error, timeout=min(CHECK_EVERY_S, timeout))
@@ -111,6 +115,13 @@ def report_done(status: int, error: str, report_path: str | None, timeout: float
                 # still training elsewhere, or the shards are gone (the job ended without
                 # waiting for this rank)? A shard answers STATS at once when it is alive.
                 client.shard_stats(timeout=CHECK_EVERY_S)
+            except (RemoteError, PSConfigError):
+                raise
+            except PSError as exc:
+                if time.monotonic() >= min(retry_until, deadline + RETRY_DONE_S):
+                    raise
+                log.info("DONE not delivered (%s); sending it again", exc)
+                time.sleep(0.5)
     finally:
         client.close(leave=False)
     report = final_report(answers, client.endpoints)

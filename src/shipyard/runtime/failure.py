@@ -26,9 +26,21 @@ def read_tail(path: str, nbytes: int = _TAIL_BYTES) -> str:
         return ""
 
 
+def is_own_line(line: str) -> bool:
+    """A line shipyard printed itself (``[shipyard]``, ``[shipyard-agent]``, ``[shipyard-tf]``...):
+    never the user's error, whatever process of the instance printed it."""
+    return line.startswith("[shipyard]") or line.startswith("[shipyard-")
+
+
 def error_excerpt(output: str) -> tuple[str, str]:
-    """(the exception line, the traceback tail) found in a process's output."""
-    lines = [ln for ln in output.splitlines() if not ln.startswith("[shipyard-agent]")]
+    """(the exception line, the traceback) of the last Python traceback in ``output``.
+
+    ``output`` is an instance's log: its other processes (parameter servers, relays, data
+    feeders) may print after the failing one. So shipyard's own lines are dropped, and the
+    exception line is the first unindented line after the traceback's frames (where Python
+    puts it), not the log's last line; the excerpt ends with the exception's message.
+    """
+    lines = [ln for ln in output.splitlines() if not is_own_line(ln)]
     start = None
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith("Traceback (most recent call last):"):
@@ -37,14 +49,16 @@ def error_excerpt(output: str) -> tuple[str, str]:
     if start is None:
         tail = [ln for ln in lines if ln.strip()][-5:]
         return (tail[-1].strip() if tail else ""), "\n".join(tail)
-    block = lines[start:]
-    # The exception line: the last non-indented line of the traceback block.
-    exc_line = ""
-    for line in reversed(block):
-        if line.strip() and not line.startswith((" ", "\t")):
-            exc_line = line.strip()
-            break
-    return exc_line, "\n".join(block)
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end].startswith((" ", "\t"))):
+        end += 1  # the frames: indented
+    if end >= len(lines):  # cut off before its exception line
+        return "", "\n".join(lines[start:])
+    exc_line = lines[end].strip()
+    end += 1
+    while end < len(lines) and lines[end].startswith((" ", "\t")) and lines[end].strip():
+        end += 1  # the message's continuation lines (TF errors indent them)
+    return exc_line, "\n".join(lines[start:end])
 
 
 def describe_exit(code: int) -> str:

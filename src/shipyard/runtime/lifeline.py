@@ -30,3 +30,35 @@ def become_subreaper() -> None:
     and stopped with the instance instead of escaping to init."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def parent_death_argv(argv: list[str], sig: int = signal.SIGKILL) -> list[str]:
+    """``argv`` behind a tiny exec wrapper that sets the death signal in the child itself.
+
+    The thread-safe replacement for ``preexec_fn=die_with_parent`` in a process with
+    threads (preexec_fn may deadlock there: it runs Python between fork and exec). The
+    wrapper checks that its parent is still the one that started it (a parent that died
+    before the prctl would otherwise be missed), then execs ``argv``. The signal fires
+    when the *thread* that started the child ends: start it from one that lives as long.
+    """
+    import os
+    import sys
+
+    return [
+        sys.executable,
+        "-S",
+        "-c",
+        _WRAPPER,
+        str(os.getpid()),
+        str(int(sig)),
+        *argv,
+    ]
+
+
+_WRAPPER = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(sys.argv[2]), 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(137)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)

@@ -15,7 +15,8 @@ from typing import Any
 
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
-from shipyard.errors import JobFailedError, ValidationError
+from shipyard.control.lifecycle import JobStatus
+from shipyard.errors import JobExistsError, JobFailedError, ValidationError
 from shipyard.sdk.inputs import channels_from_inputs
 from shipyard.sdk.naming import name_from_base
 from shipyard.sdk.session import Session
@@ -23,6 +24,7 @@ from shipyard.sdk.training_job import TrainingJob, _logs_on
 from shipyard.spec import JobSpec, validated
 
 logger = logging.getLogger("shipyard.sdk")
+DEFAULT_NAME_TRIES = 20  # default names taken by other submits in the same millisecond
 _root = logging.getLogger("shipyard")
 if not _root.handlers and not logging.getLogger().handlers:
     # Like the SageMaker SDK, say what is happening (instance-type mapping, staging)
@@ -49,7 +51,6 @@ _AWS_ONLY = (
     "max_wait",
     "rules",
     "debugger_hook_config",
-    "tensorboard_output_config",
     "enable_sagemaker_metrics",
     "enable_network_isolation",
     "profiler_config",
@@ -137,6 +138,10 @@ class EstimatorBase:
         instance_type = kwargs.pop("instance_type", instance_type)
         max_run = kwargs.pop("max_run", max_run)
         distribution = kwargs.pop("distribution", distribution)
+        from shipyard.debugger import tensorboard_spec
+
+        self.tensorboard_output_config = kwargs.pop("tensorboard_output_config", None)
+        self._tensorboard = tensorboard_spec(self.tensorboard_output_config)
         self.session = kwargs.pop("sagemaker_session", None) or session or Session()
         if not isinstance(self.session, Session):
             raise ValidationError("sagemaker_session/session must be a shipyard.Session")
@@ -222,6 +227,7 @@ class EstimatorBase:
             code_location=self.code_location,
             checkpoint_s3_uri=self.checkpoint_s3_uri,
             checkpoint_local_path=self.checkpoint_local_path,
+            tensorboard=self._tensorboard,
             environment=self.environment,
             max_run=self.max_run,
             max_retry_attempts=self.max_retry_attempts,
@@ -241,17 +247,30 @@ class EstimatorBase:
     ) -> None:
         """Run a training job. With ``wait`` it returns when the job ends (raising
         JobFailedError if it failed); Ctrl-C stops the job."""
-        spec = self._job_spec(inputs, job_name)
         control = self.session.control
-        control.submit(spec, log=logger.info)
+        spec = self._submit(control, inputs, job_name)
         self._current_job_name = spec.job_name
         self.latest_training_job = TrainingJob(control, spec.job_name)
         if not wait:
             control.start(spec.job_name)
             return
         record = control.run(spec.job_name, stream=sys.stdout if _logs_on(logs) else None)
-        if record.status == "Failed":
+        if record.status is JobStatus.FAILED:
             raise JobFailedError(record.name, record.status, record.failure_reason)
+
+    def _submit(self, control: Any, inputs: Any, job_name: str | None) -> JobSpec:
+        """Submit; a default name (base + millisecond timestamp) that another submit took
+        in the same millisecond gets a ``-1``, ``-2``... suffix instead of failing."""
+        base = self.base_job_name or self._default_base_job_name
+        for attempt in range(DEFAULT_NAME_TRIES):
+            spec = self._job_spec(inputs, job_name or name_from_base(base, attempt=attempt))
+            try:
+                control.submit(spec, log=logger.info)
+                return spec
+            except JobExistsError:
+                if job_name is not None or attempt == DEFAULT_NAME_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _require_job(self) -> TrainingJob:
         if self.latest_training_job is None:
@@ -264,6 +283,22 @@ class EstimatorBase:
 
     def stop_training_job(self) -> None:
         self._require_job().stop()
+
+    def latest_job_tensorboard_artifacts_path(self) -> str | None:
+        """Where the latest job's TensorBoard output is synced (SageMaker's method)."""
+        if self._tensorboard is None or self.latest_training_job is None:
+            return None
+        base = self._tensorboard["s3_output_path"].rstrip("/")
+        return f"{base}/{self.latest_training_job.job_name}/tensorboard-output"
+
+    @property
+    def training_job_analytics(self) -> Any:
+        """The latest job's metric history (SageMaker's TrainingJobAnalytics):
+        ``.dataframe()`` has columns timestamp, metric_name, value (and host)."""
+        from shipyard.sdk.analytics import TrainingJobAnalytics
+
+        job = self._require_job()
+        return TrainingJobAnalytics(job.job_name, control=job.control)
 
     @property
     def model_data(self) -> str | None:
@@ -300,22 +335,21 @@ class EstimatorBase:
         session = sagemaker_session or Session()
         record = session.control.get(training_job_name)
         spec = record.spec
-        code = spec["code"]
-        dist_arg = dist_mod.Distribution.from_dict(spec.get("distribution")).to_sagemaker()
+        code = spec.code
         estimator = cls(
-            entry_point=code["entry_point"],
-            source_dir=code.get("source_dir"),
-            dependencies=code.get("dependencies"),
-            git_config=code.get("git_config"),
-            hyperparameters=spec.get("hyperparameters"),
-            instance_count=spec["instance_count"],
-            instance_type=spec["instance_type"],
-            distribution=dist_arg,
-            output_path=spec.get("output_path"),
-            environment=spec.get("environment"),
-            max_run=spec.get("max_run"),
-            metric_definitions=spec.get("metric_definitions"),
-            max_retry_attempts=spec.get("max_retry_attempts"),
+            entry_point=code.entry_point,
+            source_dir=code.source_dir,
+            dependencies=list(code.dependencies),
+            git_config=code.git_config,
+            hyperparameters=dict(spec.hyperparameters),
+            instance_count=spec.instance_count,
+            instance_type=spec.instance_type,
+            distribution=spec.dist.to_sagemaker(),
+            output_path=spec.output_path,
+            environment=dict(spec.environment),
+            max_run=spec.max_run,
+            metric_definitions=[m.model_dump() for m in spec.metric_definitions],
+            max_retry_attempts=spec.max_retry_attempts,
             session=session,
             **cls._attach_kwargs(spec),
         )
@@ -325,7 +359,7 @@ class EstimatorBase:
         return estimator
 
     @classmethod
-    def _attach_kwargs(cls, spec: dict[str, Any]) -> dict[str, Any]:
+    def _attach_kwargs(cls, spec: JobSpec) -> dict[str, Any]:
         return {}
 
 
@@ -337,8 +371,5 @@ class Framework(EstimatorBase):
     """Base of the framework estimators: script mode with a framework's conventions."""
 
     @classmethod
-    def _attach_kwargs(cls, spec: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "framework_version": spec.get("framework_version"),
-            "py_version": spec.get("py_version"),
-        }
+    def _attach_kwargs(cls, spec: JobSpec) -> dict[str, Any]:
+        return {"framework_version": spec.framework_version, "py_version": spec.py_version}

@@ -68,7 +68,7 @@ class TrainingInput:
         self.s3_data_type = s3_data_type
         self.input_mode = input_mode
         # The SageMaker SDK exposes the request dict as .config; keep a compatible view.
-        self.config = {
+        self.config: dict[str, Any] = {
             "DataSource": {
                 "S3DataSource": {
                     "S3DataType": s3_data_type,
@@ -130,3 +130,15 @@ def channels_from_inputs(inputs: Any) -> list[dict[str, Any]]:
 
 
 __all__ = ["TrainingInput", "ChannelSpec", "channels_from_inputs"]
+
+
+def s3_input(s3_data: str, **kwargs: Any) -> TrainingInput:
+    """SageMaker SDK v1's ``s3_input`` (``sagemaker.session.s3_input``): a TrainingInput."""
+    import warnings
+
+    warnings.warn(
+        "s3_input is SageMaker SDK v1's name; use TrainingInput (same arguments)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return TrainingInput(s3_data, **kwargs)

@@ -13,6 +13,7 @@ from typing import Any
 
 from shipyard.control.endpoints import Endpoints
 from shipyard.errors import ValidationError
+from shipyard.observe import progress
 from shipyard.sdk.naming import name_from_base
 from shipyard.sdk.predictor import Predictor, PyTorchPredictor, TensorFlowPredictor
 
@@ -84,7 +85,7 @@ class Model:
         """Start an endpoint serving this model; with ``wait`` (default) return once it is
         InService. ``workers``/``batch_size``/``batch_wait_ms`` are shipyard's knobs
         (worker processes; dynamic batching of concurrent requests)."""
-        if instance_type not in _LOCAL_TYPES:
+        if instance_type is not None and instance_type not in _LOCAL_TYPES:
             from shipyard import instance_types
 
             instance_types.resolve(instance_type)  # refuses unknown types with a clear error
@@ -117,7 +118,8 @@ class Model:
         self.endpoint_name = name
         if wait:
             try:
-                endpoints.wait(name)
+                with progress.step(f"Starting endpoint {name}"):
+                    endpoints.wait(name)
             except BaseException:
                 endpoints.delete(name)  # a failed endpoint leaves no process behind
                 raise
@@ -216,7 +218,7 @@ def model_for_estimator(estimator: Any, **kwargs: Any) -> Model:
     job = estimator._require_job()
     model_data = estimator.model_data or job.job_name
     cls = {"tensorflow": TensorFlowModel, "pytorch": PyTorchModel}.get(
-        getattr(estimator, "_framework", None), Model
+        getattr(estimator, "_framework", "") or "", Model
     )
     if cls is not TensorFlowModel and "entry_point" not in kwargs:
         kwargs.setdefault("source_dir", estimator.source_dir)

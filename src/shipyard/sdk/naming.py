@@ -16,6 +16,8 @@ def timestamp() -> str:
     return time.strftime(f"%Y-%m-%d-%H-%M-%S-{ms}", time.gmtime(now))
 
 
-def name_from_base(base: str, max_length: int = 63) -> str:
-    stamp = timestamp()
+def name_from_base(base: str, max_length: int = 63, attempt: int = 0) -> str:
+    """``base-<timestamp>``; ``attempt`` > 0 adds ``-<attempt>`` (the name taken by another
+    submit in the same millisecond)."""
+    stamp = timestamp() + (f"-{attempt}" if attempt else "")
     return f"{base[: max_length - len(stamp) - 1]}-{stamp}"

@@ -110,11 +110,10 @@ class Predictor:
     ) -> Any:
         """Serialize ``data``, POST it to /invocations, deserialize the answer."""
         args = dict(initial_args or {})
-        body = args.pop("Body", None)
-        if body is None:
-            body = self.serializer.serialize(data)
-        if isinstance(body, str):
-            body = body.encode("utf-8")
+        raw = args.pop("Body", None)
+        if raw is None:
+            raw = self.serializer.serialize(data)
+        body: bytes = raw.encode("utf-8") if isinstance(raw, str) else raw
         headers = {
             "Content-Type": args.get("ContentType", self.content_type),
             "Accept": args.get("Accept", ", ".join(self.accept)),
@@ -195,7 +194,9 @@ class TensorFlowPredictor(Predictor):
             raise ValueError(f"The {method} api requires json requests.")
         return self.predict(data, {"CustomAttributes": f"tfs-method={method}"})
 
-    def predict(self, data: Any, initial_args: dict[str, str] | None = None, **kwargs: Any) -> Any:
+    def predict(  # type: ignore[override]  # forwards SageMaker's optional keywords as given
+        self, data: Any, initial_args: dict[str, str] | None = None, **kwargs: Any
+    ) -> Any:
         args = dict(initial_args or {})
         if self._model_attributes:
             args["CustomAttributes"] = ",".join(

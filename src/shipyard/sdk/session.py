@@ -15,6 +15,9 @@ from shipyard.control.client import ControlPlane
 from shipyard.errors import ValidationError
 
 BACKENDS = ("local", "ray")
+# the account and role `shipyard server` answers for (names only: jobs run as the user)
+LOCAL_ACCOUNT = "000000000000"
+EXECUTION_ROLE = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/ShipyardExecutionRole"
 
 
 class Session:
@@ -45,3 +48,62 @@ class Session:
 
     def default_output_path(self) -> str:
         return self.control.home.default_output_path
+
+    # -- the SageMaker notebook helpers -----------------------------------------------------
+    @property
+    def boto_region_name(self) -> str:
+        return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+    def default_bucket(self) -> str:
+        """SageMaker's name, ``sagemaker-<region>-<account>``: on the S3 endpoint when one
+        is configured (created if missing), else a directory under SHIPYARD_HOME/s3."""
+        name = f"sagemaker-{self.boto_region_name}-{LOCAL_ACCOUNT}"
+        from shipyard import storage
+
+        if storage.endpoint_url():
+            from shipyard.storage.s3 import client
+
+            s3 = client()
+            try:
+                s3.head_bucket(Bucket=name)
+            except Exception:  # noqa: BLE001 - any refusal: try to create, which says why
+                s3.create_bucket(Bucket=name)
+        return name
+
+    def upload_data(self, path: str, bucket: str | None = None, key_prefix: str = "data") -> str:
+        """Upload a file or directory as ``sagemaker.Session.upload_data`` does; returns its
+        s3:// URI (an S3 endpoint is configured) or file:// URI (local store)."""
+        from shipyard import storage
+
+        if not os.path.exists(path):
+            raise ValidationError(f"upload_data: {path!r} does not exist")
+        bucket = bucket or self.default_bucket()
+        key_prefix = key_prefix.strip("/")
+        if storage.endpoint_url():
+            base = storage.parse(f"s3://{bucket}/{key_prefix}")
+        else:
+            root = os.path.join(self.home, "s3-local", bucket)
+            base = storage.parse("file://" + os.path.join(root, key_prefix))
+        files = (
+            [
+                (os.path.join(d, f), os.path.relpath(os.path.join(d, f), path))
+                for d, _, fs in os.walk(path)
+                for f in fs
+            ]
+            if os.path.isdir(path)
+            else [(path, os.path.basename(path))]
+        )
+        for local, rel in files:
+            target = base.child(rel.replace(os.sep, "/"))
+            storage.store_for(target).upload(local, target)
+        return base.uri if os.path.isdir(path) else base.child(files[0][1]).uri
+
+
+def get_execution_role(sagemaker_session: Session | None = None) -> str:
+    """The execution role ARN a SageMaker notebook asks for; with shipyard it is only a name
+    (jobs run as the user) -- the same one ``shipyard server`` answers for."""
+    return EXECUTION_ROLE
+
+
+# SageMaker's local-mode session: on shipyard every session is local (or Ray)
+LocalSession = Session

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from shipyard.control.client import ControlPlane
+from shipyard.control.lifecycle import JobStatus
 from shipyard.errors import JobFailedError
 
 
@@ -20,7 +21,7 @@ class TrainingJob:
 
     def wait(self, logs: Any = True) -> dict[str, Any]:
         record = self.control.wait(self.job_name, logs=_logs_on(logs), stream=sys.stdout)
-        if record.status == "Failed":
+        if record.status is JobStatus.FAILED:
             raise JobFailedError(record.name, record.status, record.failure_reason)
         return self.describe()
 

@@ -162,6 +162,8 @@ class Transformer:
             ),
         }
         model = self.model
+        output_path = self.output_path
+        assert output_path is not None  # transform() sets it before starting this run
         endpoints.create(
             job,
             model.model_data,
@@ -183,7 +185,7 @@ class Transformer:
                 files,
                 record.host,
                 record.port,
-                self.output_path,
+                output_path,
                 os.path.join(self._home(), "transform", job),
                 concurrency,
                 engine.Settings(self.strategy, self.max_payload, self.accept, self.assemble_with),

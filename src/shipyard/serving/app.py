@@ -1,5 +1,6 @@
 """The routes of a worker: SageMaker hosting (/ping, /invocations, /execution-parameters)
-and the TF Serving REST API (/v1/models/...), over ``http.py``.
+and the TF Serving REST API (/v1/models/...), over ``http.py``; ``/metrics`` in
+Prometheus' format (``prometheus.py``) counts every request by route and status.
 
 Every error is answered as ``{"error": "..."}`` with no stack trace: ours (a
 ``ServingError`` carries its status), an unknown route (404) or method (405, with
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
 from shipyard.serving.errors import NotFound, ServingError
 from shipyard.serving.http_server import HttpRequest, HttpResponse
+from shipyard.serving.prometheus import metrics
 from shipyard.serving.protocol import dumps, error_body
 from shipyard.serving.service import Request, Service
 
@@ -55,19 +58,30 @@ class App:
             "/ping": ("GET", self.ping),
             "/invocations": ("POST", self.invocations),
             "/execution-parameters": ("GET", self.execution_parameters),
+            "/metrics": ("GET", self.prometheus),
         }
+        self.metrics = metrics()
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         self.state.active += 1
+        start = time.perf_counter()
+        response = None
         try:
-            return await self._route(request)
+            response = await self._route(request)
         except ServingError as exc:
-            return _error(exc.status, str(exc))
+            response = _error(exc.status, str(exc))
         except Exception as exc:  # a bug must not take the worker down
             log.exception("unexpected error on %s %s", request.method, request.path)
-            return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+            response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
         finally:
             self.state.active -= 1
+            self.metrics.observe(
+                request.method,
+                request.path,
+                response.status if response is not None else 500,
+                time.perf_counter() - start,
+            )
+        return response
 
     async def _route(self, request: HttpRequest) -> HttpResponse:
         method, path = request.method, request.path
@@ -97,6 +111,10 @@ class App:
                 503 if state.failure is None else 500, state.failure or "the model is still loading"
             )
         return HttpResponse(200, b"", "text/plain")
+
+    async def prometheus(self, request: HttpRequest) -> HttpResponse:
+        status, body, content_type = self.metrics.exposition()
+        return HttpResponse(status, body, content_type)
 
     async def execution_parameters(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse(200, dumps(self.state.execution_parameters))

@@ -41,12 +41,14 @@ from typing import Any
 
 import numpy as np
 
+from shipyard.serving.prometheus import metrics
 from shipyard.serving.servables import Servable
 
 Arrays = dict[str, np.ndarray]
 log = logging.getLogger("shipyard.serving")
 
 
+_prometheus = metrics()
 INLINE_MAX_SECONDS = 0.02  # calls known to be quicker than this run on the event loop
 
 
@@ -67,6 +69,7 @@ class DirectRunner:
         """``servable.run``: inline when this signature's last call was quick, else (or
         the first time) on the model thread, timed either way."""
         key = (id(servable), signature)
+        _prometheus.batch(_rows(inputs))
         last = self._last.get(key)
         if last is not None and last <= INLINE_MAX_SECONDS:
             return _timed(servable.run, signature, inputs, self._last, key)
@@ -75,6 +78,13 @@ class DirectRunner:
         return await asyncio.get_running_loop().run_in_executor(
             self._thread, _timed, servable.run, signature, inputs, self._last, key
         )
+
+
+def _rows(inputs: Arrays) -> int:
+    """Rows of one model call (1 for scalars and empty inputs)."""
+    for value in inputs.values():
+        return int(value.shape[0]) if getattr(value, "ndim", 0) else 1
+    return 1
 
 
 def _timed(

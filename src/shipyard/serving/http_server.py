@@ -6,11 +6,17 @@ can deliver on a small machine, and the framework was most of it. Measured on th
 dev machine with the C load generator at concurrency 8 (BENCHMARKS.md): an aiohttp echo
 handler answers ~22k req/s, this protocol ~94k on asyncio's loop and ~114k on uvloop.
 What it keeps of a framework is what the endpoints need: keep-alive and pipelined
-requests answered in order, chunked request bodies, ``Expect: 100-continue``, HEAD for
-GET routes, a body limit enforced while the body arrives (413 before it is all read,
-then a lingering close so the client still reads the answer), malformed requests
-answered 400, idle connections closed, and a graceful stop that lets requests in flight
-finish.
+requests answered in order (a ``100 Continue`` included: it waits for the answers
+before it), chunked request bodies, HEAD for GET routes, a body limit enforced while the
+body arrives (413 before it is all read, then a lingering close so the client still
+reads the answer), a head limit (431, counted as the bytes arrive, so a header that never
+ends cannot grow without bound), malformed requests answered 400, idle connections
+closed, and a graceful stop that lets requests in flight finish.
+
+Slow clients (slowloris): a request head must be complete within ``head_timeout`` of
+its first byte however steadily it trickles in (408, then close), a request stalled
+mid-body is closed after ``read_timeout`` without a byte, and a worker holds at most
+``max_connections`` connections (one over the cap is answered 503 and closed at once).
 
 The application is one coroutine ``handler(HttpRequest) -> HttpResponse``; it must turn
 its own errors into responses (``app.py`` answers ``{"error": ...}``), and anything that
@@ -34,7 +40,9 @@ import httptools
 log = logging.getLogger("shipyard.serving")
 
 KEEPALIVE_TIMEOUT = 75.0  # seconds an idle keep-alive connection is kept (aiohttp's default)
-READ_TIMEOUT = 60.0  # seconds a half-received request may go without a byte
+READ_TIMEOUT = 60.0  # seconds a half-received body may go without a byte
+HEAD_TIMEOUT = 10.0  # seconds from a request's first byte to the end of its headers
+MAX_CONNECTIONS = 1000  # open connections per worker (each costs a descriptor and buffers)
 LINGER_SECONDS = 2.0  # after a 413, how long the rest of the body is read and dropped
 LINGER_BYTES = 64 << 20  # ... and how much of it at most
 MAX_HEADER_BYTES = 64 << 10  # request line + headers
@@ -63,6 +71,12 @@ class HttpResponse:
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback; httptools wraps it, the protocol answers 431."""
+
 
 def _status_line(status: int) -> bytes:
     try:
@@ -86,12 +100,18 @@ class Server:
         error_body: Callable[[str], bytes],
         keepalive_timeout: float = KEEPALIVE_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
+        head_timeout: float = HEAD_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+        max_head: int = MAX_HEADER_BYTES,
     ) -> None:
         self.handler = handler
         self.max_body = max_body
         self.error_body = error_body
         self.keepalive_timeout = keepalive_timeout
         self.read_timeout = read_timeout
+        self.head_timeout = head_timeout
+        self.max_connections = max_connections
+        self.max_head = max_head
         self.connections: set[HttpProtocol] = set()
         self.date = b""
         self._tick: asyncio.TimerHandle | None = None
@@ -106,15 +126,19 @@ class Server:
         self._server = await loop.create_server(self.protocol, sock=sock, backlog=backlog)
 
     def _refresh(self) -> None:
-        """Once a second: the cached Date header; idle keep-alive connections closed, and
-        those whose request stopped arriving halfway (a client gone silent mid-headers or
-        mid-body would otherwise hold its connection forever)."""
+        """Once a second: the cached Date header; idle keep-alive connections closed, those
+        whose head is not complete ``head_timeout`` after its first byte (a client
+        trickling a header byte every few seconds would otherwise hold its connection
+        forever), and those whose body stopped arriving halfway."""
         now = time.time()
         self.date = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
         mono = time.monotonic()
         idle_since, stalled_since = mono - self.keepalive_timeout, mono - self.read_timeout
+        head_since = mono - self.head_timeout
         for conn in list(self.connections):
-            if conn.idle_since is not None:
+            if conn.head_since is not None and conn.head_since < head_since:
+                conn.head_timed_out()
+            elif conn.idle_since is not None:
                 if conn.idle_since < idle_since:
                     conn.close()
             elif not conn.busy and not conn.pending and conn.last_data < stalled_since:
@@ -146,11 +170,13 @@ class HttpProtocol(asyncio.Protocol):
         self.server = server
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
-        self.pending: deque[HttpRequest | HttpResponse] = deque()
+        # requests to handle, answers to write, and 100 Continue (bytes), in arrival order
+        self.pending: deque[HttpRequest | HttpResponse | bytes] = deque()
         self.busy = False  # a request of this connection is being handled
         self.closing = False  # close once the queued answers are written
         self.idle_since: float | None = time.monotonic()
         self.last_data = time.monotonic()  # when bytes last arrived
+        self.head_since: float | None = None  # first byte of a head still incomplete
         self.discarding = 0  # > 0: bytes of a refused body still to drop (lingering close)
         self._url: list[bytes] = []
         self._headers: dict[str, str] = {}
@@ -159,11 +185,23 @@ class HttpProtocol(asyncio.Protocol):
         self._head_len = 0
         self._refused = False
         self._keep_alive = True
+        self._head_raw = 0  # bytes of whole reads that went to the current head
+        self._begun = 0  # requests begun on this connection
 
     # -- transport events -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.server.connections.add(self)
+        server = self.server
+        if len(server.connections) >= server.max_connections:
+            body = server.error_body(
+                f"this worker has {server.max_connections} connections open, its limit; "
+                "retry shortly or reuse a keep-alive connection"
+            )
+            self.closing = True
+            self.pending.append(HttpResponse(503, body))
+            self._next()
+            return
+        server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -177,13 +215,37 @@ class HttpProtocol(asyncio.Protocol):
             if not self.discarding:
                 self.close()
             return
+        begun = self._begun
         try:
             self.parser.feed_data(data)
+            if self.head_since is not None and self._begun == begun:
+                # the whole read went to one head that is still not complete: count it
+                # here, as httptools keeps a header's pieces until the header ends
+                self._head_raw += len(data)
+                if self._head_raw > self.server.max_head:
+                    raise _HeadTooLarge
         except httptools.HttpParserUpgrade:
             self._refuse_now(400, "protocol upgrades are not supported")
-        except httptools.HttpParserError as exc:
-            if not self.discarding and not self.closing:
+        except (httptools.HttpParserError, _HeadTooLarge) as exc:
+            if self.discarding or self.closing:
+                return
+            if _HeadTooLarge in (type(exc), type(exc.__cause__), type(exc.__context__)):
+                self.head_since = None
+                self._refuse_now(
+                    431,
+                    f"request line and headers are over {self.server.max_head} bytes; "
+                    "send large values in the body",
+                )
+            else:
                 self._refuse_now(400, f"malformed HTTP request: {exc}")
+
+    def head_timed_out(self) -> None:
+        """The head took longer than ``head_timeout``: 408 after the answers before it,
+        then close; nothing more is read from this client."""
+        self.head_since = None
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self._refuse_now(408, f"request headers not complete within {self.server.head_timeout:g} s")
 
     def pause_writing(self) -> None:  # a client that does not read: stop reading from it
         if self.transport is not None:
@@ -200,6 +262,9 @@ class HttpProtocol(asyncio.Protocol):
     # -- parser callbacks (httptools) ----------------------------------------------------
     def on_message_begin(self) -> None:
         self.idle_since = None
+        self.head_since = self.last_data
+        self._head_raw = 0
+        self._begun += 1
         self._url = []
         self._headers = {}
         self._body = []
@@ -210,16 +275,17 @@ class HttpProtocol(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url.append(url)
         self._head_len += len(url)
-        if self._head_len > MAX_HEADER_BYTES:
-            raise httptools.HttpParserError("request line too long")
+        if self._head_len > self.server.max_head:
+            raise _HeadTooLarge
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_len += len(name) + len(value)
-        if self._head_len > MAX_HEADER_BYTES:
-            raise httptools.HttpParserError("headers too large")
+        if self._head_len > self.server.max_head:
+            raise _HeadTooLarge
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self.head_since = None
         length = self._headers.get("content-length")
         limit = self.server.max_body
         if length is not None and length.isdigit() and int(length) > limit:
@@ -231,7 +297,10 @@ class HttpProtocol(asyncio.Protocol):
                 int(length),
             )
         elif self._headers.get("expect", "").lower() == "100-continue" and self.transport:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            if self.busy or self.pending:  # after the answers to the requests before it
+                self.pending.append(_CONTINUE)
+            else:
+                self.transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
         if self._refused:
@@ -294,6 +363,9 @@ class HttpProtocol(asyncio.Protocol):
     def _next(self) -> None:
         while self.pending and self.transport is not None:
             item = self.pending.popleft()
+            if isinstance(item, bytes):
+                self.transport.write(item)
+                continue
             if isinstance(item, HttpResponse):
                 self._write(item, head_only=False)
                 continue

@@ -3,7 +3,8 @@
 A model archive comes from anywhere (a training job, a colleague, the internet), so
 extraction refuses members that would land outside the model directory: absolute
 names, ``..`` components, links (symbolic or hard) whose target leaves the directory,
-and device files. Nothing is written when an archive is refused.
+chains of links that leave it only together (``d -> .`` then ``d/e -> ..``), and device
+files. Nothing is written when an archive is refused.
 
 Discovery follows the SageMaker TF Serving container (``tfs_utils.find_models``):
 every ``saved_model.pb`` whose parent directory is all digits is a version of the
@@ -71,8 +72,19 @@ def extract(archive: str, dest: str) -> None:
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = check_members(tar, tmp)
-            tar.extractall(tmp, members=members, filter="tar")
+            # "data" re-checks each member against the tree *as extracted so far*: a link
+            # chain (d -> ., then d/e -> ..) looks harmless member by member on an empty
+            # directory and escapes only once its first link exists
+            tar.extractall(tmp, members=members, filter="data")
+        check_tree(tmp)
         os.replace(tmp, dest)
+    except tarfile.FilterError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        member = getattr(getattr(exc, "tarinfo", None), "name", "?")
+        raise ModelLoadError(
+            f"model archive member {member!r} would be written or link outside the model "
+            f"directory through the links before it ({exc}); refusing the archive"
+        ) from None
     except tarfile.TarError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ModelLoadError(f"model_data {archive!r} could not be read: {exc}") from None

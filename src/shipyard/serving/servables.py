@@ -175,6 +175,131 @@ class TFServable(Servable):
             ) from None
 
 
+# -- TF1 SavedModels: the session loader TF Serving itself uses ---------------------------------
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+SERVE_TAG = "serve"
+
+
+def is_tf1_saved_model(path: str) -> bool:
+    """A SavedModel exported by TF1 (``tf.compat.v1.saved_model.Builder``, Estimator
+    exports): no object graph, only a graph and signature defs. TF2's loader rebuilds those
+    as functions (``load_v1_in_v2``) and fails on some of them; TF Serving runs the graph."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = os.path.join(path, "saved_model.pb")
+    if not os.path.isfile(pb):
+        return False  # saved_model.pbtxt and the like: TF2's loader says what is wrong
+    model = saved_model_pb2.SavedModel()
+    try:
+        with open(pb, "rb") as fh:
+            model.ParseFromString(fh.read())
+    except Exception:  # noqa: BLE001 - a corrupt file: the TF2 loader words the error
+        return False
+    return bool(model.meta_graphs) and not any(m.object_graph_def.nodes for m in model.meta_graphs)
+
+
+class TF1Servable(Servable):
+    """A TF1 SavedModel served as TF Serving serves it: its ``serve`` meta graph loaded
+    into a session (``tf.compat.v1.saved_model.loader.load``), signatures run by feeding
+    and fetching the tensors their signature defs name. ``Session.run`` is thread-safe."""
+
+    def __init__(self, name: str, version: int, path: str) -> None:
+        import tensorflow as tf
+
+        v1 = tf.compat.v1
+        self._tf = tf
+        self._session = v1.Session(graph=tf.Graph())
+        try:
+            meta = v1.saved_model.loader.load(self._session, [SERVE_TAG], path)
+        except Exception as exc:  # noqa: BLE001 - any load failure is the model's fault
+            self._session.close()
+            raise ModelLoadError(
+                f"could not load TF1 SavedModel {name}/{version} from {path} (tag "
+                f"{SERVE_TAG!r}): {type(exc).__name__}: {str(exc)[:500]}"
+            ) from None
+        self._feeds: dict[str, dict[str, str]] = {}
+        self._fetches: dict[str, dict[str, str]] = {}
+        sigs = {}
+        for key, sd in sorted(meta.signature_def.items()):
+            infos = list(sd.inputs.items()) + list(sd.outputs.items())
+            if any(not info.name for _, info in infos):
+                continue  # sparse/composite tensors: not servable over REST
+            inputs = {k: self._spec(k, info) for k, info in sorted(sd.inputs.items())}
+            outputs = {k: self._spec(k, info) for k, info in sorted(sd.outputs.items())}
+            sigs[key] = Signature(key, inputs, outputs, method=sd.method_name or "")
+            self._feeds[key] = {k: info.name for k, info in sd.inputs.items()}
+            self._fetches[key] = {k: info.name for k, info in sd.outputs.items()}
+        if not sigs:
+            raise ModelLoadError(f"TF1 SavedModel {path} has no servable signature defs")
+        super().__init__(name, version, sigs)
+
+    def _spec(self, name: str, info: Any) -> TensorSpec:
+        tf = self._tf
+        shape = tf.TensorShape(info.tensor_shape)
+        dims = None if shape.rank is None else tuple(shape.as_list())
+        return TensorSpec(name, _tf_dtype(tf.dtypes.as_dtype(info.dtype)), dims)
+
+    def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tf = self._tf
+        feeds = self._feeds[signature]
+        try:
+            return self._session.run(
+                self._fetches[signature], {feeds[k]: v for k, v in inputs.items()}
+            )
+        except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
+            msg = getattr(exc, "message", None) or str(exc)
+            raise BadRequest(
+                f"{msg.strip().splitlines()[0][:300]}; expected "
+                f"{self.signatures[signature].describe()}"
+            ) from None
+
+
+def load_tf(name: str, version: int, path: str) -> Servable:
+    """A TF1 SavedModel through the session loader (as TF Serving does); any other through
+    ``tf.saved_model.load``, and through the session loader when that cannot load it."""
+    if is_tf1_saved_model(path):
+        return TF1Servable(name, version, path)
+    try:
+        return TFServable(name, version, path)
+    except ModelLoadError as tf2_error:
+        try:
+            return TF1Servable(name, version, path)
+        except ModelLoadError:
+            raise tf2_error from None
+
+
+def tf_examples(rows: list[dict[str, Any]]) -> np.ndarray:
+    """Classify/regress examples as TF Serving's REST API turns them into ``tf.Example``:
+    per feature, strings (and ``{"b64"}`` bytes) a bytes_list, integers an int64_list,
+    numbers with a fraction a float_list; a scalar is a list of one. Serialized, one per row."""
+    from tensorflow.core.example import example_pb2, feature_pb2
+
+    out = []
+    for row in rows:
+        features = {}
+        for key, value in row.items():
+            values = value if isinstance(value, list) else [value]
+            feature = feature_pb2.Feature()
+            if all(isinstance(v, (bytes, str)) for v in values):
+                feature.bytes_list.value.extend(
+                    v if isinstance(v, bytes) else v.encode("utf-8") for v in values
+                )
+            elif all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                feature.int64_list.value.extend(values)
+            elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                feature.float_list.value.extend(float(v) for v in values)
+            else:
+                raise BadRequest(
+                    f"feature {key!r}: a tf.Example feature is a list of numbers or of "
+                    f"strings, got {value!r}"
+                )
+            features[key] = feature
+        example = example_pb2.Example(features=feature_pb2.Features(feature=features))
+        out.append(example.SerializeToString())
+    return np.array(out, dtype=object)
+
+
 # -- PyTorch -----------------------------------------------------------------------------------
 TORCH_SIGNATURE = Signature(
     DEFAULT_SIGNATURE,

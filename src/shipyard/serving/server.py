@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from shipyard.serving import prometheus
 from shipyard.serving.config import CONFIG_ENV, ServerConfig
 
 log = logging.getLogger("shipyard.serving")
@@ -72,6 +73,7 @@ class Master:
         self.stopping = False
         self.restarts: list[float] = []
         self.buffer = b""
+        self.metrics_dir = prometheus.make_dir()  # the workers' shared /metrics samples
 
     def spawn(self) -> None:
         env = dict(
@@ -80,6 +82,7 @@ class Master:
                 CONFIG_ENV: self.config.to_json(),
                 "SHIPYARD_SERVING_FD": str(self.sock.fileno()),
                 "SHIPYARD_SERVING_REPORT_FD": str(self.write_fd),
+                prometheus.ENV: self.metrics_dir,
             },
         )
         # the model directory in argv: `ps` shows what each worker serves
@@ -187,6 +190,7 @@ class Master:
                     self.state("Failed", self.failure)
         finally:
             self.stop()
+            prometheus.remove_dir(self.metrics_dir)
             self.state("Deleted", self.failure)
         return 0
 

@@ -30,11 +30,14 @@ from shipyard.serving.errors import (
 )
 from shipyard.serving.protocol import media_type
 from shipyard.serving.servables import (
+    CLASSIFY_METHOD,
     DEFAULT_SIGNATURE,
+    REGRESS_METHOD,
     Registry,
-    TFServable,
     TorchServable,
+    load_tf,
     load_torchscript,
+    tf_examples,
     to_numpy,
     torch_predict,
 )
@@ -105,15 +108,23 @@ class Service:
             outputs = await self.runner.run(servable, sig.name, arrays)
             return protocol.format_predictions(outputs, row)
         if method in ("classify", "regress"):
-            outputs = await self.runner.run(
-                servable, sig.name, protocol.examples_to_arrays(request, sig)
-            )
+            outputs = await self.runner.run(servable, sig.name, self._examples(request, sig))
             return (
                 protocol.format_classify(outputs)
                 if method == "classify"
                 else protocol.format_regress(outputs)
             )
         raise NotFound(f"unknown method {method!r}: use predict, classify or regress")
+
+    @staticmethod
+    def _examples(request: Any, sig: protocol.Signature) -> dict[str, np.ndarray]:
+        """A classify/regress signature (TF1 exports) takes serialized tf.Example protos, as
+        TF Serving feeds it; other signatures take the examples' features as inputs."""
+        if sig.method in (CLASSIFY_METHOD, REGRESS_METHOD) and len(sig.inputs) == 1:
+            ((name, spec),) = sig.inputs.items()
+            if spec.dtype == "string":
+                return {name: tf_examples(protocol.example_rows(request))}
+        return protocol.examples_to_arrays(request, sig)
 
     def status(self, name: str, version: int | None) -> dict[str, Any]:
         versions = self.registry.models.get(name)
@@ -225,7 +236,7 @@ class TFService(Service):
         self.port = port
         for model in model_data.find_tf_models(model_dir).values():
             for version, path in sorted(model.versions.items()):
-                self.registry.add(TFServable(model.name, version, path))
+                self.registry.add(load_tf(model.name, version, path))
         if not self.registry.models:
             raise ModelLoadError(
                 "no SavedModel found: TF Serving needs "

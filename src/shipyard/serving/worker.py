@@ -48,6 +48,7 @@ def _after_load_threads(n: int) -> None:
 
 async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> None:
     from shipyard.serving.app import App, State
+    from shipyard.serving.asgi import UvicornFrontEnd
     from shipyard.serving.batching import BatchingRunner, DirectRunner
     from shipyard.serving.errors import ShipyardError
     from shipyard.serving.http_server import Server
@@ -55,7 +56,11 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
     from shipyard.serving.service import load_service
 
     state = State(config.max_payload_mb, config.execution_parameters())
-    http = Server(App(state), state.max_payload, error_body)
+    http: Server | UvicornFrontEnd
+    if config.front_end == "uvicorn":
+        http = UvicornFrontEnd(App(state), state.max_payload, error_body)
+    else:
+        http = Server(App(state), state.max_payload, error_body)
     await http.start(sock, backlog=1024)  # /ping answers 503 while the model loads
     model_runner: DirectRunner = DirectRunner()
     if config.batch_size > 1:

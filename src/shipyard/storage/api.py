@@ -46,4 +46,7 @@ class Store(Protocol):
         """Remove one object if it exists."""
 
     def exists(self, location: Location) -> bool:
+        """Whether the object (or file) at ``location`` exists."""
+
+    def bucket_exists(self, location: Location) -> bool:
         """Whether the bucket / directory that would hold ``location`` exists."""

@@ -66,3 +66,7 @@ class LocalStore:
 
     def exists(self, location: Location) -> bool:
         return os.path.exists(location.path)
+
+    def bucket_exists(self, location: Location) -> bool:
+        """A local location can always be created (its directories are made on write)."""
+        return True

@@ -258,3 +258,33 @@ def test_rank_that_never_joins_fails_the_job_naming_it(session, write_script):
     assert "1 of 2 ranks never joined" in reason
     assert "rank 1 (algo-2, local rank 0)" in reason
     assert job_processes(desc["Shipyard"]["JobDir"]) == []
+
+
+NCCL_ON_CPU = r"""
+import torch.distributed as dist
+dist.init_process_group(backend="nccl")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_nccl_on_an_instance_without_gpu_is_explained(session, write_script):
+    """Issue 16 item 5: the reason says the instance has no GPU, not only torch's words."""
+    src = write_script("nccl.py", NCCL_ON_CPU)
+    est = shipyard.PyTorch(
+        entry_point="nccl.py",
+        source_dir=src,
+        instance_count=1,
+        instance_type="local",
+        framework_version="2.13",
+        py_version="py311",
+        distribution={"torch_distributed": {"enabled": True, "processes_per_host": 2}},
+        session=session,
+    )
+    with pytest.raises(JobFailedError) as err:
+        est.fit(job_name="nccl-on-cpu")
+    reason = err.value.reason
+    assert "backend 'nccl' needs a GPU" in reason, reason
+    assert "no GPU" in reason and "gloo" in reason, reason
+    assert "NCCL" in reason  # torch's own words stay in the excerpt
+    desc = est.latest_training_job.describe()
+    assert job_processes(desc["Shipyard"]["JobDir"]) == []

@@ -189,3 +189,69 @@ def test_tf_keras_legacy_fit_matches_one_process(run_mpi):
     res = run_mpi(LEGACY, 2, timeout=150)
     _check(res, ["LEGACY", "OK"])
     assert len(res.lines("LEGACY ")) == 4
+
+
+# Issue 16 item 1: models built lazily (no input shape: no weights until the first batch), the
+# way many public Horovod scripts write them. Horovod broadcasts after the first batch; at
+# learning rate 0 every rank must then hold rank 0's weights. Eagerly built models too.
+CALLBACK_SCRIPT = r"""
+import os, sys
+import numpy as np
+flavour = sys.argv[1] if len(sys.argv) > 1 else os.environ["KERAS_FLAVOUR"]
+if flavour == "tf_keras":
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(1)
+import shipyard.horovod.tensorflow.keras as hvd
+keras = tf.keras
+assert keras.__name__.startswith("tf_keras" if flavour == "tf_keras" else "keras"), keras.__name__
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+rng = np.random.default_rng(r)
+X = rng.normal(size=(32, 6)).astype("float32")
+Y = rng.integers(0, 3, size=32)
+loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def make(lazy, seed):
+    keras.utils.set_random_seed(seed)
+    layers = [keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)]
+    if lazy:
+        return keras.Sequential(layers)
+    return keras.Sequential([keras.Input((6,))] + layers)
+
+
+class Capture(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.logs = dict(logs)
+
+
+for lazy in (True, False):
+    for lr in (0.0, 0.05):
+        model = make(lazy, 100 + r)           # every rank starts from its own weights
+        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(lr, momentum=0.9)),
+                      loss=loss, metrics=["accuracy"])
+        cap = Capture()
+        cbs = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
+               hvd.callbacks.LearningRateWarmupCallback(initial_lr=lr, warmup_epochs=1, steps_per_epoch=4),
+               hvd.callbacks.LearningRateScheduleCallback(initial_lr=lr, multiplier=0.5, start_epoch=1,
+                                                          staircase=False),
+               cap]
+        model.fit(X, Y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=cbs)
+        sums = [float(np.asarray(w).sum()) for w in model.get_weights()]
+        every = hvd.allgather_object(sums)
+        assert all(np.allclose(s, every[0], rtol=0, atol=1e-6) for s in every), (lazy, lr, every)
+        logs = hvd.allgather_object({k: float(v) for k, v in cap.logs.items()})
+        assert all(d == logs[0] for d in logs), (lazy, lr, logs)      # metrics averaged
+        assert abs(logs[0]["lr"] - 0.5 * lr) < 1e-7, logs             # warmup, then the schedule
+        print(f"SAME {r} lazy={lazy} lr={lr} kernel_sum={sums[0]:.4f}", flush=True)
+print(f"OK {r}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_callbacks_leave_every_rank_identical_lazy_and_eager_models(run_mpi, flavour):
+    res = run_mpi(CALLBACK_SCRIPT, 2, env={"KERAS_FLAVOUR": flavour}, timeout=180)
+    _check(res, ["OK"])
+    assert len(res.lines("SAME ")) == 8, res.stdout

@@ -199,7 +199,7 @@ def test_a_killed_shard_fails_the_job_and_a_rerun_resumes(session, write_script,
         ({"max_staleness": -1}, "max_staleness must be >= 0"),
         ({"num_shards": 0}, "'num_shards' must be an integer in [1, 32]"),
         ({"workers_per_host": "2"}, "'workers_per_host' must be an integer"),
-        ({"consistancy": "sync"}, "unknown parameter_server option(s) ['consistancy']"),
+        ({"consistancy": "sync"}, "'consistancy' (did you mean 'consistency'?)"),
     ],
 )
 def test_bad_options_are_refused_at_submission(session, write_script, options, message):

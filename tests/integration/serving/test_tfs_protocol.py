@@ -306,6 +306,50 @@ BAD = [
     ("POST", "/v1/models/digits:explain", '{"instances": [1]}', {}, 404, b"unknown method"),
     ("GET", "/v1/models/digits:predict", None, {}, 405, b"Method Not Allowed"),
     ("GET", "/nowhere", None, {}, 404, b"Not Found"),
+    # hostile JSON: nesting deeper than any parser or walk will follow (20k levels: the
+    # payload limit here is 50 KB), and numbers too long to convert
+    *(
+        (
+            "POST",
+            path,
+            pre + "[" * 20000 + "]" * 20000 + post,
+            {"Content-Type": ctype},
+            400,
+            b"nested too deeply",
+        )
+        for path, pre, post, ctype in (
+            ("/invocations", "", "", "application/json"),
+            ("/invocations", "[1]\n", "", "application/jsonlines"),
+            ("/invocations", '{"instances": ', "}", "application/json"),
+            ("/v1/models/digits:predict", '{"instances": ', "}", "application/json"),
+            ("/v1/models/digits:predict", '{"inputs": {"pixels": ', "}}", "application/json"),
+            ("/v1/models/digits:classify", '{"examples": ', "}", "application/json"),
+        )
+    ),
+    (
+        "POST",
+        "/v1/models/digits:predict",
+        '{"instances": ' + '{"a":' * 8000 + "1" + "}" * 8000 + "}",
+        {},
+        400,
+        b"nested too deeply",
+    ),
+    (  # within the parser's depth, past what the b64 walk can recurse
+        "POST",
+        "/v1/models/echo:predict",
+        '{"instances": ' + "[" * 1020 + '{"b64": "aGk="}' + "]" * 1020 + "}",
+        {},
+        400,
+        b"nested too deeply",
+    ),
+    (
+        "POST",
+        "/v1/models/digits:predict",
+        '{"instances": [' + "9" * 5000 + "]}",
+        {},
+        400,
+        b"Exceeds the limit (4300 digits)",
+    ),
     (
         "POST",
         "/invocations",

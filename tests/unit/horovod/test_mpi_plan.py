@@ -190,3 +190,36 @@ def test_a_rank_waits_for_the_env_of_its_own_attempt(tmp_path):
     assert mpi_rank.load_env(str(path), 0.1, "2") is None
     path.write_text(json.dumps({"SHIPYARD_ATTEMPT": "2", "A": "new"}))
     assert mpi_rank.load_env(str(path), 0.1, "2")["A"] == "new"
+
+
+# Issue 16 item 7: custom_mpi_options keep shipyard's defaults unless they contradict them.
+@pytest.mark.parametrize(
+    "custom,kept,dropped",
+    [
+        ("-x FOO=1 --mca btl_tcp_if_include lo", ["--oversubscribe", "--bind-to"], []),
+        ("--nooversubscribe", ["--bind-to"], ["--oversubscribe"]),
+        ("--map-by slot:NOOVERSUBSCRIBE", ["--bind-to"], ["--oversubscribe"]),
+        ("--bind-to core", ["--oversubscribe"], ["none"]),
+        ("-bind-to socket -x A=1", ["--oversubscribe"], ["none"]),
+    ],
+)
+def test_custom_mpi_options_keep_defaults_unless_contradicted(custom, kept, dropped):
+    _, extra = mpi_command.parse_custom_mpi_options(custom)
+    argv = mpi_command.mpirun_command(["prog"], 64, mpirun="mpirun", extra_args=extra)
+    for flag in kept:
+        assert flag in argv, argv
+    for flag in dropped:
+        assert flag not in argv, argv
+    assert " ".join(extra) in " ".join(argv)  # the user's options, verbatim and in order
+
+
+def test_a_default_the_user_repeats_is_given_once():
+    argv = mpi_command.mpirun_command(
+        ["prog"],
+        64,
+        mpirun="mpirun",
+        allow_run_as_root=True,
+        extra_args=["--oversubscribe", "--allow-run-as-root", "--bind-to", "none"],
+    )
+    for flag in ("--oversubscribe", "--allow-run-as-root", "--bind-to"):
+        assert argv.count(flag) == 1, argv

@@ -26,6 +26,15 @@ from shipyard.agent.runners.api import ProcessSpec
 Log = Callable[[str], None]
 
 
+def instance_path(paths: InstancePaths, path: str) -> str:
+    """A path as the script names it (``/opt/ml/...``) -> this instance's tree."""
+    if path == "/opt/ml" or path.startswith("/opt/ml/"):
+        return (
+            os.path.join(paths.base, path[len("/opt/ml/") :]) if path != "/opt/ml" else paths.base
+        )
+    return path
+
+
 class ChannelSession:
     def __init__(self, paths: InstancePaths, log: Log) -> None:
         self.paths = paths
@@ -33,6 +42,7 @@ class ChannelSession:
         self.pipes: list[ChannelSource] = []
         self.mounts: list[tuple[str, fuse.FuseMount, fastfile.ChunkCache, int]] = []
         self.checkpoints: CheckpointSync | None = None
+        self.tensorboard: CheckpointSync | None = None
 
     def services(self) -> list[ProcessSpec]:
         """One feeder process per Pipe channel (role service: stopped with the script)."""
@@ -72,6 +82,8 @@ class ChannelSession:
         try:
             if self.checkpoints is not None:
                 self.checkpoints.finish()
+            if self.tensorboard is not None:
+                self.tensorboard.finish()
         finally:
             for name, mount, cache, total in self.mounts:
                 self.log(
@@ -158,6 +170,20 @@ def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> C
             count = session.checkpoints.restore()
             log(f"checkpoints: {count} object(s) copied in from {uri} to {local}")
             session.checkpoints.start()
+        tensorboard = config.data.get("tensorboard")
+        if tensorboard:
+            local = instance_path(paths, tensorboard["local_path"])
+            os.makedirs(local, exist_ok=True)
+            session.tensorboard = CheckpointSync(
+                tensorboard["uri"],
+                local,
+                config.data.get("endpoint_url"),
+                log,
+                what="tensorboard",
+                interval=float(os.environ.get("SHIPYARD_TENSORBOARD_SYNC_SECONDS", "5")),
+            )
+            log(f"tensorboard: {local} is synced to {tensorboard['uri']}")
+            session.tensorboard.start()
     except BaseException:
         for _, mount, _, _ in session.mounts:
             mount.unmount()

@@ -19,14 +19,28 @@ from shipyard.errors import StorageError
 
 
 class CheckpointSync:
+    """Also syncs TensorBoard output (``what="tensorboard"``), which SageMaker uploads
+    the same way: new or changed files, during the job and once more at its end."""
+
     def __init__(
-        self, uri: str, local_dir: str, endpoint: str | None, log: Callable[[str], None]
+        self,
+        uri: str,
+        local_dir: str,
+        endpoint: str | None,
+        log: Callable[[str], None],
+        what: str = "checkpoints",
+        interval: float | None = None,
     ) -> None:
         self.base = storage.parse(uri)
         self.local_dir = local_dir
         self.store = storage.store_for(self.base, endpoint)
         self.log = log
-        self.interval = float(os.environ.get("SHIPYARD_CHECKPOINT_SYNC_SECONDS", "10"))
+        self.what = what
+        self.interval = (
+            interval
+            if interval is not None
+            else float(os.environ.get("SHIPYARD_CHECKPOINT_SYNC_SECONDS", "10"))
+        )
         self.uploaded: dict[str, tuple[int, int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,9 +101,9 @@ class CheckpointSync:
                 try:
                     self.sync_once()
                 except Exception as exc:  # noqa: BLE001 - retried; the final pass raises
-                    self.log(f"checkpoint upload to {self.base.uri} failed, will retry: {exc}")
+                    self.log(f"{self.what} upload to {self.base.uri} failed, will retry: {exc}")
 
-        self._thread = threading.Thread(target=loop, name="checkpoint-sync", daemon=True)
+        self._thread = threading.Thread(target=loop, name=f"{self.what}-sync", daemon=True)
         self._thread.start()
 
     def finish(self) -> None:
@@ -97,4 +111,4 @@ class CheckpointSync:
         if self._thread is not None:
             self._thread.join(timeout=60)
         count = self.sync_once()
-        self.log(f"checkpoints: {count} file(s) uploaded to {self.base.uri} at the end")
+        self.log(f"{self.what}: {count} file(s) uploaded to {self.base.uri} at the end")

@@ -32,7 +32,7 @@ from shipyard.tf import EXTRA, cluster, installed, keras_compat
 
 
 def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
-    unknown = sorted(k for k in options if k not in cluster.MWMS_OPTION_KEYS)
+    unknown = sorted(k for k in options if k not in cluster.MWMS_OPTION_KEYS and k != "kind")
     if unknown:
         raise DistributionError(
             f"unknown distribution['multi_worker_mirrored_strategy'] key(s) {unknown}; known: "

@@ -50,6 +50,7 @@ LEGACY_KERAS_NOTE = (
 
 
 def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
+    options = {k: v for k, v in options.items() if k != "kind"}  # as plan() reads them
     cluster.check_ps_options(options)
     if not installed("tensorflow"):
         raise DistributionError(

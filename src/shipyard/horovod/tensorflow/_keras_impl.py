@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import engine as _engine
 from ..errors import UnsupportedError
-from ..ops import Average
+from ..ops import Average, Min
 
 
 def _is_keras3_optimizer(opt) -> bool:
@@ -203,35 +203,49 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
     Callback = keras_module.callbacks.Callback
 
     class BroadcastGlobalVariablesCallback(Callback):
-        """Broadcast the model's (and optimizer's) variables from ``root_rank`` at the start
-        of training, so every rank starts from the same weights."""
+        """Make every rank hold ``root_rank``'s model and optimizer variables.
+
+        Horovod broadcasts once, after the first batch: a model built without an input shape
+        (``Sequential([Dense(...)])``) has no weights before its first step, and optimizers
+        create their slots on their first update. shipyard does the same; in addition, when the
+        model is already built on every rank at ``on_train_begin`` (agreed by one allreduce, so
+        all ranks take the same collective path), it broadcasts the model then as well, so the
+        first step starts from identical weights and equals one process on the global batch.
+        """
 
         def __init__(self, root_rank=0, device=""):
             super().__init__()
             self.root_rank = root_rank
+            self.device = device
             self.broadcast_done = False
-            self._optimizer_done = False
 
-        def _broadcast(self):
-            from . import broadcast_variables
-
-            if not self.broadcast_done:
-                broadcast_variables(self.model.variables, root_rank=self.root_rank)
-                self.broadcast_done = True
-            opt = getattr(self.model, "optimizer", None)
-            if opt is not None and not self._optimizer_done:
-                opt_vars = _optimizer_variables(opt)
-                if opt_vars:
-                    broadcast_variables(opt_vars, root_rank=self.root_rank)
-                    self._optimizer_done = True
+        def _model_variables(self) -> list:
+            if not getattr(self.model, "built", True):
+                return []  # tf_keras raises on .variables of a model without weights
+            return list(self.model.variables)
 
         def on_train_begin(self, logs=None):
-            self._broadcast()
+            from . import broadcast_variables
+
+            if self.broadcast_done:
+                return
+            variables = self._model_variables()
+            built_everywhere = _engine.get().allreduce(
+                np.array([1 if variables else 0], np.int32), name="bcast-callback:built", op=Min
+            )
+            if int(built_everywhere[0]):
+                broadcast_variables(variables, root_rank=self.root_rank)
 
         def on_train_batch_end(self, batch, logs=None):
-            # Optimizers that create their slots lazily (tf_keras legacy) have them now.
-            if not self._optimizer_done:
-                self._broadcast()
+            from . import broadcast_variables
+
+            if self.broadcast_done:
+                return
+            broadcast_variables(self._model_variables(), root_rank=self.root_rank)
+            opt = getattr(self.model, "optimizer", None)
+            if opt is not None:
+                broadcast_variables(_optimizer_variables(opt), root_rank=self.root_rank)
+            self.broadcast_done = True
 
     class MetricAverageCallback(Callback):
         """Average the epoch's metrics over all ranks (put it before callbacks that read them)."""
@@ -274,7 +288,11 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
             self.steps_per_epoch = steps_per_epoch
             self.current_epoch = None
             self.restore_momentum = None
-            self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+            if callable(multiplier):
+                self.multiplier = multiplier
+            else:  # Horovod: a constant multiplier is applied per epoch
+                self.staircase = True
+                self.multiplier = lambda epoch: multiplier
 
         def _in_range(self, epoch):
             return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
@@ -298,10 +316,14 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
             if self.initial_lr is None:
                 self.initial_lr = _get_lr(self.model.optimizer)
             if not self.staircase and not self.steps_per_epoch:
-                self.steps_per_epoch = (self.params or {}).get("steps")
+                params = self.params or {}
+                self.steps_per_epoch = params.get("steps")
+                if not self.steps_per_epoch and params.get("samples") and params.get("batch_size"):
+                    self.steps_per_epoch = params["samples"] // params["batch_size"]
                 if not self.steps_per_epoch:
                     raise ValueError(
-                        "steps_per_epoch is needed for staircase=False (pass it or use fit(steps_per_epoch=...))"
+                        f"{type(self).__name__} could not tell the number of steps per epoch: "
+                        "pass steps_per_epoch= to it or fit(steps_per_epoch=...)"
                     )
 
         def on_epoch_begin(self, epoch, logs=None):
@@ -310,7 +332,15 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
                 self._adjust(epoch)
 
         def on_train_batch_begin(self, batch, logs=None):
-            if not self.staircase and self._in_range(self.current_epoch):
+            if not self._in_range(self.current_epoch):
+                return
+            if self.staircase and batch == 0:
+                # as Horovod, again on each epoch's first batch (another callback may have
+                # moved it); only when it moved, so the momentum correction is not doubled
+                target = self.initial_lr * self.multiplier(self.current_epoch)
+                if abs(_get_lr(self.model.optimizer) - target) > 1e-12 * max(1.0, abs(target)):
+                    self._adjust(self.current_epoch)
+            elif not self.staircase:
                 self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
 
         def on_train_batch_end(self, batch, logs=None):

@@ -61,8 +61,9 @@ def broadcast_optimizer_state(
     """Make every rank's optimizer state (and hyperparameters) equal to ``root_rank``'s.
 
     The root's ``state_dict()`` travels serialized with ``torch.save`` (tensors, scalars
-    and hyperparameters alike); other ranks ``load_state_dict`` it, which casts state to each
-    parameter's device.
+    and hyperparameters alike); other ranks load it with ``weights_only=True`` (no code
+    runs on receipt) and ``load_state_dict`` it, which casts state to each parameter's
+    device.
     """
     check_process_set(process_set)
     eng = _engine.get()
@@ -74,8 +75,25 @@ def broadcast_optimizer_state(
         payload = None
     payload = eng.broadcast_object(payload, root_rank, "shipyard.optimizer_state")
     if eng.rank != root_rank:
-        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
-        optimizer.load_state_dict(state)
+        optimizer.load_state_dict(_load_state(payload, root_rank))
+
+
+def _load_state(payload: bytes, root_rank: int):
+    """Tensors, numbers, strings and containers only (``weights_only=True``): the bytes
+    came over the wire from another process, and a full unpickle would run whatever
+    code the sender put in them."""
+    import pickle
+
+    try:
+        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise TypeError(
+            f"broadcast_optimizer_state: rank {root_rank}'s optimizer state holds an object "
+            "that is not a tensor, number, string or container, and it is not unpickled on "
+            "receipt (it could run code). Keep such objects out of the optimizer's "
+            "param_groups/state, or allow their type with "
+            f"torch.serialization.add_safe_globals([...]) on every rank. Detail: {exc}"
+        ) from None
 
 
 def broadcast_object(obj, root_rank: int = 0, name=None, process_set=global_process_set):

@@ -1,0 +1,197 @@
+"""``shipyard metrics``, ``stacks``, ``tensorboard`` and ``ui``: seeing a job
+(added to the CLI by register). Exit codes as in cli.app: 2 bad input, 3 no such job."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from shipyard.errors import JobNotFoundError
+
+console = Console(stderr=True, highlight=False)
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND = 1, 2, 3
+
+
+def _out() -> Console:
+    from shipyard.cli.app import out_console
+
+    return out_console()
+
+
+def _fail(message: str, code: int) -> None:
+    console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def _control():
+    from shipyard.control.client import ControlPlane
+
+    return ControlPlane()
+
+
+def metrics(
+    job: str,
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep showing until the job ends"),
+    as_json: bool = typer.Option(False, "--json", help="every point as JSON"),
+) -> None:
+    """A job's metric history (every metric_definitions match, with time and host)."""
+    from shipyard.observe.metrics import history
+    from shipyard.observe.metrics_view import history_table, point_line
+
+    control = _control()
+    try:
+        record = control.get(job)
+    except JobNotFoundError as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    if not record.spec.metric_definitions:
+        _fail(
+            f"job {job!r} has no metric_definitions, so no metrics were recorded; pass "
+            "metric_definitions=[{'Name': ..., 'Regex': ...}] (or --metric Name=Regex)",
+            EXIT_BAD_INPUT,
+        )
+    if as_json:
+        typer.echo(json.dumps(history(control.store.metrics(job)), indent=1))
+        return
+    out = _out()
+    if not follow or record.terminal:
+        points = control.store.metrics(job)
+        if not points:
+            out.print(f"{job}: no metric matched yet ({record.status})")
+            return
+        out.print(history_table(points, width=max(10, min(60, out.width - 60))))
+        return
+    if not out.is_terminal:  # plain lines, one per point, as they come
+        seen = 0
+        while True:
+            record = control.get(job)
+            points = control.store.metrics(job)
+            for p in points[seen:]:
+                typer.echo(point_line(p))
+            seen = len(points)
+            if record.terminal:
+                return
+            time.sleep(0.5)
+    from rich.live import Live
+
+    with Live(console=out, auto_refresh=False) as live:
+        while True:
+            record = control.get(job)
+            points = control.store.metrics(job)
+            live.update(history_table(points, width=max(10, min(60, out.width - 60))))
+            live.refresh()
+            if record.terminal:
+                return
+            time.sleep(0.5)
+
+
+def tensorboard(
+    jobs: list[str] = typer.Argument(..., help="one or more training jobs, each a run"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+    port: int = typer.Option(6006, "--port"),
+) -> None:
+    """Start TensorBoard over the jobs' TensorBoard output (Ctrl-C ends it)."""
+    import importlib.util
+
+    from shipyard.observe import tensorboard as tb
+
+    if importlib.util.find_spec("tensorboard") is None:
+        _fail(
+            "TensorBoard is not installed: pip install 'shipyard[tensorflow]' (or tensorboard)",
+            EXIT_BAD_INPUT,
+        )
+    control = _control()
+    found = []
+    for job in dict.fromkeys(jobs):
+        try:
+            record = control.get(job)
+        except JobNotFoundError as exc:
+            _fail(str(exc), EXIT_NOT_FOUND)
+        try:
+            found.append(tb.job_logdir(job, record.job_dir, record.spec))
+        except tb.NoTensorBoardOutputError as exc:
+            _fail(str(exc), EXIT_BAD_INPUT)
+    if not tb.port_free(host, port):
+        _fail(f"port {port} on {host} is in use: pass another --port", EXIT_BAD_INPUT)
+    proc = tb.start(found, host, port)
+    console.print(
+        f"TensorBoard on http://{host}:{port}/ over "
+        + ", ".join(f"{j.job} ({j.logdir})" for j in found)
+        + "; Ctrl-C to stop"
+    )
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        code = 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - it must not outlive us
+                proc.kill()
+                proc.wait()
+    if code not in (0, -2, -15):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def stacks(job: str) -> None:
+    """Print the Python stack of every process of every instance of a running job."""
+    import psutil
+
+    from shipyard.observe.stacks import StacksUnavailableError, collect, format_stacks
+
+    control = _control()
+    try:
+        record = control.get(job)
+    except JobNotFoundError as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    if record.terminal:
+        _fail(
+            f"job {job!r} has ended ({record.status}): stacks exist only while it runs; "
+            f"`shipyard logs {job}` shows what it printed",
+            EXIT_BAD_INPUT,
+        )
+    if record.backend != "local":
+        _fail(
+            f"job {job!r} runs on the {record.backend} backend; `shipyard stacks` reads the "
+            "processes of this machine (local backend) only",
+            EXIT_BAD_INPUT,
+        )
+    agents = {
+        i.host: i.pid
+        for i in control.store.instances(job, record.attempt)
+        if i.pid and i.status == "Running" and psutil.pid_exists(i.pid)
+    }
+    if not agents:
+        _fail(f"job {job!r} has no running instance yet ({record.secondary_status})", 1)
+    try:
+        found = collect(agents)
+    except StacksUnavailableError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    typer.echo("\n".join(format_stacks(found)))
+
+
+def ui(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+    port: int = typer.Option(8765, "--port"),
+) -> None:
+    """The web dashboard: jobs, live logs, metric plots, placement and traffic, endpoints."""
+    from shipyard.observe.tensorboard import port_free
+
+    if not port_free(host, port):
+        _fail(f"port {port} on {host} is in use: pass another --port", EXIT_BAD_INPUT)
+    from shipyard.observe.ui.server import serve
+
+    console.print(f"shipyard ui on http://{host}:{port}/ (Ctrl-C to stop)")
+    serve(host, port)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(ui)
+    app.command()(stacks)
+    app.command()(metrics)
+    app.command()(tensorboard)

@@ -1,0 +1,1 @@
+"""``shipyard ui``: the web dashboard (Starlette app + static assets in this package)."""

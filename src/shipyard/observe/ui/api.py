@@ -1,0 +1,123 @@
+"""The dashboard's JSON API; the pages are built on it and nothing else.
+
+* ``GET /api/jobs``: every job (``TrainingJobName``, ``TrainingJobStatus``, ...);
+* ``GET /api/jobs/{name}``: DescribeTrainingJob's shape (datetimes as ISO strings);
+* ``GET /api/jobs/{name}/logs?after=N&host=algo-k``: log lines after the first N, each
+  ``{"label", "text"}`` (labels as ``shipyard logs`` prints them), and the next N;
+* ``GET /api/jobs/{name}/metrics``: the metric history;
+* ``GET /api/endpoints``: endpoints with their request counts and latency from their
+  own ``/metrics``.
+
+Everything is read from the job store and the job directories on each request: the
+dashboard holds no state and may run beside jobs, the CLI and other dashboards.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import urllib.request
+from typing import Any
+
+from shipyard.control.client import ControlPlane
+from shipyard.observe.logs import LogTailer, is_noise, select
+from shipyard.observe.metrics import history
+
+MAX_LINES = 5000
+HOUSEKEEPING = ("/metrics", "/ping")  # not traffic: health checks and scrapes
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def jobs(control: ControlPlane, limit: int = 200) -> list[dict[str, Any]]:
+    now = time.time()
+    return [
+        {
+            "TrainingJobName": r.name,
+            "TrainingJobStatus": r.status,
+            "SecondaryStatus": r.secondary_status,
+            "InstanceCount": r.spec.instance_count,
+            "Distribution": next(iter(r.spec.distribution or {}), None),
+            "CreationTime": r.created_at,
+            "DurationSeconds": round((r.end_time or now) - r.created_at, 1),
+        }
+        for r in control.list(limit)
+    ]
+
+
+def job(control: ControlPlane, name: str) -> dict[str, Any]:
+    return _plain(control.describe(name))
+
+
+def logs(
+    control: ControlPlane, name: str, after: int = 0, host: str | None = None, noise: bool = False
+) -> dict[str, Any]:
+    record = control.get(name)
+    lines = select(LogTailer(control.log_files(name)).poll(flush=True), host)
+    if not noise:
+        lines = [(lb, ln) for lb, ln in lines if not is_noise(ln)]
+    total = len(lines)
+    start = max(after, total - MAX_LINES)
+    return {
+        "lines": [{"label": lb, "text": ln} for lb, ln in lines[start:]],
+        "next": total,
+        "terminal": record.terminal,
+    }
+
+
+def metrics(control: ControlPlane, name: str) -> list[dict[str, Any]]:
+    control.get(name)
+    return history(control.store.metrics(name))
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """Request count and latency totals from an endpoint's /metrics (predictions and
+    other traffic; health checks and scrapes left out)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url + "/metrics", timeout=2) as resp:
+        text = resp.read().decode()
+    out = {"requests": 0.0, "errors": 0.0, "latency_sum": 0.0, "latency_count": 0.0}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.labels.get("route") in HOUSEKEEPING:
+                continue
+            if s.name == "shipyard_requests_total":
+                out["requests"] += s.value
+                if not s.labels.get("status", "2").startswith("2"):
+                    out["errors"] += s.value
+            elif s.name == "shipyard_request_seconds_sum":
+                out["latency_sum"] += s.value
+            elif s.name == "shipyard_request_seconds_count":
+                out["latency_count"] += s.value
+    return out
+
+
+def endpoints(home: str) -> list[dict[str, Any]]:
+    from shipyard.control.endpoints import Endpoints
+
+    out = []
+    for r in Endpoints(home).list():
+        entry: dict[str, Any] = {
+            "EndpointName": r.name,
+            "EndpointStatus": r.status,
+            "Url": r.url,
+            "ModelData": r.model_data,
+            "FailureReason": r.failure_reason,
+            "At": time.time(),
+        }
+        if r.status == "InService":
+            try:
+                entry.update(_scrape(r.url))
+            except Exception as exc:  # noqa: BLE001 - an endpoint that does not answer is shown so
+                entry["ScrapeError"] = f"{type(exc).__name__}: {exc}"
+        out.append(entry)
+    return out

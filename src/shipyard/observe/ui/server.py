@@ -1,0 +1,115 @@
+"""The dashboard's web app (Starlette, served by uvicorn): the JSON API of ``api.py``
+and three pages (jobs, one job, endpoints) whose scripts draw everything from that API.
+
+Assets live in this package (``static/``): no CDN, nothing downloaded at run time.
+The pages put every string they show into the DOM as text (``textContent``), never as
+HTML, so a job name, log line or metric name holding ``<script>`` is shown as text.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from shipyard.control.client import ControlPlane
+from shipyard.errors import JobNotFoundError
+from shipyard.observe.ui import api
+
+STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return JSONResponse(payload, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _page(name: str) -> Response:
+    return FileResponse(os.path.join(STATIC, name), headers=SECURITY_HEADERS)
+
+
+def create_app(home: str | None = None) -> Starlette:
+    control = ControlPlane(home)
+
+    def not_found(exc: JobNotFoundError) -> Response:
+        return _json({"error": str(exc)}, 404)
+
+    async def list_jobs(request: Request) -> Response:
+        return _json(api.jobs(control))
+
+    async def one_job(request: Request) -> Response:
+        try:
+            return _json(api.job(control, request.path_params["name"]))
+        except JobNotFoundError as exc:
+            return not_found(exc)
+
+    async def job_logs(request: Request) -> Response:
+        q = request.query_params
+        try:
+            after = max(0, int(q.get("after", "0")))
+        except ValueError:
+            return _json({"error": "after must be a number of lines"}, 400)
+        try:
+            return _json(
+                api.logs(
+                    control,
+                    request.path_params["name"],
+                    after,
+                    q.get("host") or None,
+                    q.get("noise") == "1",
+                )
+            )
+        except JobNotFoundError as exc:
+            return not_found(exc)
+
+    async def job_metrics(request: Request) -> Response:
+        try:
+            return _json(api.metrics(control, request.path_params["name"]))
+        except JobNotFoundError as exc:
+            return not_found(exc)
+
+    async def list_endpoints(request: Request) -> Response:
+        return _json(api.endpoints(control.home.root))
+
+    async def index(request: Request) -> Response:
+        return _page("index.html")
+
+    async def job_page(request: Request) -> Response:
+        return _page("job.html")
+
+    async def endpoints_page(request: Request) -> Response:
+        return _page("endpoints.html")
+
+    async def favicon(request: Request) -> Response:
+        return _page("favicon.svg")
+
+    return Starlette(
+        routes=[
+            Route("/", index),
+            Route("/jobs/{name}", job_page),
+            Route("/endpoints", endpoints_page),
+            Route("/favicon.ico", favicon),
+            Route("/api/jobs", list_jobs),
+            Route("/api/jobs/{name}", one_job),
+            Route("/api/jobs/{name}/logs", job_logs),
+            Route("/api/jobs/{name}/metrics", job_metrics),
+            Route("/api/endpoints", list_endpoints),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ]
+    )
+
+
+def serve(host: str, port: int, home: str | None = None) -> None:
+    """Run until Ctrl-C (uvicorn's own signal handling)."""
+    import uvicorn
+
+    uvicorn.run(create_app(home), host=host, port=port, log_level="warning", access_log=False)

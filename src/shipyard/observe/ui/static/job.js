@@ -1,0 +1,121 @@
+"use strict";
+nav();
+const names = decodeURIComponent(location.pathname.split("/").pop()).split(",").filter(Boolean);
+let logAfter = 0, logHost = "", logNoise = false, hostsShown = false;
+
+function summary(d) {
+  const bits = [el("p", {}, statusCell(d.TrainingJobStatus), ` / ${d.SecondaryStatus}`,
+    d.TrainingTimeInSeconds !== undefined ? ` · ${d.TrainingTimeInSeconds} s` : "",
+    ` · ${d.ResourceConfig.InstanceCount} instance(s)`)];
+  if (d.FailureReason) bits.push(el("div", { class: "failure" }, d.FailureReason));
+  if (d.ModelArtifacts) bits.push(el("p", { class: "muted" }, "model: ", d.ModelArtifacts.S3ModelArtifacts));
+  return bits;
+}
+
+function timeline(d) {
+  const steps = d.SecondaryStatusTransitions || [];
+  if (!steps.length) return el("p", { class: "muted" }, "no transitions yet");
+  const t0 = Date.parse(steps[0].StartTime);
+  const end = Math.max(...steps.map((s) => Date.parse(s.EndTime || s.StartTime)), t0 + 1, Date.now() * (d.TrainingJobStatus === "InProgress" ? 1 : 0));
+  const W = 700, R = 22;
+  const root = svg("svg", { viewBox: `0 0 ${W} ${R * steps.length + 10}`, width: "100%", class: "timeline" });
+  steps.forEach((s, i) => {
+    const a = Date.parse(s.StartTime), b = Date.parse(s.EndTime || new Date().toISOString());
+    const x = 160 + (W - 170) * (a - t0) / (end - t0), w = Math.max(2, (W - 170) * (b - a) / (end - t0));
+    root.appendChild(svg("text", { x: 2, y: i * R + 15 }, s.Status));
+    const bar = svg("rect", { x, y: i * R + 4, width: w, height: R - 8, fill: COLORS[i % COLORS.length] });
+    bar.appendChild(svg("title", {}, `${s.Status}: ${s.StatusMessage} (${((b - a) / 1000).toFixed(2)} s)`));
+    root.appendChild(bar);
+  });
+  return root;
+}
+
+function metricPlots(points, start) {
+  const byName = new Map();
+  for (const p of points) {
+    if (!byName.has(p.MetricName)) byName.set(p.MetricName, new Map());
+    const hosts = byName.get(p.MetricName);
+    if (!hosts.has(p.Host)) hosts.set(p.Host, []);
+    const at = typeof p.Timestamp === "number" ? p.Timestamp : Date.parse(p.Timestamp) / 1000;
+    hosts.get(p.Host).push([at - start, p.Value]);
+  }
+  if (!byName.size) return [el("p", { class: "muted" }, "no metric matched (metric_definitions) yet")];
+  return [...byName.entries()].map(([name, hosts]) => {
+    const xs = [...hosts.values()].flat().map((p) => p[0]);
+    // values printed faster than the log is read share a time: plot them by their order
+    const byOrder = Math.max(...xs) - Math.min(...xs) < 0.5;
+    const series = [...hosts.entries()].map(([h, pts]) => ({
+      name: h, points: byOrder ? pts.map((p, i) => [i, p[1]]) : pts }));
+    return el("div", { class: "card metric", "data-metric": name },
+      el("strong", {}, name), linePlot(series, { unit: byOrder ? "#" : "s" }), legend([...hosts.keys()]));
+  });
+}
+
+async function pollLogs() {
+  const q = new URLSearchParams({ after: String(logAfter) });
+  if (logHost) q.set("host", logHost);
+  if (logNoise) q.set("noise", "1");
+  const data = await getJSON(`/api/jobs/${encodeURIComponent(names[0])}/logs?${q}`);
+  const box = document.getElementById("log");
+  const stick = box.scrollTop + box.clientHeight >= box.scrollHeight - 20;
+  for (const line of data.lines) {
+    box.appendChild(el("div", { class: "line" }, el("span", { class: "label" }, `[${line.label}]`), line.text));
+  }
+  logAfter = data.next;
+  if (stick) box.scrollTop = box.scrollHeight;
+}
+
+function resetLogs() {
+  logAfter = 0;
+  setChildren(document.getElementById("log"));
+  pollLogs().catch((e) => console.warn(e.message));
+}
+
+async function refreshSingle() {
+  const name = names[0];
+  const d = await getJSON(`/api/jobs/${encodeURIComponent(name)}`);
+  document.title = `shipyard: ${name}`;
+  document.getElementById("title").textContent = name;
+  setChildren(document.getElementById("summary"), ...summary(d));
+  if (!hostsShown) {
+    hostsShown = true;
+    const select = document.getElementById("host");
+    for (let i = 1; i <= d.ResourceConfig.InstanceCount; i++) select.appendChild(el("option", { value: `algo-${i}` }, `algo-${i}`));
+  }
+  const start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
+  setChildren(document.getElementById("metrics"), ...metricPlots(d.Shipyard.MetricHistory || [], start));
+  setChildren(document.getElementById("report"), drawReport(d.Shipyard.DistributionReport));
+  setChildren(document.getElementById("timeline"), timeline(d));
+  return d.TrainingJobStatus === "InProgress";
+}
+
+async function refreshCompare() {
+  document.getElementById("single").remove();
+  document.getElementById("title").textContent = `Compare: ${names.join(" vs ")}`;
+  const cols = [];
+  for (const name of names) {
+    const d = await getJSON(`/api/jobs/${encodeURIComponent(name)}`);
+    const start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
+    cols.push(el("div", { class: "card job-column", "data-job": name },
+      el("h2", {}, el("a", { href: "/jobs/" + encodeURIComponent(name) }, name)),
+      ...summary(d), drawReport(d.Shipyard.DistributionReport),
+      ...metricPlots(d.Shipyard.MetricHistory || [], start)));
+  }
+  setChildren(document.getElementById("compare"), ...cols);
+}
+
+if (names.length > 1) {
+  refreshCompare().catch((e) => console.warn(e.message));
+} else {
+  document.getElementById("host").addEventListener("change", (ev) => { logHost = ev.target.value; resetLogs(); });
+  document.getElementById("noise").addEventListener("change", (ev) => { logNoise = ev.target.checked; resetLogs(); });
+  const tick = async () => {
+    let running = true;
+    try {
+      running = await refreshSingle();
+      await pollLogs();
+    } catch (e) { console.warn(e.message); }
+    setTimeout(tick, running ? 1000 : 5000);
+  };
+  tick();
+}

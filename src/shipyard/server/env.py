@@ -1,0 +1,116 @@
+"""What a notebook's environment needs to reach the server: ``shipyard server env``.
+
+- ``AWS_ENDPOINT_URL`` points every boto3 client (sagemaker, sagemaker-runtime, logs, s3,
+  iam) here; dummy keys and a region complete a botocore session.
+- STS: ``get_execution_role()`` and ``default_bucket()`` create their STS client with an
+  explicit ``endpoint_url=https://sts.<region>.amazonaws.com``
+  (``sagemaker.utils.sts_regional_endpoint``), which beats ``AWS_ENDPOINT_URL``. botocore
+  resolves every endpoint through the service's endpoint rule set, which it loads from
+  ``AWS_DATA_PATH`` before its own data; ``aws_data`` writes an STS rule set there
+  that resolves to this server whatever URL was given. Data, not code: no import hook,
+  no patched SDK, and every other service keeps botocore's own rules.
+- Telemetry: the SDK's config file (``SAGEMAKER_USER_CONFIG_OVERRIDE``) with
+  ``TelemetryOptOut: true``, so nothing is sent to a public URL after ``fit()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+DEFAULT_PORT = 8765
+DEFAULT_REGION = "us-east-1"
+STS_VERSION = "2011-06-15"
+SAGEMAKER_CONFIG = """\
+SchemaVersion: '1.0'
+SageMaker:
+  PythonSDK:
+    Modules:
+      TelemetryOptOut: true
+"""
+
+
+def client_dir(home: str) -> str:
+    return os.path.join(home, "server", "client")
+
+
+def sts_rule_set(url: str) -> dict:
+    """An STS endpoint rule set whose one rule answers ``url``."""
+    params = {
+        "Region": {"builtIn": "AWS::Region", "required": False, "type": "String"},
+        "UseDualStack": {
+            "builtIn": "AWS::UseDualStack",
+            "required": True,
+            "default": False,
+            "type": "Boolean",
+        },
+        "UseFIPS": {
+            "builtIn": "AWS::UseFIPS",
+            "required": True,
+            "default": False,
+            "type": "Boolean",
+        },
+        "Endpoint": {"builtIn": "SDK::Endpoint", "required": False, "type": "String"},
+        "UseGlobalEndpoint": {
+            "builtIn": "AWS::STS::UseGlobalEndpoint",
+            "required": True,
+            "default": False,
+            "type": "Boolean",
+        },
+    }
+    return {
+        "version": "1.0",
+        "parameters": params,
+        "rules": [
+            {
+                "conditions": [],
+                "endpoint": {"url": url, "properties": {}, "headers": {}},
+                "type": "endpoint",
+            }
+        ],
+    }
+
+
+def write_client_files(home: str, url: str) -> dict[str, str]:
+    """The STS rule set and the SDK config, under ``$SHIPYARD_HOME/server/client``."""
+    root = client_dir(home)
+    data = os.path.join(root, "aws-data")
+    sts_dir = os.path.join(data, "sts", STS_VERSION)
+    os.makedirs(sts_dir, exist_ok=True)
+    _atomic(os.path.join(sts_dir, "endpoint-rule-set-1.json"), json.dumps(sts_rule_set(url)))
+    config = os.path.join(root, "sagemaker-config.yaml")
+    _atomic(config, SAGEMAKER_CONFIG)
+    return {"AWS_DATA_PATH": data, "SAGEMAKER_USER_CONFIG_OVERRIDE": config}
+
+
+def _atomic(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def variables(home: str, host: str, port: int, region: str | None = None) -> dict[str, str]:
+    """Every variable a client needs, in the order ``server env`` prints them."""
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    access = os.environ.get("SHIPYARD_SERVER_ACCESS_KEY") or "shipyard"
+    secret = os.environ.get("SHIPYARD_SERVER_SECRET_KEY") or "shipyard-local-secret"
+    region = region or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+    out = {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": access,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_DEFAULT_REGION": region,
+        "AWS_REGION": region,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "SHIPYARD_HOME": home,
+    }
+    out.update(write_client_files(home, url))
+    return out
+
+
+def render(values: dict[str, str]) -> str:
+    lines = ["unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_STS AWS_ENDPOINT_URL_S3"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"

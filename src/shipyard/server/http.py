@@ -1,0 +1,103 @@
+"""Request and Response as the service modules see them (no HTTP framework below them).
+
+A request's body is read lazily: the S3 module streams large uploads from ``stream``
+straight to disk, every other service reads a bounded ``body``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+from xml.sax.saxutils import escape
+
+from shipyard.server.errors import ApiError
+
+MAX_API_BODY = 8 << 20  # SageMaker's largest request (an invocation) is 6 MB
+
+
+@dataclass
+class Request:
+    method: str
+    raw_path: str
+    raw_query: str
+    headers: dict[str, str]  # lower-case names
+    stream: BinaryIO
+    length: int
+    service: str = ""
+    region: str = "us-east-1"
+    _body: bytes | None = None
+
+    @property
+    def path(self) -> str:
+        return urllib.parse.unquote(self.raw_path)
+
+    @property
+    def query(self) -> dict[str, list[str]]:
+        return urllib.parse.parse_qs(self.raw_query, keep_blank_values=True)
+
+    def arg(self, name: str, default: str | None = None) -> str | None:
+        values = self.query.get(name)
+        return values[0] if values else default
+
+    @property
+    def body(self) -> bytes:
+        if self._body is None:
+            if self.length > MAX_API_BODY:
+                raise ApiError(
+                    "ValidationException",
+                    f"the request body is {self.length} bytes; at most {MAX_API_BODY} are accepted",
+                    413,
+                )
+            self._body = self.stream.read(self.length) if self.length else b""
+        return self._body
+
+    def json(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.body or b"{}")
+        except ValueError as exc:
+            raise ApiError("SerializationException", f"the body is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ApiError("SerializationException", "the body must be a JSON object")
+        return data
+
+    def form(self) -> dict[str, str]:
+        """A query-protocol request's parameters (STS, IAM): form body and query string."""
+        pairs = urllib.parse.parse_qsl(self.raw_query, keep_blank_values=True)
+        pairs += urllib.parse.parse_qsl(self.body.decode("utf-8", "replace"))
+        return dict(pairs)
+
+
+@dataclass
+class Response:
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    file: str | None = None  # stream this file's [offset, offset+length) instead of body
+    offset: int = 0
+    length: int = 0
+
+
+def json_response(data: Any, status: int = 200, content_type: str = "application/x-amz-json-1.1"):
+    return Response(
+        status, json.dumps(data, default=_default).encode(), {"Content-Type": content_type}
+    )
+
+
+def _default(value: Any) -> Any:
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def xml_response(root: str, inner: str, status: int = 200, ns: str | None = None) -> Response:
+    attr = f' xmlns="{ns}"' if ns else ""
+    body = f'<?xml version="1.0" encoding="UTF-8"?>\n<{root}{attr}>{inner}</{root}>'
+    return Response(status, body.encode(), {"Content-Type": "application/xml"})
+
+
+def tag(name: str, value: Any) -> str:
+    return f"<{name}>{escape(str(value))}</{name}>"

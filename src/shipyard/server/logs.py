@@ -1,0 +1,144 @@
+"""CloudWatch Logs, read-only: each host's log file as a log stream.
+
+Groups as SageMaker names them: ``/aws/sagemaker/TrainingJobs`` (stream
+``<job>/algo-<k>-<created>``), ``/aws/sagemaker/Endpoints/<endpoint>`` and
+``/aws/sagemaker/TransformJobs`` (stream ``<name>/<name>``). The SDK's ``logs_for_job``
+resumes a stream by (timestamp, events to skip), so every line keeps the timestamp it
+was first read at: ``_Stream`` indexes each file's lines (offset, time) as it grows.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from shipyard.server.errors import ApiError
+from shipyard.server.http import Request, Response, json_response
+
+TRAINING = "/aws/sagemaker/TrainingJobs"
+TRANSFORM = "/aws/sagemaker/TransformJobs"
+ENDPOINTS = "/aws/sagemaker/Endpoints/"
+MAX_EVENTS = 10000
+
+
+class _Stream:
+    """One log file's lines, each with the time it was first seen (ms)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lines: list[tuple[int, int, int]] = []  # (timestamp ms, offset, length)
+        self.read_to = 0
+        self.lock = threading.Lock()
+
+    def refresh(self) -> None:
+        with self.lock:
+            try:
+                size = os.path.getsize(self.path)
+            except OSError:
+                return
+            if size <= self.read_to:
+                return
+            now = int(time.time() * 1000)
+            with open(self.path, "rb") as fh:
+                fh.seek(self.read_to)
+                data = fh.read(size - self.read_to)
+            offset = self.read_to
+            while True:
+                cut = data.find(b"\n")
+                if cut < 0:
+                    break  # a partial last line waits for its newline
+                self.lines.append((now, offset, cut))
+                offset += cut + 1
+                data = data[cut + 1 :]
+            self.read_to = offset
+
+    def events(self, start_time: int, first: int) -> tuple[list[dict[str, Any]], int]:
+        self.refresh()
+        out: list[dict[str, Any]] = []
+        index = first
+        with open(self.path, "rb") as fh:
+            while index < len(self.lines) and len(out) < MAX_EVENTS:
+                ts, offset, length = self.lines[index]
+                index += 1
+                if ts < start_time:
+                    continue
+                fh.seek(offset)
+                message = fh.read(length).decode("utf-8", "replace")
+                out.append({"timestamp": ts, "message": message, "ingestionTime": ts})
+        return out, index
+
+
+class LogsApi:
+    """``streams(group, prefix)`` gives {stream name: log file path} for a group."""
+
+    def __init__(self, streams: Callable[[str, str], dict[str, str]]) -> None:
+        self._streams = streams
+        self._open: dict[str, _Stream] = {}
+        self._lock = threading.Lock()
+
+    def _stream(self, path: str) -> _Stream:
+        with self._lock:
+            if path not in self._open:
+                self._open[path] = _Stream(path)
+            return self._open[path]
+
+    def handle(self, req: Request) -> Response:
+        action = req.headers.get("x-amz-target", "").partition(".")[2]
+        body = req.json()
+        if action == "DescribeLogStreams":
+            return json_response(self.describe_log_streams(body))
+        if action == "GetLogEvents":
+            return json_response(self.get_log_events(body))
+        raise ApiError(
+            "InvalidOperationException",
+            f"CloudWatch Logs action {action!r} is not served (DescribeLogStreams, GetLogEvents are)",
+        )
+
+    def describe_log_streams(self, body: dict[str, Any]) -> dict[str, Any]:
+        group = body.get("logGroupName", "")
+        prefix = body.get("logStreamNamePrefix", "")
+        found = self._streams(group, prefix)
+        streams = []
+        for name in sorted(found, reverse=bool(body.get("descending"))):
+            path = found[name]
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            stream = self._stream(path)
+            stream.refresh()
+            first = stream.lines[0][0] if stream.lines else int(stat.st_mtime * 1000)
+            last = stream.lines[-1][0] if stream.lines else first
+            streams.append(
+                {
+                    "logStreamName": name,
+                    "creationTime": int(stat.st_ctime * 1000),
+                    "firstEventTimestamp": first,
+                    "lastEventTimestamp": last,
+                    "lastIngestionTime": last,
+                    "storedBytes": stat.st_size,
+                }
+            )
+        return {"logStreams": streams[: int(body.get("limit") or 50)]}
+
+    def get_log_events(self, body: dict[str, Any]) -> dict[str, Any]:
+        group = body.get("logGroupName", "")
+        name = body.get("logStreamName", "")
+        path = self._streams(group, name).get(name)
+        if path is None or not os.path.exists(path):
+            raise ApiError(
+                "ResourceNotFoundException",
+                f"The specified log stream does not exist: {group} {name}",
+            )
+        token = body.get("nextToken") or "f/0"
+        try:
+            first = int(token.split("/", 1)[1])
+        except (IndexError, ValueError):
+            raise ApiError(
+                "InvalidParameterException", f"nextToken {token!r} is not valid"
+            ) from None
+        events, index = self._stream(path).events(int(body.get("startTime") or 0), first)
+        return {"events": events, "nextForwardToken": f"f/{index}", "nextBackwardToken": "b/0"}

@@ -1,0 +1,308 @@
+"""The server's object store: S3 buckets and objects on disk under ``$SHIPYARD_HOME/s3``.
+
+Objects' bytes are plain files (``data/<2 hex>/<uuid>``), written to a temporary file
+and renamed into place, so a reader never sees half an object and a crash leaves no
+torn one; an SQLite index (``s3/index.db``, WAL) maps (bucket, key) to file, size, ETag
+and metadata. Keys are arbitrary (``a`` and ``a/b`` can both exist, as in S3), which a
+key-as-path layout could not hold; listing is a range scan on the index, in S3's
+UTF-8 byte order. Multipart uploads keep their parts under ``uploads/<id>/`` until
+completed (concatenated into one object) or aborted. Everything survives a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from shipyard.server.errors import ApiError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS buckets (name TEXT PRIMARY KEY, region TEXT, created REAL);
+CREATE TABLE IF NOT EXISTS objects (
+    bucket TEXT NOT NULL, key BLOB NOT NULL, file TEXT NOT NULL, size INTEGER NOT NULL,
+    etag TEXT NOT NULL, modified REAL NOT NULL, content_type TEXT, meta TEXT,
+    PRIMARY KEY (bucket, key)
+);
+CREATE TABLE IF NOT EXISTS uploads (
+    id TEXT PRIMARY KEY, bucket TEXT NOT NULL, key BLOB NOT NULL, content_type TEXT,
+    meta TEXT, created REAL
+);
+"""
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+CHUNK = 1 << 20
+
+
+@dataclass
+class Obj:
+    bucket: str
+    key: str
+    file: str
+    size: int
+    etag: str
+    modified: float
+    content_type: str | None
+    meta: dict[str, str]
+
+
+def no_bucket(bucket: str) -> ApiError:
+    return ApiError("NoSuchBucket", f"the bucket {bucket!r} does not exist", 404)
+
+
+class ObjectStore:
+    def __init__(self, root: str) -> None:
+        self.root = root
+        for sub in ("data", "uploads", "tmp"):
+            os.makedirs(os.path.join(root, sub), exist_ok=True)
+        self.db_path = os.path.join(root, "index.db")
+        self._local = threading.local()
+        with self._db() as db:
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA busy_timeout=30000")
+            self._local.db = db
+        yield db
+
+    # -- buckets --------------------------------------------------------------------------
+    def create_bucket(self, name: str, region: str) -> None:
+        if not BUCKET_NAME.match(name) or ".." in name:
+            raise ApiError(
+                "InvalidBucketName",
+                f"bucket name {name!r}: use 3-63 lowercase letters, digits, '.' and '-'",
+            )
+        with self._db() as db:
+            row = db.execute("SELECT 1 FROM buckets WHERE name=?", (name,)).fetchone()
+            if row:
+                raise ApiError(
+                    "BucketAlreadyOwnedByYou", f"the bucket {name!r} already exists", 409
+                )
+            db.execute("INSERT INTO buckets VALUES (?,?,?)", (name, region, time.time()))
+
+    def bucket_region(self, name: str) -> str:
+        with self._db() as db:
+            row = db.execute("SELECT region FROM buckets WHERE name=?", (name,)).fetchone()
+        if row is None:
+            raise no_bucket(name)
+        return row[0]
+
+    def buckets(self) -> list[tuple[str, float]]:
+        with self._db() as db:
+            return list(db.execute("SELECT name, created FROM buckets ORDER BY name"))
+
+    def delete_bucket(self, name: str) -> None:
+        self.bucket_region(name)
+        with self._db() as db:
+            if db.execute("SELECT 1 FROM objects WHERE bucket=? LIMIT 1", (name,)).fetchone():
+                raise ApiError(
+                    "BucketNotEmpty", f"the bucket {name!r} is not empty; delete its objects", 409
+                )
+            db.execute("DELETE FROM buckets WHERE name=?", (name,))
+
+    # -- objects --------------------------------------------------------------------------
+    def _new_file(self) -> str:
+        name = uuid.uuid4().hex
+        return os.path.join(self.root, "data", name[:2], name)
+
+    def write_temp(self, body: BinaryIO, length: int) -> tuple[str, str, str]:
+        """Stream ``length`` bytes into a temporary file: (path, md5 hex, sha256 hex)."""
+        tmp = os.path.join(self.root, "tmp", uuid.uuid4().hex)
+        md5, size = hashlib.md5(), 0
+        sha = hashlib.sha256()
+        with open(tmp, "wb") as fh:
+            remaining = length
+            while remaining > 0:
+                chunk = body.read(min(CHUNK, remaining))
+                if not chunk:
+                    break
+                fh.write(chunk)
+                md5.update(chunk)
+                sha.update(chunk)
+                remaining -= len(chunk)
+                size += len(chunk)
+        if size != length:
+            os.unlink(tmp)
+            raise ApiError("IncompleteBody", f"the body ended after {size} of {length} bytes", 400)
+        return tmp, md5.hexdigest(), sha.hexdigest()
+
+    def commit(
+        self,
+        bucket: str,
+        key: str,
+        tmp: str,
+        etag: str,
+        content_type: str | None,
+        meta: dict[str, str],
+    ) -> Obj:
+        """Move a finished temporary file into place as (bucket, key)."""
+        try:
+            self.bucket_region(bucket)
+        except ApiError:
+            os.unlink(tmp)
+            raise
+        final = self._new_file()
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        size = os.path.getsize(tmp)
+        os.replace(tmp, final)
+        now = time.time()
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                old = db.execute(
+                    "SELECT file FROM objects WHERE bucket=? AND key=?", (bucket, key.encode())
+                ).fetchone()
+                db.execute(
+                    "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?)",
+                    (bucket, key.encode(), final, size, etag, now, content_type, json.dumps(meta)),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                os.unlink(final)
+                raise
+        if old and old[0] != final:
+            _unlink(old[0])
+        return Obj(bucket, key, final, size, etag, now, content_type, meta)
+
+    def get(self, bucket: str, key: str) -> Obj:
+        with self._db() as db:
+            row = db.execute(
+                "SELECT file, size, etag, modified, content_type, meta FROM objects "
+                "WHERE bucket=? AND key=?",
+                (bucket, key.encode()),
+            ).fetchone()
+        if row is None:
+            self.bucket_region(bucket)
+            raise ApiError("NoSuchKey", f"no object s3://{bucket}/{key}", 404)
+        return Obj(bucket, key, row[0], row[1], row[2], row[3], row[4], json.loads(row[5] or "{}"))
+
+    def delete(self, bucket: str, key: str) -> None:
+        self.bucket_region(bucket)
+        with self._db() as db:
+            row = db.execute(
+                "SELECT file FROM objects WHERE bucket=? AND key=?", (bucket, key.encode())
+            ).fetchone()
+            db.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, key.encode()))
+        if row:
+            _unlink(row[0])
+
+    def scan(
+        self, bucket: str, prefix: str, start_after: str, limit: int
+    ) -> Iterator[tuple[str, int, str, float]]:
+        """(key, size, etag, modified) with ``prefix``, after ``start_after``, key order."""
+        self.bucket_region(bucket)
+        low = max(prefix.encode(), start_after.encode())
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT key, size, etag, modified FROM objects WHERE bucket=? AND key>=? "
+                "ORDER BY key LIMIT ?",
+                (bucket, low, limit + 1),
+            ).fetchall()
+        for key_b, size, etag, modified in rows:
+            key = bytes(key_b).decode()
+            if key == start_after:
+                continue
+            if not key.startswith(prefix):
+                return
+            yield key, size, etag, modified
+
+    # -- multipart ------------------------------------------------------------------------
+    def start_upload(self, bucket: str, key: str, content_type: str | None, meta: dict) -> str:
+        self.bucket_region(bucket)
+        upload_id = uuid.uuid4().hex
+        os.makedirs(os.path.join(self.root, "uploads", upload_id))
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO uploads VALUES (?,?,?,?,?,?)",
+                (upload_id, bucket, key.encode(), content_type, json.dumps(meta), time.time()),
+            )
+        return upload_id
+
+    def _upload(self, upload_id: str, bucket: str, key: str) -> tuple[str | None, dict]:
+        with self._db() as db:
+            row = db.execute(
+                "SELECT bucket, key, content_type, meta FROM uploads WHERE id=?", (upload_id,)
+            ).fetchone()
+        if row is None or row[0] != bucket or bytes(row[1]).decode() != key:
+            raise ApiError(
+                "NoSuchUpload", f"no multipart upload {upload_id!r} for s3://{bucket}/{key}", 404
+            )
+        return row[2], json.loads(row[3] or "{}")
+
+    def put_part(self, upload_id: str, bucket: str, key: str, number: int, tmp: str, md5: str):
+        try:
+            self._upload(upload_id, bucket, key)
+            if not 1 <= number <= 10000:
+                raise ApiError("InvalidArgument", "part numbers go from 1 to 10000")
+        except ApiError:
+            os.unlink(tmp)
+            raise
+        part_dir = os.path.join(self.root, "uploads", upload_id)
+        os.replace(tmp, os.path.join(part_dir, f"{number:05d}"))
+        with open(os.path.join(part_dir, f"{number:05d}.md5"), "w") as fh:
+            fh.write(md5)
+
+    def complete_upload(
+        self, upload_id: str, bucket: str, key: str, parts: list[tuple[int, str]]
+    ) -> Obj:
+        content_type, meta = self._upload(upload_id, bucket, key)
+        part_dir = os.path.join(self.root, "uploads", upload_id)
+        if not parts or [n for n, _ in parts] != sorted({n for n, _ in parts}):
+            raise ApiError("InvalidPartOrder", "list the parts once each, in ascending order")
+        digests = b""
+        tmp = os.path.join(self.root, "tmp", uuid.uuid4().hex)
+        with open(tmp, "wb") as out:
+            for number, etag in parts:
+                path = os.path.join(part_dir, f"{number:05d}")
+                try:
+                    with open(path + ".md5") as fh:
+                        md5 = fh.read()
+                except OSError:
+                    out.close()
+                    os.unlink(tmp)
+                    raise ApiError("InvalidPart", f"part {number} was not uploaded") from None
+                if etag.strip('"') != md5:
+                    out.close()
+                    os.unlink(tmp)
+                    raise ApiError("InvalidPart", f"part {number}'s ETag does not match")
+                digests += bytes.fromhex(md5)
+                with open(path, "rb") as fh:
+                    shutil.copyfileobj(fh, out, CHUNK)
+        etag = f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"
+        obj = self.commit(bucket, key, tmp, etag, content_type, meta)
+        self.abort_upload(upload_id, bucket, key)
+        return obj
+
+    def abort_upload(self, upload_id: str, bucket: str, key: str) -> None:
+        self._upload(upload_id, bucket, key)
+        with self._db() as db:
+            db.execute("DELETE FROM uploads WHERE id=?", (upload_id,))
+        shutil.rmtree(os.path.join(self.root, "uploads", upload_id), ignore_errors=True)
+
+    def sweep_temp(self) -> None:
+        """At start: temporary files of requests a previous run did not finish."""
+        tmp = os.path.join(self.root, "tmp")
+        for name in os.listdir(tmp):
+            _unlink(os.path.join(tmp, name))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,355 @@
+"""S3's REST API (the subset the SageMaker SDK, boto3's transfer manager and shipyard's
+agents use) over ``objects.ObjectStore``.
+
+Path-style addressing (``/bucket/key``) and virtual-hosted style (``bucket.<host>``)
+both work. Bodies stream to disk; ``aws-chunked`` bodies (what newer botocore sends with
+flexible checksums) are decoded on the way; a signed payload hash is checked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import hashlib
+import io
+import re
+import urllib.parse
+import xml.etree.ElementTree as ET
+from typing import BinaryIO
+
+from shipyard.server.errors import ApiError
+from shipyard.server.http import Request, Response, tag, xml_response
+from shipyard.server.objects import Obj, ObjectStore
+
+NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+MAX_OBJECT = 5 << 30
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _http_date(ts: float) -> str:
+    return email.utils.formatdate(ts, usegmt=True)
+
+
+def error_response(err: ApiError, head: bool) -> Response:
+    if head:
+        return Response(err.status, b"", {"x-amz-error-code": err.code})
+    return xml_response("Error", tag("Code", err.code) + tag("Message", err.message), err.status)
+
+
+class _Chunked:
+    """Reads an ``aws-chunked`` body as its payload (chunk headers and trailers dropped)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw, self.left, self.done = raw, 0, False
+
+    def read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n and not self.done:
+            if self.left == 0:
+                line = self.raw.readline(4096).strip()
+                if not line:
+                    continue
+                size = int(line.split(b";")[0], 16)
+                if size == 0:
+                    self.done = True
+                    break
+                self.left = size
+            chunk = self.raw.read(min(self.left, n - len(out)))
+            if not chunk:
+                raise ApiError("IncompleteBody", "the aws-chunked body ended early")
+            out += chunk
+            self.left -= len(chunk)
+            if self.left == 0:
+                self.raw.readline(16)  # the CRLF after each chunk
+        return out
+
+
+class S3Api:
+    def __init__(self, store: ObjectStore, hosts: tuple[str, ...] = ()) -> None:
+        self.store = store
+        self.hosts = hosts  # names the server answers to (virtual-hosted style)
+
+    def _split(self, req: Request) -> tuple[str, str]:
+        host = req.headers.get("host", "").rsplit(":", 1)[0]
+        for base in self.hosts:
+            if host.endswith("." + base):
+                return host[: -len(base) - 1], req.path.lstrip("/")
+        bucket, _, key = req.path.lstrip("/").partition("/")
+        return bucket, key
+
+    def handle(self, req: Request) -> Response:
+        try:
+            return self._handle(req)
+        except ApiError as err:
+            return error_response(err, req.method == "HEAD")
+
+    def _handle(self, req: Request) -> Response:
+        bucket, key = self._split(req)
+        q = req.query
+        m = req.method
+        if not bucket:
+            if m == "GET":
+                return self.list_buckets()
+            raise ApiError("MethodNotAllowed", f"{m} / is not supported", 405)
+        if not key:
+            if m == "PUT":
+                return self.create_bucket(req, bucket)
+            if m == "HEAD":
+                self.store.bucket_region(bucket)
+                return Response(200, b"", {"x-amz-bucket-region": req.region})
+            if m == "DELETE":
+                self.store.delete_bucket(bucket)
+                return Response(204)
+            if m == "POST" and "delete" in q:
+                return self.delete_objects(req, bucket)
+            if m == "GET" and "location" in q:
+                region = self.store.bucket_region(bucket)
+                inner = "" if region == "us-east-1" else region
+                return xml_response("LocationConstraint", inner, ns=NS)
+            if m == "GET" and "uploads" in q:
+                self.store.bucket_region(bucket)
+                return xml_response("ListMultipartUploadsResult", tag("Bucket", bucket), ns=NS)
+            if m == "GET":
+                return self.list_objects(req, bucket)
+        else:
+            if m == "PUT" and "uploadId" in q:
+                return self.upload_part(req, bucket, key)
+            if m == "PUT" and "x-amz-copy-source" in req.headers:
+                return self.copy_object(req, bucket, key)
+            if m == "PUT":
+                return self.put_object(req, bucket, key)
+            if m in ("GET", "HEAD"):
+                return self.get_object(req, bucket, key)
+            if m == "POST" and "uploads" in q:
+                upload = self.store.start_upload(
+                    bucket, key, req.headers.get("content-type"), _meta(req)
+                )
+                inner = tag("Bucket", bucket) + tag("Key", key) + tag("UploadId", upload)
+                return xml_response("InitiateMultipartUploadResult", inner, ns=NS)
+            if m == "POST" and "uploadId" in q:
+                return self.complete_upload(req, bucket, key)
+            if m == "DELETE" and "uploadId" in q:
+                self.store.abort_upload(req.arg("uploadId") or "", bucket, key)
+                return Response(204)
+            if m == "DELETE":
+                self.store.delete(bucket, key)
+                return Response(204)
+        raise ApiError(
+            "NotImplemented", f"{m} {req.raw_path}?{req.raw_query} is not supported", 501
+        )
+
+    # -- buckets --------------------------------------------------------------------------
+    def list_buckets(self) -> Response:
+        items = "".join(
+            f"<Bucket>{tag('Name', n)}{tag('CreationDate', _iso(c))}</Bucket>"
+            for n, c in self.store.buckets()
+        )
+        owner = "<Owner><ID>shipyard</ID><DisplayName>shipyard</DisplayName></Owner>"
+        return xml_response("ListAllMyBucketsResult", f"{owner}<Buckets>{items}</Buckets>", ns=NS)
+
+    def create_bucket(self, req: Request, bucket: str) -> Response:
+        region = req.region
+        body = req.body
+        if body.strip():
+            try:
+                node = ET.fromstring(body).find(f"{{{NS}}}LocationConstraint")
+            except ET.ParseError:
+                raise ApiError("MalformedXML", "CreateBucketConfiguration is not XML") from None
+            if node is not None and node.text:
+                region = node.text
+        self.store.create_bucket(bucket, region)
+        return Response(200, b"", {"Location": f"/{bucket}"})
+
+    def list_objects(self, req: Request, bucket: str) -> Response:
+        v2 = req.arg("list-type") == "2"
+        prefix = req.arg("prefix", "") or ""
+        delimiter = req.arg("delimiter", "") or ""
+        try:
+            max_keys = max(0, min(1000, int(req.arg("max-keys", "1000") or 1000)))
+        except ValueError:
+            raise ApiError("InvalidArgument", "max-keys must be an integer") from None
+        if v2:
+            token = req.arg("continuation-token")
+            start = urllib.parse.unquote(token) if token else (req.arg("start-after", "") or "")
+        else:
+            start = req.arg("marker", "") or ""
+        contents: list[tuple[str, int, str, float]] = []
+        prefixes: list[str] = []
+        truncated, last = False, start
+        scan_from = start
+        while True:
+            batch = list(self.store.scan(bucket, prefix, scan_from, 1000))
+            if not batch:
+                break
+            for key, size, etag, modified in batch:
+                if len(contents) + len(prefixes) >= max_keys:
+                    truncated = True
+                    break
+                if delimiter:
+                    rest = key[len(prefix) :]
+                    cut = rest.find(delimiter)
+                    if cut >= 0:
+                        common = prefix + rest[: cut + len(delimiter)]
+                        if not prefixes or prefixes[-1] != common:
+                            prefixes.append(common)
+                        last = common
+                        # skip everything under this common prefix
+                        scan_from = common + "\U0010ffff"
+                        break
+                contents.append((key, size, etag, modified))
+                last = key
+                scan_from = key
+            else:
+                continue
+            if truncated:
+                break
+        parts = [tag("Name", bucket), tag("Prefix", prefix), tag("MaxKeys", max_keys)]
+        if delimiter:
+            parts.append(tag("Delimiter", delimiter))
+        parts.append(tag("IsTruncated", "true" if truncated else "false"))
+        if v2:
+            parts.append(tag("KeyCount", len(contents) + len(prefixes)))
+            if truncated:
+                parts.append(tag("NextContinuationToken", urllib.parse.quote(last)))
+        else:
+            parts.append(tag("Marker", start))
+            if truncated:
+                parts.append(tag("NextMarker", last))
+        for key, size, etag, modified in contents:
+            parts.append(
+                "<Contents>"
+                + tag("Key", key)
+                + tag("LastModified", _iso(modified))
+                + tag("ETag", f'"{etag}"')
+                + tag("Size", size)
+                + tag("StorageClass", "STANDARD")
+                + "</Contents>"
+            )
+        for common in prefixes:
+            parts.append(f"<CommonPrefixes>{tag('Prefix', common)}</CommonPrefixes>")
+        return xml_response("ListBucketResult", "".join(parts), ns=NS)
+
+    def delete_objects(self, req: Request, bucket: str) -> Response:
+        try:
+            root = ET.fromstring(req.body)
+        except ET.ParseError:
+            raise ApiError("MalformedXML", "the Delete body is not XML") from None
+        done = []
+        for node in root.iter(f"{{{NS}}}Key"):
+            self.store.delete(bucket, node.text or "")
+            done.append(f"<Deleted>{tag('Key', node.text or '')}</Deleted>")
+        return xml_response("DeleteResult", "".join(done), ns=NS)
+
+    # -- objects --------------------------------------------------------------------------
+    def _receive(self, req: Request) -> tuple[str, str]:
+        """The request body into a temporary file: (path, md5 hex); checks a signed hash."""
+        if req.length > MAX_OBJECT:
+            raise ApiError("EntityTooLarge", "an object (or part) is at most 5 GiB", 400)
+        sha_header = req.headers.get("x-amz-content-sha256", "")
+        chunked = "aws-chunked" in req.headers.get("content-encoding", "") or (
+            sha_header.startswith("STREAMING-")
+        )
+        if chunked:
+            length = int(req.headers.get("x-amz-decoded-content-length", "-1"))
+            if length < 0:
+                raise ApiError("MissingContentLength", "aws-chunked needs its decoded length")
+            stream: BinaryIO = _Chunked(req.stream)  # type: ignore[assignment]
+        elif req._body is not None:  # read (and checked) already, with the signature
+            length, stream = len(req._body), io.BytesIO(req._body)
+        else:
+            length, stream = req.length, req.stream
+        tmp, md5, sha = self.store.write_temp(stream, length)
+        if re.fullmatch(r"[0-9a-f]{64}", sha_header) and sha_header != sha:
+            import os
+
+            os.unlink(tmp)
+            raise ApiError(
+                "XAmzContentSHA256Mismatch", "the body does not match its signed SHA-256"
+            )
+        return tmp, md5
+
+    def put_object(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.bucket_region(bucket)
+        tmp, md5 = self._receive(req)
+        obj = self.store.commit(bucket, key, tmp, md5, req.headers.get("content-type"), _meta(req))
+        return Response(200, b"", {"ETag": f'"{obj.etag}"'})
+
+    def copy_object(self, req: Request, bucket: str, key: str) -> Response:
+        source = urllib.parse.unquote(req.headers["x-amz-copy-source"]).lstrip("/")
+        src_bucket, _, src_key = source.partition("/")
+        src = self.store.get(src_bucket, src_key.split("?versionId=")[0])
+        with open(src.file, "rb") as fh:
+            tmp, md5, _ = self.store.write_temp(fh, src.size)
+        obj = self.store.commit(bucket, key, tmp, md5, src.content_type, src.meta)
+        inner = tag("ETag", f'"{obj.etag}"') + tag("LastModified", _iso(obj.modified))
+        return xml_response("CopyObjectResult", inner, ns=NS)
+
+    def get_object(self, req: Request, bucket: str, key: str) -> Response:
+        obj = self.store.get(bucket, key)
+        headers = _object_headers(obj)
+        start, length, status = 0, obj.size, 200
+        rng = req.headers.get("range")
+        if rng:
+            match = _RANGE.match(rng.strip())
+            if not match or (not match[1] and not match[2]):
+                raise ApiError("InvalidRange", f"range {rng!r} is not bytes=a-b", 416)
+            if match[1]:
+                start = int(match[1])
+                end = int(match[2]) if match[2] else obj.size - 1
+            else:
+                start, end = max(0, obj.size - int(match[2])), obj.size - 1
+            end = min(end, obj.size - 1)
+            if start >= obj.size or end < start:
+                raise ApiError("InvalidRange", f"range {rng!r} is outside the object", 416)
+            length, status = end - start + 1, 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{obj.size}"
+        headers["Content-Length"] = str(length)
+        if req.method == "HEAD":
+            return Response(status, b"", headers)
+        return Response(status, b"", headers, file=obj.file, offset=start, length=length)
+
+    def upload_part(self, req: Request, bucket: str, key: str) -> Response:
+        try:
+            number = int(req.arg("partNumber", "0") or 0)
+        except ValueError:
+            raise ApiError("InvalidArgument", "partNumber must be an integer") from None
+        tmp, md5 = self._receive(req)
+        self.store.put_part(req.arg("uploadId") or "", bucket, key, number, tmp, md5)
+        return Response(200, b"", {"ETag": f'"{md5}"'})
+
+    def complete_upload(self, req: Request, bucket: str, key: str) -> Response:
+        try:
+            root = ET.fromstring(req.body)
+        except ET.ParseError:
+            raise ApiError("MalformedXML", "CompleteMultipartUpload is not XML") from None
+        parts = []
+        for part in root.iter(f"{{{NS}}}Part"):
+            number = part.findtext(f"{{{NS}}}PartNumber") or "0"
+            etag = part.findtext(f"{{{NS}}}ETag") or ""
+            parts.append((int(number), etag))
+        obj = self.store.complete_upload(req.arg("uploadId") or "", bucket, key, parts)
+        inner = tag("Bucket", bucket) + tag("Key", key) + tag("ETag", f'"{obj.etag}"')
+        return xml_response("CompleteMultipartUploadResult", inner, ns=NS)
+
+
+def _meta(req: Request) -> dict[str, str]:
+    return {k: v for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
+
+
+def _object_headers(obj: Obj) -> dict[str, str]:
+    headers = {
+        "ETag": f'"{obj.etag}"',
+        "Last-Modified": _http_date(obj.modified),
+        "Content-Type": obj.content_type or "binary/octet-stream",
+        "Accept-Ranges": "bytes",
+    }
+    headers.update(obj.meta)
+    return headers
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,127 @@
+"""The worker's ``handler(HttpRequest) -> HttpResponse`` as an ASGI application, so a
+maintained ASGI server (uvicorn over httptools, granian over Rust's hyper) can stand where
+``http_server.py`` does. This is the seam of the front-end A/B in
+``benchmarks/serving.py``; the model, routes and batching are the same objects either way.
+
+The body limit is enforced here as the body arrives (413 once it is crossed, from the
+announced length when there is one); everything else of HTTP is the ASGI server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shipyard.serving.http_server import HttpRequest, HttpResponse
+
+log = logging.getLogger("shipyard.serving")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+def asgi_app(
+    handler: Handler, max_body: int, error_body: Callable[[str], bytes]
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """An ASGI 3 application answering every HTTP request through ``handler``."""
+
+    async def answer(send: Send, response: HttpResponse) -> None:
+        headers = [
+            (b"content-type", response.content_type.encode("latin-1")),
+            (b"content-length", b"%d" % len(response.body)),
+        ]
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+    def too_large(what: str) -> HttpResponse:
+        return HttpResponse(
+            413,
+            error_body(f"{what} is over the payload limit of {max_body} bytes (MaxPayloadInMB)"),
+        )
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                kind = message["type"].rsplit(".", 1)[-1]
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        if scope["type"] != "http":
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > max_body:
+            await answer(send, too_large(f"body of {length} bytes"))
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > max_body:
+                await answer(send, too_large("body"))
+                return
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        request = HttpRequest(
+            scope["method"],
+            scope["path"],
+            scope.get("query_string", b"").decode("latin-1"),
+            headers,
+            chunks[0] if len(chunks) == 1 else b"".join(chunks),
+        )
+        try:
+            response = await handler(request)
+        except Exception as exc:  # the handler should not raise; never a trace either way
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            response = HttpResponse(500, error_body(f"internal error: {type(exc).__name__}: {exc}"))
+        await answer(send, response)
+
+    return app
+
+
+class UvicornFrontEnd:
+    """uvicorn (httptools parser, the running loop) serving an already-bound, shared
+    socket inside this worker, started and stopped as ``http_server.Server`` is."""
+
+    def __init__(self, handler: Handler, max_body: int, error_body: Callable[[str], bytes]) -> None:
+        import uvicorn
+
+        from shipyard.serving.http_server import KEEPALIVE_TIMEOUT, MAX_CONNECTIONS
+
+        config = uvicorn.Config(
+            asgi_app(handler, max_body, error_body),
+            http="httptools",
+            loop="none",
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            timeout_keep_alive=int(KEEPALIVE_TIMEOUT),
+            limit_concurrency=MAX_CONNECTIONS,
+        )
+        self.server = uvicorn.Server(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, sock: socket.socket, backlog: int = 1024) -> None:
+        # uvicorn's serve() without its signal capture (the worker handles SIGTERM)
+        self._task = asyncio.get_running_loop().create_task(self.server._serve([sock]))
+        while not self.server.started:
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError("uvicorn stopped while starting")
+            await asyncio.sleep(0.01)
+
+    async def stop(self, grace: float = 10.0) -> None:
+        self.server.should_exit = True
+        if self._task is not None:
+            await self._task

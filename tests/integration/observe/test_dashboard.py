@@ -1,0 +1,257 @@
+"""The web dashboard in a real headless Chromium (the distribution's package): pages load
+without console errors, a running job appears and its live log advances, a metric plot
+and the traffic heat map render, every string is shown as text. Screenshots are kept
+under build/test-artifacts/dashboard/."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+import shipyard
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = pathlib.Path(__file__).resolve().parents[3] / "build" / "test-artifacts" / "dashboard"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+pytestmark = pytest.mark.timeout(240)
+
+EVIL = "<script>window.__pwned = 1</script><img src=x onerror=window.__pwned=2>"
+DONE_SCRIPT = f"""
+for i in range(6):
+    print(f"epoch {{i}} loss={{1.0 / (i + 1):.3f}}", flush=True)
+print({EVIL!r}, flush=True)
+"""
+RUNNING_SCRIPT = """
+import time
+for i in range(400):
+    print(f"tick {i}", flush=True)
+    time.sleep(0.25)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _report(no_ps: bool) -> dict:
+    from shipyard.tf import report
+
+    def var(name, shape, ps):
+        n = 1
+        for d in shape:
+            n *= d
+        return {
+            "name": name,
+            "shape": shape,
+            "dtype": "float32",
+            "bytes": n * 4,
+            "device": "" if ps is None else f"/job:ps/replica:0/task:{ps}/device:CPU:0",
+            "trainable": True,
+            "ps_task": ps,
+        }
+
+    def stats(relay, peers):
+        return {
+            "started": 1.0,
+            "relays": {
+                relay: {
+                    p: {"bytes_in": a, "bytes_out": b, "connections": 1}
+                    for p, (a, b) in peers.items()
+                }
+            },
+            "timeline": {"interval_s": 1.0, "points": []},
+        }
+
+    if no_ps:
+        return report.build(
+            {"variables": [var("w:0", [3], None)]}, ["a:1"], ["algo-1"], [None], "tf2"
+        )
+    variables = [var("conv/kernel:0", [3, 3, 3, 32], 0), var("dense/kernel:0", [512, 10], 1)]
+    peers = {"chief:0": (4000, 9000), "worker:0": (3000, 7000)}
+    return report.build(
+        {"variables": variables},
+        ["10.0.0.1:2223", "10.0.0.2:2223"],
+        ["algo-1", "algo-2"],
+        [stats("ps:0", peers), stats("ps:1", {"chief:0": (100, 200), "worker:0": (50, 70)})],
+        "tf2",
+    )
+
+
+@pytest.fixture
+def jobs(session, write_script):
+    def run(name, script, wait=True, report=None):
+        est = shipyard.Estimator(
+            entry_point="t.py",
+            source_dir=write_script("t.py", script),
+            instance_count=2,
+            instance_type="local",
+            session=session,
+            metric_definitions=[{"Name": "<b>loss</b>", "Regex": r"loss=([0-9.]+)"}],
+        )
+        est.fit(job_name=name, wait=wait, logs=False)
+        if report is not None:
+            job_dir = session.control.get(name).job_dir
+            with open(os.path.join(job_dir, "distribution-report.json"), "w") as fh:
+                json.dump(report, fh)
+
+    run("ps-job", DONE_SCRIPT, report=_report(False))
+    run("no-strategy", DONE_SCRIPT, report=_report(True))
+    run("live-job", RUNNING_SCRIPT, wait=False)
+    yield session
+    session.control.stop("live-job")
+
+
+@pytest.fixture
+def ui(home):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shipyard.cli", "ui", "--port", str(port)],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(base + "/api/jobs", timeout=2).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"ui did not start: {proc.communicate()[1]}") from None
+            time.sleep(0.2)
+    yield base, port
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_api_jobs_and_port_in_use(jobs, ui):
+    base, port = ui
+    listed = json.load(urllib.request.urlopen(base + "/api/jobs", timeout=10))
+    by_name = {j["TrainingJobName"]: j for j in listed}
+    assert by_name["ps-job"]["TrainingJobStatus"] == "Completed"
+    assert by_name["live-job"]["TrainingJobStatus"] == "InProgress"
+    page = urllib.request.urlopen(base + "/jobs/ps-job", timeout=10)
+    assert "default-src 'self'" in page.headers["Content-Security-Policy"]
+    busy = subprocess.run(
+        [sys.executable, "-m", "shipyard.cli", "ui", "--port", str(port)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=60,
+    )
+    assert busy.returncode == 2 and f"port {port}" in busy.stderr and "in use" in busy.stderr
+
+
+def test_pages_in_headless_chromium(jobs, ui):
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip("Debian's chromium is not installed (the Makefile's set-up installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    base, _ = ui
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            # bypass_csp: the escaping must hold on its own (an innerHTML would run the
+            # onerror handler then), and the test's own probes need eval
+            context = browser.new_context(viewport={"width": 1280, "height": 1000}, bypass_csp=True)
+            page = context.new_page()
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("dialog", lambda d: (errors.append("dialog: " + d.message), d.dismiss()))
+
+            page.goto(base + "/")
+            page.wait_for_selector("tr.job >> text=live-job")
+            row = page.locator("tr.job", has_text="live-job")
+            assert "InProgress" in row.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "jobs.png"), full_page=True)
+
+            page.goto(base + "/jobs/live-job")
+            page.wait_for_selector("#log .line")
+            first = page.locator("#log .line").count()
+            page.wait_for_function(
+                f"document.querySelectorAll('#log .line').length > {first + 2}", timeout=30000
+            )
+            page.select_option("#host", "algo-2")
+            page.wait_for_selector("#log .line")
+            page.wait_for_function(
+                "[...document.querySelectorAll('#log .label')].every(l => l.textContent.startsWith('[algo-2'))"
+            )
+            page.screenshot(path=str(ARTIFACTS / "live-job.png"), full_page=True)
+
+            page.goto(base + "/jobs/ps-job")
+            page.wait_for_selector("#log .line >> text=window.__pwned")
+            log_text = page.inner_text("#log")
+            assert EVIL in log_text  # shown as text ...
+            assert page.locator("#log script, #log img").count() == 0  # ... never as HTML
+            assert page.evaluate("window.__pwned === undefined")
+            page.wait_for_selector(".metric svg path.series")
+            assert page.locator(".metric strong").first.inner_text() == "<b>loss</b>"
+            assert page.locator(".metric svg path.series").count() == 2  # one per host
+            page.wait_for_selector(".heatmap rect.cell")
+            assert page.locator(".heatmap rect.cell").count() == 4  # 2 peers x 2 ps
+            assert page.locator(".ps-bar").count() == 2
+            page.screenshot(path=str(ARTIFACTS / "ps-job.png"), full_page=True)
+
+            page.goto(base + "/jobs/no-strategy,ps-job")
+            page.wait_for_selector(".job-column >> nth=1")
+            cols = page.locator(".job-column")
+            assert cols.count() == 2
+            assert "no variable was placed on a parameter server" in cols.nth(0).inner_text()
+            assert cols.nth(1).locator(".heatmap rect.cell").count() == 4
+            page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+
+            page.goto(base + "/endpoints")
+            page.wait_for_selector("#endpoints")
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(ARTIFACTS / "endpoints.png"), full_page=True)
+        finally:
+            browser.close()
+    assert errors == []
+    assert sorted(p.name for p in ARTIFACTS.glob("*.png")) == [
+        "compare.png",
+        "endpoints.png",
+        "jobs.png",
+        "live-job.png",
+        "ps-job.png",
+    ]
+
+
+@pytest.mark.torch
+def test_api_endpoints_report_requests_and_latency(home, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("prometheus_client")
+    from shipyard.observe.ui import api
+    from tests.integration.serving.serving_helpers import torchscript_archive
+
+    archive, _ = torchscript_archive(str(tmp_path / "m"))
+    predictor = shipyard.PyTorchModel(archive).deploy(1, "local", endpoint_name="dash-ep")
+    try:
+        for _ in range(5):
+            predictor.predict(np.ones((1, 4), dtype=np.float32))
+        (entry,) = api.endpoints(str(home))
+        assert entry["EndpointName"] == "dash-ep" and entry["EndpointStatus"] == "InService"
+        assert entry["requests"] == 5 and entry["errors"] == 0
+        assert entry["latency_count"] == 5 and entry["latency_sum"] > 0
+    finally:
+        predictor.delete_endpoint()

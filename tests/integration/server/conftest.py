@@ -1,0 +1,168 @@
+"""A real ``shipyard server`` process per module, and the shell environment
+``shipyard server env`` prints, applied to this process (what ``eval "$(shipyard server
+env)"`` does before a notebook starts). The SDK and boto3 then run unmodified.
+
+The one concession to test time: the SageMaker SDK sleeps 30 s between DescribeEndpoint
+polls and 10 s between log polls; ``fast_polls`` caps its sleeps at 0.5 s (the calls and
+their order are unchanged).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, home: str, port: int, host: str = "127.0.0.1", env: dict | None = None):
+        self.home, self.port, self.host = home, port, host
+        self.log_path = os.path.join(home, "server.out")
+        self.extra_env = env or {}
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        env = dict(os.environ, SHIPYARD_HOME=self.home, **self.extra_env)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.join(ROOT, "src")] + [p for p in [env.get("PYTHONPATH")] if p]
+        )
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "shipyard.cli",
+                    "server",
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/_shipyard/health", timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()  # never leave a server behind
+        raise RuntimeError(f"server did not answer within 60 s: {self.log()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as fh:
+            return fh.read()
+
+
+def client_env(home: str, port: int) -> dict[str, str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "shipyard.cli", "server", "env", "--port", str(port)],
+        env=dict(os.environ, SHIPYARD_HOME=home, PYTHONPATH=os.path.join(ROOT, "src")),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    values = {}
+    for line in out.splitlines():
+        if line.startswith("export "):
+            name, _, value = line[len("export ") :].partition("=")
+            values[name] = value.strip("'")
+    return values
+
+
+def cleanup(home: str) -> None:
+    """Whatever the tests left running under ``home``: endpoints and jobs."""
+    from shipyard.control.client import ControlPlane
+    from shipyard.control.endpoints import Endpoints
+
+    for record in Endpoints(home).list():
+        Endpoints(home).delete(record.name, grace=5)
+    cp = ControlPlane(home=home)
+    for record in cp.list():
+        if not record.terminal:
+            cp.stop(record.name, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server on a fresh SHIPYARD_HOME, and this process's environment pointed at it."""
+    home = str(tmp_path_factory.mktemp("server-home"))
+    proc = ServerProcess(home, free_port()).start()
+    saved = dict(os.environ)
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        os.environ.pop(name, None)
+    os.environ.update(client_env(home, proc.port))
+    os.environ["SAGEMAKER_SUPPRESS_V2_WARNING"] = "1"
+    _reset_clients()
+    try:
+        yield proc
+    finally:
+        try:
+            cleanup(home)
+        finally:
+            proc.stop()
+            os.environ.clear()
+            os.environ.update(saved)
+            _reset_clients()
+
+
+def _reset_clients() -> None:
+    """boto3's default session and shipyard's S3 clients cache the old environment."""
+    import boto3
+
+    boto3.DEFAULT_SESSION = None
+    from shipyard.storage import s3 as s3_store
+
+    s3_store._CLIENTS.clear()
+
+
+@pytest.fixture
+def fast_polls(monkeypatch):
+    import sagemaker.session
+
+    real = time.sleep
+
+    class _Time:
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            real(min(seconds, 0.5))
+
+    monkeypatch.setattr(sagemaker.session, "time", _Time())
+    yield

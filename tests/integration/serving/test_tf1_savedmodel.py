@@ -1,0 +1,125 @@
+"""TF1-era SavedModels (issue 16 item 3), as SageMaker's TF Serving examples ship them: a v1 graph
+built with tf.compat.v1, a ``serving_default`` predict signature and ``tensorflow/serving/regress``
+and ``classify`` signatures over serialized tf.Example. ``tf.saved_model.load`` cannot load them
+("Shape must be rank 1 but is rank 0 for ParseExample"); TF Serving serves them, and so must we:
+predict, classify and regress as TF Serving's REST API defines them."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.integration.serving.serving_helpers import call, server
+
+pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(300)]
+
+W = np.array([[1.0], [2.0], [3.0]], np.float32)
+B = 0.5
+
+
+def export_tf1_model(export_dir: str) -> None:
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    sig = v1.saved_model.signature_def_utils
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as sess:
+        w = v1.get_variable("w", initializer=tf.constant(W))
+        b = v1.get_variable("b", initializer=tf.constant(B))
+        x = v1.placeholder(tf.float32, [None, 3], name="x")
+        y = tf.matmul(x, w) + b
+        serialized = v1.placeholder(tf.string, name="tf_example")  # rank unknown, as estimators do
+        parsed = v1.parse_example(serialized, {"x": v1.FixedLenFeature([3], tf.float32)})
+        y_ex = tf.matmul(parsed["x"], w) + b
+        scores = tf.nn.softmax(tf.concat([-y_ex, y_ex], axis=1))
+        classes = tf.tile(tf.constant([["neg", "pos"]]), [tf.shape(y_ex)[0], 1])
+        sess.run(v1.global_variables_initializer())
+        builder = v1.saved_model.Builder(export_dir)
+        builder.add_meta_graph_and_variables(
+            sess,
+            [v1.saved_model.tag_constants.SERVING],
+            signature_def_map={
+                "serving_default": sig.predict_signature_def({"x": x}, {"y": y}),
+                "regress": sig.regression_signature_def(serialized, y_ex),
+                "classify": sig.classification_signature_def(serialized, classes, scores),
+            },
+        )
+        builder.save()
+
+
+@pytest.fixture(scope="module")
+def addr(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tf1models")
+    export_tf1_model(os.path.join(str(root), "legacy", "1"))
+    with server(str(root), str(tmp_path_factory.mktemp("srv"))) as a:
+        yield a
+
+
+ROWS = [[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]]
+WANT = (np.array(ROWS, np.float32) @ W + B).reshape(-1)  # 6.5, 3.5
+
+
+def test_predict_on_serving_default(addr):
+    status, _, body = call(addr, "POST", "/v1/models/legacy:predict", {"instances": ROWS})
+    assert status == 200, body
+    np.testing.assert_allclose(np.asarray(json.loads(body)["predictions"]).reshape(-1), WANT)
+    status, _, body = call(addr, "POST", "/v1/models/legacy/versions/1:predict", {"inputs": ROWS})
+    assert status == 200, body
+    np.testing.assert_allclose(np.asarray(json.loads(body)["outputs"]).reshape(-1), WANT)
+
+
+def test_regress_over_tf_example(addr):
+    req = {"signature_name": "regress", "examples": [{"x": r} for r in ROWS]}
+    status, _, body = call(addr, "POST", "/v1/models/legacy:regress", req)
+    assert status == 200, body
+    np.testing.assert_allclose(json.loads(body)["result"], WANT)
+    # a feature shared by every example goes in "context"
+    req = {"signature_name": "regress", "context": {"x": ROWS[1]}, "examples": [{}, {}]}
+    status, _, body = call(addr, "POST", "/v1/models/legacy:regress", req)
+    assert status == 200, body
+    np.testing.assert_allclose(json.loads(body)["result"], [WANT[1], WANT[1]])
+
+
+def test_classify_over_tf_example(addr):
+    req = {"signature_name": "classify", "examples": [{"x": r} for r in ROWS]}
+    status, _, body = call(addr, "POST", "/v1/models/legacy:classify", req)
+    assert status == 200, body
+    result = json.loads(body)["result"]
+    assert [[label for label, _ in row] for row in result] == [["neg", "pos"]] * 2
+    pos = 1 / (1 + np.exp(-2 * WANT))
+    np.testing.assert_allclose([row[1][1] for row in result], pos, rtol=1e-5)
+
+
+def test_bad_example_is_a_400_not_a_crash(addr):
+    req = {"signature_name": "regress", "examples": [{"x": [1.0, 2.0]}]}  # 2 values, 3 wanted
+    status, _, body = call(addr, "POST", "/v1/models/legacy:regress", req)
+    assert status == 400, body
+    assert "error" in json.loads(body)
+    status, _, _ = call(addr, "POST", "/v1/models/legacy:predict", {"instances": ROWS})
+    assert status == 200
+
+
+def test_tf1_models_take_the_session_loader_and_so_does_a_tf2_load_failure(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    from shipyard.serving import servables
+
+    path = str(tmp_path / "m" / "1")
+    export_tf1_model(path)
+    assert servables.is_tf1_saved_model(path)
+    model = servables.load_tf("m", 1, path)
+    assert isinstance(model, servables.TF1Servable)
+    assert model.signatures["regress"].method == servables.REGRESS_METHOD
+    out = model.run("regress", {"inputs": servables.tf_examples([{"x": r} for r in ROWS])})
+    np.testing.assert_allclose(out["outputs"].reshape(-1), WANT)
+
+    # whatever the TF2 loader cannot load ("Shape must be rank 1 but is rank 0 for
+    # ParseExample" on some TF1 exports) goes to the session loader, as TF Serving would
+    def fail(*_a, **_k):
+        raise ValueError("Shape must be rank 1 but is rank 0 for 'ParseExample'")
+
+    monkeypatch.setattr(servables, "is_tf1_saved_model", lambda _p: False)
+    monkeypatch.setattr(tf.saved_model, "load", fail)
+    assert isinstance(servables.load_tf("m", 1, path), servables.TF1Servable)
