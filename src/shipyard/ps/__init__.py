@@ -9,7 +9,7 @@ pull parameters, and everything that crosses the wire is counted and reported.
 Modules (one job each)::
 
     errors.py       the typed error tree
-    wire.py         header format, HMAC, encode/decode (no pickle, zero-copy)
+    wire.py         header format, MACs, replay guard, encode/decode (no pickle, zero-copy)
     placement.py    round_robin | greedy_bytes | sliced | auto, and the report
     optimizers.py   SGD (momentum, nesterov), Adam, AdamW, Adagrad: torch's formulas
     consistency.py  async | bounded staleness | sync, worker liveness (pure)

@@ -1,7 +1,7 @@
 """The shard's protocol state machine: frames in, frames out. No sockets, no threads.
 
 Why a separate core: the server loop (server.py) only moves frames between a
-ZeroMQ ROUTER socket and this object, and tests (or an in-process transport) can
+shard's sockets and this object, and tests (or an in-process transport) can
 drive the very same logic by calling ``handle`` and ``tick`` with a fake clock.
 
 ``handle(peer, frames, now)`` decodes and authenticates one request and returns

@@ -1,16 +1,17 @@
 """The shipyard.ps wire format: a fixed binary header, raw payload frames, a MAC.
 
 Why this shape: tensors must cross the wire without pickling (unsafe) and without
-copies (slow). A message is a ZeroMQ multipart message of frames::
+copies (slow). A message is a list of frames (on TCP: stream.py's framing)::
 
-    [header (HEADER.size bytes)] [payload frame]* [mac (32 bytes)]
+    [header (HEADER.size bytes)] [payload frame]* [mac (16 or 32 bytes)]
 
 * header: ``struct`` little-endian, fixed size (see ``HEADER_FORMAT``): magic
   ``b"SYPS"``, protocol version, message type, dtype code, ndim, flags, MAC
   algorithm id, key id, worker id, request id, shard index, step, payload byte
-  length, and up to ``MAX_NDIM`` dimensions.
+  length, up to ``MAX_NDIM`` dimensions, and (protocol 2) the sender's session, its
+  sequence number and the receiver's session (``ReplayGuard``).
 * payload: raw little-endian tensor bytes (``np.frombuffer`` on receive, sent
-  with ``copy=False``), or a small UTF-8 JSON document for control messages
+  from the caller's buffer), or a small UTF-8 JSON document for control messages
   (``FLAG_JSON``). Never pickle.
 * mac: HMAC-SHA256 keyed by the per-job secret (``SHIPYARD_PS_SECRET``) over the
   header and every payload frame. Payload frames enter the HMAC through a SHA-256
@@ -30,14 +31,12 @@ copies (slow). A message is a ZeroMQ multipart message of frames::
   header) with a random 128-bit nonce, over u32 n || (u64 len || frame)*, sent
   as nonce || tag in the 32-byte MAC frame (~12 GB/s per core, the construction
   ChaCha20-Poly1305 and NaCl's secretbox use). ``aes-gmac`` (the default when
-  ``cryptography`` is installed) is the same idea with AES-256-GCM's
-  authenticator: a one-time AES-256 key per message, k = HMAC-SHA256(K'', nonce ||
-  header || u32 n || u64 len(frame_1) || ... || u64 len(frame_n)), and the frames,
-  back to back, as GCM's additional data under an all-zero IV (safe: each key
-  authenticates one message); sent as nonce || GCM tag. The frame lengths sit in
-  the key derivation so that a one-frame message is one call on the frame itself.
-  With AES-NI and carry-less multiply it runs at ~20 GB/s per core here against
-  Poly1305's ~12, and a push+pull makes four MAC passes over every byte.
+  ``cryptography`` is installed) is AES-256-GCM used as documented, with nothing
+  encrypted: a key per sender session (HKDF-SHA256 of the job key, the session id
+  as info), the nonce ``u64 seq || u32 0`` (a counter, never repeated under one
+  key) and as associated data the header, the frame lengths and the frames; the
+  MAC frame is GCM's 16-byte tag (``Signer._gmac``; docs/decisions.md, issue 17).
+  One GHASH pass per byte, ~20 GB/s per core with AES-NI here.
   ``blake3`` (needs the ``blake3`` package) is a keyed BLAKE3 over the HMAC
   structure with D(frame) = u64 len || BLAKE3(frame). ``SHIPYARD_PS_MAC`` picks one; the header's MAC id says which
   one a message uses, and a shard answers in kind.
@@ -46,8 +45,10 @@ The decoder checks, in order: frame count and header size, magic, version, the
 MAC (a message failing any of these is not trusted, so it is dropped, never
 answered), then the size limit, message type, shape/dtype and announced versus
 actual payload length (an authenticated message failing those gets an error
-reply). The socket layer bounds the work an untrusted peer can cause: a shard
-sets ZeroMQ's MAXMSGSIZE, so a frame far above the limit drops the connection.
+reply). With a ``ReplayGuard`` it then refuses what is not new (seen before, or
+addressed to another session), dropped and never answered. The stream layer
+(stream.py) bounds the work an untrusted peer can cause before any of this: frame
+count and message size limits, and a timeout mid-message.
 """
 
 from __future__ import annotations
