@@ -8,7 +8,21 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum
 # Exact framework versions for development and CI live in constraints.txt.
 EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
 
-.PHONY: demo test test-fast lint format venv clean bench bench-env browser
+.PHONY: demo test test-fast lint format venv clean bench bench-env browser sandbox-tools
+
+# Instance sandboxes need iproute2 (`ip`), util-linux (`setpriv`) and passt (`pasta`, the
+# instances' outbound network): installed when missing, as root with apt-get; elsewhere
+# `shipyard doctor` names what is missing (jobs still run, without sandboxes or outbound).
+SANDBOX_TOOLS := ip:iproute2 setpriv:util-linux pasta:passt
+sandbox-tools:
+	@missing=""; for t in $(SANDBOX_TOOLS); do \
+	  command -v $${t%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${t%%:*} ] || [ -x /sbin/$${t%%:*} ] \
+	    || missing="$$missing $${t##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "instance sandboxes want:$$missing (see shipyard doctor)"; fi; fi
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) sandbox-tools
 	$(PY) examples/demo.py
 
 # The dashboard's tests drive Debian's chromium (headless); installed here when missing.
@@ -28,7 +42,7 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing: install it (apt-get install chromium) for the dashboard tests"; fi; }
 
-test: $(STAMP) browser
+test: $(STAMP) sandbox-tools browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 test-fast: $(STAMP)

@@ -1,6 +1,11 @@
 """Launch overhead: a 4-instance job of a no-op script vs `python noop.py`, per backend.
 
     python benchmarks/launch_overhead.py [--runs 15] [--instances 4] [--backends local,ray]
+    python benchmarks/launch_overhead.py --backends local,local-nosandbox   # issue 15
+
+``local`` runs instances in sandboxes where this machine supports them (shipyard.sandbox);
+``local-nosandbox`` is the same backend with SHIPYARD_SANDBOX=off (plain processes), so
+the sandbox's own cost is the difference of those two, measured interleaved.
 
 All are measured side by side in one run, interleaved, as wall time of a fresh
 `python -c` process (so interpreter start-up and `import shipyard` are counted on our
@@ -64,7 +69,7 @@ def main() -> None:
     parser.add_argument(
         "--backends",
         default="local",
-        help="comma-separated: local, ray (ray starts a local cluster)",
+        help="comma-separated: local, local-nosandbox, ray (ray starts a local cluster)",
     )
     args = parser.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -78,6 +83,7 @@ def main() -> None:
                 fh.write("pass\n")
             env = dict(os.environ)
             jobs = {}
+            envs = {}
             for backend in backends:
                 extra = f", backend='ray', address={cluster.address!r}" if backend == "ray" else ""
                 home = os.path.join(tmp, "home-" + backend)
@@ -86,13 +92,17 @@ def main() -> None:
                     "-c",
                     JOB.format(src=src, n=args.instances, home=home, extra=extra),
                 ]
+                envs[backend] = dict(env)
+                if backend == "local-nosandbox":
+                    envs[backend]["SHIPYARD_SANDBOX"] = "off"
             plain = [sys.executable, noop]
-            for cmd in [*jobs.values(), plain]:
-                timed(cmd, env)  # warm the page cache (and Ray's worker pool)
+            for backend, cmd in jobs.items():
+                timed(cmd, envs[backend])  # warm the page cache (and Ray's worker pool)
+            timed(plain, env)
             times: dict[str, list[float]] = {b: [] for b in [*backends, "plain"]}
             for _ in range(args.runs):
                 for backend, cmd in jobs.items():
-                    times[backend].append(timed(cmd, env))
+                    times[backend].append(timed(cmd, envs[backend]))
                 times["plain"].append(timed(plain, env))
     finally:
         if cluster is not None:
@@ -119,7 +129,7 @@ def main() -> None:
         "launch_overhead",
         instances=args.instances,
         noop_s=base,
-        **{f"{b}_overhead_s": medians[b] - base for b in backends},
+        **{f"{b.replace('-', '_')}_overhead_s": medians[b] - base for b in backends},
     )
 
 

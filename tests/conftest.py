@@ -53,7 +53,27 @@ def job_processes(job_dir: str) -> list[psutil.Process]:
             job_dir in cmd
             or job_dir in (info.get("cwd") or "")
             or job_dir in env.get("SAGEMAKER_BASE_DIR", "")
+            or job_dir in env.get("SHIPYARD_INSTANCE_DIR", "")
         ):
             if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
+    return found
+
+
+def host_listeners(job_dir: str) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of every TCP socket a job's processes listen on in this
+    machine's own network namespace: none when the job runs in instance sandboxes (its
+    sockets live in the instances' namespaces, and pasta forwards nothing in)."""
+    mine = os.readlink("/proc/self/ns/net")
+    found = []
+    for proc in job_processes(job_dir):
+        try:
+            if os.readlink(f"/proc/{proc.pid}/ns/net") != mine:
+                continue
+            conns = proc.net_connections(kind="tcp")
+        except (psutil.Error, OSError):
+            continue
+        found += [
+            (proc.pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN
+        ]
     return found

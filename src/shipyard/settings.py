@@ -53,6 +53,11 @@ SETTINGS: tuple[Setting, ...] = (
     _user("SHIPYARD_RAY_START_TIMEOUT", "300", "Seconds to wait for instance actors to start."),
     _user("SHIPYARD_RAY_PROBE_TIMEOUT", "5", "Seconds to wait when probing a Ray address."),
     _user(
+        "SHIPYARD_SANDBOX",
+        "auto",
+        "`off`: run instances without namespaces (no /opt/ml, listeners on the host).",
+    ),
+    _user(
         "SHIPYARD_STOP_GRACE",
         "5",
         "Seconds between SIGTERM and SIGKILL when a job or instance is stopped.",
@@ -148,6 +153,7 @@ SETTINGS: tuple[Setting, ...] = (
     _internal(
         "SHIPYARD_PROCESS_NAME", "The agent's name for a process it started (stack dump labels)."
     ),
+    _internal("SHIPYARD_INSTANCE_DIR", "This instance's tree on the host (/opt/ml in a sandbox)."),
     _internal("SHIPYARD_JOB_SECRET", "Per-job secret of TF servers' traffic counters."),
     _internal("SHIPYARD_DDP_SECRET", "Per-job secret of the DDP port announcement."),
     _internal("SHIPYARD_PS_SECRET", "Per-job key of shipyard.ps messages."),

@@ -119,6 +119,9 @@ class JobSpec(_Model):
     model_dir: str | Literal[False] | None = None
     role: str | None = None
     container_log_level: int = 20
+    # No outbound traffic from the instances (SageMaker's EnableNetworkIsolation); only
+    # enforced where instances run in sandboxes (shipyard.sandbox).
+    enable_network_isolation: bool = False
     backend: Literal["local"] = "local"
 
     @field_validator("job_name")

@@ -11,7 +11,10 @@ import json
 import os
 import tarfile
 
+import pytest
+
 import shipyard
+from shipyard.sandbox import probe
 
 SCRIPT = r"""
 import json, os, socket, sys
@@ -49,7 +52,28 @@ def compact(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-def test_three_instance_contract(session, write_script, tmp_path):
+def test_three_instance_contract_in_sandboxes(session, write_script, tmp_path):
+    """Each instance in its own namespaces: SM_* are SageMaker's /opt/ml paths, byte for
+    byte, the interface is eth0, and algo-k resolve on the job's private network."""
+    if not probe.support().ok:
+        pytest.skip(f"no instance sandbox on this machine: {probe.support().reason}")
+    table = run_contract_job(
+        session,
+        write_script,
+        tmp_path,
+        base_of=lambda host: "/opt/ml",
+        cpus=str(len(os.sched_getaffinity(0))),
+        interface="eth0",
+    )
+    assert all(a.startswith("10.") for a in table.values())
+    assert len(set(table.values())) == 3
+    assert len({a.rsplit(".", 1)[0] for a in table.values()}) == 1
+
+
+def test_three_instance_contract_without_sandbox(session, write_script, tmp_path, monkeypatch):
+    """The fallback (namespaces unavailable, here forced off): trees in the job directory,
+    per-instance loopback addresses."""
+    monkeypatch.setenv("SHIPYARD_SANDBOX", "off")
     job_dir = os.path.join(session.home, "jobs", "contract-job")
     table = run_contract_job(
         session,
@@ -62,10 +86,18 @@ def test_three_instance_contract(session, write_script, tmp_path):
     assert all(a.startswith("127.") for a in table.values())
     assert len(set(table.values())) == 3
     assert len({a.rsplit(".", 1)[0] for a in table.values()}) == 1
+    log = open(os.path.join(job_dir, "logs", "algo-1.log")).read()
+    assert log.count("instance sandbox off (SHIPYARD_SANDBOX=off): /opt/ml is not mapped") == 1
 
 
 def run_contract_job(
-    session, write_script, tmp_path, base_of, cpus: str, job_name: str = "contract-job"
+    session,
+    write_script,
+    tmp_path,
+    base_of,
+    cpus: str,
+    job_name: str = "contract-job",
+    interface: str = "lo",
 ) -> dict[str, str]:
     """Run the 3-instance contract job and check every instance byte for byte; returns
     the host -> address table all instances resolved (the caller checks the addresses:
@@ -162,7 +194,7 @@ def run_contract_job(
             "current_group_name": "homogeneousCluster",
             "hosts": hosts,
             "instance_groups": [group],
-            "network_interface_name": "lo",
+            "network_interface_name": interface,
         }
         assert rec["argv"] == expected_argv
         assert rec["cwd"] == os.path.join(base, "code")
@@ -201,7 +233,7 @@ def run_contract_job(
             "model_dir": p("model"),
             "module_dir": submit,
             "module_name": "train",
-            "network_interface_name": "lo",
+            "network_interface_name": interface,
             "num_cpus": int(cpus),
             "num_gpus": 0,
             "num_neurons": 0,
@@ -213,7 +245,7 @@ def run_contract_job(
         }
         expected_env = {
             "SM_HOSTS": '["algo-1","algo-2","algo-3"]',
-            "SM_NETWORK_INTERFACE_NAME": "lo",
+            "SM_NETWORK_INTERFACE_NAME": interface,
             "SM_HPS": compact(user_hps),
             "SM_USER_ENTRY_POINT": "train.py",
             "SM_FRAMEWORK_PARAMS": "{}",

@@ -15,15 +15,23 @@ import tarfile
 import threading
 import time
 import traceback
+from typing import Any
 
 from shipyard.agent import channels, runners
 from shipyard.agent.config import AgentConfig
-from shipyard.agent.entry_point import user_command
+from shipyard.agent.entry_point import python_dir, user_command
 from shipyard.agent.environment import process_env
-from shipyard.agent.layout import InstancePaths, build_tree
+from shipyard.agent.layout import InstancePaths, build_tree, paths_for
 from shipyard.agent.processes import Outcome, Supervisor
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.runtime import failure
+from shipyard.runtime.lifeline import arm_death_signal
+
+OPT_ML = "/opt/ml"
+NO_SANDBOX_NOTE = (
+    "instance sandbox off ({reason}): /opt/ml is not mapped (SM_* paths point into the "
+    "job directory) and the job's listeners are visible on this machine"
+)
 
 
 def log(message: str) -> None:
@@ -60,9 +68,74 @@ def own_failure_text(spec: ProcessSpec | None) -> str | None:
     return text[: failure.LIMIT] or None
 
 
-def run_instance(config: AgentConfig, host: str, log_path: str | None) -> int:
-    paths = build_tree(config, host)
+def enter_sandbox(
+    config: AgentConfig, host: str, holder_pid: int | None
+) -> tuple[InstancePaths, Any]:
+    """Move into the instance's namespaces when the job has them. Returns the tree's paths
+    as this instance's processes see them (/opt/ml in a sandbox) and the sandbox (an
+    InstanceSandbox, None without one)."""
+    real = paths_for(config, host)
+    if holder_pid is None:
+        if config.sandbox.get("reason") and host == config.hosts[0]:
+            log(NO_SANDBOX_NOTE.format(reason=config.sandbox["reason"]))
+        return real, None
+    from shipyard.sandbox.instance import InstanceSandbox, enter
+
+    os.makedirs(real.base, exist_ok=True)
+    box = InstanceSandbox(
+        holder_pid=holder_pid,
+        host=host,
+        hosts=dict(config.addresses),
+        tree=real.base,
+        rootless=bool(config.sandbox.get("rootless")),
+        outbound=not config.sandbox.get("isolation"),
+        forward_ports=loopback_ports(config),
+    )
+    enter(box)
+    if config.sandbox.get("isolation") and host == config.hosts[0]:
+        log("network isolation: instances have no outbound network")
+    return InstancePaths(OPT_ML), box
+
+
+def loopback_ports(config: AgentConfig) -> list[int]:
+    """Ports of the host's loopback a sandboxed instance must still reach: the job's S3
+    endpoint when it is on this machine (http://127.0.0.1:9000, localhost, [::1])."""
+    from urllib.parse import urlsplit
+
+    ports = set()
+    env = config.environment
+    for url in (
+        config.data.get("endpoint_url"),
+        env.get("AWS_ENDPOINT_URL_S3"),
+        env.get("AWS_ENDPOINT_URL"),
+    ):
+        if not url:
+            continue
+        parts = urlsplit(str(url))
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            continue
+        if parts.hostname in ("127.0.0.1", "localhost", "::1"):
+            ports.add(port)
+    return sorted(ports)
+
+
+def run_instance(
+    config: AgentConfig,
+    host: str,
+    log_path: str | None,
+    paths: InstancePaths | None = None,
+    box: Any = None,
+) -> int:
+    paths = build_tree(config, host, paths)
     stage_code(config.submit_directory, paths.code)
+    if box is not None:  # pasta started meanwhile; channels may need the network now
+        from shipyard.sandbox.instance import wait_outbound
+
+        wait_outbound(box)
+        for note in box.notes:
+            log(f"{host}: {note}")
     data = channels.prepare(config, host, paths, log)
     try:
         return _run(config, host, log_path, paths, data)
@@ -78,6 +151,7 @@ def _run(
     data: channels.ChannelSession,
 ) -> int:
     env = process_env(config, host, paths)
+    env["PATH"] = os.pathsep.join(p for p in (python_dir(paths.agent_dir), env.get("PATH")) if p)
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
     specs = runners.get(config.runner)(ctx) + data.services()
@@ -144,11 +218,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--host", required=True)
     parser.add_argument("--log", default=None, help="this agent's own log file (failure text)")
+    parser.add_argument("--parent-pid", type=int, default=None, help="die with this process")
+    parser.add_argument(
+        "--sandbox-holder", type=int, default=None, help="pid holding the job's network"
+    )
     args = parser.parse_args(argv)
+    if args.parent_pid is not None and not arm_death_signal(args.parent_pid, signal.SIGTERM):
+        return 1  # the supervisor died while this agent was starting
     started = time.monotonic()
     config = AgentConfig.load(args.config)
     try:
-        code = run_instance(config, args.host, args.log)
+        paths, box = enter_sandbox(config, args.host, args.sandbox_holder)
+        code = run_instance(config, args.host, args.log, paths, box)
     except Exception:  # noqa: BLE001 - the agent's own failure: recorded like the toolkit's Framework Error
         text = "Framework Error: \n" + traceback.format_exc()
         paths = InstancePaths(os.path.join(config.instances_dir, args.host))

@@ -44,6 +44,14 @@ class AgentConfig:
     # checkpoint_s3_uri or None}. Credentials are never written here: they come from the
     # environment the agent inherits.
     data: dict[str, Any] = field(default_factory=dict)
+    # The instance sandbox (shipyard.sandbox): {"enabled": bool, "reason": why not,
+    # "rootless": bool}. Enabled: addresses are on the job's private network and the
+    # instance's tree is mounted at /opt/ml; else instances run as plain processes.
+    sandbox: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sandboxed(self) -> bool:
+        return bool(self.sandbox.get("enabled"))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

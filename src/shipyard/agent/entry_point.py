@@ -20,6 +20,28 @@ from shipyard.agent.config import AgentConfig
 from shipyard.agent.environment import module_name
 
 
+def python_dir(agent_dir: str) -> str:
+    """A directory whose ``python`` is this interpreter (what runs the job), for PATH: a
+    ``.sh`` entry point that calls ``python`` gets the job's Python, as in a SageMaker
+    container. The interpreter's own directory when it has a ``python``, else a small
+    wrapper in the instance's agent directory."""
+    here = os.path.dirname(sys.executable)
+    candidate = os.path.join(here, "python")
+    try:
+        if os.path.samefile(candidate, sys.executable):
+            return here
+    except OSError:
+        pass
+    bin_dir = os.path.join(agent_dir, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    wrapper = os.path.join(bin_dir, "python")
+    with open(wrapper + ".tmp", "w", encoding="utf-8") as fh:
+        fh.write(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    os.chmod(wrapper + ".tmp", 0o755)
+    os.replace(wrapper + ".tmp", wrapper)
+    return bin_dir
+
+
 def user_args(config: AgentConfig) -> list[str]:
     _, user_hps = mapping.split_hyperparameters(
         mapping.decode_hyperparameters(config.hyperparameters)

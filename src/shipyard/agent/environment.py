@@ -156,6 +156,8 @@ def process_env(
             "SAGEMAKER_REGION": config.region,
             "AWS_REGION": env.get("AWS_REGION", config.region),
             "SAGEMAKER_BASE_DIR": paths.base,
+            # the instance's tree on the host (SAGEMAKER_BASE_DIR is /opt/ml in a sandbox)
+            "SHIPYARD_INSTANCE_DIR": os.path.join(config.instances_dir, host),
             "PYTHONUNBUFFERED": "1",
             # where a distribution's processes leave the placement/traffic report
             "SHIPYARD_REPORT_PATH": paths.report_file,
@@ -163,7 +165,9 @@ def process_env(
     )
     if config.framework_module:
         env["SAGEMAKER_TRAINING_MODULE"] = config.framework_module
-    python_path = [paths.code, *config.extra_python_path, resolver.shim_dir()]
+    python_path = [paths.code, *config.extra_python_path]
+    if not config.sandboxed:  # in a sandbox libc itself resolves algo-k (/etc/hosts)
+        python_path.append(resolver.shim_dir())
     if config.input_data_config:  # `from sagemaker_tensorflow import PipeModeDataset`
         from shipyard.data.shims import sagemaker_tensorflow_path
 
@@ -172,4 +176,9 @@ def process_env(
         python_path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(python_path)
     env.update(resolver.env_for(config.addresses, host))
+    if config.sandboxed:
+        # NCCL would also consider pasta's tap0, which has the host's address in every
+        # instance; the job network is eth0 (as SageMaker's containers set it)
+        for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            env.setdefault(name, config.network_interface_name)
     return env

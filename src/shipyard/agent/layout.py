@@ -125,10 +125,11 @@ def _write_json(path: str, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def build_tree(config: AgentConfig, host: str) -> InstancePaths:
-    """Create the directories and the three config JSONs. The channels' data is made
+def build_tree(config: AgentConfig, host: str, paths: InstancePaths | None = None) -> InstancePaths:
+    """Create the directories and the three config JSONs (at ``paths``: /opt/ml inside an
+    instance sandbox, else the tree in the job directory). The channels' data is made
     available by shipyard.agent.channels.prepare() (File, FastFile, Pipe)."""
-    paths = paths_for(config, host)
+    paths = paths or paths_for(config, host)
     for directory in (
         paths.code,
         paths.input_config,

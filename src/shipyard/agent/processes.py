@@ -1,7 +1,9 @@
 """Supervising an instance's processes: start, watch, stop; nothing may outlive them.
 
 Children run in the agent's process group (the backend made the agent a session
-leader) and get PR_SET_PDEATHSIG, so they die with the agent even if it is SIGKILLed.
+leader) and get PR_SET_PDEATHSIG (armed by util-linux ``setpriv`` in the child, not by a
+preexec_fn, which is unsafe once the agent has threads), so they die with the agent
+even if it is SIGKILLed.
 The agent is a child subreaper, so even descendants that daemonize (new session,
 parent exited) stay its descendants; when the agent ends, every remaining descendant
 is terminated, then killed.
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shipyard.agent.runners.api import ProcessSpec
-from shipyard.runtime.lifeline import become_subreaper, die_with_parent
+from shipyard.runtime.lifeline import become_subreaper, death_signal_argv
 
 
 @dataclass
@@ -94,7 +96,7 @@ class Supervisor:
             env = dict(spec.env) if spec.env is not None else dict(os.environ)
             env["SHIPYARD_PROCESS_NAME"] = spec.name  # labels `shipyard stacks` output
             proc = subprocess.Popen(
-                spec.argv, env=env, cwd=spec.cwd, preexec_fn=die_with_parent, close_fds=True
+                death_signal_argv(spec.argv), env=env, cwd=spec.cwd, close_fds=True
             )
             self.procs.append((spec, proc))
             threading.Thread(

@@ -320,6 +320,10 @@ from shipyard.cli.observe import register as _register_observe  # noqa: E402
 
 _register_observe(app)  # metrics, stacks, tensorboard, ui (issue #21)
 
+from shipyard.cli.doctor import register as _register_doctor  # noqa: E402
+
+_register_doctor(app)  # doctor (issue #15)
+
 from shipyard.cli.server import register as _register_server  # noqa: E402
 
 _register_server(app)  # server, server env (issue #18)

@@ -8,6 +8,7 @@ the foreground; start() hands the job to a detached supervisor process.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import shutil
@@ -177,12 +178,13 @@ class ControlPlane:
         # The name is reserved (atomically, with the job's subnet) before anything is
         # staged: of concurrent submits of one name exactly one gets here, the others
         # leave with JobExistsError having touched nothing.
+        sandbox = plan.sandbox_config(self.backend, spec.enable_network_isolation)
         record = self.store.create_job(
             spec,
             {},
             job_dir,
             self.backend,
-            plan.choose_subnet,
+            functools.partial(plan.choose_subnet, sandboxed=bool(sandbox["enabled"])),
             owner_pid=os.getpid(),
         )
         try:
@@ -207,7 +209,9 @@ class ControlPlane:
             legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
             encoded = plan.hyperparameters(spec, staged, self.home)
             assert record.subnet is not None  # chosen with the reservation
-            config = plan.agent_config(spec, staged, encoded, self.home, record.subnet, sources)
+            config = plan.agent_config(
+                spec, staged, encoded, self.home, record.subnet, sources, sandbox=sandbox
+            )
             os.makedirs(os.path.join(job_dir, "logs"))
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
@@ -454,7 +458,7 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "FinalMetricDataList": final,
         "Environment": dict(spec.environment),
         "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
-        "EnableNetworkIsolation": False,
+        "EnableNetworkIsolation": spec.enable_network_isolation,
         "Tags": [dict(t) for t in spec.tags],
         "Shipyard": _shipyard_section(cp, record),
     }

@@ -1,8 +1,9 @@
 """From a JobSpec and its staged code to what every agent is told (AgentConfig).
 
-Also where the job's loopback subnet is chosen: instance algo-k of a job gets
-127.X.Y.k, with X.Y unique among running jobs, so SageMaker's fixed ports work for
-every instance and every concurrent job.
+Also where the job's addresses are chosen. In an instance sandbox (shipyard.sandbox)
+instance algo-k owns 10.X.Y.k on the job's private network. Without one, it gets the
+loopback address 127.X.Y.k, with X.Y unique among running jobs, so SageMaker's fixed
+ports work for every instance and every concurrent job.
 """
 
 from __future__ import annotations
@@ -25,18 +26,43 @@ FRAMEWORK_MODULES = {
 }
 
 
-def choose_subnet(in_use: set[str], rng: random.Random | None = None) -> str:
+def sandbox_config(backend: str, isolation: bool = False) -> dict:
+    """AgentConfig.sandbox for a job on ``backend``: on when this machine supports it;
+    ``isolation`` (enable_network_isolation) cuts the instances' outbound traffic."""
+    from shipyard.sandbox import probe
+
+    if backend != "local":
+        return {
+            "enabled": False,
+            "reason": f"the {backend} backend runs instances without namespaces "
+            "(its listeners bind the node's cluster address; see docs/sandbox.md)",
+        }
+    support = probe.support()
+    return {
+        "enabled": support.ok,
+        "reason": support.reason,
+        "rootless": support.rootless,
+        "isolation": bool(isolation),
+    }
+
+
+def choose_subnet(
+    in_use: set[str], rng: random.Random | None = None, sandboxed: bool = False
+) -> str:
+    """X.Y of the job's addresses: 10.X.Y in a sandbox (a private network of the job's
+    own, so it need not be unique), else a loopback 127.X.Y not used by a running job."""
     rng = rng or random.Random()
+    first = "10" if sandboxed else "127"
     for _ in range(1000):
-        subnet = f"127.{rng.randint(100, 199)}.{rng.randint(0, 255)}"
+        subnet = f"{first}.{rng.randint(100, 199)}.{rng.randint(0, 255)}"
         if subnet not in in_use:
             return subnet
     raise ValidationError("no free loopback subnet for a new job; too many jobs running")
 
 
 def addresses(hosts: list[str], subnet: str) -> dict[str, str]:
-    if len(hosts) > 254:
-        raise ValidationError(f"at most 254 local instances per job, got {len(hosts)}")
+    if len(hosts) > 253:
+        raise ValidationError(f"at most 253 local instances per job, got {len(hosts)}")
     return {host: f"{subnet}.{i}" for i, host in enumerate(hosts, start=1)}
 
 
@@ -99,6 +125,7 @@ def agent_config(
     home: Home,
     subnet: str,
     channel_sources: dict[str, str],
+    sandbox: dict | None = None,
 ) -> AgentConfig:
     res = instance_types.resolve(spec.instance_type)
     dist = spec.dist
@@ -119,7 +146,8 @@ def agent_config(
         runner_options=dict(dist.options, kind=dist.kind),
         framework_module=FRAMEWORK_MODULES.get(spec.framework or ""),
         environment=dict(spec.environment),
-        network_interface_name="lo",
+        # in a sandbox the instance's interface on the job network is eth0, as on SageMaker
+        network_interface_name="eth0" if (sandbox or {}).get("enabled") else "lo",
         extra_python_path=list(staged.extra_python_path),
         python_package=staged.python_package,
         checkpoint_local_path=spec.checkpoint_local_path,
@@ -128,6 +156,7 @@ def agent_config(
         shared_dir=os.path.join(home.job_dir(spec.job_name), "shared"),
         job_secret=secrets.token_hex(32),
         data=data_config(spec),
+        sandbox=dict(sandbox or {}),
     )
 
 

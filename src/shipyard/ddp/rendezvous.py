@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -37,12 +38,37 @@ def log(message: str) -> None:
     sys.stdout.flush()
 
 
+def listen_on(address: str, port: int) -> int:
+    """A listening socket bound to ``address`` only (never a wildcard), as a bare fd.
+
+    TCPStore binds every interface when it opens its own socket; handed this one
+    (``master_listen_fd``) it serves only the instance's address."""
+    family, _, _, _, sockaddr = socket.getaddrinfo(
+        address, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICSERV
+    )[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(4096)
+    except OSError:
+        sock.close()
+        raise
+    return sock.detach()
+
+
 def open_store(address: str, ports: list[int], world_size: int):
-    """A TCPStore server on the first port of ``ports`` that is free on ``address``."""
+    """A TCPStore server on the first port of ``ports`` that is free on ``address``,
+    listening on that address only."""
     from torch.distributed import TCPStore
 
     errors = []
     for port in ports:
+        try:
+            fd = listen_on(address, port)
+        except OSError as exc:  # address in use
+            errors.append(f"{port}: {exc.strerror or exc}")
+            continue
         try:
             store = TCPStore(
                 address,
@@ -51,9 +77,11 @@ def open_store(address: str, ports: list[int], world_size: int):
                 is_master=True,
                 timeout=timedelta(seconds=60),
                 wait_for_workers=False,
+                master_listen_fd=fd,
             )
             return store, port, errors
-        except (RuntimeError, OSError) as exc:  # DistNetworkError: address in use
+        except (RuntimeError, OSError) as exc:  # DistNetworkError
+            os.close(fd)
             errors.append(f"{port}: {str(exc).splitlines()[0]}")
     raise SystemExit(
         _fail(f"no free MASTER_PORT on {address}: tried {ports} ({'; '.join(errors)})")

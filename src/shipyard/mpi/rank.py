@@ -185,7 +185,8 @@ class RankWrapper:
         self.proc = subprocess.Popen(
             self.command,
             env=env,
-            cwd=os.path.join(instance_dir, "code"),
+            # the tree as the instance sees it (/opt/ml inside an instance sandbox)
+            cwd=os.path.join(instance_env.get("SAGEMAKER_BASE_DIR") or instance_dir, "code"),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
 import socket
 import threading
 import time
@@ -30,6 +31,7 @@ MAGIC = b"SHIPYARD-STATS "
 LABEL_ENV = "SHIPYARD_PEER_LABEL"
 _BUFFER = 256 * 1024
 MAX_POINTS = 600
+UPSTREAM_GONE_S = 0.5
 
 
 class PeerNamer:
@@ -69,6 +71,9 @@ class PeerNamer:
                 local = (_ipv4(c.laddr.ip), c.laddr.port)
                 if local in peers:
                     owners[local] = c.pid
+        missing = peers - set(owners)
+        if missing:  # peers in other instances' sandboxes: other network namespaces
+            owners.update(_owners_in_other_namespaces(missing))
         return owners
 
     @staticmethod
@@ -87,6 +92,74 @@ class PeerNamer:
 
 def _ipv4(ip: str) -> str:
     return ip.removeprefix("::ffff:")
+
+
+def _hex_address(text: str) -> str:
+    """An address as /proc/net/tcp{,6} writes it (32-bit words in host byte order)."""
+    raw = bytes.fromhex(text)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return _ipv4(socket.inet_ntop(socket.AF_INET6, words))
+
+
+def _socket_inodes(pid: int, peers: set[tuple[str, int]]) -> dict[str, tuple[str, int]]:
+    """socket inode -> local (ip, port), for ``peers`` in the network namespace of ``pid``."""
+    found = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}", encoding="ascii") as fh:
+                lines = fh.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            ip, _, port = fields[1].partition(":")
+            local = (_hex_address(ip), int(port, 16))
+            if local in peers:
+                found[fields[9]] = local
+    return found
+
+
+def _owners_in_other_namespaces(peers: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Owners of ``peers`` that live in other network namespaces (instance sandboxes: each
+    instance has its own, and this process sees only its own in psutil's table). One
+    process per namespace gives that namespace's socket table; its sockets' owners are
+    found among the namespace's processes by their fds."""
+    mine = _netns("self")
+    by_ns: dict[str, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            ns = _netns(entry)
+            if ns is not None and ns != mine:
+                by_ns.setdefault(ns, []).append(int(entry))
+    owners: dict[tuple[str, int], int] = {}
+    for pids in by_ns.values():
+        inodes = _socket_inodes(pids[0], peers - set(owners))
+        if not inodes:
+            continue
+        for pid in pids:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    owners.setdefault(inodes[link[8:-1]], pid)
+        if len(owners) == len(peers):
+            break
+    return owners
+
+
+def _netns(pid: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
 
 
 @dataclass
@@ -194,6 +267,7 @@ class Relay:
         self.stats = stats
         self.secret = secret
         self.connect_timeout = connect_timeout
+        self._upstream_seen = False
         self.sock: socket.socket | None = None
 
     def bind(self) -> None:
@@ -260,10 +334,16 @@ class Relay:
             client.sendall(json.dumps(self.stats()).encode())
 
     def _connect_upstream(self) -> socket.socket | None:
-        deadline = time.monotonic() + self.connect_timeout
+        # waiting is for a server still starting; once it has answered, a refusal means it
+        # is gone: the client learns so at once, as from the server itself (a gRPC client
+        # kept waiting would time out its whole channel instead of failing over)
+        timeout = UPSTREAM_GONE_S if self._upstream_seen else self.connect_timeout
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                return socket.create_connection(self.upstream, timeout=5.0)
+                upstream = socket.create_connection(self.upstream, timeout=5.0)
+                self._upstream_seen = True
+                return upstream
             except OSError:
                 if time.monotonic() >= deadline:
                     return None

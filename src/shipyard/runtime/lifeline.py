@@ -8,6 +8,8 @@ has to import the agent.
 from __future__ import annotations
 
 import ctypes
+import os
+import shutil
 import signal
 
 _PR_SET_PDEATHSIG = 1
@@ -20,9 +22,37 @@ except OSError:  # pragma: no cover - non-glibc platforms
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """preexec_fn: ask the kernel to send ``sig`` when our parent dies (Linux)."""
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux).
+
+    Call it in the child itself (at its start, or through :func:`death_signal_argv`),
+    not as a ``preexec_fn``: code between fork and exec is unsafe in a process with
+    threads."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def arm_death_signal(parent_pid: int, sig: int = signal.SIGTERM) -> bool:
+    """A child's first step: die with ``parent_pid``. False when that parent is already
+    gone (it died before the signal was armed: the caller should exit)."""
+    die_with_parent(sig)
+    return os.getppid() == parent_pid
+
+
+def death_signal_argv(argv: list[str], sig: str = "KILL") -> list[str]:
+    """``argv`` run under util-linux ``setpriv --pdeathsig``: the program dies with the
+    process that starts it, without a preexec_fn (thread-safe). Unchanged where setpriv
+    is missing (the caller's process tree stop still applies)."""
+    setpriv = _setpriv()
+    return [setpriv, "--pdeathsig", sig, "--", *argv] if setpriv else list(argv)
+
+
+_SETPRIV: list[str | None] = []
+
+
+def _setpriv() -> str | None:
+    if not _SETPRIV:
+        _SETPRIV.append(shutil.which("setpriv") or shutil.which("setpriv", path="/usr/bin:/bin"))
+    return _SETPRIV[0]
 
 
 def become_subreaper() -> None:

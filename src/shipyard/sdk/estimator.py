@@ -52,7 +52,6 @@ _AWS_ONLY = (
     "rules",
     "debugger_hook_config",
     "enable_sagemaker_metrics",
-    "enable_network_isolation",
     "profiler_config",
     "disable_profiler",
     "image_uri",
@@ -130,6 +129,7 @@ class EstimatorBase:
         framework_version: str | None = None,
         py_version: str | None = None,
         container_log_level: int = logging.INFO,
+        enable_network_isolation: bool = False,
         session: Session | None = None,
         **kwargs: Any,
     ) -> None:
@@ -185,6 +185,8 @@ class EstimatorBase:
         self.metric_definitions = list(metric_definitions or [])
         self.checkpoint_s3_uri = checkpoint_s3_uri
         self.checkpoint_local_path = checkpoint_local_path
+        # as on SageMaker: no outbound traffic from the instances (sandboxed instances only)
+        self.enable_network_isolation = bool(enable_network_isolation)
         self.max_retry_attempts = max_retry_attempts or 0
         self.framework_version = framework_version
         self.py_version = py_version
@@ -235,6 +237,7 @@ class EstimatorBase:
             tags=self.tags,
             model_dir=self.model_dir,
             container_log_level=self.container_log_level,
+            enable_network_isolation=self.enable_network_isolation,
         )
 
     def fit(

@@ -11,10 +11,11 @@ import os
 import time
 
 import pytest
-from tests.conftest import job_processes
+from tests.conftest import host_listeners, job_processes
 
 import shipyard
 from shipyard.errors import JobFailedError
+from shipyard.sandbox import probe
 
 pytestmark = pytest.mark.usefixtures("mpirun")
 
@@ -78,18 +79,21 @@ def test_each_rank_sees_its_instance(session, write_script, tmp_path):
     assert desc["TrainingJobStatus"] == "Completed"
     job_dir = desc["Shipyard"]["JobDir"]
     records = {}
+    sandboxed = probe.support().ok  # then each rank runs inside its instance, at /opt/ml
     for host in ("algo-1", "algo-2"):
         model = os.path.join(job_dir, "instances", host, "model")
         for name in os.listdir(model):
             with open(os.path.join(model, name)) as fh:
                 rec = json.load(fh)
             records[rec["rank"]] = rec
-            assert rec["host"] == host and rec["model_dir"] == model
+            assert rec["host"] == host
+            assert rec["model_dir"] == ("/opt/ml/model" if sandboxed else model)
     assert sorted(records) == [0, 1, 2, 3]
     for r, rec in records.items():
         host = f"algo-{r // 2 + 1}"
         assert rec["host"] == host
-        assert rec["cwd"] == os.path.join(job_dir, "instances", host, "code")
+        base = "/opt/ml" if sandboxed else os.path.join(job_dir, "instances", host)
+        assert rec["cwd"] == os.path.join(base, "code")
         assert (rec["size"], rec["local_rank"], rec["local_size"]) == (4, r % 2, 2)
         assert (rec["cross_rank"], rec["cross_size"]) == (r // 2, 2)
         assert rec["sum"] == [10.0]
@@ -177,6 +181,8 @@ def test_stopping_an_mpi_job_leaves_nothing(session, write_script, home):
     job_dir = os.path.join(str(home), "jobs", "mpi-stop")
     _wait_ranks_ready(job_dir)
     assert any("mpirun" in " ".join(p.cmdline()) for p in job_processes(job_dir))
+    if probe.support().ok:  # prterun and the ranks listen, but only inside the instances
+        assert host_listeners(job_dir) == []
     record = session.control.stop("mpi-stop")
     assert record.status == "Stopped"
     deadline = time.monotonic() + 10
@@ -186,13 +192,18 @@ def test_stopping_an_mpi_job_leaves_nothing(session, write_script, home):
 
 
 def _wait_ranks_ready(job_dir: str, count: int = 4) -> None:
-    run_dir = os.path.join(job_dir, "instances", "algo-1", "agent", "mpi-run")
+    """Every rank's ready file, in its own instance's run dir (ranks run inside their
+    instance in sandboxes; all from algo-1 without)."""
+    run_dirs = [
+        os.path.join(job_dir, "instances", host, "agent", "mpi-run")
+        for host in ("algo-1", "algo-2")
+    ]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if (
-            os.path.isdir(run_dir)
-            and len([n for n in os.listdir(run_dir) if n.startswith("ready.")]) == count
-        ):
+        ready = [
+            n for d in run_dirs if os.path.isdir(d) for n in os.listdir(d) if n.startswith("ready.")
+        ]
+        if len(ready) == count:
             return
         time.sleep(0.2)
     pytest.fail("ranks did not start")

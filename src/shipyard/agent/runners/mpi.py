@@ -120,6 +120,17 @@ def _write_private_json(path: str, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def sandbox_mca(interface: str) -> dict[str, str]:
+    """Open MPI on the job network only. A sandboxed instance also has pasta's ``tap0``,
+    which carries the host's own address in every instance: a rank that offered it would
+    have its peers connect to themselves. (The user's own OMPI_MCA_* settings win.)"""
+    return {
+        "OMPI_MCA_btl_tcp_if_include": interface,
+        "OMPI_MCA_oob_tcp_if_include": interface,
+        "PRTE_MCA_oob_tcp_if_include": interface,
+    }
+
+
 def rank_python_path(env: dict[str, str]) -> dict[str, str]:
     """Add the ``horovod`` shim to PYTHONPATH when no real Horovod is importable."""
     if importlib.util.find_spec("horovod") is not None:
@@ -151,10 +162,14 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     config = ctx.config
     options = config.runner_options
     env = rank_python_path(ctx.env)
+    if config.sandboxed:
+        env = {**sandbox_mca(config.network_interface_name), **env}
     os.makedirs(ctx.paths.agent_dir, exist_ok=True)
     _write_private_json(os.path.join(ctx.paths.agent_dir, ENV_FILE), env)
     python = sys.executable
-    remote = env.get("SHIPYARD_MPI_LAUNCH") == "rsh"  # set by multi-machine backends (Ray)
+    # Ray sets SHIPYARD_MPI_LAUNCH=rsh; in instance sandboxes every instance is its own
+    # machine too: its ranks must run inside its namespaces (its /opt/ml, its network)
+    remote = env.get("SHIPYARD_MPI_LAUNCH") == "rsh" or config.sandboxed
     if ctx.host != config.hosts[0]:
         if remote:
             return [_rsh_server(ctx, env)]
@@ -265,7 +280,7 @@ def _rsh_server(ctx: InstanceContext, env: dict[str, str]) -> ProcessSpec:
             "env_file": os.path.join(agent_dir, ENV_FILE),
             "instances_dir": ctx.config.instances_dir,
             "failure_file": os.path.join(agent_dir, FAILURE_FILE),
-            "run_dir": os.path.join(agent_dir, RUN_DIR),
+            "run_dir": _serving_run_dir(ctx, agent_dir),
             "cwd": ctx.paths.code,
         },
     )
@@ -276,6 +291,15 @@ def _rsh_server(ctx: InstanceContext, env: dict[str, str]) -> ProcessSpec:
         cwd=ctx.paths.code,
         user_facing=False,
     )
+
+
+def _serving_run_dir(ctx: InstanceContext, agent_dir: str) -> str:
+    """Where this instance's ranks leave their init markers. In sandboxes the instances
+    share the host's filesystem, so they use the master's run dir at its host path and
+    rank 0's init watch sees every rank (on Ray each node keeps its own)."""
+    if ctx.config.sandboxed:
+        return os.path.join(ctx.config.instances_dir, ctx.config.hosts[0], "agent", RUN_DIR)
+    return os.path.join(agent_dir, RUN_DIR)
 
 
 def _rsh_launch_args(ctx: InstanceContext, plan_file: str, ppn: int) -> list[str]:

@@ -24,6 +24,7 @@ Keras: ParameterServerStrategy needs tf_keras (Keras 2), so the tf2 layout sets
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +70,23 @@ def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
     return hosts[:1]
 
 
+def with_chief_model_dir(ctx: InstanceContext, argv: list[str]) -> list[str]:
+    """A ps task that sees the chief's model dir at /opt/ml/model (its own mount namespace,
+    util-linux ``unshare`` + ``mount --bind``).
+
+    The chief's ``model.save('/opt/ml/model/1')`` makes every ps task write its variables'
+    shard under that path on its own instance. Without sandboxes the path was the chief's
+    tree on the one shared disk; in a sandbox each instance has its own /opt/ml, so the ps
+    tasks (only they) get the chief's model dir there, and the SavedModel is whole."""
+    unshare = shutil.which("unshare") or "/usr/bin/unshare"
+    chief_model = os.path.join(ctx.config.instances_dir, ctx.config.hosts[0], "model")
+    script = 'mount --bind "$0" /opt/ml/model && exec "$@"'
+    return [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script] + [
+        chief_model,
+        *argv,
+    ]
+
+
 def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) -> list[ProcessSpec]:
     hosts = ctx.config.hosts
     if len(hosts) == 1:
@@ -102,6 +120,8 @@ def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) ->
             role="service" if is_chief else "main",
         )
     ]
+    if ctx.config.sandboxed and not is_chief:
+        specs[0].argv = with_chief_model_dir(ctx, specs[0].argv)
     for task in mine:
         if task.type == "ps":
             continue

@@ -93,6 +93,9 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     hosts = list(config.hosts)
     nproc = processes_per_host(options, config.num_gpus)
     master_addr = config.addresses[hosts[0]]
+    # what the ranks see: the name, as SageMaker's launcher passes it, where libc resolves
+    # it (an instance sandbox); else the address, for native code that cannot
+    rank_master_addr = hosts[0] if config.sandboxed else master_addr
     attempt = int(ctx.env.get("SHIPYARD_ATTEMPT", "1"))
     max_restarts = int(ctx.env.get("SHIPYARD_MAX_RETRY_ATTEMPTS", "0"))
     master_ports = contract.master_ports(
@@ -161,7 +164,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
         env.update(
             contract.rank_env(
                 rank,
-                master_addr=master_addr,
+                master_addr=rank_master_addr,
                 master_port=master_ports[0],
                 restart_count=attempt - 1,
                 max_restarts=max_restarts,

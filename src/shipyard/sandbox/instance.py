@@ -1,0 +1,281 @@
+"""Entering an instance's sandbox: called first thing by the instance's agent.
+
+The agent (single-threaded at this point, as setns on a user namespace requires) joins
+the job's user namespace when rootless, unshares mount, UTS and network namespaces,
+attaches its new network namespace to the job's bridge with a veth pair, names itself
+``algo-k`` and mounts its tree at ``/opt/ml`` and the job's hosts file at ``/etc/hosts``.
+Everything it creates belongs to its namespaces: when the instance's last process ends,
+the kernel removes them (the veth pair included), whatever ended it.
+
+Outbound traffic: pasta (from passt, what rootless Podman uses) runs in the host's network
+namespace as a child of the agent and gives the instance a ``tap0`` with the host's
+addressing and default route (``--config-net``); it forwards nothing inbound (``-t none
+-u none``: its default would expose the instance's listeners on the host), does not map
+the gateway to the host's loopback (``--no-map-gw``), and forwards only the job's S3
+endpoint port from the instance's loopback to the host's (``-T``), so an endpoint on the
+host's 127.0.0.1 keeps working. With network isolation only that forward remains.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from shipyard.sandbox import kernel, network, tools
+
+OPT_ML = "/opt/ml"
+ETC_HOSTS = "/etc/hosts"
+PREFIX_LEN = 24
+
+
+@dataclass
+class InstanceSandbox:
+    holder_pid: int
+    host: str
+    hosts: dict[str, str]  # algo-k -> its address on the job network
+    tree: str  # the instance's tree on the host (<job>/instances/algo-k)
+    rootless: bool = False
+    outbound: bool = True  # False: network isolation (no route out of the job network)
+    forward_ports: list[int] = field(default_factory=list)  # host loopback ports to reach
+    notes: list[str] = field(default_factory=list)
+    pasta: subprocess.Popen | None = None  # released, maybe not ready yet (wait_outbound)
+
+    @property
+    def address(self) -> str:
+        return self.hosts[self.host]
+
+
+def hosts_text(hosts: dict[str, str]) -> str:
+    """The instance's /etc/hosts: loopback names plus every ``algo-k`` of the job."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{addr}\t{host}" for host, addr in sorted(hosts.items(), key=_host_order)]
+    return "\n".join(lines) + "\n"
+
+
+def _host_order(item: tuple[str, str]) -> tuple[int, str]:
+    host = item[0]
+    suffix = host.rsplit("-", 1)[-1]
+    return (int(suffix) if suffix.isdigit() else 0, host)
+
+
+def _ip(batch: str, pass_fds: tuple[int, ...] = ()) -> None:
+    ip = tools.find("ip")
+    if ip is None:
+        raise OSError("iproute2's `ip` is not installed")
+    done = subprocess.run(
+        [ip, "-batch", "-"], input=batch.encode(), capture_output=True, pass_fds=pass_fds
+    )
+    if done.returncode != 0:
+        raise OSError(f"ip failed ({batch.strip()!r}): {done.stderr.decode(errors='replace')}")
+
+
+PASTA_READY_TIMEOUT_S = 10.0
+
+
+def _pasta_waiter(box: InstanceSandbox) -> subprocess.Popen | None:
+    """pasta, started now (in the host's namespaces) but held by a shell until the
+    instance's namespaces exist: it is released by writing a line to its stdin."""
+    if not box.outbound and not box.forward_ports:
+        return None
+    pasta = tools.find("pasta")
+    if pasta is None:
+        box.notes.append(
+            "pasta (passt) is not installed: this instance has no outbound network "
+            "(apt-get install passt)"
+        )
+        return None
+    argv = [pasta, "-q", "-f", "-I", "tap0", "--no-map-gw", "-t", "none", "-u", "none"]
+    argv += ["-U", "none", "-T", ",".join(map(str, box.forward_ports)) or "none"]
+    if os.geteuid() == 0:  # else it drops to nobody, which cannot enter the namespaces
+        argv += ["--runas", "0:0"]
+    if box.outbound:
+        argv.append("--config-net")
+    # the shell opens the agent's namespaces once they exist (fds 3, 4): pasta, which
+    # drops to an unprivileged user first, could not open another process's
+    if box.rootless:
+        argv += ["--userns", "/proc/self/fd/4"]
+    argv += ["--netns", "/proc/self/fd/3"]
+    from shipyard.runtime.lifeline import death_signal_argv
+
+    me = os.getpid()
+    script = f'read _ && exec 3</proc/{me}/ns/net 4</proc/{me}/ns/user && exec "$@"'
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script, "pasta-waiter", *death_signal_argv(argv)],
+        stdin=subprocess.PIPE,
+        close_fds=True,
+    )
+
+
+def _release_pasta(waiter: subprocess.Popen | None) -> None:
+    if waiter is not None and waiter.stdin is not None:
+        waiter.stdin.write(b"go\n")
+        waiter.stdin.close()
+
+
+def wait_outbound(box: InstanceSandbox) -> None:
+    """Until pasta has set up the instance's outbound network (called by the agent just
+    before anything may need it, so pasta's start overlaps the agent's own set-up)."""
+    waiter = box.pasta
+    box.pasta = None
+    if waiter is None:
+        return
+    deadline = time.monotonic() + PASTA_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if _pasta_ready(box):
+            return
+        if waiter.poll() is not None:
+            break
+        time.sleep(0.005)
+    code = waiter.poll()
+    why = f"exited with status {code}" if code is not None else "timed out"
+    box.notes.append(f"pasta did not set up this instance's outbound network ({why})")
+
+
+def _pasta_ready(box: InstanceSandbox) -> bool:
+    if box.outbound and not _has_default_route():
+        return False
+    return all(_listens_locally(p) for p in box.forward_ports)
+
+
+def _has_default_route() -> bool:
+    with open("/proc/self/net/route", encoding="ascii") as fh:
+        return any(line.split()[1] == "00000000" for line in fh.readlines()[1:] if line.strip())
+
+
+def _listens_locally(port: int) -> bool:
+    """Something listens on 127.0.0.1:``port`` in this network namespace."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/self/net/tcp", encoding="ascii") as fh:
+        return any(
+            fields[1] == want and fields[3] == "0A"
+            for fields in (line.split() for line in fh.readlines()[1:])
+        )
+
+
+def enter(box: InstanceSandbox) -> None:
+    """Move this process into its instance sandbox (see the module docstring)."""
+    waiter = _pasta_waiter(box)
+    holder = f"/proc/{box.holder_pid}/ns"
+    _wait_for_holder(box)
+    if box.rootless:
+        user_fd = os.open(f"{holder}/user", os.O_RDONLY)
+        try:
+            kernel.setns(user_fd, kernel.CLONE_NEWUSER)
+        finally:
+            os.close(user_fd)
+    job_net = os.open(f"{holder}/net", os.O_RDONLY)
+    try:
+        kernel.unshare(kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS | kernel.CLONE_NEWNET)
+        own_net = os.open("/proc/self/ns/net", os.O_RDONLY)
+        try:
+            _attach(box, job_net, own_net)
+        finally:
+            os.close(own_net)
+    finally:
+        os.close(job_net)
+    _release_pasta(waiter)
+    box.pasta = waiter
+    kernel.sethostname(box.host)
+    # nothing mounted here may propagate back to the host's mount namespace
+    kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
+    hosts_file = os.path.join(box.tree, "agent", "hosts")
+    os.makedirs(os.path.dirname(hosts_file), exist_ok=True)
+    with open(hosts_file, "w", encoding="ascii") as fh:
+        fh.write(hosts_text(box.hosts))
+    kernel.mount(hosts_file, os.path.realpath(ETC_HOSTS), None, kernel.MS_BIND)
+    mount_tree(box.tree)
+
+
+HOLDER_WAIT_S = 15.0
+
+
+def _wait(ready, what: str) -> None:
+    """The backend starts agents without waiting for the holder (their start-up overlaps
+    its own); each agent waits here for the part it needs."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    delay = 0.001
+    while not ready():
+        if time.monotonic() > deadline:
+            raise OSError(f"{what} did not appear within {HOLDER_WAIT_S:.0f}s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _wait_for_holder(box: InstanceSandbox) -> None:
+    """Until the holder is in its own namespaces (and, rootless, has its id maps)."""
+    holder = f"/proc/{box.holder_pid}"
+
+    def entered() -> bool:
+        try:
+            if os.readlink(f"{holder}/ns/net") == os.readlink("/proc/self/ns/net"):
+                return False
+            if box.rootless:
+                with open(f"{holder}/gid_map", encoding="ascii") as fh:
+                    return bool(fh.read().strip())
+            return True
+        except OSError:
+            return False
+
+    _wait(entered, "the job network's namespace")
+
+
+def _links() -> list[str]:
+    """Interfaces of this process's current network namespace."""
+    with open("/proc/self/net/dev", encoding="ascii") as fh:
+        return [line.split(":", 1)[0].strip() for line in fh.readlines()[2:]]
+
+
+def _attach(box: InstanceSandbox, job_net: int, own_net: int) -> None:
+    """A veth pair: ``v<host>`` on the job's bridge, ``eth0`` with the instance's address."""
+    veth = network.veth_name(box.host)
+    kernel.setns(job_net, kernel.CLONE_NEWNET)
+    try:
+        _wait(lambda: network.BRIDGE in _links(), "the job's bridge")
+        _ip(
+            f"link add {veth} type veth peer name eth0 netns /proc/self/fd/{own_net}\n"
+            f"link set {veth} master {network.BRIDGE}\n"
+            f"link set {veth} up\n",
+            pass_fds=(own_net,),
+        )
+    finally:
+        kernel.setns(own_net, kernel.CLONE_NEWNET)
+    _ip(f"link set lo up\naddr add {box.address}/{PREFIX_LEN} dev eth0\nlink set eth0 up\n")
+
+
+def mount_tree(tree: str) -> None:
+    """Bind the instance's tree at /opt/ml. Where the host has no /opt/ml, /opt becomes a
+    read-only tmpfs holding the host's /opt entries (bound back) plus ``ml``: the host is
+    left untouched and nothing new can be written to /opt."""
+    if os.path.isdir(OPT_ML):
+        kernel.mount(tree, OPT_ML, None, kernel.MS_BIND | kernel.MS_REC)
+        return
+    parent = os.path.dirname(OPT_ML)
+    if not os.path.isdir(parent):
+        raise OSError(f"{parent} does not exist on this machine; cannot map {OPT_ML}")
+    original = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        entries = os.listdir(original)
+        kernel.mount("tmpfs", parent, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "mode=755")
+        for name in entries:
+            source = f"/proc/self/fd/{original}/{name}"
+            target = os.path.join(parent, name)
+            if os.path.islink(source):
+                os.symlink(os.readlink(source), target)
+            elif os.path.isdir(source):
+                os.mkdir(target)
+                kernel.mount(source, target, None, kernel.MS_BIND | kernel.MS_REC)
+            else:
+                open(target, "w").close()
+                kernel.mount(source, target, None, kernel.MS_BIND | kernel.MS_REC)
+        os.mkdir(OPT_ML)
+        kernel.mount(tree, OPT_ML, None, kernel.MS_BIND | kernel.MS_REC)
+        kernel.mount(
+            None,
+            parent,
+            None,
+            kernel.MS_REMOUNT | kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NODEV,
+        )
+    finally:
+        os.close(original)

@@ -1,0 +1,77 @@
+"""What this machine supports: can instances run in sandboxes here, and if not, why.
+
+Read by the control plane when it plans a job (``decide``) and by ``shipyard doctor``.
+The trial is real: a forked child unshares the namespaces an instance needs (and a user
+namespace when not root) and reports the kernel's answer. The result is cached per
+process; SHIPYARD_SANDBOX=off turns the sandbox off.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+
+from shipyard.sandbox import kernel, tools
+
+OFF_VALUES = ("off", "0", "false", "no")
+
+
+@dataclass(frozen=True)
+class Support:
+    ok: bool
+    reason: str  # why not (empty when ok)
+    rootless: bool = False
+    fix: str = ""  # the command or setting that would make it work
+
+
+def _trial(rootless: bool) -> int:
+    """0 when a forked child could unshare the namespaces, else the errno it got."""
+    flags = kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS | kernel.CLONE_NEWNET
+    if rootless:
+        flags |= kernel.CLONE_NEWUSER
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only makes syscalls and exits
+        code = 0
+        try:
+            kernel.unshare(flags)
+        except OSError as exc:
+            code = exc.errno or 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@lru_cache(maxsize=1)
+def _detect() -> Support:
+    if not sys.platform.startswith("linux"):
+        return Support(False, f"Linux namespaces do not exist on {sys.platform}")
+    if tools.find("ip") is None:
+        return Support(False, "iproute2's `ip` is not installed", fix="apt-get install iproute2")
+    if not os.path.isdir("/opt") or not os.path.exists("/etc/hosts"):
+        return Support(False, "this machine has no /opt or no /etc/hosts to map")
+    rootless = os.geteuid() != 0
+    code = _trial(rootless)
+    if code == 0:
+        return Support(True, "", rootless=rootless)
+    what = "unprivileged user namespaces" if rootless else "namespaces"
+    fix = (
+        "sysctl -w kernel.unprivileged_userns_clone=1 (or user.max_user_namespaces > 0)"
+        if rootless
+        else "run outside a container that forbids unshare(2), or with CAP_SYS_ADMIN"
+    )
+    return Support(
+        False,
+        f"the kernel refused {what}: {errno.errorcode.get(code, code)}",
+        rootless=rootless,
+        fix=fix,
+    )
+
+
+def support() -> Support:
+    setting = os.environ.get("SHIPYARD_SANDBOX", "auto").strip().lower()
+    if setting in OFF_VALUES:
+        return Support(False, "SHIPYARD_SANDBOX=off", fix="unset SHIPYARD_SANDBOX")
+    return _detect()

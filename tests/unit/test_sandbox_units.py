@@ -1,0 +1,85 @@
+"""Pure parts of the instance sandbox and what it changed around it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+from shipyard.observe.traffic import _hex_address, _owners_in_other_namespaces
+from shipyard.sandbox.instance import hosts_text
+from shipyard.sandbox.network import veth_name
+
+
+def test_hosts_file_lists_every_host_in_order():
+    text = hosts_text({"algo-10": "10.1.2.10", "algo-2": "10.1.2.2", "algo-1": "10.1.2.1"})
+    assert text.splitlines()[2:] == [
+        "10.1.2.1\talgo-1",
+        "10.1.2.2\talgo-2",
+        "10.1.2.10\talgo-10",
+    ]
+    assert text.startswith("127.0.0.1\tlocalhost\n")
+
+
+def test_veth_names_fit_the_kernel_limit():
+    assert veth_name("algo-1") == "valgo-1"
+    assert len(veth_name("algo-253")) <= 15
+
+
+def test_proc_net_addresses_decode():
+    assert _hex_address("0100007F") == "127.0.0.1"
+    assert _hex_address("0A01020A") == "10.2.1.10"
+    assert _hex_address("0000000000000000FFFF00000100007F") == "127.0.0.1"  # v4-mapped
+    assert _hex_address("00000000000000000000000001000000") == "::1"
+
+
+def test_socket_owner_found_in_another_network_namespace():
+    """The traffic report names a peer that lives in another instance's namespace."""
+    import pytest
+
+    from shipyard.sandbox import probe
+
+    if not probe.support().ok:
+        pytest.skip(probe.support().reason)
+    code = (
+        "import os, socket, sys; from shipyard.sandbox import kernel\n"
+        "kernel.unshare(kernel.CLONE_NEWNET"
+        + (" | kernel.CLONE_NEWUSER" if probe.support().rootless else "")
+        + ")\nos.system('ip link set lo up')\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\n"
+        "print(s.getsockname()[1], flush=True); sys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        port = int(child.stdout.readline())
+        with socket.socket() as here:  # the same address in this namespace: not it
+            here.bind(("127.0.0.1", 0))
+        assert _owners_in_other_namespaces({("127.0.0.1", port)}) == {
+            ("127.0.0.1", port): child.pid
+        }
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
+
+
+def test_doctor_reports_each_capability_with_a_fix_for_what_is_missing(monkeypatch):
+    from typer.testing import CliRunner
+
+    from shipyard.cli.app import app
+    from shipyard.cli.doctor import checks
+    from shipyard.sandbox import probe
+
+    monkeypatch.setenv("SHIPYARD_SANDBOX", "off")
+    found = {c.name: c for c in checks()}
+    assert set(found) >= {"instance sandbox", "FUSE (FastFile mode)", "MPI", "TensorFlow"}
+    assert {"PyTorch", "GPUs", "outbound traffic from sandboxes"} <= set(found)
+    sandbox = found["instance sandbox"]
+    assert not sandbox.ok and "SHIPYARD_SANDBOX=off" in sandbox.detail
+    assert sandbox.fix == "unset SHIPYARD_SANDBOX"
+    assert all(c.fix for c in found.values() if not c.ok)
+    monkeypatch.delenv("SHIPYARD_SANDBOX")
+    assert {c.name: c for c in checks()}["instance sandbox"].ok == probe.support().ok
+    result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "instance sandbox" in result.output
