@@ -37,6 +37,23 @@ while not os.path.exists("/opt/ml/input/go"):
 
 DDP_PRELUDE = "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
 DDP_EPILOGUE = "dist.barrier()\ndist.destroy_process_group()\n"
+# the chief's script starts while the TF servers are still importing TensorFlow: wait
+# until every ps and worker task of TF_CONFIG answers, so their ports are there to be tried
+TF_PRELUDE = r"""
+import json
+cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+for address in cluster["ps"] + cluster.get("worker", []):  # the chief is this script
+    host, port = address.rsplit(":", 1)
+    deadline = time.time() + 120
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
+"""
 MPI_PRELUDE = "from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n"
 
 
@@ -97,7 +114,7 @@ def test_no_host_connection_reaches_tf_ps_mpi_or_ddp_jobs(session, write_script,
     pytest.importorskip("torch")
     pytest.importorskip("tensorflow")
     pytest.importorskip("mpi4py")
-    write_script("ps.py", WAIT.format(prelude="", epilogue=""))
+    write_script("ps.py", WAIT.format(prelude=TF_PRELUDE, epilogue=""))
     write_script("mpi.py", WAIT.format(prelude=MPI_PRELUDE, epilogue=""))
     src = write_script("ddp.py", WAIT.format(prelude=DDP_PRELUDE, epilogue=DDP_EPILOGUE))
     common = dict(source_dir=src, instance_count=2, instance_type="local", session=session)
