@@ -7,8 +7,8 @@ live, and what goes between the servers?" This demo answers it:
 1. CIFAR-10-shaped TFRecords are generated (the tutorials' record format; nothing downloads);
 2. the tutorials' Keras CNN script, as users wrote it (no strategy), runs with
    ``distribution={'parameter_server': {'enabled': True}}`` on 2 instances: shipyard's
-   report says nothing was placed on a parameter server (each instance trained its own
-   copy on its own data);
+   report says nothing was placed on a parameter server (only algo-1, the chief, runs the
+   script in the TF2 layout, so it trained the model alone; algo-2 only served);
 3. the same CNN with ParameterServerStrategy on 2 instances: every variable's server,
    the imbalance, the worker x server traffic;
 4. the model is deployed and answers JSON, JSON lines and CSV (an inference.py);

@@ -137,8 +137,10 @@ def run_instance(
         for note in box.notes:
             log(f"{host}: {note}")
     data = channels.prepare(config, host, paths, log)
+    # pasta outlives the user's processes: data.close() uploads through it
+    spare = [box.pasta_pid] if box is not None and box.pasta_pid else []
     try:
-        return _run(config, host, log_path, paths, data)
+        return _run(config, host, log_path, paths, data, spare)
     finally:
         data.close()
 
@@ -149,6 +151,7 @@ def _run(
     log_path: str | None,
     paths: InstancePaths,
     data: channels.ChannelSession,
+    spare: list[int] | None = None,
 ) -> int:
     env = process_env(config, host, paths)
     env["PATH"] = os.pathsep.join(p for p in (python_dir(paths.agent_dir), env.get("PATH")) if p)
@@ -193,6 +196,7 @@ def _run(
         lost_file=paths.lost_file,
         on_failure=record_failure,
         on_failed_exit=record_failure_time,
+        spare=spare or (),
     )
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

@@ -16,7 +16,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from shipyard.agent.runners.api import ProcessSpec
@@ -32,12 +32,16 @@ class Outcome:
     at: float = field(default_factory=time.time)  # when the deciding process ended
 
 
-def terminate_descendants(grace: float) -> None:
-    """SIGTERM every descendant of this process, then SIGKILL what is left after ``grace``."""
+def terminate_descendants(grace: float, spare: Collection[int] = ()) -> None:
+    """SIGTERM every descendant of this process, then SIGKILL what is left after ``grace``.
+
+    ``spare``: pids left running (the sandbox's pasta, which carries the instance's
+    traffic to S3 until the agent's final checkpoint and TensorBoard uploads are done;
+    it dies with the agent)."""
     import psutil
 
     try:
-        procs = psutil.Process().children(recursive=True)
+        procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in spare]
     except psutil.Error:
         return
     for proc in procs:
@@ -73,8 +77,10 @@ class Supervisor:
         lost_file: str | None = None,
         on_failure: Callable[[Outcome], None] | None = None,
         on_failed_exit: Callable[[float], None] | None = None,
+        spare: Collection[int] = (),
     ) -> None:
         self.specs = specs
+        self.spare = spare  # descendants the teardown leaves running (terminate_descendants)
         self.grace = grace
         self.log = log
         self.lost_file = lost_file
@@ -146,7 +152,7 @@ class Supervisor:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
         finally:
-            terminate_descendants(self.grace)
+            terminate_descendants(self.grace, self.spare)
 
     def _record_lost(self, spec: ProcessSpec, proc: subprocess.Popen, code: int) -> None:
         """A non-critical process died: note it once and carry on without it."""

@@ -1,4 +1,4 @@
-"""shipyard.ps: a native, framework-agnostic parameter server (numpy buffers, ZeroMQ).
+"""shipyard.ps: a native, framework-agnostic parameter server (numpy buffers, plain TCP).
 
 Why: PyTorch has no maintained parameter server and Keras 3 dropped
 ParameterServerStrategy; SageMaker's ``parameter_server`` distribution still
@@ -9,7 +9,7 @@ pull parameters, and everything that crosses the wire is counted and reported.
 Modules (one job each)::
 
     errors.py       the typed error tree
-    wire.py         header format, HMAC, encode/decode (no pickle, zero-copy)
+    wire.py         header format, MACs, replay guard, encode/decode (no pickle, zero-copy)
     placement.py    round_robin | greedy_bytes | sliced | auto, and the report
     optimizers.py   SGD (momentum, nesterov), Adam, AdamW, Adagrad: torch's formulas
     consistency.py  async | bounded staleness | sync, worker liveness (pure)
@@ -17,11 +17,12 @@ Modules (one job each)::
     checkpoint.py   atomic .npz + JSON manifest checkpoints, resume
     stats.py        counters, traffic matrix, the JSON report schema
     core.py         the shard's protocol state machine (frames in, frames out)
-    transport.py    the client's transport seam: ZeroMQ DEALERs, or in-process
-    server.py       the shard process (ROUTER loop) and ``python -m shipyard.ps.server``
+    stream.py       messages on a TCP stream: framing, non-blocking reader and writer
+    transport.py    the client's transport seam: TCP sockets, or in-process
+    server.py       the shard process (socket loop) and ``python -m shipyard.ps.server``
     options.py      the job's options (policy, consistency, counts), validated; no numpy
     launch.py       shard command lines, start/stop shard processes (runners, tests, benchmarks)
-    client.py       PSClient
+    client.py       PSClient (its data path, requests and exchange in client_*.py)
     worker.py       ``python -m shipyard.ps.worker -- CMD``: runs a worker, reports its end
     torch.py        PyTorch adapter: DistributedOptimizer (imports torch; nothing else here does)
     keras.py        Keras 3 adapter: DistributedOptimizer for model.fit (imports tensorflow)
@@ -80,7 +81,7 @@ from typing import Any
 
 # Public names -> the module that defines them. Imported lazily (PEP 562) so that
 # ``shipyard.ps.options`` (what the control plane validates submissions with) does not
-# drag numpy and ZeroMQ into every ``shipyard train``.
+# drag numpy into every ``shipyard train``.
 _EXPORTS = {
     "client": (
         "ENDPOINTS_ENV",
@@ -107,7 +108,7 @@ _EXPORTS = {
     "options": ("PSOptions",),
     "placement": ("PlacementReport", "TensorSpec", "place"),
     "stats": ("build_report",),
-    "transport": ("LocalNetwork", "LocalTransport", "Transport", "ZmqTransport"),
+    "transport": ("LocalNetwork", "LocalTransport", "SocketTransport", "Transport"),
     "wire": ("SECRET_ENV",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -17,6 +17,17 @@ Typical use (rank from ``SHIPYARD_PS_RANK``, endpoints from
             params = ps.push_pull(grads)       # push every gradient, pull fresh values
         print(ps.stats())                      # placement + traffic report (stats.py)
 
+Where the parts live (one seam each; PSClient is the mixins put together)::
+
+    client.py           PSClient: configuration, lifecycle (hello, heartbeats, close),
+                        registration, control (set_lr, stats, checkpoint, finish)
+    client_data.py      the data path: push / pull / push_pull / split phase, buckets
+    client_requests.py  requests: headers (session, step), tensor and JSON requests,
+                        small tensors grouped into PUSH_PULL_MANY
+    client_exchange.py  the exchange: send all, collect replies as they come, verify,
+                        deliver, map error replies and timeouts
+    transport.py        the network seam (TCP sockets, or in-process shards)
+
 Errors: bad arguments raise ``PSConfigError`` / ``ShapeMismatchError`` /
 ``UnknownKeyError`` before anything is sent; a shard's error reply raises the
 matching ``RemoteError``; no reply in ``timeout`` seconds raises ``PSTimeoutError``.
@@ -29,29 +40,23 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import wire
+from .client_data import BUCKET_BYTES, DataPath
+from .client_exchange import PARALLEL_DECODE_MIN, Exchange
+from .client_requests import GROUP_MAX_BYTES, GROUP_MAX_COUNT, Requests, _Req
 from .errors import (
     PSConfigError,
     PSError,
-    PSTimeoutError,
-    RemoteError,
-    ShapeMismatchError,
     UnknownKeyError,
-    WireError,
-    remote_error,
 )
 from .optimizers import make_optimizer
 from .placement import (
     DEFAULT_CHUNK_BYTES,
-    Chunk,
     KeyPlacement,
     PlacementReport,
     TensorSpec,
@@ -59,7 +64,7 @@ from .placement import (
     place,
 )
 from .stats import build_report
-from .transport import Transport, ZmqTransport, tune_malloc
+from .transport import SocketTransport, Transport, tune_malloc
 from .wire import Header, Message, MsgType
 
 log = logging.getLogger("shipyard.ps.client")
@@ -74,17 +79,21 @@ DEFAULT_TIMEOUT = 300.0
 CLIENT_MALLOC_KEEP = (
     256 << 20
 )  # reply buffers reused instead of page-faulted in (transport.tune_malloc)
-PARALLEL_DECODE_MIN = 256 * 1024  # replies larger than this are verified on the hash pool
-# push_pull sends the tensors below this size, per shard, in one PUSH_PULL_MANY message:
-# a round trip costs ~90 us of CPU (client and shard) whatever its size, and a model has
-# many small tensors (biases, norms): the tutorial CNN's 14 messages per step become 6,
-# and its push+pull went from ~0.46 to ~0.51 of raw TCP (BENCHMARKS.md). 256 KiB (4
-# messages) measured no better.
-GROUP_MAX_BYTES = 64 * 1024
-GROUP_MAX_COUNT = 1024
-# push_pull_begin holds such small tensors back until this much waits or push_pull_end
-# comes, so that hooks firing one tensor at a time still share messages
-BUCKET_BYTES = 256 * 1024
+# the sizes are re-exported: the framework adapters size their buckets with them
+__all__ = [
+    "BUCKET_BYTES",
+    "ENDPOINTS_ENV",
+    "GROUP_MAX_BYTES",
+    "GROUP_MAX_COUNT",
+    "HEARTBEAT_ENV",
+    "PARALLEL_DECODE_MIN",
+    "POLICY_ENV",
+    "RANK_ENV",
+    "REPORT_ENV",
+    "TIMEOUT_ENV",
+    "PSClient",
+    "endpoints_from_env",
+]
 
 ArrayLike = Any
 
@@ -110,24 +119,7 @@ def _env_float(name: str, default: float) -> float:
         raise PSConfigError(f"{name}={v!r} is not a number") from None
 
 
-@dataclass
-class _Req:
-    """One request: how to encode it and what to do with its reply."""
-
-    shard: int
-    header: Header
-    on_reply: Callable[[Message], None]
-    label: str
-    make: Callable[[bool], list]  # make(parallel) -> frames
-    nbytes: int = 0
-    payload: np.ndarray | None = None  # a gradient to push (PUSH_PULL), for grouping
-
-
-def _ignore(msg: Message) -> None:
-    return None
-
-
-class PSClient:
+class PSClient(DataPath, Exchange, Requests):
     """A worker's connection to every shard.
 
     ``endpoints`` lists shard endpoints in shard-index order (default
@@ -158,7 +150,7 @@ class PSClient:
             self.endpoints: list[str] = eps
 
             def transport_factory() -> Transport:
-                return ZmqTransport(eps)
+                return SocketTransport(eps)
 
         else:
             self.endpoints = list(endpoints or [])
@@ -170,17 +162,23 @@ class PSClient:
         if not 0 <= worker_id <= wire.U32_MAX:
             raise PSConfigError(f"worker_id must be in [0, 2**32), got {worker_id}")
         self.worker_id = worker_id
-        self.signer = wire.Signer(wire.secret_from_env(secret), mac)
+        self._secret = wire.secret_from_env(secret)
+        self._mac = mac
+        self.signer = wire.Signer(self._secret, mac)
+        # replies must be new and addressed to this client's session (wire.ReplayGuard)
+        self._guard = wire.ReplayGuard(self.signer.session)
         # SHA-256 segments are hashed on the pool; BLAKE3 threads itself (GIL held)
         self._pool_hash = self.signer.alg == wire.MAC_HMAC_SHA256
         self.timeout = timeout if timeout is not None else _env_float(TIMEOUT_ENV, DEFAULT_TIMEOUT)
         self._factory = transport_factory
         self.transport: Transport = transport_factory()
+        self.transport.sink = self._sink  # values land in the caller's arrays (client_data)
         self.num_shards = self.transport.num_shards
         if not self.endpoints:
             self.endpoints = [f"shard-{i}" for i in range(self.num_shards)]
         self.step = 0
         self.shard_info: list[dict[str, Any]] = []
+        self._peers = [0] * self.num_shards  # each shard's session, learned in hello()
         self.report: PlacementReport | None = None
         self._keys: dict[str, KeyPlacement] = {}
         self._rids = itertools.count(1)
@@ -210,7 +208,6 @@ class PSClient:
                 self.close(leave=False)
                 raise
 
-    # lifecycle ---------------------------------------------------------------------
     def hello(self) -> list[dict[str, Any]]:
         """Join every shard; checks shard order and sets ``step`` to where this worker resumes."""
         infos: list[dict[str, Any] | None] = [None] * self.num_shards
@@ -242,6 +239,16 @@ class PSClient:
             raise PSConfigError(f"shards disagree on consistency: {sorted(modes)}")
         self.step = max((int(x.get("step", 0)) for x in self.shard_info), default=0)
         return self.shard_info
+
+    def _learn_sessions(self, timeout: float | None = None) -> None:
+        """Say HELLO to the shards whose session this client does not know yet (a client
+        made with ``connect=False``): every other request must name it (replay guard)."""
+        missing = [i for i in range(self.num_shards) if not self._peers[i]]
+        if missing:
+            body = {"worker": self.worker_id, "pid": os.getpid()}
+            self._exchange(
+                [self._json_req(i, MsgType.HELLO, body, None, "hello") for i in missing], timeout
+            )
 
     def close(self, leave: bool = True) -> None:
         """Stop heartbeats, tell shards this worker leaves (``leave=True``), close sockets.
@@ -282,6 +289,10 @@ class PSClient:
         self.close()
 
     def _start_heartbeats(self) -> None:
+        # its own session: its messages travel on their own connections, so their
+        # numbers must not interleave with the requests' (each session is in order)
+        signer = wire.Signer(self._secret, self._mac)
+
         def run() -> None:
             t = self._factory()
             try:
@@ -292,8 +303,10 @@ class PSClient:
                             worker=self.worker_id,
                             shard=i,
                             step=self.step,
+                            mac_alg=signer.alg,
+                            peer=self._peers[i],
                         )
-                        t.send(i, wire.encode(self.signer, hdr))
+                        t.send(i, wire.encode(signer, hdr))
             except Exception as exc:  # noqa: BLE001  # pragma: no cover - socket torn down at exit
                 log.debug("heartbeat thread stopped: %s", exc)
             finally:
@@ -404,182 +417,6 @@ class PSClient:
     def _init_all(self, values: Mapping[str, np.ndarray]) -> None:
         self._exchange(self._send_reqs(values, MsgType.INIT))
 
-    def _send_reqs(self, tensors: Mapping[str, ArrayLike], mtype: MsgType) -> list[_Req]:
-        """One request per chunk of every tensor (INIT or PUSH; no reply payload)."""
-        reqs = []
-        for name, value in tensors.items():
-            kp = self.placement(name)
-            arr = self._check(kp, value)
-            flat = arr.reshape(-1)
-            for c in kp.chunks:
-                payload = arr if c.whole else flat[c.offset : c.offset + c.length]
-                reqs.append(self._tensor_req(kp, c, mtype, payload, None))
-        return reqs
-
-    @property
-    def keys(self) -> list[str]:
-        return list(self._keys)
-
-    def placement(self, name: str) -> KeyPlacement:
-        try:
-            return self._keys[name]
-        except KeyError:
-            raise UnknownKeyError(f"{name!r} was not registered with this client") from None
-
-    # data path -----------------------------------------------------------------
-    def push(self, key: str, grad: ArrayLike) -> None:
-        """Send one gradient for the current ``step``; returns once every shard accepted it."""
-        self.push_all({key: grad})
-
-    def push_all(self, grads: Mapping[str, ArrayLike]) -> None:
-        """Send several gradients at once (pipelined over all shards)."""
-        self._exchange(self._send_reqs(grads, MsgType.PUSH))
-
-    def pull(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
-        """Current value of ``key`` (waits as the consistency mode requires)."""
-        return self.pull_all([key], outs={key: out} if out is not None else None)[key]
-
-    def pull_all(
-        self, keys: Iterable[str] | None = None, outs: Mapping[str, np.ndarray] | None = None
-    ) -> dict[str, np.ndarray]:
-        """Current values of ``keys`` (default: all registered), pipelined."""
-        names = list(self._keys) if keys is None else list(keys)
-        result: dict[str, np.ndarray] = {}
-        reqs = []
-        for name in names:
-            kp = self.placement(name)
-            reqs.extend(self._pull_reqs(kp, None, MsgType.PULL, result, (outs or {}).get(name)))
-        self._exchange(reqs)
-        return {n: result[n] for n in names}
-
-    def push_pull(
-        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
-    ) -> dict[str, np.ndarray]:
-        """Push every gradient and get back the updated values in one round trip per
-        chunk, then advance ``step``. Keys without a gradient are not pulled."""
-        result: dict[str, np.ndarray] = {}
-        reqs = []
-        for name, g in grads.items():
-            kp = self.placement(name)
-            arr = self._check(kp, g)
-            reqs.extend(self._pull_reqs(kp, arr, MsgType.PUSH_PULL, result, (outs or {}).get(name)))
-        self._flush_bucket()  # a split-phase step's held-back requests go first, in order
-        self._exchange(self._grouped(reqs))
-        self.step += 1
-        return {n: result[n] for n in grads}
-
-    def push_pull_begin(
-        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
-    ) -> None:
-        """Split-phase push_pull, part 1: put these gradients on the wire and return at
-        once (call it as gradients become ready, e.g. from backward hooks). Pieces under
-        GROUP_MAX_BYTES wait until BUCKET_BYTES of them gather or ``push_pull_end``
-        comes, then go one message per shard. The arrays must stay unchanged until
-        ``push_pull_end``."""
-        reqs = []
-        for name, g in grads.items():
-            kp = self.placement(name)
-            arr = self._check(kp, g)
-            reqs.extend(
-                self._pull_reqs(
-                    kp, arr, MsgType.PUSH_PULL, self._open_result, (outs or {}).get(name)
-                )
-            )
-        now = []
-        for r in reqs:
-            if not (self._many and self._groupable(r)):
-                now.append(r)
-                continue
-            if r.header.key in self._bucket_keys:  # pushed twice before an end: keep both, in order
-                self._flush_bucket()
-            self._bucket.append(r)
-            self._bucket_keys.add(r.header.key)
-            self._bucket_bytes += r.nbytes
-        if now:
-            self._open.extend(self._send(now))
-        if self._bucket_bytes >= BUCKET_BYTES:
-            self._flush_bucket()
-
-    def _flush_bucket(self) -> None:
-        """Send the small requests push_pull_begin held back (one message per shard)."""
-        if not self._bucket:
-            return
-        bucket, self._bucket, self._bucket_keys, self._bucket_bytes = self._bucket, [], set(), 0
-        self._open.extend(self._send(self._grouped(bucket)))
-
-    def push_pull_end(self) -> dict[str, np.ndarray]:
-        """Split-phase push_pull, part 2: wait for every reply since the last end,
-        advance ``step`` and return the updated values."""
-        self._flush_bucket()
-        rids, self._open = self._open, []
-        result, self._open_result = self._open_result, {}
-        self._wait(rids)
-        self.step += 1
-        return result
-
-    def next_step(self) -> int:
-        """Advance this worker's step counter (after a manual push/pull sequence)."""
-        self.step += 1
-        return self.step
-
-    def _pull_reqs(
-        self,
-        kp: KeyPlacement,
-        grad: np.ndarray | None,
-        mtype: MsgType,
-        result: dict[str, np.ndarray],
-        out: np.ndarray | None,
-    ) -> list[_Req]:
-        name = kp.spec.name
-        if out is not None:
-            if (
-                tuple(out.shape) != kp.spec.shape
-                or out.dtype != np.dtype(kp.spec.dtype)
-                or not out.flags.c_contiguous
-            ):
-                raise ShapeMismatchError(
-                    f"out for {name!r} must be a C-contiguous {kp.spec.dtype} array of shape {kp.spec.shape}"
-                )
-        single = len(kp.chunks) == 1 and kp.chunks[0].whole
-        if not single:
-            full = out if out is not None else np.empty(kp.spec.shape, dtype=kp.spec.dtype)
-            result[name] = full
-            flat_out = full.reshape(-1)
-        flat_g = grad.reshape(-1) if grad is not None else None
-        reqs = []
-        for c in kp.chunks:
-
-            def on_reply(m: Message, c: Chunk = c) -> None:
-                arr = m.tensor()
-                if single:
-                    if not arr.flags.writeable:  # a transport that hands out read-only buffers
-                        arr = arr.copy()
-                    if out is not None:
-                        np.copyto(out, arr)
-                        result[name] = out
-                    else:
-                        result[name] = arr
-                else:
-                    np.copyto(flat_out[c.offset : c.offset + c.length], arr.reshape(-1))
-
-            payload = None
-            if grad is not None:
-                payload = grad if c.whole else flat_g[c.offset : c.offset + c.length]
-            reqs.append(self._tensor_req(kp, c, mtype, payload, on_reply))
-        return reqs
-
-    def _check(self, kp: KeyPlacement, value: ArrayLike) -> np.ndarray:
-        arr = np.asarray(value)
-        if tuple(arr.shape) != kp.spec.shape:
-            raise ShapeMismatchError(
-                f"{kp.spec.name}: shape {tuple(arr.shape)} differs from registered {kp.spec.shape}"
-            )
-        if arr.dtype != np.dtype(kp.spec.dtype):
-            raise ShapeMismatchError(
-                f"{kp.spec.name}: dtype {arr.dtype} differs from registered {kp.spec.dtype}"
-            )
-        return np.ascontiguousarray(arr)
-
     # control ----------------------------------------------------------------------
     def set_lr(self, lr: float, group: str | None = None) -> None:
         """Change the server-side learning rate on every shard (all groups, or one)."""
@@ -597,6 +434,7 @@ class PSClient:
 
     def shard_stats(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """Each shard's raw STATS reply."""
+        self._learn_sessions(timeout)
         out: list[Any] = [None] * self.num_shards
 
         def keep(i: int) -> Callable[[Message], None]:
@@ -655,6 +493,7 @@ class PSClient:
         """Tell every shard this worker's process ended (what the runner's worker wrapper
         sends) and wait until every worker of the job has ended; returns each shard's
         final answer: ``{"finished": {rank: outcome}, "stats": ..., "placement": ...}``."""
+        self._learn_sessions(timeout)
         out: list[Any] = [None] * self.num_shards
 
         def keep(i: int) -> Callable[[Message], None]:
@@ -683,268 +522,6 @@ class PSClient:
             ]
         )
         self._servers_down = True
-
-    # plumbing ---------------------------------------------------------------------
-    def _header(self, shard: int, mtype: MsgType, key: int = 0, **kw: Any) -> Header:
-        # the MAC id is set here so encode() need not rebuild the (frozen) header per message
-        return Header(
-            msg_type=mtype,
-            key=key,
-            worker=self.worker_id,
-            mac_alg=self.signer.alg,
-            request_id=next(self._rids) & wire.U32_MAX,
-            shard=shard,
-            step=self.step,
-            **kw,
-        )
-
-    def _json_req(
-        self,
-        shard: int,
-        mtype: MsgType,
-        body: Any,
-        on_reply: Callable[[Message], None] | None,
-        label: str,
-    ) -> _Req:
-        hdr = self._header(shard, mtype)
-        return _Req(
-            shard,
-            hdr,
-            on_reply or _ignore,
-            label,
-            lambda parallel: wire.encode_json(self.signer, hdr, body),
-        )
-
-    def _tensor_req(
-        self,
-        kp: KeyPlacement,
-        c: Chunk,
-        mtype: MsgType,
-        payload: np.ndarray | None,
-        on_reply: Callable[[Message], None] | None,
-    ) -> _Req:
-        label = kp.spec.name if c.whole else f"{kp.spec.name}[chunk {c.index}]"
-        if payload is None:
-            hdr = self._header(c.shard, mtype, c.key_id)
-            return _Req(
-                c.shard,
-                hdr,
-                on_reply or _ignore,
-                label,
-                lambda parallel: wire.encode(self.signer, hdr),
-            )
-        hdr = self._header(
-            c.shard,
-            mtype,
-            c.key_id,
-            dtype=wire.dtype_code(kp.spec.dtype),
-            shape=kp.chunk_shape(c),
-            nbytes=int(payload.nbytes),
-        )
-        return _Req(
-            c.shard,
-            hdr,
-            on_reply or _ignore,
-            label,
-            lambda parallel: wire.encode(self.signer, hdr, [payload], parallel=parallel),
-            nbytes=int(payload.nbytes),
-            payload=payload,
-        )
-
-    def _grouped(self, reqs: list[_Req]) -> list[_Req]:
-        """Small PUSH_PULL requests to the same shard merged into one PUSH_PULL_MANY
-        each (when every shard takes it); the others as they are, in order."""
-        if not self._many:
-            return reqs
-        small: dict[int, list[_Req]] = {}
-        for r in reqs:
-            if self._groupable(r):
-                small.setdefault(r.shard, []).append(r)
-        groups = [members for members in small.values() if len(members) > 1]
-        if not groups:
-            return reqs
-        merged = {id(r) for members in groups for r in members}
-        out = [r for r in reqs if id(r) not in merged]
-        for members in groups:
-            for i in range(0, len(members), GROUP_MAX_COUNT):
-                part = members[i : i + GROUP_MAX_COUNT]
-                out.append(self._many_req(part) if len(part) > 1 else part[0])
-        return out
-
-    @staticmethod
-    def _groupable(r: _Req) -> bool:
-        """A small gradient push_pull, which may share a PUSH_PULL_MANY message."""
-        return (
-            r.header.msg_type == MsgType.PUSH_PULL
-            and r.payload is not None
-            and r.nbytes < GROUP_MAX_BYTES
-        )
-
-    def _many_req(self, members: list[_Req]) -> _Req:
-        shard = members[0].shard
-        hdr = self._header(shard, MsgType.PUSH_PULL_MANY)
-        index = wire.pack_keys([m.header.key for m in members])
-        payloads = [m.payload for m in members]
-
-        def on_reply(msg: Message) -> None:
-            h = msg.header
-            if h.msg_type != MsgType.TENSORS or len(msg.payload) != len(members) + 1:
-                raise RemoteError(
-                    f"push_pull_many of {len(members)} tensors got a reply of type "
-                    f"{h.msg_type} with {len(msg.payload)} frame(s)",
-                    shard=shard,
-                )
-            try:
-                keys, versions = wire.unpack_keys(msg.payload[0], len(members), versions=True)
-            except WireError as err:
-                raise RemoteError(str(err), shard=shard) from None
-            for m, key, version, frame in zip(members, keys, versions, msg.payload[1:]):
-                if key != m.header.key:
-                    raise RemoteError(
-                        f"push_pull_many reply lists key {key} where {m.header.key} was sent",
-                        shard=shard,
-                    )
-                mh = m.header
-                sub = Header(
-                    msg_type=MsgType.TENSOR,
-                    key=key,
-                    worker=h.worker,
-                    request_id=h.request_id,
-                    shard=h.shard,
-                    step=version,
-                    dtype=mh.dtype,
-                    shape=mh.shape,
-                    nbytes=len(frame),
-                )
-                try:
-                    m.on_reply(Message(header=sub, payload=[frame]))
-                except WireError as err:  # a value frame that does not fit the tensor
-                    raise RemoteError(f"{m.label}: {err}", shard=shard) from None
-
-        names = ", ".join(m.label for m in members[:3]) + (", ..." if len(members) > 3 else "")
-        return _Req(
-            shard,
-            hdr,
-            on_reply,
-            f"{len(members)} small tensors ({names})",
-            lambda parallel: wire.encode(self.signer, hdr, [index, *payloads], parallel=parallel),
-            nbytes=sum(m.nbytes for m in members),
-        )
-
-    def _exchange(self, reqs: Sequence[_Req], timeout: float | None = None) -> None:
-        """Send all requests, then wait for every reply (see ``_send`` and ``_wait``)."""
-        self._wait(self._send(reqs), timeout)
-
-    def _send(self, reqs: Sequence[_Req]) -> list[int]:
-        """Put requests on the wire; returns their request ids.
-
-        Large messages are MAC'd on the hash pool, in order, while earlier ones are
-        already on the wire.
-        """
-        if self._closed:
-            raise PSError("this PSClient is closed")
-        with self._lock:
-            pool = wire._pool()
-            n_big = sum(1 for r in reqs if r.nbytes >= PARALLEL_DECODE_MIN)
-            use_pool = self._pool_hash and n_big > 1
-            futures = [
-                pool.submit(r.make, False) if use_pool and r.nbytes >= PARALLEL_DECODE_MIN else None
-                for r in reqs
-            ]
-            rids = []
-            for r, fut in zip(reqs, futures):
-                frames = fut.result() if fut is not None else r.make(True)
-                rid = r.header.request_id
-                self._pending[rid] = r
-                rids.append(rid)
-                self.transport.send(r.shard, frames)
-            return rids
-
-    def _wait(self, rids: Sequence[int], timeout: float | None = None) -> None:
-        """Receive until every request in ``rids`` has its reply; replies to other
-        outstanding requests (a split-phase push_pull) are delivered on the way.
-        Large replies are verified on the hash pool as they arrive. The first error
-        is raised only after all of ``rids`` are in, so no stray reply is left behind."""
-        timeout = self.timeout if timeout is None else timeout
-        mine = set(rids)
-        with self._lock:
-            pool = wire._pool()
-            deadline = time.monotonic() + timeout
-            while mine & self._pending.keys():
-                left = deadline - time.monotonic()
-                ready = self.transport.poll(min(left, 1.0)) if left > 0 else []
-                if not ready:
-                    if time.monotonic() >= deadline:
-                        late = {
-                            rid: self._pending.pop(rid) for rid in list(mine & self._pending.keys())
-                        }
-                        for rid in mine:
-                            self._results.pop(rid, None)
-                        raise self._timeout_error(late, timeout)
-                    continue
-                deadline = time.monotonic() + timeout  # progress restarts the clock
-                for shard in ready:
-                    frames = self.transport.recv(shard)
-                    try:
-                        rid = wire.Header.unpack(frames[0]).request_id if frames else None
-                    except WireError:
-                        rid = None
-                    r = self._pending.get(rid) if rid is not None else None
-                    if r is None or r.shard != shard:
-                        log.debug("dropping a reply that matches no pending request")
-                        continue
-                    del self._pending[rid]
-                    # verify and deliver right away: the receive buffer is released
-                    # at once and reused for the next reply (no page faults per step)
-                    if (
-                        self._pool_hash
-                        and sum(len(memoryview(f).cast("B")) for f in frames) >= PARALLEL_DECODE_MIN
-                    ):
-                        self._results[rid] = pool.submit(self._receive, r, frames, False)
-                    else:
-                        self._results[rid] = self._receive(r, frames, True)
-            errors = []
-            for rid in rids:
-                res = self._results.pop(rid, None)
-                if isinstance(res, Future):
-                    res = res.result()
-                if res is not None:
-                    errors.append(res)
-            if errors:
-                raise errors[0]
-
-    def _receive(self, r: _Req, frames: list, parallel: bool) -> BaseException | None:
-        """Authenticate one reply and hand it to its request; returns the error, if any."""
-        try:
-            self._deliver(r, wire.decode(self.signer, frames, None, parallel))
-        except PSError as exc:
-            return exc
-        return None
-
-    def _timeout_error(self, pending: Mapping[int, _Req], timeout: float) -> PSTimeoutError:
-        waiting = sorted({f"shard {r.shard} ({self.endpoints[r.shard]})" for r in pending.values()})
-        example = next(iter(pending.values())).label
-        return PSTimeoutError(
-            f"no reply within {timeout:g}s from {', '.join(waiting)} for {len(pending)} request(s) "
-            f"(e.g. {example}): is the shard running, and does SHIPYARD_PS_SECRET match? "
-            "(a shard drops messages whose MAC does not verify)"
-        )
-
-    def _deliver(self, r: _Req, msg: Message) -> None:
-        h = msg.header
-        if h.shard != r.shard and r.header.msg_type != MsgType.HELLO:  # hello() says it better
-            raise RemoteError(
-                f"reply claims shard {h.shard}, came from shard {r.shard}", shard=r.shard
-            )
-        if h.msg_type == MsgType.ERROR:
-            body = msg.json() or {}
-            raise remote_error(
-                str(body.get("code", "internal")),
-                str(body.get("message", "")),
-                shard=r.shard,
-                key=r.label or None,
-            )
-        r.on_reply(msg)
 
 
 def json_key(obj: Any) -> str:

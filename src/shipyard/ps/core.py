@@ -1,7 +1,7 @@
 """The shard's protocol state machine: frames in, frames out. No sockets, no threads.
 
 Why a separate core: the server loop (server.py) only moves frames between a
-ZeroMQ ROUTER socket and this object, and tests (or an in-process transport) can
+shard's sockets and this object, and tests (or an in-process transport) can
 drive the very same logic by calling ``handle`` and ``tick`` with a fake clock.
 
 ``handle(peer, frames, now)`` decodes and authenticates one request and returns
@@ -115,6 +115,7 @@ class ServerCore(Commands, JobEnd):
     ) -> None:
         self.config = config
         self.signer = wire.Signer(secret)
+        self.replay = wire.ReplayGuard(self.signer.session)  # this shard's session = its run
         self.clock = clock
         self.shard = Shard(config.index, config.num_shards)
         self.workers = WorkerTable(config.heartbeat_timeout)
@@ -152,7 +153,7 @@ class ServerCore(Commands, JobEnd):
         """Process one request; returns the replies to send now (never raises)."""
         now = self.clock() if now is None else now
         try:
-            msg = wire.decode(self.signer, frames, self.config.max_payload)
+            msg = wire.decode(self.signer, frames, self.config.max_payload, guard=self.replay)
         except WireError as err:
             self.stats.reject(err.code)
             hdr = getattr(err, "header", None)

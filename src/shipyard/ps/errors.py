@@ -16,6 +16,7 @@ it counts the rejection by reason (see ``stats``) and keeps serving.
     │   ├── MalformedFrameError           bad magic/version/header size/frame count
     │   ├── TruncatedFrameError           payload shorter than the header says
     │   ├── OversizedFrameError           payload longer than the header says / limit
+    │   ├── ReplayedMessageError          authentic but not new (replay protection)
     │   └── UnknownMessageTypeError       message type code not in this protocol
     ├── RemoteError                       the shard answered with an error reply
     │   (``code``, ``shard``, ``key`` attributes; the subclasses above are *also*
@@ -49,6 +50,9 @@ class ErrorCode:
     NOT_TRAINABLE = "not_trainable"
     CONFIG_MISMATCH = "config_mismatch"
     INTERNAL = "internal"
+    REPLAYED = "replayed"  # an authentic message seen before (or older than the window)
+    STALE_SESSION = "stale_session"  # authentic, but addressed to another session/run
+    FRAME_TIMEOUT = "frame_timeout"  # a peer stopped in the middle of a message
 
     ALL = (
         BAD_MAC,
@@ -66,6 +70,9 @@ class ErrorCode:
         NOT_TRAINABLE,
         CONFIG_MISMATCH,
         INTERNAL,
+        REPLAYED,
+        STALE_SESSION,
+        FRAME_TIMEOUT,
     )
 
 
@@ -124,6 +131,18 @@ class OversizedFrameError(WireError):
     """The payload is longer than announced, or above the configured limit."""
 
     code = ErrorCode.OVERSIZED
+
+
+class ReplayedMessageError(WireError):
+    """An authentic message that is not new: seen before, older than the receiver's
+    window, or addressed to another session (a run before a restart). Dropped, never
+    answered or applied; counted under ``replayed`` or ``stale_session``."""
+
+    code = ErrorCode.REPLAYED
+
+    def __init__(self, message: str, code: str = ErrorCode.REPLAYED) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class UnknownMessageTypeError(WireError):

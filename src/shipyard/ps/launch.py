@@ -41,6 +41,7 @@ def shard_command(
     exit_when_done: bool = False,
     join_timeout: float | None = None,
     failure_file: str | None = None,
+    frame_timeout: float | None = None,
     python: str = sys.executable,
 ) -> list[str]:
     """argv for ``python -m shipyard.ps.server`` (the secret travels in the environment)."""
@@ -79,6 +80,8 @@ def shard_command(
         cmd += ["--join-timeout", str(join_timeout)]
     if failure_file:
         cmd += ["--failure-file", str(failure_file)]
+    if frame_timeout is not None:
+        cmd += ["--frame-timeout", str(frame_timeout)]
     if stats_file:  # "{index}" in the path becomes the shard index
         cmd += ["--stats-file", str(stats_file).format(index=index)]
     return cmd

@@ -1,4 +1,4 @@
-"""The options of a shipyard.ps job, validated in one place (pure: no numpy, no zmq).
+"""The options of a shipyard.ps job, validated in one place (pure: no numpy).
 
 Why here: the control plane checks ``distribution={'parameter_server': {...}}`` at
 submission, before anything starts, and must not pay for importing numpy to do it;

@@ -74,6 +74,7 @@ class Replier:
             key=req.key,
             worker=req.worker,
             request_id=req.request_id,
+            peer=req.session,  # only the requesting session accepts it (wire.ReplayGuard)
             shard=self.shard,
             step=step,
             flags=flags,
@@ -86,6 +87,7 @@ class Replier:
             key=req.key,
             worker=req.worker,
             request_id=req.request_id,
+            peer=req.session,  # only the requesting session accepts it (wire.ReplayGuard)
             shard=self.shard,
         )
         frames = wire.encode_json(self.signer, hdr, obj, alg=self.alg(req))
@@ -101,6 +103,7 @@ class Replier:
             key=req.key,
             worker=req.worker,
             request_id=req.request_id,
+            peer=req.session,  # only the requesting session accepts it (wire.ReplayGuard)
             shard=self.shard,
             step=slot.version,
             dtype=wire.dtype_code(slot.dtype),
@@ -119,6 +122,7 @@ class Replier:
             msg_type=MsgType.TENSORS,
             worker=req.worker,
             request_id=req.request_id,
+            peer=req.session,  # only the requesting session accepts it (wire.ReplayGuard)
             shard=self.shard,
             step=max(versions),
             mac_alg=req.mac_alg,

@@ -1,8 +1,10 @@
-"""The shard process: a ZeroMQ ROUTER loop around ``ServerCore``, and its CLI.
+"""The shard process: a socket loop around ``ServerCore``, and its CLI.
 
 Why this is small: all protocol decisions live in core.py; this module only
-moves frames, sends parameter buffers zero-copy (attaching ZeroMQ delivery
-trackers so the shard knows when a buffer may be overwritten), runs the
+moves frames (stream.py's framing over non-blocking TCP connections, every peer
+served from one selector, so a slow or stuck peer never holds another), sends
+parameter buffers zero-copy (a reply's ``Hold`` is done once its last byte is in
+the kernel, so the shard knows when a buffer may be overwritten), runs the
 heartbeat/checkpoint timers and handles shutdown. A shard never exits on bad
 input; it exits on SIGTERM/SIGINT or a SHUTDOWN message, after a final
 checkpoint, so a job never hangs on a parameter server that does not stop.
@@ -21,10 +23,13 @@ and, with ``--ready-file PATH``, written there as JSON once the shard serves.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -33,13 +38,39 @@ from collections.abc import Sequence
 from . import wire
 from .consistency import Consistency
 from .core import DEFAULT_MAX_PAYLOAD, Outgoing, ServerConfig, ServerCore
-from .errors import PSError
-from .transport import ZERO_COPY_MIN, tune_malloc, tuned_socket
+from .errors import ErrorCode, PSError
+from .stream import (
+    DEFAULT_MAX_FRAMES,
+    FramingError,
+    PeerClosed,
+    Reader,
+    Sent,
+    Writer,
+    parse_endpoint,
+    tune_socket,
+)
+from .transport import tune_malloc
+from .wire import Buffer
 
 log = logging.getLogger("shipyard.ps.server")
 
 TICK_S = 0.1  # liveness checks and stop-flag latency
 SHARD_MALLOC_KEEP = 1 << 30  # a shard's memory is its parameters; keep message buffers for reuse
+FRAME_TIMEOUT_S = 30.0  # a peer silent this long in the middle of a message is dropped
+LINGER_S = 2.0  # at exit, how long queued replies (SHUTDOWN, DONE answers) may take to leave
+
+
+class _Peer:
+    """One client connection."""
+
+    __slots__ = ("id", "sock", "reader", "writer", "writing")
+
+    def __init__(self, peer_id: bytes, sock: socket.socket, max_bytes: int) -> None:
+        self.id = peer_id
+        self.sock = sock
+        self.reader = Reader(sock, max_bytes, DEFAULT_MAX_FRAMES)
+        self.writer = Writer(sock)
+        self.writing = False
 
 
 class PSServer:
@@ -50,72 +81,152 @@ class PSServer:
         config: ServerConfig,
         bind: str,
         secret: str | bytes | None = None,
-        sndbuf: int = 4 << 20,
-        rcvbuf: int = 4 << 20,
         exit_with_parent: bool = False,
         stats_file: str | None = None,
+        frame_timeout: float = FRAME_TIMEOUT_S,
     ) -> None:
-        import zmq
-
-        self._zmq = zmq
         self.config = config
         # a shard whose launcher died must not live on (the "PS never exits" bug)
         self._parent = os.getppid() if exit_with_parent else None
         self.stats_file = stats_file
+        self.frame_timeout = frame_timeout
         tune_malloc(SHARD_MALLOC_KEEP)
         self.core = ServerCore(config, wire.secret_from_env(secret))
-        self._ctx = zmq.Context()
-        self._sock = s = tuned_socket(
-            self._ctx, zmq.ROUTER, linger=2000, sndbuf=sndbuf, rcvbuf=rcvbuf
-        )
-        # a frame far above the limit disconnects its peer (ZeroMQ itself); one just
-        # above it is read, authenticated and answered with an "oversized" error
-        s.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_payload + (1 << 20))
-        s.bind(bind)
-        self.endpoint: str = s.getsockopt_string(zmq.LAST_ENDPOINT)
+        host, port = parse_endpoint(bind)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = ls = socket.socket(family, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            ls.bind((host, port))
+            ls.listen(128)
+        except OSError:
+            ls.close()
+            raise
+        ls.setblocking(False)
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        self.endpoint: str = f"tcp://{shown}:{ls.getsockname()[1]}"
+        # a message far above the limit drops its connection before it is read; one
+        # just above it is read, authenticated and answered with an "oversized" error
+        self._max_bytes = 2 * config.max_payload + (1 << 20)
+        self._ep = select.epoll()  # epoll itself: the selectors wrapper costs ~5 us a call
+        self._ep.register(ls.fileno(), select.EPOLLIN)
+        self._by_fd: dict[int, _Peer] = {}
+        self._peers: dict[bytes, _Peer] = {}
+        self._ids = itertools.count(1)
         self._stop = threading.Event()
 
     def stop(self) -> None:
         """Ask the loop to finish (safe from signal handlers and other threads)."""
         self._stop.set()
 
-    def _send(self, out: Sequence[Outgoing]) -> None:
-        zmq = self._zmq
-        s = self._sock
-        for o in out:
-            s.send(o.peer, zmq.SNDMORE)
-            last = len(o.frames) - 1
-            for i, f in enumerate(o.frames):
-                flags = zmq.SNDMORE if i < last else 0
-                view = wire.as_bytes_view(f)
-                if o.hold is not None and len(view) >= ZERO_COPY_MIN:
-                    o.hold.tracker = s.send(view, flags, copy=False, track=True)
-                else:
-                    s.send(view, flags, copy=len(view) < ZERO_COPY_MIN)
-            if o.hold is not None and o.hold.tracker is None:
-                o.hold.released = True  # every frame was copied by ZeroMQ
+    # connections -------------------------------------------------------------------
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of file descriptors: keep serving the others
+                log.warning("shard %d: accept failed: %s", self.config.index, exc)
+                return
+            tune_socket(sock)
+            peer = _Peer(b"%d" % next(self._ids), sock, self._max_bytes)
+            self._peers[peer.id] = peer
+            self._by_fd[sock.fileno()] = peer
+            self._ep.register(sock.fileno(), select.EPOLLIN)
 
+    def _drop(self, peer: _Peer, why: str) -> None:
+        log.debug("shard %d: dropping connection %s: %s", self.config.index, peer.id, why)
+        self._peers.pop(peer.id, None)
+        peer.writer.drop()  # its holds are released: nothing will read those buffers
+        fd = peer.sock.fileno()
+        self._by_fd.pop(fd, None)
+        try:
+            self._ep.unregister(fd)
+        except (OSError, ValueError):  # pragma: no cover - already gone
+            pass
+        peer.sock.close()
+
+    def _flush(
+        self, peer: _Peer, frames: Sequence[Buffer] | None = None, sent: Sent | None = None
+    ) -> None:
+        """Write what the kernel takes (after queueing ``frames``, if given); watch for
+        write readiness only while something is left."""
+        try:
+            done = peer.writer.flush() if frames is None else peer.writer.send(frames, sent)
+        except PeerClosed as exc:
+            self._drop(peer, str(exc))
+            return
+        if done == peer.writing:
+            peer.writing = not done
+            events = select.EPOLLIN | (select.EPOLLOUT if peer.writing else 0)
+            self._ep.modify(peer.sock.fileno(), events)
+
+    def _send(self, out: Sequence[Outgoing]) -> None:
+        for o in out:
+            peer = self._peers.get(o.peer)
+            if peer is None:  # that connection is gone: dropped, as ROUTER did
+                if o.hold is not None:
+                    o.hold.released = True
+                continue
+            sent = None
+            if o.hold is not None:
+                sent = o.hold.tracker = Sent()
+            self._flush(peer, o.frames, sent)
+
+    def _read(self, peer: _Peer) -> None:
+        core = self.core
+        try:
+            messages = peer.reader.read()
+        except PeerClosed as exc:
+            self._drop(peer, str(exc))
+            return
+        except FramingError as exc:
+            core.stats.reject(exc.code)
+            log.info("shard %d: %s; connection dropped", self.config.index, exc)
+            self._drop(peer, str(exc))
+            return
+        for frames in messages:
+            self._send(core.handle(peer.id, frames))
+            if core.shutdown_requested:
+                return
+
+    def _expire_partial(self, now: float) -> None:
+        """Drop peers that stopped in the middle of a message (they hold a buffer and
+        would otherwise keep it forever); the others were never waiting on them."""
+        for peer in list(self._peers.values()):
+            since = peer.reader.partial_since
+            if since is not None and now - since > self.frame_timeout:
+                self.core.stats.reject(ErrorCode.FRAME_TIMEOUT)
+                log.info(
+                    "shard %d: connection %s stopped mid-message for %.0fs; dropped",
+                    self.config.index,
+                    peer.id.decode(),
+                    now - since,
+                )
+                self._drop(peer, "mid-message timeout")
+
+    # the loop ----------------------------------------------------------------------
     def serve(self) -> int:
         """The loop; returns the process exit code (0 on a clean stop)."""
-        zmq = self._zmq
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
         core = self.core
         next_tick = time.monotonic() + TICK_S
         try:
             while not self._stop.is_set() and not core.shutdown_requested:
                 timeout = max(0.0, next_tick - time.monotonic())
-                if poller.poll(int(timeout * 1000) + 1):
-                    # drain what is queued, then tick: bursts are served in order
-                    for _ in range(256):
-                        try:
-                            frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        peer = frames[0].bytes
-                        self._send(core.handle(peer, [f.buffer for f in frames[1:]]))
-                        if core.shutdown_requested:
-                            break
+                for fd, events in self._ep.poll(timeout):
+                    if fd == self._listener.fileno():
+                        self._accept()
+                        continue
+                    peer = self._by_fd.get(fd)
+                    if peer is None:
+                        continue
+                    if events & select.EPOLLOUT:
+                        self._flush(peer)
+                    if events & ~select.EPOLLOUT and peer.id in self._peers:
+                        self._read(peer)
+                    if core.shutdown_requested:
+                        break
                 now = time.monotonic()
                 if now >= next_tick:
                     next_tick = now + TICK_S
@@ -127,13 +238,32 @@ class PSServer:
                         )
                         break
                     self._send(core.tick(now))
+                    self._expire_partial(now)
                     if core.checkpoint_due(now):
                         self._checkpoint()  # also refreshes the stats file
         finally:
             self._checkpoint(final=True)
-            self._sock.close(linger=2000)
-            self._ctx.term()
+            self._linger(LINGER_S)
+            self._close()
         return 0
+
+    def _linger(self, seconds: float) -> None:
+        """Let queued replies (the SHUTDOWN answer, held DONE answers) leave."""
+        deadline = time.monotonic() + seconds
+        while any(p.writer.pending for p in self._peers.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for fd, events in self._ep.poll(min(left, 0.1)):
+                peer = self._by_fd.get(fd)
+                if peer is not None and events & select.EPOLLOUT:
+                    self._flush(peer)
+
+    def _close(self) -> None:
+        for peer in list(self._peers.values()):
+            self._drop(peer, "shard stopping")
+        self._ep.close()
+        self._listener.close()
 
     def _checkpoint(self, final: bool = False) -> None:
         try:
@@ -163,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one shipyard parameter-server shard (secret from $SHIPYARD_PS_SECRET).",
     )
     p.add_argument(
-        "--bind", required=True, help="ZeroMQ endpoint, e.g. tcp://0.0.0.0:5555 (port 0: any)"
+        "--bind", required=True, help="tcp://HOST:PORT, e.g. tcp://0.0.0.0:5555 (port 0: any)"
     )
     p.add_argument("--shard-index", type=int, required=True)
     p.add_argument("--num-shards", type=int, required=True)
@@ -188,6 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of silence after which a worker is considered dead",
     )
     p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_PAYLOAD)
+    p.add_argument(
+        "--frame-timeout",
+        type=float,
+        default=FRAME_TIMEOUT_S,
+        help="seconds a peer may stay silent in the middle of a message before it is dropped",
+    )
     p.add_argument(
         "--ready-file", default=None, help="write {endpoint, pid, shard} here once serving"
     )
@@ -242,7 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             join_timeout=args.join_timeout,
         )
         server = PSServer(
-            config, args.bind, exit_with_parent=args.exit_with_parent, stats_file=args.stats_file
+            config,
+            args.bind,
+            exit_with_parent=args.exit_with_parent,
+            stats_file=args.stats_file,
+            frame_timeout=args.frame_timeout,
         )
     except PSError as exc:
         return _fail(args.failure_file, f"shipyard.ps.server: error: {exc}")

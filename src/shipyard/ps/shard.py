@@ -6,7 +6,7 @@ learning rate, snapshot for a checkpoint) is plain numpy on plain data, tested
 without a network.
 
 Zero-copy sends and in-place updates do not mix by themselves: a pull reply hands
-the parameter buffer to ZeroMQ, which may still be writing it to the socket when
+the parameter buffer to the socket writer, which may still be sending it when
 the next gradient arrives. Each slot therefore keeps the delivery trackers of its
 in-flight sends (anything with a ``done`` attribute) and an update first moves the
 parameters to a spare buffer if the current one is still in flight

@@ -5,10 +5,14 @@ error mapping) should be testable without sockets, and the socket layer should b
 swappable (another fabric later) without touching that logic. A transport moves
 opaque frame lists to and from shards; it knows nothing about the wire format.
 
-* ``ZmqTransport``: one ZeroMQ DEALER socket per shard, so requests to all shards
-  are pipelined (send everything, then collect replies from whichever shard
-  answers first). Large frames are sent with ``copy=False`` and received as
-  zero-copy ``zmq.Frame`` buffers.
+* ``SocketTransport``: one TCP connection per shard, all non-blocking in one
+  selector, so requests to every shard are pipelined (send everything, then
+  collect replies from whichever shard answers first) and no shard's slowness
+  holds another's replies. Frames go from the caller's buffers to the kernel with
+  ``sendmsg`` and large ones come back with ``recv_into`` (stream.py); there is no
+  I/O thread: the caller's thread does the I/O inside ``send`` and ``poll``.
+  Connections are made lazily and remade after a loss (what is queued for a shard
+  that is not reachable yet waits and goes out once it is, as ZeroMQ did).
 * ``LocalNetwork`` / ``LocalTransport``: shards as in-process ``ServerCore``
   objects; used by unit tests and for single-process experiments.
 
@@ -20,21 +24,34 @@ up to ``timeout`` seconds and returns the shards that have a message ready;
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
 import os
+import select
+import socket
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .errors import PSError
+from .stream import (
+    DEFAULT_MAX_FRAMES,
+    FramingError,
+    PeerClosed,
+    Reader,
+    Writer,
+    parse_endpoint,
+    tune_socket,
+)
 from .wire import Buffer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .core import ServerCore
 
-ZERO_COPY_MIN = 64 * 1024  # below this ZeroMQ copies anyway
-
+log = logging.getLogger("shipyard.ps.transport")
 
 MALLOPT_ENV = "SHIPYARD_PS_MALLOPT"  # "0" leaves glibc's malloc settings alone
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -44,7 +61,7 @@ _malloc_tuned = False
 def tune_malloc(keep_bytes: int) -> bool:
     """Keep freed message buffers in the process instead of returning them to the OS.
 
-    Why: every received ZeroMQ message is a fresh allocation of its size (megabytes);
+    Why: every received large frame is a fresh allocation of its size (megabytes);
     with glibc's defaults such blocks are mmap'd or trimmed back to the OS when freed,
     so each message costs a page fault per 4 KiB, about as much as copying it again
     (measured with a 100 MB model: ~2,500 minor faults per push_pull step in the
@@ -66,26 +83,14 @@ def tune_malloc(keep_bytes: int) -> bool:
     return ok
 
 
-def tuned_socket(ctx: Any, kind: int, *, linger: int, sndbuf: int, rcvbuf: int) -> Any:
-    """A ZeroMQ socket set up the same way on both ends: no high-water mark (the
-    client bounds what is in flight), explicit kernel buffers when given (> 0)."""
-    import zmq
-
-    s = ctx.socket(kind)
-    s.setsockopt(zmq.LINGER, linger)
-    s.setsockopt(zmq.SNDHWM, 0)
-    s.setsockopt(zmq.RCVHWM, 0)
-    if sndbuf > 0:
-        s.setsockopt(zmq.SNDBUF, sndbuf)
-    if rcvbuf > 0:
-        s.setsockopt(zmq.RCVBUF, rcvbuf)
-    return s
-
-
 class Transport(ABC):
     """Moves frame lists between one client and ``num_shards`` shards."""
 
     num_shards: int
+    #: optional, set by the client: ``sink(shard, frames so far, size)`` names a writable
+    #: buffer of ``size`` bytes to receive a large incoming frame into (or None); a
+    #: transport that cannot receive into place ignores it
+    sink: Callable[[int, list[Buffer], int], Any] | None = None
 
     @abstractmethod
     def send(self, shard: int, frames: Sequence[Buffer]) -> None:
@@ -109,55 +114,143 @@ class Transport(ABC):
         self.close()
 
 
-class ZmqTransport(Transport):
-    """DEALER sockets, one per shard endpoint (``tcp://host:port``)."""
+class _Link:
+    """The connection to one shard (absent while not connected)."""
 
-    def __init__(
-        self,
-        endpoints: Sequence[str],
-        context: object | None = None,
-        sndbuf: int = 4 << 20,
-        rcvbuf: int = 4 << 20,
-    ) -> None:
-        import zmq  # imported here: only this transport needs pyzmq
+    __slots__ = ("sock", "reader", "writer", "writing")
 
-        self._zmq = zmq
+    def __init__(self, sock: socket.socket, max_bytes: int) -> None:
+        self.sock = sock
+        self.reader = Reader(sock, max_bytes, DEFAULT_MAX_FRAMES)
+        self.writer = Writer(sock)
+        self.writing = False  # registered for write readiness
+
+
+class SocketTransport(Transport):
+    """TCP connections, one per shard endpoint (``tcp://host:port``)."""
+
+    RETRY_S = 0.1  # between connection attempts to a shard that is not reachable
+    CONNECT_TIMEOUT_S = 5.0
+
+    def __init__(self, endpoints: Sequence[str], max_message_bytes: int = 1 << 40) -> None:
         self.endpoints = list(endpoints)
         self.num_shards = len(self.endpoints)
-        self._own_ctx = context is None
-        self._ctx = zmq.Context() if context is None else context
-        self._socks = []
-        self._poller = zmq.Poller()
-        self._index = {}
-        for i, ep in enumerate(self.endpoints):
-            s = tuned_socket(self._ctx, zmq.DEALER, linger=0, sndbuf=sndbuf, rcvbuf=rcvbuf)
-            s.connect(ep)
-            self._socks.append(s)
-            self._poller.register(s, zmq.POLLIN)
-            self._index[s] = i
+        self._addrs = [parse_endpoint(ep) for ep in self.endpoints]
+        self._max = max_message_bytes
+        self._ep = select.epoll()  # epoll itself: the selectors wrapper costs ~5 us a call
+        self._shard_of: dict[int, int] = {}  # fd -> shard
+        self._links: list[_Link | None] = [None] * self.num_shards
+        self._backlog: list[list[Sequence[Buffer]]] = [[] for _ in self.endpoints]
+        self._retry_at = [0.0] * self.num_shards
+        self._ready: list[deque[list[Buffer]]] = [deque() for _ in self.endpoints]
+        self._closed = False
 
+    # connections -----------------------------------------------------------------
+    def _link(self, shard: int) -> _Link | None:
+        link = self._links[shard]
+        if link is not None or self._closed:
+            return link
+        now = time.monotonic()
+        if now < self._retry_at[shard]:
+            return None
+        try:
+            sock = socket.create_connection(self._addrs[shard], timeout=self.CONNECT_TIMEOUT_S)
+        except OSError as exc:
+            self._retry_at[shard] = now + self.RETRY_S
+            log.debug("shard %d (%s) not reachable yet: %s", shard, self.endpoints[shard], exc)
+            return None
+        tune_socket(sock)
+        link = self._links[shard] = _Link(sock, self._max)
+        link.reader.sink = functools.partial(self._sink, shard)
+        self._shard_of[sock.fileno()] = shard
+        self._ep.register(sock.fileno(), select.EPOLLIN)
+        for frames in self._backlog[shard]:
+            link.writer.queue(frames)
+        self._backlog[shard].clear()
+        self._flush(shard, link)
+        return self._links[shard]
+
+    def _sink(self, shard: int, frames: list[Buffer], size: int) -> Any:
+        return self.sink(shard, frames, size) if self.sink is not None else None
+
+    def _lost(self, shard: int, why: str) -> None:
+        link = self._links[shard]
+        if link is None:
+            return
+        log.debug("connection to shard %d (%s) lost: %s", shard, self.endpoints[shard], why)
+        self._links[shard] = None
+        link.writer.drop()
+        fd = link.sock.fileno()
+        self._shard_of.pop(fd, None)
+        try:
+            self._ep.unregister(fd)
+        except (OSError, ValueError):  # pragma: no cover - already gone
+            pass
+        link.sock.close()
+
+    def _flush(self, shard: int, link: _Link, frames: Sequence[Buffer] | None = None) -> None:
+        """Write what the kernel takes (after queueing ``frames``, if given); watch for
+        write readiness only while something is left."""
+        try:
+            done = link.writer.flush() if frames is None else link.writer.send(frames)
+        except PeerClosed as exc:
+            self._lost(shard, str(exc))
+            return
+        if done == link.writing:
+            link.writing = not done
+            events = select.EPOLLIN | (select.EPOLLOUT if link.writing else 0)
+            self._ep.modify(link.sock.fileno(), events)
+
+    # the Transport contract ----------------------------------------------------------
     def send(self, shard: int, frames: Sequence[Buffer]) -> None:
-        zmq = self._zmq
-        s = self._socks[shard]
-        last = len(frames) - 1
-        for i, f in enumerate(frames):
-            big = len(memoryview(f).cast("B")) >= ZERO_COPY_MIN
-            s.send(f, zmq.SNDMORE if i < last else 0, copy=not big)
+        if self._closed:
+            raise PSError("this transport is closed")
+        link = self._link(shard)
+        if link is None:
+            self._backlog[shard].append(frames)
+            return
+        self._flush(shard, link, frames)
 
     def poll(self, timeout: float) -> list[int]:
-        events = self._poller.poll(max(0, int(timeout * 1000)))
-        return [self._index[s] for s, _ in events]
+        ready = [i for i, q in enumerate(self._ready) if q]
+        if ready:
+            return ready
+        deadline = time.monotonic() + max(0.0, timeout)
+        links = self._links
+        while True:
+            left = deadline - time.monotonic()
+            if None in links:  # not connected (yet, or any more): retry what waits to go
+                for i, link in enumerate(links):
+                    if link is None and self._backlog[i]:
+                        self._link(i)
+                        if links[i] is None:
+                            left = min(left, self.RETRY_S)
+            for fd, events in self._ep.poll(max(0.0, left)):
+                shard = self._shard_of.get(fd)
+                link = links[shard] if shard is not None else None
+                if link is None:
+                    continue
+                if events & select.EPOLLOUT:
+                    self._flush(shard, link)
+                if events & ~select.EPOLLOUT and links[shard] is link:
+                    try:
+                        self._ready[shard].extend(link.reader.read())
+                    except (PeerClosed, FramingError) as exc:
+                        self._lost(shard, str(exc))
+            ready = [i for i, q in enumerate(self._ready) if q]
+            if ready or time.monotonic() >= deadline:
+                return ready
 
     def recv(self, shard: int) -> list[Buffer]:
-        frames = self._socks[shard].recv_multipart(copy=False)
-        return [f.buffer for f in frames]
+        return self._ready[shard].popleft()
 
     def close(self) -> None:
-        for s in self._socks:
-            s.close(linger=0)
-        self._socks = []
-        if self._own_ctx:
-            self._ctx.term()
+        if self._closed:
+            return
+        self._closed = True
+        for i in range(self.num_shards):
+            self._lost(i, "closed")
+        self._ep.close()
 
 
 class LocalNetwork:

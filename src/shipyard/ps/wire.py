@@ -1,16 +1,17 @@
 """The shipyard.ps wire format: a fixed binary header, raw payload frames, a MAC.
 
 Why this shape: tensors must cross the wire without pickling (unsafe) and without
-copies (slow). A message is a ZeroMQ multipart message of frames::
+copies (slow). A message is a list of frames (on TCP: stream.py's framing)::
 
-    [header (HEADER.size bytes)] [payload frame]* [mac (32 bytes)]
+    [header (HEADER.size bytes)] [payload frame]* [mac (16 or 32 bytes)]
 
 * header: ``struct`` little-endian, fixed size (see ``HEADER_FORMAT``): magic
   ``b"SYPS"``, protocol version, message type, dtype code, ndim, flags, MAC
   algorithm id, key id, worker id, request id, shard index, step, payload byte
-  length, and up to ``MAX_NDIM`` dimensions.
+  length, up to ``MAX_NDIM`` dimensions, and (protocol 2) the sender's session, its
+  sequence number and the receiver's session (``ReplayGuard``).
 * payload: raw little-endian tensor bytes (``np.frombuffer`` on receive, sent
-  with ``copy=False``), or a small UTF-8 JSON document for control messages
+  from the caller's buffer), or a small UTF-8 JSON document for control messages
   (``FLAG_JSON``). Never pickle.
 * mac: HMAC-SHA256 keyed by the per-job secret (``SHIPYARD_PS_SECRET``) over the
   header and every payload frame. Payload frames enter the HMAC through a SHA-256
@@ -30,14 +31,12 @@ copies (slow). A message is a ZeroMQ multipart message of frames::
   header) with a random 128-bit nonce, over u32 n || (u64 len || frame)*, sent
   as nonce || tag in the 32-byte MAC frame (~12 GB/s per core, the construction
   ChaCha20-Poly1305 and NaCl's secretbox use). ``aes-gmac`` (the default when
-  ``cryptography`` is installed) is the same idea with AES-256-GCM's
-  authenticator: a one-time AES-256 key per message, k = HMAC-SHA256(K'', nonce ||
-  header || u32 n || u64 len(frame_1) || ... || u64 len(frame_n)), and the frames,
-  back to back, as GCM's additional data under an all-zero IV (safe: each key
-  authenticates one message); sent as nonce || GCM tag. The frame lengths sit in
-  the key derivation so that a one-frame message is one call on the frame itself.
-  With AES-NI and carry-less multiply it runs at ~20 GB/s per core here against
-  Poly1305's ~12, and a push+pull makes four MAC passes over every byte.
+  ``cryptography`` is installed) is AES-256-GCM used as documented, with nothing
+  encrypted: a key per sender session (HKDF-SHA256 of the job key, the session id
+  as info), the nonce ``u64 seq || u32 0`` (a counter, never repeated under one
+  key) and as associated data the header, the frame lengths and the frames; the
+  MAC frame is GCM's 16-byte tag (``Signer._gmac``; docs/decisions.md, issue 17).
+  One GHASH pass per byte, ~20 GB/s per core with AES-NI here.
   ``blake3`` (needs the ``blake3`` package) is a keyed BLAKE3 over the HMAC
   structure with D(frame) = u64 len || BLAKE3(frame). ``SHIPYARD_PS_MAC`` picks one; the header's MAC id says which
   one a message uses, and a shard answers in kind.
@@ -46,8 +45,10 @@ The decoder checks, in order: frame count and header size, magic, version, the
 MAC (a message failing any of these is not trusted, so it is dropped, never
 answered), then the size limit, message type, shape/dtype and announced versus
 actual payload length (an authenticated message failing those gets an error
-reply). The socket layer bounds the work an untrusted peer can cause: a shard
-sets ZeroMQ's MAXMSGSIZE, so a frame far above the limit drops the connection.
+reply). With a ``ReplayGuard`` it then refuses what is not new (seen before, or
+addressed to another session), dropped and never answered. The stream layer
+(stream.py) bounds the work an untrusted peer can cause before any of this: frame
+count and message size limits, and a timeout mid-message.
 """
 
 from __future__ import annotations
@@ -56,9 +57,12 @@ import dataclasses
 import enum
 import hashlib
 import hmac
+import itertools
 import json
 import os
+import secrets
 import struct
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -72,6 +76,7 @@ from .errors import (
     MalformedFrameError,
     OversizedFrameError,
     PSConfigError,
+    ReplayedMessageError,
     TruncatedFrameError,
     UnknownMessageTypeError,
     WireError,
@@ -80,7 +85,7 @@ from .errors import (
 Buffer = bytes | bytearray | memoryview | np.ndarray
 
 MAGIC = b"SYPS"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: session, seq and peer in the header (replay protection)
 MAX_NDIM = 8
 MAC_SIZE = 32
 MAC_HMAC_SHA256 = 1
@@ -95,7 +100,7 @@ MAC_ALGORITHMS = {
     "poly1305": MAC_POLY1305,
     "aes-gmac": MAC_GMAC,
 }
-#: MACs keyed once per message from a nonce sent in the MAC frame (nonce || tag)
+#: MACs keyed per message or per sender session: no payload digest to cache
 ONE_TIME_KEY_MACS = frozenset({MAC_POLY1305, MAC_GMAC})
 NONCE_SIZE = 16
 MAC_ENV = "SHIPYARD_PS_MAC"
@@ -103,8 +108,9 @@ SEGMENT = 1 << 20
 SECRET_ENV = "SHIPYARD_PS_SECRET"
 
 #: magic, version, type, dtype, ndim, flags, mac alg, reserved,
-#: key, worker, request id, shard, step, nbytes, shape[8]
-HEADER_FORMAT = "<4sBBBBHBBIIIIQQ8Q"
+#: key, worker, request id, shard, step, nbytes, shape[8],
+#: session (the sender's), seq (the sender's counter), peer (the receiver's session)
+HEADER_FORMAT = "<4sBBBBHBBIIIIQQ8QQQQ"
 HEADER = struct.Struct(HEADER_FORMAT)
 HEADER_SIZE = HEADER.size
 
@@ -114,6 +120,9 @@ FLAG_APPLIED = 1 << 1  # INIT reply: the value was stored (first writer)
 U32_MAX = 0xFFFFFFFF
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_SESSION_SEQ = struct.Struct("<QQ")
+_GCM_IV = struct.Struct("<QI")  # the 96-bit GCM nonce: u64 seq || u32 0
+_SESSION_OFFSET = HEADER_SIZE - 24  # session, seq, peer close the header
 
 
 class MsgType(enum.IntEnum):
@@ -186,9 +195,13 @@ def code_dtype(code: int) -> np.dtype:
         raise MalformedFrameError(f"unknown dtype code {code}") from None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Header:
-    """The fixed-size message header. ``shape`` is only meaningful for tensors."""
+    """The fixed-size message header. ``shape`` is only meaningful for tensors.
+
+    Treated as immutable (``dataclasses.replace`` makes changed copies); not declared
+    frozen because a frozen dataclass's ``__init__`` costs ~3x more, and a header is
+    built or parsed several times per message."""
 
     msg_type: int
     key: int = 0
@@ -201,9 +214,13 @@ class Header:
     nbytes: int = 0
     flags: int = 0
     mac_alg: int = MAC_HMAC_SHA256
+    session: int = 0  # the sender's random session id (wire.Signer.session)
+    seq: int = 0  # the sender's message counter in that session, from 1
+    peer: int = 0  # the receiver's session as the sender knows it; 0 only in HELLO
 
-    def pack(self) -> bytes:
-        """Serialize; ValueError for fields out of range (a client bug, not wire input)."""
+    def pack(self, session: int | None = None, seq: int | None = None) -> bytes:
+        """Serialize (``session``/``seq`` override the fields: ``encode`` stamps them);
+        PSConfigError for fields out of range (a client bug, not wire input)."""
         if len(self.shape) > MAX_NDIM:
             raise PSConfigError(
                 f"tensors have at most {MAX_NDIM} dimensions, got {len(self.shape)}"
@@ -226,6 +243,9 @@ class Header:
                 self.step,
                 self.nbytes,
                 *dims,
+                self.session if session is None else session,
+                self.seq if seq is None else seq,
+                self.peer,
             )
         except struct.error as exc:
             raise PSConfigError(f"header field out of range: {exc}") from None
@@ -233,7 +253,7 @@ class Header:
     @classmethod
     def unpack(cls, buf: Buffer) -> Header:
         """Parse a header frame; MalformedFrameError on size/magic/version/ndim problems."""
-        if len(memoryview(buf).cast("B")) != HEADER_SIZE:
+        if (len(buf) if type(buf) is bytes else len(memoryview(buf).cast("B"))) != HEADER_SIZE:
             raise MalformedFrameError(
                 f"header frame is {len(memoryview(buf).cast('B'))} bytes, expected {HEADER_SIZE}"
             )
@@ -252,8 +272,9 @@ class Header:
             shard,
             step,
             nbytes,
-            *dims,
+            *rest,
         ) = HEADER.unpack(buf)
+        dims, (session, seq, peer) = rest[:MAX_NDIM], rest[MAX_NDIM:]
         if magic != MAGIC:
             err = MalformedFrameError(f"bad magic {magic!r}")
             err.code = ErrorCode.BAD_MAGIC
@@ -278,6 +299,9 @@ class Header:
             nbytes=nbytes,
             flags=flags,
             mac_alg=mac_alg,
+            session=session,
+            seq=seq,
+            peer=peer,
         )
 
 
@@ -385,32 +409,40 @@ def _poly1305() -> Any:
     return Poly1305
 
 
-GCM_IV = bytes(12)  # all-zero: every aes-gmac key authenticates one message
-GCM_ONE_SHOT_MAX = (1 << 31) - 1  # cryptography's AESGCM limit on additional data
+GCM_ONE_SHOT_MAX = 16 * 1024  # above this the frames are streamed into GCM (no concatenation)
+GCM_TAG_SIZE = 16
+SESSION_KEYS_MAX = 4096  # per-sender AES keys a Signer keeps (HKDF once per session)
 
 
 @dataclass(frozen=True)
 class _Gcm:
-    """``cryptography``'s two ways to compute a GCM tag: ``one_shot(key)`` (AESGCM: a
-    few microseconds, one additional-data buffer) and ``streaming(key)`` (a GCM
-    encryptor fed buffer by buffer, for several frames)."""
+    """``cryptography``'s AES-GCM, its two documented entry points: ``one_shot(key)``
+    (AESGCM: well under a microsecond for a small message, one additional-data buffer)
+    and ``streaming(key, nonce)`` (a GCM encryptor whose additional data is fed buffer by
+    buffer, so a large payload is authenticated where it lies); and HKDF."""
 
     one_shot: Any
     streaming: Any
+    hkdf: Any
 
 
 def _gcm() -> _Gcm | None:
-    """GCM from ``cryptography``, or None when the optional package is missing."""
+    """GCM and HKDF from ``cryptography``, or None when the optional package is missing."""
     try:
+        from cryptography.hazmat.primitives import hashes  # type: ignore[import-not-found]
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # type: ignore[import-not-found]
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # type: ignore[import-not-found]
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF  # type: ignore[import-not-found]
     except ImportError:
         return None
 
-    def streaming(key: bytes) -> Any:
-        return Cipher(algorithms.AES(key), modes.GCM(GCM_IV)).encryptor()
+    def streaming(key: bytes, nonce: bytes) -> Any:
+        return Cipher(algorithms.AES(key), modes.GCM(nonce)).encryptor()
 
-    return _Gcm(one_shot=AESGCM, streaming=streaming)
+    def hkdf(master: bytes, info: bytes) -> bytes:
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(master)
+
+    return _Gcm(one_shot=AESGCM, streaming=streaming, hkdf=hkdf)
 
 
 _OPTIONAL = {
@@ -418,6 +450,64 @@ _OPTIONAL = {
     MAC_POLY1305: (_poly1305, "cryptography"),
     MAC_GMAC: (_gcm, "cryptography"),
 }
+
+
+def mac_size(alg: int) -> int:
+    """Bytes of the MAC frame: a 16-byte GCM tag for aes-gmac, 32 for the others."""
+    return GCM_TAG_SIZE if alg == MAC_GMAC else MAC_SIZE
+
+
+class ReplayGuard:
+    """A receiver's memory of what it accepted: every authenticated message must be new.
+
+    Each message carries the sender's random ``session``, its counter ``seq`` in that
+    session and ``peer``, the receiver's own session as the sender learned it (a shard's
+    in the HELLO reply; a client's is echoed in every reply), all inside the MAC. A
+    message is accepted once: ``peer`` must be this receiver's session (0 only for a
+    HELLO, which changes nothing but liveness), and ``seq`` must not have been seen in its
+    session: an anti-replay window as in IPsec (RFC 4303 3.4.3) of ``WINDOW`` numbers
+    below the highest seen, older ones refused. A captured message re-sent, to this
+    process or to one started later (a new session), is dropped and counted.
+    """
+
+    WINDOW = 1024
+    MAX_SESSIONS = 16384
+
+    def __init__(self, session: int) -> None:
+        self.session = session
+        self._windows: dict[int, list[int]] = {}  # sender session -> [highest seq, bitmap]
+        self._lock = threading.Lock()
+
+    def check(self, h: Header) -> None:
+        """Raise ReplayedMessageError unless ``h`` is fresh; record it when it is."""
+        if h.peer != self.session and not (h.peer == 0 and h.msg_type == MsgType.HELLO):
+            raise ReplayedMessageError(
+                f"message for session {h.peer:#x}, this receiver is {self.session:#x} "
+                "(replayed from another run, or sent before a restart)",
+                code=ErrorCode.STALE_SESSION,
+            )
+        if h.seq < 1:
+            raise ReplayedMessageError("message without a sequence number")
+        with self._lock:
+            win = self._windows.get(h.session)
+            if win is None:
+                if len(self._windows) >= self.MAX_SESSIONS:
+                    self._windows.pop(next(iter(self._windows)))
+                self._windows[h.session] = [h.seq, 1]
+                return
+            top, bits = win
+            if h.seq > top:
+                win[0] = h.seq
+                win[1] = ((bits << (h.seq - top)) | 1) & ((1 << self.WINDOW) - 1)
+                return
+            age = top - h.seq
+            if age >= self.WINDOW or bits >> age & 1:
+                raise ReplayedMessageError(
+                    f"message {h.seq} of session {h.session:#x} was already received"
+                    if age < self.WINDOW
+                    else f"message {h.seq} of session {h.session:#x} is older than the window"
+                )
+            win[1] = bits | 1 << age
 
 
 def available_macs() -> list[str]:
@@ -497,10 +587,18 @@ class Signer:
         self._key = derive_key(secret)
         self._b3_key = hashlib.sha256(b"shipyard.ps.v1.blake3\0" + self._key).digest()
         self._poly_key = hashlib.sha256(b"shipyard.ps.v1.poly1305\0" + self._key).digest()
-        self._gmac_key = hashlib.sha256(b"shipyard.ps.v1.aes-gmac\0" + self._key).digest()
+        self._gcm_master = hashlib.sha256(b"shipyard.ps.v2.aes-gcm\0" + self._key).digest()
         self.alg = resolve_mac(alg)
         self._poly = _poly1305()  # looked up once, not per message
         self._gcm = _gcm()
+        self._session_keys: dict[int, tuple[bytes, Any]] = {}
+        # this sender's session: a random 64-bit id, and a counter that never repeats in it
+        self.session = secrets.randbits(64) or 1
+        self._seq = itertools.count(1)
+
+    def next_seq(self) -> int:
+        """The next message number of this session (thread-safe: ``count`` is atomic)."""
+        return next(self._seq)
 
     def mac(
         self,
@@ -558,34 +656,60 @@ class Signer:
             p.update(view)
         return nonce + p.finalize()
 
+    def _session_key(self, session: int) -> tuple[bytes, Any]:
+        """(key, AESGCM) of a sender session: HKDF-SHA256 of the job's GCM key with the
+        session id as info, computed once per session and kept (bounded)."""
+        hit = self._session_keys.get(session)
+        if hit is None:
+            gcm = self._gcm
+            assert gcm is not None
+            key = gcm.hkdf(
+                self._gcm_master, b"shipyard.ps.v2 aes-gcm session " + _U64.pack(session)
+            )
+            hit = (key, gcm.one_shot(key))
+            if len(self._session_keys) >= SESSION_KEYS_MAX:
+                self._session_keys.pop(next(iter(self._session_keys)))
+            self._session_keys[session] = hit
+        return hit
+
     def _gmac(self, header: bytes, payload: Sequence[Buffer], nonce: bytes | None) -> bytes:
-        """nonce || GCM tag: AES-256-GCM with no plaintext, the all-zero IV, the frames as
-        additional data and the one-time key k = HMAC-SHA256(K'', nonce || header || u32 n
-        || u64 len(frame)*). No payload byte is copied: one frame is passed as is, several
-        are streamed into GCM one after the other."""
+        """AES-256-GCM used as its documentation says, with nothing to encrypt: the tag of
+        ``AESGCM(k_s).encrypt(nonce, b"", aad)`` where
+
+            k_s   = HKDF-SHA256(K_gcm, info="shipyard.ps.v2 aes-gcm session" || u64 session)
+            nonce = u64 seq || u32 0      (NIST SP 800-38D 8.2.1: a counter, unique per key)
+            aad   = header || u32 n || u64 len(frame_1) .. u64 len(frame_n) || frame_1 .. frame_n
+
+        ``session`` and ``seq`` are read from the header (``encode`` stamped them), so the
+        header, the frame layout and every payload byte are the associated data. One
+        sender session never reuses a seq, so no (key, nonce) pair repeats. Small
+        messages are one AESGCM call; larger ones stream the frames into a GCM encryptor
+        (the same tag, no payload byte copied)."""
         gcm = self._gcm or _gcm()
         if gcm is None:
             raise AuthenticationError(
                 "message uses MAC aes-gmac, but 'cryptography' is not installed here"
             )
-        nonce = os.urandom(NONCE_SIZE) if nonce is None else bytes(nonce)
-        views = [as_bytes_view(f) for f in payload]
-        lengths = b"".join(_U64.pack(len(v)) for v in views)
-        key = hmac.digest(
-            self._gmac_key,
-            b"".join((nonce, bytes(header), _U32.pack(len(views)), lengths)),
-            "sha256",
-        )
-        if not views:
-            return nonce + gcm.one_shot(key).encrypt(GCM_IV, b"", None)
-        if len(views) == 1 and len(views[0]) <= GCM_ONE_SHOT_MAX:
-            return nonce + gcm.one_shot(key).encrypt(GCM_IV, b"", views[0])
-        enc = gcm.streaming(key)
+        self._gcm = gcm
+        if type(header) is not bytes:
+            header = bytes(header)
+        if len(header) != HEADER_SIZE:
+            raise AuthenticationError("aes-gmac needs a full header")
+        session, seq = _SESSION_SEQ.unpack_from(header, _SESSION_OFFSET)
+        hit = self._session_keys.get(session) or self._session_key(session)
+        views = [p if type(p) is bytes else as_bytes_view(p) for p in payload]
+        lens = [len(v) for v in views]
+        layout = struct.pack(f"<I{len(lens)}Q", len(lens), *lens)
+        iv = _GCM_IV.pack(seq, 0)
+        if sum(lens) <= GCM_ONE_SHOT_MAX:
+            return hit[1].encrypt(iv, b"", b"".join((header, layout, *views)))
+        enc = gcm.streaming(hit[0], iv)
+        enc.authenticate_additional_data(header + layout)
         for v in views:
             if len(v):
                 enc.authenticate_additional_data(v)
         enc.finalize()
-        return nonce + enc.tag
+        return enc.tag
 
     def verify(
         self,
@@ -597,7 +721,7 @@ class Signer:
     ) -> bool:
         """Constant-time check of a received MAC."""
         mac = bytes(mac)
-        nonce = mac[:NONCE_SIZE] if alg in ONE_TIME_KEY_MACS else None
+        nonce = mac[:NONCE_SIZE] if alg == MAC_POLY1305 else None
         expected = self.mac(bytes(header), payload, parallel=parallel, alg=alg, nonce=nonce)
         return hmac.compare_digest(expected, mac)
 
@@ -614,12 +738,12 @@ def encode(
 
     ``alg``: MAC algorithm (default the signer's); a shard passes the request's.
     """
-    views = [as_bytes_view(p) for p in payload]
+    views = [p if type(p) is bytes else as_bytes_view(p) for p in payload]
     total = sum(len(v) for v in views)
     alg = signer.alg if alg is None else alg
     if header.nbytes != total or header.mac_alg != alg:
         header = dataclasses.replace(header, nbytes=total, mac_alg=alg)
-    hb = header.pack()
+    hb = header.pack(session=signer.session, seq=signer.next_seq())
     return [hb, *views, signer.mac(hb, views, digests, parallel, alg)]
 
 
@@ -631,9 +755,15 @@ def encode_json(signer: Signer, header: Header, obj: Any, alg: int | None = None
 
 
 def decode(
-    signer: Signer, frames: Sequence[Buffer], max_payload: int | None = None, parallel: bool = True
+    signer: Signer,
+    frames: Sequence[Buffer],
+    max_payload: int | None = None,
+    parallel: bool = True,
+    guard: ReplayGuard | None = None,
 ) -> Message:
-    """Parse and authenticate ``[header, *payload, mac]`` (no identity frame).
+    """Parse and authenticate ``[header, *payload, mac]`` (no identity frame); with a
+    ``guard``, also refuse a message that is not fresh (replayed, stale, or addressed to
+    another session: ``ReplayedMessageError``, never answered).
 
     Raises a ``WireError`` subclass. ``err.authenticated`` says whether the MAC
     verified (only then may the receiver answer with an error reply), and
@@ -644,15 +774,18 @@ def decode(
     try:
         if len(frames) < 2:
             raise MalformedFrameError(f"{len(frames)} frame(s); a message has a header and a MAC")
-        views = [as_bytes_view(f) for f in frames]
+        views = [f if type(f) is bytes else as_bytes_view(f) for f in frames]
         header = Header.unpack(views[0])
         mac = views[-1]
         payload = views[1:-1]
-        if len(mac) != MAC_SIZE:
-            raise MalformedFrameError(f"MAC frame is {len(mac)} bytes, expected {MAC_SIZE}")
+        want = mac_size(header.mac_alg)
+        if len(mac) != want:
+            raise MalformedFrameError(f"MAC frame is {len(mac)} bytes, expected {want}")
         total = sum(len(p) for p in payload)
         if not signer.verify(views[0], payload, mac, parallel, header.mac_alg):
             raise AuthenticationError("MAC does not verify (wrong secret or altered message)")
+        if guard is not None:  # authentic, but is it new and meant for this receiver?
+            guard.check(header)
         authenticated = True
         if max_payload is not None and total > max_payload:
             raise OversizedFrameError(
@@ -672,6 +805,18 @@ def decode(
         err.authenticated = authenticated  # type: ignore[attr-defined]
         err.header = header  # type: ignore[attr-defined]
         raise
+
+
+_RID_OFFSET = struct.calcsize("<4sBBBBHBBII")
+
+
+def request_id_of(frame: Buffer) -> int | None:
+    """The request id of a header frame without parsing the rest (None if it is not
+    one): how a client finds the request a reply answers before verifying it."""
+    view = frame if type(frame) is bytes else as_bytes_view(frame)
+    if len(view) != HEADER_SIZE:
+        return None
+    return int(_U32.unpack_from(view, _RID_OFFSET)[0])
 
 
 def pack_keys(keys: Sequence[int], versions: Sequence[int] | None = None) -> bytes:

@@ -47,6 +47,7 @@ class InstanceSandbox:
     forward_ports: list[int] = field(default_factory=list)  # host loopback ports to reach
     notes: list[str] = field(default_factory=list)
     pasta: subprocess.Popen | None = None  # released, maybe not ready yet (wait_outbound)
+    pasta_pid: int | None = None  # kept running until the agent's last upload is done
 
     @property
     def address(self) -> str:
@@ -183,6 +184,7 @@ def enter(box: InstanceSandbox) -> None:
         os.close(job_net)
     _release_pasta(waiter)
     box.pasta = waiter
+    box.pasta_pid = waiter.pid if waiter is not None else None
     kernel.sethostname(box.host)
     # nothing mounted here may propagate back to the host's mount namespace
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)

@@ -191,8 +191,9 @@ class EstimatorBase:
         self.framework_version = framework_version
         self.py_version = py_version
         self.container_log_level = container_log_level
+        # resolved now so a bad instance_type is refused here; what it maps to is logged
+        # once per job, by the submission (control.submit)
         self.resources = instance_types.resolve(instance_type)
-        logger.info(self.resources.describe())
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
 

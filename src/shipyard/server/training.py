@@ -22,13 +22,14 @@ from typing import Any
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
 from shipyard.control.client import ControlPlane, describe
+from shipyard.debugger import tensorboard_spec
 from shipyard.errors import JobExistsError, JobNotFoundError, ShipyardError
 from shipyard.server import images
 from shipyard.server.errors import ApiError, in_use, limit_exceeded, validation
 from shipyard.server.identity import ACCOUNT
 from shipyard.server.objects import ObjectStore
 from shipyard.server.records import Records
-from shipyard.spec import validated
+from shipyard.spec import TENSORBOARD_LOCAL_PATH, validated
 
 log = logging.getLogger("shipyard.server")
 # instances of unfinished jobs at once (SageMaker's per-account quota; one machine's sense)
@@ -232,6 +233,7 @@ class TrainingApi:
             output_path=output.get("S3OutputPath"),
             checkpoint_s3_uri=checkpoint.get("S3Uri"),
             checkpoint_local_path=checkpoint.get("LocalPath"),
+            tensorboard=self._tensorboard(req.get("TensorBoardOutputConfig")),
             environment=req.get("Environment") or {},
             max_run=int(stopping.get("MaxRuntimeInSeconds") or 24 * 3600),
             max_retry_attempts=int(
@@ -242,6 +244,19 @@ class TrainingApi:
             role=req.get("RoleArn"),
             container_log_level=int(hps.get("sagemaker_container_log_level") or 20),
         )
+
+    @staticmethod
+    def _tensorboard(config: Any) -> dict[str, str] | None:
+        """TensorBoardOutputConfig -> the JobSpec's tensorboard (synced to
+        ``<S3OutputPath>/<job>/tensorboard-output`` while the job runs and after it)."""
+        if config is None:
+            return None
+        if not isinstance(config, dict) or not config.get("S3OutputPath"):
+            raise validation(
+                "TensorBoardOutputConfig needs S3OutputPath (an s3:// location on this "
+                "server's S3), and optionally LocalPath"
+            )
+        return tensorboard_spec(config)
 
     def _unpack_code(self, submit: Any, work: str) -> str:
         """The SDK's sourcedir.tar.gz (s3:// on this server, or a local path) unpacked."""
@@ -290,6 +305,9 @@ class TrainingApi:
                 if key in request:
                     out[key] = request[key]
         out["OutputDataConfig"].setdefault("KmsKeyId", "")
+        tensorboard = (extra or {}).get("Request", {}).get("TensorBoardOutputConfig")
+        if tensorboard:  # SageMaker echoes it with LocalPath's default filled in
+            out["TensorBoardOutputConfig"] = {"LocalPath": TENSORBOARD_LOCAL_PATH, **tensorboard}
         return {k: v for k, v in out.items() if v is not None}
 
     def stop_training_job(self, req: dict[str, Any], region: str) -> dict[str, Any]:

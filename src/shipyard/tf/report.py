@@ -18,16 +18,39 @@ SCHEMA = "shipyard.ps.report/v1"  # shipyard.ps.stats.SCHEMA; kept here so no py
 _PART = re.compile(r"^(?P<base>.*)/part_(?P<i>\d+)$")
 MAX_TIMELINE_POINTS = 300
 
-NO_PS_WARNING = (
-    "parameter_server was enabled but no variable was placed on a parameter server: the "
-    "chief trained a copy of its own and the parameter servers held nothing. Create the "
-    "model and optimizer inside the strategy's scope: strategy = "
+_NO_PS_FIX = (
+    "Create the model and optimizer inside the strategy's scope: strategy = "
     "tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver."
     "TFConfigClusterResolver()); with strategy.scope(): model = ...; model.compile(...) "
     "(TF1-style scripts: build the graph under tf.compat.v1.train.replica_device_setter("
     "cluster=TF_CONFIG's cluster)). Use tf_keras (`import tf_keras` or tf.keras with "
     "TF_USE_LEGACY_KERAS=1): Keras 3 has no ParameterServerStrategy."
 )
+
+
+def no_ps_warning(layout: str, chief: str = "algo-1") -> str:
+    """Nothing was placed on a ps: who trained what depends on the layout. In the tf2
+    layout only the chief runs the script (ParameterServerStrategy's one coordinator; the
+    other instances only serve), so it alone trained; in SageMaker's layout every
+    instance runs the script, so each trained its own copy."""
+    head = "parameter_server was enabled but no variable was placed on a parameter server: "
+    if layout == "tf2":
+        what = (
+            f"only {chief} (the chief) ran the script, as the tf2 layout runs it (the other "
+            "instances only serve as workers and parameter servers), and it trained the "
+            "model alone; the parameter servers held nothing. A script written to run on "
+            "every instance, as SageMaker runs it, can ask for that with "
+            "{'parameter_server': {'enabled': True, 'layout': 'sagemaker'}}. "
+        )
+    else:
+        what = (
+            "every instance ran the script and trained its own copy of the model; the "
+            "parameter servers held nothing. "
+        )
+    return head + what + _NO_PS_FIX
+
+
+NO_PS_WARNING = no_ps_warning("tf2")  # the default layout's
 
 
 def _key(name: str) -> str:
@@ -185,7 +208,7 @@ def build(
     warnings = []
     local = [v for v in variables if v.get("ps_task") is None]
     if script_ok and not entries:
-        warnings.append(NO_PS_WARNING)
+        warnings.append(no_ps_warning(layout, hosts[0] if hosts else "algo-1"))
     return {
         "schema": SCHEMA,
         "implementation": "tensorflow",

@@ -7,57 +7,88 @@ error reply.
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import select
+import socket
+import time
 
 import numpy as np
 import pytest
 
-zmq = pytest.importorskip("zmq")
-
 from shipyard.ps import wire
 from shipyard.ps.client import PSClient
 from shipyard.ps.launch import start_shards, stop_shards
+from shipyard.ps.stream import parse_endpoint, prefix
 from shipyard.ps.wire import Header, MsgType
 
 SECRET = "fuzz-secret"
 LIMIT = 1 << 20
+FRAME_TIMEOUT = 1.0
 
 
 @pytest.fixture
 def shard(tmp_path):
-    shards = start_shards(1, SECRET, run_dir=str(tmp_path), max_message_bytes=LIMIT)
+    shards = start_shards(
+        1, SECRET, run_dir=str(tmp_path), max_message_bytes=LIMIT, frame_timeout=FRAME_TIMEOUT
+    )
     yield shards[0]
     stop_shards(shards, timeout=10)
 
 
 class Raw:
-    """A bare DEALER socket: sends whatever frames it is given."""
+    """A bare TCP connection: sends whatever frames (or bytes) it is given. It says
+    HELLO first, so that the messages it signs name the shard's session."""
 
     def __init__(self, endpoint):
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(endpoint)
+        self.sock = socket.create_connection(parse_endpoint(endpoint), timeout=20)
+        self.signer = wire.Signer(SECRET)
+        self.session = 0
+        self.send(self.signed(MsgType.HELLO, payload=b"{}", flags=wire.FLAG_JSON))
+        self.session = self.reply().header.session
+
+    def signed(self, mtype, key=0, payload=None, signer=None, **kw):
+        kw.setdefault("peer", self.session)
+        hdr = Header(mtype, key=key, worker=9, request_id=kw.pop("request_id", 1), **kw)
+        body = [payload] if payload is not None else []
+        return wire.encode(signer or self.signer, hdr, body)
 
     def send(self, frames):
-        self.sock.send_multipart([bytes(memoryview(f).cast("B")) for f in frames] or [b""])
+        views = [memoryview(f).cast("B") for f in frames] or [memoryview(b"")]
+        self.sock.sendall(prefix(views) + b"".join(bytes(v) for v in views))
+
+    def _exact(self, n):
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise EOFError
+            out += chunk
+        return out
 
     def reply(self, timeout=20.0):
-        if not self.sock.poll(int(timeout * 1000)):
+        if not select.select([self.sock], [], [], timeout)[0]:
             return None
-        return wire.decode(wire.Signer(SECRET), self.sock.recv_multipart())
+        (count,) = np.frombuffer(self._exact(4), "<u4")
+        lens = np.frombuffer(self._exact(8 * int(count)), "<u8")
+        return wire.decode(wire.Signer(SECRET), [self._exact(int(n)) for n in lens])
 
     def no_reply(self):
-        return self.sock.poll(0) == 0
+        return not select.select([self.sock], [], [], 0)[0]
+
+    def closed_by_peer(self, timeout=30.0):
+        """True once the shard has closed this connection (what it does to bad streams)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if select.select([self.sock], [], [], 0.1)[0] and not self.sock.recv(65536):
+                    return True
+            except (ConnectionError, OSError):
+                return True
+        return False
 
     def close(self):
-        self.sock.close(0)
-        self.ctx.term()
-
-
-def signed(mtype, key=0, payload=None, signer=None, **kw):
-    hdr = Header(msg_type=mtype, key=key, worker=9, request_id=kw.pop("request_id", 1), **kw)
-    return wire.encode(signer or wire.Signer(SECRET), hdr, [payload] if payload is not None else [])
+        self.sock.close()
 
 
 def mutate(frames, rng):
@@ -90,12 +121,13 @@ def test_fuzzed_shard_stays_up_counts_everything_and_serves_a_good_client(shard)
     )
     kid = good.placement("x").chunks[0].key_id
     f32 = wire.dtype_code(np.float32)
+    raw = Raw(shard.endpoint)
+    signed = raw.signed
     valid_push = signed(MsgType.PUSH, kid, np.ones(8, np.float32), dtype=f32, shape=(8,))
     valid_pull = signed(MsgType.PULL, kid)
     valid_json = wire.encode_json(
-        wire.Signer(SECRET), Header(msg_type=MsgType.SET_LR, worker=9), {"lr": 1.0}
+        raw.signer, Header(msg_type=MsgType.SET_LR, worker=9, peer=raw.session), {"lr": 1.0}
     )
-    raw = Raw(shard.endpoint)
     expected_x = 0.0
     n_dropped = 0
     try:
@@ -127,11 +159,20 @@ def test_fuzzed_shard_stays_up_counts_everything_and_serves_a_good_client(shard)
                 expected_x -= 1.0
                 assert np.array_equal(out["x"], np.full(8, expected_x, np.float32))
         assert raw.no_reply()  # unauthenticated messages are never answered
+        # a captured, correctly signed push re-sent three times is applied once
+        captured = signed(MsgType.PUSH, kid, np.ones(8, np.float32), dtype=f32, shape=(8,))
+        for _ in range(4):
+            raw.send(captured)
+        assert raw.reply().header.msg_type == MsgType.OK
+        expected_x -= 1.0
         # a valid request on the same connection is served after everything sent before it
         raw.send(
-            wire.encode_json(wire.Signer(SECRET), Header(msg_type=MsgType.STATS, worker=9), {})
+            wire.encode_json(
+                raw.signer, Header(msg_type=MsgType.STATS, worker=9, peer=raw.session), {}
+            )
         )
         stats = raw.reply().json()
+        assert stats["rejected"].pop("replayed") == 3
         assert sum(stats["rejected"].values()) == n_dropped
         assert set(stats["rejected"]) <= {"bad_mac", "malformed", "bad_magic", "bad_version"}
         assert stats["rejected"]["bad_mac"] > 50 and stats["rejected"]["malformed"] > 50
@@ -150,11 +191,13 @@ def test_authenticated_bad_requests_get_error_replies(shard):
     kid = good.placement("x").chunks[0].key_id
     nid = good.placement("n").chunks[0].key_id
     f32, f64 = wire.dtype_code(np.float32), wire.dtype_code(np.float64)
-    s = wire.Signer(SECRET)
+    raw = Raw(shard.endpoint)
+    signed = raw.signed
+    s = raw.signer
     x8 = np.ones(8, np.float32).tobytes()
 
     def hand_signed(header, payload):  # header fields that encode() would fix up
-        hb = header.pack()
+        hb = dataclasses.replace(header, peer=raw.session).pack(s.session, s.next_seq())
         return [hb, *payload, s.mac(hb, payload, alg=header.mac_alg)]
 
     cases = [
@@ -202,7 +245,7 @@ def test_authenticated_bad_requests_get_error_replies(shard):
         (
             wire.encode_json(
                 s,
-                Header(msg_type=MsgType.REGISTER, worker=9),
+                Header(msg_type=MsgType.REGISTER, worker=9, peer=raw.session),
                 {"keys": [{"id": kid, "name": "x", "shape": [3], "dtype": "float32"}]},
             ),
             "config_mismatch",
@@ -218,7 +261,6 @@ def test_authenticated_bad_requests_get_error_replies(shard):
             "oversized",
         ),
     ]
-    raw = Raw(shard.endpoint)
     try:
         for frames, code in cases:
             raw.send(frames)
@@ -228,14 +270,44 @@ def test_authenticated_bad_requests_get_error_replies(shard):
                 code,
                 rep.json(),
             )
-        # far above the limit: ZeroMQ drops the connection; the shard does not notice or care
-        raw.send(signed(MsgType.PUSH, kid, np.zeros(LIMIT, np.float32), dtype=f32, shape=(LIMIT,)))
+        # far above the limit: the shard reads the frame lengths, drops the connection
+        # before reading the rest, and counts it
+        big = signed(MsgType.PUSH, kid, np.zeros(LIMIT, np.float32), dtype=f32, shape=(LIMIT,))
+        try:
+            raw.send(big)
+        except ConnectionError:  # the shard may close before the last byte is sent
+            pass
+        assert raw.closed_by_peer()
         stats = good.shard_stats()[0]
         assert stats["rejected"]["unknown_key"] == 2 and stats["rejected"]["shape_mismatch"] == 2
-        assert stats["rejected"]["oversized"] == 2 and stats["rejected"]["truncated"] == 1
-        assert sum(stats["rejected"].values()) == len(cases)
+        assert stats["rejected"]["oversized"] == 3 and stats["rejected"]["truncated"] == 1
+        assert sum(stats["rejected"].values()) == len(cases) + 1
         assert np.array_equal(good.push_pull({"x": np.ones(8, np.float32)})["x"], -np.ones(8))
         assert shard.alive
     finally:
         raw.close()
+        good.close()
+
+
+def test_a_peer_that_stops_mid_frame_is_timed_out_without_blocking_others(shard):
+    good = PSClient([shard.endpoint], worker_id=0, secret=SECRET, timeout=30, heartbeat_interval=0)
+    good.register({"x": np.zeros(8, np.float32)}, {"name": "sgd", "lr": 1.0})
+    stuck = Raw(shard.endpoint)
+    frames = stuck.signed(MsgType.SET_LR, payload=b'{"lr": 1.0}' * 100, flags=wire.FLAG_JSON)
+    views = [bytes(memoryview(f).cast("B")) for f in frames]
+    whole = prefix([memoryview(v) for v in views]) + b"".join(views)
+    stuck.sock.sendall(whole[: len(whole) // 2])  # ... and nothing more
+    garbage = socket.create_connection(parse_endpoint(shard.endpoint), timeout=20)
+    garbage.sendall(b"\xff" * 64)  # a frame count far above the limit: dropped at once
+    try:
+        for i in range(5):  # the shard keeps serving while one peer hangs mid-message
+            assert good.push_pull({"x": np.ones(8, np.float32)})["x"][0] == -(i + 1)
+        assert stuck.closed_by_peer(timeout=30 * FRAME_TIMEOUT)
+        stats = good.shard_stats()[0]
+        assert stats["rejected"]["frame_timeout"] == 1 and stats["rejected"]["malformed"] == 1
+        assert good.pull("x")[0] == -5.0
+        assert shard.alive
+    finally:
+        garbage.close()
+        stuck.close()
         good.close()

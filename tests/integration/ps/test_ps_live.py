@@ -1,7 +1,7 @@
 """Live shards (real processes, real sockets) with real clients.
 
 Every shard here is ``python -m shipyard.ps.server`` started by
-``shipyard.ps.launch.start_shards``; clients are PSClient over ZeroMQ. Waits are
+``shipyard.ps.launch.start_shards``; clients are PSClient over TCP (SocketTransport). Waits are
 on observable state (a shard's STATS says a request is held), never on sleeps,
 and every wait has a generous bound so a slow machine only makes tests slower.
 """
@@ -19,8 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("zmq")
 
 from shipyard.ps.client import PSClient
 from shipyard.ps.consistency import Consistency

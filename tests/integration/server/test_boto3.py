@@ -197,6 +197,39 @@ def test_create_describe_until_completed_and_the_cli_sees_the_same_job(server, s
     assert "boto-plain" in names
 
 
+TB_SCRIPT = """\
+import os
+# /opt/ml/output/tensorboard as the script sees it (SM_OUTPUT_DIR is /opt/ml/output)
+logdir = os.path.join(os.environ["SM_OUTPUT_DIR"], "tensorboard", "train")
+os.makedirs(logdir, exist_ok=True)
+with open(os.path.join(logdir, "events.out.tfevents.1"), "w") as fh:
+    fh.write("summaries")
+"""
+
+
+def test_tensorboard_output_config_is_synced_to_its_s3_location_and_echoed(s3, sm, staged):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size = len(TB_SCRIPT.encode())
+        tar.addfile(info, io.BytesIO(TB_SCRIPT.encode()))
+    s3.put_object(Bucket=staged, Key="code/tb.tar.gz", Body=buf.getvalue())
+    req = training_request("boto-tb", staged)
+    req["HyperParameters"]["sagemaker_submit_directory"] = json.dumps(
+        f"s3://{staged}/code/tb.tar.gz"
+    )
+    req["TensorBoardOutputConfig"] = {"S3OutputPath": f"s3://{staged}/tb"}
+    sm.create_training_job(**req)
+    desc = wait_for(sm, "boto-tb")
+    assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
+    assert desc["TensorBoardOutputConfig"] == {
+        "S3OutputPath": f"s3://{staged}/tb",
+        "LocalPath": "/opt/ml/output/tensorboard",
+    }
+    key = "tb/boto-tb/tensorboard-output/train/events.out.tfevents.1"
+    assert s3.get_object(Bucket=staged, Key=key)["Body"].read() == b"summaries"
+
+
 def test_stop_training_job(sm, staged):
     sm.create_training_job(**training_request("boto-stop", staged, sleep="300"))
     wait_for(sm, "boto-stop", statuses=("InProgress",))
@@ -264,8 +297,15 @@ def test_invoke_missing_endpoint_and_malformed_bodies(server, sm):
     import boto3
 
     runtime = boto3.client("sagemaker-runtime")
-    with pytest.raises(runtime.exceptions.ValidationError, match="Endpoint nowhere .* not found"):
+    # sagemaker-runtime's modeled error is ValidationError (not SageMaker's
+    # ValidationException): botocore raises its own class for it, as against the real service
+    with pytest.raises(runtime.exceptions.ValidationError) as missing:
         runtime.invoke_endpoint(EndpointName="nowhere", Body=b"{}", ContentType="application/json")
+    assert missing.value.response["Error"] == {
+        "Code": "ValidationError",
+        "Message": "Endpoint nowhere of account 000000000000 not found.",
+    }
+    assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     with pytest.raises(sm.exceptions.ClientError, match="Could not find endpoint"):
         sm.describe_endpoint(EndpointName="nowhere")
     request = urllib.request.Request(
@@ -323,8 +363,12 @@ def test_invoke_missing_endpoint_and_malformed_bodies(server, sm):
         time.sleep(0.3)
     desc = sm.describe_endpoint(EndpointName="junk")
     assert desc["EndpointStatus"] == "Failed" and desc["FailureReason"]
-    with pytest.raises(runtime.exceptions.ValidationError, match="Endpoint junk .* Failed"):
+    with pytest.raises(runtime.exceptions.ValidationError) as failed:
         runtime.invoke_endpoint(EndpointName="junk", Body=b"[]", ContentType="application/json")
+    assert failed.value.response["Error"]["Code"] == "ValidationError"
+    assert failed.value.response["Error"]["Message"].startswith(
+        "Endpoint junk of account 000000000000 is not InService (it is Failed: "
+    )
     sm.delete_endpoint(EndpointName="junk")
     with pytest.raises(sm.exceptions.ClientError, match="Could not find model"):
         sm.create_endpoint_config(

@@ -239,6 +239,7 @@ def test_bad_requests_are_errors_on_the_client():
 def raw(core, mtype, key=0, payload=None, worker=5, shard=None, signer=None, **kw):
     """Send one hand-made message to a core; returns (reply message or None)."""
     signer = signer or wire.Signer(SECRET)
+    kw.setdefault("peer", core.signer.session)  # addressed to this run of the shard
     hdr = Header(
         msg_type=mtype,
         key=key,
@@ -544,7 +545,14 @@ def test_bad_push_pull_many_is_refused_whole():
     assert "push_pull_many" in c.shard_info[0]["features"] and c._many
 
     def many(keys, frames, index=None, **kw):
-        hdr = Header(msg_type=MsgType.PUSH_PULL_MANY, worker=5, request_id=78, shard=0, **kw)
+        hdr = Header(
+            msg_type=MsgType.PUSH_PULL_MANY,
+            worker=5,
+            request_id=78,
+            shard=0,
+            peer=core.signer.session,
+            **kw,
+        )
         idx = wire.pack_keys(keys) if index is None else index
         sent = wire.encode(wire.Signer(SECRET), hdr, [idx, *frames])
         out = core.handle(b"peer", [bytes(memoryview(f).cast("B")) for f in sent], 0.0)
@@ -599,3 +607,47 @@ def test_push_pull_begin_holds_small_tensors_back_and_keeps_their_order():
     c.push_pull_begin({"b": one["b"]})  # held, then a blocking push_pull sends it first
     np.testing.assert_array_equal(c.push_pull({"b": one["b"]})["b"], -3 * one["b"])
     np.testing.assert_array_equal(c.push_pull_end()["b"], -2 * one["b"])
+
+
+def test_a_captured_push_resent_is_applied_once_and_counted():
+    """The bug: a correctly signed PUSH re-sent three times was applied three times."""
+    net = make_net(1)
+    core = net.cores[0]
+    c = client(net)
+    c.register({"w": np.zeros(4, np.float32)}, {"name": "sgd", "lr": 1.0})
+    kid = c.placement("w").chunks[0].key_id
+    f32 = wire.dtype_code(np.float32)
+    hdr = Header(
+        msg_type=MsgType.PUSH,
+        key=kid,
+        worker=5,
+        request_id=9,
+        dtype=f32,
+        shape=(4,),
+        peer=core.signer.session,
+    )
+    captured = [
+        bytes(memoryview(f).cast("B"))
+        for f in wire.encode(wire.Signer(SECRET), hdr, [np.ones(4, np.float32)])
+    ]
+    first = core.handle(b"peer", captured, 0.0)
+    assert (
+        len(first) == 1
+        and wire.decode(wire.Signer(SECRET), first[0].frames).header.msg_type == MsgType.OK
+    )
+    for _ in range(3):  # replayed: dropped without a reply, never applied
+        assert core.handle(b"attacker", captured, 0.0) == []
+    assert core.stats.rejected["replayed"] == 3
+    assert np.array_equal(c.pull("w"), -np.ones(4))  # one update, not four
+    # a message numbered below the window, or addressed to another run, is refused too
+    old = wire.Signer(SECRET)
+    early = wire.encode(old, Header(msg_type=MsgType.STATS, worker=5, peer=core.signer.session))
+    for _ in range(wire.ReplayGuard.WINDOW + 1):
+        old.next_seq()  # numbers used on messages sent elsewhere
+    late = wire.encode(old, Header(msg_type=MsgType.STATS, worker=5, peer=core.signer.session), [])
+    assert core.handle(b"p", late, 0.0)  # fresh: answered
+    assert core.handle(b"p", early, 0.0) == []  # never seen, but older than the window
+    assert core.stats.rejected["replayed"] == 4
+    restarted = ServerCore(ServerConfig(index=0, num_shards=1), SECRET)  # a new run of the shard
+    assert restarted.handle(b"p", captured, 0.0) == []
+    assert restarted.stats.rejected["stale_session"] == 1

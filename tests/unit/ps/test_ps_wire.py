@@ -43,7 +43,7 @@ def frames_of(arr, **kw):
 def test_tensor_round_trip(dtype):
     arr = (np.arange(24).reshape(2, 3, 4) % 2).astype(dtype)
     frames = frames_of(arr)
-    assert len(frames[0]) == wire.HEADER_SIZE and len(frames[-1]) == wire.MAC_SIZE
+    assert len(frames[0]) == wire.HEADER_SIZE and len(frames[-1]) == wire.mac_size(SIGNER.alg)
     msg = wire.decode(SIGNER, frames)
     h = msg.header
     assert (h.msg_type, h.key, h.worker, h.request_id, h.shard, h.step) == (
@@ -170,7 +170,7 @@ def test_magic_version_and_limit_checks_come_before_trust():
 
 
 def test_header_layout_is_fixed():
-    assert wire.HEADER_SIZE == struct.calcsize(wire.HEADER_FORMAT) == 108
+    assert wire.HEADER_SIZE == struct.calcsize(wire.HEADER_FORMAT) == 132
     hb = Header(msg_type=MsgType.PULL, key=1, shape=(2, 3)).pack()
     assert hb[:4] == b"SYPS" and hb[4] == wire.PROTOCOL_VERSION and hb[5] == MsgType.PULL
     with pytest.raises(PSConfigError):
@@ -239,7 +239,7 @@ def test_one_time_key_mac_round_trip_and_rejection(name):
     again = wire.encode(signer, hdr, [arr])
     assert bytes(frames[-1]) != bytes(
         again[-1]
-    )  # a fresh nonce, hence a fresh one-time key, per message
+    )  # a fresh nonce (poly1305) or sequence number (aes-gmac) per message
     msg = wire.decode(SIGNER, frames)  # the receiver accepts any available algorithm
     assert msg.header.mac_alg == wire.MAC_ALGORITHMS[name] and np.array_equal(msg.tensor(), arr)
     # frame boundaries are authenticated: the same bytes split differently do not verify

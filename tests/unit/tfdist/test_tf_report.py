@@ -89,3 +89,16 @@ def test_nothing_on_a_ps_warns():
     assert r["placement"] == [] and r["warnings"] == [report.NO_PS_WARNING]
     assert r["shards"][0]["answered"] is False
     assert report.build(None, ["a:1"], ["algo-1"], [None], "tf2", script_ok=False)["warnings"] == []
+
+
+def test_nothing_on_a_ps_says_which_instances_ran_the_script():
+    """tf2 layout: only algo-1 runs the script (the coordinator), so no instance but the
+    chief trained anything; SageMaker's layout: every instance ran it and trained its own."""
+    variables = {"variables": [var("w:0", [3], None)]}
+    hosts = ["algo-1", "algo-2"]
+    tf2 = report.build(variables, ["a:1", "b:1"], hosts, [None, None], "tf2")["warnings"][0]
+    assert "only algo-1 (the chief) ran the script" in tf2
+    assert "trained its own copy" not in tf2 and "'layout': 'sagemaker'" in tf2
+    sm = report.build(variables, ["a:1", "b:1"], hosts, [None, None], "sagemaker")["warnings"]
+    assert "every instance ran the script and trained its own copy" in sm[0]
+    assert "only algo-1" not in sm[0]

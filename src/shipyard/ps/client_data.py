@@ -1,0 +1,252 @@
+"""``PSClient``'s data path: push, pull, push_pull and its split-phase form.
+
+Why its own module: this is what a training step calls. It checks every array against
+its registration before anything is sent, cuts tensors into their placed chunks, and
+reassembles replies into the caller's arrays (``outs``) or fresh ones. The split-phase
+form lets framework hooks put gradients on the wire as backward produces them, with
+small ones held back in a bucket so they still share messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import wire
+from .client_requests import _Req
+from .errors import (
+    ShapeMismatchError,
+    UnknownKeyError,
+)
+from .placement import Chunk, KeyPlacement
+from .wire import Buffer, Message, MsgType
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when ``a`` is a view of exactly ``b``'s bytes."""
+    return bool(
+        a.nbytes == b.nbytes
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
+
+
+# push_pull_begin holds small tensors back until this much waits or push_pull_end
+# comes, so that hooks firing one tensor at a time still share messages
+BUCKET_BYTES = 256 * 1024
+
+ArrayLike = Any
+
+
+class DataPath:
+    """Mixin of PSClient: the data path (the attributes are PSClient's)."""
+
+    step: int
+    _keys: dict[str, KeyPlacement]
+    _many: bool
+    _bucket: list[_Req]
+    _bucket_keys: set[int]
+    _bucket_bytes: int
+    _open: list[int]
+    _open_result: dict[str, np.ndarray]
+    _pending: dict[int, _Req]
+
+    # _exchange, _send, _wait (client_exchange.Exchange) and _tensor_req, _grouped,
+    # _groupable (client_requests.Requests) come from the other mixins of PSClient
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    def placement(self, name: str) -> KeyPlacement:
+        try:
+            return self._keys[name]
+        except KeyError:
+            raise UnknownKeyError(f"{name!r} was not registered with this client") from None
+
+    def _send_reqs(self, tensors: Mapping[str, ArrayLike], mtype: MsgType) -> list[_Req]:
+        """One request per chunk of every tensor (INIT or PUSH; no reply payload)."""
+        reqs = []
+        for name, value in tensors.items():
+            kp = self.placement(name)
+            arr = self._check(kp, value)
+            flat = arr.reshape(-1)
+            for c in kp.chunks:
+                payload = arr if c.whole else flat[c.offset : c.offset + c.length]
+                reqs.append(self._tensor_req(kp, c, mtype, payload, None))
+        return reqs
+
+    def push(self, key: str, grad: ArrayLike) -> None:
+        """Send one gradient for the current ``step``; returns once every shard accepted it."""
+        self.push_all({key: grad})
+
+    def push_all(self, grads: Mapping[str, ArrayLike]) -> None:
+        """Send several gradients at once (pipelined over all shards)."""
+        self._exchange(self._send_reqs(grads, MsgType.PUSH))
+
+    def pull(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Current value of ``key`` (waits as the consistency mode requires)."""
+        return self.pull_all([key], outs={key: out} if out is not None else None)[key]
+
+    def pull_all(
+        self, keys: Iterable[str] | None = None, outs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Current values of ``keys`` (default: all registered), pipelined."""
+        names = list(self._keys) if keys is None else list(keys)
+        result: dict[str, np.ndarray] = {}
+        reqs = []
+        for name in names:
+            kp = self.placement(name)
+            reqs.extend(self._pull_reqs(kp, None, MsgType.PULL, result, (outs or {}).get(name)))
+        self._exchange(reqs)
+        return {n: result[n] for n in names}
+
+    def push_pull(
+        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Push every gradient and get back the updated values in one round trip per
+        chunk, then advance ``step``. Keys without a gradient are not pulled."""
+        result: dict[str, np.ndarray] = {}
+        reqs = []
+        for name, g in grads.items():
+            kp = self.placement(name)
+            arr = self._check(kp, g)
+            reqs.extend(self._pull_reqs(kp, arr, MsgType.PUSH_PULL, result, (outs or {}).get(name)))
+        self._flush_bucket()  # a split-phase step's held-back requests go first, in order
+        self._exchange(self._grouped(reqs))
+        self.step += 1
+        return {n: result[n] for n in grads}
+
+    def push_pull_begin(
+        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
+    ) -> None:
+        """Split-phase push_pull, part 1: put these gradients on the wire and return at
+        once (call it as gradients become ready, e.g. from backward hooks). Pieces under
+        GROUP_MAX_BYTES wait until BUCKET_BYTES of them gather or ``push_pull_end``
+        comes, then go one message per shard. The arrays must stay unchanged until
+        ``push_pull_end``."""
+        reqs = []
+        for name, g in grads.items():
+            kp = self.placement(name)
+            arr = self._check(kp, g)
+            reqs.extend(
+                self._pull_reqs(
+                    kp, arr, MsgType.PUSH_PULL, self._open_result, (outs or {}).get(name)
+                )
+            )
+        now = []
+        for r in reqs:
+            if not (self._many and self._groupable(r)):
+                now.append(r)
+                continue
+            if r.header.key in self._bucket_keys:  # pushed twice before an end: keep both, in order
+                self._flush_bucket()
+            self._bucket.append(r)
+            self._bucket_keys.add(r.header.key)
+            self._bucket_bytes += r.nbytes
+        if now:
+            self._open.extend(self._send(now))
+        if self._bucket_bytes >= BUCKET_BYTES:
+            self._flush_bucket()
+
+    def _flush_bucket(self) -> None:
+        """Send the small requests push_pull_begin held back (one message per shard)."""
+        if not self._bucket:
+            return
+        bucket, self._bucket, self._bucket_keys, self._bucket_bytes = self._bucket, [], set(), 0
+        self._open.extend(self._send(self._grouped(bucket)))
+
+    def push_pull_end(self) -> dict[str, np.ndarray]:
+        """Split-phase push_pull, part 2: wait for every reply since the last end,
+        advance ``step`` and return the updated values."""
+        self._flush_bucket()
+        rids, self._open = self._open, []
+        result, self._open_result = self._open_result, {}
+        self._wait(rids)
+        self.step += 1
+        return result
+
+    def next_step(self) -> int:
+        """Advance this worker's step counter (after a manual push/pull sequence)."""
+        self.step += 1
+        return self.step
+
+    def _pull_reqs(
+        self,
+        kp: KeyPlacement,
+        grad: np.ndarray | None,
+        mtype: MsgType,
+        result: dict[str, np.ndarray],
+        out: np.ndarray | None,
+    ) -> list[_Req]:
+        name = kp.spec.name
+        if out is not None:
+            if (
+                tuple(out.shape) != kp.spec.shape
+                or out.dtype != np.dtype(kp.spec.dtype)
+                or not out.flags.c_contiguous
+            ):
+                raise ShapeMismatchError(
+                    f"out for {name!r} must be a C-contiguous {kp.spec.dtype} array of shape {kp.spec.shape}"
+                )
+        single = len(kp.chunks) == 1 and kp.chunks[0].whole
+        if not single:
+            full = out if out is not None else np.empty(kp.spec.shape, dtype=kp.spec.dtype)
+            result[name] = full
+            flat_out = full.reshape(-1)
+        flat_g = grad.reshape(-1) if grad is not None else None
+        reqs = []
+        for c in kp.chunks:
+            if single:
+                dest = out.reshape(-1) if out is not None else None
+            else:
+                dest = flat_out[c.offset : c.offset + c.length]
+
+            def on_reply(m: Message, c: Chunk = c, dest: np.ndarray | None = dest) -> None:
+                arr = m.tensor()
+                if dest is not None and _same_memory(arr, dest):
+                    pass  # the transport received the value right into place
+                elif single and out is None:
+                    if not arr.flags.writeable:  # a transport that hands out read-only buffers
+                        arr = arr.copy()
+                    result[name] = arr
+                    return
+                else:
+                    assert dest is not None
+                    np.copyto(dest, arr.reshape(-1))
+                if single:
+                    result[name] = out
+
+            payload = None
+            if grad is not None:
+                payload = grad if c.whole else flat_g[c.offset : c.offset + c.length]
+            req = self._tensor_req(kp, c, mtype, payload, on_reply)
+            req.dest = dest.view(np.uint8) if dest is not None else None
+            reqs.append(req)
+        return reqs
+
+    def _sink(self, shard: int, frames: Sequence[Buffer], size: int) -> np.ndarray | None:
+        """Where the transport should receive a large frame: the caller's array (``outs``,
+        or the array a sliced tensor is reassembled in) when the frame is the value a
+        pending request waits for, so that no copy follows. Until the reply is verified
+        those bytes are not trusted: on any error the call raises, and what the array
+        holds is unspecified."""
+        if len(frames) != 1:  # only the frame right after the header carries a value
+            return None
+        r = self._pending.get(wire.request_id_of(frames[0]) or 0)
+        if r is None or r.shard != shard or r.dest is None or r.dest.nbytes != size:
+            return None
+        return r.dest
+
+    def _check(self, kp: KeyPlacement, value: ArrayLike) -> np.ndarray:
+        arr = np.asarray(value)
+        if tuple(arr.shape) != kp.spec.shape:
+            raise ShapeMismatchError(
+                f"{kp.spec.name}: shape {tuple(arr.shape)} differs from registered {kp.spec.shape}"
+            )
+        if arr.dtype != np.dtype(kp.spec.dtype):
+            raise ShapeMismatchError(
+                f"{kp.spec.name}: dtype {arr.dtype} differs from registered {kp.spec.dtype}"
+            )
+        return np.ascontiguousarray(arr)

@@ -1,0 +1,176 @@
+"""How ``PSClient`` talks to its shards: send requests, collect replies, map errors.
+
+Why its own module: this is the pipelining engine. Every request of a call goes on the
+wire at once (one connection per shard, the transport seam), replies are taken in
+as they arrive (from whichever shard answers first, and already while later requests
+are being sent), authenticated and checked for freshness (wire.ReplayGuard), and
+delivered to their request; a shard's error reply becomes the matching
+``RemoteError``, silence becomes ``PSTimeoutError`` with what to check.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from . import wire
+from .client_requests import _Req
+from .errors import (
+    PSError,
+    PSTimeoutError,
+    RemoteError,
+    ReplayedMessageError,
+    remote_error,
+)
+from .transport import Transport
+from .wire import Message, MsgType
+
+log = logging.getLogger("shipyard.ps.client")
+
+PARALLEL_DECODE_MIN = 256 * 1024  # replies larger than this are verified on the hash pool
+
+
+class Exchange:
+    """Mixin of PSClient: the request/reply exchange (the attributes are PSClient's)."""
+
+    transport: Transport
+    signer: wire.Signer
+    timeout: float
+    endpoints: list[str]
+    _guard: wire.ReplayGuard
+    _lock: Any
+    _pending: dict[int, _Req]
+    _results: dict[int, Any]
+    _pool_hash: bool
+    _closed: bool
+    _peers: list[int]
+
+    def _exchange(self, reqs: Sequence[_Req], timeout: float | None = None) -> None:
+        """Send all requests, then wait for every reply (see ``_send`` and ``_wait``)."""
+        self._wait(self._send(reqs), timeout)
+
+    def _send(self, reqs: Sequence[_Req]) -> list[int]:
+        """Put requests on the wire; returns their request ids.
+
+        Large messages are MAC'd on the hash pool (hmac-sha256), in order, while
+        earlier ones are already on the wire. After each large message, replies that
+        have already come in are taken in: the shards' answers flow back while later
+        requests are still being signed and sent, instead of piling up in the kernel
+        (both directions of every connection stay busy, and the shards do not idle
+        while this thread verifies a whole step's replies at the end).
+        """
+        if self._closed:
+            raise PSError("this PSClient is closed")
+        with self._lock:
+            pool = wire._pool()
+            n_big = sum(1 for r in reqs if r.nbytes >= PARALLEL_DECODE_MIN)
+            use_pool = self._pool_hash and n_big > 1
+            futures = [
+                pool.submit(r.make, False) if use_pool and r.nbytes >= PARALLEL_DECODE_MIN else None
+                for r in reqs
+            ]
+            rids = []
+            for r, fut in zip(reqs, futures):
+                frames = fut.result() if fut is not None else r.make(True)
+                rid = r.header.request_id
+                self._pending[rid] = r
+                rids.append(rid)
+                self.transport.send(r.shard, frames)
+                if r.nbytes >= PARALLEL_DECODE_MIN:
+                    self._collect(self.transport.poll(0))
+            return rids
+
+    def _wait(self, rids: Sequence[int], timeout: float | None = None) -> None:
+        """Receive until every request in ``rids`` has its reply; replies to other
+        outstanding requests (a split-phase push_pull) are delivered on the way.
+        The first error is raised only after all of ``rids`` are in, so no stray
+        reply is left behind."""
+        timeout = self.timeout if timeout is None else timeout
+        mine = set(rids)
+        with self._lock:
+            deadline = time.monotonic() + timeout
+            while mine & self._pending.keys():
+                left = deadline - time.monotonic()
+                ready = self.transport.poll(min(left, 1.0)) if left > 0 else []
+                if not ready:
+                    if time.monotonic() >= deadline:
+                        late = {
+                            rid: self._pending.pop(rid) for rid in list(mine & self._pending.keys())
+                        }
+                        for rid in mine:
+                            self._results.pop(rid, None)
+                        raise self._timeout_error(late, timeout)
+                    continue
+                deadline = time.monotonic() + timeout  # progress restarts the clock
+                self._collect(ready)
+            errors = []
+            for rid in rids:
+                res = self._results.pop(rid, None)
+                if isinstance(res, Future):
+                    res = res.result()
+                if res is not None:
+                    errors.append(res)
+            if errors:
+                raise errors[0]
+
+    def _collect(self, ready: Sequence[int]) -> None:
+        """Take in one message from each shard in ``ready``: verify it and deliver it to
+        its pending request right away (its buffer is then free for the next reply).
+        Large replies are verified on the hash pool when the MAC is hmac-sha256. The
+        outcome (None or the error) waits in ``_results`` for whoever waits on it."""
+        for shard in ready:
+            frames = self.transport.recv(shard)
+            rid = wire.request_id_of(frames[0]) if frames else None
+            r = self._pending.get(rid) if rid is not None else None
+            if r is None or r.shard != shard:
+                log.debug("dropping a reply that matches no pending request")
+                continue
+            del self._pending[rid]
+            if self._pool_hash and wire.frames_nbytes(frames) >= PARALLEL_DECODE_MIN:
+                self._results[rid] = wire._pool().submit(self._receive, r, frames, False)
+                continue
+            res = self._receive(r, frames, True)
+            if isinstance(res, ReplayedMessageError):
+                # a copy of an old reply: not this request's answer; keep waiting
+                log.warning("dropped a reply that is not new: %s", res)
+                self._pending[rid] = r
+                continue
+            self._results[rid] = res
+
+    def _receive(self, r: _Req, frames: list, parallel: bool) -> BaseException | None:
+        """Authenticate one reply and hand it to its request; returns the error, if any."""
+        try:
+            self._deliver(r, wire.decode(self.signer, frames, None, parallel, guard=self._guard))
+        except PSError as exc:
+            return exc
+        return None
+
+    def _timeout_error(self, pending: Mapping[int, _Req], timeout: float) -> PSTimeoutError:
+        waiting = sorted({f"shard {r.shard} ({self.endpoints[r.shard]})" for r in pending.values()})
+        example = next(iter(pending.values())).label
+        return PSTimeoutError(
+            f"no reply within {timeout:g}s from {', '.join(waiting)} for {len(pending)} request(s) "
+            f"(e.g. {example}): is the shard running, and does SHIPYARD_PS_SECRET match? "
+            "(a shard drops messages whose MAC does not verify)"
+        )
+
+    def _deliver(self, r: _Req, msg: Message) -> None:
+        h = msg.header
+        if h.shard != r.shard and r.header.msg_type != MsgType.HELLO:  # hello() says it better
+            raise RemoteError(
+                f"reply claims shard {h.shard}, came from shard {r.shard}", shard=r.shard
+            )
+        if r.header.msg_type == MsgType.HELLO:
+            self._peers[r.shard] = h.session  # every later request to it names this session
+        if h.msg_type == MsgType.ERROR:
+            body = msg.json() or {}
+            raise remote_error(
+                str(body.get("code", "internal")),
+                str(body.get("message", "")),
+                shard=r.shard,
+                key=r.label or None,
+            )
+        r.on_reply(msg)
