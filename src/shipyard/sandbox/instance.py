@@ -27,6 +27,12 @@ from shipyard.sandbox import kernel, network, tools
 
 OPT_ML = "/opt/ml"
 ETC_HOSTS = "/etc/hosts"
+ETC_RESOLV = "/etc/resolv.conf"
+# the instance's nameserver: pasta answers UDP port 53 sent there by forwarding it to the
+# host's first resolver from the host's own namespace, so a resolver on the host's
+# loopback (systemd-resolved's 127.0.0.53, Docker's 127.0.0.11) serves instances too; the
+# link-local address rootless Podman uses for the same, never a real host
+DNS_FORWARD = "169.254.1.1"
 PREFIX_LEN = 24
 
 
@@ -92,7 +98,7 @@ def _pasta_waiter(box: InstanceSandbox) -> subprocess.Popen | None:
     if os.geteuid() == 0:  # else it drops to nobody, which cannot enter the namespaces
         argv += ["--runas", "0:0"]
     if box.outbound:
-        argv.append("--config-net")
+        argv += ["--config-net", "--dns-forward", DNS_FORWARD]
     # the shell opens the agent's namespaces once they exist (fds 3, 4): pasta, which
     # drops to an unprivileged user first, could not open another process's
     if box.rootless:
@@ -187,7 +193,29 @@ def enter(box: InstanceSandbox) -> None:
     with open(hosts_file, "w", encoding="ascii") as fh:
         fh.write(hosts_text(box.hosts))
     kernel.mount(hosts_file, os.path.realpath(ETC_HOSTS), None, kernel.MS_BIND)
+    if box.outbound and box.pasta is not None and os.path.isfile(ETC_RESOLV):
+        resolv_file = os.path.join(box.tree, "agent", "resolv.conf")
+        with open(resolv_file, "w", encoding="utf-8") as fh:
+            fh.write(resolv_text(_read(ETC_RESOLV)))
+        kernel.mount(resolv_file, os.path.realpath(ETC_RESOLV), None, kernel.MS_BIND)
     mount_tree(box.tree)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def resolv_text(host_resolv: str) -> str:
+    """The instance's /etc/resolv.conf: pasta's DNS forwarder as the only nameserver (the
+    host's own may be on its loopback, out of the instance's reach), the host's search
+    domains and options kept."""
+    kept = [
+        line
+        for line in host_resolv.splitlines()
+        if line.split()[:1] and line.split()[0] in ("search", "domain", "options")
+    ]
+    return "\n".join([f"nameserver {DNS_FORWARD}", *kept]) + "\n"
 
 
 HOLDER_WAIT_S = 15.0

@@ -258,7 +258,11 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 15
-    while (job_processes(job_dir) or _processes_in(inodes)) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        job_processes(job_dir)
+        or _processes_in(inodes)
+        or not all(_ended(p) for p in [helpers[0], *pastas])
+    ):
         time.sleep(0.1)
     assert job_processes(job_dir) == []
     assert _processes_in(inodes) == []  # so the kernel has freed namespaces, veths, mounts

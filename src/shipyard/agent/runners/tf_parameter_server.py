@@ -77,10 +77,14 @@ def with_chief_model_dir(ctx: InstanceContext, argv: list[str]) -> list[str]:
     The chief's ``model.save('/opt/ml/model/1')`` makes every ps task write its variables'
     shard under that path on its own instance. Without sandboxes the path was the chief's
     tree on the one shared disk; in a sandbox each instance has its own /opt/ml, so the ps
-    tasks (only they) get the chief's model dir there, and the SavedModel is whole."""
+    tasks (only they) get the chief's model dir there, and the SavedModel is whole.
+    Found by three concurrent sandboxed jobs: algo-2's ps task started before algo-1's
+    agent had created its tree, and the bind mount failed."""
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
     chief_model = os.path.join(ctx.config.instances_dir, ctx.config.hosts[0], "model")
-    script = 'mount --bind "$0" /opt/ml/model && exec "$@"'
+    # the chief's agent may not have built its tree yet (agents start concurrently):
+    # build_tree makes it with exist_ok, so creating it first here is safe
+    script = 'mkdir -p "$0" && mount --bind "$0" /opt/ml/model && exec "$@"'
     return [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script] + [
         chief_model,
         *argv,
