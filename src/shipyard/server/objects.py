@@ -16,16 +16,14 @@ import json
 import os
 import re
 import shutil
-import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from shipyard.server.errors import ApiError
+from shipyard.server.local_db import LocalDb
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS buckets (name TEXT PRIMARY KEY, region TEXT, created REAL);
@@ -65,19 +63,7 @@ class ObjectStore:
         for sub in ("data", "uploads", "tmp"):
             os.makedirs(os.path.join(root, sub), exist_ok=True)
         self.db_path = os.path.join(root, "index.db")
-        self._local = threading.local()
-        with self._db() as db:
-            db.executescript(_SCHEMA)
-
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA busy_timeout=30000")
-            self._local.db = db
-        yield db
+        self._db = LocalDb(self.db_path, _SCHEMA)
 
     # -- buckets --------------------------------------------------------------------------
     def create_bucket(self, name: str, region: str) -> None:

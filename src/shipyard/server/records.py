@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
+
+from shipyard.server.local_db import LocalDb
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS resources (
@@ -30,18 +29,7 @@ class Records:
     def __init__(self, path: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.path = path
-        self._local = threading.local()
-        with self._db() as db:
-            db.executescript(_SCHEMA)
-
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            self._local.db = db
-        yield db
+        self._db = LocalDb(path, _SCHEMA)
 
     def add(self, kind: str, name: str, doc: dict[str, Any]) -> bool:
         """Insert; False when (kind, name) exists already (nothing written)."""
