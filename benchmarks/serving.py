@@ -336,27 +336,11 @@ print(s.server_address[1], flush=True)
 s.serve_forever()
 """
 
-SHIPYARD_ECHO = r"""
+# an echo handler behind a front end, started as a model worker starts it: the built-in
+# HTTP layer, or uvicorn (httptools, uvloop) through shipyard.serving.asgi.UvicornFrontEnd
+_ECHO = r"""
 import asyncio, socket
-from shipyard.serving.http_server import HttpResponse, Server, install_uvloop
-from shipyard.serving.protocol import error_body
-async def echo(request):
-    return HttpResponse(200, request.body)
-async def main():
-    sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(1024)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    await Server(echo, 1 << 20, error_body).start(sock)
-    print(sock.getsockname()[1], flush=True)
-    await asyncio.Event().wait()
-install_uvloop()
-asyncio.run(main())
-"""
-
-# the same echo handler behind uvicorn (httptools, uvloop), inside the process as a worker
-# runs it (shipyard.serving.asgi.UvicornFrontEnd)
-UVICORN_ECHO = r"""
-import asyncio, socket
-from shipyard.serving.asgi import UvicornFrontEnd
+from {module} import {front_end}
 from shipyard.serving.http_server import HttpResponse, install_uvloop
 from shipyard.serving.protocol import error_body
 async def echo(request):
@@ -364,12 +348,14 @@ async def echo(request):
 async def main():
     sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(1024)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    await UvicornFrontEnd(echo, 1 << 20, error_body).start(sock)
+    await {front_end}(echo, 1 << 20, error_body).start(sock)
     print(sock.getsockname()[1], flush=True)
     await asyncio.Event().wait()
 install_uvloop()
 asyncio.run(main())
 """
+SHIPYARD_ECHO = _ECHO.format(module="shipyard.serving.http_server", front_end="Server")
+UVICORN_ECHO = _ECHO.format(module="shipyard.serving.asgi", front_end="UvicornFrontEnd")
 
 
 # -- peers: other model servers serving the same SavedModel ----------------------------------
