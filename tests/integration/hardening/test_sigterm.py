@@ -33,6 +33,17 @@ def _wait_running(job_dir: str, proc: subprocess.Popen) -> None:
     pytest.fail(f"the job did not start: {proc.communicate()[0]}")
 
 
+def _terminate_when_running(argv: list[str], home, name: str) -> tuple[int, str]:
+    """Start a foreground job's process, SIGTERM it once both instances run: (rc, output)."""
+    proc = subprocess.Popen(
+        argv, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    _wait_running(os.path.join(str(home), "jobs", name), proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    return proc.returncode, out
+
+
 def _assert_stopped(home, name: str) -> None:
     job_dir = os.path.join(str(home), "jobs", name)
     # the record is read without reconciling: the supervisor itself must have written it
@@ -52,35 +63,19 @@ def test_sigterm_to_fit_stops_the_job(home, write_script):
         "except KeyboardInterrupt as exc:\n"
         "    print('stopped by', 'SIGTERM' if isinstance(exc, Terminated) else 'Ctrl-C')\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    _wait_running(os.path.join(str(home), "jobs", "term-fit"), proc)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out
+    returncode, out = _terminate_when_running([sys.executable, "-c", code], home, "term-fit")
+    assert returncode == 0, out
     assert "stopped by SIGTERM" in out
     _assert_stopped(home, "term-fit")
 
 
 def test_sigterm_to_shipyard_train_exits_143_and_stops_the_job(home, write_script):
     src = write_script("train.py", SLEEPER)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shipyard.cli", "train", "train.py", "--source-dir", src]
-        + ["-n", "2", "--job-name", "term-cli"],
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    argv = [sys.executable, "-m", "shipyard.cli", "train", "train.py", "--source-dir", src]
+    returncode, out = _terminate_when_running(
+        argv + ["-n", "2", "--job-name", "term-cli"], home, "term-cli"
     )
-    _wait_running(os.path.join(str(home), "jobs", "term-cli"), proc)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 143, out
+    assert returncode == 143, out
     assert "terminated: the job was stopped" in out
     _assert_stopped(home, "term-cli")
 
