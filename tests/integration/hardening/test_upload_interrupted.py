@@ -15,13 +15,14 @@ import psutil
 import pytest
 
 import shipyard
+from shipyard.control.artifacts import PARTIAL_PREFIX
 
 BIG_MODEL = """
 import os
-# incompressible, so gzip takes a while: the upload is still going when it is killed
+# a sparse 64 GiB file: nothing on disk, but gzip must read and compress every zero, which
+# takes minutes, so the upload is reliably still going when the test kills the supervisor
 with open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.bin"), "wb") as fh:
-    for _ in range(12):
-        fh.write(os.urandom(8 << 20))
+    fh.truncate(64 << 30)
 """
 
 
@@ -37,21 +38,16 @@ def test_supervisor_killed_while_uploading_leaves_no_partial_file(session, write
     est.fit(job_name="upload-cut", wait=False)
     control = session.control
     out_dir = os.path.join(str(home), "output", "upload-cut", "output")
-    deadline = time.monotonic() + 60
-    partial: list[str] = []
-    while time.monotonic() < deadline:
-        record = control.store.get("upload-cut")
-        partial = [p for p in glob.glob(os.path.join(out_dir, "*")) if "tmp" in p]
-        if record.secondary_status == "Uploading" and partial:
-            break
-        if record.terminal:
-            pytest.fail(f"the upload finished before it could be interrupted: {record}")
-        time.sleep(0.005)
-    else:
-        pytest.fail("the job never reached Uploading")
-    supervisor = psutil.Process(record.supervisor_pid)
-    supervisor.kill()
-    supervisor.wait(timeout=10)
+    try:
+        record = _wait_for_partial_upload(control, out_dir)
+    finally:
+        # kill -9 the supervisor mid-upload (and never leave it compressing after a failure)
+        pid = control.store.get("upload-cut").supervisor_pid
+        if pid and psutil.pid_exists(pid):
+            supervisor = psutil.Process(pid)
+            supervisor.kill()
+            supervisor.wait(timeout=10)
+    assert record.secondary_status == "Uploading"
     listed = {r.name: r for r in control.list()}  # what `shipyard jobs` does
     job = listed["upload-cut"]
     assert job.status == "Failed"
@@ -60,3 +56,17 @@ def test_supervisor_killed_while_uploading_leaves_no_partial_file(session, write
     left = os.listdir(out_dir)
     assert all(name in ("model.tar.gz", "output.tar.gz") for name in left), left
     assert not os.path.exists(os.path.join(job.job_dir, "upload-scratch"))
+
+
+def _wait_for_partial_upload(control, out_dir: str):
+    """The job's record once it is Uploading with a partial archive on disk."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        record = control.store.get("upload-cut")
+        partial = glob.glob(os.path.join(out_dir, PARTIAL_PREFIX + "*"))
+        if record.secondary_status == "Uploading" and partial:
+            return record
+        if record.terminal:
+            pytest.fail(f"the upload finished before it could be interrupted: {record}")
+        time.sleep(0.005)
+    pytest.fail("the job never reached Uploading with a partial archive on disk")
