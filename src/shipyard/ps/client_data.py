@@ -205,7 +205,11 @@ class DataPath:
 
             def on_reply(m: Message, c: Chunk = c, dest: np.ndarray | None = dest) -> None:
                 arr = m.tensor()
-                if dest is not None and _same_memory(arr, dest):
+                if (  # a small value arrives as bytes: never in place
+                    dest is not None
+                    and not (m.payload and type(m.payload[0]) is bytes)
+                    and _same_memory(arr, dest)
+                ):
                     pass  # the transport received the value right into place
                 elif single and out is None:
                     if not arr.flags.writeable:  # a transport that hands out read-only buffers

@@ -85,9 +85,18 @@ def tune_socket(sock: socket.socket) -> None:
     sock.setblocking(False)
 
 
+_PREFIX: dict[int, struct.Struct] = {}  # frame count -> the Struct of its prefix
+
+
 def prefix(frames: Sequence[memoryview]) -> bytes:
     """The stream prefix of one message: its frame count and lengths."""
-    return _COUNT.pack(len(frames)) + b"".join(_LEN.pack(len(f)) for f in frames)
+    n = len(frames)
+    st = _PREFIX.get(n)
+    if st is None:
+        st = struct.Struct(f"<I{n}Q")
+        if n <= 64:
+            _PREFIX[n] = st
+    return st.pack(n, *map(len, frames))
 
 
 class Sent:
