@@ -100,12 +100,12 @@ def test_update_is_in_place_and_leaves_grad_untouched():
 
 
 def test_blocked_sgd_step_gives_the_same_bits_as_whole_arrays():
-    """add_scaled works block by block above BLOCK elements (cache-sized): the product
+    """add_scaled works block by block (cache-sized) on large parameters: the product
     and the sum per element are the same two roundings, so the bits must not change."""
-    from shipyard.ps.optimizers import BLOCK, add_scaled
+    from shipyard.ps.optimizers import BLOCK, BLOCKED_MIN_BYTES, add_scaled
 
     rng = np.random.default_rng(3)
-    n = 2 * BLOCK + 123  # two full blocks and a ragged end
+    n = BLOCKED_MIN_BYTES // 4 + BLOCK + 123  # past the threshold, with a ragged end
     p = rng.standard_normal(n).astype(np.float32)
     g = rng.standard_normal(n).astype(np.float32)
     g.setflags(write=False)
