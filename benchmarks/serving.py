@@ -341,7 +341,8 @@ s.serve_forever()
 _ECHO = r"""
 import asyncio, socket
 from {module} import {front_end}
-from shipyard.serving.http_server import HttpResponse, install_uvloop
+from shipyard.serving.http_types import HttpResponse
+from shipyard.serving.front_end import install_uvloop
 from shipyard.serving.protocol import error_body
 async def echo(request):
     return HttpResponse(200, request.body)
@@ -355,7 +356,7 @@ install_uvloop()
 asyncio.run(main())
 """
 SHIPYARD_ECHO = _ECHO.format(module="shipyard.serving.http_server", front_end="Server")
-UVICORN_ECHO = _ECHO.format(module="shipyard.serving.asgi", front_end="UvicornFrontEnd")
+UVICORN_ECHO = _ECHO.format(module="shipyard.serving.front_end", front_end="FrontEnd")
 
 
 # -- peers: other model servers serving the same SavedModel ----------------------------------

@@ -49,7 +49,7 @@ def cpu_per_call(fn: Callable[[], Any], seconds: float, per_call: int = 1) -> fl
 def concurrent_cpu(make: Callable[[], Any], seconds: float, concurrency: int = 8) -> float:
     """us of CPU per request with ``concurrency`` coroutines each awaiting ``make()`` in a
     loop on one event loop (uvloop when installed, as a worker runs)."""
-    from shipyard.serving.http_server import install_uvloop
+    from shipyard.serving.front_end import install_uvloop
 
     install_uvloop()
 
@@ -77,7 +77,7 @@ def stages(model_dir: str, seconds: float) -> dict[str, float]:
     from shipyard.serving import protocol
     from shipyard.serving.app import App, State
     from shipyard.serving.batching import BatchingRunner
-    from shipyard.serving.http_server import HttpRequest
+    from shipyard.serving.http_types import HttpRequest
     from shipyard.serving.servables import Servable, TFServable
     from shipyard.serving.service import load_service
 

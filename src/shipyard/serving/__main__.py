@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--front-end",
         choices=("builtin", "uvicorn"),
-        default="builtin",
+        default="uvicorn",
         help="HTTP layer of the workers; uvicorn (needs uvicorn installed) is measured "
         "against the built-in one in benchmarks/serving.py",
     )

@@ -29,13 +29,14 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from urllib.parse import unquote
 
 import httptools
+
+from shipyard.serving.http_types import Handler, HttpRequest, HttpResponse
 
 log = logging.getLogger("shipyard.serving")
 
@@ -48,28 +49,6 @@ LINGER_BYTES = 64 << 20  # ... and how much of it at most
 MAX_HEADER_BYTES = 64 << 10  # request line + headers
 SMALL_BODY = 64 << 10  # responses below this go out in one write with their headers
 
-
-@dataclass
-class HttpRequest:
-    method: str
-    path: str  # percent-decoded, without the query
-    query: str
-    headers: dict[str, str]  # lower-case names; a repeated header keeps its last value
-    body: bytes = b""
-
-    def header(self, name: str, default: str = "") -> str:
-        return self.headers.get(name, default)
-
-
-@dataclass
-class HttpResponse:
-    status: int
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: list[tuple[str, str]] = field(default_factory=list)
-
-
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 

@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-from shipyard.serving.http_server import HttpRequest, HttpResponse, Server
+from shipyard.serving.front_end import FrontEnd
+from shipyard.serving.http_server import Server
+from shipyard.serving.http_types import HttpRequest, HttpResponse
 from shipyard.serving.protocol import error_body
 
 LIMIT = 1000
@@ -37,16 +39,28 @@ async def handler(req: HttpRequest) -> HttpResponse:
     return HttpResponse(200, json.dumps(echo).encode(), headers=[("X-Seen", "1")])
 
 
+FRONT_ENDS = {"builtin": Server, "uvicorn": FrontEnd}
+
+
+@pytest.fixture(params=sorted(FRONT_ENDS))
+def front_end(request):
+    return request.param
+
+
 class Running:
     def __init__(
-        self, keepalive: float = 75.0, read_timeout: float = 60.0, **limits: float
+        self,
+        front_end: str,
+        keepalive: float = 75.0,
+        read_timeout: float = 60.0,
+        **limits: float,
     ) -> None:
         self.loop = asyncio.new_event_loop()
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
-        self.server = Server(
+        self.server = FRONT_ENDS[front_end](
             handler,
             LIMIT,
             error_body,
@@ -66,8 +80,8 @@ class Running:
 
 
 @pytest.fixture
-def srv():
-    running = Running()
+def srv(front_end):
+    running = Running(front_end)
     yield running
     running.stop()
 
@@ -149,7 +163,7 @@ def test_chunked_body_expect_continue_and_head(srv):
     head = b""
     while b"\r\n\r\n" not in head:
         head += s.recv(65536)
-    assert head.startswith(b"HTTP/1.1 200 OK") and b"Content-Length: " in head
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"content-length: " in head.lower()
     assert head.endswith(b"\r\n\r\n")  # no body after a HEAD answer
     s.close()
 
@@ -188,6 +202,12 @@ def test_malformed_request_failing_handler_and_http10(srv):
     s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
     status, _, body = read_response(s, buf)
     assert status == 400 and b"malformed HTTP request" in body and closed_by_peer(s)
+    # pipelined behind a request still being answered: the 400 waits for that answer
+    s, buf = connect(srv.port), bytearray()
+    s.sendall(post("/slow", b"first") + b"NOT HTTP AT ALL\r\n\r\n")
+    status, _, body = read_response(s, buf)
+    assert status == 200 and json.loads(body)["body"] == "first"
+    assert read_response(s, buf)[0] == 400 and closed_by_peer(s)
     s, buf = connect(srv.port), bytearray()
     s.sendall(b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n")
     status, _, body = read_response(s, buf)
@@ -200,8 +220,8 @@ def test_malformed_request_failing_handler_and_http10(srv):
     assert status == 200 and headers["connection"] == "close" and closed_by_peer(s)
 
 
-def test_idle_connections_are_closed_and_stop_lets_requests_finish():
-    running = Running(keepalive=0.3, read_timeout=0.5)
+def test_idle_connections_are_closed_and_stop_lets_requests_finish(front_end):
+    running = Running(front_end, keepalive=0.3, read_timeout=0.5)
     try:
         half, buf = connect(running.port), bytearray()
         half.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")  # and silence
@@ -262,28 +282,34 @@ def test_a_head_over_the_limit_is_431(srv):
     assert read_response(s, buf)[0] == 431
 
 
-def test_a_head_trickling_in_is_cut_off_at_its_deadline():
+def trickle(s: socket.socket) -> bytes:
+    """Send a byte every 0.2 s until the server answers (and what it answered)."""
+    s.setblocking(False)
+    answered = b""
+    for _ in range(100):  # hang guard: 20 s
+        try:
+            s.sendall(b"X")
+            time.sleep(0.2)
+            answered += s.recv(65536)
+        except BlockingIOError:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        if answered.endswith(b"}"):
+            break
+    s.setblocking(True)
+    return answered
+
+
+def test_a_head_trickling_in_is_cut_off_at_its_deadline(front_end):
     """Slowloris: a header byte every 0.2 s keeps ``read_timeout`` from ever firing; the
     head's own deadline (1 s here) ends it with 408."""
-    running = Running(read_timeout=60.0, head_timeout=1.0)
+    running = Running(front_end, read_timeout=60.0, head_timeout=1.0)
     try:
-        s, buf = connect(running.port), bytearray()
+        s = connect(running.port)
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
-        s.setblocking(False)
-        answered = b""
-        for _ in range(100):  # hang guard: 20 s
-            try:
-                s.sendall(b"X")
-                time.sleep(0.2)
-                answered += s.recv(65536)
-            except BlockingIOError:
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            if answered.endswith(b"}"):
-                break
+        answered = trickle(s)
         assert answered.startswith(b"HTTP/1.1 408 ") and b"not complete within 1 s" in answered
-        s.setblocking(True)
         assert closed_by_peer(s)
         # a request sent at once on another connection is served as before
         s2, buf = connect(running.port), bytearray()
@@ -293,8 +319,24 @@ def test_a_head_trickling_in_is_cut_off_at_its_deadline():
         running.stop()
 
 
-def test_connections_over_the_cap_get_503_and_are_closed():
-    running = Running(max_connections=3)
+@pytest.mark.parametrize("front_end", ["uvicorn"])  # the built-in layer has none
+def test_a_body_trickling_in_is_cut_off_at_its_deadline(front_end):
+    """The same for a body: a byte every 0.2 s keeps ``read_timeout`` from firing; the
+    body's deadline (1 s from the end of its head here) ends it with 408."""
+    running = Running(front_end, read_timeout=60.0, body_timeout=1.0)
+    try:
+        s = connect(running.port)
+        s.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n")
+        answered = trickle(s)
+        assert answered.startswith(b"HTTP/1.1 408 ")
+        assert b"request body not complete within 1 s" in answered
+        assert closed_by_peer(s)
+    finally:
+        running.stop()
+
+
+def test_connections_over_the_cap_get_503_and_are_closed(front_end):
+    running = Running(front_end, max_connections=3)
     try:
         held = []
         for _ in range(3):
