@@ -1,14 +1,16 @@
-"""Server CPU per request of the worker's HTTP front ends, the measure a busy machine
+"""Server CPU per request of the worker's HTTP front end, the measure a busy machine
 disturbs least (issue #19: the front-end decision).
 
     PYTHONPATH=$PWD/src .venv/bin/python benchmarks/serving_frontend_cpu.py [--seconds 3] [--repeats 3]
 
-The same handler behind each front end that ``--front-end`` selects: an echo (no model:
-the HTTP layer alone) and the digits model server (1 worker, batching 8 / 1 ms), each
-loaded at concurrency 8 by ``serving_loadgen.c`` for ``--seconds``; the front ends take
-turns (A B A B ...) so that a change in the machine's load falls on both. Figures are
-medians of the server's process-tree CPU time per request (us); req/s is printed too but
-is only comparable on a quiet machine.
+An echo handler behind the front end (no model: the HTTP layer alone) and the digits
+model server (1 worker, batching 8 / 1 ms), each loaded at concurrency 8 by
+``serving_loadgen.c`` for ``--seconds``, in turns (A B A B ...) so that a change in the
+machine's load falls on both. Figures are medians of the server's process-tree CPU time
+per request (us); req/s is printed too but is only comparable on a quiet machine.
+
+At commit add9cf0 this script also ran the hand-written httptools layer that uvicorn
+replaced (``--front-end builtin``); BENCHMARKS.md has both.
 """
 
 from __future__ import annotations
@@ -33,10 +35,7 @@ from serving import (  # noqa: E402 - benchmarks/ is not a package
     stop,
 )
 
-FRONT_ENDS = {
-    "builtin": ("shipyard.serving.http_server", "Server"),
-    "uvicorn": ("shipyard.serving.front_end", "FrontEnd"),
-}
+ECHO = _ECHO.format(module="shipyard.serving.front_end", front_end="FrontEnd")
 
 
 def main() -> None:
@@ -60,23 +59,20 @@ def main() -> None:
     body = json.dumps({"instances": x.tolist()}).encode()
     runs: dict[str, list[dict]] = {}
     for _ in range(args.repeats):
-        for name, (module, cls) in FRONT_ENDS.items():
-            proc, port = start_script(_ECHO.format(module=module, front_end=cls))
-            try:
-                runs.setdefault(f"{name} echo", []).append(
-                    run_load(port, body, 8, args.seconds, proc.pid, loadgen, tmp, "/echo")
-                )
-            finally:
-                stop(proc)
-            proc, port = start_shipyard(
-                model_dir, tmp, "--front-end", name, "--batch-size", "8", "--batch-wait-ms", "1"
+        proc, port = start_script(ECHO)
+        try:
+            runs.setdefault("echo", []).append(
+                run_load(port, body, 8, args.seconds, proc.pid, loadgen, tmp, "/echo")
             )
-            try:
-                runs.setdefault(f"{name} model", []).append(
-                    run_load(port, body, 8, args.seconds, proc.pid, loadgen, tmp)
-                )
-            finally:
-                stop(proc)
+        finally:
+            stop(proc)
+        proc, port = start_shipyard(model_dir, tmp, "--batch-size", "8", "--batch-wait-ms", "1")
+        try:
+            runs.setdefault("model", []).append(
+                run_load(port, body, 8, args.seconds, proc.pid, loadgen, tmp)
+            )
+        finally:
+            stop(proc)
     fields: dict[str, float] = {}
     print(f"{'row (c=8)':<16} {'req/s':>8} {'server us/req':>14} {'p99 ms':>8}")
     for row, rs in runs.items():

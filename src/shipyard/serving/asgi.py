@@ -1,10 +1,11 @@
-"""The worker's ``handler(HttpRequest) -> HttpResponse`` as an ASGI application, so a
-maintained ASGI server (uvicorn over httptools, granian over Rust's hyper) can stand where
-``http_server.py`` does. This is the seam of the front-end A/B in
-``benchmarks/serving.py``; the model, routes and batching are the same objects either way.
+"""The worker's ``handler(HttpRequest) -> HttpResponse`` as an ASGI application: what
+uvicorn serves in a worker (``front_end.py``), and what granian serves in the front-end
+A/B of ``benchmarks/serving.py``; the model, routes and batching are the same objects
+either way.
 
-The body limit is enforced here as the body arrives (413 once it is crossed, from the
-announced length when there is one); everything else of HTTP is the ASGI server's.
+The body limit is also enforced here as the body arrives (413 once it is crossed, from
+the announced length when there is one), for ASGI servers other than ``front_end.py``'s,
+which refuses such a body before it reaches the application.
 """
 
 from __future__ import annotations

@@ -51,16 +51,11 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
     from shipyard.serving.batching import BatchingRunner, DirectRunner
     from shipyard.serving.errors import ShipyardError
     from shipyard.serving.front_end import FrontEnd
-    from shipyard.serving.http_server import Server
     from shipyard.serving.protocol import error_body
     from shipyard.serving.service import load_service
 
     state = State(config.max_payload_mb, config.execution_parameters())
-    http: Server | FrontEnd
-    if config.front_end == "builtin":
-        http = Server(App(state), state.max_payload, error_body)
-    else:
-        http = FrontEnd(App(state), state.max_payload, error_body)
+    http = FrontEnd(App(state), state.max_payload, error_body)
     await http.start(sock, backlog=1024)  # /ping answers 503 while the model loads
     model_runner: DirectRunner = DirectRunner()
     if config.batch_size > 1:
