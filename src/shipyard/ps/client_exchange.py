@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from . import wire
-from .client_requests import _Req
+from .client_requests import _ignore, _Req
 from .errors import (
     PSError,
     PSTimeoutError,
@@ -26,11 +26,15 @@ from .errors import (
     remote_error,
 )
 from .transport import Transport
-from .wire import Message, MsgType
+from .wire import Header, Message, MsgType
 
 log = logging.getLogger("shipyard.ps.client")
 
 PARALLEL_DECODE_MIN = 256 * 1024  # replies larger than this are verified on the hash pool
+
+
+def _no_frames(parallel: bool) -> list:
+    return []
 
 
 class Exchange:
@@ -47,6 +51,12 @@ class Exchange:
     _pool_hash: bool
     _closed: bool
     _peers: list[int]
+    worker_id: int
+    step: int
+    _rids: Any
+
+    def _learn_sessions(self, timeout: float | None = None) -> None:  # PSClient (client.py)
+        raise NotImplementedError
 
     def _exchange(self, reqs: Sequence[_Req], timeout: float | None = None) -> None:
         """Send all requests, then wait for every reply (see ``_send`` and ``_wait``)."""
@@ -124,6 +134,54 @@ class Exchange:
                     errors.append(res)
             if errors:
                 raise errors[0]
+
+    def _round_trip_one(
+        self, shard: int, mtype: int, key: int, payload: Any, dtype: int, label: str
+    ) -> Message:
+        """Send one tensor request and return its verified reply, with no other request
+        in flight (the caller checked): the exchange of ``_send`` + ``_wait`` for that
+        case, without request objects. The same header fields, MAC, replay guard,
+        stray/replayed-reply handling, error mapping and timeout."""
+        if self._closed:
+            raise PSError("this PSClient is closed")
+        peer = self._peers[shard]
+        if not peer:
+            self._learn_sessions()
+            peer = self._peers[shard]
+        rid = next(self._rids) & wire.U32_MAX
+        hdr = Header(  # positional: Header's field order
+            mtype, key, self.worker_id, rid, shard, self.step, dtype, payload.shape,
+            payload.nbytes, 0, self.signer.alg, 0, 0, peer,
+        )  # fmt: skip
+        transport = self.transport
+        poll, recv = transport.poll, transport.recv
+        timeout = self.timeout
+        with self._lock:
+            transport.send(shard, wire.encode(self.signer, hdr, (payload,)))
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                ready = poll(left if left < 1.0 else 1.0) if left > 0 else []
+                if not ready:
+                    if time.monotonic() >= deadline:
+                        req = _Req(shard, hdr, _ignore, label, _no_frames)
+                        raise self._timeout_error({rid: req}, timeout)
+                    continue
+                deadline = time.monotonic() + timeout  # progress restarts the clock
+                for s in ready:
+                    frames = recv(s)
+                    if s != shard or not frames or wire.request_id_of(frames[0]) != rid:
+                        log.debug("dropping a reply that matches no pending request")
+                        continue
+                    try:
+                        msg = wire.decode(self.signer, frames, None, guard=self._guard)
+                    except ReplayedMessageError as exc:  # not this request's answer: wait on
+                        log.warning("dropped a reply that is not new: %s", exc)
+                        continue
+                    h = msg.header
+                    if h.msg_type == MsgType.ERROR or h.shard != shard:
+                        self._deliver(_Req(shard, hdr, _ignore, label, _no_frames), msg)
+                    return msg
 
     def _collect(self, ready: Sequence[int]) -> None:
         """Take in one message from each shard in ``ready``: verify it and deliver it to

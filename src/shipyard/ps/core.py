@@ -259,8 +259,17 @@ class ServerCore(Commands, JobEnd):
 
     def _enqueue(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
         slot = admit(self.shard, msg)
+        req = Pending(peer, msg, slot, arrived=now)
+        if not self.queues and self.config.consistency.mode != SYNC:
+            # nothing waits on this shard (the common case outside sync rounds): serve it
+            # here, as _drain would, without queueing it first. Its push cannot unblock
+            # anyone (no queue holds anything), so one _try is the whole drain.
+            out: list[Outgoing] = []
+            if not self._try(req, out):
+                self.queues[msg.header.worker] = deque((req,))
+            return out
         q = self._queue(msg.header.worker)
-        q.append(Pending(peer, msg, slot, arrived=now))
+        q.append(req)
         if len(q) > 1:
             return []  # the head is waiting; an arrival alone unblocks nobody
         return self._drain()

@@ -31,7 +31,6 @@ import select
 import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Sequence
 
@@ -113,11 +112,11 @@ class PSServer:
         self._by_fd: dict[int, _Peer] = {}
         self._peers: dict[bytes, _Peer] = {}
         self._ids = itertools.count(1)
-        self._stop = threading.Event()
+        self._stopping = False  # set by stop(); a plain attribute: no call per wake-up
 
     def stop(self) -> None:
         """Ask the loop to finish (safe from signal handlers and other threads)."""
-        self._stop.set()
+        self._stopping = True
 
     # connections -------------------------------------------------------------------
     def _accept(self) -> None:
@@ -213,7 +212,7 @@ class PSServer:
         next_tick = time.monotonic() + TICK_S
         listener, by_fd, poll = self._listener.fileno(), self._by_fd, self._ep.poll
         try:
-            while not self._stop.is_set() and not core.shutdown_requested:
+            while not self._stopping and not core.shutdown_requested:
                 timeout = max(0.0, next_tick - time.monotonic())
                 for fd, events in poll(timeout):
                     if fd == listener:

@@ -86,6 +86,7 @@ def tune_socket(sock: socket.socket) -> None:
 
 
 _PREFIX: dict[int, struct.Struct] = {}  # frame count -> the Struct of its prefix
+_LENS: dict[int, struct.Struct] = {}  # frame count -> the Struct of its lengths
 
 
 def prefix(frames: Sequence[memoryview]) -> bytes:
@@ -144,7 +145,7 @@ class Writer:
             return self.flush()
         views = [f if type(f) is bytes else as_bytes_view(f) for f in frames]
         head = prefix(views)
-        total = len(head) + sum(len(v) for v in views)
+        total = len(head) + sum(map(len, views))
         try:
             n = self.sock.sendmsg([head, *views])
         except (BlockingIOError, InterruptedError):
@@ -241,6 +242,8 @@ class Reader:
 
     def _read(self, out: list[list[Buffer]]) -> None:
         budget = READ_BUDGET
+        if self._start == self._end:  # nothing staged: read from the front again, so a
+            self._start = self._end = 0  # stream of small messages reuses the same cache lines
         while budget > 0:
             if self._big_view is not None:
                 want = len(self._big_view) - self._big_got
@@ -310,7 +313,12 @@ class Reader:
                     if 4 + 8 * count > len(self._stage) - self._start:
                         self._compact()
                     break
-                lens = list(struct.unpack_from(f"<{count}Q", self._stage, self._start + 4))
+                st = _LENS.get(count)
+                if st is None:
+                    st = struct.Struct(f"<{count}Q")
+                    if count <= 64:
+                        _LENS[count] = st
+                lens = list(st.unpack_from(self._stage, self._start + 4))
                 size = sum(lens)
                 if size > self.max_bytes:
                     raise FramingError(

@@ -726,6 +726,19 @@ class Signer:
         enc.finalize()
         return enc.tag
 
+    def _gmac_one(self, header: bytes, v: Any) -> bytes:
+        """``_gmac(header, [v], None)`` for a small frame whose session key is known (every
+        message of a small push_pull): the same tag, without the general path's checks
+        and dispatch; anything else goes the general way."""
+        hit = self._session_keys.get(_SESSION_SEQ.unpack_from(header, _SESSION_OFFSET)[0])
+        n = len(v)
+        if hit is None or n > GCM_ONE_SHOT_MAX or len(header) != HEADER_SIZE:
+            return self._gmac(header, (v,), None)
+        seq = _SESSION_SEQ.unpack_from(header, _SESSION_OFFSET)[1]
+        return hit[1].encrypt(
+            _GCM_IV.pack(seq, 0), b"", b"".join((header, _LAYOUT_1.pack(1, n), v))
+        )
+
     def verify(
         self,
         header: Buffer,
@@ -753,9 +766,17 @@ def encode(
 
     ``alg``: MAC algorithm (default the signer's); a shard passes the request's.
     """
+    alg = signer.alg if alg is None else alg
+    if alg == MAC_GMAC and len(payload) == 1:  # one tensor under the default MAC: no lists
+        v = payload[0]
+        if type(v) is not bytes:
+            v = as_bytes_view(v)
+        if header.nbytes != len(v) or header.mac_alg != alg:
+            header = dataclasses.replace(header, nbytes=len(v), mac_alg=alg)
+        hb = header.pack(session=signer.session, seq=signer.next_seq())
+        return [hb, v, signer._gmac_one(hb, v)]
     views = [p if type(p) is bytes else as_bytes_view(p) for p in payload]
     total = sum(len(v) for v in views)
-    alg = signer.alg if alg is None else alg
     if header.nbytes != total or header.mac_alg != alg:
         header = dataclasses.replace(header, nbytes=total, mac_alg=alg)
     hb = header.pack(session=signer.session, seq=signer.next_seq())
@@ -791,6 +812,24 @@ def decode(
     try:
         if len(frames) < 2:
             raise MalformedFrameError(f"{len(frames)} frame(s); a message has a header and a MAC")
+        if len(frames) == 3 and type(frames[0]) is bytes and type(frames[1]) is bytes:
+            # one small frame (what the stream hands over for a small push_pull): no lists
+            head, p, mac = frames
+            mac = mac if type(mac) is bytes else as_bytes_view(mac)
+            header = Header.unpack(head)
+            if header.mac_alg == MAC_GMAC:
+                if len(mac) != GCM_TAG_SIZE:
+                    raise MalformedFrameError(
+                        f"MAC frame is {len(mac)} bytes, expected {GCM_TAG_SIZE}"
+                    )
+                if not hmac.compare_digest(signer._gmac_one(head, p), bytes(mac)):
+                    raise AuthenticationError(
+                        "MAC does not verify (wrong secret or altered message)"
+                    )
+                if guard is not None:
+                    guard.check(header)
+                authenticated = True
+                return _checked(header, [p], len(p), GCM_TAG_SIZE, max_payload)
         views = [f if type(f) is bytes else as_bytes_view(f) for f in frames]
         header = Header.unpack(views[0])
         mac = views[-1]
@@ -809,24 +848,31 @@ def decode(
         if guard is not None:  # authentic, but is it new and meant for this receiver?
             guard.check(header)
         authenticated = True
-        if max_payload is not None and total > max_payload:
-            raise OversizedFrameError(
-                f"payload of {total} bytes exceeds this shard's limit of {max_payload}; "
-                "use placement policy 'sliced' (or a smaller chunk_bytes)"
-            )
-        if header.msg_type not in _VALID_TYPES:
-            raise UnknownMessageTypeError(f"unknown message type {header.msg_type}")
-        if total < header.nbytes:
-            raise TruncatedFrameError(f"payload is {total} bytes, header announces {header.nbytes}")
-        if total > header.nbytes:
-            raise OversizedFrameError(f"payload is {total} bytes, header announces {header.nbytes}")
-        if header.dtype and not header.flags & FLAG_JSON:
-            check_layout(header)  # dtype code and shape vs nbytes
-        return Message(header, payload, HEADER_SIZE + total + want)
+        return _checked(header, payload, total, want, max_payload)
     except WireError as err:
         err.authenticated = authenticated  # type: ignore[attr-defined]
         err.header = header  # type: ignore[attr-defined]
         raise
+
+
+def _checked(
+    header: Header, payload: list, total: int, mac_bytes: int, max_payload: int | None
+) -> Message:
+    """The checks of an authenticated message's size, type and layout (decode)."""
+    if max_payload is not None and total > max_payload:
+        raise OversizedFrameError(
+            f"payload of {total} bytes exceeds this shard's limit of {max_payload}; "
+            "use placement policy 'sliced' (or a smaller chunk_bytes)"
+        )
+    if header.msg_type not in _VALID_TYPES:
+        raise UnknownMessageTypeError(f"unknown message type {header.msg_type}")
+    if total < header.nbytes:
+        raise TruncatedFrameError(f"payload is {total} bytes, header announces {header.nbytes}")
+    if total > header.nbytes:
+        raise OversizedFrameError(f"payload is {total} bytes, header announces {header.nbytes}")
+    if header.dtype and not header.flags & FLAG_JSON:
+        check_layout(header)  # dtype code and shape vs nbytes
+    return Message(header, payload, HEADER_SIZE + total + mac_bytes)
 
 
 _RID_OFFSET = struct.calcsize("<4sBBBBHBBII")

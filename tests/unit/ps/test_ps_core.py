@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,13 +22,14 @@ from shipyard.ps.consistency import Consistency
 from shipyard.ps.core import ServerConfig, ServerCore
 from shipyard.ps.errors import (
     PSConfigError,
+    PSTimeoutError,
     RemoteConfigMismatch,
     RemoteError,
     ShapeMismatchError,
     UnknownKeyError,
 )
 from shipyard.ps.shard import Shard
-from shipyard.ps.transport import LocalNetwork
+from shipyard.ps.transport import LocalNetwork, Transport
 from shipyard.ps.wire import Header, MsgType
 
 SECRET = "unit-secret"
@@ -651,3 +653,65 @@ def test_a_captured_push_resent_is_applied_once_and_counted():
     restarted = ServerCore(ServerConfig(index=0, num_shards=1), SECRET)  # a new run of the shard
     assert restarted.handle(b"p", captured, 0.0) == []
     assert restarted.stats.rejected["stale_session"] == 1
+
+
+class _Meddling(Transport):
+    """Around a LocalTransport, handing frames over as ``bytes`` (as the socket stream
+    does): before each reply comes a copy of the previous reply from that shard (a
+    duplicate or a captured reply re-sent) and a frame list that answers no request;
+    with ``drop``, requests vanish."""
+
+    def __init__(self, inner: Transport, drop: bool = False) -> None:
+        self.inner, self.drop, self.num_shards = inner, drop, inner.num_shards
+        self.queued: list[deque] = [deque() for _ in range(inner.num_shards)]
+        self.last: list[list[bytes] | None] = [None] * inner.num_shards
+
+    def send(self, shard, frames):
+        if not self.drop:
+            self.inner.send(shard, frames)
+
+    def poll(self, timeout):
+        return [i for i, q in enumerate(self.queued) if q] or self.inner.poll(timeout)
+
+    def recv(self, shard):
+        if not self.queued[shard]:
+            real = [bytes(memoryview(f).cast("B")) for f in self.inner.recv(shard)]
+            before = [] if self.last[shard] is None else [self.last[shard]]
+            self.queued[shard].extend([*before, [b"\0" * wire.HEADER_SIZE, b"x"], real])
+            self.last[shard] = real
+        return self.queued[shard].popleft()
+
+
+def test_one_request_push_pull_drops_stale_and_stray_replies_and_times_out():
+    """push_pull of one small tensor takes the one-request path (client_data
+    ._push_pull_one): a repeated earlier reply and a reply to no request are dropped, the
+    value and the step are right; a shard that never answers is a PSTimeoutError."""
+    net = make_net(1)
+    c = PSClient(
+        worker_id=0,
+        secret=SECRET,
+        heartbeat_interval=0,
+        timeout=20,
+        transport_factory=lambda: _Meddling(net.connect()),
+    )
+    c.register({"w": np.zeros(4, np.float32)}, {"name": "sgd", "lr": 1.0})
+    out = np.empty(4, np.float32)
+    for step in range(1, 4):
+        got = c.push_pull({"w": np.ones(4, np.float32)}, outs={"w": out})
+        assert got["w"] is out and np.array_equal(out, -step * np.ones(4)) and c.step == step
+    fresh = c.push_pull({"w": np.ones(4, np.float32)})["w"]  # no out: a writable copy
+    assert fresh.flags.writeable and np.array_equal(fresh, -4 * np.ones(4))
+    c.close()
+    silent = PSClient(
+        worker_id=1,
+        secret=SECRET,
+        heartbeat_interval=0,
+        timeout=0.3,
+        transport_factory=lambda: _Meddling(net.connect(), drop=True),
+        connect=False,
+    )
+    silent._peers = [net.cores[0].signer.session]
+    silent._keys = c._keys
+    with pytest.raises(PSTimeoutError, match="no reply within 0.3s from shard 0"):
+        silent.push_pull({"w": np.ones(4, np.float32)})
+    silent.close(leave=False)
