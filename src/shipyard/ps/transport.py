@@ -215,10 +215,10 @@ class SocketTransport(Transport):
         ready = [i for i, q in enumerate(self._ready) if q]
         if ready:
             return ready
-        deadline = time.monotonic() + max(0.0, timeout)
+        left = timeout if timeout > 0.0 else 0.0
+        deadline = time.monotonic() + left
         links = self._links
         while True:
-            left = deadline - time.monotonic()
             if None in links:  # not connected (yet, or any more): retry what waits to go
                 for i, link in enumerate(links):
                     if link is None and self._backlog[i]:
@@ -238,7 +238,10 @@ class SocketTransport(Transport):
                     except (PeerClosed, FramingError) as exc:
                         self._lost(shard, str(exc))
             ready = [i for i, q in enumerate(self._ready) if q]
-            if ready or time.monotonic() >= deadline:
+            if ready:
+                return ready
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return ready
 
     def recv(self, shard: int) -> list[Buffer]:
