@@ -300,17 +300,19 @@ class Reader:
         """Consume what the staging buffer holds."""
         view = self._view
         while True:
-            avail = self._end - self._start
+            start = self._start
+            avail = self._end - start
             if self._lens is None:
                 if avail < 4:
                     break
-                (count,) = _COUNT.unpack_from(self._stage, self._start)
+                (count,) = _COUNT.unpack_from(self._stage, start)
                 if not 1 <= count <= self.max_frames:
                     raise FramingError(
                         f"a message of {count} frames (at most {self.max_frames})", "malformed"
                     )
-                if avail < 4 + 8 * count:
-                    if 4 + 8 * count > len(self._stage) - self._start:
+                head = 4 + 8 * count
+                if avail < head:
+                    if head > len(self._stage) - start:
                         self._compact()
                     break
                 st = _LENS.get(count)
@@ -318,19 +320,19 @@ class Reader:
                     st = struct.Struct(f"<{count}Q")
                     if count <= 64:
                         _LENS[count] = st
-                lens = list(st.unpack_from(self._stage, self._start + 4))
+                lens = list(st.unpack_from(self._stage, start + 4))
                 size = sum(lens)
                 if size > self.max_bytes:
                     raise FramingError(
                         f"a message of {size} bytes (at most {self.max_bytes})", "oversized"
                     )
-                if size <= avail - 4 - 8 * count and max(lens) < SMALL:
+                if size <= avail - head and max(lens) < SMALL:
                     # the whole message is here and small (every request and reply of a
                     # small push_pull): its frames in one go, not frame by frame
-                    at = self._start + 4 + 8 * count
+                    at = start + head
                     frames: list[Buffer] = []
                     for n in lens:
-                        frames.append(bytes(view[at : at + n]))
+                        frames.append(view[at : at + n].tobytes())
                         at += n
                     self._start = at
                     out.append(frames)

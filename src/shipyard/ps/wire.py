@@ -730,11 +730,11 @@ class Signer:
         """``_gmac(header, [v], None)`` for a small frame whose session key is known (every
         message of a small push_pull): the same tag, without the general path's checks
         and dispatch; anything else goes the general way."""
-        hit = self._session_keys.get(_SESSION_SEQ.unpack_from(header, _SESSION_OFFSET)[0])
+        session, seq = _SESSION_SEQ.unpack_from(header, _SESSION_OFFSET)
+        hit = self._session_keys.get(session)
         n = len(v)
         if hit is None or n > GCM_ONE_SHOT_MAX or len(header) != HEADER_SIZE:
             return self._gmac(header, (v,), None)
-        seq = _SESSION_SEQ.unpack_from(header, _SESSION_OFFSET)[1]
         return hit[1].encrypt(
             _GCM_IV.pack(seq, 0), b"", b"".join((header, _LAYOUT_1.pack(1, n), v))
         )
