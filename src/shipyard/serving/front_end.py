@@ -137,6 +137,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         # complete heads waiting for their turn, oldest first (uvicorn's holds cycles)
         self.pipeline: deque[_Exchange] = deque()  # type: ignore[assignment]
         self.last_data = time.monotonic()  # when bytes last arrived
+        self.last_answer = 0.0  # when an answer was last written
         self.head_since: float | None = None  # first byte of a head still incomplete
         self.body_since: float | None = None  # end of a head whose body is incomplete
         self.refusal: bytes | None = None  # the answer that ends this connection
@@ -164,10 +165,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             transport.close()
             return
         super().connection_made(transport)
-        # uvicorn arms this only after a response: a client that never sends would stay
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler
-        )
 
     def data_received(self, data: bytes) -> None:
         self.last_data = time.monotonic()
@@ -178,7 +175,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             return
         if self.refusal is not None:  # refused: nothing more is read into requests
             return
-        self._unset_keepalive_if_required()
         begun = self._begun
         try:
             self.parser.feed_data(data)
@@ -203,11 +199,23 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self.refuse(400, f"malformed HTTP request: {exc}")
 
     def tick(self, now: float) -> None:
-        """Once a second (``FrontEnd``): the head and body deadlines, stalled bodies."""
+        """Once a second (``FrontEnd``): the head and body deadlines, stalled bodies, and
+        the keep-alive timeout. uvicorn cancels and re-arms a timer for that on every
+        request (about 2 us of its CPU per request); counted here it closes an idle
+        connection within a second after the timeout, and also one that never sent
+        (uvicorn arms its timer only after a first response)."""
         if self.refusal is not None or self.transport is None or self.transport.is_closing():
             return
         limits = self.limits
-        if self.head_since is not None:
+        running = self._running
+        if (
+            self.head_since is None
+            and self.body_since is None
+            and (running is None or running.response_complete)
+            and now - max(self.last_data, self.last_answer) > limits.keepalive_timeout
+        ):
+            self.transport.close()
+        elif self.head_since is not None:
             if now - self.head_since > limits.head_timeout:
                 self.refuse(408, f"request headers not complete within {limits.head_timeout:g} s")
         elif self.body_since is not None and not self.pipeline and not self.flow.read_paused:
@@ -401,19 +409,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self.server_state.total_requests += 1
             self._send_refusal()
             return
-        # uvicorn's: count, resume reading, start the next pipelined request or arm
-        # the keep-alive timer
+        # uvicorn's: count, resume reading, start the next pipelined request (the
+        # keep-alive timeout is counted from here by ``tick``)
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self._unset_keepalive_if_required()
+        self.last_answer = time.monotonic()
         self.flow.resume_reading()
         if self.pipeline:
             self._start(self.pipeline.popleft())
-        else:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
 
     def refuse(self, status: int, message: str, linger: int = 0) -> None:
         """End the connection with ``status``, written after the answers to the requests
