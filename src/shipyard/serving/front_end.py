@@ -28,8 +28,18 @@ sockets (tests/unit/serving/test_front_end.py):
 - a client that connects and never sends is closed after the keep-alive timeout
   (uvicorn arms that timer only after a first response).
 
-uvicorn itself keeps pipelined answers in order and sends ``100 Continue`` only when the
-handler asks for the body, which it does after the answers before it are written.
+What it takes out of uvicorn's per-request path (docs/decisions.md, issue 19: about 22 us
+of CPU per request, half the echo's): the parser callbacks build the handler's
+``HttpRequest`` themselves (no ASGI scope, header list, ``RequestResponseCycle``,
+``asyncio.Event``, receive/send coroutines or message dicts), the handler runs in one task
+once the body is whole, and its answer is framed and written in one ``transport.write``;
+the keep-alive timeout is counted by the once-a-second sweep instead of a timer re-armed
+per request. uvicorn's ordering rules are kept as its cycle had them: one request
+answered at a time per connection, a pipelined one queued with reading paused until the
+answers before it are written, ``100 Continue`` sent only when a request's turn comes,
+``Connection: close`` for HTTP/1.0 and on shutdown, writes held while the transport
+is paused. uvicorn keeps the parser, transport, flow control and the server's lifecycle
+(sockets, graceful shutdown, the date header).
 """
 
 from __future__ import annotations
@@ -38,15 +48,22 @@ import asyncio
 import logging
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+)
 
 from shipyard.serving.asgi import asgi_app
-from shipyard.serving.http_types import Handler
+from shipyard.serving.http_types import Handler, HttpRequest, HttpResponse
 
 log = logging.getLogger("shipyard.serving")
 
@@ -80,42 +97,41 @@ class _Refused(Exception):
     """Raised from a parser callback once a refusal is queued: stop parsing."""
 
 
-class _OneWrite:
-    """The transport as a request/response cycle sees it: a response's head is held and
-    written with the first part of its body, in one write. uvicorn writes them apart,
-    which costs a second send() and, under TCP_NODELAY, a second packet for the client
-    to wake up for. A ``100 Continue`` (written before the response starts) goes at
-    once; a head with no body write after it (HEAD) goes when the response completes."""
+class _Exchange:
+    """One request and the state of its answer: what uvicorn's ``RequestResponseCycle``
+    plus its ASGI scope, receive/send coroutines and message dicts held, cut to what a
+    ``handler(HttpRequest) -> HttpResponse`` needs (the whole body, then one answer).
+    The attribute names uvicorn's own protocol code reads (``response_complete``,
+    ``keep_alive``, ``disconnected``, ``more_body``) keep their meaning."""
 
-    __slots__ = ("transport", "cycle", "head", "headed")
+    __slots__ = (
+        "method",
+        "url",
+        "path",
+        "query",
+        "headers",
+        "chunks",
+        "expect_continue",
+        "keep_alive",
+        "more_body",
+        "started",
+        "response_complete",
+        "disconnected",
+    )
 
-    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
-        self.transport = transport
-        self.cycle = cycle
-        self.head: bytes | None = None
-        self.headed = False
-
-    def write(self, data: bytes) -> None:
-        if self.head is not None:
-            data = self.head + data
-            self.head = None
-        elif not self.headed and self.cycle.response_started:
-            self.headed = True
-            self.head = data
-            return
-        self.transport.write(data)
-
-    def flush(self) -> None:
-        if self.head is not None:
-            self.transport.write(self.head)
-            self.head = None
-
-    def close(self) -> None:
-        self.flush()
-        self.transport.close()
-
-    def is_closing(self) -> bool:
-        return self.transport.is_closing()
+    def __init__(self) -> None:
+        self.method = ""
+        self.url = b""
+        self.path = ""
+        self.query = ""
+        self.headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+        self.expect_continue = False
+        self.keep_alive = True
+        self.more_body = True
+        self.started = False
+        self.response_complete = False
+        self.disconnected = False
 
 
 class LimitedHttpProtocol(HttpToolsProtocol):
@@ -123,16 +139,21 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     subclass each ``FrontEnd`` makes (uvicorn constructs protocols itself)."""
 
     limits: Limits
+    handler: Handler
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.cycle: _Exchange | None = None  # type: ignore[assignment]  # the one parsing
+        # complete heads waiting for their turn, oldest first (uvicorn's holds cycles)
+        self.pipeline: deque[_Exchange] = deque()  # type: ignore[assignment]
         self.last_data = time.monotonic()  # when bytes last arrived
+        self.last_answer = 0.0  # when an answer was last written
         self.head_since: float | None = None  # first byte of a head still incomplete
         self.body_since: float | None = None  # end of a head whose body is incomplete
         self.refusal: bytes | None = None  # the answer that ends this connection
         self.discarding = 0  # > 0: bytes of a refused body still to drop (lingering close)
         self._linger = 0
-        self._running: Any = None  # the request/response cycle being handled
+        self._running: _Exchange | None = None  # the exchange being answered
         self._length: bytes | None = None  # the current request's Content-Length
         self._head_len = 0
         self._head_raw = 0  # bytes of whole reads that went to the current head
@@ -154,10 +175,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             transport.close()
             return
         super().connection_made(transport)
-        # uvicorn arms this only after a response: a client that never sends would stay
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler
-        )
 
     def data_received(self, data: bytes) -> None:
         self.last_data = time.monotonic()
@@ -168,7 +185,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             return
         if self.refusal is not None:  # refused: nothing more is read into requests
             return
-        self._unset_keepalive_if_required()
         begun = self._begun
         try:
             self.parser.feed_data(data)
@@ -193,11 +209,23 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self.refuse(400, f"malformed HTTP request: {exc}")
 
     def tick(self, now: float) -> None:
-        """Once a second (``FrontEnd``): the head and body deadlines, stalled bodies."""
+        """Once a second (``FrontEnd``): the head and body deadlines, stalled bodies, and
+        the keep-alive timeout. uvicorn cancels and re-arms a timer for that on every
+        request (about 2 us of its CPU per request); counted here it closes an idle
+        connection within a second after the timeout, and also one that never sent
+        (uvicorn arms its timer only after a first response)."""
         if self.refusal is not None or self.transport is None or self.transport.is_closing():
             return
         limits = self.limits
-        if self.head_since is not None:
+        running = self._running
+        if (
+            self.head_since is None
+            and self.body_since is None
+            and (running is None or running.response_complete)
+            and now - max(self.last_data, self.last_answer) > limits.keepalive_timeout
+        ):
+            self.transport.close()
+        elif self.head_since is not None:
             if now - self.head_since > limits.head_timeout:
                 self.refuse(408, f"request headers not complete within {limits.head_timeout:g} s")
         elif self.body_since is not None and not self.pipeline and not self.flow.read_paused:
@@ -211,9 +239,28 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             elif now - self.last_data > limits.read_timeout:
                 self.transport.close()
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        # uvicorn's, less its cycle's message event (an exchange has none to wake)
+        self.connections.discard(self)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+        running = self._running
+        if running is not None and not running.response_complete:
+            running.disconnected = True
+        if self.flow is not None:
+            self.flow.resume_writing()
+        if exc is None:
+            self.transport.close()
+            self._unset_keepalive_if_required()
+        self.parser = None  # type: ignore[assignment]
+
     # -- parser callbacks (httptools) ----------------------------------------------------
+    # They build the handler's request directly (uvicorn's build an ASGI scope, headers
+    # list and cycle, then its receive/send turn them into messages and back): the
+    # per-request Python the profile in docs/decisions.md (issue 19) counted.
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        self.cycle = _Exchange()
         self.head_since = self.last_data
         self._begun += 1
         self._length = None
@@ -223,15 +270,18 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._head_len += len(url)
         if self._head_len > self.limits.max_head:
             raise _HeadTooLarge
-        super().on_url(url)
+        self.cycle.url += url  # type: ignore[union-attr]
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_len += len(name) + len(value)
         if self._head_len > self.limits.max_head:
             raise _HeadTooLarge
-        if len(name) == 14 and name.lower() == b"content-length":
+        key = name.decode("latin-1").lower()
+        if key == "content-length":
             self._length = value
-        super().on_header(name, value)
+        elif key == "expect" and value.lower() == b"100-continue":
+            self.cycle.expect_continue = True  # type: ignore[union-attr]
+        self.cycle.headers[key] = value.decode("latin-1")  # type: ignore[union-attr]
 
     def on_headers_complete(self) -> None:
         self.head_since = None
@@ -244,10 +294,29 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 linger=int(length),
             )
             raise _Refused  # the body is dropped, not parsed; no 100 Continue is sent
-        super().on_headers_complete()
-        cycle = self.cycle
-        cycle.transport = _OneWrite(self.transport, cycle)  # type: ignore[assignment]
+        parser = self.parser
+        if parser.should_upgrade():  # no websockets here: answered 400 like any upgrade
+            self.refuse(400, "protocol upgrades are not supported")
+            raise _Refused
+        ex: _Exchange = self.cycle  # type: ignore[assignment]
+        ex.method = parser.get_method().decode("ascii")
+        url = ex.url
+        path, _, query = url.partition(b"?")
+        if b"#" in url or not path.startswith(b"/"):
+            parsed = httptools.parse_url(url)  # rare forms: the parser's URL rules decide
+            path, query = parsed.path, parsed.query or b""
+        ex.path = path.decode("ascii")  # as uvicorn: a raw non-ASCII path is a 400
+        if "%" in ex.path:
+            ex.path = unquote(ex.path)
+        ex.query = query.decode("latin-1")
+        ex.keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
         self.body_since = self.last_data
+        running = self._running
+        if running is None or running.response_complete:
+            self._start(ex)
+        else:  # pipelined behind an answer still being computed: its turn comes later
+            self.flow.pause_reading()
+            self.pipeline.append(ex)
 
     def on_body(self, body: bytes) -> None:
         self._body_len += len(body)
@@ -258,25 +327,107 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 linger=LINGER_BYTES,
             )
             raise _Refused
-        super().on_body(body)
+        self.cycle.chunks.append(body)  # type: ignore[union-attr]
 
     def on_message_complete(self) -> None:
         self.body_since = None
-        super().on_message_complete()
+        ex: _Exchange = self.cycle  # type: ignore[assignment]
+        ex.more_body = False
+        if ex.started and not ex.disconnected:
+            self._dispatch(ex)
 
     # -- answering ------------------------------------------------------------------------
-    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-        self._running = cycle
-        super()._start_asgi_task(cycle, app)
+    def _start(self, ex: _Exchange) -> None:
+        """``ex``'s turn: the answers before it are written. Its body is read from now
+        (``100 Continue`` first when the client waits for one); the handler runs once
+        the body is whole (uvicorn's app asks for the body at this point, too)."""
+        ex.started = True
+        self._running = ex
+        if ex.more_body:
+            if ex.expect_continue and not self.transport.is_closing():
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.flow.resume_reading()
+        else:
+            self._dispatch(ex)
+
+    def _dispatch(self, ex: _Exchange) -> None:
+        task = self.loop.create_task(self._answer_with_handler(ex))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    async def _answer_with_handler(self, ex: _Exchange) -> None:
+        chunks = ex.chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        ex.chunks = []
+        request = HttpRequest(ex.method, ex.path, ex.query, ex.headers, body)
+        try:
+            response = await self.handler(request)
+        except Exception as exc:  # the handler should not raise; never a trace either way
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            response = self._internal_error(exc)
+        if self.flow.write_paused and not ex.disconnected:
+            await self.flow.drain()
+        if ex.disconnected:
+            return
+        try:
+            data = self._response_bytes(ex, response)
+        except ValueError as exc:
+            log.error("unsendable answer to %s %s: %s", request.method, request.path, exc)
+            data = self._response_bytes(ex, self._internal_error(exc))
+        ex.response_complete = True
+        transport = self.transport
+        transport.write(data)
+        if not ex.keep_alive:
+            transport.close()
+        self.on_response_complete()
+
+    def _internal_error(self, exc: Exception) -> HttpResponse:
+        return HttpResponse(
+            500, self.limits.error_body(f"internal error: {type(exc).__name__}: {exc}")
+        )
+
+    def _response_bytes(self, ex: _Exchange, response: HttpResponse) -> bytes:
+        """The status line, headers and body in one piece, for one ``write`` (uvicorn's
+        cycle writes the head and the body apart: two send() calls, and under
+        TCP_NODELAY two packets for the client to wake up for)."""
+        head = [STATUS_LINE[response.status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        content_type = response.content_type.encode("latin-1")
+        if HEADER_VALUE_RE.search(content_type):
+            raise ValueError(f"content type {response.content_type!r} has a control character")
+        head.append(
+            b"content-type: %s\r\ncontent-length: %d\r\n" % (content_type, len(response.body))
+        )
+        for name, value in response.headers:
+            key, val = name.lower().encode("latin-1"), value.encode("latin-1")
+            if HEADER_RE.search(key) or HEADER_VALUE_RE.search(val):
+                raise ValueError(f"header {name!r}: {value!r} is not a valid HTTP header")
+            if key == b"connection" and b"close" in val.lower():
+                ex.keep_alive = False
+                continue
+            head += [key, b": ", val, b"\r\n"]
+        if not ex.keep_alive:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        if ex.method != "HEAD":
+            head.append(response.body)
+        return b"".join(head)
 
     def on_response_complete(self) -> None:
-        if self._running is not None:
-            self._running.transport.flush()
         if self.refusal is not None and not self.pipeline:
             self.server_state.total_requests += 1
             self._send_refusal()
             return
-        super().on_response_complete()
+        # uvicorn's: count, resume reading, start the next pipelined request (the
+        # keep-alive timeout is counted from here by ``tick``)
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.last_answer = time.monotonic()
+        self.flow.resume_reading()
+        if self.pipeline:
+            self._start(self.pipeline.popleft())
 
     def refuse(self, status: int, message: str, linger: int = 0) -> None:
         """End the connection with ``status``, written after the answers to the requests
@@ -288,11 +439,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete and cycle.more_body:
             # the request whose body broke off gets this answer instead of its own
-            if self.pipeline and self.pipeline[0][0] is cycle:
-                self.pipeline.popleft()  # queued behind others: never started
+            if self.pipeline and self.pipeline[-1] is cycle:
+                self.pipeline.pop()  # queued behind others: never started
             else:
-                cycle.disconnected = True  # being handled: it stops waiting for its body
-                cycle.message_event.set()
+                cycle.disconnected = True  # its turn came: the handler never runs
         running = self._running
         if self.pipeline or (
             running is not None and not running.response_complete and not running.disconnected
@@ -340,7 +490,11 @@ class FrontEnd:
         import uvicorn
 
         self.limits = Limits(max_body, error_body, **limits)
-        protocol = type("BoundHttpProtocol", (LimitedHttpProtocol,), {"limits": self.limits})
+        protocol = type(
+            "BoundHttpProtocol",
+            (LimitedHttpProtocol,),
+            {"limits": self.limits, "handler": staticmethod(handler)},
+        )
         config = uvicorn.Config(
             asgi_app(handler, max_body, error_body),
             http=protocol,
