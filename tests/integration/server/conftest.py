@@ -5,7 +5,7 @@ env)"`` does before a notebook starts). The SDK and boto3 then run unmodified.
 The one concession to test time: the SageMaker SDK sleeps 30 s between DescribeEndpoint
 polls and 10 s between log polls, and while it tails a training job's logs it asks for the
 job's status only once 30 s of ``time.time()`` have passed since it last asked.
-``fast_polls`` caps its sleeps at 0.5 s and moves the clock the SDK reads forward by the
+``fast_polls`` caps its sleeps at 0.2 s and moves the clock the SDK reads forward by the
 part of each sleep it skipped, so the SDK sees the time it asked to sleep go by: the calls
 and their order are unchanged (a status check every third log poll instead of every 30 s
 of real time, which alone held each ``fit(logs=True)`` up to 30 s after its job ended).
@@ -154,6 +154,9 @@ def _reset_clients() -> None:
     s3_store._CLIENTS.clear()
 
 
+CAP_S = 0.2  # the longest real sleep fast_polls lets the SDK take
+
+
 @pytest.fixture
 def fast_polls(monkeypatch):
     import sagemaker.session
@@ -167,8 +170,8 @@ def fast_polls(monkeypatch):
         @staticmethod
         def sleep(seconds: float) -> None:
             nonlocal skipped
-            time.sleep(min(seconds, 0.5))
-            skipped += max(seconds - 0.5, 0.0)
+            time.sleep(min(seconds, CAP_S))
+            skipped += max(seconds - CAP_S, 0.0)
 
         @staticmethod
         def time() -> float:

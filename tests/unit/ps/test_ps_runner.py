@@ -240,6 +240,7 @@ def test_wrapper_resends_done_to_gone_shards_only_while_its_job_may_still_want_i
     ended still resends for RETRY_DONE_S (a loaded machine may refuse for a moment)."""
     clock = _Clock()
     monkeypatch.setattr(ps_worker, "time", clock)
+    monkeypatch.setattr(ps_worker, "WAIT_FOR_JOB_S", 5.0)  # 30 days of 0.5 s resends: slow
     monkeypatch.setattr(ps_worker, "PSClient", _GoneShards)
     monkeypatch.setattr(ps_worker, "run_command", lambda cmd: (143, "", stopped))
     _GoneShards.sent = 0
