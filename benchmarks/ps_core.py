@@ -4,7 +4,8 @@ Why: ``ServerCore.handle`` is the whole server-side path of a request (decode an
 verify, the consistency gate, the optimizer update, the stats and the encoded reply),
 and a refactor of it must not make that path slower. Through real processes
 (ps_throughput.py) its share is buried in transport noise on a shared machine; here the
-same pre-encoded request frames are handed to ``handle`` in a loop, as server.py does.
+request frames, encoded beforehand (each with its own sequence number: the replay guard
+drops a repeated one), are handed to ``handle`` in a loop, as server.py does.
 
 Cases (SGD with lr 0, so values never drift; the gmac MAC as by default):
 
@@ -46,6 +47,18 @@ def _frames(signer: wire.Signer, hdr: Header, payload: list) -> list[bytes]:
     return [bytes(memoryview(f).cast("B")) for f in wire.encode(signer, hdr, payload)]
 
 
+def _fresh(signer: wire.Signer, hdr: Header, payload: list, count: int) -> list[list[bytes]]:
+    """``count`` encodings of one request, each with its own sequence number (the shard's
+    replay guard drops a repeated one), sharing the payload bytes."""
+    frames = _frames(signer, hdr, payload)
+    body = frames[1:-1]
+    out = []
+    for _ in range(count):
+        enc = wire.encode(signer, hdr, body)
+        out.append([bytes(enc[0]), *body, bytes(enc[-1])])
+    return out
+
+
 def _core(mode: str, sizes: dict[int, int], workers: int) -> tuple[ServerCore, wire.Signer]:
     core = ServerCore(ServerConfig(consistency=Consistency.parse(mode, None)), SECRET)
     signer = wire.Signer(SECRET)
@@ -54,21 +67,25 @@ def _core(mode: str, sizes: dict[int, int], workers: int) -> tuple[ServerCore, w
     ]
     body = {"keys": keys, "optimizer": {"name": "sgd", "lr": 0.0}}
     for w in range(workers):
-        hdr = Header(msg_type=MsgType.REGISTER, worker=w, request_id=1)
+        hdr = Header(msg_type=MsgType.REGISTER, worker=w, request_id=1, peer=core.signer.session)
         out = core.handle(b"p", [bytes(f) for f in wire.encode_json(signer, hdr, body)], 0.0)
         assert out, "register got no reply"
     for k, n in sizes.items():
         value = np.zeros(n // 4, np.float32)
-        core.handle(b"p", _frames(signer, _header(MsgType.INIT, k, n, 0), [value]), 0.0)
+        init = _header(MsgType.INIT, k, n, 0, peer=core.signer.session)
+        core.handle(b"p", _frames(signer, init, [value]), 0.0)
     return core, signer
 
 
-def _header(mtype: MsgType, key: int, nbytes: int, worker: int, step: int = 0) -> Header:
+def _header(
+    mtype: MsgType, key: int, nbytes: int, worker: int, step: int = 0, peer: int = 0
+) -> Header:
     return Header(
         msg_type=mtype,
         key=key,
         worker=worker,
         request_id=2,
+        peer=peer,  # the shard's session: requests naming another are dropped as stale
         step=step,
         dtype=wire.dtype_code(np.dtype(np.float32)),
         shape=(nbytes // 4,),
@@ -76,10 +93,12 @@ def _header(mtype: MsgType, key: int, nbytes: int, worker: int, step: int = 0) -
     )
 
 
-def _run(core: ServerCore, requests: list[list[bytes]], iters: int, replies: int) -> float:
+def _run(core: ServerCore, rounds: list[list[list[bytes]]], replies: int) -> float:
+    """CPU microseconds per round; each round's requests are fresh encodings."""
     handle = core.handle
+    iters = len(rounds)
     start = time.thread_time()
-    for _ in range(iters):
+    for requests in rounds:
         for frames in requests:
             out = handle(b"p", frames, 0.0)
             for o in out:
@@ -93,25 +112,35 @@ def _run(core: ServerCore, requests: list[list[bytes]], iters: int, replies: int
 def case_pp(nbytes: int, iters: int) -> float:
     core, signer = _core("async", {1: nbytes}, 1)
     grad = np.ones(nbytes // 4, np.float32)
-    req = _frames(signer, _header(MsgType.PUSH_PULL, 1, nbytes, 0), [grad])
-    return _run(core, [req], iters, 1)
+    hdr = _header(MsgType.PUSH_PULL, 1, nbytes, 0, peer=core.signer.session)
+    return _run(core, [[r] for r in _fresh(signer, hdr, [grad], iters)], 1)
 
 
 def case_many(count: int, iters: int) -> float:
     sizes = {k: 1024 for k in range(1, count + 1)}
     core, signer = _core("async", sizes, 1)
-    hdr = Header(msg_type=MsgType.PUSH_PULL_MANY, worker=0, request_id=3)
+    hdr = Header(msg_type=MsgType.PUSH_PULL_MANY, worker=0, request_id=3, peer=core.signer.session)
     frames = [np.ones(256, np.float32) for _ in sizes]
-    req = _frames(signer, hdr, [wire.pack_keys(list(sizes)), *frames])
-    return _run(core, [req], iters, 1)
+    reqs = _fresh(signer, hdr, [wire.pack_keys(list(sizes)), *frames], iters)
+    return _run(core, [[r] for r in reqs], 1)
 
 
 def case_sync(iters: int) -> float:
     core, signer = _core("sync", {1: 1024}, 2)
     grad = np.ones(256, np.float32)
-    # the step is ignored by the sync gate (rounds are counted per key), so frames repeat
-    reqs = [_frames(signer, _header(MsgType.PUSH_PULL, 1, 1024, w), [grad]) for w in (0, 1)]
-    return _run(core, reqs, iters, 2)
+    # the step is ignored by the sync gate (rounds are counted per key); each worker its
+    # own session, as real workers have (one counter for both would outrun the replay
+    # window: worker 1's numbers would all be far ahead of worker 0's)
+    per_worker = [
+        _fresh(
+            signer if w == 0 else wire.Signer(SECRET),
+            _header(MsgType.PUSH_PULL, 1, 1024, w, peer=core.signer.session),
+            [grad],
+            iters,
+        )
+        for w in (0, 1)
+    ]
+    return _run(core, [list(pair) for pair in zip(*per_worker)], 2)
 
 
 def main() -> None:

@@ -208,11 +208,17 @@ def bench_rtt(mac: str, repeats: int, run_dir: str, block: int = 100) -> dict:
         back = memoryview(bytearray(1024))
         ps_t: list[float] = []
         tcp_t: list[float] = []
+        shard_procs = [psutil.Process(s.proc.pid) for s in shards]
+        cpu = {"client": 0.0, "shards": 0.0}
         for i in range(repeats // block + 1):
+            c0, s0 = time.process_time(), _cpu_s(shard_procs)
             for _ in range(block):
                 t0 = time.perf_counter()
                 client.push_pull(grads, outs=outs)
                 ps_t.append(time.perf_counter() - t0)
+            if i:  # CPU of the timed push_pull blocks only (not the ping-pong, not warm-up)
+                cpu["client"] += time.process_time() - c0
+                cpu["shards"] += _cpu_s(shard_procs) - s0
             for _ in range(block):
                 t0 = time.perf_counter()
                 conn.sendall(ping)
@@ -230,7 +236,15 @@ def bench_rtt(mac: str, repeats: int, run_dir: str, block: int = 100) -> dict:
         "mac": mac,
         "ps_us": round(statistics.median(ps_t) * 1e6, 1),
         "tcp_us": round(statistics.median(tcp_t) * 1e6, 1),
+        # CPU per round trip, client and both shards (what the round trip costs whichever
+        # way a busy machine shares its cores)
+        "cpu_us": {k: round(v / len(ps_t) * 1e6, 1) for k, v in cpu.items()},
     }
+
+
+def _cpu_s(procs: list[psutil.Process]) -> float:
+    """User + system CPU seconds of these processes so far."""
+    return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
 
 
 # ------------------------------------------------------------------------------- scaling
@@ -421,7 +435,8 @@ def main(argv=None) -> int:
             rtt = bench_rtt(headline, args.rtt_repeats, run_dir)
             print(
                 f"1 KB push_pull round trip (mac={headline}): ps {rtt['ps_us']:.0f} us | "
-                f"tcp ping-pong {rtt['tcp_us']:.0f} us",
+                f"tcp ping-pong {rtt['tcp_us']:.0f} us | cpu us/round trip client "
+                f"{rtt['cpu_us']['client']:.0f} shards {rtt['cpu_us']['shards']:.0f}",
                 flush=True,
             )
         if args.scaling:
@@ -451,6 +466,7 @@ def main(argv=None) -> int:
     if rtt:
         figures["rtt1k_us"] = rtt["ps_us"]
         figures["tcp1k_us"] = rtt["tcp_us"]
+        figures["cpu1k_us"] = round(sum(rtt["cpu_us"].values()), 1)
     for mb in (5, 100):
         hit = [v for k, v in cpu.items() if round(k) == mb]
         if hit:

@@ -336,12 +336,13 @@ print(s.server_address[1], flush=True)
 s.serve_forever()
 """
 
-# an echo handler behind a front end, started as a model worker starts it: the built-in
-# HTTP layer, or uvicorn (httptools, uvloop) through shipyard.serving.asgi.UvicornFrontEnd
+# an echo handler behind shipyard's front end (uvicorn + front_end.py's limits), started as a
+# model worker starts it
 _ECHO = r"""
 import asyncio, socket
 from {module} import {front_end}
-from shipyard.serving.http_server import HttpResponse, install_uvloop
+from shipyard.serving.http_types import HttpResponse
+from shipyard.serving.front_end import install_uvloop
 from shipyard.serving.protocol import error_body
 async def echo(request):
     return HttpResponse(200, request.body)
@@ -354,8 +355,7 @@ async def main():
 install_uvloop()
 asyncio.run(main())
 """
-SHIPYARD_ECHO = _ECHO.format(module="shipyard.serving.http_server", front_end="Server")
-UVICORN_ECHO = _ECHO.format(module="shipyard.serving.asgi", front_end="UvicornFrontEnd")
+SHIPYARD_ECHO = _ECHO.format(module="shipyard.serving.front_end", front_end="FrontEnd")
 
 
 # -- peers: other model servers serving the same SavedModel ----------------------------------
@@ -845,8 +845,8 @@ def main() -> None:
     ap.add_argument(
         "--ab",
         action="store_true",
-        help="only the front-end A/B: the same handler behind the built-in HTTP layer, "
-        "uvicorn and granian (echo, and the model with batching at c=8)",
+        help="only the front-end A/B: the same handler behind shipyard's front end "
+        "(uvicorn) and granian (echo, and the model with batching at c=8)",
     )
     ap.add_argument(
         "--quick",
@@ -900,41 +900,11 @@ def main() -> None:
     }
     if shutil.which("cc"):
         servers["C canned response (client ceiling)"] = lambda: start_canned(tmp)
-    # the front-end A/B: the same handler (echo; the whole model server) behind uvicorn and
-    # granian; rows whose server is not installed say so
+    # the front-end A/B: the same handler (echo; the whole model server) behind granian;
+    # rows whose server is not installed say so. (The hand-written httptools layer that
+    # uvicorn replaced was last measured against it at commit add9cf0: BENCHMARKS.md.)
     frontends = {
-        "uvicorn echo (same handler, ASGI)": lambda: (
-            _needs("uvicorn") or start_script(UVICORN_ECHO)
-        ),
         "granian echo (same handler, ASGI)": lambda: start_granian("echo"),
-        "shipyard on uvicorn, batching 8/1ms": lambda: (
-            _needs("uvicorn")
-            or start_shipyard(
-                model_dir,
-                tmp,
-                "--front-end",
-                "uvicorn",
-                "--batch-size",
-                "8",
-                "--batch-wait-ms",
-                "1",
-            )
-        ),
-        "shipyard on uvicorn, 2 workers, batching 8/1ms": lambda: (
-            _needs("uvicorn")
-            or start_shipyard(
-                model_dir,
-                tmp,
-                "--front-end",
-                "uvicorn",
-                "--workers",
-                "2",
-                "--batch-size",
-                "8",
-                "--batch-wait-ms",
-                "1",
-            )
-        ),  # fmt: skip
         "shipyard on granian, batching 8/1ms": lambda: start_granian(
             "model", SERVING_MODEL_DIR=model_dir
         ),
@@ -1085,7 +1055,7 @@ def _best(results: dict[str, dict], prefix: str) -> tuple[str, dict] | None:
 def result_line(results: dict[str, dict], inprocess_b8: float | None) -> None:
     """Ratios of the same run, then the RESULT line: shipyard's best c=8 batching row,
     over in-process batch 8, and over the best peer (and the best Python-only peer);
-    the front-end A/B as maintained / built-in, for the echo and the model rows."""
+    the front-end A/B as granian / shipyard's (uvicorn), for the echo and the model rows."""
     from _result import result
 
     ours = _best(results, "shipyard, ") or _best(results, "shipyard on ")
@@ -1106,15 +1076,15 @@ def result_line(results: dict[str, dict], inprocess_b8: float | None) -> None:
             fields["python_peer_ratio"] = best["req_s"] / python_only[1]["req_s"]
         for pname, prow in peers:
             print(f"ratio shipyard / {pname}: {best['req_s'] / prow['req_s']:.2f}")
-    builtin_echo = results.get("shipyard HTTP layer echo (no model), c=8")
-    for front in ("uvicorn", "granian"):
+    ours_echo = results.get("shipyard HTTP layer echo (no model), c=8")
+    for front in ("granian",):
         echo = results.get(f"{front} echo (same handler, ASGI), c=8")
         model = _best(results, f"shipyard on {front}")
-        builtin = _best(results, "shipyard, ")
-        if echo and builtin_echo:
-            fields[f"{front}_echo_ratio"] = echo["req_s"] / builtin_echo["req_s"]
-        if model and builtin:
-            fields[f"{front}_ratio"] = model[1]["req_s"] / builtin[1]["req_s"]
+        ours_model = _best(results, "shipyard, ")
+        if echo and ours_echo:
+            fields[f"{front}_echo_ratio"] = echo["req_s"] / ours_echo["req_s"]
+        if model and ours_model:
+            fields[f"{front}_ratio"] = model[1]["req_s"] / ours_model[1]["req_s"]
     fields["p99_ms"] = best["p99_ms"]
     result("serving", **fields)
 

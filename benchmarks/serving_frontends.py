@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from shipyard.serving.asgi import asgi_app
-from shipyard.serving.http_server import HttpRequest, HttpResponse
+from shipyard.serving.http_types import HttpRequest, HttpResponse
 from shipyard.serving.protocol import error_body
 
 LIMIT = 6 << 20

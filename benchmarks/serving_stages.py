@@ -6,9 +6,10 @@
 The digits SavedModel and request of benchmarks/serving.py, one instance per request.
 Each stage runs alone in a tight loop (CPU time of this process over calls), so the
 figures are floors: inside a server the same code runs cache-cold between model calls.
-The HTTP layer's share is the echo row of benchmarks/serving.py (server CPU per request
-of the built-in HTTP layer with no model); what a server spends beyond the sum is the
-event loop, wake-ups and cache misses.
+The HTTP layer's share is measured without sockets (uvicorn + front_end.py's protocol fed
+a request's bytes, answering an echo; no syscalls), and with them in the echo row of
+benchmarks/serving.py; what a server spends beyond the sum is the event loop, syscalls,
+wake-ups and cache misses.
 
 Stages: JSON body -> TF Serving request (``invocations_to_tfs``), request -> arrays
 (``parse_tfs_request``), the batcher with a model that returns at once (8 concurrent
@@ -49,7 +50,7 @@ def cpu_per_call(fn: Callable[[], Any], seconds: float, per_call: int = 1) -> fl
 def concurrent_cpu(make: Callable[[], Any], seconds: float, concurrency: int = 8) -> float:
     """us of CPU per request with ``concurrency`` coroutines each awaiting ``make()`` in a
     loop on one event loop (uvloop when installed, as a worker runs)."""
-    from shipyard.serving.http_server import install_uvloop
+    from shipyard.serving.front_end import install_uvloop
 
     install_uvloop()
 
@@ -71,13 +72,88 @@ def concurrent_cpu(make: Callable[[], Any], seconds: float, concurrency: int = 8
     return asyncio.run(main())
 
 
+class _CountingTransport:
+    """What the front end writes to, without a socket: counts bytes, never blocks."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+
+    def close(self) -> None:
+        self.closing = True
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(
+            name, default
+        )
+
+
+def http_cpu(body: bytes, seconds: float) -> float:
+    """us of CPU per request of the HTTP front end alone (uvicorn + front_end.py's
+    protocol) answering an echo handler: one keep-alive connection's request bytes fed
+    to the protocol, its answer written to a transport that only counts bytes. No
+    sockets, so no syscalls: the Python the layer runs per request, and its task."""
+    from uvicorn.server import ServerState
+
+    from shipyard.serving.front_end import FrontEnd, install_uvloop
+    from shipyard.serving.http_types import HttpRequest, HttpResponse
+    from shipyard.serving.protocol import error_body
+
+    install_uvloop()
+    request = (
+        b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+        b"\r\nContent-Length: %d\r\n\r\n" % len(body)
+    ) + body
+
+    async def echo(req: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, req.body)
+
+    async def main() -> float:
+        config = FrontEnd(echo, 1 << 20, error_body).server.config
+        config.load()
+        protocol = config.http_protocol_class(  # type: ignore[call-arg]
+            config=config, server_state=ServerState(), app_state={}
+        )
+        transport = _CountingTransport()
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+
+        async def run(n: int) -> None:
+            for _ in range(n):
+                protocol.data_received(request)
+                for _ in range(3):  # the handler's task runs and answers
+                    await asyncio.sleep(0)
+
+        await run(2000)
+        n, start, cpu0 = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            await run(1000)
+            n += 1000
+        if transport.closing or transport.written < n * len(body):
+            raise RuntimeError("the front end did not answer every request")
+        return (time.process_time() - cpu0) / n * 1e6
+
+    return asyncio.run(main())
+
+
 def stages(model_dir: str, seconds: float) -> dict[str, float]:
     import numpy as np
 
     from shipyard.serving import protocol
     from shipyard.serving.app import App, State
     from shipyard.serving.batching import BatchingRunner
-    from shipyard.serving.http_server import HttpRequest
+    from shipyard.serving.http_types import HttpRequest
     from shipyard.serving.servables import Servable, TFServable
     from shipyard.serving.service import load_service
 
@@ -132,6 +208,14 @@ def _child(model_dir: str, seconds: float, q: mp.Queue) -> None:
     q.put(stages(model_dir, seconds))
 
 
+def _http_child(seconds: float, q: mp.Queue) -> None:
+    """In a process of its own: no framework threads loaded beside it to count."""
+    import numpy as np
+
+    x = np.random.default_rng(0).random((1, 8, 8, 1), dtype=np.float32)
+    q.put(http_cpu(json.dumps({"instances": x.tolist()}).encode(), seconds))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -146,9 +230,13 @@ def main() -> None:
     p.start()
     p.join()
     q: mp.Queue = mp.Queue()
+    p = mp.Process(target=_http_child, args=(args.seconds, q))
+    p.start()
+    out = {"HTTP front end, echo (no sockets)": q.get()}
+    p.join()
     p = mp.Process(target=_child, args=(model_dir, args.seconds, q))
     p.start()
-    out = q.get()
+    out.update(q.get())
     p.join()
     print("\nCPU per request by stage (us, in process, 1 TF thread; floors, see the docstring)")
     for name, us in out.items():
@@ -157,6 +245,7 @@ def main() -> None:
     print(f"  {'sum of the stages (model at batch 8)':58s} {sum(out[k] for k in parts):8.1f}")
     result(
         "serving_stages",
+        http_us=out["HTTP front end, echo (no sockets)"],
         parse_us=out["JSON body -> TFS request"],
         arrays_us=out["TFS request -> arrays"],
         answer_us=out["outputs -> JSON answer"],

@@ -83,3 +83,31 @@ def test_doctor_reports_each_capability_with_a_fix_for_what_is_missing(monkeypat
     assert {c.name: c for c in checks()}["instance sandbox"].ok == probe.support().ok
     result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "instance sandbox" in result.output
+
+
+def test_ray_sandbox_is_decided_on_each_node(monkeypatch):
+    """The control plane asks; each Ray node answers with what its own kernel allows:
+    mount + UTS namespaces only (the node's network), or the reason why not."""
+    from shipyard.backends.ray.actor import node_sandbox
+    from shipyard.control.plan import sandbox_config
+    from shipyard.sandbox import probe
+
+    monkeypatch.delenv("SHIPYARD_SANDBOX", raising=False)
+    asked = sandbox_config("ray")
+    assert asked == {"enabled": False, "on_node": True}
+    monkeypatch.setattr(probe, "_detect", lambda network=True: probe.Support(not network, ""))
+    assert node_sandbox(asked) == {
+        "enabled": False,
+        "mounts": True,
+        "rootless": False,
+        "reason": "",
+    }
+    monkeypatch.setattr(
+        probe, "_detect", lambda network=True: probe.Support(False, "the kernel refused")
+    )
+    assert node_sandbox(asked)["mounts"] is False
+    assert node_sandbox(asked)["reason"] == "the kernel refused"
+    monkeypatch.setenv("SHIPYARD_SANDBOX", "off")
+    off = sandbox_config("ray")
+    assert off == {"enabled": False, "reason": "SHIPYARD_SANDBOX=off"}
+    assert node_sandbox(off) == off

@@ -75,13 +75,26 @@ def enter_sandbox(
     as this instance's processes see them (/opt/ml in a sandbox) and the sandbox (an
     InstanceSandbox, None without one)."""
     real = paths_for(config, host)
-    if holder_pid is None:
-        if config.sandbox.get("reason") and host == config.hosts[0]:
+    if holder_pid is None and not config.mounted:
+        if config.sandbox.get("reason") and (
+            host == config.hosts[0] or "mounts" in config.sandbox  # Ray: nodes decide
+        ):
             log(NO_SANDBOX_NOTE.format(reason=config.sandbox["reason"]))
         return real, None
-    from shipyard.sandbox.instance import InstanceSandbox, enter
+    from shipyard.sandbox.instance import InstanceSandbox, enter, enter_without_network
 
     os.makedirs(real.base, exist_ok=True)
+    if holder_pid is None:  # Ray: mount + UTS namespaces, the node's own network
+        enter_without_network(
+            InstanceSandbox(
+                holder_pid=None,
+                host=host,
+                hosts=dict(config.addresses),
+                tree=real.base,
+                rootless=bool(config.sandbox.get("rootless")),
+            )
+        )
+        return InstancePaths(OPT_ML), None
     box = InstanceSandbox(
         holder_pid=holder_pid,
         host=host,

@@ -47,11 +47,20 @@ class AgentConfig:
     # The instance sandbox (shipyard.sandbox): {"enabled": bool, "reason": why not,
     # "rootless": bool}. Enabled: addresses are on the job's private network and the
     # instance's tree is mounted at /opt/ml; else instances run as plain processes.
+    # Ray: {"enabled": False, "on_node": True} from the control plane, which each node
+    # turns into {"enabled": False, "mounts": bool, "reason": ..., "rootless": bool}:
+    # mount + UTS namespaces only (/opt/ml, algo-k, /etc/hosts), the node's own network.
     sandbox: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sandboxed(self) -> bool:
+        """The full sandbox: namespaces and the job's private network (local backend)."""
         return bool(self.sandbox.get("enabled"))
+
+    @property
+    def mounted(self) -> bool:
+        """The instance sees its tree at /opt/ml and is named algo-k (every sandbox)."""
+        return self.sandboxed or bool(self.sandbox.get("mounts"))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

@@ -23,7 +23,9 @@ log; the tag lets the log reader (shipyard.observe.logs) show them under their o
 Failure: when the command fails on its own (non-zero exit, or a traceback before the job
 was torn down) the wrapper writes the failure text (exception line first,
 shipyard.runtime.failure) to the job's mpi failure file, first writer wins (O_EXCL): the
-earliest failing rank is the root cause; ranks merely killed by the teardown stay silent.
+earliest failing rank is the root cause; ranks merely killed by the teardown stay silent, and
+a rank that exits with a bare code and no traceback (a peer whose MPI connection broke) waits
+a moment for a rank with a traceback to claim first.
 
 init watch: shipyard.horovod's ``init()`` touches ``init.<rank>`` then ``ready.<rank>`` in
 ``$SHIPYARD_MPI_RUN_DIR``. MPI_Init waits for every rank, so a rank that never calls
@@ -53,6 +55,7 @@ from shipyard.runtime.lifeline import die_with_parent
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 TRACEBACK = "Traceback (most recent call last):"
 _TAIL_LINES = 200
+_BARE_EXIT_GRACE = 2.0  # seconds a rank failing without a traceback defers to one with it
 
 
 def rank_tag(host: str, rank: int) -> str:
@@ -209,11 +212,27 @@ class RankWrapper:
             return 0
         err, out = list(pumps[1].tail), list(pumps[0].tail)
         lines = trim_traceback(err if err else out)
-        own = not self.signalled  # not a casualty of the job's teardown
-        if own or any(ln.startswith(TRACEBACK) for ln in lines):
+        has_traceback = any(ln.startswith(TRACEBACK) for ln in lines)
+        # not a casualty of the job's teardown; a bare exit code waits for better evidence
+        own = not self.signalled and (has_traceback or self.still_own_after(_BARE_EXIT_GRACE))
+        if own or has_traceback:
             text = failure.failure_text(code, self.command, "\n".join(lines))
             claim_failure(plan["failure_file"], f"rank {self.rank} ({self.host}): {text}")
         return code if code > 0 else 128 - code
+
+    def still_own_after(self, grace: float) -> bool:
+        """Whether a failure with no traceback is still this rank's own after ``grace`` s.
+
+        When one rank raises, its peers' MPI connections break and some exit at once with a
+        bare code (Open MPI's 14) and nothing on stderr, sometimes before the raising rank's
+        wrapper has read its traceback. Such a peer waits: if a rank with evidence claims the
+        failure meanwhile, or the teardown signals this one, it was a casualty."""
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if self.signalled or os.path.exists(self.plan["failure_file"]):
+                return False
+            time.sleep(0.05)
+        return not self.signalled
 
     def watch_init(self) -> str | None:
         """Wait for the command; if it began hvd.init() but is not through it after

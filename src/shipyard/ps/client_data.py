@@ -32,6 +32,17 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
+_DTYPES: dict[str, np.dtype] = {}
+
+
+def _dtype(name: str) -> np.dtype:
+    """``np.dtype(name)``, looked up once per name (every call checks every array)."""
+    dt = _DTYPES.get(name)
+    if dt is None:
+        dt = _DTYPES[name] = np.dtype(name)
+    return dt
+
+
 # push_pull_begin holds small tensors back until this much waits or push_pull_end
 # comes, so that hooks firing one tensor at a time still share messages
 BUCKET_BYTES = 256 * 1024
@@ -183,8 +194,8 @@ class DataPath:
         name = kp.spec.name
         if out is not None:
             if (
-                tuple(out.shape) != kp.spec.shape
-                or out.dtype != np.dtype(kp.spec.dtype)
+                out.shape != kp.spec.shape
+                or out.dtype != _dtype(kp.spec.dtype)
                 or not out.flags.c_contiguous
             ):
                 raise ShapeMismatchError(
@@ -205,7 +216,11 @@ class DataPath:
 
             def on_reply(m: Message, c: Chunk = c, dest: np.ndarray | None = dest) -> None:
                 arr = m.tensor()
-                if dest is not None and _same_memory(arr, dest):
+                if (  # a small value arrives as bytes: never in place
+                    dest is not None
+                    and not (m.payload and type(m.payload[0]) is bytes)
+                    and _same_memory(arr, dest)
+                ):
                     pass  # the transport received the value right into place
                 elif single and out is None:
                     if not arr.flags.writeable:  # a transport that hands out read-only buffers
@@ -240,12 +255,12 @@ class DataPath:
         return r.dest
 
     def _check(self, kp: KeyPlacement, value: ArrayLike) -> np.ndarray:
-        arr = np.asarray(value)
-        if tuple(arr.shape) != kp.spec.shape:
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+        if arr.shape != kp.spec.shape:
             raise ShapeMismatchError(
                 f"{kp.spec.name}: shape {tuple(arr.shape)} differs from registered {kp.spec.shape}"
             )
-        if arr.dtype != np.dtype(kp.spec.dtype):
+        if arr.dtype != _dtype(kp.spec.dtype):
             raise ShapeMismatchError(
                 f"{kp.spec.name}: dtype {arr.dtype} differs from registered {kp.spec.dtype}"
             )

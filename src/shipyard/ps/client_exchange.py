@@ -65,20 +65,26 @@ class Exchange:
         if self._closed:
             raise PSError("this PSClient is closed")
         with self._lock:
-            pool = wire._pool()
-            n_big = sum(1 for r in reqs if r.nbytes >= PARALLEL_DECODE_MIN)
-            use_pool = self._pool_hash and n_big > 1
-            futures = [
-                pool.submit(r.make, False) if use_pool and r.nbytes >= PARALLEL_DECODE_MIN else None
-                for r in reqs
-            ]
+            use_pool = (
+                self._pool_hash
+                and len(reqs) > 1
+                and sum(1 for r in reqs if r.nbytes >= PARALLEL_DECODE_MIN) > 1
+            )
+            if use_pool:
+                pool = wire._pool()
+                futures = [
+                    pool.submit(r.make, False) if r.nbytes >= PARALLEL_DECODE_MIN else None
+                    for r in reqs
+                ]
+            pending, send = self._pending, self.transport.send
             rids = []
-            for r, fut in zip(reqs, futures):
+            for i, r in enumerate(reqs):
+                fut = futures[i] if use_pool else None
                 frames = fut.result() if fut is not None else r.make(True)
                 rid = r.header.request_id
-                self._pending[rid] = r
+                pending[rid] = r
                 rids.append(rid)
-                self.transport.send(r.shard, frames)
+                send(r.shard, frames)
                 if r.nbytes >= PARALLEL_DECODE_MIN:
                     self._collect(self.transport.poll(0))
             return rids
@@ -90,9 +96,12 @@ class Exchange:
         reply is left behind."""
         timeout = self.timeout if timeout is None else timeout
         mine = set(rids)
+        pending = self._pending
         with self._lock:
             deadline = time.monotonic() + timeout
-            while mine & self._pending.keys():
+            while (  # one request (a small push_pull): no set intersection per wake-up
+                rids[0] in pending if len(rids) == 1 else mine & pending.keys()
+            ):
                 left = deadline - time.monotonic()
                 ready = self.transport.poll(min(left, 1.0)) if left > 0 else []
                 if not ready:

@@ -139,7 +139,9 @@ class WorkerTable:
 
     def advance(self, worker: int, step: int) -> bool:
         """A push at ``step`` happened; True if the worker's progress moved."""
-        st = self.workers.setdefault(worker, WorkerState(worker))
+        st = self.workers.get(worker)
+        if st is None:
+            st = self.workers[worker] = WorkerState(worker)
         if step + 1 > st.progress:
             st.progress = step + 1
             return True

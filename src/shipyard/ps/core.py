@@ -240,7 +240,7 @@ class ServerCore(Commands, JobEnd):
             )
         self.workers.seen(h.worker, now)
         self.joined.add(h.worker)
-        t = MsgType(h.msg_type)
+        t = h.msg_type  # a plain int (IntEnum compares and hashes as one): no enum lookup
         if t == MsgType.HEARTBEAT:
             return []
         if t in DATA_TYPES:

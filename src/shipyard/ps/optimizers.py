@@ -161,9 +161,37 @@ class SGD(Optimizer):
             else:
                 d = buf
         state["step"] = int(state.get("step", 0)) + 1
-        tmp = scratch(3)
-        np.multiply(d, -lr, out=tmp)
+        add_scaled(param, d, -lr, scratch(3))
+
+
+#: elements per block of ``add_scaled``: a block of the gradient, the parameter and the
+#: product (3 x 1 MiB of float32) stays in this machine's cache between the two passes
+BLOCK = 256 * 1024
+#: below this many bytes the whole arrays stay in the last-level cache anyway and blocks
+#: only add calls (measured with benchmarks/ps_mac_cost.py: whole arrays are as fast
+#: up to 4 MiB, blocks 1.2-1.4x faster from 8 MiB; sliced placement's 2 MiB chunks
+#: take the whole-array path)
+BLOCKED_MIN_BYTES = 4 << 20
+
+
+def add_scaled(param: np.ndarray, d: np.ndarray, alpha: float, tmp: np.ndarray) -> None:
+    """``param += alpha * d`` as torch's ``param.add_(d, alpha=alpha)`` rounds it here
+    (the product, then the sum: the same two numpy operations, so the same bits), block
+    by block: the product of a block is still in cache when it is added, where whole
+    arrays would write it to memory and read it back (1.2-1.5x less CPU from 8 MiB up:
+    benchmarks/ps_mac_cost.py)."""
+    n = param.size
+    if param.nbytes <= BLOCKED_MIN_BYTES or not (param.flags.c_contiguous and d.flags.c_contiguous):
+        np.multiply(d, alpha, out=tmp)
         param += tmp
+        return
+    p, g, t = param.reshape(-1), d.reshape(-1), tmp.reshape(-1)
+    for i in range(0, n, BLOCK):
+        j = min(i + BLOCK, n)
+        tt = t[: j - i]
+        np.multiply(g[i:j], alpha, out=tt)
+        pp = p[i:j]
+        np.add(pp, tt, out=pp)
 
 
 class Adam(Optimizer):

@@ -62,13 +62,14 @@ class Replier:
     def _out(
         self, peer: bytes, worker: int, frames: list[Buffer], hold: Hold | None = None
     ) -> Outgoing:
-        self.stats.sent(worker, wire.frames_nbytes(frames))
+        self.stats.sent(worker, sum(map(len, frames)))  # encode's frames are flat byte views
         return Outgoing(peer, frames, hold)
 
     def ok(
         self, peer: bytes, req: Header, mtype: MsgType = MsgType.OK, flags: int = 0, step: int = 0
     ) -> Outgoing:
         """A bodiless reply (OK to INIT and PUSH, with the parameter's version)."""
+        alg = self.alg(req)
         hdr = Header(
             msg_type=mtype,
             key=req.key,
@@ -78,8 +79,9 @@ class Replier:
             shard=self.shard,
             step=step,
             flags=flags,
+            mac_alg=alg,  # set here, so encode need not rebuild the header
         )
-        return self._out(peer, req.worker, wire.encode(self.signer, hdr, alg=self.alg(req)))
+        return self._out(peer, req.worker, wire.encode(self.signer, hdr, alg=alg))
 
     def json(self, peer: bytes, req: Header, obj: Any, mtype: MsgType = MsgType.OK) -> Outgoing:
         hdr = Header(

@@ -211,14 +211,15 @@ class PSServer:
         """The loop; returns the process exit code (0 on a clean stop)."""
         core = self.core
         next_tick = time.monotonic() + TICK_S
+        listener, by_fd, poll = self._listener.fileno(), self._by_fd, self._ep.poll
         try:
             while not self._stop.is_set() and not core.shutdown_requested:
                 timeout = max(0.0, next_tick - time.monotonic())
-                for fd, events in self._ep.poll(timeout):
-                    if fd == self._listener.fileno():
+                for fd, events in poll(timeout):
+                    if fd == listener:
                         self._accept()
                         continue
-                    peer = self._by_fd.get(fd)
+                    peer = by_fd.get(fd)
                     if peer is None:
                         continue
                     if events & select.EPOLLOUT:

@@ -173,13 +173,13 @@ class Shard:
     def check_tensor(self, slot: Slot, dtype_code: int, shape: tuple[int, ...]) -> None:
         """A pushed/initial tensor must match the registered shape and dtype exactly."""
         dt = wire.DTYPE_CODES.get(dtype_code)
-        if dt != slot.dtype.newbyteorder("<") and dt != slot.dtype:
+        if dt != slot.dtype and dt != slot.dtype.newbyteorder("<"):
             err = ShapeMismatchError(
                 f"{slot.label}: dtype {dt.name if dt is not None else dtype_code} differs from registered {slot.dtype.name}"
             )
             err.code = ErrorCode.DTYPE_MISMATCH
             raise err
-        if tuple(shape) != slot.shape:
+        if shape != slot.shape and tuple(shape) != slot.shape:
             raise ShapeMismatchError(
                 f"{slot.label}: shape {tuple(shape)} differs from registered {slot.shape}"
             )

@@ -85,9 +85,18 @@ def tune_socket(sock: socket.socket) -> None:
     sock.setblocking(False)
 
 
+_PREFIX: dict[int, struct.Struct] = {}  # frame count -> the Struct of its prefix
+
+
 def prefix(frames: Sequence[memoryview]) -> bytes:
     """The stream prefix of one message: its frame count and lengths."""
-    return _COUNT.pack(len(frames)) + b"".join(_LEN.pack(len(f)) for f in frames)
+    n = len(frames)
+    st = _PREFIX.get(n)
+    if st is None:
+        st = struct.Struct(f"<I{n}Q")
+        if n <= 64:
+            _PREFIX[n] = st
+    return st.pack(n, *map(len, frames))
 
 
 class Sent:
@@ -302,10 +311,22 @@ class Reader:
                         self._compact()
                     break
                 lens = list(struct.unpack_from(f"<{count}Q", self._stage, self._start + 4))
-                if sum(lens) > self.max_bytes:
+                size = sum(lens)
+                if size > self.max_bytes:
                     raise FramingError(
-                        f"a message of {sum(lens)} bytes (at most {self.max_bytes})", "oversized"
+                        f"a message of {size} bytes (at most {self.max_bytes})", "oversized"
                     )
+                if size <= avail - 4 - 8 * count and max(lens) < SMALL:
+                    # the whole message is here and small (every request and reply of a
+                    # small push_pull): its frames in one go, not frame by frame
+                    at = self._start + 4 + 8 * count
+                    frames: list[Buffer] = []
+                    for n in lens:
+                        frames.append(bytes(view[at : at + n]))
+                        at += n
+                    self._start = at
+                    out.append(frames)
+                    continue
                 self._start += 4 + 8 * count
                 self._lens = lens
                 self._frames = []

@@ -123,6 +123,9 @@ _U64 = struct.Struct("<Q")
 _SESSION_SEQ = struct.Struct("<QQ")
 _GCM_IV = struct.Struct("<QI")  # the 96-bit GCM nonce: u64 seq || u32 0
 _SESSION_OFFSET = HEADER_SIZE - 24  # session, seq, peer close the header
+_LAYOUT_1 = struct.Struct("<IQ")  # the frame layout of a one-frame payload (u32 1, u64 len)
+_LAYOUT_0 = _U32.pack(0)
+_PAD = tuple((0,) * (MAX_NDIM - n) for n in range(MAX_NDIM + 1))  # unused shape slots
 
 
 class MsgType(enum.IntEnum):
@@ -171,8 +174,16 @@ _CODE_OF: dict[str, int] = {dt.str: code for code, dt in DTYPE_CODES.items()}
 FLOAT_CODES = frozenset({1, 2, 3})
 
 
+_CODE_CACHE: dict[Any, int] = {}  # dtype (or what names one) -> wire code, as looked up
+
+
 def dtype_code(dtype: Any) -> int:
-    """Wire code of a numpy dtype (native or little-endian); PSConfigError if unsupported."""
+    """Wire code of a numpy dtype (native or little-endian); PSConfigError if unsupported.
+    (Cached per dtype: every tensor message's header needs one.)"""
+    try:
+        return _CODE_CACHE[dtype]
+    except (KeyError, TypeError):  # not seen yet, or unhashable
+        pass
     dt = np.dtype(dtype)
     if dt.byteorder == ">":
         dt = dt.newbyteorder("<")
@@ -184,6 +195,11 @@ def dtype_code(dtype: Any) -> int:
             f"dtype {np.dtype(dtype)} is not supported on the wire; use one of "
             + ", ".join(str(d) for d in DTYPE_CODES.values())
         )
+    try:
+        if len(_CODE_CACHE) < 256:
+            _CODE_CACHE[dtype] = code
+    except TypeError:  # unhashable: not cached
+        pass
     return code
 
 
@@ -221,18 +237,17 @@ class Header:
     def pack(self, session: int | None = None, seq: int | None = None) -> bytes:
         """Serialize (``session``/``seq`` override the fields: ``encode`` stamps them);
         PSConfigError for fields out of range (a client bug, not wire input)."""
-        if len(self.shape) > MAX_NDIM:
-            raise PSConfigError(
-                f"tensors have at most {MAX_NDIM} dimensions, got {len(self.shape)}"
-            )
-        dims = tuple(int(d) for d in self.shape) + (0,) * (MAX_NDIM - len(self.shape))
-        try:
+        shape = self.shape
+        ndim = len(shape)
+        if ndim > MAX_NDIM:
+            raise PSConfigError(f"tensors have at most {MAX_NDIM} dimensions, got {ndim}")
+        try:  # dims and the other fields go in as they are: struct takes any __index__ int
             return HEADER.pack(
                 MAGIC,
                 PROTOCOL_VERSION,
-                int(self.msg_type),
+                self.msg_type,
                 self.dtype,
-                len(self.shape),
+                ndim,
                 self.flags,
                 self.mac_alg,
                 0,
@@ -242,7 +257,8 @@ class Header:
                 self.shard,
                 self.step,
                 self.nbytes,
-                *dims,
+                *shape,
+                *_PAD[ndim],
                 self.session if session is None else session,
                 self.seq if seq is None else seq,
                 self.peer,
@@ -257,55 +273,31 @@ class Header:
             raise MalformedFrameError(
                 f"header frame is {len(memoryview(buf).cast('B'))} bytes, expected {HEADER_SIZE}"
             )
-        (
-            magic,
-            version,
-            mtype,
-            dtype,
-            ndim,
-            flags,
-            mac_alg,
-            _res,
-            key,
-            worker,
-            rid,
-            shard,
-            step,
-            nbytes,
-            *rest,
-        ) = HEADER.unpack(buf)
-        dims, (session, seq, peer) = rest[:MAX_NDIM], rest[MAX_NDIM:]
-        if magic != MAGIC:
-            err = MalformedFrameError(f"bad magic {magic!r}")
+        # fields by position (HEADER_FORMAT): 0 magic, 1 version, 2 type, 3 dtype, 4 ndim,
+        # 5 flags, 6 mac alg, 7 reserved, 8 key, 9 worker, 10 request id, 11 shard,
+        # 12 step, 13 nbytes, 14-21 shape, 22 session, 23 seq, 24 peer
+        f = HEADER.unpack(buf)
+        if f[0] != MAGIC:
+            err = MalformedFrameError(f"bad magic {f[0]!r}")
             err.code = ErrorCode.BAD_MAGIC
             raise err
-        if version != PROTOCOL_VERSION:
+        if f[1] != PROTOCOL_VERSION:
             err = MalformedFrameError(
-                f"protocol version {version}, this build speaks {PROTOCOL_VERSION}"
+                f"protocol version {f[1]}, this build speaks {PROTOCOL_VERSION}"
             )
             err.code = ErrorCode.BAD_VERSION
             raise err
+        ndim = f[4]
         if ndim > MAX_NDIM:
             raise MalformedFrameError(f"ndim {ndim} > {MAX_NDIM}")
+        # positional: the dataclass's field order (a keyword call costs ~2x here)
         return cls(
-            msg_type=mtype,
-            key=key,
-            worker=worker,
-            request_id=rid,
-            shard=shard,
-            step=step,
-            dtype=dtype,
-            shape=tuple(dims[:ndim]),
-            nbytes=nbytes,
-            flags=flags,
-            mac_alg=mac_alg,
-            session=session,
-            seq=seq,
-            peer=peer,
-        )
+            f[2], f[8], f[9], f[10], f[11], f[12], f[3], f[14 : 14 + ndim], f[13], f[5], f[6],
+            f[22], f[23], f[24],
+        )  # fmt: skip
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     """A decoded, authenticated message: header plus zero-copy payload views."""
 
@@ -326,13 +318,15 @@ class Message:
         return payload_array(self.header, self.payload)
 
 
-def payload_array(header: Header, payload: Sequence[memoryview]) -> np.ndarray:
-    """View the payload frames as the header's dtype and shape.
+def check_layout(header: Header) -> np.dtype:
+    """The header's dtype, once its shape is known to fill exactly ``nbytes``.
 
     Raises MalformedFrameError if the dtype is unknown or the shape does not match
     the byte length.
     """
-    dt = code_dtype(header.dtype)
+    dt = DTYPE_CODES.get(header.dtype)
+    if dt is None:
+        raise MalformedFrameError(f"unknown dtype code {header.dtype}")
     count = 1
     for d in header.shape:
         count *= d
@@ -340,6 +334,12 @@ def payload_array(header: Header, payload: Sequence[memoryview]) -> np.ndarray:
         raise MalformedFrameError(
             f"shape {header.shape} x {dt} is {count * dt.itemsize} bytes, header says {header.nbytes}"
         )
+    return dt
+
+
+def payload_array(header: Header, payload: Sequence[memoryview]) -> np.ndarray:
+    """View the payload frames as the header's dtype and shape (``check_layout``'s errors)."""
+    dt = check_layout(header)
     if len(payload) == 1:
         buf: Buffer = payload[0]
     elif not payload:
@@ -418,11 +418,12 @@ SESSION_KEYS_MAX = 4096  # per-sender AES keys a Signer keeps (HKDF once per ses
 class _Gcm:
     """``cryptography``'s AES-GCM, its two documented entry points: ``one_shot(key)``
     (AESGCM: well under a microsecond for a small message, one additional-data buffer)
-    and ``streaming(key, nonce)`` (a GCM encryptor whose additional data is fed buffer by
+    and ``streaming(cipher_key, nonce)`` (a GCM encryptor whose additional data is fed buffer by
     buffer, so a large payload is authenticated where it lies); and HKDF."""
 
     one_shot: Any
     streaming: Any
+    cipher_key: Any  # key -> the AES key object ``streaming`` takes (made once per session)
     hkdf: Any
 
 
@@ -436,13 +437,13 @@ def _gcm() -> _Gcm | None:
     except ImportError:
         return None
 
-    def streaming(key: bytes, nonce: bytes) -> Any:
-        return Cipher(algorithms.AES(key), modes.GCM(nonce)).encryptor()
+    def streaming(cipher_key: Any, nonce: bytes) -> Any:
+        return Cipher(cipher_key, modes.GCM(nonce)).encryptor()
 
     def hkdf(master: bytes, info: bytes) -> bytes:
         return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(master)
 
-    return _Gcm(one_shot=AESGCM, streaming=streaming, hkdf=hkdf)
+    return _Gcm(one_shot=AESGCM, streaming=streaming, cipher_key=algorithms.AES, hkdf=hkdf)
 
 
 _OPTIONAL = {
@@ -565,7 +566,13 @@ def payload_digest(buf: Buffer, parallel: bool = True, alg: int = MAC_HMAC_SHA25
 
 def as_bytes_view(buf: Buffer) -> memoryview:
     """A flat byte view of any contiguous buffer (numpy arrays included), no copy."""
+    if type(buf) is memoryview and buf.ndim == 1 and buf.format == "B":
+        return buf  # already one (what the stream hands over): the common case, no new view
     if isinstance(buf, np.ndarray):
+        try:  # ~3x cheaper than reshape + view + memoryview, the same bytes
+            return memoryview(buf).cast("B")
+        except (TypeError, ValueError):  # not C-contiguous, or zero-size: the long way
+            pass
         if not buf.flags.c_contiguous:
             raise PSConfigError("tensor payloads must be C-contiguous")
         return memoryview(buf.reshape(-1).view(np.uint8))
@@ -591,7 +598,7 @@ class Signer:
         self.alg = resolve_mac(alg)
         self._poly = _poly1305()  # looked up once, not per message
         self._gcm = _gcm()
-        self._session_keys: dict[int, tuple[bytes, Any]] = {}
+        self._session_keys: dict[int, tuple[Any, Any]] = {}
         # this sender's session: a random 64-bit id, and a counter that never repeats in it
         self.session = secrets.randbits(64) or 1
         self._seq = itertools.count(1)
@@ -656,8 +663,8 @@ class Signer:
             p.update(view)
         return nonce + p.finalize()
 
-    def _session_key(self, session: int) -> tuple[bytes, Any]:
-        """(key, AESGCM) of a sender session: HKDF-SHA256 of the job's GCM key with the
+    def _session_key(self, session: int) -> tuple[Any, Any]:
+        """(AES key object, AESGCM) of a sender session: HKDF-SHA256 of the job's GCM key with the
         session id as info, computed once per session and kept (bounded)."""
         hit = self._session_keys.get(session)
         if hit is None:
@@ -666,7 +673,7 @@ class Signer:
             key = gcm.hkdf(
                 self._gcm_master, b"shipyard.ps.v2 aes-gcm session " + _U64.pack(session)
             )
-            hit = (key, gcm.one_shot(key))
+            hit = (gcm.cipher_key(key), gcm.one_shot(key))
             if len(self._session_keys) >= SESSION_KEYS_MAX:
                 self._session_keys.pop(next(iter(self._session_keys)))
             self._session_keys[session] = hit
@@ -697,10 +704,18 @@ class Signer:
             raise AuthenticationError("aes-gmac needs a full header")
         session, seq = _SESSION_SEQ.unpack_from(header, _SESSION_OFFSET)
         hit = self._session_keys.get(session) or self._session_key(session)
+        iv = _GCM_IV.pack(seq, 0)
+        if len(payload) <= 1:  # the common shapes (a tensor, or nothing) without the lists
+            if not payload:
+                return hit[1].encrypt(iv, b"", header + _LAYOUT_0)
+            v = payload[0]
+            if type(v) is not bytes:
+                v = as_bytes_view(v)
+            if len(v) <= GCM_ONE_SHOT_MAX:
+                return hit[1].encrypt(iv, b"", b"".join((header, _LAYOUT_1.pack(1, len(v)), v)))
         views = [p if type(p) is bytes else as_bytes_view(p) for p in payload]
         lens = [len(v) for v in views]
         layout = struct.pack(f"<I{len(lens)}Q", len(lens), *lens)
-        iv = _GCM_IV.pack(seq, 0)
         if sum(lens) <= GCM_ONE_SHOT_MAX:
             return hit[1].encrypt(iv, b"", b"".join((header, layout, *views)))
         enc = gcm.streaming(hit[0], iv)
@@ -744,6 +759,8 @@ def encode(
     if header.nbytes != total or header.mac_alg != alg:
         header = dataclasses.replace(header, nbytes=total, mac_alg=alg)
     hb = header.pack(session=signer.session, seq=signer.next_seq())
+    if alg == MAC_GMAC:  # the default: no digests to consult, straight to the tag
+        return [hb, *views, signer._gmac(hb, views, None)]
     return [hb, *views, signer.mac(hb, views, digests, parallel, alg)]
 
 
@@ -781,8 +798,13 @@ def decode(
         want = mac_size(header.mac_alg)
         if len(mac) != want:
             raise MalformedFrameError(f"MAC frame is {len(mac)} bytes, expected {want}")
-        total = sum(len(p) for p in payload)
-        if not signer.verify(views[0], payload, mac, parallel, header.mac_alg):
+        total = sum(len(p) for p in payload) if len(payload) != 1 else len(payload[0])
+        if header.mac_alg == MAC_GMAC:  # the default: straight to the tag, no dispatch
+            head = views[0] if type(views[0]) is bytes else bytes(views[0])
+            ok = hmac.compare_digest(signer._gmac(head, payload, None), bytes(mac))
+        else:
+            ok = signer.verify(views[0], payload, mac, parallel, header.mac_alg)
+        if not ok:
             raise AuthenticationError("MAC does not verify (wrong secret or altered message)")
         if guard is not None:  # authentic, but is it new and meant for this receiver?
             guard.check(header)
@@ -799,8 +821,8 @@ def decode(
         if total > header.nbytes:
             raise OversizedFrameError(f"payload is {total} bytes, header announces {header.nbytes}")
         if header.dtype and not header.flags & FLAG_JSON:
-            payload_array(header, payload)  # validates dtype code and shape vs nbytes
-        return Message(header=header, payload=list(payload), wire_bytes=sum(len(v) for v in views))
+            check_layout(header)  # dtype code and shape vs nbytes
+        return Message(header, payload, HEADER_SIZE + total + want)
     except WireError as err:
         err.authenticated = authenticated  # type: ignore[attr-defined]
         err.header = header  # type: ignore[attr-defined]

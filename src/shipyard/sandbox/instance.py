@@ -38,7 +38,7 @@ PREFIX_LEN = 24
 
 @dataclass
 class InstanceSandbox:
-    holder_pid: int
+    holder_pid: int | None  # None: no job network (Ray: mount + UTS namespaces only)
     host: str
     hosts: dict[str, str]  # algo-k -> its address on the job network
     tree: str  # the instance's tree on the host (<job>/instances/algo-k)
@@ -163,6 +163,8 @@ def _listens_locally(port: int) -> bool:
 
 def enter(box: InstanceSandbox) -> None:
     """Move this process into its instance sandbox (see the module docstring)."""
+    if box.holder_pid is None:
+        raise ValueError("enter() needs the job network's holder; see enter_without_network")
     waiter = _pasta_waiter(box)
     holder = f"/proc/{box.holder_pid}/ns"
     _wait_for_holder(box)
@@ -185,6 +187,27 @@ def enter(box: InstanceSandbox) -> None:
     _release_pasta(waiter)
     box.pasta = waiter
     box.pasta_pid = waiter.pid if waiter is not None else None
+    _name_and_mount(box)
+
+
+def enter_without_network(box: InstanceSandbox) -> None:
+    """The Ray backend's sandbox: mount and UTS namespaces only (``/opt/ml``, hostname
+    ``algo-k``, an ``/etc/hosts`` naming every instance's node address); the instance
+    keeps its node's network, since its peers are on other machines. Rootless, it
+    unshares a user namespace of its own in which the user is root (the local backend's
+    instances join the holder's instead)."""
+    if box.rootless:
+        uid, gid = os.getuid(), os.getgid()
+        kernel.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS)
+        kernel.map_root_to(uid, gid)
+    else:
+        kernel.unshare(kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS)
+    _name_and_mount(box)
+
+
+def _name_and_mount(box: InstanceSandbox) -> None:
+    """Hostname, /etc/hosts, /etc/resolv.conf (with pasta's DNS forwarder) and /opt/ml,
+    in the mount and UTS namespaces this process has just unshared."""
     kernel.sethostname(box.host)
     # nothing mounted here may propagate back to the host's mount namespace
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)

@@ -27,9 +27,11 @@ class Support:
     fix: str = ""  # the command or setting that would make it work
 
 
-def _trial(rootless: bool) -> int:
+def _trial(rootless: bool, network: bool = True) -> int:
     """0 when a forked child could unshare the namespaces, else the errno it got."""
-    flags = kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS | kernel.CLONE_NEWNET
+    flags = kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS
+    if network:
+        flags |= kernel.CLONE_NEWNET
     if rootless:
         flags |= kernel.CLONE_NEWUSER
     pid = os.fork()
@@ -44,16 +46,16 @@ def _trial(rootless: bool) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-@lru_cache(maxsize=1)
-def _detect() -> Support:
+@lru_cache(maxsize=2)
+def _detect(network: bool = True) -> Support:
     if not sys.platform.startswith("linux"):
         return Support(False, f"Linux namespaces do not exist on {sys.platform}")
-    if tools.find("ip") is None:
+    if network and tools.find("ip") is None:
         return Support(False, "iproute2's `ip` is not installed", fix="apt-get install iproute2")
     if not os.path.isdir("/opt") or not os.path.exists("/etc/hosts"):
         return Support(False, "this machine has no /opt or no /etc/hosts to map")
     rootless = os.geteuid() != 0
-    code = _trial(rootless)
+    code = _trial(rootless, network)
     if code == 0:
         return Support(True, "", rootless=rootless)
     what = "unprivileged user namespaces" if rootless else "namespaces"
@@ -70,8 +72,13 @@ def _detect() -> Support:
     )
 
 
-def support() -> Support:
-    setting = os.environ.get("SHIPYARD_SANDBOX", "auto").strip().lower()
-    if setting in OFF_VALUES:
+def switched_off() -> bool:
+    return os.environ.get("SHIPYARD_SANDBOX", "auto").strip().lower() in OFF_VALUES
+
+
+def support(network: bool = True) -> Support:
+    """Whether instances can run sandboxed here; ``network=False``: the mount and UTS
+    namespaces only (the Ray backend's sandbox, decided on each node)."""
+    if switched_off():
         return Support(False, "SHIPYARD_SANDBOX=off", fix="unset SHIPYARD_SANDBOX")
-    return _detect()
+    return _detect(network)

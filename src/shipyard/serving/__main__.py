@@ -22,13 +22,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-wait-ms", type=float, default=2.0)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--state-file", default=None)
-    p.add_argument(
-        "--front-end",
-        choices=("builtin", "uvicorn"),
-        default="builtin",
-        help="HTTP layer of the workers; uvicorn (needs uvicorn installed) is measured "
-        "against the built-in one in benchmarks/serving.py",
-    )
     a = p.parse_args(argv)
     return serve(
         ServerConfig(
@@ -43,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
             batch_wait_ms=a.batch_wait_ms,
             threads=a.threads,
             state_file=a.state_file,
-            front_end=a.front_end,
         )
     )
 

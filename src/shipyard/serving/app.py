@@ -16,7 +16,7 @@ import re
 import time
 
 from shipyard.serving.errors import NotFound, ServingError
-from shipyard.serving.http_server import HttpRequest, HttpResponse
+from shipyard.serving.http_types import HttpRequest, HttpResponse
 from shipyard.serving.prometheus import metrics
 from shipyard.serving.protocol import dumps, error_body
 from shipyard.serving.service import Request, Service

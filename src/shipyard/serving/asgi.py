@@ -1,21 +1,20 @@
-"""The worker's ``handler(HttpRequest) -> HttpResponse`` as an ASGI application, so a
-maintained ASGI server (uvicorn over httptools, granian over Rust's hyper) can stand where
-``http_server.py`` does. This is the seam of the front-end A/B in
-``benchmarks/serving.py``; the model, routes and batching are the same objects either way.
+"""The worker's ``handler(HttpRequest) -> HttpResponse`` as an ASGI application: what
+uvicorn serves in a worker (``front_end.py``), and what granian serves in the front-end
+A/B of ``benchmarks/serving.py``; the model, routes and batching are the same objects
+either way.
 
-The body limit is enforced here as the body arrives (413 once it is crossed, from the
-announced length when there is one); everything else of HTTP is the ASGI server's.
+The body limit is also enforced here as the body arrives (413 once it is crossed, from
+the announced length when there is one), for ASGI servers other than ``front_end.py``'s,
+which refuses such a body before it reaches the application.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shipyard.serving.http_server import HttpRequest, HttpResponse
+from shipyard.serving.http_types import HttpRequest, HttpResponse
 
 log = logging.getLogger("shipyard.serving")
 
@@ -88,40 +87,3 @@ def asgi_app(
         await answer(send, response)
 
     return app
-
-
-class UvicornFrontEnd:
-    """uvicorn (httptools parser, the running loop) serving an already-bound, shared
-    socket inside this worker, started and stopped as ``http_server.Server`` is."""
-
-    def __init__(self, handler: Handler, max_body: int, error_body: Callable[[str], bytes]) -> None:
-        import uvicorn
-
-        from shipyard.serving.http_server import KEEPALIVE_TIMEOUT, MAX_CONNECTIONS
-
-        config = uvicorn.Config(
-            asgi_app(handler, max_body, error_body),
-            http="httptools",
-            loop="none",
-            lifespan="off",
-            access_log=False,
-            log_level="warning",
-            timeout_keep_alive=int(KEEPALIVE_TIMEOUT),
-            limit_concurrency=MAX_CONNECTIONS,
-        )
-        self.server = uvicorn.Server(config)
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self, sock: socket.socket, backlog: int = 1024) -> None:
-        # uvicorn's serve() without its signal capture (the worker handles SIGTERM)
-        self._task = asyncio.get_running_loop().create_task(self.server._serve([sock]))
-        while not self.server.started:
-            if self._task.done():
-                self._task.result()
-                raise RuntimeError("uvicorn stopped while starting")
-            await asyncio.sleep(0.01)
-
-    async def stop(self, grace: float = 10.0) -> None:
-        self.server.should_exit = True
-        if self._task is not None:
-            await self._task

@@ -22,7 +22,6 @@ class ServerConfig:
     batch_wait_ms: float = 2.0  # dynamic batching: longest wait for company
     threads: int = 0  # framework threads per worker; 0 = cores / workers
     state_file: str | None = None  # JSON status for whoever started the server
-    front_end: str = "builtin"  # HTTP layer: builtin (http_server.py) | uvicorn (the A/B)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

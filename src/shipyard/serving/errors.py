@@ -10,7 +10,9 @@ and never hold a stack trace.
     │   ├── PayloadTooLarge     413 body over the payload limit
     │   └── UnsupportedMediaType 415 content type or accept not handled
     ├── ModelLoadError          the model directory cannot be served (refused at load)
-    └── HandlerError            the user's inference.py raised (500, its message only)
+    └── HandlerError            the user's inference.py raised (500, its message only;
+                                a RecursionError there is a BadRequest: input nested
+                                too deeply)
 """
 
 from __future__ import annotations

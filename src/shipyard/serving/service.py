@@ -167,6 +167,11 @@ class Service:
             return await asyncio.get_running_loop().run_in_executor(self.handler_pool, fn, *args)
         except ServingError:
             raise
+        except RecursionError as exc:  # input nested past Python's limit: the request's doing
+            raise BadRequest(
+                f"the request is nested too deeply for inference.py to read "
+                f"({type(exc).__name__}: {exc}); send flatter data"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - the user's code failed: its message only
             raise HandlerError(f"{type(exc).__name__}: {exc}") from None
 

@@ -17,7 +17,7 @@ import socket
 import sys
 
 from shipyard.serving.config import CONFIG_ENV, ServerConfig
-from shipyard.serving.http_server import install_uvloop
+from shipyard.serving.front_end import install_uvloop
 
 log = logging.getLogger("shipyard.serving")
 
@@ -48,19 +48,14 @@ def _after_load_threads(n: int) -> None:
 
 async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> None:
     from shipyard.serving.app import App, State
-    from shipyard.serving.asgi import UvicornFrontEnd
     from shipyard.serving.batching import BatchingRunner, DirectRunner
     from shipyard.serving.errors import ShipyardError
-    from shipyard.serving.http_server import Server
+    from shipyard.serving.front_end import FrontEnd
     from shipyard.serving.protocol import error_body
     from shipyard.serving.service import load_service
 
     state = State(config.max_payload_mb, config.execution_parameters())
-    http: Server | UvicornFrontEnd
-    if config.front_end == "uvicorn":
-        http = UvicornFrontEnd(App(state), state.max_payload, error_body)
-    else:
-        http = Server(App(state), state.max_payload, error_body)
+    http = FrontEnd(App(state), state.max_payload, error_body)
     await http.start(sock, backlog=1024)  # /ping answers 503 while the model loads
     model_runner: DirectRunner = DirectRunner()
     if config.batch_size > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import tarfile
@@ -9,6 +10,7 @@ import time
 
 import pytest
 
+from shipyard.sandbox import probe
 from tests.conftest import job_processes
 from tests.integration.ray_backend.conftest import (
     NODE_CPUS,
@@ -29,7 +31,11 @@ def test_contract_on_three_nodes(ray_session, ray_cluster, write_script, tmp_pat
         tmp_path,
         job_name=job,
         cpus=str(NODE_CPUS),
-        base_of=lambda host: os.path.join(ray_cluster.workdir, job, "instances", host),
+        base_of=lambda host: (
+            "/opt/ml"  # each instance in its own mount namespace (docs/sandbox.md)
+            if probe.support(network=False).ok
+            else os.path.join(ray_cluster.workdir, job, "instances", host)
+        ),
     )
     # each instance on a node of its own, named by the node's real address
     assert sorted(table.values()) == sorted(NODE_IPS)
@@ -38,6 +44,65 @@ def test_contract_on_three_nodes(ray_session, ray_cluster, write_script, tmp_pat
     assert desc["Shipyard"]["Backend"] == f"ray@{ray_cluster.address}"
     assert leftovers(ray_cluster.workdir, job) == []
     assert job_processes(ray_cluster.workdir) == [] and keepers(job) == []
+
+
+RAY_HARD_CODED = r"""
+import glob, json, os, socket, subprocess
+rc = json.load(open("/opt/ml/input/config/resourceconfig.json"))
+host = rc["current_host"]
+data = sorted(open(p).read() for p in glob.glob("/opt/ml/input/data/training/*"))
+getent = subprocess.run(["getent", "hosts", *rc["hosts"]], capture_output=True, text=True)
+os.makedirs("/opt/ml/model/1", exist_ok=True)
+with open(f"/opt/ml/model/1/{host}.json", "w") as fh:
+    json.dump({"data": data, "hostname": socket.gethostname(), "getent": getent.stdout,
+               "model_dir": os.environ["SM_MODEL_DIR"]}, fh)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_hard_coded_opt_ml_hostname_and_getent_on_ray(
+    ray_session, ray_cluster, write_script, tmp_path
+):
+    """Each Ray instance in its own mount + UTS namespace (docs/sandbox.md): a script
+    using only /opt/ml paths writes into its own instance's model, hostname is algo-k and
+    libc's getent resolves every algo-k to its node's address; the host's /opt/ml is
+    untouched."""
+    import shipyard
+    from shipyard.sandbox import probe
+
+    if not probe.support(network=False).ok:
+        pytest.skip(f"no mount/UTS namespaces here: {probe.support(network=False).reason}")
+    before = sorted(os.listdir("/opt/ml")) if os.path.isdir("/opt/ml") else None
+    train = tmp_path / "train"
+    train.mkdir()
+    (train / "a.csv").write_text("1,2\n")
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=write_script("train.py", RAY_HARD_CODED),
+        instance_count=2,
+        instance_type="local",
+        session=ray_session,
+    )
+    est.fit({"training": str(train)}, job_name="ray-hard-coded")
+    desc = est.latest_training_job.describe()
+    address = {i["Host"]: i["Address"] for i in desc["Shipyard"]["Instances"]}
+    assert sorted(address.values()) == sorted(set(address.values()))  # two nodes
+    with tarfile.open(est.model_data.removeprefix("file://")) as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+        records = {n: json.load(tar.extractfile(n)) for n in names}
+    assert names == ["1/algo-1.json", "1/algo-2.json"]
+    resolved = {
+        line.split()[1]: line.split()[0] for line in records["1/algo-1.json"]["getent"].splitlines()
+    }
+    assert resolved == address
+    for host in ("algo-1", "algo-2"):
+        record = records[f"1/{host}.json"]
+        assert record["hostname"] == host
+        assert record["data"] == ["1,2\n"]
+        assert record["model_dir"] == "/opt/ml/model"
+        assert record["getent"] == records["1/algo-1.json"]["getent"]
+    assert (sorted(os.listdir("/opt/ml")) if os.path.isdir("/opt/ml") else None) == before
+    _assert_on_nodes(ray_session, ray_cluster)
 
 
 @pytest.mark.timeout(120)

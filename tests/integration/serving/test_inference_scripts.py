@@ -29,6 +29,8 @@ def model_fn(model_dir):
     return {"scale": float(open(model_dir + "/scale.txt").read())}
 
 def input_fn(body, content_type):
+    if content_type == "application/x-nested":
+        return np.array(json.loads(body))
     if content_type != "text/plain":
         raise ValueError("send text/plain")
     return np.array([float(v) for v in body.decode().split()])
@@ -71,6 +73,14 @@ def test_python_trio_and_transform_fn(tmp_path):
             addr, "POST", "/invocations", "1", {"Content-Type": "application/json"}
         )
         assert status == 500 and json.loads(body) == {"error": "ValueError: send text/plain"}
+        # input nested past Python's recursion limit in the user's input_fn is the
+        # request's fault: 400 with a message, not a 500
+        deep = "[" * 100_000 + "]" * 100_000
+        status, _, body = call(
+            addr, "POST", "/invocations", deep, {"Content-Type": "application/x-nested"}
+        )
+        error = json.loads(body)["error"]
+        assert status == 400 and "RecursionError" in error and "nested too deeply" in error
     other = _model_dir(tmp_path / "tf", {"code/inference.py": TRANSFORM})
     with server(other, str(tmp_path), "--framework", "python") as addr:
         status, ctype, body = call(

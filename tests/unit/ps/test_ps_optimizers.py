@@ -99,6 +99,21 @@ def test_update_is_in_place_and_leaves_grad_untouched():
     assert id(p) == before and np.all(p < 1) and np.all(g == 2)
 
 
+def test_blocked_sgd_step_gives_the_same_bits_as_whole_arrays():
+    """add_scaled works block by block (cache-sized) on large parameters: the product
+    and the sum per element are the same two roundings, so the bits must not change."""
+    from shipyard.ps.optimizers import BLOCK, BLOCKED_MIN_BYTES, add_scaled
+
+    rng = np.random.default_rng(3)
+    n = BLOCKED_MIN_BYTES // 4 + BLOCK + 123  # past the threshold, with a ragged end
+    p = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal(n).astype(np.float32)
+    g.setflags(write=False)
+    want = p + np.multiply(g, np.float32(-0.037))
+    add_scaled(p, g, -0.037, np.empty_like(p))
+    assert np.array_equal(p, want)
+
+
 def test_lr_change_takes_effect():
     opt = make_optimizer({"name": "sgd", "lr": 1.0})
     p = np.zeros(2, np.float32)

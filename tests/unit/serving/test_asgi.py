@@ -9,7 +9,7 @@ import asyncio
 import json
 
 from shipyard.serving.asgi import asgi_app
-from shipyard.serving.http_server import HttpRequest, HttpResponse
+from shipyard.serving.http_types import HttpRequest, HttpResponse
 from shipyard.serving.protocol import error_body
 
 LIMIT = 100

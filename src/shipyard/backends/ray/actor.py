@@ -37,6 +37,23 @@ def node_env(forwarded: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def node_sandbox(asked: dict) -> dict:
+    """The instance's sandbox on this node: mount + UTS namespaces (/opt/ml, algo-k,
+    /etc/hosts with the nodes' addresses) where this node's kernel allows them, decided
+    here since nodes may differ; the reason in the agent's log where it does not."""
+    if not asked.get("on_node"):
+        return asked
+    from shipyard.sandbox import probe
+
+    support = probe.support(network=False)
+    return {
+        "enabled": False,
+        "mounts": support.ok,
+        "rootless": support.rootless,
+        "reason": support.reason,
+    }
+
+
 class InstanceActor:
     def __init__(self, job_name: str, host: str) -> None:
         self.layout = NodeLayout.for_instance(job_name, host)
@@ -55,6 +72,7 @@ class InstanceActor:
         config = localize(config, self.layout, data)
         ip = ray.util.get_node_ip_address()
         config["network_interface_name"] = interface_of(ip, config["network_interface_name"])
+        config["sandbox"] = node_sandbox(config.get("sandbox") or {})
         write_private(self.layout.config_path, json.dumps(config, indent=1, sort_keys=True))
         open(self.layout.log_path, "wb").close()
         argv = [
