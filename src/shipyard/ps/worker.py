@@ -102,21 +102,25 @@ def report_done(
 ) -> None:
     """DONE to every shard; wait for the job's end; write the merged report.
 
-    ``resend_for``: how long DONE is sent again after transport errors. A stopped worker
-    passes 0: its job is being torn down, the shards are going or gone, and its agent
-    SIGKILLs it after the stop grace, so resending past its own short ``timeout`` only
-    held every stopped ps job until that SIGKILL (about 5 s)."""
+    ``resend_for``: for how many seconds of transport errors in a row DONE is sent again.
+    A worker whose command ended passes RETRY_DONE_S: the shards refusing that long are
+    gone (the job ended without this rank), and before this bound such a worker resent for
+    its whole 30-day wait until the job's end killed it. A stopped worker passes its own
+    short wait: its job is being torn down and its agent SIGKILLs it after the stop
+    grace."""
     client = PSClient(heartbeat_interval=0, connect=False, timeout=timeout)
     try:
         deadline = time.monotonic() + timeout
         # a loaded machine may refuse or reset a connection for a moment: DONE is
-        # idempotent at the shard, so it is sent again (bounded) rather than given up
-        retry_until = time.monotonic() + max(timeout, resend_for)
+        # idempotent at the shard, so it is sent again, for ``resend_for`` seconds of
+        # errors in a row (shards that refuse for longer are gone), never past the deadline
+        failing_since: float | None = None
         while True:
             try:
                 answers = client.finish(status, error, timeout=min(CHECK_EVERY_S, timeout))
                 break
             except PSTimeoutError:
+                failing_since = None  # connected: the shards are alive, only still busy
                 if time.monotonic() >= deadline:
                     raise
                 # still training elsewhere, or the shards are gone (the job ended without
@@ -125,7 +129,9 @@ def report_done(
             except (RemoteError, PSConfigError):
                 raise
             except PSError as exc:
-                if time.monotonic() >= min(retry_until, deadline + resend_for):
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= resend_for or now >= deadline:
                     raise
                 log.info("DONE not delivered (%s); sending it again", exc)
                 time.sleep(0.5)
@@ -168,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # report gets WAIT_WHEN_STOPPED_S in all, in a thread this exit does not wait for.
     reporter = threading.Thread(
         target=_report,
-        args=(status, error, args.report, WAIT_WHEN_STOPPED_S, 0.0),
+        args=(status, error, args.report, WAIT_WHEN_STOPPED_S, WAIT_WHEN_STOPPED_S),
         name="ps-worker-done",
         daemon=True,
     )
