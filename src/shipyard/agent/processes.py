@@ -57,13 +57,44 @@ def kill_survivors(procs: list, grace: float, settle: float) -> None:
     rest, and wait up to ``settle`` seconds for them to be gone."""
     import psutil
 
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+    alive = wait_gone(procs, timeout=grace)
     for proc in alive:
         try:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=settle)
+    wait_gone(alive, timeout=settle)
+
+
+def wait_gone(procs: list, timeout: float) -> list:
+    """Wait up to ``timeout`` seconds for psutil processes to end; returns those still
+    running. This process's own children are reaped here; a zombie that is not ours has
+    ended and counts as gone. (``psutil.wait_procs`` waits until such a zombie has been
+    reaped, which is up to its new parent: an orphan's is init, and an init that reaps
+    every couple of seconds held every stop that long.)"""
+    import psutil
+
+    me = os.getpid()
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    pending = list(procs)
+    while True:
+        running = []
+        for proc in pending:
+            try:
+                if proc.ppid() == me:
+                    proc.wait(0)  # ours: reap it (TimeoutExpired while it runs)
+                elif proc.status() != psutil.STATUS_ZOMBIE:
+                    running.append(proc)
+            except psutil.TimeoutExpired:
+                running.append(proc)
+            except psutil.Error:  # gone (or reaped by its parent meanwhile)
+                pass
+        if not running or time.monotonic() >= deadline:
+            return running
+        pending = running
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.05)
 
 
 class Supervisor:

@@ -22,6 +22,7 @@ import time
 import psutil
 
 from shipyard.agent.config import AgentConfig
+from shipyard.agent.processes import wait_gone
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 from shipyard.errors import BackendError
 
@@ -164,7 +165,7 @@ class LocalBackend:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
-        psutil.wait_procs(victims, timeout=5)
+        wait_gone(victims, timeout=5)  # a zombie init has yet to reap has ended
         # a holder whose instances have all ended sees them gone and exits
         for holder, pids in list(self._holders):
             if all(p in self._procs and self._procs[p].poll() is not None for p in pids):

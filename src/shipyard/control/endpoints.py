@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from shipyard.agent.processes import kill_survivors
+from shipyard.agent.processes import kill_survivors, wait_gone
 from shipyard.control import schema, staging
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import StrEnum
@@ -527,7 +527,7 @@ def _stop_leftovers(endpoint_dir: str) -> None:
                 left.append(proc)
         except psutil.Error:
             continue
-    _, alive = psutil.wait_procs(left, timeout=3)
+    alive = wait_gone(left, timeout=3)
     for proc in alive:
         try:
             proc.kill()

@@ -97,19 +97,30 @@ def write_json(path: str, obj: object) -> None:
     os.replace(tmp, path)
 
 
-def report_done(status: int, error: str, report_path: str | None, timeout: float) -> None:
-    """DONE to every shard; wait for the job's end; write the merged report."""
+def report_done(
+    status: int, error: str, report_path: str | None, timeout: float, resend_for: float
+) -> None:
+    """DONE to every shard; wait for the job's end; write the merged report.
+
+    ``resend_for``: for how many seconds of transport errors in a row DONE is sent again.
+    A worker whose command ended passes RETRY_DONE_S: the shards refusing that long are
+    gone (the job ended without this rank), and before this bound such a worker resent for
+    its whole 30-day wait until the job's end killed it. A stopped worker passes its own
+    short wait: its job is being torn down and its agent SIGKILLs it after the stop
+    grace."""
     client = PSClient(heartbeat_interval=0, connect=False, timeout=timeout)
     try:
         deadline = time.monotonic() + timeout
         # a loaded machine may refuse or reset a connection for a moment: DONE is
-        # idempotent at the shard, so it is sent again (bounded) rather than given up
-        retry_until = time.monotonic() + max(timeout, RETRY_DONE_S)
+        # idempotent at the shard, so it is sent again, for ``resend_for`` seconds of
+        # errors in a row (shards that refuse for longer are gone), never past the deadline
+        failing_since: float | None = None
         while True:
             try:
                 answers = client.finish(status, error, timeout=min(CHECK_EVERY_S, timeout))
                 break
             except PSTimeoutError:
+                failing_since = None  # connected: the shards are alive, only still busy
                 if time.monotonic() >= deadline:
                     raise
                 # still training elsewhere, or the shards are gone (the job ended without
@@ -118,7 +129,9 @@ def report_done(status: int, error: str, report_path: str | None, timeout: float
             except (RemoteError, PSConfigError):
                 raise
             except PSError as exc:
-                if time.monotonic() >= min(retry_until, deadline + RETRY_DONE_S):
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= resend_for or now >= deadline:
                     raise
                 log.info("DONE not delivered (%s); sending it again", exc)
                 time.sleep(0.5)
@@ -152,15 +165,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not cmd:
         p.error("no command given: python -m shipyard.ps.worker -- python train.py ...")
     status, error, stopped = run_command(cmd)
+    if not stopped:
+        _report(status, error, args.report, WAIT_FOR_JOB_S, RETRY_DONE_S)
+        return status
+    # Stopped: the job is being torn down and this wrapper's agent SIGKILLs it after the
+    # stop grace. A shard whose instance is already gone does not refuse a connection, it
+    # never answers (a connect blocks for the transport's whole connect timeout), so the
+    # report gets WAIT_WHEN_STOPPED_S in all, in a thread this exit does not wait for.
+    reporter = threading.Thread(
+        target=_report,
+        args=(status, error, args.report, WAIT_WHEN_STOPPED_S, WAIT_WHEN_STOPPED_S),
+        name="ps-worker-done",
+        daemon=True,
+    )
+    reporter.start()
+    reporter.join(WAIT_WHEN_STOPPED_S)
+    if reporter.is_alive():
+        print(
+            "shipyard.ps: could not report the end of this worker to the shards: no answer "
+            f"within {WAIT_WHEN_STOPPED_S:.0f}s of the stop",
+            file=sys.stderr,
+            flush=True,
+        )
+    return status
+
+
+def _report(
+    status: int, error: str, report_path: str | None, timeout: float, resend_for: float
+) -> None:
     try:
-        report_done(status, error, args.report, WAIT_WHEN_STOPPED_S if stopped else WAIT_FOR_JOB_S)
+        report_done(status, error, report_path, timeout, resend_for)
     except (PSError, OSError) as exc:
         print(
             f"shipyard.ps: could not report the end of this worker to the shards: {exc}",
             file=sys.stderr,
             flush=True,
         )
-    return status
 
 
 if __name__ == "__main__":

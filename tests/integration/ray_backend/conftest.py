@@ -1,4 +1,6 @@
-"""A real 3-node Ray cluster on this machine, shared by the Ray backend tests of a module.
+"""A real 3-node Ray cluster on this machine, shared by the Ray backend tests of this
+package (test_ray_backend and test_ray_mpi: one start, about 10 s, instead of one per
+module; the node-death test puts its node back).
 
 Each node gets its own loopback IP (127.0.0.12-14), the documented way to run a
 multi-node cluster on one machine: every node then counts as a machine of its own, and
@@ -67,7 +69,7 @@ class RayCluster:
         self.cluster.shutdown()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def ray_cluster():
     workdir = tempfile.mkdtemp(prefix="shipyard-ray-nodes-")
     old = os.environ.get("SHIPYARD_RAY_WORKDIR")

@@ -3,8 +3,12 @@
 env)"`` does before a notebook starts). The SDK and boto3 then run unmodified.
 
 The one concession to test time: the SageMaker SDK sleeps 30 s between DescribeEndpoint
-polls and 10 s between log polls; ``fast_polls`` caps its sleeps at 0.5 s (the calls and
-their order are unchanged).
+polls and 10 s between log polls, and while it tails a training job's logs it asks for the
+job's status only once 30 s of ``time.time()`` have passed since it last asked.
+``fast_polls`` caps its sleeps at 0.2 s and moves the clock the SDK reads forward by the
+part of each sleep it skipped, so the SDK sees the time it asked to sleep go by: the calls
+and their order are unchanged (a status check every third log poll instead of every 30 s
+of real time, which alone held each ``fit(logs=True)`` up to 30 s after its job ended).
 """
 
 from __future__ import annotations
@@ -150,11 +154,14 @@ def _reset_clients() -> None:
     s3_store._CLIENTS.clear()
 
 
+CAP_S = 0.2  # the longest real sleep fast_polls lets the SDK take
+
+
 @pytest.fixture
 def fast_polls(monkeypatch):
     import sagemaker.session
 
-    real = time.sleep
+    skipped = 0.0  # seconds the SDK asked to sleep but did not
 
     class _Time:
         def __getattr__(self, name):
@@ -162,7 +169,17 @@ def fast_polls(monkeypatch):
 
         @staticmethod
         def sleep(seconds: float) -> None:
-            real(min(seconds, 0.5))
+            nonlocal skipped
+            time.sleep(min(seconds, CAP_S))
+            skipped += max(seconds - CAP_S, 0.0)
+
+        @staticmethod
+        def time() -> float:
+            return time.time() + skipped
+
+        @staticmethod
+        def monotonic() -> float:
+            return time.monotonic() + skipped
 
     monkeypatch.setattr(sagemaker.session, "time", _Time())
     yield

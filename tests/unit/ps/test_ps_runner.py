@@ -4,6 +4,7 @@ when shards end (job_outcome), the job's final report, the worker wrapper."""
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 
@@ -12,7 +13,9 @@ from shipyard.agent.layout import paths_for
 from shipyard.agent.runners import native_ps
 from shipyard.agent.runners.api import InstanceContext
 from shipyard.errors import DistributionError
+from shipyard.ps import worker as ps_worker
 from shipyard.ps.consistency import WorkerTable, job_outcome
+from shipyard.ps.errors import PSError
 from shipyard.ps.options import PSOptions
 from shipyard.ps.stats import NEVER_USED, final_report
 from shipyard.ps.worker import run_command
@@ -196,3 +199,78 @@ def test_job_outcome_gives_a_rank_that_left_time_to_report_its_end():
     table.leave(0)  # closed its client, still saving its model
     assert job_outcome(1, {}, table, {0}, 30.0, 0.0, 60) is None
     assert "never reported its end" in job_outcome(1, {}, table, {0}, 61.0, 0.0, 60)[0]["lost"]
+
+
+class _Clock:
+    """The worker wrapper's clock, virtual: sleeps move it, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _GoneShards:
+    """A PSClient whose shards are gone: every DONE is refused, and counted."""
+
+    sent = 0
+
+    def __init__(self, **_kw) -> None:
+        pass
+
+    def finish(self, *_a, **_kw):
+        type(self).sent += 1
+        raise PSError("connection refused by shard 1")
+
+    def close(self, leave: bool = True) -> None:
+        pass
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_wrapper_resends_done_to_gone_shards_only_while_its_job_may_still_want_it(
+    monkeypatch, capsys, stopped
+):
+    """A stopped worker (its job is being torn down) gives up on DONE within its own
+    short wait; before, it resent for RETRY_DONE_S (15 s) and every stopped ps job waited
+    for the agent's SIGKILL at the end of the stop grace. A worker whose command simply
+    ended resends for RETRY_DONE_S of refusals in a row (a loaded machine may refuse for a
+    moment), then gives up: before, it resent every 0.5 s for its whole 30-day wait."""
+    clock = _Clock()
+    monkeypatch.setattr(ps_worker, "time", clock)
+    monkeypatch.setattr(ps_worker, "PSClient", _GoneShards)
+    monkeypatch.setattr(ps_worker, "run_command", lambda cmd: (143, "", stopped))
+    _GoneShards.sent = 0
+    assert ps_worker.main(["--", "python", "train.py"]) == 143
+    assert "could not report the end of this worker" in capsys.readouterr().err
+    if stopped:
+        assert clock.now <= ps_worker.WAIT_WHEN_STOPPED_S + 0.5, clock.now
+        assert 1 <= _GoneShards.sent <= 5
+    else:
+        assert ps_worker.RETRY_DONE_S <= clock.now <= ps_worker.RETRY_DONE_S + 1, clock.now
+
+
+@pytest.mark.timeout(60)  # a hang guard: before the fix main() never returned here
+def test_a_stopped_wrapper_does_not_wait_on_a_shard_that_never_answers(monkeypatch, capsys):
+    """The shard's instance is gone: a connect to it is not refused, it hangs (for the
+    transport's 5 s connect timeout, longer than the agent's stop grace), so the stopped
+    wrapper lived until its agent SIGKILLed it. It now gives its report
+    WAIT_WHEN_STOPPED_S in all and exits with its command's status."""
+    released = threading.Event()
+
+    class _SilentShards(_GoneShards):
+        def finish(self, *_a, **_kw):
+            released.wait()  # a connect that never completes
+            raise PSError("released at the end of the test")
+
+    monkeypatch.setattr(ps_worker, "WAIT_WHEN_STOPPED_S", 0.2)
+    monkeypatch.setattr(ps_worker, "PSClient", _SilentShards)
+    monkeypatch.setattr(ps_worker, "run_command", lambda cmd: (143, "", True))
+    try:
+        assert ps_worker.main(["--", "python", "train.py"]) == 143
+        assert "no answer within" in capsys.readouterr().err
+    finally:
+        released.set()

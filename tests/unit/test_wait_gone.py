@@ -1,0 +1,55 @@
+"""Stopping processes waits for them to end, not for someone else to reap them.
+
+A process whose parent does not reap it at once (an orphan's new parent is init, which
+here reaps every couple of seconds) stays a zombie: it has ended. ``psutil.wait_procs``
+kept waiting for such a zombie until its timeout, and every job stop, endpoint delete
+and instance teardown that had orphans waited with it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+
+from shipyard.agent.processes import wait_gone
+
+# A parent that starts a child which exits at once, and never reaps it: the child stays
+# a zombie for as long as this parent lives (the test's stand-in for a slow init).
+NEGLECTFUL_PARENT = """
+import os, sys, time
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+print(pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_zombie_someone_else_has_yet_to_reap_counts_as_gone():
+    parent = subprocess.Popen(
+        [sys.executable, "-c", NEGLECTFUL_PARENT], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        zombie = psutil.Process(int(parent.stdout.readline()))
+        while zombie.status() != psutil.STATUS_ZOMBIE:
+            pass
+        # what the stops used to call: the ended process is still "alive" at its timeout
+        _, alive = psutil.wait_procs([zombie], timeout=0.2)
+        assert alive == [zombie]
+        assert wait_gone([zombie], timeout=60) == []
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_own_children_are_reaped_and_running_ones_reported():
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        done_proc, running_proc = psutil.Process(done.pid), psutil.Process(running.pid)
+        assert wait_gone([done_proc, running_proc], timeout=0.3) == [running_proc]
+        assert not psutil.pid_exists(done.pid)  # reaped, not left a zombie
+    finally:
+        running.kill()
+        running.wait()
