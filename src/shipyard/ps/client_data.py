@@ -167,6 +167,8 @@ class DataPath:
         msg = self._round_trip_one(
             c.shard, MsgType.PUSH_PULL, c.key_id, arr, wire.dtype_code(kp.spec.dtype), name
         )
+        if msg is None:  # another thread's request is in flight
+            return None
         value = msg.tensor()  # the reply's own dtype and shape (decode checked they fit)
         if out is None:
             value = value.copy()  # a small value arrives as (read-only) bytes

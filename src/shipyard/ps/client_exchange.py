@@ -137,11 +137,12 @@ class Exchange:
 
     def _round_trip_one(
         self, shard: int, mtype: int, key: int, payload: Any, dtype: int, label: str
-    ) -> Message:
-        """Send one tensor request and return its verified reply, with no other request
-        in flight (the caller checked): the exchange of ``_send`` + ``_wait`` for that
-        case, without request objects. The same header fields, MAC, replay guard,
-        stray/replayed-reply handling, error mapping and timeout."""
+    ) -> Message | None:
+        """Send one tensor request and return its verified reply when no other request
+        is in flight: the exchange of ``_send`` + ``_wait`` for that case, without
+        request objects. The same header fields, MAC, replay guard, stray/replayed-reply
+        handling, error mapping and timeout. None (nothing sent) when another thread's
+        request is in flight: its reply must reach it, so the general path goes."""
         if self._closed:
             raise PSError("this PSClient is closed")
         peer = self._peers[shard]
@@ -157,6 +158,8 @@ class Exchange:
         poll, recv = transport.poll, transport.recv
         timeout = self.timeout
         with self._lock:
+            if self._pending:  # checked under the lock: no request can start meanwhile
+                return None
             transport.send(shard, wire.encode(self.signer, hdr, (payload,)))
             deadline = time.monotonic() + timeout
             while True:
