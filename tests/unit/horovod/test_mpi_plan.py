@@ -227,14 +227,16 @@ def test_a_default_the_user_repeats_is_given_once():
         assert argv.count(flag) == 1, argv
 
 
-def _rank_plan(tmp_path: Path) -> dict:
+def _start_rank_1(tmp_path: Path, exit_code: int) -> tuple[subprocess.Popen, Path]:
+    """The real rank wrapper, as mpirun starts rank 1 of a 2 x 2 job, running a command
+    that exits with ``exit_code`` and prints nothing; returns it and the failure file."""
     for host in ("algo-1", "algo-2"):
         agent = tmp_path / "instances" / host / "agent"
         agent.mkdir(parents=True)
         (agent / "process-env.json").write_text(json.dumps({"SHIPYARD_ATTEMPT": ""}))
         (tmp_path / "instances" / host / "code").mkdir()
     (tmp_path / "run").mkdir()
-    return {
+    plan = {
         "hosts": ["algo-1", "algo-2"],
         "processes_per_host": 2,
         "instances_dir": str(tmp_path / "instances"),
@@ -245,37 +247,28 @@ def _rank_plan(tmp_path: Path) -> dict:
         "failure_file": str(tmp_path / "failure"),
         "init_timeout": 0,
     }
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    rank = subprocess.Popen(
+        [sys.executable, "-m", "shipyard.mpi.rank", "--plan", str(plan_file), "--"]
+        + [sys.executable, "-c", f"import sys; sys.exit({exit_code})"],
+        env=dict(os.environ, OMPI_COMM_WORLD_RANK="1"),
+    )
+    return rank, tmp_path / "failure"
 
 
 def test_a_bare_exit_defers_to_the_rank_with_a_traceback(tmp_path):
     """A peer whose MPI connection broke exits 14 with nothing on stderr, sometimes before
     the raising rank's wrapper has read its traceback (seen on a loaded CI machine): the
     traceback, not the bare exit, is the job's cause."""
-    plan = _rank_plan(tmp_path)
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan))
-    env = dict(os.environ, OMPI_COMM_WORLD_RANK="1")
-    bare = subprocess.Popen(
-        [sys.executable, "-m", "shipyard.mpi.rank", "--plan", str(plan_file), "--"]
-        + [sys.executable, "-c", "import sys; sys.exit(14)"],
-        env=env,
-    )
+    bare, failure_file = _start_rank_1(tmp_path, 14)
     time.sleep(1.0)  # the bare exit happened first; the raising rank claims after it
-    assert mpi_rank.claim_failure(plan["failure_file"], "rank 3 (algo-2): ValueError: lost")
+    assert mpi_rank.claim_failure(str(failure_file), "rank 3 (algo-2): ValueError: lost")
     assert bare.wait(timeout=30) == 14
-    assert Path(plan["failure_file"]).read_text() == "rank 3 (algo-2): ValueError: lost"
+    assert failure_file.read_text() == "rank 3 (algo-2): ValueError: lost"
 
 
 def test_a_bare_exit_alone_is_still_the_cause(tmp_path):
-    plan = _rank_plan(tmp_path)
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan))
-    env = dict(os.environ, OMPI_COMM_WORLD_RANK="1")
-    code = subprocess.call(
-        [sys.executable, "-m", "shipyard.mpi.rank", "--plan", str(plan_file), "--"]
-        + [sys.executable, "-c", "import sys; sys.exit(3)"],
-        env=env,
-        timeout=30,
-    )
-    assert code == 3
-    assert Path(plan["failure_file"]).read_text().startswith("rank 1 (algo-1): ")
+    bare, failure_file = _start_rank_1(tmp_path, 3)
+    assert bare.wait(timeout=30) == 3
+    assert failure_file.read_text().startswith("rank 1 (algo-1): ")
