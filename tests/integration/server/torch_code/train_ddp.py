@@ -23,6 +23,10 @@ def main():
     )
     if dist.get_rank() == 0:
         torch.save(model.module.state_dict(), os.path.join(os.environ["SM_MODEL_DIR"], "model.pth"))
+    # every rank tears gloo down together, as torch's docs ask: a rank destroying its group
+    # while rank 0 still saved was once killed by gloo's own SIGABRT ("terminate called
+    # without an active exception")
+    dist.barrier()
     dist.destroy_process_group()
 
 
