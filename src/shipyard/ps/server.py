@@ -45,6 +45,7 @@ from .stream import (
     Reader,
     Sent,
     Writer,
+    close_watched,
     parse_endpoint,
     tune_socket,
 )
@@ -138,13 +139,7 @@ class PSServer:
         log.debug("shard %d: dropping connection %s: %s", self.config.index, peer.id, why)
         self._peers.pop(peer.id, None)
         peer.writer.drop()  # its holds are released: nothing will read those buffers
-        fd = peer.sock.fileno()
-        self._by_fd.pop(fd, None)
-        try:
-            self._ep.unregister(fd)
-        except (OSError, ValueError):  # pragma: no cover - already gone
-            pass
-        peer.sock.close()
+        self._by_fd.pop(close_watched(self._ep, peer.sock), None)
 
     def _flush(
         self, peer: _Peer, frames: Sequence[Buffer] | None = None, sent: Sent | None = None

@@ -89,6 +89,18 @@ _PREFIX: dict[int, struct.Struct] = {}  # frame count -> the Struct of its prefi
 _LENS: dict[int, struct.Struct] = {}  # frame count -> the Struct of its lengths
 
 
+def close_watched(ep: Any, sock: socket.socket) -> int:
+    """Stop watching ``sock`` in the epoll ``ep`` and close it (a dropped peer on a shard, a
+    lost link on a client); returns its former fd, for the caller's fd map."""
+    fd = sock.fileno()
+    try:
+        ep.unregister(fd)
+    except (OSError, ValueError):  # pragma: no cover - already gone
+        pass
+    sock.close()
+    return fd
+
+
 def prefix(frames: Sequence[memoryview]) -> bytes:
     """The stream prefix of one message: its frame count and lengths."""
     n = len(frames)

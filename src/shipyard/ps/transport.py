@@ -43,6 +43,7 @@ from .stream import (
     PeerClosed,
     Reader,
     Writer,
+    close_watched,
     parse_endpoint,
     tune_socket,
 )
@@ -180,13 +181,7 @@ class SocketTransport(Transport):
         log.debug("connection to shard %d (%s) lost: %s", shard, self.endpoints[shard], why)
         self._links[shard] = None
         link.writer.drop()
-        fd = link.sock.fileno()
-        self._shard_of.pop(fd, None)
-        try:
-            self._ep.unregister(fd)
-        except (OSError, ValueError):  # pragma: no cover - already gone
-            pass
-        link.sock.close()
+        self._shard_of.pop(close_watched(self._ep, link.sock), None)
 
     def _flush(self, shard: int, link: _Link, frames: Sequence[Buffer] | None = None) -> None:
         """Write what the kernel takes (after queueing ``frames``, if given); watch for
