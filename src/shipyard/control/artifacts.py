@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shipyard.control import staging
 from shipyard.control.staging import local_path
 from shipyard.observe import progress
 
@@ -50,15 +51,7 @@ def _walk(root: str) -> list[str]:
 
 def tree_bytes(sources: list[tuple[str, str]]) -> int:
     """Bytes of the regular files under the source dirs (the archiving bar's total)."""
-    total = 0
-    for _, directory in sources:
-        for dirpath, _dirs, filenames in os.walk(directory, followlinks=False):
-            for name in filenames:
-                try:
-                    total += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    pass
-    return total
+    return sum(staging.tree_bytes(directory) for _, directory in sources)
 
 
 def archive_dirs(
