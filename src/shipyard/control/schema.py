@@ -16,6 +16,7 @@ that has shipped.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -108,13 +109,29 @@ def connect(path: str) -> Iterator[sqlite3.Connection]:
     """One short-lived connection in autocommit mode (transactions are explicit), WAL."""
     db = sqlite3.connect(path, timeout=30, isolation_level=None)
     try:
-        db.execute("PRAGMA journal_mode=WAL")
+        _wal(db)
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=30000")
         db.row_factory = sqlite3.Row
         yield db
     finally:
         db.close()
+
+
+def _wal(db: sqlite3.Connection, patience: float = 30.0) -> None:
+    """Switch to WAL. SQLite answers "database is locked" at once, without its busy
+    handler, when another connection holds the file while the mode changes (concurrent
+    first opens of a fresh database: CI once saw it in test_many_openers_migrate_once),
+    so the switch is retried here for as long as ``timeout`` would have waited."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 @contextmanager
