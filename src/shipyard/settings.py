@@ -166,6 +166,10 @@ SETTINGS: tuple[Setting, ...] = (
     _internal("SHIPYARD_PEER_LABEL", "The label of a process in the traffic matrix."),
     _internal("SHIPYARD_TF_PLACEMENT_FILE", "Where the TF chief records variable placement."),
     _internal("SHIPYARD_KERAS_MWMS_COMPAT", "Turns on Keras 3 compatibility under MWMS."),
+    _internal(
+        "SHIPYARD_BIND_ADDRESS",
+        "Ray: the node's cluster address, which the bind shim puts wildcard TCP binds on.",
+    ),
     _internal("SHIPYARD_MPI_LAUNCH", "`rsh`: mpirun reaches other nodes via the launch server."),
     _internal("SHIPYARD_MPI_PLAN", "The mpi launch plan file of a rank."),
     _internal("SHIPYARD_MPI_RUN_DIR", "Directory where mpi ranks record that they started."),

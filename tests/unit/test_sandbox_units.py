@@ -96,18 +96,20 @@ def test_ray_sandbox_is_decided_on_each_node(monkeypatch):
     asked = sandbox_config("ray")
     assert asked == {"enabled": False, "on_node": True}
     monkeypatch.setattr(probe, "_detect", lambda network=True: probe.Support(not network, ""))
-    assert node_sandbox(asked) == {
+    assert node_sandbox(asked, "10.0.0.7") == {
         "enabled": False,
         "mounts": True,
         "rootless": False,
         "reason": "",
+        "bind_address": "10.0.0.7",  # the bind shim's address, with or without namespaces
     }
     monkeypatch.setattr(
         probe, "_detect", lambda network=True: probe.Support(False, "the kernel refused")
     )
-    assert node_sandbox(asked)["mounts"] is False
-    assert node_sandbox(asked)["reason"] == "the kernel refused"
+    assert node_sandbox(asked, "10.0.0.7")["mounts"] is False
+    assert node_sandbox(asked, "10.0.0.7")["reason"] == "the kernel refused"
+    assert node_sandbox(asked, "10.0.0.7")["bind_address"] == "10.0.0.7"
     monkeypatch.setenv("SHIPYARD_SANDBOX", "off")
     off = sandbox_config("ray")
     assert off == {"enabled": False, "reason": "SHIPYARD_SANDBOX=off"}
-    assert node_sandbox(off) == off
+    assert node_sandbox(off, "10.0.0.7") == off  # off: no namespaces, no shim

@@ -168,6 +168,12 @@ def _run(
 ) -> int:
     env = process_env(config, host, paths)
     env["PATH"] = os.pathsep.join(p for p in (python_dir(paths.agent_dir), env.get("PATH")) if p)
+    bind_address = config.sandbox.get("bind_address")
+    if bind_address:  # Ray: no wildcard listeners on the node (shipyard.sandbox.bindshim)
+        from shipyard.sandbox import bindshim
+
+        env, note = bindshim.environment(env, bind_address)
+        log(f"{host}: {note}")
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
     specs = runners.get(config.runner)(ctx) + data.services()

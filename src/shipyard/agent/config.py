@@ -49,7 +49,9 @@ class AgentConfig:
     # instance's tree is mounted at /opt/ml; else instances run as plain processes.
     # Ray: {"enabled": False, "on_node": True} from the control plane, which each node
     # turns into {"enabled": False, "mounts": bool, "reason": ..., "rootless": bool}:
-    # mount + UTS namespaces only (/opt/ml, algo-k, /etc/hosts), the node's own network.
+    # mount + UTS namespaces only (/opt/ml, algo-k, /etc/hosts), the node's own network;
+    # plus "bind_address": the node's cluster address, which every wildcard TCP listener
+    # of the instance's processes binds instead (shipyard.sandbox.bindshim).
     sandbox: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -2,7 +2,8 @@
 
 Checks are cheap and import no framework (a package's presence and version are read from
 its metadata): instance sandboxes (namespaces, iproute2, pasta for outbound traffic),
-death signals (setpriv), FUSE (FastFile mode), MPI, TensorFlow, PyTorch, GPUs.
+death signals (setpriv), the bind shim of Ray nodes (built here with ``cc`` on first use),
+FUSE (FastFile mode), MPI, TensorFlow, PyTorch, GPUs.
 """
 
 from __future__ import annotations
@@ -78,6 +79,20 @@ def checks() -> list[Check]:
             else "util-linux setpriv is missing: a "
             "killed agent's processes are cleaned up by the process tree walk only",
             "" if setpriv else "apt-get install util-linux",
+        )
+    )
+    from shipyard.sandbox import bindshim
+
+    shim = bindshim.build()  # compiled once per source version, then cached
+    found.append(
+        Check(
+            "bind shim (Ray nodes)",
+            shim.path is not None,
+            f"wildcard listeners bind the node's cluster address ({shim.path})"
+            if shim.path
+            else f"{shim.reason}: on Ray, Open MPI's and tf.distribute.Server's listeners "
+            "bind every address of the node",
+            shim.fix,
         )
     )
     fuse = usable()

@@ -9,6 +9,7 @@ the job by name; and never an orphan.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -94,10 +95,18 @@ def _single_process_reference() -> dict[str, torch.Tensor]:
 
 @pytest.mark.timeout(180)
 def test_two_by_two_env_contract_taken_port_and_ddp_result(session, write_script):
+    two_by_two(session, write_script)
+
+
+def two_by_two(session, write_script, hold_port=None) -> None:
+    """The 2x2 DDP job with its master_port taken: by a wildcard listener of this process,
+    and where the instances' machines have port spaces of their own (the Ray test
+    cluster's node namespaces) also by ``hold_port(port)``, a context manager."""
     taken = socket.socket()
     taken.bind(("0.0.0.0", 0))  # a wildcard listener blocks that port on every IP
     taken.listen(1)
     port = taken.getsockname()[1]
+    held = hold_port(port) if hold_port is not None else contextlib.nullcontext()
     src = write_script("train.py", DDP_SCRIPT)
     est = shipyard.PyTorch(
         entry_point="train.py",
@@ -112,7 +121,8 @@ def test_two_by_two_env_contract_taken_port_and_ddp_result(session, write_script
         session=session,
     )
     try:
-        est.fit(job_name="ddp-2x2")
+        with held:
+            est.fit(job_name="ddp-2x2")
     finally:
         taken.close()
     desc = est.latest_training_job.describe()

@@ -1,28 +1,43 @@
 """A real 3-node Ray cluster on this machine, shared by the Ray backend tests of this
-package (test_ray_backend and test_ray_mpi: one start, about 10 s, instead of one per
-module; the node-death test puts its node back).
+package (one start instead of one per module; the node-death test puts its node back).
 
-Each node gets its own loopback IP (127.0.0.12-14), the documented way to run a
-multi-node cluster on one machine: every node then counts as a machine of its own, and
-instances bind SageMaker's fixed ports on their node's IP without colliding. Worker nodes
-have 2 CPUs each (logical; the machine's cores are shared); the head (127.0.0.11) has
+As root (CI), each worker node is a machine of its own on a private network: a network
+namespace per node (``ray start`` under ``nsenter --net``), whose ``eth0`` (one end of a
+veth pair) carries the node's address ``10.a.b.12-14/24``, joined by a bridge in this
+machine's namespace. The bridge holds ``10.a.b.1``, where the head runs (in the test's
+namespace, so the test process is the driver, as on a laptop next to a cluster). Each
+node owns an interface and its port space, as real machines do: Open MPI advertises the
+node's own address, and a listener on the node's address is not reachable at another
+node's (tests/integration/ray_backend/test_ray_listeners.py). ``a.b`` come from this
+process's pid, so two test runs on one machine do not collide; everything (processes,
+namespaces, veths, bridge) goes at the end.
+
+Without root, the nodes are loopback addresses (127.0.0.12-14) of one namespace, Ray's
+documented way to run a multi-node cluster on one machine: every node counts as a machine
+of its own by its IP, but they share interfaces and ports.
+
+Worker nodes have 2 CPUs each (logical; the machine's cores are shared); the head has
 none, so no instance lands on it and a test can kill any instance's node without taking
-the cluster down. Node work dirs live under one
-temporary SHIPYARD_RAY_WORKDIR, inherited by the nodes' processes, so the tests can check
-that nothing of a job is left on any node.
+the cluster down. Node work dirs live under one temporary SHIPYARD_RAY_WORKDIR,
+inherited by the nodes' processes, so the tests can check that nothing of a job is left
+on any node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
 
-HEAD_IP = "127.0.0.11"
-NODE_IPS = ("127.0.0.12", "127.0.0.13", "127.0.0.14")
 NODE_CPUS = 2
 # Fast failure detection for the node-death test (Ray's defaults take tens of seconds).
 SYSTEM_CONFIG = {
@@ -31,6 +46,96 @@ SYSTEM_CONFIG = {
     "health_check_timeout_ms": 1000,
     "health_check_failure_threshold": 3,
 }
+NAMESPACED = (
+    sys.platform.startswith("linux")
+    and os.geteuid() == 0
+    and shutil.which("ip") is not None
+    and shutil.which("nsenter") is not None
+)
+_TAG = os.getpid() % 10000
+PREFIX = f"10.{200 + _TAG // 250 % 50}.{_TAG % 250}" if NAMESPACED else "127.0.0"
+HEAD_IP = f"{PREFIX}.1" if NAMESPACED else "127.0.0.11"
+NODE_IPS = tuple(f"{PREFIX}.{k}" for k in (12, 13, 14))
+BRIDGE = f"shyrb{_TAG}"
+# Ray's own daemons on a node: killing them is losing the machine (workers follow).
+RAY_DAEMONS = ("raylet", "dashboard/agent.py", "runtime_env/agent/main.py", "log_monitor.py")
+START_TIMEOUT_S = 120.0
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def netns_name(ip: str) -> str:
+    return f"shyray{_TAG}-{ip.rsplit('.', 1)[1]}"
+
+
+def public_address(ip: str) -> str:
+    """The node's second address (TEST-NET-1, on its second interface, pub0)."""
+    return f"192.0.2.{ip.rsplit('.', 1)[1]}"
+
+
+def netns_pids(ip: str) -> list[int]:
+    """Every process in the node's network namespace."""
+    out = subprocess.run(
+        ["ip", "netns", "pids", netns_name(ip)], capture_output=True, text=True, check=False
+    ).stdout
+    return [int(p) for p in out.split()]
+
+
+class NodeNetwork:
+    """The bridge and one namespace + veth per node (root only)."""
+
+    def __init__(self) -> None:
+        self.made: list[str] = []
+        try:
+            self._make()
+        except BaseException:
+            self.remove()
+            raise
+
+    def _make(self) -> None:
+        _ip("link", "add", BRIDGE, "type", "bridge")
+        self.made.append(BRIDGE)
+        _ip("addr", "add", f"{HEAD_IP}/24", "dev", BRIDGE)
+        _ip("link", "set", BRIDGE, "up")
+        for ip in NODE_IPS:
+            ns, veth = netns_name(ip), f"shyrv{_TAG}-{ip.rsplit('.', 1)[1]}"
+            _ip("netns", "add", ns)
+            self.made.append(ns)
+            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip("link", "set", veth, "master", BRIDGE, "up")
+            _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            # a second network interface with an address of its own, as a machine's
+            # public network: a listener on the cluster address must not answer there
+            # (test_ray_listeners.py). Both ends of a veth pair in the namespace: the
+            # kernel has no dummy interfaces everywhere. No default route: an address
+            # outside the cluster fails at once instead of timing out.
+            _ip("-n", ns, "link", "add", "pub0", "type", "veth", "peer", "name", "pub1")
+            _ip("-n", ns, "addr", "add", f"{public_address(ip)}/32", "dev", "pub0")
+            _ip("-n", ns, "link", "set", "pub0", "up")
+            _ip("-n", ns, "link", "set", "pub1", "up")
+
+    def remove(self) -> None:
+        for name in reversed(self.made):
+            if name == BRIDGE:
+                subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+            else:  # the namespace's end of the veth goes with it, and the pair with that
+                subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+def _kill_and_wait(pids: list[int], within: float = 30.0) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    gone_by = time.monotonic() + within
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids):
+        assert time.monotonic() < gone_by, f"processes {pids} outlived SIGKILL"
+        time.sleep(0.1)
 
 
 class RayCluster:
@@ -38,35 +143,132 @@ class RayCluster:
         from ray.cluster_utils import Cluster
 
         self.workdir = workdir
-        self.cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 0,
-                "node_ip_address": HEAD_IP,
-                "include_dashboard": False,
-                "_system_config": SYSTEM_CONFIG,
-            },
+        self.network = NodeNetwork() if NAMESPACED else None
+        try:
+            self.cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 0,
+                    "node_ip_address": HEAD_IP,
+                    "include_dashboard": False,
+                    "_system_config": SYSTEM_CONFIG,
+                },
+            )
+            self.address = self.cluster.address
+            self.nodes: dict[str, object] = {}
+            # one after the other: raylets of one machine pick their socket files in the
+            # shared session dir by counting, and two at once picked the same name
+            for ip in NODE_IPS:
+                self.add(ip)
+            if not NAMESPACED:  # it counts only the nodes it started itself
+                self.cluster.wait_for_nodes()
+            self._wait_for_nodes(len(NODE_IPS) + 1)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _start_in_namespace(self, ip: str) -> None:
+        ray = os.path.join(os.path.dirname(sys.executable), "ray")
+        proc = subprocess.run(
+            [
+                "nsenter",
+                f"--net=/run/netns/{netns_name(ip)}",
+                "--",
+                ray,
+                "start",
+                f"--address={self.address}",
+                f"--node-ip-address={ip}",
+                f"--num-cpus={NODE_CPUS}",
+                f"--object-store-memory={150 * 1024 * 1024}",
+                "--disable-usage-stats",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=START_TIMEOUT_S,
+            check=False,
         )
-        self.nodes = {}
-        for ip in NODE_IPS:
-            self.add(ip)
-        self.cluster.wait_for_nodes()
-        self.address = self.cluster.address
+        assert proc.returncode == 0, f"ray start in {netns_name(ip)} failed:\n{proc.stdout}"
+        self.nodes[ip] = ip
+
+    def _wait_for_nodes(self, count: int) -> None:
+        import ray
+
+        from shipyard.backends.ray.connect import connect
+
+        connect(self.address)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while sum(1 for n in ray.nodes() if n["Alive"]) < count:
+            assert time.monotonic() < deadline, ray.nodes()
+            time.sleep(0.2)
 
     def add(self, ip: str):
+        if NAMESPACED:
+            self._start_in_namespace(ip)
+            self._wait_for_nodes(len(self.nodes) + 1)
+            return ip
         node = self.cluster.add_node(num_cpus=NODE_CPUS, node_ip_address=ip)
         self.nodes[ip] = node
         return node
 
     def kill(self, ip: str) -> None:
-        """Kill a worker node's processes (raylet and all), as a lost machine."""
-        self.cluster.remove_node(self.nodes.pop(ip), allow_graceful=False)
+        """Kill a worker node's Ray daemons (raylet and all), as a lost machine."""
+        node = self.nodes.pop(ip)
+        if not NAMESPACED:
+            self.cluster.remove_node(node, allow_graceful=False)
+            return
+        daemons = []
+        for pid in netns_pids(ip):
+            try:
+                cmd = " ".join(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                continue
+            if any(name in cmd for name in RAY_DAEMONS):
+                daemons.append(pid)
+        _kill_and_wait(daemons)
+
+    @contextlib.contextmanager
+    def hold_port(self, port: int) -> Iterator[None]:
+        """A wildcard listener on ``port`` on every worker node (each node has a port space
+        of its own here; without namespaces, the caller's own listener holds it)."""
+        if not NAMESPACED:
+            yield
+            return
+        script = (
+            "import socket, sys; s = socket.socket(); "
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+            f"s.bind(('0.0.0.0', {port})); s.listen(1); print('ready', flush=True); "
+            "sys.stdin.read()"
+        )
+        holders = []
+        try:
+            for ip in NODE_IPS:
+                holder = subprocess.Popen(
+                    ["nsenter", f"--net=/run/netns/{netns_name(ip)}", "--"]
+                    + [sys.executable, "-c", script],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                holders.append(holder)
+                assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+            yield
+        finally:
+            for holder in holders:
+                holder.kill()
+                holder.wait()
 
     def shutdown(self) -> None:
         import ray
 
         ray.shutdown()
-        self.cluster.shutdown()
+        if self.network is not None:
+            for ip in NODE_IPS:
+                _kill_and_wait(netns_pids(ip))
+        if getattr(self, "cluster", None) is not None:
+            self.cluster.shutdown()
+        if self.network is not None:
+            self.network.remove()
 
 
 @pytest.fixture(scope="package")

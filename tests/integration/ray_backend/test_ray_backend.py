@@ -13,6 +13,7 @@ import pytest
 from shipyard.sandbox import probe
 from tests.conftest import job_processes
 from tests.integration.ray_backend.conftest import (
+    NAMESPACED,
     NODE_CPUS,
     NODE_IPS,
     keepers,
@@ -31,6 +32,7 @@ def test_contract_on_three_nodes(ray_session, ray_cluster, write_script, tmp_pat
         tmp_path,
         job_name=job,
         cpus=str(NODE_CPUS),
+        interface="eth0" if NAMESPACED else "lo",  # the interface holding the node's IP
         base_of=lambda host: (
             "/opt/ml"  # each instance in its own mount namespace (docs/sandbox.md)
             if probe.support(network=False).ok
@@ -135,11 +137,9 @@ def test_parameter_server_job_on_ray(ray_session, ray_cluster, write_script):
 @pytest.mark.timeout(240)
 def test_torch_distributed_job_on_ray(ray_session, ray_cluster, write_script):
     """DDP 2 nodes x 2 ranks over gloo between the nodes' addresses: the local test."""
-    from tests.integration.ddp.test_ddp_jobs import (
-        test_two_by_two_env_contract_taken_port_and_ddp_result as ddp_job,
-    )
+    from tests.integration.ddp.test_ddp_jobs import two_by_two
 
-    ddp_job(ray_session, write_script)
+    two_by_two(ray_session, write_script, hold_port=ray_cluster.hold_port)
     _assert_on_nodes(ray_session, ray_cluster)
 
 

@@ -37,6 +37,7 @@ asks, with the plan shipped to it, so no ssh and no shared filesystem are needed
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 import os
 import shlex
@@ -131,6 +132,47 @@ def sandbox_mca(interface: str) -> dict[str, str]:
     }
 
 
+def cluster_network(ips: list[str]) -> str | None:
+    """The smallest IPv4 network holding every address (at most a /31), or None when
+    they share less than a /8 or are not IPv4."""
+    try:
+        addresses = [ipaddress.IPv4Address(ip) for ip in ips]
+    except ValueError:
+        return None
+    for prefix in range(31, 7, -1):
+        nets = {ipaddress.IPv4Network(f"{a}/{prefix}", strict=False) for a in addresses}
+        if len(nets) == 1:
+            return str(nets.pop())
+    return None
+
+
+def cluster_mca(addresses: dict[str, str]) -> dict[str, str]:
+    """Open MPI on a Ray cluster: one network, the same on every node, holding every
+    instance's address, for the TCP BTL and the out-of-band channel, so each process
+    advertises and uses only its node's cluster address (the one the bind shim makes it
+    listen on), not loopback or the node's other networks. Identical on every node
+    because prterun copies its own ``oob_tcp_if_include`` onto each remote prted's command
+    line. One network, not a list of ``/32``: Open MPI 5.0.11 matches a ``/32`` against
+    every interface (its BTL offered 127.0.0.1 to the peers) and prterun segfaults on one;
+    a list entry that names no local interface also prints a warning per process.
+    Measured in docs/decisions.md. IPv6 is turned off for both (the shim gives an
+    IPv6-only wildcard ``::1``, which no peer can reach). Loopback node addresses (a
+    one-machine cluster) are no interface's own address: Open MPI is left to choose."""
+    ips = sorted(set(addresses.values()))
+    if not ips or any(ip.startswith("127.") for ip in ips):
+        return {}
+    network = cluster_network(ips)
+    if network is None:
+        return {}
+    return {
+        "OMPI_MCA_btl_tcp_if_include": network,
+        "OMPI_MCA_oob_tcp_if_include": network,
+        "PRTE_MCA_oob_tcp_if_include": network,
+        "OMPI_MCA_btl_tcp_disable_family": "6",
+        "PRTE_MCA_oob_tcp_disable_ipv6_family": "1",
+    }
+
+
 def rank_python_path(env: dict[str, str]) -> dict[str, str]:
     """Add the ``horovod`` shim to PYTHONPATH when no real Horovod is importable."""
     if importlib.util.find_spec("horovod") is not None:
@@ -164,6 +206,8 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     env = rank_python_path(ctx.env)
     if config.sandboxed:
         env = {**sandbox_mca(config.network_interface_name), **env}
+    elif config.sandbox.get("bind_address"):  # Ray
+        env = {**cluster_mca(config.addresses), **env}
     os.makedirs(ctx.paths.agent_dir, exist_ok=True)
     _write_private_json(os.path.join(ctx.paths.agent_dir, ENV_FILE), env)
     python = sys.executable

@@ -37,10 +37,12 @@ def node_env(forwarded: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def node_sandbox(asked: dict) -> dict:
+def node_sandbox(asked: dict, ip: str) -> dict:
     """The instance's sandbox on this node: mount + UTS namespaces (/opt/ml, algo-k,
     /etc/hosts with the nodes' addresses) where this node's kernel allows them, decided
-    here since nodes may differ; the reason in the agent's log where it does not."""
+    here since nodes may differ; the reason in the agent's log where it does not. Its
+    processes' wildcard listeners bind ``ip``, the node's cluster address (the bind shim,
+    shipyard.sandbox.bindshim; it needs no namespace)."""
     if not asked.get("on_node"):
         return asked
     from shipyard.sandbox import probe
@@ -51,6 +53,7 @@ def node_sandbox(asked: dict) -> dict:
         "mounts": support.ok,
         "rootless": support.rootless,
         "reason": support.reason,
+        "bind_address": ip,
     }
 
 
@@ -72,7 +75,7 @@ class InstanceActor:
         config = localize(config, self.layout, data)
         ip = ray.util.get_node_ip_address()
         config["network_interface_name"] = interface_of(ip, config["network_interface_name"])
-        config["sandbox"] = node_sandbox(config.get("sandbox") or {})
+        config["sandbox"] = node_sandbox(config.get("sandbox") or {}, ip)
         write_private(self.layout.config_path, json.dumps(config, indent=1, sort_keys=True))
         open(self.layout.log_path, "wb").close()
         argv = [
