@@ -133,9 +133,16 @@ def _kill_and_wait(pids: list[int], within: float = 30.0) -> None:
         except ProcessLookupError:
             pass
     gone_by = time.monotonic() + within
-    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids):
+    while any(_alive(p) for p in pids):
         assert time.monotonic() < gone_by, f"processes {pids} outlived SIGKILL"
         time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 class RayCluster:

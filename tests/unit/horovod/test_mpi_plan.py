@@ -272,3 +272,21 @@ def test_a_bare_exit_alone_is_still_the_cause(tmp_path):
     bare, failure_file = _start_rank_1(tmp_path, 3)
     assert bare.wait(timeout=30) == 3
     assert failure_file.read_text().startswith("rank 1 (algo-1): ")
+
+
+def test_ray_open_mpi_gets_one_network_holding_every_node():
+    """The same if_include on every node (prterun copies its value to remote prteds): the
+    smallest network holding all instances' addresses, never a /32 (Open MPI 5.0.11
+    matches a /32 against every interface, and prterun segfaults on one)."""
+    cluster_mca, cluster_network = mpi.cluster_mca, mpi.cluster_network
+    assert cluster_network(["10.1.2.12", "10.1.2.13", "10.1.2.14"]) == "10.1.2.12/30"
+    assert cluster_network(["10.1.2.12"]) == "10.1.2.12/31"
+    assert cluster_network(["10.0.0.1", "172.16.0.1"]) is None  # nothing short of /8
+    assert cluster_network(["fe80::1"]) is None
+    mca = cluster_mca({"algo-1": "10.1.2.14", "algo-2": "10.1.2.12"})
+    assert mca["OMPI_MCA_btl_tcp_if_include"] == "10.1.2.12/30"
+    assert mca["PRTE_MCA_oob_tcp_if_include"] == mca["OMPI_MCA_oob_tcp_if_include"]
+    assert mca["PRTE_MCA_oob_tcp_if_include"] == "10.1.2.12/30"
+    assert mca["OMPI_MCA_btl_tcp_disable_family"] == "6"
+    # loopback nodes (one machine): no interface owns 127.0.0.12, Open MPI chooses
+    assert cluster_mca({"algo-1": "127.0.0.12", "algo-2": "127.0.0.13"}) == {}
