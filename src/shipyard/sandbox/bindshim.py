@@ -131,3 +131,20 @@ def environment(env: dict[str, str], address: str) -> tuple[dict[str, str], str]
     env["LD_PRELOAD"] = f"{shim.path} {preload}".strip()
     env[ADDRESS_ENV] = address
     return env, f"wildcard listeners bind {address} (bind shim {shim.path})"
+
+
+def without(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the shim taken out again (LD_PRELOAD's other entries kept)."""
+    env = dict(env)
+    env.pop(ADDRESS_ENV, None)
+    kept = [p for p in env.get("LD_PRELOAD", "").split() if not _is_shim(p)]
+    if kept:
+        env["LD_PRELOAD"] = " ".join(kept)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
+def _is_shim(path: str) -> bool:
+    name = os.path.basename(path)
+    return name.startswith("bindshim-") and name.endswith(".so")

@@ -7,14 +7,16 @@ veth pair) carries the node's address ``10.a.b.12-14/24``, joined by a bridge in
 machine's namespace. The bridge holds ``10.a.b.1``, where the head runs (in the test's
 namespace, so the test process is the driver, as on a laptop next to a cluster). Each
 node owns an interface and its port space, as real machines do: Open MPI advertises the
-node's own address, and a listener on the node's address is not reachable at another
-node's (tests/integration/ray_backend/test_ray_listeners.py). ``a.b`` come from this
+node's own address, and each node has a second interface (``pub0``, ``192.0.2.k``) where
+a job's listeners must not answer (tests/integration/ray_backend/test_ray_listeners.py).
+``a.b`` come from this
 process's pid, so two test runs on one machine do not collide; everything (processes,
 namespaces, veths, bridge) goes at the end.
 
-Without root, the nodes are loopback addresses (127.0.0.12-14) of one namespace, Ray's
-documented way to run a multi-node cluster on one machine: every node counts as a machine
-of its own by its IP, but they share interfaces and ports.
+Without root (or with SHIPYARD_TEST_RAY_LOOPBACK=1), the nodes are loopback addresses
+(127.0.0.12-14) of one namespace, Ray's documented way to run a multi-node cluster on one
+machine: every node counts as a machine of its own by its IP, but they share interfaces
+and ports.
 
 Worker nodes have 2 CPUs each (logical; the machine's cores are shared); the head has
 none, so no instance lands on it and a test can kill any instance's node without taking
@@ -47,7 +49,8 @@ SYSTEM_CONFIG = {
     "health_check_failure_threshold": 3,
 }
 NAMESPACED = (
-    sys.platform.startswith("linux")
+    os.environ.get("SHIPYARD_TEST_RAY_LOOPBACK") != "1"  # the non-root layout, as root
+    and sys.platform.startswith("linux")
     and os.geteuid() == 0
     and shutil.which("ip") is not None
     and shutil.which("nsenter") is not None

@@ -136,7 +136,7 @@ def test_no_compiler_means_no_shim_and_a_reason(tmp_path, monkeypatch):
         bindshim.build.cache_clear()
 
 
-def test_a_cache_directory_others_can_write_is_not_used(tmp_path, monkeypatch):
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path, monkeypatch, shim):
     cache = tmp_path / "cache"
     (cache / "shipyard").mkdir(parents=True)
     os.chmod(cache / "shipyard", 0o777)
@@ -152,3 +152,10 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path, monkeypatch):
         assert built.path is not None and built.path.startswith(str(tmp_path / "tmp"))
     finally:
         bindshim.build.cache_clear()
+
+
+def test_without_takes_only_the_shim_out():
+    """The mpi runner's way back to plain binds (loopback node addresses)."""
+    env = {"LD_PRELOAD": "/c/bindshim-0123.so /lib/other.so", bindshim.ADDRESS_ENV: "10.0.0.1"}
+    assert bindshim.without(env) == {"LD_PRELOAD": "/lib/other.so"}
+    assert bindshim.without({"LD_PRELOAD": "/c/bindshim-0123.so", "A": "1"}) == {"A": "1"}

@@ -50,6 +50,7 @@ from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
 from shipyard.mpi import command as mpi_command
 from shipyard.mpi import rsh as mpi_rsh
+from shipyard.sandbox import bindshim
 
 ENV_FILE = "process-env.json"
 PLAN_FILE = "mpi-plan.json"
@@ -207,7 +208,19 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     if config.sandboxed:
         env = {**sandbox_mca(config.network_interface_name), **env}
     elif config.sandbox.get("bind_address"):  # Ray
-        env = {**cluster_mca(config.addresses), **env}
+        mca = cluster_mca(config.addresses)
+        if mca:
+            env = {**mca, **env}
+        elif bindshim.ADDRESS_ENV in env:
+            # node addresses Open MPI cannot advertise (loopback: a one-machine cluster):
+            # moved listeners would be unreachable at what it offers, so MPI keeps them
+            env = bindshim.without(env)
+            if ctx.host == config.hosts[0]:
+                ctx.notes.append(
+                    "mpi: Open MPI's listeners stay on wildcard addresses: the nodes' "
+                    "addresses are no interface's own (loopback), so Open MPI could not "
+                    "offer them"
+                )
     os.makedirs(ctx.paths.agent_dir, exist_ok=True)
     _write_private_json(os.path.join(ctx.paths.agent_dir, ENV_FILE), env)
     python = sys.executable
