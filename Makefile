@@ -10,10 +10,12 @@ EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
 
 .PHONY: demo test test-fast lint format venv clean bench bench-env browser sandbox-tools
 
-# Instance sandboxes need iproute2 (`ip`), util-linux (`setpriv`) and passt (`pasta`, the
-# instances' outbound network): installed when missing, as root with apt-get; elsewhere
-# `shipyard doctor` names what is missing (jobs still run, without sandboxes or outbound).
-SANDBOX_TOOLS := ip:iproute2 setpriv:util-linux pasta:passt
+# Instance sandboxes need iproute2 (`ip`, `ss`), util-linux (`setpriv`, `nsenter`), passt
+# (`pasta`, the instances' outbound network) and a C compiler (`cc`: Ray nodes build the
+# bind shim, shipyard/sandbox/bindshim.c): installed when missing, as root with apt-get;
+# elsewhere `shipyard doctor` names what is missing (jobs still run, without sandboxes,
+# outbound traffic or the shim).
+SANDBOX_TOOLS := ip:iproute2 ss:iproute2 setpriv:util-linux nsenter:util-linux pasta:passt cc:gcc
 sandbox-tools:
 	@missing=""; for t in $(SANDBOX_TOOLS); do \
 	  command -v $${t%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${t%%:*} ] || [ -x /sbin/$${t%%:*} ] \
