@@ -3,9 +3,10 @@ package (one start instead of one per module; the node-death test puts its node 
 
 As root (CI), each worker node is a machine of its own on a private network: a network
 namespace per node (``ray start`` under ``nsenter --net``), whose ``eth0`` (one end of a
-veth pair) carries the node's address ``10.a.b.12-14/24``, joined by a bridge in this
-machine's namespace. The bridge holds ``10.a.b.1``, where the head runs (in the test's
-namespace, so the test process is the driver, as on a laptop next to a cluster). Each
+veth pair) carries the node's address ``10.a.b.12-14/24``, joined by a bridge (in a
+namespace of its own, out of reach of the machine's firewall rules) that the test's own
+namespace joins too with ``10.a.b.1``, where the head runs (so the test process is the
+driver, as on a laptop next to a cluster). Each
 node owns an interface and its port space, as real machines do: Open MPI advertises the
 node's own address, and each node has a second interface (``pub0``, ``192.0.2.k``) where
 a job's listeners must not answer (tests/integration/ray_backend/test_ray_listeners.py).
@@ -59,7 +60,7 @@ _TAG = os.getpid() % 10000
 PREFIX = f"10.{200 + _TAG // 250 % 50}.{_TAG % 250}" if NAMESPACED else "127.0.0"
 HEAD_IP = f"{PREFIX}.1" if NAMESPACED else "127.0.0.11"
 NODE_IPS = tuple(f"{PREFIX}.{k}" for k in (12, 13, 14))
-BRIDGE = f"shyrb{_TAG}"
+BRIDGE_NS = f"shyray{_TAG}-br"
 # Ray's own daemons on a node: killing them is losing the machine (workers follow).
 RAY_DAEMONS = ("raylet", "dashboard/agent.py", "runtime_env/agent/main.py", "log_monitor.py")
 START_TIMEOUT_S = 120.0
@@ -87,7 +88,10 @@ def netns_pids(ip: str) -> list[int]:
 
 
 class NodeNetwork:
-    """The bridge and one namespace + veth per node (root only)."""
+    """The cluster's network (root only): a bridge in a namespace of its own (so the
+    machine's bridge firewall, br_netfilter with iptables FORWARD rules such as Docker's
+    DROP policy, never filters the nodes' traffic), a veth from this namespace to it
+    (``shyrh<tag>`` with HEAD_IP), and one namespace + veth (``eth0``) per node."""
 
     def __init__(self) -> None:
         self.made: list[str] = []
@@ -98,19 +102,18 @@ class NodeNetwork:
             raise
 
     def _make(self) -> None:
-        _ip("link", "add", BRIDGE, "type", "bridge")
-        self.made.append(BRIDGE)
-        _ip("addr", "add", f"{HEAD_IP}/24", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
+        _ip("netns", "add", BRIDGE_NS)
+        self.made.append(BRIDGE_NS)
+        _ip("-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge")
+        _ip("-n", BRIDGE_NS, "link", "set", "br0", "up")
+        host_end = f"shyrh{_TAG}"
+        self._link(host_end, None, "up0", HEAD_IP)
         for ip in NODE_IPS:
-            ns, veth = netns_name(ip), f"shyrv{_TAG}-{ip.rsplit('.', 1)[1]}"
+            ns = netns_name(ip)
             _ip("netns", "add", ns)
             self.made.append(ns)
-            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _ip("link", "set", veth, "master", BRIDGE, "up")
-            _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+            self._link("eth0", ns, f"n{ip.rsplit('.', 1)[1]}", ip)
             _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("-n", ns, "link", "set", "eth0", "up")
             # a second network interface with an address of its own, as a machine's
             # public network: a listener on the cluster address must not answer there
             # (test_ray_listeners.py). Both ends of a veth pair in the namespace: the
@@ -121,12 +124,22 @@ class NodeNetwork:
             _ip("-n", ns, "link", "set", "pub0", "up")
             _ip("-n", ns, "link", "set", "pub1", "up")
 
+    @staticmethod
+    def _link(name: str, ns: str | None, bridge_end: str, ip: str) -> None:
+        """A veth ``name`` in ``ns`` (None: this namespace) with ``ip/24``, whose other end
+        ``bridge_end`` is a port of the bridge."""
+        here = ["netns", ns] if ns else []
+        peer = ["peer", "name", bridge_end, "netns", BRIDGE_NS]
+        _ip("link", "add", "name", name, *here, "type", "veth", *peer)
+        _ip("-n", BRIDGE_NS, "link", "set", bridge_end, "master", "br0", "up")
+        inside = ["-n", ns] if ns else []
+        _ip(*inside, "addr", "add", f"{ip}/24", "dev", name)
+        _ip(*inside, "link", "set", name, "up")
+
     def remove(self) -> None:
+        # a namespace takes its interfaces along, and a veth goes with its other end
         for name in reversed(self.made):
-            if name == BRIDGE:
-                subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
-            else:  # the namespace's end of the veth goes with it, and the pair with that
-                subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
 
 
 def _kill_and_wait(pids: list[int], within: float = 30.0) -> None:
