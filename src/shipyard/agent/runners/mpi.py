@@ -158,7 +158,8 @@ def cluster_mca(addresses: dict[str, str]) -> dict[str, str]:
     a list entry that names no local interface also prints a warning per process.
     Measured in docs/decisions.md. IPv6 is turned off for both (the shim gives an
     IPv6-only wildcard ``::1``, which no peer can reach). Loopback node addresses (a
-    one-machine cluster) are no interface's own address: Open MPI is left to choose."""
+    one-machine cluster) are no interface's own address, and addresses with no common
+    /8 make no useful network: Open MPI is left to choose (it skips loopback)."""
     ips = sorted(set(addresses.values()))
     if not ips or any(ip.startswith("127.") for ip in ips):
         return {}
@@ -208,10 +209,9 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     if config.sandboxed:
         env = {**sandbox_mca(config.network_interface_name), **env}
     elif config.sandbox.get("bind_address"):  # Ray
-        mca = cluster_mca(config.addresses)
-        if mca:
-            env = {**mca, **env}
-        elif bindshim.ADDRESS_ENV in env:
+        env = {**cluster_mca(config.addresses), **env}
+        loopback = any(ip.startswith("127.") for ip in config.addresses.values())
+        if loopback and bindshim.ADDRESS_ENV in env:
             # node addresses Open MPI cannot advertise (loopback: a one-machine cluster):
             # moved listeners would be unreachable at what it offers, so MPI keeps them
             env = bindshim.without(env)
