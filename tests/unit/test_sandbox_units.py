@@ -75,6 +75,7 @@ def test_doctor_reports_each_capability_with_a_fix_for_what_is_missing(monkeypat
     found = {c.name: c for c in checks()}
     assert set(found) >= {"instance sandbox", "FUSE (FastFile mode)", "MPI", "TensorFlow"}
     assert {"PyTorch", "GPUs", "outbound traffic from sandboxes"} <= set(found)
+    assert "bind shim (Ray nodes)" in found
     sandbox = found["instance sandbox"]
     assert not sandbox.ok and "SHIPYARD_SANDBOX=off" in sandbox.detail
     assert sandbox.fix == "unset SHIPYARD_SANDBOX"

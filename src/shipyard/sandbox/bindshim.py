@@ -114,7 +114,11 @@ def build() -> Shim:
             )
         error = _compile(compiler, SOURCE, target)
         return Shim(target) if not error else Shim(None, error, "check the compiler (CC)")
-    return Shim(None, f"no private cache directory to build it in ({', '.join(_cache_dirs())})")
+    return Shim(
+        None,
+        f"no private cache directory to build it in ({', '.join(_cache_dirs())})",
+        "set XDG_CACHE_HOME to a directory only you can write",
+    )
 
 
 def environment(env: dict[str, str], address: str) -> tuple[dict[str, str], str]:
