@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,8 +57,8 @@ NAMESPACED = (
     and shutil.which("ip") is not None
     and shutil.which("nsenter") is not None
 )
-_TAG = os.getpid() % 10000
-PREFIX = f"10.{200 + _TAG // 250 % 50}.{_TAG % 250}" if NAMESPACED else "127.0.0"
+_TAG = os.getpid()  # in every name this run makes, so a later run can tell it is stale
+PREFIX = f"10.{200 + _TAG % 10000 // 250 % 50}.{_TAG % 250}" if NAMESPACED else "127.0.0"
 HEAD_IP = f"{PREFIX}.1" if NAMESPACED else "127.0.0.11"
 NODE_IPS = tuple(f"{PREFIX}.{k}" for k in (12, 13, 14))
 BRIDGE_NS = f"shyray{_TAG}-br"
@@ -101,7 +102,24 @@ class NodeNetwork:
             self.remove()
             raise
 
+    @staticmethod
+    def remove_stale() -> None:
+        """Delete the namespaces of earlier runs whose test process is gone (a run that
+        was SIGKILLed never reached its teardown), and kill what still runs in them:
+        their host-side veth would hold an address this run may reuse."""
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            found = re.match(r"(shyray(\d+)-\S+)", line)
+            if found and int(found.group(2)) != _TAG and not psutil.pid_exists(int(found.group(2))):
+                name = found.group(1)
+                pids = subprocess.run(
+                    ["ip", "netns", "pids", name], capture_output=True, text=True
+                ).stdout.split()
+                _kill_and_wait([int(p) for p in pids])  # its orphaned Ray node, if any
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
     def _make(self) -> None:
+        self.remove_stale()
         _ip("netns", "add", BRIDGE_NS)
         self.made.append(BRIDGE_NS)
         _ip("-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge")
