@@ -275,9 +275,16 @@ class Reader:
             if self._end == len(self._stage):
                 self._compact()
             room = min(READ_CHUNK, len(self._stage) - self._end)
-            n = self._recv(self._view[self._end : self._end + room])
-            if n is None:
+            try:  # _recv inlined: every small message comes through here
+                n = self.sock.recv_into(self._view[self._end : self._end + room])
+            except (BlockingIOError, InterruptedError):
                 break
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    break
+                raise PeerClosed(f"receive failed: {exc}") from None
+            if n == 0:
+                raise PeerClosed("the peer closed the connection")
             budget -= n
             self._end += n
             self._parse(out)
