@@ -150,14 +150,7 @@ class Exchange:
             self._learn_sessions()
             peer = self._peers[shard]
         rid = next(self._rids) & wire.U32_MAX
-        step, alg = self.step, self.signer.alg
-
-        def header() -> Header:  # the request's header, for the rare error paths only
-            return Header(  # positional: Header's field order
-                mtype, key, self.worker_id, rid, shard, step, dtype, payload.shape,
-                payload.nbytes, 0, alg, 0, 0, peer,
-            )  # fmt: skip
-
+        step, alg, worker = self.step, self.signer.alg, self.worker_id
         transport = self.transport
         wait_one = transport.wait_one
         timeout = self.timeout
@@ -165,7 +158,7 @@ class Exchange:
             if self._pending:  # checked under the lock: no request can start meanwhile
                 return None
             frames = wire.encode_tensor(  # the frames of encode(Header(...)), built directly
-                self.signer, mtype, key, self.worker_id, rid, shard, step, dtype,
+                self.signer, mtype, key, worker, rid, shard, step, dtype,
                 payload.shape, payload, peer, alg,
             )  # fmt: skip
             transport.send(shard, frames)
@@ -175,7 +168,11 @@ class Exchange:
                 got = wait_one(left if left < 1.0 else 1.0) if left > 0 else None
                 if got is None:
                     if time.monotonic() >= deadline:
-                        req = _Req(shard, header(), _ignore, label, _no_frames)
+                        hdr = Header(  # the request's, as encode_tensor packed it (error paths only)
+                            mtype, key, worker, rid, shard, step, dtype, payload.shape,
+                            payload.nbytes, 0, alg, 0, 0, peer,
+                        )  # fmt: skip
+                        req = _Req(shard, hdr, _ignore, label, _no_frames)
                         raise self._timeout_error({rid: req}, timeout)
                     continue
                 deadline = time.monotonic() + timeout  # progress restarts the clock
@@ -190,7 +187,11 @@ class Exchange:
                     continue
                 h = msg.header
                 if h.msg_type == MsgType.ERROR or h.shard != shard:
-                    self._deliver(_Req(shard, header(), _ignore, label, _no_frames), msg)
+                    hdr = Header(  # the request's, as encode_tensor packed it
+                        mtype, key, worker, rid, shard, step, dtype, payload.shape,
+                        payload.nbytes, 0, alg, 0, 0, peer,
+                    )  # fmt: skip
+                    self._deliver(_Req(shard, hdr, _ignore, label, _no_frames), msg)
                 return msg
 
     def _collect(self, ready: Sequence[int]) -> None:

@@ -210,7 +210,7 @@ class SocketTransport(Transport):
     def send(self, shard: int, frames: Sequence[Buffer]) -> None:
         if self._closed:
             raise PSError("this transport is closed")
-        link = self._link(shard)
+        link = self._links[shard] or self._link(shard)  # connected: no call
         if link is None:
             self._backlog[shard].append(frames)
             return
