@@ -150,41 +150,49 @@ class Exchange:
             self._learn_sessions()
             peer = self._peers[shard]
         rid = next(self._rids) & wire.U32_MAX
-        hdr = Header(  # positional: Header's field order
-            mtype, key, self.worker_id, rid, shard, self.step, dtype, payload.shape,
-            payload.nbytes, 0, self.signer.alg, 0, 0, peer,
-        )  # fmt: skip
+        step, alg, worker = self.step, self.signer.alg, self.worker_id
         transport = self.transport
-        poll, recv = transport.poll, transport.recv
+        wait_one = transport.wait_one
         timeout = self.timeout
         with self._lock:
             if self._pending:  # checked under the lock: no request can start meanwhile
                 return None
-            transport.send(shard, wire.encode(self.signer, hdr, (payload,)))
+            frames = wire.encode_tensor(  # the frames of encode(Header(...)), built directly
+                self.signer, mtype, key, worker, rid, shard, step, dtype,
+                payload.shape, payload, peer, alg,
+            )  # fmt: skip
+            transport.send(shard, frames)
             deadline = time.monotonic() + timeout
             while True:
                 left = deadline - time.monotonic()
-                ready = poll(left if left < 1.0 else 1.0) if left > 0 else []
-                if not ready:
+                got = wait_one(left if left < 1.0 else 1.0) if left > 0 else None
+                if got is None:
                     if time.monotonic() >= deadline:
+                        hdr = Header(  # the request's, as encode_tensor packed it (error paths only)
+                            mtype, key, worker, rid, shard, step, dtype, payload.shape,
+                            payload.nbytes, 0, alg, 0, 0, peer,
+                        )  # fmt: skip
                         req = _Req(shard, hdr, _ignore, label, _no_frames)
                         raise self._timeout_error({rid: req}, timeout)
                     continue
                 deadline = time.monotonic() + timeout  # progress restarts the clock
-                for s in ready:
-                    frames = recv(s)
-                    if s != shard or not frames or wire.request_id_of(frames[0]) != rid:
-                        log.debug("dropping a reply that matches no pending request")
-                        continue
-                    try:
-                        msg = wire.decode(self.signer, frames, None, guard=self._guard)
-                    except ReplayedMessageError as exc:  # not this request's answer: wait on
-                        log.warning("dropped a reply that is not new: %s", exc)
-                        continue
-                    h = msg.header
-                    if h.msg_type == MsgType.ERROR or h.shard != shard:
-                        self._deliver(_Req(shard, hdr, _ignore, label, _no_frames), msg)
-                    return msg
+                s, frames = got
+                if s != shard or not frames or wire.request_id_of(frames[0]) != rid:
+                    log.debug("dropping a reply that matches no pending request")
+                    continue
+                try:
+                    msg = wire.decode(self.signer, frames, None, guard=self._guard)
+                except ReplayedMessageError as exc:  # not this request's answer: wait on
+                    log.warning("dropped a reply that is not new: %s", exc)
+                    continue
+                h = msg.header
+                if h.msg_type == MsgType.ERROR or h.shard != shard:
+                    hdr = Header(  # the request's, as encode_tensor packed it
+                        mtype, key, worker, rid, shard, step, dtype, payload.shape,
+                        payload.nbytes, 0, alg, 0, 0, peer,
+                    )  # fmt: skip
+                    self._deliver(_Req(shard, hdr, _ignore, label, _no_frames), msg)
+                return msg
 
     def _collect(self, ready: Sequence[int]) -> None:
         """Take in one message from each shard in ``ready``: verify it and deliver it to

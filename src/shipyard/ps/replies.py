@@ -100,6 +100,13 @@ class Replier:
 
     def tensor(self, peer: bytes, req: Header, slot: Slot, value: Any, digest: Any) -> Outgoing:
         """One parameter, sent from its own buffer (zero copy): the reply holds it."""
+        if digest is None:  # aes-gmac / poly1305: the header packed straight from the fields
+            frames = wire.encode_tensor(
+                self.signer, MsgType.TENSOR, req.key, req.worker, req.request_id, self.shard,
+                slot.version, wire.dtype_code(slot.dtype), slot.shape, value, req.session,
+                req.mac_alg,
+            )  # fmt: skip
+            return self._out(peer, req.worker, frames, Hold())
         # positional (Header's field order: a keyword call costs ~2x); peer = the
         # requesting session, the only one that accepts it (wire.ReplayGuard)
         hdr = Header(

@@ -88,7 +88,10 @@ class Slot:
 
 
 def _all_done(trackers: Sequence[Any]) -> bool:
-    return all(getattr(t, "done", True) for t in trackers)
+    for t in trackers:  # a loop, not all(genexpr): every update of a pulled slot asks
+        if not getattr(t, "done", True):
+            return False
+    return True
 
 
 class Shard:

@@ -99,14 +99,14 @@ class ShardStats:
     def received(self, worker: int | None, nbytes: int) -> None:
         self.messages_in += 1
         self.bytes_in += nbytes
-        if worker is not None:
-            self.worker(worker).bytes_in += nbytes
+        if worker is not None:  # a known worker without the call to worker() (every message)
+            (self.workers.get(worker) or self.worker(worker)).bytes_in += nbytes
 
     def sent(self, worker: int | None, nbytes: int) -> None:
         self.messages_out += 1
         self.bytes_out += nbytes
         if worker is not None:
-            self.worker(worker).bytes_out += nbytes
+            (self.workers.get(worker) or self.worker(worker)).bytes_out += nbytes
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] += 1

@@ -275,9 +275,16 @@ class Reader:
             if self._end == len(self._stage):
                 self._compact()
             room = min(READ_CHUNK, len(self._stage) - self._end)
-            n = self._recv(self._view[self._end : self._end + room])
-            if n is None:
+            try:  # _recv inlined: every small message comes through here
+                n = self.sock.recv_into(self._view[self._end : self._end + room])
+            except (BlockingIOError, InterruptedError):
                 break
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    break
+                raise PeerClosed(f"receive failed: {exc}") from None
+            if n == 0:
+                raise PeerClosed("the peer closed the connection")
             budget -= n
             self._end += n
             self._parse(out)
@@ -332,17 +339,27 @@ class Reader:
                     st = struct.Struct(f"<{count}Q")
                     if count <= 64:
                         _LENS[count] = st
-                lens = list(st.unpack_from(self._stage, start + 4))
-                size = sum(lens)
+                got = st.unpack_from(self._stage, start + 4)
+                size = sum(got)
                 if size > self.max_bytes:
                     raise FramingError(
                         f"a message of {size} bytes (at most {self.max_bytes})", "oversized"
                     )
-                if size <= avail - head and max(lens) < SMALL:
-                    # the whole message is here and small (every request and reply of a
-                    # small push_pull): its frames in one go, not frame by frame
+                if size < SMALL and size <= avail - head:
+                    # the whole message is here and small, so is every frame (every
+                    # request and reply of a small push_pull): its frames in one go
                     at = start + head
                     frames: list[Buffer] = []
+                    for n in got:
+                        frames.append(view[at : at + n].tobytes())
+                        at += n
+                    self._start = at
+                    out.append(frames)
+                    continue
+                lens = list(got)
+                if size <= avail - head and max(lens) < SMALL:  # whole, small frames
+                    at = start + head
+                    frames = []
                     for n in lens:
                         frames.append(view[at : at + n].tobytes())
                         at += n

@@ -105,6 +105,15 @@ class Transport(ABC):
     def recv(self, shard: int) -> list[Buffer]:
         """The next message from ``shard`` (call after ``poll`` listed it)."""
 
+    def wait_one(self, timeout: float) -> tuple[int, list[Buffer]] | None:
+        """The next message from any shard as ``(shard, frames)``, waiting at most
+        ``timeout`` seconds; None if none came. (``poll`` then ``recv`` of the first
+        ready shard: what a caller waiting on one reply needs; a transport may fuse it.)"""
+        ready = self.poll(timeout)
+        if not ready:
+            return None
+        return ready[0], self.recv(ready[0])
+
     def close(self) -> None:  # noqa: B027 - optional hook; most transports need it
         """Release sockets; pending sends are dropped."""
 
@@ -144,6 +153,7 @@ class SocketTransport(Transport):
         self._backlog: list[list[Sequence[Buffer]]] = [[] for _ in self.endpoints]
         self._retry_at = [0.0] * self.num_shards
         self._ready: list[deque[list[Buffer]]] = [deque() for _ in self.endpoints]
+        self._waiting = 0  # messages in _ready, all shards together
         self._closed = False
 
     # connections -----------------------------------------------------------------
@@ -200,16 +210,30 @@ class SocketTransport(Transport):
     def send(self, shard: int, frames: Sequence[Buffer]) -> None:
         if self._closed:
             raise PSError("this transport is closed")
-        link = self._link(shard)
+        link = self._links[shard] or self._link(shard)  # connected: no call
         if link is None:
             self._backlog[shard].append(frames)
             return
         self._flush(shard, link, frames)
 
     def poll(self, timeout: float) -> list[int]:
-        ready = [i for i, q in enumerate(self._ready) if q]
-        if ready:
-            return ready
+        if not self._waiting:
+            self._pump(timeout)
+        return [i for i, q in enumerate(self._ready) if q]
+
+    def wait_one(self, timeout: float) -> tuple[int, list[Buffer]] | None:
+        # poll + recv without the two scans of every shard's queue or a list per call
+        if not self._waiting and not self._pump(timeout):
+            return None
+        for shard, q in enumerate(self._ready):
+            if q:
+                self._waiting -= 1
+                return shard, q.popleft()
+        return None  # pragma: no cover - _waiting counts what the queues hold
+
+    def _pump(self, timeout: float) -> bool:
+        """Read what the sockets have (and write what they take) until a message is
+        ready or ``timeout`` passes; True when one is."""
         left = timeout if timeout > 0.0 else 0.0
         deadline = time.monotonic() + left
         links = self._links
@@ -229,18 +253,23 @@ class SocketTransport(Transport):
                     self._flush(shard, link)
                 if events & ~select.EPOLLOUT and links[shard] is link:
                     try:
-                        self._ready[shard].extend(link.reader.read())
+                        got = link.reader.read()
                     except (PeerClosed, FramingError) as exc:
                         self._lost(shard, str(exc))
-            ready = [i for i, q in enumerate(self._ready) if q]
-            if ready:
-                return ready
+                        continue
+                    if got:
+                        self._ready[shard].extend(got)
+                        self._waiting += len(got)
+            if self._waiting:
+                return True
             left = deadline - time.monotonic()
             if left <= 0:
-                return ready
+                return False
 
     def recv(self, shard: int) -> list[Buffer]:
-        return self._ready[shard].popleft()
+        frames = self._ready[shard].popleft()  # IndexError if none, as before
+        self._waiting -= 1
+        return frames
 
     def close(self) -> None:
         if self._closed:

@@ -304,6 +304,9 @@ class Message:
     header: Header
     payload: list[memoryview] = field(default_factory=list)
     wire_bytes: int = 0
+    #: the header's dtype once ``decode`` checked the shape fills ``nbytes`` (so
+    #: ``tensor`` need not check the layout again); None: check it there
+    dtype: np.dtype | None = None
 
     def json(self) -> Any:
         """The JSON payload (control messages); MalformedFrameError if not JSON."""
@@ -315,6 +318,9 @@ class Message:
 
     def tensor(self) -> np.ndarray:
         """The payload as an array (zero-copy when it is one frame)."""
+        dt = self.dtype
+        if dt is not None and len(self.payload) == 1:  # decode checked the layout
+            return np.frombuffer(self.payload[0], dtype=dt).reshape(self.header.shape)
         return payload_array(self.header, self.payload)
 
 
@@ -785,6 +791,44 @@ def encode(
     return [hb, *views, signer.mac(hb, views, digests, parallel, alg)]
 
 
+def encode_tensor(
+    signer: Signer,
+    mtype: int,
+    key: int,
+    worker: int,
+    request_id: int,
+    shard: int,
+    step: int,
+    dtype: int,
+    shape: tuple[int, ...],
+    value: Buffer,
+    peer: int,
+    alg: int,
+) -> list[Buffer]:
+    """``encode(signer, Header(mtype, key, ...), (value,), alg=alg)`` for one tensor frame
+    (a small push_pull's request and its TENSOR reply): the same frames, packed straight
+    from the fields under aes-gmac, without a ``Header`` object, ``dataclasses.replace``
+    or the general path's dispatch (both sides of a 1 KB round trip build one per
+    message). Other MACs and large values go the general way."""
+    v = value if type(value) is bytes else as_bytes_view(value)
+    n = len(v)
+    ndim = len(shape)
+    if alg != MAC_GMAC or n > GCM_ONE_SHOT_MAX or ndim > MAX_NDIM:
+        hdr = Header(
+            mtype, key, worker, request_id, shard, step, dtype, shape, n, 0, alg, 0, 0, peer
+        )
+        return encode(signer, hdr, (v,), alg=alg)
+    try:  # the field order of HEADER_FORMAT (Header.pack)
+        hb = HEADER.pack(
+            MAGIC, PROTOCOL_VERSION, mtype, dtype, ndim, 0, alg, 0, key, worker,
+            request_id & U32_MAX, shard, step, n, *shape, *_PAD[ndim],
+            signer.session, signer.next_seq(), peer,
+        )  # fmt: skip
+    except struct.error as exc:
+        raise PSConfigError(f"header field out of range: {exc}") from None
+    return [hb, v, signer._gmac_one(hb, v)]
+
+
 def encode_json(signer: Signer, header: Header, obj: Any, alg: int | None = None) -> list[Buffer]:
     """Frames for a control message whose payload is ``obj`` as compact JSON."""
     data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8")
@@ -870,9 +914,10 @@ def _checked(
         raise TruncatedFrameError(f"payload is {total} bytes, header announces {header.nbytes}")
     if total > header.nbytes:
         raise OversizedFrameError(f"payload is {total} bytes, header announces {header.nbytes}")
+    dt = None
     if header.dtype and not header.flags & FLAG_JSON:
-        check_layout(header)  # dtype code and shape vs nbytes
-    return Message(header, payload, HEADER_SIZE + total + mac_bytes)
+        dt = check_layout(header)  # dtype code and shape vs nbytes
+    return Message(header, payload, HEADER_SIZE + total + mac_bytes, dt)
 
 
 _RID_OFFSET = struct.calcsize("<4sBBBBHBBII")

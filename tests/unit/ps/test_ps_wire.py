@@ -14,6 +14,7 @@ from shipyard.ps.errors import (
     MalformedFrameError,
     OversizedFrameError,
     PSConfigError,
+    ReplayedMessageError,
     TruncatedFrameError,
     UnknownMessageTypeError,
     WireError,
@@ -253,3 +254,47 @@ def test_one_time_key_mac_round_trip_and_rejection(name):
             wire.decode(SIGNER, [bytes(m) for m in mutated])
     with pytest.raises(AuthenticationError):
         wire.decode(wire.Signer("secret-two"), frames)
+
+
+@pytest.mark.parametrize("name", ["aes-gmac", "poly1305", "hmac-sha256"])
+@pytest.mark.parametrize("size", [256, 5000])  # one-shot GCM, and above GCM_ONE_SHOT_MAX
+def test_encode_tensor_is_encode_of_the_same_header(name, size):
+    """The small push_pull's direct packing (wire.encode_tensor, issue 17 part 4) gives
+    the frames ``encode(Header(...))`` gives: the same header bytes, payload and MAC
+    under the same sequence number; and decode checks them as it checks any message."""
+    if name != "hmac-sha256":
+        pytest.importorskip("cryptography")
+    arr = np.arange(size, dtype=np.float32).reshape(-1, 4)
+    alg = wire.MAC_ALGORITHMS[name]
+    fast, slow = wire.Signer("secret-one", name), wire.Signer("secret-one", name)
+    slow.session = fast.session  # two senders of one session, at the same counter
+    fields = (MsgType.PUSH_PULL, 7, 3, 99 + (1 << 33), 1, 12, wire.dtype_code(arr.dtype))
+    got = wire.encode_tensor(fast, *fields, arr.shape, arr, 0xABC, alg)
+    want = wire.encode(slow, Header(*fields, arr.shape, arr.nbytes, 0, alg, 0, 0, 0xABC), [arr])
+    as_bytes = [bytes(memoryview(f).cast("B")) for f in got]
+    if name == "poly1305":  # a random nonce per message: the same header and payload
+        assert as_bytes[:2] == [bytes(memoryview(f).cast("B")) for f in want[:2]]
+    else:
+        assert as_bytes == [bytes(memoryview(f).cast("B")) for f in want]
+    guard = wire.ReplayGuard(0xABC)
+    msg = wire.decode(SIGNER, as_bytes, guard=guard)
+    assert msg.header.request_id == 99 and msg.header.peer == 0xABC
+    assert np.array_equal(msg.tensor(), arr) and msg.tensor().shape == arr.shape
+    with pytest.raises(ReplayedMessageError):  # the same frames again: refused
+        wire.decode(SIGNER, as_bytes, guard=guard)
+    tampered = [as_bytes[0], b"\x01" + as_bytes[1][1:], as_bytes[2]]
+    with pytest.raises(AuthenticationError):
+        wire.decode(SIGNER, tampered)
+    with pytest.raises(PSConfigError, match="out of range"):
+        wire.encode_tensor(fast, MsgType.PUSH_PULL, 1 << 40, *fields[2:], arr.shape, arr, 1, alg)
+
+
+def test_a_decoded_tensor_keeps_the_checked_layout():
+    """decode checks the dtype and shape once and the Message remembers the dtype, so
+    tensor() does not check again; a Message built by hand is still checked there."""
+    arr = np.arange(12, dtype=np.float64).reshape(3, 4)
+    msg = wire.decode(SIGNER, frames_of(arr))
+    assert msg.dtype == np.dtype("<f8") and np.array_equal(msg.tensor(), arr)
+    bad = wire.Message(Header(msg_type=MsgType.PUSH, dtype=3, shape=(5,), nbytes=96), [b"x" * 96])
+    with pytest.raises(MalformedFrameError, match="header says 96"):
+        bad.tensor()
