@@ -4,7 +4,7 @@ one numeric input, read straight into an array, skipping the nested Python lists
 Why: the general path (``protocol.invocations_to_tfs`` then ``parse_tfs_request``)
 parses the body into nested lists and has numpy rediscover their shape, ~17 us of CPU
 per digits request (8x8x1 floats: 73 lists, 64 floats) of a worker's ~60 us handler;
-this way takes ~5 us (docs/decisions.md, issue 19). The body is checked, not trusted:
+this way takes ~7 us (docs/decisions.md, issue 19). The body is checked, not trusted:
 
 1. outside the array it is exactly ``{"instances": ... }`` (white space aside);
 2. the array's skeleton, what is left once number characters and white space are
