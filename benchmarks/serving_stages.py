@@ -11,9 +11,11 @@ a request's bytes, answering an echo; no syscalls), and with them in the echo ro
 benchmarks/serving.py; what a server spends beyond the sum is the event loop, syscalls,
 wake-ups and cache misses.
 
-Stages: JSON body -> TF Serving request (``invocations_to_tfs``), request -> arrays
-(``parse_tfs_request``), the batcher with a model that returns at once (8 concurrent
-requests, ``BatchingRunner``), the model call per request at batch 8 and 4
+Stages: JSON body -> TF Serving request (``invocations_to_tfs``) and request -> arrays
+(``parse_tfs_request``), the general path; JSON body -> arrays for the common
+``{"instances": [...]}`` form (``fast_json``, the path a digits request takes; the sum
+counts it instead of the general two); the batcher with a model that returns at once
+(8 concurrent requests, ``BatchingRunner``), the model call per request at batch 8 and 4
 (``TFServable.run``, the call a worker makes), the answer (``format_predictions`` +
 ``predictions_as``), and the whole handler (``App``: routing, all of the above, the
 real model with batching, 8 concurrent requests, no sockets).
@@ -150,7 +152,7 @@ def http_cpu(body: bytes, seconds: float) -> float:
 def stages(model_dir: str, seconds: float) -> dict[str, float]:
     import numpy as np
 
-    from shipyard.serving import protocol
+    from shipyard.serving import fast_json, protocol
     from shipyard.serving.app import App, State
     from shipyard.serving.batching import BatchingRunner
     from shipyard.serving.http_types import HttpRequest
@@ -171,6 +173,11 @@ def stages(model_dir: str, seconds: float) -> dict[str, float]:
     )
     out["TFS request -> arrays"] = cpu_per_call(
         lambda: protocol.parse_tfs_request(request, sig, False), seconds
+    )
+    fitted = fast_json.fit(sig)
+    assert fitted is not None and fast_json.instances(body, fitted) is not None
+    out["JSON body -> arrays, the common form (fast_json)"] = cpu_per_call(
+        lambda: fast_json.instances(body, fitted), seconds
     )
     out["outputs -> JSON answer"] = cpu_per_call(
         lambda: protocol.predictions_as(protocol.format_predictions(out1, True), ""), seconds
@@ -241,13 +248,16 @@ def main() -> None:
     print("\nCPU per request by stage (us, in process, 1 TF thread; floors, see the docstring)")
     for name, us in out.items():
         print(f"  {name:58s} {us:8.1f}")
-    parts = [k for k in out if "whole" not in k and "batch 4" not in k]
+    # the sum follows the path a digits request takes: the common form's, not the general
+    general = ("JSON body -> TFS request", "TFS request -> arrays")
+    parts = [k for k in out if "whole" not in k and "batch 4" not in k and k not in general]
     print(f"  {'sum of the stages (model at batch 8)':58s} {sum(out[k] for k in parts):8.1f}")
     result(
         "serving_stages",
         http_us=out["HTTP front end, echo (no sockets)"],
         parse_us=out["JSON body -> TFS request"],
         arrays_us=out["TFS request -> arrays"],
+        fast_arrays_us=out["JSON body -> arrays, the common form (fast_json)"],
         answer_us=out["outputs -> JSON answer"],
         batcher_us=out["batcher (instant model), 8 concurrent"],
         model_b8_us=out["model call, batch 8, per request"],

@@ -136,13 +136,20 @@ class BatchingRunner(DirectRunner):
         return self.active() - queued - self.in_call > 0
 
     async def run(self, servable: Servable, signature: str, inputs: Arrays) -> Arrays:
-        rows = {a.shape[0] if a.ndim else -1 for a in inputs.values()}
-        if len(rows) != 1 or -1 in rows:
-            return await super().run(servable, signature, inputs)
-        (n,) = rows
-        key = (id(servable), signature) + tuple(
-            (k, a.shape[1:], a.dtype.str) for k, a in sorted(inputs.items())
-        )
+        if len(inputs) == 1:  # the usual request, keyed as below without the set and sort
+            ((name, a),) = inputs.items()
+            if not a.ndim:
+                return await super().run(servable, signature, inputs)
+            n = a.shape[0]
+            key: tuple[Any, ...] = (id(servable), signature, (name, a.shape[1:], a.dtype.str))
+        else:
+            rows = {a.shape[0] if a.ndim else -1 for a in inputs.values()}
+            if len(rows) != 1 or -1 in rows:
+                return await super().run(servable, signature, inputs)
+            (n,) = rows
+            key = (id(servable), signature) + tuple(
+                (k, a.shape[1:], a.dtype.str) for k, a in sorted(inputs.items())
+            )
         queue = self.queues.setdefault(key, _Queue())
         future: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         queue.items.append(_Item(inputs, n, future))

@@ -425,19 +425,19 @@ def predictions_as(payload: dict[str, Any], accept: str) -> tuple[bytes, str]:
     """A TFS JSON response in the requested media type: JSON (as TF Serving answers),
     JSON lines or CSV with one line per prediction (what batch transform assembles)."""
     accept = media_type(accept)
-    preds = plain(payload.get("predictions"))
-    if accept in (
-        "application/jsonlines",
-        "application/jsons",
-        "application/x-jsonlines",
-    ) and isinstance(preds, list):
-        return (
-            "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in preds).encode(),
-            "application/jsonlines",
-        )
-    if accept == CSV_TYPE and isinstance(preds, list):
-        return encode_csv(preds).encode(), CSV_TYPE
+    if accept in _LINE_TYPES or accept == CSV_TYPE:  # (JSON needs no lists: see dumps)
+        preds = plain(payload.get("predictions"))
+        if isinstance(preds, list):
+            if accept == CSV_TYPE:
+                return encode_csv(preds).encode(), CSV_TYPE
+            return (
+                "".join(json.dumps(p, separators=(",", ":")) + "\n" for p in preds).encode(),
+                "application/jsonlines",
+            )
     return dumps(payload), "application/json"
+
+
+_LINE_TYPES = ("application/jsonlines", "application/jsons", "application/x-jsonlines")
 
 
 def encode_csv(rows: list[Any]) -> str:
@@ -466,13 +466,9 @@ def plain(value: Any) -> Any:
 
 
 def _numeric_array(value: Any) -> bool:
-    """A numpy array orjson writes as json would: numbers, floats all finite (json
-    writes NaN and Infinity, which TF Serving also answers; orjson would write null)."""
-    return (
-        isinstance(value, np.ndarray)
-        and value.dtype.kind in "biuf"
-        and (value.dtype.kind != "f" or bool(np.isfinite(value).all()))
-    )
+    """A numpy array of numbers (orjson writes them as json would, but for NaN and
+    Infinity: see ``dumps``)."""
+    return isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
 
 
 def dumps(payload: Any) -> bytes:
@@ -488,9 +484,15 @@ def dumps(payload: Any) -> bytes:
         and all(_numeric_array(v) for v in payload.values())
     ):
         try:
-            return _ORJSON.dumps(payload, option=_ORJSON.OPT_SERIALIZE_NUMPY)
+            out: bytes = _ORJSON.dumps(payload, option=_ORJSON.OPT_SERIALIZE_NUMPY)
         except _ORJSON.JSONEncodeError:  # e.g. a non-contiguous array
             pass
+        else:
+            # orjson writes a NaN or an Infinity as null, json (and TF Serving) as NaN or
+            # Infinity; numbers alone never read "null", so one search finds them (~0.1 us
+            # on a digits answer, where np.isfinite(...).all() took ~1.3)
+            if b"null" not in out:
+                return out
     return json.dumps(plain(payload), separators=(",", ":")).encode()
 
 

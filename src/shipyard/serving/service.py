@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from shipyard.serving import model_data, protocol, user_module
+from shipyard.serving import fast_json, model_data, protocol, user_module
 from shipyard.serving.batching import DirectRunner
 from shipyard.serving.errors import (
     BadRequest,
@@ -70,6 +70,9 @@ def parse_custom_attributes(header: str) -> dict[str, str]:
     return out
 
 
+JSON = "application/json"
+
+
 def _json(payload: Any, status: int = 200) -> Reply:
     return Reply(status, protocol.dumps(payload))
 
@@ -84,14 +87,44 @@ class Service:
         # calls: a handler that calls back into this server (context.rest_uri) must not
         # block the loop that would answer it
         self.handler_pool = ThreadPoolExecutor(8, thread_name_prefix="handler")
+        # per (servable, signature): whether and how fast_json reads its requests
+        self._fits: dict[tuple[int, str], fast_json.Fit | None] = {}
 
     # -- TF Serving REST API ------------------------------------------------------------
     async def tfs(self, name: str, version: int | None, method: str, body: bytes) -> Reply:
+        if method == "predict":
+            payload = await self.fast_predict(name, version, body)
+            if payload is not None:
+                return _json(payload)
         try:
             request = protocol.loads(body)
         except ValueError as exc:
             raise BadRequest(f"malformed JSON: {exc}") from None
         return _json(await self.tfs_call(name, version, method, request, b'"b64"' in body))
+
+    async def fast_predict(
+        self, name: str | None, version: int | None, body: bytes
+    ) -> dict[str, Any] | None:
+        """A predict request of the common form (``fast_json.py``) read straight into
+        its array and answered as ``tfs_call`` would; None when the body is not of that
+        form (then ``tfs_call`` reads it, and words any error)."""
+        try:
+            servable = self.registry.resolve(name, version)
+            sig = servable.signature(None)
+        except ServingError:  # worded by the general path, in its order of checks
+            return None
+        key = (id(servable), sig.name)
+        if key in self._fits:
+            fitted = self._fits[key]
+        else:
+            fitted = self._fits[key] = fast_json.fit(sig)
+        if fitted is None:
+            return None
+        arrays = fast_json.instances(body, fitted)
+        if arrays is None:
+            return None
+        outputs = await self.runner.run(servable, sig.name, arrays)
+        return protocol.format_predictions(outputs, True)
 
     async def tfs_call(
         self, name: str | None, version: int | None, method: str, request: Any, b64: bool = True
@@ -260,8 +293,12 @@ class TFService(Service):
         method = attrs.get("tfs-method", "predict")
         if self.handler or self.input_handler:
             return await self._user_invocation(req, attrs, name, version, method)
-        request = protocol.invocations_to_tfs(req.body, req.content_type)
-        payload = await self.tfs_call(name, version, method, request, b'"b64"' in req.body)
+        payload = None
+        if method == "predict" and (media_type(req.content_type) or JSON) in protocol.JSON_TYPES:
+            payload = await self.fast_predict(name, version, req.body)
+        if payload is None:
+            request = protocol.invocations_to_tfs(req.body, req.content_type)
+            payload = await self.tfs_call(name, version, method, request, b'"b64"' in req.body)
         body, ctype = protocol.predictions_as(payload, req.accept)
         return Reply(200, body, ctype)
 
