@@ -87,8 +87,9 @@ class Service:
         # calls: a handler that calls back into this server (context.rest_uri) must not
         # block the loop that would answer it
         self.handler_pool = ThreadPoolExecutor(8, thread_name_prefix="handler")
-        # per (servable, signature): whether and how fast_json reads its requests
-        self._fits: dict[tuple[int, str], fast_json.Fit | None] = {}
+        # per (servable, signature): whether and how fast_json reads its requests, kept
+        # with the Signature it was worked out from (a reloaded model may reuse an id)
+        self._fits: dict[tuple[int, str], tuple[protocol.Signature, fast_json.Fit | None]] = {}
 
     # -- TF Serving REST API ------------------------------------------------------------
     async def tfs(self, name: str, version: int | None, method: str, body: bytes) -> Reply:
@@ -114,10 +115,12 @@ class Service:
         except ServingError:  # worded by the general path, in its order of checks
             return None
         key = (id(servable), sig.name)
-        if key in self._fits:
-            fitted = self._fits[key]
+        known = self._fits.get(key)
+        if known is not None and known[0] is sig:
+            fitted = known[1]
         else:
-            fitted = self._fits[key] = fast_json.fit(sig)
+            fitted = fast_json.fit(sig)
+            self._fits[key] = (sig, fitted)
         if fitted is None:
             return None
         arrays = fast_json.instances(body, fitted)
