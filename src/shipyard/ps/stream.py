@@ -345,9 +345,10 @@ class Reader:
                     raise FramingError(
                         f"a message of {size} bytes (at most {self.max_bytes})", "oversized"
                     )
-                if size < SMALL and size <= avail - head:
-                    # the whole message is here and small, so is every frame (every
-                    # request and reply of a small push_pull): its frames in one go
+                if size <= avail - head and (size < SMALL or max(got) < SMALL):
+                    # the whole message is here and its frames are small (every request
+                    # and reply of a small push_pull, whose size alone says so): its
+                    # frames in one go, not frame by frame
                     at = start + head
                     frames: list[Buffer] = []
                     for n in got:
@@ -357,15 +358,6 @@ class Reader:
                     out.append(frames)
                     continue
                 lens = list(got)
-                if size <= avail - head and max(lens) < SMALL:  # whole, small frames
-                    at = start + head
-                    frames = []
-                    for n in lens:
-                        frames.append(view[at : at + n].tobytes())
-                        at += n
-                    self._start = at
-                    out.append(frames)
-                    continue
                 self._start += 4 + 8 * count
                 self._lens = lens
                 self._frames = []

@@ -33,6 +33,7 @@ from tests.integration.ray_backend.conftest import (
     netns_name,
     public_address,
 )
+from tests.job_scripts import MPI_PRELUDE, TF_PRELUDE
 
 pytestmark = pytest.mark.skipif(
     not NAMESPACED, reason="needs the namespaced Ray test cluster (root, iproute2, nsenter)"
@@ -46,24 +47,6 @@ open(os.path.join(out, "ready"), "w").close()
 while not os.path.exists(os.path.join(os.environ["SM_INPUT_DIR"], "go")):
     time.sleep(0.05)
 """
-# the chief's script starts while the TF servers still import TensorFlow: wait until every
-# ps and worker task answers, so their listeners are there to be read
-TF_PRELUDE = r"""
-import json
-cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
-for address in cluster["ps"] + cluster.get("worker", []):
-    host, port = address.rsplit(":", 1)
-    deadline = time.time() + 150
-    while True:
-        try:
-            socket.create_connection((host, int(port)), timeout=1).close()
-            break
-        except OSError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.1)
-"""
-MPI_PRELUDE = "from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n"
 WILDCARDS = ("0.0.0.0", "*", "[::]", "[::ffff:0.0.0.0]")
 # one line of `ss -Hltnp`: the local address:port (4th column) and the users' pids
 SS_PID = re.compile(r"pid=(\d+)")

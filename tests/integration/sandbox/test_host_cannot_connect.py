@@ -20,6 +20,7 @@ import pytest
 import shipyard
 from shipyard.sandbox import probe
 from tests.conftest import job_processes
+from tests.job_scripts import MPI_PRELUDE, TF_PRELUDE
 
 pytestmark = pytest.mark.skipif(
     not probe.support().ok, reason=f"no instance sandbox here: {probe.support().reason}"
@@ -37,24 +38,6 @@ while not os.path.exists("/opt/ml/input/go"):
 
 DDP_PRELUDE = "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
 DDP_EPILOGUE = "dist.barrier()\ndist.destroy_process_group()\n"
-# the chief's script starts while the TF servers are still importing TensorFlow: wait
-# until every ps and worker task of TF_CONFIG answers, so their ports are there to be tried
-TF_PRELUDE = r"""
-import json
-cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
-for address in cluster["ps"] + cluster.get("worker", []):  # the chief is this script
-    host, port = address.rsplit(":", 1)
-    deadline = time.time() + 120
-    while True:
-        try:
-            socket.create_connection((host, int(port)), timeout=1).close()
-            break
-        except OSError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.1)
-"""
-MPI_PRELUDE = "from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n"
 
 
 def _listening_ports(pid: int) -> set[int]:
