@@ -151,6 +151,9 @@ SETTINGS: tuple[Setting, ...] = (
     _internal("SHIPYARD_HOSTS", "algo-k=address pairs of the job, for name resolution."),
     _internal("SHIPYARD_CURRENT_HOST", "This instance's host name (algo-k)."),
     _internal(
+        "SHIPYARD_PYTHON_RESOLVER", "`1`: resolve algo-k in Python (instances without a sandbox)."
+    ),
+    _internal(
         "SHIPYARD_PROCESS_NAME", "The agent's name for a process it started (stack dump labels)."
     ),
     _internal("SHIPYARD_INSTANCE_DIR", "This instance's tree on the host (/opt/ml in a sandbox)."),

@@ -139,7 +139,7 @@ def process_env(
     config: AgentConfig, host: str, paths: InstancePaths, base: dict[str, str] | None = None
 ) -> dict[str, str]:
     """The full environment of the user process: inherited < user's < SageMaker's."""
-    from shipyard.runtime import resolver  # local: keeps the pure part import-light
+    from shipyard.runtime import resolver, sitehooks  # local: keeps the pure part import-light
 
     env = dict(os.environ if base is None else base)
     env.update(config.environment)
@@ -165,9 +165,9 @@ def process_env(
     )
     if config.framework_module:
         env["SAGEMAKER_TRAINING_MODULE"] = config.framework_module
-    python_path = [paths.code, *config.extra_python_path]
-    if not config.sandboxed:  # in a sandbox libc itself resolves algo-k (/etc/hosts)
-        python_path.append(resolver.shim_dir())
+    python_path = [paths.code, *config.extra_python_path, sitehooks.site_dir()]
+    # in a sandbox libc itself resolves algo-k (/etc/hosts)
+    env[sitehooks.PYTHON_RESOLVER_ENV] = "0" if config.sandboxed else "1"
     if config.input_data_config:  # `from sagemaker_tensorflow import PipeModeDataset`
         from shipyard.data.shims import sagemaker_tensorflow_path
 

@@ -2,24 +2,18 @@
 
 Every local instance gets its own loopback address (127.X.Y.k, one /24 per job), so
 two instances can both listen on SageMaker's fixed ports (2222, 7777, 8890) and two
-concurrent jobs never collide. Python code resolves ``algo-k`` through a
-``sitecustomize`` shim on the job's PYTHONPATH (socket.getaddrinfo/gethostbyname/
-gethostname are patched; the user's own sitecustomize still runs after it). Native
+concurrent jobs never collide. Python code resolves ``algo-k`` through shipyard's
+``sitecustomize`` on the job's PYTHONPATH (shipyard/runtime/sitehooks.py:
+socket.getaddrinfo/gethostbyname/gethostname are patched; the user's own sitecustomize
+still runs after it). Native
 libraries (gloo, MPI, gRPC) resolve names with libc, so runners hand them addresses,
 never names.
 """
 
 from __future__ import annotations
 
-import os
-
 HOSTS_ENV = "SHIPYARD_HOSTS"
 CURRENT_HOST_ENV = "SHIPYARD_CURRENT_HOST"
-
-
-def shim_dir() -> str:
-    """Directory holding the ``sitecustomize`` that teaches Python the algo-k names."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_resolver")
 
 
 def encode(addresses: dict[str, str]) -> str:

@@ -54,14 +54,15 @@ def server_env(
 def with_hook(env: dict[str, str]) -> dict[str, str]:
     """Put shipyard's TensorFlow ``sitecustomize`` (``_hook``) on the process's PYTHONPATH.
 
-    Right after the resolver shim, which chains to it; what it installs is chosen by
-    environment variables (the placement recorder, the Keras multi-worker fix).
+    Right after shipyard's job-process ``sitecustomize``, which chains to it; what it
+    installs is chosen by environment variables (the placement recorder, the Keras
+    multi-worker fix).
     """
-    from shipyard.runtime import resolver
+    from shipyard.runtime import sitehooks
 
     parts = env.get("PYTHONPATH", "").split(os.pathsep)
-    shim = resolver.shim_dir()
-    at = parts.index(shim) + 1 if shim in parts else len(parts)
+    site = sitehooks.site_dir()
+    at = parts.index(site) + 1 if site in parts else len(parts)
     env["PYTHONPATH"] = os.pathsep.join(parts[:at] + [HOOK_DIR] + parts[at:])
     return env
 

@@ -1,13 +1,14 @@
 """shipyard: hooks for TensorFlow jobs' processes, installed without importing TensorFlow.
 
-On PYTHONPATH right after the resolver shim (which chains here), set by the runners:
+On PYTHONPATH right after shipyard's job-process ``sitecustomize`` (which chains here),
+set by the runners:
 
 * ``SHIPYARD_TF_PLACEMENT_FILE`` (parameter_server chief): record TensorFlow's
   variable placement (shipyard/tf/placement.py);
 * ``SHIPYARD_KERAS_MWMS_COMPAT`` (multi_worker_mirrored_strategy): make Keras 3
   ``model.fit`` work with more than one worker (shipyard/tf/keras_compat.py).
 
-Chains on to the next ``sitecustomize`` on sys.path (skipping the resolver's and this
+Chains on to the next ``sitecustomize`` on sys.path (skipping that one and this
 one) so a user's own customization still runs.
 """
 
@@ -33,8 +34,8 @@ def _install() -> None:
 
 def _chain() -> None:
     here = _os.path.dirname(_os.path.abspath(__file__))
-    resolver = _os.path.join(_os.path.dirname(_os.path.dirname(here)), "runtime", "_resolver")
-    skip = {here, resolver}
+    site = _os.path.join(_os.path.dirname(_os.path.dirname(here)), "runtime", "_site")
+    skip = {here, site}
     import importlib.machinery
     import importlib.util
 

@@ -1,0 +1,111 @@
+"""shipyard's job-process ``sitecustomize``: what it installs, under which switch, and that
+a user's own ``sitecustomize`` still runs. Real interpreters, started the way the agent
+starts a job's processes (the directory on PYTHONPATH)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from shipyard.agent.config import AgentConfig
+from shipyard.agent.environment import process_env
+from shipyard.agent.layout import InstancePaths
+from shipyard.runtime import sitehooks
+
+HOSTS = {"SHIPYARD_HOSTS": "algo-1=127.0.0.1,algo-2=127.0.0.2", "SHIPYARD_CURRENT_HOST": "algo-2"}
+
+
+def run_python(code: str, env: dict[str, str], *extra_path: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SHIPYARD_")}
+    base.update(env)
+    base["PYTHONPATH"] = os.pathsep.join([sitehooks.site_dir(), *extra_path])
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_resolver_switch_on_maps_algo_names_and_the_host_name():
+    done = run_python(
+        "import socket; print(socket.gethostbyname('algo-2'), socket.gethostname())",
+        {**HOSTS, sitehooks.PYTHON_RESOLVER_ENV: "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["127.0.0.2", "algo-2"]
+
+
+def test_resolver_switch_off_leaves_resolution_to_libc():
+    """A sandbox resolves algo-k through its /etc/hosts; Python must not answer first."""
+    done = run_python(
+        """
+        import socket
+        try:
+            print(socket.gethostbyname('algo-2'))
+        except OSError:
+            print('unresolved')
+        print(socket.gethostname())
+        """,
+        {**HOSTS, sitehooks.PYTHON_RESOLVER_ENV: "0"},
+    )
+    assert done.returncode == 0, done.stderr
+    name, host = done.stdout.split()
+    assert name == "unresolved" and host != "algo-2"
+
+
+def test_a_users_own_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.USER_SITE = 'ran'\n")
+    done = run_python("print(USER_SITE)", {}, str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ran"
+
+
+def test_gloo_workers_are_seen_by_the_exit_guard_and_the_rank_exits_cleanly(tmp_path):
+    """The guard keys on torch's gloo worker threads: a process with a gloo group has them
+    (so the guard waits for them at exit), one without torch has none (no wait)."""
+    done = run_python(
+        f"""
+        import sys
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group(
+            "gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1
+        )
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        model(torch.ones(2, 4)).sum().backward()
+        dist.barrier()
+        dist.destroy_process_group()
+        print(sys.modules["sitecustomize"]._gloo_workers())
+        """,
+        {},
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) >= 1
+    plain = run_python("import sys; print(sys.modules['sitecustomize']._gloo_workers())", {})
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.strip() == "0"
+
+
+def test_every_job_process_gets_the_site_dir_and_the_resolver_only_without_a_sandbox(tmp_path):
+    for sandbox, switch in (({}, "1"), ({"enabled": True}, "0")):
+        config = AgentConfig(
+            job_name="j",
+            hosts=["algo-1"],
+            addresses={"algo-1": "127.0.0.1"},
+            instance_type="local",
+            num_cpus=2,
+            num_gpus=0,
+            hyperparameters={},
+            input_data_config={},
+            channel_sources={},
+            submit_directory="",
+            entry_point="train.py",
+            instances_dir=str(tmp_path),
+            sandbox=sandbox,
+        )
+        paths = InstancePaths(str(tmp_path / "algo-1"))
+        env = process_env(config, "algo-1", paths, base={sitehooks.PYTHON_RESOLVER_ENV: "1"})
+        assert sitehooks.site_dir() in env["PYTHONPATH"].split(os.pathsep)
+        assert env[sitehooks.PYTHON_RESOLVER_ENV] == switch
