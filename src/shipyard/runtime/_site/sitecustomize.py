@@ -120,8 +120,8 @@ def _guard_gloo_exit() -> None:
     while Python finalizes; CPython then ends the thread with ``pthread_exit``, whose
     unwind through torch's ``noexcept`` destructor calls ``std::terminate``: the rank dies
     of SIGABRT ("terminate called without an active exception") after all its work is
-    done, and its job fails. Measured here (benchmarks/gloo_exit.py): 6 of 100 two-rank
-    runs of a DDP script that ends with barrier + destroy_process_group, 0 of 100 with
+    done, and its job fails. Measured here (benchmarks/gloo_exit.py): 10 of 200 two-rank
+    runs of a DDP script that ends with barrier + destroy_process_group, 0 of 200 with
     this guard.
 
     Registered first, so it runs after every other ``atexit`` handler, still before
