@@ -25,24 +25,11 @@ import tempfile
 from _result import result
 from shipyard.runtime import sitehooks
 
-SCRIPT = """
-import os
-import torch
-import torch.distributed as dist
-from torch import nn
-
-dist.init_process_group(backend="gloo")
-model = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    opt.zero_grad()
-    model(torch.ones(2, 4)).sum().backward()
-    opt.step()
-if dist.get_rank() == 0:
-    torch.save(model.module.state_dict(), os.path.join(os.environ["OUT"], "model.pth"))
-dist.barrier()
-dist.destroy_process_group()
-"""
+# the CI test's own script: 3 DDP steps, rank 0 saves, barrier, destroy_process_group
+SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "tests/integration/server/torch_code/train_ddp.py",
+)
 
 
 def free_port() -> int:
@@ -51,15 +38,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_job(script: str, out: str, guard: bool) -> list[int]:
+def one_job(out: str, guard: bool) -> list[int]:
     """Exit codes of the two ranks of one run."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2", OUT=out)
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2")
+    env.update(SM_CURRENT_HOST="algo-1", SM_MODEL_DIR=out)
     if guard:
         env["PYTHONPATH"] = sitehooks.site_dir()
     ranks = [
         subprocess.Popen(
-            [sys.executable, script],
+            [sys.executable, SCRIPT],
             env=dict(env, RANK=str(rank), LOCAL_RANK="0"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -75,12 +63,9 @@ def main() -> None:
     args = parser.parse_args()
     failed = {False: 0, True: 0}
     with tempfile.TemporaryDirectory() as tmp:
-        script = os.path.join(tmp, "train_ddp.py")
-        with open(script, "w") as f:
-            f.write(SCRIPT)
         for i in range(args.runs):
             for guard in (False, True):
-                codes = one_job(script, tmp, guard)
+                codes = one_job(tmp, guard)
                 if any(codes):
                     failed[guard] += 1
                     print(f"run {i + 1} guard={'on' if guard else 'off'}: exit codes {codes}")

@@ -7,10 +7,10 @@ import subprocess
 import sys
 import textwrap
 
-from shipyard.agent.config import AgentConfig
 from shipyard.agent.environment import process_env
 from shipyard.agent.layout import InstancePaths
 from shipyard.runtime import sitehooks
+from tests.agent_configs import local_config
 
 HOSTS = {"SHIPYARD_HOSTS": "algo-1=127.0.0.1,algo-2=127.0.0.2", "SHIPYARD_CURRENT_HOST": "algo-2"}
 
@@ -90,21 +90,7 @@ def test_gloo_workers_are_seen_by_the_exit_guard_and_the_rank_exits_cleanly(tmp_
 
 def test_every_job_process_gets_the_site_dir_and_the_resolver_only_without_a_sandbox(tmp_path):
     for sandbox, switch in (({}, "1"), ({"enabled": True}, "0")):
-        config = AgentConfig(
-            job_name="j",
-            hosts=["algo-1"],
-            addresses={"algo-1": "127.0.0.1"},
-            instance_type="local",
-            num_cpus=2,
-            num_gpus=0,
-            hyperparameters={},
-            input_data_config={},
-            channel_sources={},
-            submit_directory="",
-            entry_point="train.py",
-            instances_dir=str(tmp_path),
-            sandbox=sandbox,
-        )
+        config = local_config(str(tmp_path), {"algo-1": "127.0.0.1"}, sandbox=sandbox)
         paths = InstancePaths(str(tmp_path / "algo-1"))
         env = process_env(config, "algo-1", paths, base={sitehooks.PYTHON_RESOLVER_ENV: "1"})
         assert sitehooks.site_dir() in env["PYTHONPATH"].split(os.pathsep)

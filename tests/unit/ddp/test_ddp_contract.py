@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
 from shipyard.agent.runners import torch_distributed as runner
 from shipyard.agent.runners.api import InstanceContext
 from shipyard.ddp import announce, contract, shim_path
 from shipyard.errors import DistributionError
 from shipyard.instance_types import InstanceResources
+from tests.agent_configs import local_config
 
 
 def test_rank_env_is_torchruns_for_rank_3_of_2x2():
@@ -83,19 +83,10 @@ def test_rank_env_keeps_the_users_threads_and_devices_and_one_process_gets_no_om
 
 
 def _context(tmp_path, host: str, **options) -> InstanceContext:
-    config = AgentConfig(
+    config = local_config(
+        str(tmp_path),
+        {"algo-1": "127.9.9.1", "algo-2": "127.9.9.2"},
         job_name="job-a",
-        hosts=["algo-1", "algo-2"],
-        addresses={"algo-1": "127.9.9.1", "algo-2": "127.9.9.2"},
-        instance_type="local",
-        num_cpus=2,
-        num_gpus=0,
-        hyperparameters={},
-        input_data_config={},
-        channel_sources={},
-        submit_directory="",
-        entry_point="train.py",
-        instances_dir=str(tmp_path),
         runner="torch_distributed",
         runner_options=dict(options, kind="pytorchddp"),
         job_secret="s3cret",

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.agent_configs import local_config
 
-from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import paths_for
 from shipyard.agent.runners import mpi
 from shipyard.agent.runners.api import InstanceContext
@@ -80,19 +80,10 @@ def test_custom_mpi_options_split_as_sagemaker_does(text, level, rest):
 
 
 def _ctx(tmp_path, host, options) -> InstanceContext:
-    config = AgentConfig(
-        job_name="j",
-        hosts=["algo-1", "algo-2"],
-        addresses={"algo-1": "127.1.2.1", "algo-2": "127.1.2.2"},
-        instance_type="local",
-        num_cpus=2,
-        num_gpus=0,
-        hyperparameters={},
-        input_data_config={},
-        channel_sources={},
+    config = local_config(
+        str(tmp_path / "instances"),
+        {"algo-1": "127.1.2.1", "algo-2": "127.1.2.2"},
         submit_directory=str(tmp_path),
-        entry_point="train.py",
-        instances_dir=str(tmp_path / "instances"),
         runner="mpi",
         runner_options=dict(options, kind="mpi"),
     )

@@ -8,7 +8,6 @@ import threading
 
 import pytest
 
-from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import paths_for
 from shipyard.agent.runners import native_ps
 from shipyard.agent.runners.api import InstanceContext
@@ -19,24 +18,16 @@ from shipyard.ps.errors import PSError
 from shipyard.ps.options import PSOptions
 from shipyard.ps.stats import NEVER_USED, final_report
 from shipyard.ps.worker import run_command
+from tests.agent_configs import local_config
 
 ADDRESSES = {"algo-1": "127.1.2.1", "algo-2": "127.1.2.2"}
 
 
 def context(tmp_path, host, options, checkpoint_local_path=None):
-    config = AgentConfig(
-        job_name="j",
-        hosts=["algo-1", "algo-2"],
-        addresses=ADDRESSES,
-        instance_type="local",
-        num_cpus=2,
-        num_gpus=0,
-        hyperparameters={},
-        input_data_config={},
-        channel_sources={},
+    config = local_config(
+        str(tmp_path / "instances"),
+        ADDRESSES,
         submit_directory=str(tmp_path),
-        entry_point="train.py",
-        instances_dir=str(tmp_path / "instances"),
         runner="native_ps",
         runner_options=dict(options, kind="parameter_server"),
         checkpoint_local_path=checkpoint_local_path,

@@ -14,31 +14,18 @@ import os
 
 import pytest
 
-from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
 from shipyard.agent.runners import multi_worker_mirrored, tf_parameter_server
 from shipyard.agent.runners.api import InstanceContext
+from tests.agent_configs import local_config
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]
 ADDR = {"algo-1": "127.9.9.1", "algo-2": "127.9.9.2", "algo-3": "127.9.9.3"}
 
 
 def ctx(tmp_path, host: str, options: dict, hosts=HOSTS) -> InstanceContext:
-    config = AgentConfig(
-        job_name="j",
-        hosts=hosts,
-        addresses={h: ADDR[h] for h in hosts},
-        instance_type="local",
-        num_cpus=2,
-        num_gpus=0,
-        hyperparameters={},
-        input_data_config={},
-        channel_sources={},
-        submit_directory="",
-        entry_point="train.py",
-        instances_dir=str(tmp_path),
-        runner_options=options,
-        job_secret="s3cret",
+    config = local_config(
+        str(tmp_path), {h: ADDR[h] for h in hosts}, runner_options=options, job_secret="s3cret"
     )
     paths = InstancePaths(os.path.join(tmp_path, host))
     env = {"PYTHONPATH": os.pathsep.join(["/code", "/resolver"]), "SM_CURRENT_HOST": host}
