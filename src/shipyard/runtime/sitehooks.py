@@ -1,7 +1,8 @@
 """The ``sitecustomize`` every job process loads, and the switches it reads.
 
-Its directory (``_site``) goes first among shipyard's entries on every job process's
-PYTHONPATH (shipyard/agent/environment.py), sandboxed or not. What it installs:
+Its directory (``_site``) goes on every job process's PYTHONPATH, sandboxed or not, right
+after the code and dependency directories (shipyard/agent/environment.py). What it
+installs:
 
 * ``SHIPYARD_PYTHON_RESOLVER=1``: algo-k resolution in Python (shipyard/runtime/resolver.py),
   for plain-process instances only; a sandbox's libc resolves the names itself;
