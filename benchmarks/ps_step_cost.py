@@ -28,15 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _result import result
-from ps_throughput import SECRET, model_of
-from shipyard.ps.client import PSClient
+from ps_throughput import SECRET, model_of, step_client
 from shipyard.ps.launch import start_shards, stop_shards
 
 #: system calls counted with --syscalls (the receive, wait and send of the data path)
@@ -74,19 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as run_dir:
         shards = start_shards(2, SECRET, run_dir=run_dir, checkpoint_interval=0)
         try:
-            client = PSClient(
-                [s.endpoint for s in shards],
-                worker_id=0,
-                secret=SECRET,
-                heartbeat_interval=1.0,
-                mac="aes-gmac",
-                timeout=120,
+            client, grads, outs = step_client(
+                shards, "aes-gmac", params, int(args.chunk_mb * 2**20)
             )
-            client.register(
-                params, {"name": "sgd", "lr": 0.0}, chunk_bytes=int(args.chunk_mb * 2**20)
-            )
-            grads = {k: np.ones_like(v) for k, v in params.items()}
-            outs = {k: np.empty_like(v) for k, v in params.items()}
             for _ in range(3):
                 client.push_pull(grads, outs=outs)
             procs = [psutil.Process(s.proc.pid) for s in shards]

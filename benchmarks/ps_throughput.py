@@ -308,6 +308,25 @@ def bench_scaling(mb: int, counts: list[int], steps: int, mac: str, run_dir: str
 
 
 # ---------------------------------------------------------------------------------- driver
+def step_client(
+    shards: list, mac: str, params: dict[str, np.ndarray], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> tuple[PSClient, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One worker registered on ``shards`` (sgd at lr 0: the values stay put), with the
+    gradient and output buffers every timed step reuses."""
+    client = PSClient(
+        [s.endpoint for s in shards],
+        worker_id=0,
+        secret=SECRET,
+        heartbeat_interval=1.0,
+        mac=mac,
+        timeout=120,
+    )
+    client.register(params, {"name": "sgd", "lr": 0.0}, chunk_bytes=chunk_bytes)
+    grads = {k: np.ones_like(v) for k, v in params.items()}
+    outs = {k: np.empty_like(v) for k, v in params.items()}
+    return client, grads, outs
+
+
 def bench_size(
     mb: int, mac: str, repeats: int, run_dir: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> dict:
@@ -318,17 +337,7 @@ def bench_size(
     )
     tcp = {m: RawTcp(m) for m in ("saf", "stream")}
     try:
-        client = PSClient(
-            [s.endpoint for s in shards],
-            worker_id=0,
-            secret=SECRET,
-            heartbeat_interval=1.0,
-            mac=mac,
-            timeout=120,
-        )
-        client.register(params, {"name": "sgd", "lr": 0.0}, chunk_bytes=chunk_bytes)
-        grads = {k: np.ones_like(v) for k, v in params.items()}
-        outs = {k: np.empty_like(v) for k, v in params.items()}
+        client, grads, outs = step_client(shards, mac, params, chunk_bytes)
         shard_bytes = list(client.report.chosen.shard_bytes)
         blob = np.random.default_rng(1).integers(0, 255, nbytes, dtype=np.uint8)
         shares, offs = [], 0
