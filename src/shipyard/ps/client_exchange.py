@@ -37,6 +37,28 @@ def _no_frames(parallel: bool) -> list:
     return []
 
 
+def _sent_request(
+    shard: int,
+    mtype: int,
+    key: int,
+    worker: int,
+    rid: int,
+    step: int,
+    dtype: int,
+    payload: Any,
+    alg: int,
+    peer: bytes,
+    label: str,
+) -> _Req:
+    """The request ``_round_trip_one`` sent (its header as ``wire.encode_tensor`` packed
+    it), for its error paths only: a timeout names it, an error reply is mapped by it."""
+    hdr = Header(
+        mtype, key, worker, rid, shard, step, dtype, payload.shape, payload.nbytes, 0, alg,
+        0, 0, peer,
+    )  # fmt: skip
+    return _Req(shard, hdr, _ignore, label, _no_frames)
+
+
 class Exchange:
     """Mixin of PSClient: the request/reply exchange (the attributes are PSClient's)."""
 
@@ -168,11 +190,9 @@ class Exchange:
                 got = wait_one(left if left < 1.0 else 1.0) if left > 0 else None
                 if got is None:
                     if time.monotonic() >= deadline:
-                        hdr = Header(  # the request's, as encode_tensor packed it (error paths only)
-                            mtype, key, worker, rid, shard, step, dtype, payload.shape,
-                            payload.nbytes, 0, alg, 0, 0, peer,
-                        )  # fmt: skip
-                        req = _Req(shard, hdr, _ignore, label, _no_frames)
+                        req = _sent_request(
+                            shard, mtype, key, worker, rid, step, dtype, payload, alg, peer, label
+                        )
                         raise self._timeout_error({rid: req}, timeout)
                     continue
                 deadline = time.monotonic() + timeout  # progress restarts the clock
@@ -187,11 +207,10 @@ class Exchange:
                     continue
                 h = msg.header
                 if h.msg_type == MsgType.ERROR or h.shard != shard:
-                    hdr = Header(  # the request's, as encode_tensor packed it
-                        mtype, key, worker, rid, shard, step, dtype, payload.shape,
-                        payload.nbytes, 0, alg, 0, 0, peer,
-                    )  # fmt: skip
-                    self._deliver(_Req(shard, hdr, _ignore, label, _no_frames), msg)
+                    req = _sent_request(
+                        shard, mtype, key, worker, rid, step, dtype, payload, alg, peer, label
+                    )
+                    self._deliver(req, msg)
                 return msg
 
     def _collect(self, ready: Sequence[int]) -> None:
