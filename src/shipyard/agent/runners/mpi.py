@@ -147,6 +147,12 @@ def cluster_network(ips: list[str]) -> str | None:
     return None
 
 
+def loopback_nodes(addresses: dict[str, str]) -> bool:
+    """Some instance's node address is a loopback one (a one-machine Ray cluster): no
+    interface's own address, so Open MPI can neither select nor advertise it."""
+    return any(ip.startswith("127.") for ip in addresses.values())
+
+
 def cluster_mca(addresses: dict[str, str]) -> dict[str, str]:
     """Open MPI on a Ray cluster: one network, the same on every node, holding every
     instance's address, for the TCP BTL and the out-of-band channel, so each process
@@ -161,7 +167,7 @@ def cluster_mca(addresses: dict[str, str]) -> dict[str, str]:
     one-machine cluster) are no interface's own address, and addresses with no common
     /8 make no useful network: Open MPI is left to choose (it skips loopback)."""
     ips = sorted(set(addresses.values()))
-    if not ips or any(ip.startswith("127.") for ip in ips):
+    if not ips or loopback_nodes(addresses):
         return {}
     network = cluster_network(ips)
     if network is None:
@@ -210,8 +216,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
         env = {**sandbox_mca(config.network_interface_name), **env}
     elif config.sandbox.get("bind_address"):  # Ray
         env = {**cluster_mca(config.addresses), **env}
-        loopback = any(ip.startswith("127.") for ip in config.addresses.values())
-        if loopback and bindshim.ADDRESS_ENV in env:
+        if loopback_nodes(config.addresses) and bindshim.ADDRESS_ENV in env:
             # node addresses Open MPI cannot advertise (loopback: a one-machine cluster):
             # moved listeners would be unreachable at what it offers, so MPI keeps them
             env = bindshim.without(env)
