@@ -62,6 +62,12 @@ def media_type(header: str | None) -> str:
     return (header or "").split(",", 1)[0].split(";", 1)[0].strip().lower()
 
 
+def body_type(content_type: str | None) -> str:
+    """A request body's media type; a body without one is JSON, as SageMaker's
+    containers read it."""
+    return media_type(content_type) or "application/json"
+
+
 # -- SageMaker TF Serving container: /invocations -> TF Serving request -----------------
 _TFS_JSON = re.compile(r'"(instances|inputs|examples)"\s*:')
 _JSON_LINES = re.compile(r"[}\]]\s*[\[{]")
@@ -132,7 +138,7 @@ def _looks_like_json_lines(body: bytes, text: str) -> bool:
 
 def invocations_to_tfs(body: bytes, content_type: str) -> dict[str, Any]:
     """A /invocations body -> the TF Serving request the SageMaker container would send."""
-    ctype = media_type(content_type) or "application/json"
+    ctype = body_type(content_type)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:

@@ -28,7 +28,7 @@ from shipyard.serving.errors import (
     ServingError,
     UnsupportedMediaType,
 )
-from shipyard.serving.protocol import media_type
+from shipyard.serving.protocol import body_type, media_type
 from shipyard.serving.servables import (
     CLASSIFY_METHOD,
     DEFAULT_SIGNATURE,
@@ -68,9 +68,6 @@ def parse_custom_attributes(header: str) -> dict[str, str]:
         if sep:
             out[key.strip()] = value.strip()
     return out
-
-
-JSON = "application/json"
 
 
 def _json(payload: Any, status: int = 200) -> Reply:
@@ -297,7 +294,7 @@ class TFService(Service):
         if self.handler or self.input_handler:
             return await self._user_invocation(req, attrs, name, version, method)
         payload = None
-        if method == "predict" and (media_type(req.content_type) or JSON) in protocol.JSON_TYPES:
+        if method == "predict" and body_type(req.content_type) in protocol.JSON_TYPES:
             payload = await self.fast_predict(name, version, req.body)
         if payload is None:
             request = protocol.invocations_to_tfs(req.body, req.content_type)
@@ -327,7 +324,7 @@ class TFService(Service):
             None,
             None,
             req.custom_attributes,
-            media_type(req.content_type) or "application/json",
+            body_type(req.content_type),
             media_type(req.accept)
             if media_type(req.accept) not in ("", "*/*")
             else "application/json",
@@ -381,7 +378,7 @@ def _version(value: str | None) -> int | None:
 # -- PyTorch / generic Python (SageMaker inference toolkit) --------------------------------
 def decode_array(body: bytes, content_type: str) -> np.ndarray:
     """The toolkit's default decoder: JSON, CSV or NPY -> array (float32 for text)."""
-    ctype = media_type(content_type) or "application/json"
+    ctype = body_type(content_type)
     try:
         if ctype == "application/json":
             return np.asarray(protocol.loads(body), dtype=np.float32)
