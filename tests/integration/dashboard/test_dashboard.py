@@ -241,7 +241,7 @@ def test_pages_in_headless_chromium(jobs, ui):
 def test_api_endpoints_report_requests_and_latency(home, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("prometheus_client")
-    from shipyard.observe.ui import api
+    from shipyard.dashboard import api
     from tests.integration.serving.serving_helpers import torchscript_archive
 
     archive, _ = torchscript_archive(str(tmp_path / "m"))
