@@ -67,7 +67,11 @@ def host_allowed(header: str | None, bind: str, names: frozenset[str] | None = N
     ip = _ip(host)
     if ip is not None:
         bound = _ip(bind)
-        return bind in WILDCARDS or ip == bound or (ip.is_loopback and bool(bound and bound.is_loopback))
+        return (
+            bind in WILDCARDS
+            or ip == bound
+            or (ip.is_loopback and bool(bound and bound.is_loopback))
+        )
     return host in (names if names is not None else own_names(bind))
 
 
@@ -102,7 +106,9 @@ class Guard:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host")
         if not host_allowed(host, self.bind, self.names):
-            await _refuse(send, 421, f"Host {host!r} is not this dashboard's name: {self.hint(scope)}")
+            await _refuse(
+                send, 421, f"Host {host!r} is not this dashboard's name: {self.hint(scope)}"
+            )
             return
         if not origin_allowed(
             scope["method"], headers.get("origin"), headers.get("sec-fetch-site"), host or ""

@@ -23,8 +23,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from shipyard.control.client import ControlPlane
-from shipyard.errors import JobNotFoundError
 from shipyard.dashboard import api
+from shipyard.dashboard.guard import Guard
+from shipyard.dashboard.logread import CursorError, parse_cursor
+from shipyard.errors import JobNotFoundError
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 SECURITY_HEADERS = {
