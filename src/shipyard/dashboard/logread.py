@@ -76,10 +76,11 @@ def _read_file(
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             tail = start is None
-            offset = max(0, size - TAIL) if tail else start
+            offset = max(0, size - TAIL) if start is None else start
             if offset > size:  # the file was replaced: read the new one from its start
                 offset = 0
-            fh.seek(offset)
+            if offset:  # (a pipe cannot seek, and need not at its start)
+                fh.seek(offset)
             data = fh.read(CHUNK)
     except OSError:
         return start or 0, [], False, 0
