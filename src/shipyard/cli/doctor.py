@@ -155,8 +155,7 @@ def table(found: list[Check]) -> Table:
 
 
 def doctor() -> None:
-    """Report what this machine supports (sandboxes, FUSE, MPI, TF, torch, GPUs) and how
-    to fix what is missing."""
+    """What this machine supports (sandboxes, FUSE, MPI, TF, torch, GPUs), each gap's fix."""
     Console(highlight=False).print(table(checks()))
 
 
