@@ -100,23 +100,27 @@ class Guard:
         return f"open it as http://{name}:{port}/ (or start it with --host NAME)"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # lifespan
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host")
-        if not host_allowed(host, self.bind, self.names):
-            await _refuse(
-                send, 421, f"Host {host!r} is not this dashboard's name: {self.hint(scope)}"
-            )
-            return
-        if not origin_allowed(
-            scope["method"], headers.get("origin"), headers.get("sec-fetch-site"), host or ""
-        ):
+        # a WebSocket is never preflighted: it is checked as a write would be
+        method = scope.get("method", "WEBSOCKET")
+        own_host = host_allowed(host, self.bind, self.names)
+        same_site = origin_allowed(
+            method, headers.get("origin"), headers.get("sec-fetch-site"), host or ""
+        )
+        if scope["type"] == "websocket" and not (own_host and same_site):
+            await send({"type": "websocket.close", "code": 1008})
+        elif not own_host:
+            message = f"Host {host!r} is not this dashboard's name: {self.hint(scope)}"
+            await _refuse(send, 421, message)
+        elif not same_site:
             origin = headers.get("origin") or headers.get("sec-fetch-site")
-            await _refuse(send, 403, f"cross-site {scope['method']} from {origin!r} refused")
-            return
-        await self.app(scope, receive, send)
+            await _refuse(send, 403, f"cross-site {method} from {origin!r} refused")
+        else:
+            await self.app(scope, receive, send)
 
 
 async def _refuse(send: Send, status: int, message: str) -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from shipyard.observe.logs import attribute
 
-CHUNK = 512 * 1024  # bytes read from one file in one poll
-TAIL = 256 * 1024  # how far before each file's end a first poll starts
+CHUNK = 256 * 1024  # bytes read from one file in one poll
+TAIL = 128 * 1024  # how far before each file's end a first poll starts
 _ENTRY = re.compile(r"^(algo-\d+(?:#\d+)?):(\d{1,18})$")
 
 

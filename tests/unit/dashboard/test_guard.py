@@ -66,3 +66,50 @@ def test_reads_pass_and_writes_only_from_its_own_origin() -> None:
     assert not origin_allowed("DELETE", "null", None, host)  # a sandboxed frame
     assert not origin_allowed("POST", None, "cross-site", host)  # no Origin, browser says so
     assert origin_allowed("POST", None, None, host)  # curl and scripts: not a browser
+
+
+def _through_guard(scope_type: str, headers: dict[str, str]) -> tuple[list[dict], bool]:
+    """What the guard sends for one connection, and whether the app behind it ran."""
+    import asyncio
+
+    from shipyard.dashboard.guard import Guard
+
+    reached = []
+
+    async def app(scope, receive, send):  # the ASGI seam: the dashboard's app sits here
+        reached.append(scope["type"])
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": f"{scope_type}.disconnect"}
+
+    scope = {
+        "type": scope_type,
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "server": ("127.0.0.1", 8765),
+    }
+    if scope_type == "http":
+        scope["method"] = "GET"
+    asyncio.run(Guard(app, "127.0.0.1")(scope, receive, send))
+    return sent, bool(reached)
+
+
+def test_websockets_need_its_own_host_and_origin() -> None:
+    own = {"Host": "127.0.0.1:8765", "Origin": "http://127.0.0.1:8765"}
+    assert _through_guard("websocket", own) == ([], True)
+    for headers in (
+        {"Host": "attacker.example:8765", "Origin": "http://attacker.example:8765"},
+        {"Host": "127.0.0.1:8765", "Origin": "http://attacker.example"},
+    ):
+        sent, reached = _through_guard("websocket", headers)
+        assert sent == [{"type": "websocket.close", "code": 1008}] and not reached
+
+
+def test_a_foreign_host_gets_421_that_says_where_to_open_it() -> None:
+    sent, reached = _through_guard("http", {"Host": "attacker.example:8765"})
+    assert not reached and sent[0]["status"] == 421
+    assert b"http://127.0.0.1:8765/" in sent[1]["body"]
