@@ -97,6 +97,7 @@ class Guard:
     def hint(self, scope: Scope) -> str:
         port = (scope.get("server") or ("", 0))[1]
         name = "127.0.0.1" if self.bind in WILDCARDS else self.bind
+        name = f"[{name}]" if ":" in name else name  # an IPv6 address in a URL
         return f"open it as http://{name}:{port}/ (or start it with --host NAME)"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -113,3 +113,14 @@ def test_a_foreign_host_gets_421_that_says_where_to_open_it() -> None:
     sent, reached = _through_guard("http", {"Host": "attacker.example:8765"})
     assert not reached and sent[0]["status"] == 421
     assert b"http://127.0.0.1:8765/" in sent[1]["body"]
+
+
+def test_the_hint_brackets_an_ipv6_address() -> None:
+    from shipyard.dashboard.guard import Guard
+
+    async def app(scope, receive, send):  # never reached by hint()
+        raise AssertionError
+
+    hint = Guard(app, "::1").hint({"server": ("::1", 8765)})
+    assert "http://[::1]:8765/" in hint
+    assert host_allowed("[::1]:8765", "::1") and host_allowed("localhost:8765", "::1")
