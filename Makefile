@@ -15,16 +15,16 @@ EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
 # bind shim, shipyard/sandbox/bindshim.c): installed when missing, as root with apt-get;
 # elsewhere `shipyard doctor` names what is missing (jobs still run, without sandboxes,
 # outbound traffic or the shim).
+# A busy package manager (another install holds its lock) is waited for up to APT_WAIT
+# seconds; then `make demo`/`make test` go on without the tools and say which.
+APT_WAIT ?= 300
 SANDBOX_TOOLS := ip:iproute2 ss:iproute2 setpriv:util-linux nsenter:util-linux pasta:passt cc:gcc
 sandbox-tools:
 	@missing=""; for t in $(SANDBOX_TOOLS); do \
 	  command -v $${t%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${t%%:*} ] || [ -x /sbin/$${t%%:*} ] \
 	    || missing="$$missing $${t##*:}"; done; \
 	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	  else echo "instance sandboxes want:$$missing (see shipyard doctor)"; fi; fi
+	  scripts/apt-install "jobs run without instance sandboxes, see shipyard doctor" $(APT_WAIT) $$missing; fi
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,10 +39,8 @@ demo: $(STAMP) sandbox-tools
 
 # The dashboard's tests drive Debian's chromium (headless); installed here when missing.
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else echo "chromium is missing: install it (apt-get install chromium) for the dashboard tests"; fi; }
+	@command -v chromium >/dev/null 2>&1 || \
+	  scripts/apt-install "the dashboard's browser tests are skipped" $(APT_WAIT) chromium
 
 test: $(STAMP) sandbox-tools browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests

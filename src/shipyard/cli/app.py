@@ -16,10 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shipyard.cli.helptext import FlagsGroup
 from shipyard.control.lifecycle import JobStatus
 from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
 
 app = typer.Typer(
+    cls=FlagsGroup,  # flags shown as flags in --help (see helptext)
     add_completion=False,
     no_args_is_help=True,
     help="SageMaker-style distributed training on your own machines.",

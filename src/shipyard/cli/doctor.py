@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 @dataclass
@@ -138,18 +139,24 @@ def _has_dist(dist: str) -> bool:
         return False
 
 
-def doctor() -> None:
-    """Report what this machine supports (sandboxes, FUSE, MPI, TF, torch, GPUs) and how
-    to fix what is missing."""
-    table = Table("check", "", "detail", "fix")
-    for check in checks():
-        table.add_row(
-            check.name,
+def table(found: list[Check]) -> Table:
+    """The checks as a table. Names, details and fixes go in as plain ``Text``, never as
+    rich markup: ``pip install 'shipyard[tensorflow]'`` read as markup loses its
+    ``[tensorflow]`` (a style tag to rich), and the advice then installs nothing."""
+    out = Table("check", "", "detail", "fix")
+    for check in found:
+        out.add_row(
+            Text(check.name),
             "[green]ok[/]" if check.ok else "[yellow]missing[/]",
-            check.detail,
-            check.fix,
+            Text(check.detail),
+            Text(check.fix),
         )
-    Console(highlight=False).print(table)
+    return out
+
+
+def doctor() -> None:
+    """What this machine supports (sandboxes, FUSE, MPI, TF, torch, GPUs), each gap's fix."""
+    Console(highlight=False).print(table(checks()))
 
 
 def register(app: typer.Typer) -> None:

@@ -184,7 +184,7 @@ def ui(
 
     if not port_free(host, port):
         _fail(f"port {port} on {host} is in use: pass another --port", EXIT_BAD_INPUT)
-    from shipyard.observe.ui.server import serve
+    from shipyard.dashboard.server import serve
 
     console.print(f"shipyard ui on http://{host}:{port}/ (Ctrl-C to stop)")
     serve(host, port)

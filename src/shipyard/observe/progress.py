@@ -145,6 +145,13 @@ class PlainMeter:
                 return self.line()
             return None
 
+    def finish(self) -> None:
+        """A step that succeeded moved all it had to: the total was an estimate made
+        before it (one file written by two instances is archived once, a file grew), so
+        the end line says ``2 B of 2 B (100%)``, never ``1 B of 2 B (50%) ... done``."""
+        with self._lock:
+            self.done = self.total = max(self.done, self.total)
+
     def line(self, end: str | None = None) -> str:
         elapsed = max(self.clock() - self.started, 1e-6)
         rate = self.done / elapsed
@@ -201,6 +208,8 @@ def _plain_transfer(
         yield advance
         ok = True
     finally:
+        if ok:
+            meter.finish()
         say(meter.line("done" if ok else "failed"))
 
 

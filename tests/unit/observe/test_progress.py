@@ -128,3 +128,34 @@ def test_quiet_transfer_says_nothing():
     with progress.transfer("x", 10, out) as advance:
         advance(10)
     assert out.getvalue() == ""
+
+
+def test_a_finished_transfer_ends_at_its_total_and_a_failed_one_where_it_stopped():
+    out = io.StringIO()
+    with progress.transfer("Uploading s3://b/k", 2, out) as advance:
+        advance(1)  # the estimate counted a byte the step rightly skipped
+    assert "Uploading s3://b/k: 2 B of 2 B (100%)" in out.getvalue().splitlines()[-1]
+    assert out.getvalue().splitlines()[-1].split(", ")[-1].startswith("done in")
+    out = io.StringIO()
+    with pytest.raises(OSError), progress.transfer("Uploading s3://b/k", 2, out) as advance:
+        advance(1)
+        raise OSError("reset")
+    last = out.getvalue().splitlines()[-1]
+    assert "1 B of 2 B (50%)" in last and "failed in" in last
+
+
+def test_saving_a_file_every_instance_wrote_ends_at_100_percent(tmp_path, monkeypatch, capsys):
+    """Two instances write the same 1-byte model file: it is archived once (the first
+    wins), and the save said "1 B of 2 B (50%) ... done"."""
+    from shipyard.control import artifacts
+
+    monkeypatch.setenv("SHIPYARD_PROGRESS", "plain")
+    dirs = []
+    for host in ("algo-1", "algo-2"):
+        (tmp_path / host).mkdir()
+        (tmp_path / host / "m").write_text("x")
+        dirs.append((host, str(tmp_path / host)))
+    model, _ = artifacts.save(str(tmp_path / "out"), "job", dirs, [])
+    assert model.conflicts  # the second copy was not archived
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "2 B of 2 B (100%)" in last and "done in" in last, last

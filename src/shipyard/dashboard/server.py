@@ -4,6 +4,10 @@ and three pages (jobs, one job, endpoints) whose scripts draw everything from th
 Assets live in this package (``static/``): no CDN, nothing downloaded at run time.
 The pages put every string they show into the DOM as text (``textContent``), never as
 HTML, so a job name, log line or metric name holding ``<script>`` is shown as text.
+Every request passes ``guard.Guard`` first (its own ``Host`` only, no cross-site
+writes), and everything that reads files, the job store or an endpoint runs in a worker
+thread, so a slow read (a long log, an endpoint that does not answer) never holds up
+the other pages' polls.
 """
 
 from __future__ import annotations
@@ -12,14 +16,17 @@ import os
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from shipyard.control.client import ControlPlane
+from shipyard.dashboard import api
+from shipyard.dashboard.guard import Guard
+from shipyard.dashboard.logread import CursorError, parse_cursor
 from shipyard.errors import JobNotFoundError
-from shipyard.observe.ui import api
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 SECURITY_HEADERS = {
@@ -37,33 +44,39 @@ def _page(name: str) -> Response:
     return FileResponse(os.path.join(STATIC, name), headers=SECURITY_HEADERS)
 
 
-def create_app(home: str | None = None) -> Starlette:
+def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
+    """The app behind its guard; ``bind`` is the address it listens on (its own name)."""
     control = ControlPlane(home)
 
     def not_found(exc: JobNotFoundError) -> Response:
         return _json({"error": str(exc)}, 404)
 
     async def list_jobs(request: Request) -> Response:
-        return _json(api.jobs(control))
+        return _json(await run_in_threadpool(api.jobs, control))
 
     async def one_job(request: Request) -> Response:
+        shown = request.query_params.get("environment", "hide")
+        if shown not in ("hide", "show"):
+            return _json({"error": f"environment={shown!r}: pass 'show' or 'hide'"}, 400)
         try:
-            return _json(api.job(control, request.path_params["name"]))
+            name = request.path_params["name"]
+            return _json(await run_in_threadpool(api.job, control, name, shown == "show"))
         except JobNotFoundError as exc:
             return not_found(exc)
 
     async def job_logs(request: Request) -> Response:
         q = request.query_params
         try:
-            after = max(0, int(q.get("after", "0")))
-        except ValueError:
-            return _json({"error": "after must be a number of lines"}, 400)
+            cursor = parse_cursor(q["cursor"]) if "cursor" in q else None
+        except CursorError as exc:
+            return _json({"error": str(exc)}, 400)
         try:
             return _json(
-                api.logs(
+                await run_in_threadpool(
+                    api.logs,
                     control,
                     request.path_params["name"],
-                    after,
+                    cursor,
                     q.get("host") or None,
                     q.get("noise") == "1",
                 )
@@ -73,12 +86,12 @@ def create_app(home: str | None = None) -> Starlette:
 
     async def job_metrics(request: Request) -> Response:
         try:
-            return _json(api.metrics(control, request.path_params["name"]))
+            return _json(await run_in_threadpool(api.metrics, control, request.path_params["name"]))
         except JobNotFoundError as exc:
             return not_found(exc)
 
     async def list_endpoints(request: Request) -> Response:
-        return _json(api.endpoints(control.home.root))
+        return _json(await run_in_threadpool(api.endpoints, control.home.root))
 
     async def index(request: Request) -> Response:
         return _page("index.html")
@@ -92,7 +105,7 @@ def create_app(home: str | None = None) -> Starlette:
     async def favicon(request: Request) -> Response:
         return _page("favicon.svg")
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", index),
             Route("/jobs/{name}", job_page),
@@ -106,10 +119,11 @@ def create_app(home: str | None = None) -> Starlette:
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
     )
+    return Guard(app, bind)
 
 
 def serve(host: str, port: int, home: str | None = None) -> None:
     """Run until Ctrl-C (uvicorn's own signal handling)."""
     import uvicorn
 
-    uvicorn.run(create_app(home), host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(create_app(home, host), host=host, port=port, log_level="warning", access_log=False)

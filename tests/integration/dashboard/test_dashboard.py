@@ -1,7 +1,9 @@
-"""The web dashboard in a real headless Chromium (the distribution's package): pages load
-without console errors, a running job appears and its live log advances, a metric plot
-and the traffic heat map render, every string is shown as text. Screenshots are kept
-under build/test-artifacts/dashboard/."""
+"""The web dashboard, served by ``shipyard ui``: its guard (own ``Host`` only, no cross-site
+writes, ``Environment`` values hidden), logs read a page at a time off the event loop, and
+the pages in a real headless Chromium (the distribution's package): pages load without
+console errors, a running job appears and its live log advances, a metric plot (one of a
+single point too) and the traffic heat map render, every string is shown as text.
+Screenshots are kept under build/test-artifacts/dashboard/."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import pathlib
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -37,6 +41,7 @@ for i in range(6):
     print(f"epoch {{i}} loss={{1.0 / (i + 1):.3f}}", flush=True)
 print({EVIL!r}, flush=True)
 """
+SECRET = "s3cret-token-of-the-user"
 RUNNING_SCRIPT = """
 import time
 for i in range(400):
@@ -97,14 +102,15 @@ def _report(no_ps: bool) -> dict:
 
 @pytest.fixture
 def jobs(session, write_script):
-    def run(name, script, wait=True, report=None):
+    def run(name, script, wait=True, report=None, count=2):
         est = shipyard.Estimator(
             entry_point="t.py",
             source_dir=write_script("t.py", script),
-            instance_count=2,
+            instance_count=count,
             instance_type="local",
             session=session,
             metric_definitions=[{"Name": "<b>loss</b>", "Regex": r"loss=([0-9.]+)"}],
+            environment={"API_KEY": SECRET},
         )
         est.fit(job_name=name, wait=wait, logs=False)
         if report is not None:
@@ -114,6 +120,7 @@ def jobs(session, write_script):
 
     run("ps-job", DONE_SCRIPT, report=_report(False))
     run("no-strategy", DONE_SCRIPT, report=_report(True))
+    run("one-point", 'print("loss=0.500")', count=1)
     run("live-job", RUNNING_SCRIPT, wait=False)
     yield session
     session.control.stop("live-job")
@@ -162,6 +169,104 @@ def test_api_jobs_and_port_in_use(jobs, ui):
     assert busy.returncode == 2 and f"port {port}" in busy.stderr and "in use" in busy.stderr
 
 
+def _call(base: str, path: str, method: str = "GET", headers: dict | None = None):
+    """(status, JSON body) of one request, error answers included."""
+    req = urllib.request.Request(base + path, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        return exc.code, json.loads(
+            body
+        ) if exc.headers.get_content_type() == "application/json" else body
+
+
+def test_only_its_own_host_and_origin_and_environment_on_request(jobs, ui):
+    base, port = ui
+    # DNS rebinding: a foreign name that resolves to 127.0.0.1 reads nothing
+    for path in ("/api/jobs", "/api/jobs/ps-job", "/", "/static/job.js"):
+        status, body = _call(base, path, headers={"Host": f"attacker.example:{port}"})
+        assert status == 421 and "attacker.example" in body["error"], (path, body)
+        assert f"http://127.0.0.1:{port}/" in body["error"]  # says where to open it
+    assert _call(base, "/api/jobs", headers={"Host": f"localhost:{port}"})[0] == 200
+    # a cross-site write is refused before any route sees it; its own origin passes the guard
+    status, body = _call(
+        base,
+        "/api/jobs",
+        "POST",
+        {"Origin": "http://attacker.example", "Content-Type": "text/plain"},
+    )
+    assert status == 403 and "cross-site" in body["error"]
+    assert _call(base, "/api/jobs", "POST", {"Origin": base})[0] == 405  # no write route (yet)
+    # Environment: names shown, values only when asked for
+    status, described = _call(base, "/api/jobs/ps-job")
+    assert status == 200 and described["Environment"] == {"API_KEY": "(hidden)"}
+    assert SECRET not in json.dumps(described)
+    assert _call(base, "/api/jobs/ps-job?environment=show")[1]["Environment"] == {"API_KEY": SECRET}
+    status, body = _call(base, "/api/jobs/ps-job?environment=yes")
+    assert status == 400 and "'show' or 'hide'" in body["error"]
+    listed = {j["TrainingJobName"]: j for j in _call(base, "/api/jobs")[1]}
+    assert listed["ps-job"]["Distribution"] is None  # a plain job (it said "kind" for every job)
+
+
+def test_logs_are_read_a_page_at_a_time_from_a_cursor(jobs, ui):
+    base, _ = ui
+    (path,) = [p for h, p in jobs.control.log_files("ps-job").items() if h == "algo-1"]
+    with open(path, "a") as fh:
+        fh.writelines(f"big {i} {'z' * 80}\n" for i in range(40_000))  # ~3.6 MB more
+        fh.write("the very last line\n")
+    status, first = _call(base, "/api/jobs/ps-job/logs?host=algo-1")
+    assert status == 200 and first["skipped"] > 3_000_000  # the tail, not the whole log
+    assert first["lines"][-1] == {"label": "algo-1", "text": "the very last line"}
+    assert not first["more"] and first["terminal"]
+    # from the start: every line once, in bounded pages
+    cursor, texts, pages = "algo-1:0,algo-2:0", [], 0
+    while True:
+        status, page = _call(base, f"/api/jobs/ps-job/logs?host=algo-1&cursor={cursor}")
+        assert status == 200
+        texts += [line["text"] for line in page["lines"]]
+        cursor, pages = page["cursor"], pages + 1
+        if not page["more"]:
+            break
+    assert pages > 5 and texts[-1] == "the very last line"
+    assert [t for t in texts if t.startswith("big ")] == [
+        f"big {i} {'z' * 80}" for i in range(40_000)
+    ]
+    with open(path, "a") as fh:
+        fh.write("appended later\n")
+    _, later = _call(base, f"/api/jobs/ps-job/logs?cursor={cursor}")
+    assert [line["text"] for line in later["lines"]] == ["appended later"]
+    status, body = _call(base, "/api/jobs/ps-job/logs?cursor=algo-1:oops")
+    assert status == 400 and "HOST:OFFSET" in body["error"]
+
+
+def test_a_log_read_that_waits_does_not_hold_up_other_requests(jobs, ui):
+    """A log file that blocks its reader (a FIFO: open waits for a writer) stands for any
+    slow read. Read on the event loop, it froze every other request; off it, only its own."""
+    base, _ = ui
+    (path,) = [p for h, p in jobs.control.log_files("ps-job").items() if h == "algo-2"]
+    os.unlink(path)
+    os.mkfifo(path)
+    answers: list = []
+    poll = threading.Thread(
+        target=lambda: answers.append(_call(base, "/api/jobs/ps-job/logs?cursor=algo-2:0")),
+        daemon=True,
+    )
+    poll.start()
+    try:
+        time.sleep(0.5)  # the poll is now waiting in open()
+        assert poll.is_alive() and not answers
+        status, listed = _call(base, "/api/jobs")  # hang guard: _call's 60 s timeout
+        assert status == 200 and any(j["TrainingJobName"] == "ps-job" for j in listed)
+    finally:
+        with open(path, "w") as fifo:  # let the waiting read go
+            fifo.write("through the pipe\n")
+        poll.join(timeout=60)
+    assert answers and answers[0][0] == 200
+    assert {"label": "algo-2", "text": "through the pipe"} in answers[0][1]["lines"], answers
+
+
 def test_pages_in_headless_chromium(jobs, ui):
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip("Debian's chromium is not installed (the Makefile's set-up installs it)")
@@ -184,6 +289,7 @@ def test_pages_in_headless_chromium(jobs, ui):
             page.wait_for_selector("tr.job >> text=live-job")
             row = page.locator("tr.job", has_text="live-job")
             assert "InProgress" in row.inner_text()
+            assert row.locator("td").nth(5).inner_text() == "-"  # plain: no distribution
             page.screenshot(path=str(ARTIFACTS / "jobs.png"), full_page=True)
 
             page.goto(base + "/jobs/live-job")
@@ -211,7 +317,20 @@ def test_pages_in_headless_chromium(jobs, ui):
             page.wait_for_selector(".heatmap rect.cell")
             assert page.locator(".heatmap rect.cell").count() == 4  # 2 peers x 2 ps
             assert page.locator(".ps-bar").count() == 2
+            env = page.locator("#environment")
+            assert "API_KEY" in env.inner_text() and SECRET not in page.content()
+            page.click("#show-env")
+            page.wait_for_selector(f"#environment >> text={SECRET}")
             page.screenshot(path=str(ARTIFACTS / "ps-job.png"), full_page=True)
+
+            # one point: a band around its value and its own time, not -0.5..1.5 over 0..1 #
+            page.goto(base + "/jobs/one-point")
+            page.wait_for_selector(".metric svg circle.point")
+            labels = page.locator(".metric svg text.y-label").all_text_contents()
+            assert labels == ["0.5500", "0.4500"]
+            (x_label,) = page.locator(".metric svg text.x-label").all_text_contents()
+            assert x_label.endswith(" s") and float(x_label[:-2]) >= 0
+            page.screenshot(path=str(ARTIFACTS / "one-point.png"), full_page=True)
 
             page.goto(base + "/jobs/no-strategy,ps-job")
             page.wait_for_selector(".job-column >> nth=1")
@@ -233,6 +352,7 @@ def test_pages_in_headless_chromium(jobs, ui):
         "endpoints.png",
         "jobs.png",
         "live-job.png",
+        "one-point.png",
         "ps-job.png",
     ]
 
@@ -241,7 +361,7 @@ def test_pages_in_headless_chromium(jobs, ui):
 def test_api_endpoints_report_requests_and_latency(home, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("prometheus_client")
-    from shipyard.observe.ui import api
+    from shipyard.dashboard import api
     from tests.integration.serving.serving_helpers import torchscript_archive
 
     archive, _ = torchscript_archive(str(tmp_path / "m"))

@@ -1,7 +1,9 @@
 "use strict";
 nav();
 const names = decodeURIComponent(location.pathname.split("/").pop()).split(",").filter(Boolean);
-let logAfter = 0, logHost = "", logNoise = false, hostsShown = false;
+// logCursor: the byte offset reached in each log file (the server's "cursor"); null
+// until the first answer, which starts at the tail of each log
+let logCursor = null, logGen = 0, logHost = "", logNoise = false, hostsShown = false, envShown = false;
 
 function summary(d) {
   const bits = [el("p", {}, statusCell(d.TrainingJobStatus), ` / ${d.SecondaryStatus}`,
@@ -43,7 +45,7 @@ function metricPlots(points, start) {
   return [...byName.entries()].map(([name, hosts]) => {
     const xs = [...hosts.values()].flat().map((p) => p[0]);
     // values printed faster than the log is read share a time: plot them by their order
-    const byOrder = Math.max(...xs) - Math.min(...xs) < 0.5;
+    const byOrder = xs.length > 1 && Math.max(...xs) - Math.min(...xs) < 0.5;
     const series = [...hosts.entries()].map(([h, pts]) => ({
       name: h, points: byOrder ? pts.map((p, i) => [i, p[1]]) : pts }));
     return el("div", { class: "card metric", "data-metric": name },
@@ -51,24 +53,63 @@ function metricPlots(points, start) {
   });
 }
 
+const MAX_SHOWN = 5000;  // lines kept in the page; older ones leave it
+
+// One page of the log after logCursor, then the next pages at once while the server
+// says more are left (a few per tick, so a long log catches up without a long request).
+let logBusy = false;
 async function pollLogs() {
-  const q = new URLSearchParams({ after: String(logAfter) });
-  if (logHost) q.set("host", logHost);
-  if (logNoise) q.set("noise", "1");
-  const data = await getJSON(`/api/jobs/${encodeURIComponent(names[0])}/logs?${q}`);
-  const box = document.getElementById("log");
-  const stick = box.scrollTop + box.clientHeight >= box.scrollHeight - 20;
-  for (const line of data.lines) {
-    box.appendChild(el("div", { class: "line" }, el("span", { class: "label" }, `[${line.label}]`), line.text));
+  if (logBusy) return;  // one poll at a time: two would append the same lines twice
+  logBusy = true;
+  try { await pollPages(); } finally { logBusy = false; }
+}
+
+async function pollPages() {
+  const gen = logGen;
+  for (let pages = 0; pages < 8; pages++) {
+    const q = new URLSearchParams();
+    if (logCursor !== null) q.set("cursor", logCursor);
+    if (logHost) q.set("host", logHost);
+    if (logNoise) q.set("noise", "1");
+    const data = await getJSON(`/api/jobs/${encodeURIComponent(names[0])}/logs?${q}`);
+    if (gen !== logGen) return;  // the host or noise filter changed meanwhile
+    const box = document.getElementById("log");
+    const stick = box.scrollTop + box.clientHeight >= box.scrollHeight - 20;
+    if (logCursor === null && data.skipped) {
+      box.appendChild(el("div", { class: "line muted skipped" },
+        `(${human(data.skipped)} of earlier log not shown: shipyard logs ${names[0]} prints all of it)`));
+    }
+    for (const line of data.lines) {
+      box.appendChild(el("div", { class: "line" }, el("span", { class: "label" }, `[${line.label}]`), line.text));
+    }
+    while (box.childElementCount > MAX_SHOWN) box.firstElementChild.remove();
+    logCursor = data.cursor;
+    if (stick) box.scrollTop = box.scrollHeight;
+    if (!data.more) return;
   }
-  logAfter = data.next;
-  if (stick) box.scrollTop = box.scrollHeight;
 }
 
 function resetLogs() {
-  logAfter = 0;
+  logCursor = null;
+  logGen++;
   setChildren(document.getElementById("log"));
   pollLogs().catch((e) => console.warn(e.message));
+}
+
+// Environment values (where users pass secrets) stay hidden until asked for here.
+function environment(d) {
+  const env = d.Environment || {};
+  const keys = Object.keys(env).sort();
+  if (!keys.length) return el("p", { class: "muted" }, "no environment variables");
+  const table = el("table", { class: "env" }, ...keys.map((k) => el("tr", {}, el("td", {}, k), el("td", {}, env[k]))));
+  if (envShown) return table;
+  const button = el("button", { id: "show-env", type: "button" }, "show values");
+  button.addEventListener("click", async () => {
+    const full = await getJSON(`/api/jobs/${encodeURIComponent(names[0])}?environment=show`);
+    envShown = true;
+    setChildren(document.getElementById("environment"), environment(full));
+  });
+  return el("div", {}, table, button);
 }
 
 async function refreshSingle() {
@@ -86,6 +127,7 @@ async function refreshSingle() {
   setChildren(document.getElementById("metrics"), ...metricPlots(d.Shipyard.MetricHistory || [], start));
   setChildren(document.getElementById("report"), drawReport(d.Shipyard.DistributionReport));
   setChildren(document.getElementById("timeline"), timeline(d));
+  if (!envShown) setChildren(document.getElementById("environment"), environment(d));
   return d.TrainingJobStatus === "InProgress";
 }
 

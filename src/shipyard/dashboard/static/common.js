@@ -64,17 +64,27 @@ function linePlot(series, opts) {
   if (!all.length) return root;
   const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
   let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
-  if (x1 === x0) x1 = x0 + 1;
-  if (y1 === y0) { y1 = y0 + 1; y0 = y0 - 1; }
+  const oneX = x1 === x0;
+  if (oneX) { x0 -= 1; x1 += 1; }  // one time (or step): drawn in the middle
+  if (y1 === y0) {  // one value: a band of 10% around it, not crossing zero
+    const pad = Math.abs(y0) * 0.1 || 1;
+    [y0, y1] = [y0 - pad, y1 + pad];
+    if (ys[0] > 0 && y0 < 0) y0 = 0;
+  }
   const X = (x) => P + ((x - x0) / (x1 - x0)) * (W - P - 10);
   const Y = (y) => H - P + 10 - ((y - y0) / (y1 - y0)) * (H - P - 10);
   root.appendChild(svg("line", { x1: P, y1: H - P + 10, x2: W - 10, y2: H - P + 10, stroke: "#9ca3af" }));
   root.appendChild(svg("line", { x1: P, y1: 0, x2: P, y2: H - P + 10, stroke: "#9ca3af" }));
-  root.appendChild(svg("text", { x: 2, y: 12 }, y1.toPrecision(4)));
-  root.appendChild(svg("text", { x: 2, y: H - P + 8 }, y0.toPrecision(4)));
+  root.appendChild(svg("text", { x: 2, y: 12, class: "y-label" }, y1.toPrecision(4)));
+  root.appendChild(svg("text", { x: 2, y: H - P + 8, class: "y-label" }, y0.toPrecision(4)));
   const unit = (opts && opts.unit) || "s";
-  root.appendChild(svg("text", { x: P, y: H - 8 }, `${x0.toFixed(unit === "s" ? 1 : 0)} ${unit}`));
-  root.appendChild(svg("text", { x: W - 60, y: H - 8 }, `${x1.toFixed(unit === "s" ? 1 : 0)} ${unit}`));
+  const xLabel = (x) => `${x.toFixed(unit === "s" ? 1 : 0)} ${unit}`;
+  if (oneX) {
+    root.appendChild(svg("text", { x: X(xs[0]) - 14, y: H - 8, class: "x-label" }, xLabel(xs[0])));
+  } else {
+    root.appendChild(svg("text", { x: P, y: H - 8, class: "x-label" }, xLabel(x0)));
+    root.appendChild(svg("text", { x: W - 60, y: H - 8, class: "x-label" }, xLabel(x1)));
+  }
   series.forEach((s, i) => {
     const d = s.points.map((p, j) => `${j ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(" ");
     const path = svg("path", { d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.8, class: "series" });

@@ -1,9 +1,13 @@
 """The dashboard's JSON API; the pages are built on it and nothing else.
 
 * ``GET /api/jobs``: every job (``TrainingJobName``, ``TrainingJobStatus``, ...);
-* ``GET /api/jobs/{name}``: DescribeTrainingJob's shape (datetimes as ISO strings);
-* ``GET /api/jobs/{name}/logs?after=N&host=algo-k``: log lines after the first N, each
-  ``{"label", "text"}`` (labels as ``shipyard logs`` prints them), and the next N;
+* ``GET /api/jobs/{name}``: DescribeTrainingJob's shape (datetimes as ISO strings), the
+  values of its ``Environment`` hidden (where users pass secrets) unless asked for with
+  ``?environment=show``;
+* ``GET /api/jobs/{name}/logs?cursor=C&host=algo-k``: the log lines after cursor ``C``
+  (the tail of each log without one), each ``{"label", "text"}`` (labels as
+  ``shipyard logs`` prints them), the next ``cursor``, and ``more`` when unread lines
+  are left (see ``logread``);
 * ``GET /api/jobs/{name}/metrics``: the metric history;
 * ``GET /api/endpoints``: endpoints with their request counts and latency from their
   own ``/metrics``.
@@ -20,10 +24,11 @@ import urllib.request
 from typing import Any
 
 from shipyard.control.client import ControlPlane
-from shipyard.observe.logs import LogTailer, is_noise, select
+from shipyard.dashboard.logread import format_cursor, read_page
+from shipyard.observe.logs import is_noise, select
 from shipyard.observe.metrics import history
 
-MAX_LINES = 5000
+HIDDEN = "(hidden)"  # an Environment value not asked for
 HOUSEKEEPING = ("/metrics", "/ping")  # not traffic: health checks and scrapes
 
 
@@ -45,7 +50,7 @@ def jobs(control: ControlPlane, limit: int = 200) -> list[dict[str, Any]]:
             "TrainingJobStatus": r.status,
             "SecondaryStatus": r.secondary_status,
             "InstanceCount": r.spec.instance_count,
-            "Distribution": next(iter(r.spec.distribution or {}), None),
+            "Distribution": r.spec.dist.kind,
             "CreationTime": r.created_at,
             "DurationSeconds": round((r.end_time or now) - r.created_at, 1),
         }
@@ -53,22 +58,34 @@ def jobs(control: ControlPlane, limit: int = 200) -> list[dict[str, Any]]:
     ]
 
 
-def job(control: ControlPlane, name: str) -> dict[str, Any]:
-    return _plain(control.describe(name))
+def job(control: ControlPlane, name: str, environment: bool = False) -> dict[str, Any]:
+    """DescribeTrainingJob's answer; ``Environment`` keeps its names, its values only
+    when ``environment`` (a page shows them on a click, never on a poll)."""
+    out = _plain(control.describe(name))
+    if not environment:
+        out["Environment"] = {k: HIDDEN for k in out.get("Environment") or {}}
+    return out
 
 
 def logs(
-    control: ControlPlane, name: str, after: int = 0, host: str | None = None, noise: bool = False
+    control: ControlPlane,
+    name: str,
+    cursor: dict[str, int] | None = None,
+    host: str | None = None,
+    noise: bool = False,
 ) -> dict[str, Any]:
+    """One page of a job's logs after ``cursor`` (see ``logread``): file reads, so
+    the server calls it off its event loop."""
     record = control.get(name)
-    lines = select(LogTailer(control.log_files(name)).poll(flush=True), host)
+    page = read_page(control.log_files(name), cursor, final=record.terminal)
+    lines = select(page.lines, host)
     if not noise:
         lines = [(lb, ln) for lb, ln in lines if not is_noise(ln)]
-    total = len(lines)
-    start = max(after, total - MAX_LINES)
     return {
-        "lines": [{"label": lb, "text": ln} for lb, ln in lines[start:]],
-        "next": total,
+        "lines": [{"label": lb, "text": ln} for lb, ln in lines],
+        "cursor": format_cursor(page.cursor),
+        "more": page.more,
+        "skipped": page.skipped,
         "terminal": record.terminal,
     }
 

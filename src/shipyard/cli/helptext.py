@@ -1,0 +1,40 @@
+"""``--help`` without a type after each flag: ``--quiet -q``, not ``--quiet -q <bool>``.
+
+Why: typer (0.29) prints every option's type in its help panels, flags included, where
+``<bool>`` reads as a value to pass (``--quiet true``), which a flag does not take.
+A flag's empty ``metavar`` is the documented way to print no type; it is set here once
+on the whole command tree (help options included) before the command line is parsed,
+so every command's flags, present and future, read as flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import click
+from typer.core import TyperGroup
+
+
+def _commands(command: Any) -> Iterator[Any]:
+    yield command
+    for sub in (getattr(command, "commands", None) or {}).values():
+        yield from _commands(sub)
+
+
+def untyped_flags(root: Any) -> None:
+    """Give every flag of ``root`` and its subcommands (``--help`` too) no type label."""
+    for command in _commands(root):
+        params = list(command.params)
+        help_option = command.get_help_option(click.Context(command))
+        for param in [*params, help_option]:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+
+
+class FlagsGroup(TyperGroup):
+    """The app's top group: its tree's flags are tidied before each run."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        untyped_flags(self)
+        return super().main(*args, **kwargs)

@@ -1,1 +1,0 @@
-"""``shipyard ui``: the web dashboard (Starlette app + static assets in this package)."""
