@@ -71,3 +71,14 @@ def test_every_served_operation_has_an_entry(reference) -> None:
     assert "CreateTrainingJob" in ops["sagemaker"]
     missing = [op for service in ops.values() for op in service if f"`{op}`" not in page]
     assert missing == []
+
+
+def test_every_cli_option_says_what_it_does(reference) -> None:
+    """An entry with an empty meaning is no reference: each argument and option has help."""
+    silent = [
+        f"{name} {param.opts[0] if param.opts else param.name}"
+        for name, cmd in reference.cli_commands()
+        for param in cmd.params
+        if param.name != "help" and not getattr(param, "help", None)
+    ]
+    assert silent == [], "options without help text: " + ", ".join(silent)
