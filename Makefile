@@ -6,9 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 # Exact framework versions for development and CI live in constraints.txt.
-EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray
+EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray,docs
 
-.PHONY: demo test test-fast lint format venv clean bench bench-env browser sandbox-tools
+.PHONY: demo test test-fast lint format venv clean bench bench-env browser sandbox-tools docs docs-serve
 
 # Instance sandboxes need iproute2 (`ip`, `ss`), util-linux (`setpriv`, `nsenter`), passt
 # (`pasta`, the instances' outbound network) and a C compiler (`cc`: Ray nodes build the
@@ -45,12 +45,21 @@ browser:
 test: $(STAMP) sandbox-tools browser
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
+# The documentation site, strict (a broken link or a reference the code no longer backs fails
+# the build), into build/site; its reference pages are generated from the code
+# (docs/_hooks/reference.py). tests/integration/docs builds it too, so CI does.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -x tests/unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(VENV)/bin/ruff format --check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples docs/_hooks
+	$(VENV)/bin/ruff format --check src tests benchmarks examples docs/_hooks
 	$(VENV)/bin/mypy
 
 format: $(STAMP)

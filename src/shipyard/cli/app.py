@@ -89,8 +89,10 @@ def train(
     source_dir: str | None = typer.Option(
         None, "--source-dir", help="directory shipped with the script"
     ),
-    instance_count: int = typer.Option(1, "--instance-count", "-n"),
-    instance_type: str = typer.Option("local", "--instance-type"),
+    instance_count: int = typer.Option(1, "--instance-count", "-n", help="instances (algo-1..N)"),
+    instance_type: str = typer.Option(
+        "local", "--instance-type", help="an ml.* instance type, or local / local_gpu"
+    ),
     hyperparameter: list[str] = typer.Option(
         [], "--hyperparameter", "-H", help="k=v; v is parsed as JSON when it can be (2 -> int)"
     ),
@@ -101,14 +103,26 @@ def train(
         None, "--distribution", help='JSON, e.g. \'{"mpi": {"enabled": true}}\''
     ),
     framework: str | None = typer.Option(None, "--framework", help="tensorflow | pytorch"),
-    dependency: list[str] = typer.Option([], "--dependency"),
+    dependency: list[str] = typer.Option(
+        [], "--dependency", help="a directory shipped beside the code and put on PYTHONPATH"
+    ),
     env: list[str] = typer.Option([], "--env", "-e", help="K=V for the training processes"),
     metric: list[str] = typer.Option([], "--metric", help="Name=Regex (first group is the value)"),
-    job_name: str | None = typer.Option(None, "--job-name"),
-    base_job_name: str | None = typer.Option(None, "--base-job-name"),
-    output_path: str | None = typer.Option(None, "--output-path"),
-    max_run: int = typer.Option(24 * 3600, "--max-run"),
-    max_retry_attempts: int = typer.Option(0, "--max-retry-attempts"),
+    job_name: str | None = typer.Option(None, "--job-name", help="the job's exact name"),
+    base_job_name: str | None = typer.Option(
+        None, "--base-job-name", help="name prefix; a timestamp is appended"
+    ),
+    output_path: str | None = typer.Option(
+        None,
+        "--output-path",
+        help="where model.tar.gz and output.tar.gz go (dir, file:// or s3://)",
+    ),
+    max_run: int = typer.Option(
+        24 * 3600, "--max-run", help="seconds before the job is stopped (MaxRuntimeExceeded)"
+    ),
+    max_retry_attempts: int = typer.Option(
+        0, "--max-retry-attempts", help="restarts of every instance after a failed attempt"
+    ),
     detach: bool = typer.Option(
         False, "--detach", "-d", help="return at once; the job keeps running"
     ),
@@ -187,7 +201,8 @@ _COLORS = {JobStatus.COMPLETED: "green", JobStatus.FAILED: "red", JobStatus.STOP
 
 @app.command()
 def jobs(
-    limit: int = typer.Option(50, "--limit"), as_json: bool = typer.Option(False, "--json")
+    limit: int = typer.Option(50, "--limit", help="at most this many jobs, newest first"),
+    as_json: bool = typer.Option(False, "--json", help="the list as JSON"),
 ) -> None:
     """List training jobs, newest first."""
     records = _control().list(limit)
@@ -224,7 +239,10 @@ def jobs(
 
 
 @app.command()
-def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def describe(
+    job: str = typer.Argument(..., help="the training job's name (shipyard jobs lists them)"),
+    as_json: bool = typer.Option(False, "--json", help="the DescribeTrainingJob shape, as JSON"),
+) -> None:
     """Describe a job (DescribeTrainingJob shape with --json)."""
     try:
         desc = _control().describe(job)
@@ -276,8 +294,8 @@ def describe(job: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 @app.command()
 def logs(
-    job: str,
-    follow: bool = typer.Option(False, "--follow", "-f"),
+    job: str = typer.Argument(..., help="the training job's name (shipyard jobs lists them)"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
     host: str | None = typer.Option(
         None, "--host", help="one instance (algo-k): its lines and those of its MPI ranks"
     ),
@@ -305,7 +323,9 @@ def logs(
 
 
 @app.command()
-def stop(job: str) -> None:
+def stop(
+    job: str = typer.Argument(..., help="the training job's name (shipyard jobs lists them)"),
+) -> None:
     """Stop a running job: SIGTERM, a grace period, then SIGKILL."""
     try:
         record = _control().stop(job)

@@ -54,7 +54,9 @@ def serve(
         "auto", "--framework", help="auto | tensorflow | pytorch | python"
     ),
     entry_point: str | None = typer.Option(None, "--entry-point", help="inference.py"),
-    source_dir: str | None = typer.Option(None, "--source-dir"),
+    source_dir: str | None = typer.Option(
+        None, "--source-dir", help="directory holding the entry point and its modules"
+    ),
     batch_size: int = typer.Option(0, "--batch-size", help="dynamic batching: max rows per call"),
     batch_wait_ms: float = typer.Option(2.0, "--batch-wait-ms", help="dynamic batching: max wait"),
     detach: bool = typer.Option(False, "--detach", "-d", help="return once InService"),
@@ -107,7 +109,10 @@ def serve(
 
 
 @endpoints_app.callback()
-def endpoints(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+def endpoints(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="the list as JSON"),
+) -> None:
     """List endpoints, newest first."""
     if ctx.invoked_subcommand is not None:
         return
@@ -132,7 +137,7 @@ def endpoints(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
 
 
 @endpoints_app.command("delete")
-def delete(name: str) -> None:
+def delete(name: str = typer.Argument(..., help="the endpoint's name")) -> None:
     """Stop an endpoint's server and workers and forget it."""
     try:
         Endpoints().delete(name)

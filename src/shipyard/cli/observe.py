@@ -34,7 +34,7 @@ def _control():
 
 
 def metrics(
-    job: str,
+    job: str = typer.Argument(..., help="the training job's name (shipyard jobs lists them)"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep showing until the job ends"),
     as_json: bool = typer.Option(False, "--json", help="every point as JSON"),
 ) -> None:
@@ -91,7 +91,7 @@ def metrics(
 def tensorboard(
     jobs: list[str] = typer.Argument(..., help="one or more training jobs, each a run"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
-    port: int = typer.Option(6006, "--port"),
+    port: int = typer.Option(6006, "--port", help="TensorBoard's port"),
 ) -> None:
     """Start TensorBoard over the jobs' TensorBoard output (Ctrl-C ends it)."""
     import importlib.util
@@ -138,7 +138,9 @@ def tensorboard(
         raise typer.Exit(EXIT_FAILED)
 
 
-def stacks(job: str) -> None:
+def stacks(
+    job: str = typer.Argument(..., help="the training job's name (shipyard jobs lists them)"),
+) -> None:
     """Print the Python stack of every process of every instance of a running job."""
     import psutil
 
@@ -177,7 +179,7 @@ def stacks(job: str) -> None:
 
 def ui(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
-    port: int = typer.Option(8765, "--port"),
+    port: int = typer.Option(8765, "--port", help="the dashboard's port"),
 ) -> None:
     """The web dashboard: jobs, live logs, metric plots, placement and traffic, endpoints."""
     from shipyard.observe.tensorboard import port_free
