@@ -50,11 +50,13 @@ def env(
     host: str = typer.Option("127.0.0.1", "--host", help="the server's address"),
     port: int = typer.Option(DEFAULT_PORT, "--port", help="the server's port"),
 ) -> None:
-    """Print `export NAME=value` lines for a shell that talks to the server."""
+    """Print `export NAME=value` lines for a shell that talks to the server (and runs the
+    SageMaker SDK's local mode on shipyard: `docker` stand-ins first on PATH)."""
     from shipyard.control.home import default_home
-    from shipyard.server.env import render, variables
+    from shipyard.server.env import render, variables, write_stand_ins
 
-    sys.stdout.write(render(variables(default_home(), host, port)))
+    home = default_home()
+    sys.stdout.write(render(variables(home, host, port), path_first=write_stand_ins(home)))
 
 
 def register(app: typer.Typer) -> None:

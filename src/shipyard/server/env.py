@@ -11,6 +11,10 @@
   no patched SDK, and every other service keeps botocore's own rules.
 - Telemetry: the SDK's config file (``SAGEMAKER_USER_CONFIG_OVERRIDE``) with
   ``TelemetryOptOut: true``, so nothing is sent to a public URL after ``fit()``.
+- Local mode: ``PATH`` starts with a directory holding ``docker`` and ``docker-compose``
+  stand-ins (``shipyard.server.compose``), so ``instance_type='local'`` runs on shipyard
+  instances with no Docker on the machine. Only the printed shell lines carry it
+  (``render``); the server's own environment keeps its PATH.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 
 DEFAULT_PORT = 8765
 DEFAULT_REGION = "us-east-1"
@@ -72,6 +77,28 @@ def sts_rule_set(url: str) -> dict:
     }
 
 
+STAND_IN = """#!/bin/sh
+# SageMaker local mode without Docker: written by `shipyard server env`
+exec {python} -m shipyard.server.compose {command} "$@"
+"""
+
+
+def bin_dir(home: str) -> str:
+    return os.path.join(client_dir(home), "bin")
+
+
+def write_stand_ins(home: str, python: str = sys.executable) -> str:
+    """``docker`` and ``docker-compose`` that run shipyard's local mode with this Python;
+    returns their directory."""
+    root = bin_dir(home)
+    os.makedirs(root, exist_ok=True)
+    for command in ("docker", "docker-compose"):
+        path = os.path.join(root, command)
+        _atomic(path, STAND_IN.format(python=shlex.quote(python), command=command))
+        os.chmod(path, 0o700)
+    return root
+
+
 def write_client_files(home: str, url: str) -> dict[str, str]:
     """The STS rule set and the SDK config, under ``$SHIPYARD_HOME/server/client``."""
     root = client_dir(home)
@@ -110,7 +137,11 @@ def variables(home: str, host: str, port: int, region: str | None = None) -> dic
     return out
 
 
-def render(values: dict[str, str]) -> str:
+def render(values: dict[str, str], path_first: str | None = None) -> str:
+    """The shell lines ``server env`` prints; ``path_first``, a directory put at the front
+    of the shell's own PATH (the local-mode stand-ins)."""
     lines = ["unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_STS AWS_ENDPOINT_URL_S3"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
+    if path_first:
+        lines.append(f'export PATH={shlex.quote(path_first)}:"$PATH"')
     return "\n".join(lines) + "\n"

@@ -100,12 +100,13 @@ def client_env(home: str, port: int) -> dict[str, str]:
         text=True,
         check=True,
     ).stdout
-    values = {}
-    for line in out.splitlines():
-        if line.startswith("export "):
-            name, _, value = line[len("export ") :].partition("=")
-            values[name] = value.strip("'")
-    return values
+    # what `eval "$(shipyard server env)"` leaves in a shell: the lines run by a real one
+    shell = subprocess.run(
+        ["bash", "-c", out + "\nenv -0"], capture_output=True, check=True, env=dict(os.environ)
+    ).stdout.decode()
+    after = dict(item.split("=", 1) for item in shell.split("\0") if "=" in item)
+    shells_own = ("_", "SHLVL", "PWD", "OLDPWD")
+    return {k: v for k, v in after.items() if os.environ.get(k) != v and k not in shells_own}
 
 
 def cleanup(home: str) -> None:
