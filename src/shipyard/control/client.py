@@ -46,14 +46,9 @@ def check_runner(spec: JobSpec) -> None:
     rejects (each runner's optional ``validate``), so nothing is half-started."""
     runner = spec.dist.runner_for(spec.framework)
     if spec.dist.kind == dist_mod.SMDDP and spec.framework == "tensorflow":
-        raise DistributionError(
-            "distribution smdistributed.dataparallel with the TensorFlow estimator: SageMaker "
-            "dropped TensorFlow support from its data-parallel library (only PyTorch scripts "
-            'can use it; the script would fail with "No module named '
-            "'smdistributed.dataparallel.tensorflow'\"). For TensorFlow use "
-            "{'mpi': {'enabled': True}} with Horovod (import horovod.tensorflow.keras as hvd) "
-            "or {'multi_worker_mirrored_strategy': {'enabled': True}}."
-        )
+        refusal = dist_mod.smddp_tensorflow_refusal(spec.framework_version)
+        if refusal:
+            raise DistributionError(refusal)
     if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
         raise DistributionError(
             "distribution['parameter_server']['implementation']='tensorflow' needs the "
