@@ -8,6 +8,7 @@ traceback after it; the whole stays within the limit.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 
@@ -56,9 +57,35 @@ def error_excerpt(output: str) -> tuple[str, str]:
         return "", "\n".join(lines[start:])
     exc_line = lines[end].strip()
     end += 1
+    if exc_line.endswith(USER_CODE):
+        return _user_code_error(exc_line, lines, start, end)
     while end < len(lines) and lines[end].startswith((" ", "\t")) and lines[end].strip():
         end += 1  # the message's continuation lines (TF errors indent them)
     return exc_line, "\n".join(lines[start:end])
+
+
+USER_CODE = "in user code:"
+# "    TypeError: ..." (or a bare "    KeyboardInterrupt"); not a code line such as
+# "        raise ValueError(x)" of the user's frame
+_INNER_ERROR = re.compile(r"^\s+([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::.*)?)$")
+
+
+def _user_code_error(exc_line: str, lines: list[str], start: int, end: int) -> tuple[str, str]:
+    """An autograph (tf.function) error: ``TypeError: in user code:``, a blank line, the
+    user's frames indented, then the real exception, indented too, with its message. The
+    block runs on through blank lines while lines stay indented; the real error is its last
+    indented exception line (a Keras one can itself be "in user code:"), and the excerpt
+    ends with that exception's message."""
+    inner = None
+    last = end
+    while end < len(lines) and (not lines[end].strip() or lines[end].startswith((" ", "\t"))):
+        match = _INNER_ERROR.match(lines[end])
+        if match and not match.group(1).endswith(USER_CODE):
+            inner = match.group(1).strip()
+        if lines[end].strip():
+            last = end + 1
+        end += 1
+    return (inner or exc_line), "\n".join(lines[start:last])
 
 
 def describe_exit(code: int) -> str:
