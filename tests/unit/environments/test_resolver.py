@@ -7,7 +7,8 @@ import pytest
 
 from shipyard.environments.resolver import parse, resolve
 
-# tensorflow-cpu releases with a CPython 3.11 wheel (2.12 was the first); 2.4.1 has none
+# tensorflow-cpu releases with a CPython 3.11 wheel, as `pip index versions tensorflow-cpu`
+# listed them on 2026-11-27 (2.12 was the first; 2.4.1 has none)
 TF_PY311 = [
     "2.12.0",
     "2.12.1",
@@ -24,6 +25,7 @@ TF_PY311 = [
     "2.18.0",
     "2.18.1",
     "2.19.0",
+    "2.19.1",
     "2.20.0",
     "2.21.0",
     "2.22.0rc0",  # a pre-release: never chosen
