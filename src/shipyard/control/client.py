@@ -28,6 +28,7 @@ from shipyard.control.interrupt import terminate_as_interrupt
 from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
 from shipyard.control.store import JobRecord, Store, Transition
 from shipyard.control.supervisor import REPORT_NAME, job_warnings, lost_processes
+from shipyard.environments import job as framework_envs
 from shipyard.errors import (
     ChannelError,
     DistributionError,
@@ -132,6 +133,19 @@ class ControlPlane:
         self.backend = backend
 
     # -- submission -----------------------------------------------------------------------
+    def _framework_env(self, spec: JobSpec, log=None) -> framework_envs.Prepared:
+        """The framework environment the job's processes run in (SHIPYARD_FRAMEWORK_ENVS=on;
+        else, and when nothing else is asked, the installed one). Refused here, before
+        anything is reserved or staged, when none can be had."""
+        if not framework_envs.enabled():
+            return framework_envs.Prepared(None, None, None)
+        return framework_envs.prepare(
+            spec.framework,
+            spec.framework_version,
+            os.path.join(self.home.root, "environments"),
+            log,
+        )
+
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
         """Validate, stage, record. On any error nothing is left but the refusal (a
         SIGTERM meanwhile too: it interrupts like Ctrl-C, and the reservation is undone)."""
@@ -140,6 +154,7 @@ class ControlPlane:
 
     def _submit(self, spec: JobSpec, log=None) -> JobRecord:
         check_runner(spec)
+        framework_env = self._framework_env(spec, log)
         backends.validate(
             self.backend,
             spec.instance_count,
@@ -204,7 +219,14 @@ class ControlPlane:
             encoded = plan.hyperparameters(spec, staged, self.home)
             assert record.subnet is not None  # chosen with the reservation
             config = plan.agent_config(
-                spec, staged, encoded, self.home, record.subnet, sources, sandbox=sandbox
+                spec,
+                staged,
+                encoded,
+                self.home,
+                record.subnet,
+                sources,
+                sandbox=sandbox,
+                python=framework_env.python,
             )
             os.makedirs(os.path.join(job_dir, "logs"))
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
@@ -232,8 +254,11 @@ class ControlPlane:
             raise
         if log:
             log(instance_types.resolve(spec.instance_type).describe())
-            for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
-                log(line)
+            if framework_env.note:
+                log(framework_env.note)
+            elif framework_env.python is None:
+                for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
+                    log(line)
             for note in staged.notes:
                 log(note)
         return record

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from shipyard.errors import ShipyardError
 
 READY = "READY.json"
-# what shipyard's job-side code imports besides the framework (the agent itself stays in the
-# installed environment); numpy unpinned: the framework's own bounds decide
-RUNTIME_DEPS: tuple[str, ...] = ("numpy", "psutil", "pydantic>=2.6,<3")
+# what shipyard's job-side code imports besides the framework (the agent and the rank
+# wrappers stay in the installed environment); numpy unpinned: the framework's own bounds
+# decide. Not pydantic: TF 2.13 pins typing-extensions<4.6, which pydantic 2 cannot use.
+RUNTIME_DEPS: tuple[str, ...] = ("numpy", "psutil")
 _UV_TIMEOUT_S = 1800.0
 
 

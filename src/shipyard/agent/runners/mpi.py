@@ -223,7 +223,7 @@ def rank_command(user_command: list[str]) -> list[str]:
     """``python x.py`` -> ``python -m mpi4py x.py`` (also ``-m module``), as the toolkit."""
     if (
         len(user_command) > 1
-        and user_command[0] == sys.executable
+        and os.path.basename(user_command[0]).startswith("python")  # this or the job's env
         and user_command[1] != "-c"
         and importlib.util.find_spec("mpi4py") is not None
     ):
