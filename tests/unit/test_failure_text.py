@@ -1,3 +1,5 @@
+import pytest
+
 from shipyard.runtime.failure import LIMIT, failure_text
 
 TRACEBACK = "\n".join(
@@ -105,3 +107,35 @@ def test_a_keras_error_in_user_code_keeps_its_multi_line_message():
     )
     assert 'File "train.py", line 12, in call' in text
     assert text.rstrip().endswith("expected axis -1 to have value 3")
+
+
+# Issue 28: a Keras 2 script on the installed Keras 3 fails with messages that do not name
+# the API difference; the reason now does, and says how to run the script as written.
+@pytest.mark.parametrize(
+    "exc_line,code,named",
+    [
+        ("ValueError: Argument(s) not recognized: {'lr': 0.001}", "opt = Adam(lr=0.001)", "lr="),
+        (
+            "AttributeError: 'Mean' object has no attribute 'reset_states'",
+            "metric.reset_states()",
+            "reset_state()",
+        ),
+        (
+            "TypeError: 'list' object is not callable",
+            "hvd.broadcast_variables(opt.variables(), root_rank=0)",
+            "optimizer.variables is a list",
+        ),
+    ],
+)
+def test_a_keras_3_api_difference_is_named(exc_line, code, named):
+    log = f'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    {code}\n{exc_line}\n'
+    text = failure_text(1, ["python", "train.py"], log)
+    hint = text.splitlines()[4]
+    assert hint.startswith('Hint "Keras 3 (TensorFlow 2.16+)') and named in hint
+    assert "framework_version <= '2.15'" in hint
+    assert text.endswith(exc_line) and len(text) <= LIMIT
+
+
+def test_an_unrelated_list_not_callable_gets_no_hint():
+    log = "Traceback (most recent call last):\n  File \"t.py\", line 1\n    x()\nTypeError: 'list' object is not callable\n"
+    assert "Hint" not in failure_text(1, ["python", "t.py"], log)

@@ -106,6 +106,9 @@ def failure_text(exit_code: int, command: list[str], output: str) -> str:
         f'ErrorMessage "{exc_line}"\n'
         f'Command "{shlex.join(command)}"'
     )
+    hint = api_hint(exc_line, traceback)
+    if hint:
+        head += f'\nHint "{hint}"'
     if len(head) >= LIMIT:
         return head[:LIMIT]
     room = LIMIT - len(head) - 1
@@ -113,6 +116,45 @@ def failure_text(exit_code: int, command: list[str], output: str) -> str:
         tb = traceback if len(traceback) <= room else "..." + traceback[-(room - 3) :]
         return head + "\n" + tb
     return head
+
+
+_KERAS3 = "Keras 3 (TensorFlow 2.16+)"
+_OLDER = (
+    "; or run the script as written on a Keras 2 TensorFlow: framework_version <= '2.15' "
+    "with SHIPYARD_FRAMEWORK_ENVS=on"
+)
+# (pattern in the exception line, pattern in the traceback or None, the API difference)
+_API_HINTS: tuple[tuple[re.Pattern[str], re.Pattern[str] | None, str], ...] = (
+    (
+        re.compile(r"Argument\(s\) not recognized: \{'lr'"),
+        None,
+        f"{_KERAS3} optimizers take learning_rate=, not Keras 2's lr=",
+    ),
+    (
+        re.compile(r"has no attribute 'reset_states'"),
+        None,
+        f"{_KERAS3} metrics have reset_state(), not Keras 2's reset_states()",
+    ),
+    (
+        re.compile(r"'list' object is not callable"),
+        re.compile(r"\.variables\(\)"),
+        f"{_KERAS3}: optimizer.variables is a list, not Keras 2's method variables()",
+    ),
+    (
+        re.compile(r"experimental_run_tf_function"),
+        None,
+        "compile(experimental_run_tf_function=...) is gone since TensorFlow 2.4's Keras: drop it",
+    ),
+)
+
+
+def api_hint(exc_line: str, traceback: str) -> str | None:
+    """The framework API difference behind a failure, when it is a known one (a TF 2.4-era
+    Keras 2 script on Keras 3 fails with messages that do not say so)."""
+    for line_pattern, tb_pattern, hint in _API_HINTS:
+        if line_pattern.search(exc_line) and (tb_pattern is None or tb_pattern.search(traceback)):
+            return hint + ("" if "experimental_run_tf_function" in hint else _OLDER)
+    return None
 
 
 def claim(path: str, text: str) -> bool:

@@ -57,3 +57,24 @@ def test_a_keras_2_script_asking_for_2_4_1_runs_on_the_nearest_keras_2_release(
     said = "\n".join(r.getMessage() for r in caplog.records)
     assert "no tensorflow-cpu 2.4.1 for Python 3.11" in said
     assert "running TensorFlow 2.13.1, the nearest with the same API generation" in said
+
+
+def test_the_same_script_on_the_installed_keras_3_fails_naming_the_api_difference(
+    session, write_script, monkeypatch
+):
+    from shipyard.errors import JobFailedError
+
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=write_script("train.py", KERAS2_SCRIPT),
+        instance_count=1,
+        instance_type="local",
+        environment={"TF_CPP_MIN_LOG_LEVEL": "3"},
+        session=session,
+    )
+    with pytest.raises(JobFailedError):
+        est.fit(job_name="keras2-on-keras3")
+    reason = est.latest_training_job.describe()["FailureReason"]
+    assert "Argument(s) not recognized: {'lr': 0.01}" in reason
+    assert "Keras 3 (TensorFlow 2.16+) optimizers take learning_rate=, not Keras 2's lr=" in reason
