@@ -181,6 +181,8 @@ def _run(
     specs = runners.get(config.runner)(ctx) + data.services()
     for note in ctx.notes:
         log(note)
+    if config.python:
+        log(f"{host}: the job's processes run in the framework environment {config.python}")
     for spec in specs:
         log(f"{host}: starting {spec.name} ({spec.role}): {' '.join(spec.argv)}")
     recorded: list[bool] = []

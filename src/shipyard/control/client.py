@@ -41,6 +41,8 @@ from shipyard.observe.logs import LogTailer, print_lines, select
 from shipyard.observe.metrics import final_metrics, history
 from shipyard.spec import ChannelSpec, JobSpec
 
+FRAMEWORK_ENV_NAME = "framework-environment.json"
+
 
 def check_runner(spec: JobSpec) -> None:
     """Refuse, at submission, a distribution this build cannot run or options its runner
@@ -229,6 +231,9 @@ class ControlPlane:
                 python=framework_env.python,
             )
             os.makedirs(os.path.join(job_dir, "logs"))
+            if framework_env.resolution is not None:
+                with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), "w") as fh:
+                    json.dump(framework_env.describe(), fh)
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
             # agent.json holds the job's secret: readable by its owner only
@@ -567,6 +572,10 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             dict(h, Timestamp=_ts(h["Timestamp"])) for h in history(cp.store.metrics(record.name))
         ],
     }
+    env_path = os.path.join(record.job_dir, FRAMEWORK_ENV_NAME)
+    if os.path.isfile(env_path):  # which framework version ran, and why (environments)
+        with open(env_path, encoding="utf-8") as fh:
+            section["FrameworkEnvironment"] = json.load(fh)
     report_path = os.path.join(record.job_dir, REPORT_NAME)
     if os.path.isfile(report_path):
         with open(report_path, encoding="utf-8") as fh:

@@ -36,6 +36,18 @@ class Prepared:
     note: str | None  # for the job log and describe: what runs, when not what was asked
     resolution: Resolution | None
 
+    def describe(self) -> dict[str, str | bool | None]:
+        """describe's ``Shipyard.FrameworkEnvironment``: asked, ran, where, why."""
+        r = self.resolution
+        return {
+            "Framework": r.framework if r else None,
+            "Asked": r.asked if r else None,
+            "Version": r.version if r else None,
+            "Exact": r.exact if r else None,
+            "Python": self.python,  # None: the installed environment
+            "Note": self.note,
+        }
+
 
 def enabled() -> bool:
     return os.environ.get(SWITCH, "off").strip().lower() in ("on", "1", "yes", "true")

@@ -55,6 +55,10 @@ def test_a_keras_2_script_asking_for_2_4_1_runs_on_the_nearest_keras_2_release(
     out, _ = capsys.readouterr()
     assert "tensorflow 2.13.1" in out and "KERAS2 OK" in out
     said = "\n".join(r.getMessage() for r in caplog.records)
+    env = desc["Shipyard"]["FrameworkEnvironment"]
+    assert (env["Asked"], env["Version"], env["Exact"]) == ("2.4.1", "2.13.1", False)
+    assert "Keras 2 as tf.keras" in env["Note"] and env["Python"].endswith("/bin/python")
+    assert "the job's processes run in the framework environment" in out
     assert "no tensorflow-cpu 2.4.1 for Python 3.11" in said
     assert "running TensorFlow 2.13.1, the nearest with the same API generation" in said
 
