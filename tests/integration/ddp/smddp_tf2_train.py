@@ -67,6 +67,8 @@ with open(os.path.join(out, f"rank-{dist.rank()}.json"), "w") as fh:
             "losses": losses,
             "sum": float(total.numpy()[0]),
             "version": dist.__version__,
+            "tensorflow": tf.__version__,
+            "keras": tf.keras.__name__,
         },
         fh,
     )

@@ -82,3 +82,38 @@ def test_the_same_script_on_the_installed_keras_3_fails_naming_the_api_differenc
     reason = est.latest_training_job.describe()["FailureReason"]
     assert "Argument(s) not recognized: {'lr': 0.01}" in reason
     assert "Keras 3 (TensorFlow 2.16+) optimizers take learning_rate=, not Keras 2's lr=" in reason
+
+
+def test_shipyards_in_instance_parts_run_at_the_low_end_of_the_range(
+    session, tmp_path, monkeypatch
+):
+    """TensorFlow 2.13 (Keras 2), the supported range's low end: the mpi runner, the
+    horovod engine and the smdistributed.dataparallel.tensorflow shim run there (the high
+    end, 2.21, is what every other test runs)."""
+    from tests.integration.ddp.test_smddp_tensorflow import (
+        _source,
+        assert_trained_identically,
+        ranks_of,
+    )
+
+    pytest.importorskip("mpi4py")
+    monkeypatch.setenv("SHIPYARD_FRAMEWORK_ENVS", "on")
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=_source(tmp_path),
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.4.1",
+        distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+        environment={"TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1", "STEPS": "20"},
+        session=session,
+    )
+    est.fit(job_name="smddp-on-2-13")
+    desc = est.latest_training_job.describe()
+    assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
+    records, weights = ranks_of(desc["Shipyard"]["JobDir"], ["algo-1", "algo-2"])
+    assert sorted(records) == [0, 1]
+    assert {(r["tensorflow"], r["keras"]) for r in records.values()} == {
+        ("2.13.1", "keras.api._v2.keras")
+    }
+    assert_trained_identically(records, weights)
