@@ -121,3 +121,55 @@ def test_pytorch_launcher_options_are_refused_for_the_tensorflow_client(session,
         est.fit(job_name="smddp-master-port")
     assert "smdistributed.dataparallel" in str(err.value)
     assert session.control.list() == []
+
+
+SINGLE = r"""
+import tensorflow as tf
+import smdistributed.dataparallel.tensorflow as dist
+
+dist.init()
+assert (dist.size(), dist.rank(), dist.local_rank(), dist.local_size()) == (1, 0, 0, 1)
+t = tf.constant([1.0, 2.0])
+assert dist.allreduce(t, 0, 1).numpy().tolist() == [1.0, 2.0]
+assert dist.allreduce(t, 0, 1, op=dist.ReduceOp.SUM, compression=dist.Compression.fp16).numpy().tolist() == [1.0, 2.0]
+assert dist.oob_allreduce(t).numpy().tolist() == [1.0, 2.0]
+assert dist.overlap(t) is t
+v = tf.Variable([3.0])
+dist.broadcast_variables([v], root_rank=0)
+with tf.GradientTape() as tape:
+    y = v * 2.0
+assert dist.DistributedGradientTape(tape).gradient(y, v).numpy().tolist() == [2.0]
+for bad, call in (
+    ("param_index and num_params must be integers", lambda: dist.allreduce(t, "w", 1)),
+    ("device_dense and device_sparse are not supported", lambda: dist.DistributedGradientTape(tf.GradientTape(), device_dense="/gpu:0")),
+):
+    try:
+        call()
+    except (TypeError, ValueError) as exc:
+        assert bad in str(exc), exc
+    else:
+        raise AssertionError(bad)
+dist.barrier()
+dist.shutdown()
+print("SINGLE OK")
+"""
+
+
+@pytest.mark.timeout(180)
+def test_the_shim_runs_as_one_rank_outside_a_job_and_refuses_what_smddp_refused(tmp_path):
+    """A script run by hand (no mpirun) is one rank, as the library allowed; the arguments
+    SMDDP refused are refused naming them."""
+    import subprocess
+    import sys
+
+    from shipyard.ddp import shim_path
+
+    script = tmp_path / "single.py"
+    script.write_text(SINGLE)
+    env = dict(
+        os.environ, PYTHONPATH=shim_path(), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=170
+    )
+    assert proc.returncode == 0 and "SINGLE OK" in proc.stdout, proc.stderr[-2000:]
