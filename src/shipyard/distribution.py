@@ -70,6 +70,37 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The TensorFlow versions SageMaker's data-parallel library had a client for (the SDK's
+# fw_utils.SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS: 2.3 to 2.11; "smdataparallel
+# excludes support for tf>=2.12").
+SMDDP_TENSORFLOW_RANGE = ((2, 3), (2, 11))
+
+
+def smddp_tensorflow_refusal(framework_version: str | None) -> str | None:
+    """Why ``smdistributed.dataparallel`` cannot run with the TensorFlow estimator at
+    ``framework_version``, or None when SageMaker ran it there. No version asked means the
+    installed TensorFlow with shipyard's Horovod-based library: accepted."""
+    if framework_version is None:
+        return None
+    low, high = SMDDP_TENSORFLOW_RANGE
+    span = f"{low[0]}.{low[1]} to {high[0]}.{high[1]}"
+    try:
+        major_minor = tuple(int(p) for p in framework_version.strip().split(".")[:2])
+    except ValueError:
+        major_minor = ()
+    if len(major_minor) == 2 and low <= major_minor <= high:
+        return None
+    return (
+        f"distribution smdistributed.dataparallel with the TensorFlow estimator at "
+        f"framework_version {framework_version!r}: SageMaker's data-parallel library had a "
+        f"TensorFlow client only for TensorFlow {span} (it dropped TensorFlow from 2.12 on; "
+        "scripts would fail with \"No module named 'smdistributed.dataparallel.tensorflow'\"). "
+        f"Ask for a framework_version from {span}, or for TensorFlow use "
+        "{'mpi': {'enabled': True}} with Horovod (import horovod.tensorflow.keras as hvd) "
+        "or {'multi_worker_mirrored_strategy': {'enabled': True}}."
+    )
+
+
 def spelling_hint(key: object, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for a near miss of one of ``known``, else ''."""
     if not isinstance(key, str):
@@ -116,7 +147,12 @@ class Distribution:
         server (shipyard.ps) for every other framework; ``implementation`` inside the
         parameter_server dict picks one explicitly ('tensorflow' or 'shipyard', e.g. a
         Keras 3 script under the TensorFlow estimator that uses shipyard.ps).
+        smdistributed.dataparallel is torchrun-like for PyTorch and MPI for TensorFlow.
         """
+        if self.kind == SMDDP and framework == "tensorflow":
+            # SMDDP's TensorFlow client was Horovod-like and MPI-launched: the mpi runner
+            # with the smdistributed.dataparallel.tensorflow shim (shipyard.ddp)
+            return "mpi"
         if self.kind != PARAMETER_SERVER:
             return self.runner
         implementation = self.options.get("implementation") or (

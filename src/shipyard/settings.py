@@ -134,6 +134,12 @@ SETTINGS: tuple[Setting, ...] = (
     _user("SHIPYARD_HOROVOD_CUDA", None, "`host`: stage CUDA tensors through host memory."),
     _user("SHIPYARD_HOROVOD_SHIM", None, "`force`: use shipyard.horovod even if Horovod exists."),
     _user("SHIPYARD_SMDDP_SHIM", None, "`off`: leave the smdistributed shim off PYTHONPATH."),
+    _user(
+        "SHIPYARD_FRAMEWORK_ENVS",
+        "off",
+        "`on`: a job asking for another framework_version runs in an environment of it "
+        "(or the nearest with the same API), built by uv on first use and cached.",
+    ),
     _user("SHIPYARD_TF_INTRA_OP_THREADS", None, "Intra-op threads of shipyard's TF servers."),
     _user("SHIPYARD_TF_INTER_OP_THREADS", None, "Inter-op threads of shipyard's TF servers."),
     _user("SHIPYARD_PS_TIMEOUT", "300", "Seconds without any reply before PSTimeoutError."),

@@ -99,3 +99,24 @@ def test_known_keys_cover_what_the_runners_accept():
 
 def test_a_disabled_section_with_known_options_is_fine():
     assert d.parse({"mpi": {"enabled": False, "processes_per_host": 2}}).kind is None
+
+
+# Issue 28: SageMaker's data-parallel library had a TensorFlow client for TF 2.3-2.11 (the
+# SDK's SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS); it runs there on the mpi runner.
+def test_smddp_runs_on_mpi_for_tensorflow_and_torchrun_for_pytorch():
+    ddp = d.parse({"smdistributed": {"dataparallel": {"enabled": True}}})
+    assert ddp.runner_for("tensorflow") == "mpi"
+    assert ddp.runner_for("pytorch") == "torch_distributed"
+    assert ddp.runner_for(None) == "torch_distributed"
+
+
+@pytest.mark.parametrize("version", [None, "2.3", "2.3.1", "2.4.1", "2.9.2", "2.11", "2.11.0"])
+def test_smddp_tensorflow_versions_sagemaker_ran_are_accepted(version):
+    assert d.smddp_tensorflow_refusal(version) is None
+
+
+@pytest.mark.parametrize("version", ["2.2", "2.12", "2.16.1", "1.15", "latest", "2"])
+def test_smddp_tensorflow_versions_sagemaker_never_ran_are_refused_with_the_range(version):
+    reason = d.smddp_tensorflow_refusal(version)
+    assert reason and repr(version) in reason
+    assert "TensorFlow 2.3 to 2.11" in reason and "'mpi'" in reason

@@ -1,3 +1,5 @@
+import pytest
+
 from shipyard.runtime.failure import LIMIT, failure_text
 
 TRACEBACK = "\n".join(
@@ -45,3 +47,95 @@ def test_multi_line_messages_are_kept_in_the_excerpt():
     text = failure_text(1, ["python", "t.py"], log)
     assert 'ErrorMessage "InvalidArgumentError: bad"' in text
     assert text.endswith("\t [[node x]]")
+
+
+# Issue 28: a tf.function (autograph) error's exception line is only "TypeError: in user
+# code:"; the real error is five lines down, indented under the user's frame. Verbatim TF
+# 2.21 output, then the instance's other lines.
+AUTOGRAPH = """\
+Traceback (most recent call last):
+  File "/opt/ml/code/train.py", line 8, in <module>
+    step(tf.constant(1.0))
+  File "/venv/lib/python3.11/site-packages/tensorflow/python/util/traceback_utils.py", line 167, in error_handler
+    raise e.with_traceback(filtered_tb) from None
+  File "/tmp/__autograph_generated_file3gxn71dq.py", line 13, in tf__step
+    retval_ = ag__.ld(y) + 'a'
+    ^^^^^
+TypeError: in user code:
+
+    File "/opt/ml/code/train.py", line 6, in step  *
+        return y + "a"
+
+    TypeError: Input 'y' of 'AddV2' Op has type string that does not match type float32 of argument 'x'.
+
+[shipyard-agent] algo-1: finished with status 1
+"""
+REAL = "TypeError: Input 'y' of 'AddV2' Op has type string that does not match type float32 of argument 'x'."
+
+
+def test_an_autograph_error_names_the_real_error_and_the_users_line():
+    text = failure_text(1, ["python", "train.py"], AUTOGRAPH)
+    assert f'ErrorMessage "{REAL}"' in text.splitlines()[2]
+    assert 'File "/opt/ml/code/train.py", line 6, in step' in text and 'return y + "a"' in text
+    assert text.endswith(REAL)
+    assert "[shipyard" not in text
+
+
+def test_a_keras_error_in_user_code_keeps_its_multi_line_message():
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "train.py", line 30, in <module>',
+            "    model.fit(x, y)",
+            "ValueError: in user code:",
+            "",
+            '    File "keras/engine/training.py", line 1160, in train_function  *',
+            "        return step_function(self, iterator)",
+            '    File "train.py", line 12, in call  *',
+            "        return self.dense(x)",
+            '        ValueError("a code line, not the error")',
+            "",
+            '    ValueError: Exception encountered when calling layer "dense" (type Dense).',
+            "    ",
+            '    Input 0 of layer "dense" is incompatible with the layer: expected axis -1 to have value 3',
+            "",
+        ]
+    )
+    text = failure_text(1, ["python", "train.py"], log)
+    assert text.splitlines()[2] == (
+        'ErrorMessage "ValueError: Exception encountered when calling layer "dense" (type Dense)."'
+    )
+    assert 'File "train.py", line 12, in call' in text
+    assert text.rstrip().endswith("expected axis -1 to have value 3")
+
+
+# Issue 28: a Keras 2 script on the installed Keras 3 fails with messages that do not name
+# the API difference; the reason now does, and says how to run the script as written.
+@pytest.mark.parametrize(
+    "exc_line,code,named",
+    [
+        ("ValueError: Argument(s) not recognized: {'lr': 0.001}", "opt = Adam(lr=0.001)", "lr="),
+        (
+            "AttributeError: 'Mean' object has no attribute 'reset_states'",
+            "metric.reset_states()",
+            "reset_state()",
+        ),
+        (
+            "TypeError: 'list' object is not callable",
+            "hvd.broadcast_variables(opt.variables(), root_rank=0)",
+            "optimizer.variables is a list",
+        ),
+    ],
+)
+def test_a_keras_3_api_difference_is_named(exc_line, code, named):
+    log = f'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    {code}\n{exc_line}\n'
+    text = failure_text(1, ["python", "train.py"], log)
+    hint = text.splitlines()[4]
+    assert hint.startswith('Hint "Keras 3 (TensorFlow 2.16+)') and named in hint
+    assert "framework_version <= '2.15'" in hint
+    assert text.endswith(exc_line) and len(text) <= LIMIT
+
+
+def test_an_unrelated_list_not_callable_gets_no_hint():
+    log = "Traceback (most recent call last):\n  File \"t.py\", line 1\n    x()\nTypeError: 'list' object is not callable\n"
+    assert "Hint" not in failure_text(1, ["python", "t.py"], log)

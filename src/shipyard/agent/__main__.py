@@ -167,7 +167,9 @@ def _run(
     spare: list[int] | None = None,
 ) -> int:
     env = process_env(config, host, paths)
-    env["PATH"] = os.pathsep.join(p for p in (python_dir(paths.agent_dir), env.get("PATH")) if p)
+    env["PATH"] = os.pathsep.join(
+        p for p in (python_dir(paths.agent_dir, config.python), env.get("PATH")) if p
+    )
     bind_address = config.sandbox.get("bind_address")
     if bind_address:  # Ray: no wildcard listeners on the node (shipyard.sandbox.bindshim)
         from shipyard.sandbox import bindshim
@@ -179,6 +181,8 @@ def _run(
     specs = runners.get(config.runner)(ctx) + data.services()
     for note in ctx.notes:
         log(note)
+    if config.python:
+        log(f"{host}: the job's processes run in the framework environment {config.python}")
     for spec in specs:
         log(f"{host}: starting {spec.name} ({spec.role}): {' '.join(spec.argv)}")
     recorded: list[bool] = []

@@ -53,6 +53,9 @@ class AgentConfig:
     # plus "bind_address": the node's cluster address, which every wildcard TCP listener
     # of the instance's processes binds instead (shipyard.sandbox.bindshim).
     sandbox: dict[str, Any] = field(default_factory=dict)
+    # The framework environment's interpreter for the job's own processes
+    # (shipyard.environments); None: the installed environment's, the agent's own.
+    python: str | None = None
 
     @property
     def sandboxed(self) -> bool:

@@ -20,15 +20,16 @@ from shipyard.agent.config import AgentConfig
 from shipyard.agent.environment import module_name
 
 
-def python_dir(agent_dir: str) -> str:
-    """A directory whose ``python`` is this interpreter (what runs the job), for PATH: a
-    ``.sh`` entry point that calls ``python`` gets the job's Python, as in a SageMaker
-    container. The interpreter's own directory when it has a ``python``, else a small
-    wrapper in the instance's agent directory."""
-    here = os.path.dirname(sys.executable)
+def python_dir(agent_dir: str, python: str | None = None) -> str:
+    """A directory whose ``python`` is the job's interpreter (this one, or the framework
+    environment's), for PATH: a ``.sh`` entry point that calls ``python`` gets the job's
+    Python, as in a SageMaker container. The interpreter's own directory when it has a
+    ``python``, else a small wrapper in the instance's agent directory."""
+    python = python or sys.executable
+    here = os.path.dirname(python)
     candidate = os.path.join(here, "python")
     try:
-        if os.path.samefile(candidate, sys.executable):
+        if os.path.samefile(candidate, python):
             return here
     except OSError:
         pass
@@ -36,7 +37,7 @@ def python_dir(agent_dir: str) -> str:
     os.makedirs(bin_dir, exist_ok=True)
     wrapper = os.path.join(bin_dir, "python")
     with open(wrapper + ".tmp", "w", encoding="utf-8") as fh:
-        fh.write(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+        fh.write(f'#!/bin/sh\nexec {shlex.quote(python)} "$@"\n')
     os.chmod(wrapper + ".tmp", 0o755)
     os.replace(wrapper + ".tmp", wrapper)
     return bin_dir
@@ -50,8 +51,9 @@ def user_args(config: AgentConfig) -> list[str]:
 
 
 def user_command(config: AgentConfig, code_dir: str, python: str | None = None) -> list[str]:
-    """argv that runs the user's entry point with its hyperparameters."""
-    python = python or sys.executable
+    """argv that runs the user's entry point with its hyperparameters (with the framework
+    environment's interpreter when the job has one)."""
+    python = python or config.python or sys.executable
     program = config.entry_point
     args = user_args(config)
     if config.python_package:

@@ -28,6 +28,7 @@ from shipyard.control.interrupt import terminate_as_interrupt
 from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
 from shipyard.control.store import JobRecord, Store, Transition
 from shipyard.control.supervisor import REPORT_NAME, job_warnings, lost_processes
+from shipyard.environments import job as framework_envs
 from shipyard.errors import (
     ChannelError,
     DistributionError,
@@ -40,20 +41,17 @@ from shipyard.observe.logs import LogTailer, print_lines, select
 from shipyard.observe.metrics import final_metrics, history
 from shipyard.spec import ChannelSpec, JobSpec
 
+FRAMEWORK_ENV_NAME = "framework-environment.json"
+
 
 def check_runner(spec: JobSpec) -> None:
     """Refuse, at submission, a distribution this build cannot run or options its runner
     rejects (each runner's optional ``validate``), so nothing is half-started."""
     runner = spec.dist.runner_for(spec.framework)
     if spec.dist.kind == dist_mod.SMDDP and spec.framework == "tensorflow":
-        raise DistributionError(
-            "distribution smdistributed.dataparallel with the TensorFlow estimator: SageMaker "
-            "dropped TensorFlow support from its data-parallel library (only PyTorch scripts "
-            'can use it; the script would fail with "No module named '
-            "'smdistributed.dataparallel.tensorflow'\"). For TensorFlow use "
-            "{'mpi': {'enabled': True}} with Horovod (import horovod.tensorflow.keras as hvd) "
-            "or {'multi_worker_mirrored_strategy': {'enabled': True}}."
-        )
+        refusal = dist_mod.smddp_tensorflow_refusal(spec.framework_version)
+        if refusal:
+            raise DistributionError(refusal)
     if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
         raise DistributionError(
             "distribution['parameter_server']['implementation']='tensorflow' needs the "
@@ -137,6 +135,19 @@ class ControlPlane:
         self.backend = backend
 
     # -- submission -----------------------------------------------------------------------
+    def _framework_env(self, spec: JobSpec, log=None) -> framework_envs.Prepared:
+        """The framework environment the job's processes run in (SHIPYARD_FRAMEWORK_ENVS=on;
+        else, and when nothing else is asked, the installed one). Refused here, before
+        anything is reserved or staged, when none can be had."""
+        if not framework_envs.enabled():
+            return framework_envs.Prepared(None, None, None)
+        return framework_envs.prepare(
+            spec.framework,
+            spec.framework_version,
+            os.path.join(self.home.root, "environments"),
+            log,
+        )
+
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
         """Validate, stage, record. On any error nothing is left but the refusal (a
         SIGTERM meanwhile too: it interrupts like Ctrl-C, and the reservation is undone)."""
@@ -145,6 +156,7 @@ class ControlPlane:
 
     def _submit(self, spec: JobSpec, log=None) -> JobRecord:
         check_runner(spec)
+        framework_env = self._framework_env(spec, log)
         backends.validate(
             self.backend,
             spec.instance_count,
@@ -209,9 +221,19 @@ class ControlPlane:
             encoded = plan.hyperparameters(spec, staged, self.home)
             assert record.subnet is not None  # chosen with the reservation
             config = plan.agent_config(
-                spec, staged, encoded, self.home, record.subnet, sources, sandbox=sandbox
+                spec,
+                staged,
+                encoded,
+                self.home,
+                record.subnet,
+                sources,
+                sandbox=sandbox,
+                python=framework_env.python,
             )
             os.makedirs(os.path.join(job_dir, "logs"))
+            if framework_env.resolution is not None:
+                with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), "w") as fh:
+                    json.dump(framework_env.describe(), fh)
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
             # agent.json holds the job's secret: readable by its owner only
@@ -237,8 +259,11 @@ class ControlPlane:
             raise
         if log:
             log(instance_types.resolve(spec.instance_type).describe())
-            for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
-                log(line)
+            if framework_env.note:
+                log(framework_env.note)
+            elif framework_env.python is None:
+                for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
+                    log(line)
             for note in staged.notes:
                 log(note)
         return record
@@ -547,6 +572,10 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
             dict(h, Timestamp=_ts(h["Timestamp"])) for h in history(cp.store.metrics(record.name))
         ],
     }
+    env_path = os.path.join(record.job_dir, FRAMEWORK_ENV_NAME)
+    if os.path.isfile(env_path):  # which framework version ran, and why (environments)
+        with open(env_path, encoding="utf-8") as fh:
+            section["FrameworkEnvironment"] = json.load(fh)
     report_path = os.path.join(record.job_dir, REPORT_NAME)
     if os.path.isfile(report_path):
         with open(report_path, encoding="utf-8") as fh:

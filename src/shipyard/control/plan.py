@@ -126,6 +126,7 @@ def agent_config(
     subnet: str,
     channel_sources: dict[str, str],
     sandbox: dict | None = None,
+    python: str | None = None,
 ) -> AgentConfig:
     res = instance_types.resolve(spec.instance_type)
     dist = spec.dist
@@ -157,6 +158,7 @@ def agent_config(
         job_secret=secrets.token_hex(32),
         data=data_config(spec),
         sandbox=dict(sandbox or {}),
+        python=python,
     )
 
 

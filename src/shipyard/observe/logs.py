@@ -59,6 +59,14 @@ def show_noise_default() -> bool:
     return os.environ.get("SHIPYARD_LOG_NOISE", "hide").lower() in ("show", "1", "all", "yes")
 
 
+def hidden_raw_line(line: str) -> bool:
+    """Whether ``shipyard logs`` would hide this line of a host's log file (an MPI rank's
+    line is judged without its ``[algo-k rank r]`` tag): for readers of the raw file, such
+    as the server's CloudWatch GetLogEvents, which the SDK's ``estimator.logs()`` reads.
+    ``SHIPYARD_LOG_NOISE=show`` shows everything, as for ``shipyard logs``."""
+    return not show_noise_default() and is_noise(attribute("", line)[1])
+
+
 def attribute(source: str, line: str) -> tuple[str, str]:
     """(label, text): a rank's tagged line moves to its own host and rank."""
     m = RANK_TAG.match(line)

@@ -8,6 +8,7 @@ traceback after it; the whole stays within the limit.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 
@@ -56,9 +57,35 @@ def error_excerpt(output: str) -> tuple[str, str]:
         return "", "\n".join(lines[start:])
     exc_line = lines[end].strip()
     end += 1
+    if exc_line.endswith(USER_CODE):
+        return _user_code_error(exc_line, lines, start, end)
     while end < len(lines) and lines[end].startswith((" ", "\t")) and lines[end].strip():
         end += 1  # the message's continuation lines (TF errors indent them)
     return exc_line, "\n".join(lines[start:end])
+
+
+USER_CODE = "in user code:"
+# "    TypeError: ..." (or a bare "    KeyboardInterrupt"); not a code line such as
+# "        raise ValueError(x)" of the user's frame
+_INNER_ERROR = re.compile(r"^\s+([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::.*)?)$")
+
+
+def _user_code_error(exc_line: str, lines: list[str], start: int, end: int) -> tuple[str, str]:
+    """An autograph (tf.function) error: ``TypeError: in user code:``, a blank line, the
+    user's frames indented, then the real exception, indented too, with its message. The
+    block runs on through blank lines while lines stay indented; the real error is its last
+    indented exception line (a Keras one can itself be "in user code:"), and the excerpt
+    ends with that exception's message."""
+    inner = None
+    last = end
+    while end < len(lines) and (not lines[end].strip() or lines[end].startswith((" ", "\t"))):
+        match = _INNER_ERROR.match(lines[end])
+        if match and not match.group(1).endswith(USER_CODE):
+            inner = match.group(1).strip()
+        if lines[end].strip():
+            last = end + 1
+        end += 1
+    return (inner or exc_line), "\n".join(lines[start:last])
 
 
 def describe_exit(code: int) -> str:
@@ -79,6 +106,9 @@ def failure_text(exit_code: int, command: list[str], output: str) -> str:
         f'ErrorMessage "{exc_line}"\n'
         f'Command "{shlex.join(command)}"'
     )
+    hint = api_hint(exc_line, traceback)
+    if hint:
+        head += f'\nHint "{hint}"'
     if len(head) >= LIMIT:
         return head[:LIMIT]
     room = LIMIT - len(head) - 1
@@ -86,6 +116,45 @@ def failure_text(exit_code: int, command: list[str], output: str) -> str:
         tb = traceback if len(traceback) <= room else "..." + traceback[-(room - 3) :]
         return head + "\n" + tb
     return head
+
+
+_KERAS3 = "Keras 3 (TensorFlow 2.16+)"
+_OLDER = (
+    "; or run the script as written on a Keras 2 TensorFlow: framework_version <= '2.15' "
+    "with SHIPYARD_FRAMEWORK_ENVS=on"
+)
+# (pattern in the exception line, pattern in the traceback or None, the API difference)
+_API_HINTS: tuple[tuple[re.Pattern[str], re.Pattern[str] | None, str], ...] = (
+    (
+        re.compile(r"Argument\(s\) not recognized: \{'lr'"),
+        None,
+        f"{_KERAS3} optimizers take learning_rate=, not Keras 2's lr=",
+    ),
+    (
+        re.compile(r"has no attribute 'reset_states'"),
+        None,
+        f"{_KERAS3} metrics have reset_state(), not Keras 2's reset_states()",
+    ),
+    (
+        re.compile(r"'list' object is not callable"),
+        re.compile(r"\.variables\(\)"),
+        f"{_KERAS3}: optimizer.variables is a list, not Keras 2's method variables()",
+    ),
+    (
+        re.compile(r"experimental_run_tf_function"),
+        None,
+        "compile(experimental_run_tf_function=...) is gone since TensorFlow 2.4's Keras: drop it",
+    ),
+)
+
+
+def api_hint(exc_line: str, traceback: str) -> str | None:
+    """The framework API difference behind a failure, when it is a known one (a TF 2.4-era
+    Keras 2 script on Keras 3 fails with messages that do not say so)."""
+    for line_pattern, tb_pattern, hint in _API_HINTS:
+        if line_pattern.search(exc_line) and (tb_pattern is None or tb_pattern.search(traceback)):
+            return hint + ("" if "experimental_run_tf_function" in hint else _OLDER)
+    return None
 
 
 def claim(path: str, text: str) -> bool:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from shipyard.observe.logs import hidden_raw_line
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, json_response
 
@@ -67,6 +68,8 @@ class _Stream:
                     continue
                 fh.seek(offset)
                 message = fh.read(length).decode("utf-8", "replace")
+                if hidden_raw_line(message):  # framework noise, as `shipyard logs` hides it
+                    continue
                 out.append({"timestamp": ts, "message": message, "ingestionTime": ts})
         return out, index
 

@@ -235,8 +235,18 @@ class TF1Servable(Servable):
         super().__init__(name, version, sigs)
 
     def _spec(self, name: str, info: Any) -> TensorSpec:
+        """A signature tensor's spec. A TensorInfo without ``tensor_shape`` (early TF1
+        exporters wrote none, e.g. TF Serving's ``half_plus_three``) declares no shape: the
+        empty proto would read as a scalar, so the graph's own tensor says it instead
+        (a placeholder of no shape: any rank), as TF Serving feeds it."""
         tf = self._tf
-        shape = tf.TensorShape(info.tensor_shape)
+        if info.HasField("tensor_shape"):
+            shape = tf.TensorShape(info.tensor_shape)
+        else:
+            try:
+                shape = self._session.graph.get_tensor_by_name(info.name).shape
+            except (KeyError, ValueError):
+                shape = tf.TensorShape(None)
         dims = None if shape.rank is None else tuple(shape.as_list())
         return TensorSpec(name, _tf_dtype(tf.dtypes.as_dtype(info.dtype)), dims)
 

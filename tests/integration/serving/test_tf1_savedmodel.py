@@ -49,10 +49,46 @@ def export_tf1_model(export_dir: str) -> None:
         builder.save()
 
 
+def export_half_plus_three(export_dir: str, declared: bool) -> None:
+    """``y = 0.5 * x + 3`` with an input of no declared shape, like the SageMaker SDK's own
+    test model ``half_plus_three``: ``declared=False`` writes its TensorInfo without a
+    ``tensor_shape`` at all (what early TF1 exporters wrote; the proto then reads as a
+    scalar), ``declared=True`` as today's ``build_tensor_info`` does (unknown rank)."""
+    import tensorflow as tf
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as sess:
+        a = v1.get_variable("a", initializer=tf.constant(0.5))
+        b = v1.get_variable("b", initializer=tf.constant(3.0))
+        x = v1.placeholder(tf.float32, name="x")  # no shape: any rank
+        y = tf.add(a * x, b, name="y")
+        sess.run(v1.global_variables_initializer())
+        if declared:
+            x_info, y_info = (
+                v1.saved_model.build_tensor_info(x),
+                v1.saved_model.build_tensor_info(y),
+            )
+        else:
+            x_info = meta_graph_pb2.TensorInfo(name=x.name, dtype=types_pb2.DT_FLOAT)
+            y_info = meta_graph_pb2.TensorInfo(name=y.name, dtype=types_pb2.DT_FLOAT)
+        signature = v1.saved_model.signature_def_utils.build_signature_def(
+            {"x": x_info}, {"y": y_info}, v1.saved_model.signature_constants.PREDICT_METHOD_NAME
+        )
+        builder = v1.saved_model.Builder(export_dir)
+        builder.add_meta_graph_and_variables(
+            sess, [v1.saved_model.tag_constants.SERVING], {"serving_default": signature}
+        )
+        builder.save()
+
+
 @pytest.fixture(scope="module")
 def addr(tmp_path_factory):
     root = tmp_path_factory.mktemp("tf1models")
     export_tf1_model(os.path.join(str(root), "legacy", "1"))
+    export_half_plus_three(os.path.join(str(root), "half_plus_three", "123"), declared=False)
+    export_half_plus_three(os.path.join(str(root), "any_shape", "1"), declared=True)
     with server(str(root), str(tmp_path_factory.mktemp("srv"))) as a:
         yield a
 
@@ -123,3 +159,19 @@ def test_tf1_models_take_the_session_loader_and_so_does_a_tf2_load_failure(tmp_p
     monkeypatch.setattr(servables, "is_tf1_saved_model", lambda _p: False)
     monkeypatch.setattr(tf.saved_model, "load", fail)
     assert isinstance(servables.load_tf("m", 1, path), servables.TF1Servable)
+
+
+@pytest.mark.parametrize("model", ["half_plus_three", "any_shape"])
+def test_an_input_of_no_declared_shape_takes_any_shape(addr, model):
+    """Issue 28: served as a scalar, {"instances": [1.0, 2.0, 5.0]} answered "shape [3] does
+    not match; expected {x: float32[]}"."""
+    status, _, body = call(
+        addr, "POST", f"/v1/models/{model}:predict", {"instances": [1.0, 2.0, 5.0]}
+    )
+    assert status == 200, body
+    assert json.loads(body) == {"predictions": [3.5, 4.0, 5.5]}
+    status, _, body = call(addr, "POST", f"/v1/models/{model}:predict", {"inputs": [[1.0], [3.0]]})
+    assert status == 200, body
+    assert json.loads(body) == {"outputs": [[3.5], [4.5]]}
+    status, _, body = call(addr, "POST", f"/v1/models/{model}:predict", {"instances": 2.0})
+    assert status == 400 and "non-empty list" in json.loads(body)["error"], body

