@@ -287,8 +287,7 @@ def advise(row: Row, profile: Profile, link: Link, faster: Link | None = None) -
     if row.bottleneck == "compute":
         return replace(
             row,
-            advice="compute-bound: more instances scale near-linearly; for a faster type "
-            "give its compute time per step (--compute-time)",
+            advice="more instances scale; a faster type: give its --compute-time",
         )
     options: list[tuple[str, Row]] = []
     if profile.distribution in ALLREDUCE:

@@ -83,17 +83,17 @@ def distribution_of(desc: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def _metric_step_time(desc: Mapping[str, Any]) -> float | None:
-    """The last value of a step-time (or step-rate) metric the job declared and logged."""
-    for m in reversed((desc.get("Shipyard") or {}).get("MetricHistory") or []):
+    """A step-time (or step-rate) metric the job declared and logged: the mean over the
+    hosts of each host's last value (workers of an async job each log their own)."""
+    last: dict[str, float] = {}
+    for m in (desc.get("Shipyard") or {}).get("MetricHistory") or []:
         name = str(m.get("MetricName", "")).lower()
         value = float(m.get("Value") or 0)
-        if value <= 0:
-            continue
-        if name in STEP_TIME_METRICS:
-            return value
-        if name in STEP_RATE_METRICS:
-            return 1.0 / value
-    return None
+        if value > 0 and name in STEP_TIME_METRICS:
+            last[str(m.get("Host"))] = value
+        elif value > 0 and name in STEP_RATE_METRICS:
+            last[str(m.get("Host"))] = 1.0 / value
+    return sum(last.values()) / len(last) if last else None
 
 
 def _training_span(report: Mapping[str, Any]) -> float | None:
@@ -113,13 +113,14 @@ def _training_span(report: Mapping[str, Any]) -> float | None:
 
 
 def _report_steps(report: Mapping[str, Any], workers: int) -> int | None:
-    """Steps per worker from the servers' push counts (every worker pushes to every shard
-    that holds a variable once per step)."""
-    pushes = [int(s.get("pushes") or 0) for s in report.get("shards") or []]
-    busy = [p for p in pushes if p > 0]
-    if not busy or workers <= 0:
-        return None
-    return max(1, min(busy) // workers)
+    """Steps per worker from the servers' push counts: a shard counts one push per key
+    it holds per worker per step."""
+    found = [
+        int(s.get("pushes") or 0) // (int(s["keys"]) * workers)
+        for s in report.get("shards") or []
+        if s.get("keys") and s.get("pushes")
+    ]
+    return max(1, min(found)) if found and workers > 0 else None
 
 
 def measured_link(desc: Mapping[str, Any]) -> tuple[model.Link | None, str]:
