@@ -17,6 +17,7 @@ Where ``tc`` or ``tbf`` is missing the job runs unshaped and says so.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -186,3 +187,36 @@ def _tc(tc: str, args: list[str]) -> str | None:
     except (OSError, subprocess.SubprocessError) as exc:
         return str(exc)
     return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+
+@dataclass(frozen=True)
+class Support:
+    """What this machine can emulate (``shipyard doctor``): tbf for the bandwidth, netem
+    for the latency; ``detail`` says why not."""
+
+    tbf: bool
+    netem: bool
+    detail: str
+
+
+def support() -> Support:
+    """Try both qdiscs on the loopback of a throw-away network namespace (a user namespace
+    too when not root), exactly as a job's instances would add them."""
+    tc, unshare = tools.find("tc"), tools.find("unshare")
+    if tc is None or unshare is None:
+        return Support(False, False, "iproute2's `tc` or util-linux `unshare` is missing")
+    ns = [unshare, "--net"] + ([] if os.geteuid() == 0 else ["--user", "--map-root-user"])
+    probe = (
+        f"{tc} qdisc add dev lo root tbf rate 1mbit burst 65536 latency 100ms && echo tbf; "
+        f"{tc} qdisc del dev lo root; "
+        f"{tc} qdisc add dev lo root netem delay 1ms && echo netem"
+    )
+    try:
+        done = subprocess.run([*ns, "sh", "-c", probe], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Support(False, False, str(exc))
+    words = done.stdout.split()
+    tbf, netem = "tbf" in words, "netem" in words
+    if not tbf:
+        return Support(False, False, done.stderr.strip() or "tbf could not be added")
+    return Support(tbf, netem, "" if netem else "netem is not in this kernel")

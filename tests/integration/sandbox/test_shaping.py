@@ -15,7 +15,7 @@ import pytest
 
 import shipyard
 from shipyard.errors import ValidationError
-from shipyard.sandbox import probe, tools
+from shipyard.sandbox import probe, shaping, tools
 
 pytestmark = pytest.mark.skipif(
     not probe.support().ok or tools.find("tc") is None,
@@ -100,6 +100,7 @@ def test_50mbit_link_takes_the_time_the_rate_implies(session, write_script):
     logs = "".join(open(p).read() for p in session.control.log_files("shaped").values())
     assert "shipyard:network: every instance's link shaped to 50 Mbit/s" in logs
     assert _host_qdiscs() == before  # the qdiscs went with the job's namespaces
+    assert shaping.support().tbf  # what doctor reports agrees with what just worked
 
 
 def test_bad_network_tag_is_refused_before_anything_runs(session, write_script):
