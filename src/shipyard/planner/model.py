@@ -35,7 +35,7 @@ SMDDP = "smdistributed"
 PS = ("tf_parameter_server", "shipyard_ps")
 PLAIN = "none"
 DISTRIBUTIONS = (*ALLREDUCE, SMDDP, *PS, PLAIN)
-PLACEMENTS = ("round_robin", "greedy_bytes", "sliced")
+PLACEMENTS = ("round_robin", "greedy_bytes", "sliced", "auto")
 # Fused buffer per collective: Horovod's HOROVOD_FUSION_THRESHOLD default (64 MiB),
 # DDP's bucket_cap_mb default (25 MiB); TF's collective ops pack every gradient into one.
 DEFAULT_FUSION_BYTES = {
@@ -48,6 +48,8 @@ DEFAULT_FUSION_BYTES = {
 SMDDP_TYPES = frozenset(
     {"ml.p3.16xlarge", "ml.p3dn.24xlarge", "ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge"}
 )
+# shipyard.ps' default chunk of a sliced variable (shipyard.ps.placement)
+DEFAULT_CHUNK_BYTES = 2 << 20
 # Latency of one message between two instances in a cluster placement group.
 DEFAULT_LATENCY_S = 100e-6
 FASTER_PLACEMENT = {
@@ -92,6 +94,7 @@ class Profile:
     push_overhead: float = 1.0
     pull_overhead: float = 1.0
     fusion_bytes: int | None = None
+    chunk_bytes: float = DEFAULT_CHUNK_BYTES  # of a sliced parameter-server variable
     overlap: float = 0.0  # share of the communication hidden behind compute (0..1)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -135,22 +138,35 @@ def buffers(gradient_bytes: float, fusion_bytes: int | None) -> int:
     return max(1, math.ceil(gradient_bytes / fusion_bytes))
 
 
-def place(variables: Sequence[float], shards: int, policy: str) -> list[float]:
-    """Tensor bytes each of ``shards`` parameter servers holds under ``policy``.
+def place(
+    variables: Sequence[float], shards: int, policy: str, chunk_bytes: float = DEFAULT_CHUNK_BYTES
+) -> list[float]:
+    """Tensor bytes each of ``shards`` parameter servers holds under ``policy`` (the same
+    rules as :mod:`shipyard.ps.placement`, on sizes only).
 
     round_robin: by creation order (TensorFlow's default); greedy_bytes: largest first
-    onto the least loaded; sliced: every variable cut into equal parts on every shard.
+    onto the least loaded; sliced: variables above ``chunk_bytes`` cut into chunks of
+    that size, then every piece greedily; auto: shipyard.ps' choice, the best balanced
+    of the three (ties: the earlier one).
     """
     if policy not in PLACEMENTS:
         raise ValueError(f"placement {policy!r}: use one of {', '.join(PLACEMENTS)}")
+    if policy == "auto":
+        options = [place(variables, shards, p, chunk_bytes) for p in PLACEMENTS[:3]]
+        return min(options, key=lambda loads: round(max(loads), 6))
     loads = [0.0] * shards
-    if policy == "sliced":
-        return [sum(variables) / shards] * shards
     if policy == "round_robin":
         for i, b in enumerate(variables):
             loads[i % shards] += b
         return loads
-    for b in sorted(variables, reverse=True):
+    pieces: list[float] = []
+    for b in variables:
+        if policy == "sliced" and b > chunk_bytes:
+            whole, rest = divmod(b, chunk_bytes)
+            pieces.extend([chunk_bytes] * int(whole) + ([rest] if rest else []))
+        else:
+            pieces.append(b)
+    for b in sorted(pieces, reverse=True):
         j = loads.index(min(loads))
         loads[j] += b
     return loads
@@ -231,7 +247,7 @@ def nic_loads(
 def parameter_server(profile: Profile, link: Link, n: int, placement: str | None = None) -> Row:
     """Parameter servers, one per instance, variables placed with the job's policy."""
     policy = placement or profile.placement
-    loads = place(profile.variables, n, policy)
+    loads = place(profile.variables, n, policy, profile.chunk_bytes)
     egress, ingress, own = nic_loads(
         loads, n, profile.processes_per_host, profile.push_overhead, profile.pull_overhead
     )
@@ -247,18 +263,32 @@ def parameter_server(profile: Profile, link: Link, n: int, placement: str | None
     share = loads[hot] / total
     imbalanced = n > 1 and share > 1.5 / n
     row = _row(profile, link, n, comm, busiest, f"hot ps:{hot}" if imbalanced else "nic")
-    if row.bottleneck.startswith("hot ps") and policy != "sliced":
-        better = parameter_server(profile, link, n, "sliced")
-        row = replace(
-            row,
-            advice=(
-                f"ps:{hot} holds {share:.0%} of the bytes: "
-                f"{FASTER_PLACEMENT.get(profile.distribution, FASTER_PLACEMENT['shipyard_ps'])}"
-                f"; predicted speedup x{better.steps_per_s / row.steps_per_s:.2f}"
-            ),
-            speedup=better.steps_per_s / row.steps_per_s,
-        )
+    if row.bottleneck.startswith("hot ps") and placement is None:
+        row = _spread(profile, link, n, row, f"ps:{hot} holds {share:.0%} of the bytes: ")
     return row
+
+
+def _spread(profile: Profile, link: Link, n: int, row: Row, why: str) -> Row:
+    """Advice for a hot ps: slicing (at the job's chunk size, else at smaller chunks)."""
+    small = max(64 * 1024.0, profile.gradient_bytes / (4 * n))
+    tries = [("sliced", profile), ("smaller", replace(profile, chunk_bytes=small))]
+    best_name, best = max(
+        ((name, parameter_server(p, link, n, "sliced")) for name, p in tries),
+        key=lambda t: t[1].steps_per_s,
+    )
+    speedup = best.steps_per_s / row.steps_per_s
+    if speedup <= 1.01:
+        return row
+    if profile.distribution == "tf_parameter_server":
+        how = FASTER_PLACEMENT["tf_parameter_server"]
+    elif best_name == "sliced":
+        how = FASTER_PLACEMENT["shipyard_ps"]
+    else:
+        how = (
+            "shipyard.ps' policy 'sliced' with smaller chunks "
+            f"(DistributedOptimizer(chunk_bytes={int(small)})) would spread them"
+        )
+    return replace(row, advice=f"{why}{how}; predicted speedup x{speedup:.2f}", speedup=speedup)
 
 
 def predict(profile: Profile, link: Link, n: int) -> Row:

@@ -207,12 +207,11 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         compute_s=step_s,
         variables=variables,
         processes_per_host=per_host,
-        placement=str(report.get("policy") or "round_robin")
-        if report.get("policy") in model.PLACEMENTS
-        else "round_robin",
+        placement=_placement(report),
         consistency=str((report.get("consistency") or {}).get("mode") or "async"),
         push_overhead=push,
         pull_overhead=pull,
+        chunk_bytes=float(report.get("chunk_bytes") or model.DEFAULT_CHUNK_BYTES),
     )
     if given.compute_s:
         compute, sources["compute_time"] = given.compute_s, "given (--compute-time)"
@@ -226,6 +225,15 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         )
     profile = replace(base, compute_s=compute, compute_source=sources["compute_time"])
     return Measured(profile, instances, instance_type, step_s, sources)
+
+
+def _placement(report: Mapping[str, Any]) -> str:
+    """The policy to re-place the variables with at other counts: shipyard.ps' ``auto``
+    re-decides per count; TensorFlow's is round-robin by creation order."""
+    if report.get("requested_policy") == "auto":
+        return "auto"
+    policy = report.get("policy")
+    return str(policy) if policy in model.PLACEMENTS else "round_robin"
 
 
 def _overheads(

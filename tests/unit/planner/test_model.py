@@ -61,7 +61,10 @@ def test_one_instance_and_no_distribution_have_no_network():
 def test_placement_policies():
     assert model.place([5, 1, 1, 1], 2, "round_robin") == [6, 2]
     assert model.place([5, 1, 1, 1], 2, "greedy_bytes") == [5, 3]
-    assert model.place([5, 1, 1, 1], 2, "sliced") == [4, 4]
+    assert model.place([5, 1, 1, 1], 2, "sliced", chunk_bytes=2) == [4, 4]
+    assert model.place([5, 1, 1, 1], 2, "sliced") == [5, 3]  # 5 < 2 MiB: not cut
+    assert model.place([5, 1, 1, 1], 2, "auto", chunk_bytes=2) == [4, 4]
+    assert model.place([1, 1, 1, 1], 2, "auto") == [2, 2]
     with pytest.raises(ValueError, match="round_robin"):
         model.place([1], 2, "random")
 
@@ -69,7 +72,7 @@ def test_placement_policies():
 def test_hot_parameter_server_is_named_with_its_remedy():
     # ps:0 holds 99 MB, ps:1 1 MB; the worker on algo-2 pulls and pushes 99 MB across
     # its NIC one after the other: 198 MB / 1e8 B/s = 1.98 s per step
-    prof = Profile("tf_parameter_server", 1.0, (99 * MB, 1 * MB))
+    prof = Profile("tf_parameter_server", 1.0, (99 * MB, 1 * MB), chunk_bytes=MB)
     link = Link("x", 1e8, 0.0)
     row = model.predict(prof, link, 2)
     assert row.comm_s == pytest.approx(1.98)
@@ -80,13 +83,13 @@ def test_hot_parameter_server_is_named_with_its_remedy():
     # sliced: 50 MB each way per worker, 100 MB -> 1.0 s; step 2.0
     assert row.speedup == pytest.approx(2.98 / 2.0)
     assert f"x{2.98 / 2.0:.2f}" in row.advice
-    native = model.predict(Profile("shipyard_ps", 1.0, (99 * MB, 1 * MB)), link, 2)
+    native = model.predict(Profile("shipyard_ps", 1.0, (99 * MB, 1 * MB), chunk_bytes=MB), link, 2)
     assert "'sliced'" in native.advice
 
 
 def test_balanced_parameter_servers_are_nic_bound_and_offered_allreduce():
     # two 50 MB variables on 2 ps: each worker moves 50 up + 50 down remotely
-    prof = Profile("tf_parameter_server", 0.5, (50 * MB, 50 * MB))
+    prof = Profile("tf_parameter_server", 0.5, (50 * MB, 50 * MB), chunk_bytes=MB)
     link = Link("x", 1e8, 0.0)
     (row,) = model.plan(prof, [link], [2])
     assert row.comm_s == pytest.approx(1.0)
@@ -143,3 +146,13 @@ def test_instance_network_table():
     # every GPU type shipyard knows has a network
     for name in instance_types._GPU_TYPES:
         assert instance_types.network(name).peak_gbps > 0
+
+
+def test_a_variable_below_the_chunk_size_is_advised_smaller_chunks():
+    # auto cannot balance a 1 MB variable (below 2 MiB, never cut) and a 10 kB one:
+    # slicing at 1 MB / (4 x 2) = 125 kB chunks would
+    prof = Profile("shipyard_ps", 0.1, (1 * MB, 0.01 * MB), placement="auto")
+    row = model.predict(prof, Link("x", 1e6, 0.0), 2)
+    assert row.bottleneck == "hot ps:0"
+    assert "DistributedOptimizer(chunk_bytes=126250)" in row.advice
+    assert row.speedup and row.speedup > 1.5
