@@ -72,6 +72,9 @@ def plan(
     gradient_bytes: float | None = typer.Option(
         None, "--gradient-bytes", help="gradient bytes per step (jobs without a ps report)"
     ),
+    allreduce: str | None = typer.Option(
+        None, "--allreduce", help="ring (NCCL, gloo; default) or reduce_bcast (Open MPI's default)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Predict steps/s, scaling efficiency and the bottleneck at other types and counts."""
@@ -89,7 +92,7 @@ def plan(
         rows = []
         measured = None
         for kind in kinds:
-            given = Inputs(compute_time, step_time, steps, gradient_bytes, kind)
+            given = Inputs(compute_time, step_time, steps, gradient_bytes, kind, allreduce)
             measured = from_describe(desc, given)
             targets = links(instance_type, measured.instance_type)
             rows.extend(model.plan(measured.profile, targets, counts))

@@ -13,6 +13,10 @@ otherwise).
   receives ``2(R-1)/R * S`` bytes for S gradient bytes over R ranks, in ``2(R-1)`` sequential
   hops per fused buffer. With the ring ordered by host exactly one ring edge leaves each
   instance, so that is also each NIC's load.
+  Open MPI's default for a few ranks and megabytes (measured here, 2-4 ranks, 5 MB) is a
+  reduce to rank 0 then a broadcast, ``2(N-1) * S`` through rank 0's NIC one after the
+  other: ``Profile.allreduce = "reduce_bcast"`` models it (CPU jobs of the ``mpi``
+  distribution on Open MPI's TCP transport; NCCL and gloo rings are ``ring``).
 - **SageMaker's data-parallel library** reduces inside an instance first and balances the
   inter-node part over every node's CPU servers: ``2(N-1)/N * S`` per node over N instances
   but only two sequential phases per buffer, not ``2(R-1)`` hops; it runs only on the
@@ -96,6 +100,7 @@ class Profile:
     fusion_bytes: int | None = None
     chunk_bytes: float = DEFAULT_CHUNK_BYTES  # of a sliced parameter-server variable
     overlap: float = 0.0  # share of the communication hidden behind compute (0..1)
+    allreduce: str = "ring"  # or "reduce_bcast": what Open MPI's default picks for few ranks
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -199,6 +204,14 @@ def allreduce(profile: Profile, link: Link, n: int) -> Row:
     fusion = profile.fusion_bytes
     if fusion is None:
         fusion = DEFAULT_FUSION_BYTES.get(profile.distribution, 0)
+    if profile.allreduce == "reduce_bcast":
+        # a reduce to rank 0, then a broadcast from it, one after the other: rank 0's NIC
+        # receives (N-1) S, then sends (N-1) S (intra-instance ranks reduce for free)
+        per_nic = (n - 1) * size
+        comm = link.seconds(2 * per_nic, 2 * buffers(size, fusion) if n > 1 else 0)
+        return _row(profile, link, n, comm, per_nic, "nic")
+    if profile.allreduce != "ring":
+        raise ValueError(f"allreduce {profile.allreduce!r}: use ring or reduce_bcast")
     per_nic = ring_bytes(size, ranks) if n > 1 else 0.0
     hops = 2 * (ranks - 1) * buffers(size, fusion) if n > 1 else 0
     comm = link.seconds(per_nic, hops)

@@ -51,6 +51,7 @@ class Inputs:
     steps: int | None = None  # steps per worker the measured job ran
     gradient_bytes: float | None = None  # for allreduce jobs (no placement report)
     distribution: str | None = None  # plan as this distribution instead of the job's
+    allreduce: str | None = None  # ring (NCCL, gloo) or reduce_bcast (Open MPI's default)
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,7 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         push_overhead=push,
         pull_overhead=pull,
         chunk_bytes=float(report.get("chunk_bytes") or model.DEFAULT_CHUNK_BYTES),
+        allreduce=given.allreduce or "ring",
     )
     if given.compute_s:
         compute, sources["compute_time"] = given.compute_s, "given (--compute-time)"

@@ -42,6 +42,16 @@ def test_latency_counts_every_hop_of_every_fused_buffer():
     assert smddp.comm_s == pytest.approx(150 * MB / 1e9 + 4 * 1e-3)
 
 
+def test_reduce_then_broadcast_goes_through_rank_0():
+    # Open MPI's default for few ranks: rank 0 receives 3 x 10 MB, then sends 3 x 10 MB
+    prof = Profile("horovod", 0.1, (10 * MB,), allreduce="reduce_bcast")
+    row = model.predict(prof, Link("x", 1e8, 0.0), 4)
+    assert row.comm_s == pytest.approx(0.6)
+    assert model.predict(prof, Link("x", 1e8, 0.0), 1).comm_s == 0.0
+    with pytest.raises(ValueError, match="reduce_bcast"):
+        model.predict(Profile("horovod", 0.1, (1,), allreduce="tree"), Link("x", 1e8), 2)
+
+
 def test_processes_per_host_share_one_nic():
     # 2 instances x 4 ranks: R = 8, one ring edge leaves each instance: 2*7/8*S
     prof = Profile("horovod", 0.1, (80 * MB,), processes_per_host=4)
