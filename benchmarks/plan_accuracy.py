@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from dataclasses import replace
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))

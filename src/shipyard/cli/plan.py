@@ -88,10 +88,10 @@ def plan(
         _fail(str(exc), EXIT_NOT_FOUND)
     try:
         counts = _counts(instances)
-        kinds = [d.strip() for d in (distribution or "").split(",") if d.strip()] or [None]
+        kinds: list[str | None] = [d.strip() for d in (distribution or "").split(",") if d.strip()]
         rows = []
         measured = None
-        for kind in kinds:
+        for kind in kinds or [None]:
             given = Inputs(compute_time, step_time, steps, gradient_bytes, kind, allreduce)
             measured = from_describe(desc, given)
             targets = links(instance_type, measured.instance_type)
