@@ -327,7 +327,8 @@ def advise(row: Row, profile: Profile, link: Link, faster: Link | None = None) -
     compression for allreduce, allreduce for parameter servers, a faster network."""
     if row.advice or row.bottleneck == "unsupported":
         return row
-    if row.bottleneck == "compute":
+    share = row.comm_s / row.step_s if row.step_s else 0.0
+    if row.bottleneck == "compute" and share < 0.2:
         return replace(
             row,
             advice="more instances scale; a faster type: give its --compute-time",
@@ -348,6 +349,8 @@ def advise(row: Row, profile: Profile, link: Link, faster: Link | None = None) -
         options.append((f"{faster.name}'s network", predict(profile, faster, row.instances)))
     best = max(options, key=lambda o: o[1].steps_per_s, default=None)
     text = f"the NIC ({link.name}) is the bottleneck"
+    if row.bottleneck == "compute":
+        text = f"compute leads, the network takes {share:.0%} of a step"
     if best is None or best[1].steps_per_s <= row.steps_per_s * 1.01:
         return replace(row, advice=text)
     speedup = best[1].steps_per_s / row.steps_per_s

@@ -166,3 +166,13 @@ def test_a_variable_below_the_chunk_size_is_advised_smaller_chunks():
     assert row.bottleneck == "hot ps:0"
     assert "DistributedOptimizer(chunk_bytes=126250)" in row.advice
     assert row.speedup and row.speedup > 1.5
+
+
+def test_a_compute_bound_row_with_a_large_network_share_says_so():
+    # compute 0.1 s, ring over 2 moves 60 MB at 1e9 B/s: 0.06 s = 37% of the step
+    prof = Profile("horovod", 0.1, (60 * MB,))
+    slow, fast = Link("ml.p3.8xlarge", 1e9, 0.0), Link("ml.p3dn.24xlarge", 12.5e9, 0.0)
+    row = model.plan(prof, [slow, fast], [2])[0]
+    assert row.bottleneck == "compute"
+    assert row.advice.startswith("compute leads, the network takes 38% of a step")
+    assert "ml.p3dn.24xlarge's network" in row.advice or "fp16" in row.advice
