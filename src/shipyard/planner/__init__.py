@@ -10,6 +10,6 @@ the bottleneck of each row and what would remove it.
 
 Layers: ``model`` is pure arithmetic (unit-tested against hand-computed cases),
 ``profile`` reads a finished job's describe output into a Profile, ``render`` draws the
-terminal plot (``shipyard plan``'s table is in :mod:`shipyard.cli.plan`). Distinct from :mod:`shipyard.control.plan`, which plans a
-job's *launch* (addresses, agent configs).
+terminal plot (``shipyard plan``'s table is in :mod:`shipyard.cli.plan`). Distinct from
+:mod:`shipyard.control.plan`, which plans a job's *launch* (addresses, agent configs).
 """
