@@ -117,3 +117,24 @@ def test_bad_network_tag_is_refused_before_anything_runs(session, write_script):
         est.fit(job_name="bad-tag")
     with pytest.raises(Exception, match="not-a-job|bad-tag"):
         session.control.get("bad-tag")
+
+
+def test_cli_network_flag_is_the_tag(home, write_script):
+    from tests.integration.test_cli import cli
+
+    src = write_script("train.py", "print('hello')\n")
+    bad = cli("train", "train.py", "--source-dir", src, "--network", "fast", "--job-name", "n0")
+    assert bad.returncode == 2 and "'fast' does not parse" in " ".join(
+        bad.stdout.split() + bad.stderr.split()
+    )
+    ok = cli("train", "train.py", "--source-dir", src, "-n", "2", "--network", "100mbit/1ms",
+             "--job-name", "n1")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    desc = json.loads(cli("describe", "n1", "--json").stdout)
+    assert {"Key": "shipyard:network", "Value": "100mbit/1ms"} in desc["Tags"]
+    assert desc["Shipyard"]["Network"].startswith("100 Mbit/s, 1 ms one way")
+    shown = cli("describe", "n1").stdout
+    assert "network: 100 Mbit/s" in shown
+    logs = cli("logs", "n1").stdout
+    if not shaping.support().netem:  # said once per instance link, not silently dropped
+        assert "the 1 ms latency is not emulated, only the bandwidth" in " ".join(logs.split())
