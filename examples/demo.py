@@ -10,7 +10,8 @@ live, and what goes between the servers?" This demo answers it:
    report says nothing was placed on a parameter server (only algo-1, the chief, runs the
    script in the TF2 layout, so it trained the model alone; algo-2 only served);
 3. the same CNN with ParameterServerStrategy on 2 instances: every variable's server,
-   the imbalance, the worker x server traffic;
+   the imbalance, the worker x server traffic; then the planner's answer to "how fast on
+   ml.p2.xlarge or ml.p2.8xlarge, up to 64 instances?" from what that job measured;
 4. the model is deployed and answers JSON, JSON lines and CSV (an inference.py);
 5. a batch transform scores a file of images;
 6. where to look next: ``shipyard ui`` draws both reports side by side,
@@ -73,6 +74,34 @@ def report_of(estimator) -> dict | None:
     return desc["Shipyard"].get("DistributionReport")
 
 
+def plan_table(estimator, steps: int) -> None:
+    """Before you pay: the planner's answer for the job just measured, on the tutorial's
+    instance-type question (ml.p2.xlarge vs ml.p2.8xlarge, whose networks differ about
+    eightfold), up to 64 instances (what ``shipyard plan JOB`` prints)."""
+    from shipyard import instance_types
+    from shipyard.planner import model, render
+    from shipyard.planner.profile import Inputs, PlanInputError, from_describe
+
+    try:
+        measured = from_describe(estimator.latest_training_job.describe(), Inputs(steps=steps))
+    except PlanInputError as exc:
+        out.print(f"no plan: {exc}")
+        return
+    links = [
+        model.Link(t, instance_types.network(t).bytes_per_s)
+        for t in ("ml.p2.xlarge", "ml.p2.8xlarge")
+    ]
+    rows = model.plan(measured.profile, links, [2, 4, 8, 16, 32, 64])
+    out.print(
+        f"shipyard plan {estimator.latest_training_job.job_name}: compute per step "
+        f"{measured.profile.compute_s * 1e3:.0f} ms ({measured.sources['compute_time']})"
+    )
+    out.print(render.plot(rows), markup=False)
+    for r in rows:
+        if r.instances == 64:
+            out.print(f"  {r.instance_type} x 64: {r.bottleneck}; {r.advice}", markup=False)
+
+
 def main() -> None:
     started = time.monotonic()
     session = shipyard.Session()  # $SHIPYARD_HOME or ~/.shipyard: the CLI's home too
@@ -125,6 +154,7 @@ def main() -> None:
         if report:
             render(report, out)
         out.print(f"model: {ps.model_data}")
+        plan_table(ps, steps=3 * 16)
 
         step(4, "deploy, then predict in JSON, JSON lines and CSV")
         model = shipyard.TensorFlowModel(

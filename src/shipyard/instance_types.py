@@ -63,6 +63,69 @@ _GPU_TYPES = {
     "ml.g6.12xlarge": (48, 4),
     "ml.g6.48xlarge": (192, 8),
 }
+# Network bandwidth per instance, Gbit/s, each direction: (peak, baseline). From AWS's
+# public instance type pages ("Amazon EC2 instance types: network specifications";
+# SageMaker's ml.* types are the EC2 types). "Up to X" types burst to X on a credit
+# bucket and sustain only the baseline: a training job that talks all the time gets the
+# baseline, so the planner uses it and says so. ``None`` baseline: the peak is sustained.
+# Old types AWS rates only in words use its figures for them ("Moderate" ~0.45, "High"
+# ~1.25 sustained, up to 10 bursting where the family allows it).
+_NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
+    "ml.p2.xlarge": (1.25, None),  # "High"
+    "ml.p2.8xlarge": (10.0, None),
+    "ml.p2.16xlarge": (25.0, None),
+    "ml.p3.2xlarge": (10.0, 2.5),  # "up to 10"
+    "ml.p3.8xlarge": (10.0, None),
+    "ml.p3.16xlarge": (25.0, None),
+    "ml.p3dn.24xlarge": (100.0, None),
+    "ml.p4d.24xlarge": (400.0, None),
+    "ml.p4de.24xlarge": (400.0, None),
+    "ml.p5.48xlarge": (3200.0, None),
+    "ml.g4dn.xlarge": (25.0, 5.0),
+    "ml.g4dn.2xlarge": (25.0, 10.0),
+    "ml.g4dn.4xlarge": (25.0, 20.0),
+    "ml.g4dn.8xlarge": (50.0, None),
+    "ml.g4dn.12xlarge": (50.0, None),
+    "ml.g4dn.16xlarge": (50.0, None),
+    "ml.g5.xlarge": (10.0, 2.5),
+    "ml.g5.2xlarge": (10.0, 5.0),
+    "ml.g5.4xlarge": (25.0, 10.0),
+    "ml.g5.8xlarge": (25.0, None),
+    "ml.g5.12xlarge": (40.0, None),
+    "ml.g5.16xlarge": (25.0, None),
+    "ml.g5.24xlarge": (50.0, None),
+    "ml.g5.48xlarge": (100.0, None),
+    "ml.g6.xlarge": (10.0, 2.5),
+    "ml.g6.12xlarge": (40.0, None),
+    "ml.g6.48xlarge": (100.0, None),
+}
+# The m5/c5/r5 families (and their newer siblings m6i/c6i/r6i) by size: "up to 10" with
+# a baseline below 8xlarge, then fixed figures.
+_SIZE_NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
+    "medium": (10.0, 0.5),
+    "large": (10.0, 0.75),
+    "xlarge": (10.0, 1.25),
+    "2xlarge": (10.0, 2.5),
+    "4xlarge": (10.0, 5.0),
+    "8xlarge": (10.0, None),
+    "9xlarge": (12.0, None),  # c5.9xlarge
+    "12xlarge": (12.0, None),
+    "16xlarge": (20.0, None),
+    "18xlarge": (25.0, None),  # c5.18xlarge
+    "24xlarge": (25.0, None),
+    "32xlarge": (50.0, None),
+    "48xlarge": (50.0, None),
+}
+# m4/c4 (before ENA's "up to" ratings): AWS's words, in Gbit/s.
+_OLD_FAMILY_NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
+    "large": (0.45, None),  # "Moderate"
+    "xlarge": (1.25, None),  # "High"
+    "2xlarge": (1.25, None),
+    "4xlarge": (1.25, None),
+    "8xlarge": (10.0, None),
+    "10xlarge": (10.0, None),
+    "16xlarge": (25.0, None),
+}
 _ML_NAME = re.compile(r"^ml\.([a-z][a-z0-9]*)\.([0-9]*x?large|medium)$")
 
 
@@ -152,4 +215,49 @@ def resolve(instance_type: str) -> InstanceResources:
         num_gpus=min(gpus, machine_gpus()),
         nominal_cpus=cpus,
         nominal_gpus=gpus,
+    )
+
+
+@dataclass(frozen=True)
+class NetworkBandwidth:
+    """An instance type's network, each direction (AWS rates in and out separately)."""
+
+    instance_type: str
+    peak_gbps: float
+    baseline_gbps: float | None  # set for "up to" types: what a sustained flow gets
+
+    @property
+    def sustained_gbps(self) -> float:
+        """What a training job, which talks for its whole run, can count on."""
+        return self.baseline_gbps if self.baseline_gbps is not None else self.peak_gbps
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.sustained_gbps * 1e9 / 8
+
+    def describe(self) -> str:
+        if self.baseline_gbps is None:
+            return f"{self.peak_gbps:g} Gbit/s"
+        return f"up to {self.peak_gbps:g} Gbit/s (baseline {self.baseline_gbps:g})"
+
+
+def network(instance_type: str) -> NetworkBandwidth:
+    """The network bandwidth of a SageMaker instance type, from AWS's instance type pages.
+
+    Raises ValidationError for 'local'/'local_gpu' (this machine has no rated network)
+    and for names whose bandwidth is not known, listing what is."""
+    nominal(instance_type)  # the same clear error for names that are not instance types
+    if instance_type in _NETWORK_GBPS:
+        peak, base = _NETWORK_GBPS[instance_type]
+        return NetworkBandwidth(instance_type, peak, base)
+    match = _ML_NAME.match(instance_type)
+    if match is not None:
+        family, size = match.groups()
+        table = _OLD_FAMILY_NETWORK_GBPS if family in ("m4", "c4") else _SIZE_NETWORK_GBPS
+        if family[0] in "mcr" and size in table:
+            peak, base = table[size]
+            return NetworkBandwidth(instance_type, peak, base)
+    raise ValidationError(
+        f"instance_type {instance_type!r}: its network bandwidth is not known to shipyard; "
+        "use an ml.m/c/r or GPU type (e.g. ml.p3.16xlarge) or give a rate such as 10gbit"
     )

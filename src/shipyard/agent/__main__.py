@@ -80,7 +80,10 @@ def enter_sandbox(
             host == config.hosts[0] or "mounts" in config.sandbox  # Ray: nodes decide
         ):
             log(NO_SANDBOX_NOTE.format(reason=config.sandbox["reason"]))
+        if config.sandbox.get("network") and host == config.hosts[0]:
+            log("shipyard:network: shaping needs the instance sandbox: the job runs unshaped")
         return real, None
+    from shipyard.sandbox import shaping
     from shipyard.sandbox.instance import InstanceSandbox, enter, enter_without_network
 
     os.makedirs(real.base, exist_ok=True)
@@ -103,8 +106,13 @@ def enter_sandbox(
         rootless=bool(config.sandbox.get("rootless")),
         outbound=not config.sandbox.get("isolation"),
         forward_ports=loopback_ports(config),
+        shape=shaping.Shape.from_json(config.sandbox["network"])
+        if config.sandbox.get("network")
+        else None,
     )
     enter(box)
+    if box.shape is not None and host == config.hosts[0]:
+        log(f"{shaping.TAG}: every instance's link shaped to {box.shape.describe()}")
     if config.sandbox.get("isolation") and host == config.hosts[0]:
         log("network isolation: instances have no outbound network")
     return InstancePaths(OPT_ML), box

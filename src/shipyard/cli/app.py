@@ -123,6 +123,10 @@ def train(
     max_retry_attempts: int = typer.Option(
         0, "--max-retry-attempts", help="restarts of every instance after a failed attempt"
     ),
+    tag: list[str] = typer.Option([], "--tag", help="Key=Value training job tag"),
+    network: str | None = typer.Option(
+        None, "--network", help="emulate a network: instance-type or a rate, 50mbit[/2ms]"
+    ),
     detach: bool = typer.Option(
         False, "--detach", "-d", help="return at once; the job keeps running"
     ),
@@ -168,6 +172,13 @@ def train(
             output_path=output_path,
             max_run=max_run,
             max_retry_attempts=max_retry_attempts,
+            tags=[
+                {"Key": k, "Value": v}
+                for k, v in {
+                    **_pairs(tag, "--tag"),
+                    **({"shipyard:network": network} if network else {}),
+                }.items()
+            ],
         )
         inputs = _pairs(channel, "--channel") or None
         estimator.fit(inputs, wait=not detach, job_name=job_name)
@@ -260,6 +271,8 @@ def describe(
         out.print("[red]FailureReason:[/]", desc["FailureReason"], markup=True, highlight=False)
     if desc.get("ModelArtifacts"):
         out.print("model:", desc["ModelArtifacts"]["S3ModelArtifacts"])
+    if desc["Shipyard"].get("Network", "unshaped") != "unshaped":
+        out.print("network:", desc["Shipyard"]["Network"], highlight=False)
     for warning in desc["Shipyard"].get("Warnings", []):
         out.print("[yellow]warning:[/]", warning, markup=True, highlight=False)
     table = Table("host", "attempt", "address", "status", "exit", "log")
@@ -349,6 +362,10 @@ _register_doctor(app)  # doctor (issue #15)
 from shipyard.cli.server import register as _register_server  # noqa: E402
 
 _register_server(app)  # server, server env (issue #18)
+
+from shipyard.cli.plan import register as _register_plan  # noqa: E402
+
+_register_plan(app)  # plan (issue #29)
 
 
 def main() -> None:

@@ -70,6 +70,20 @@ def checks() -> list[Check]:
             "" if pasta else "apt-get install passt",
         )
     )
+    from shipyard.sandbox import shaping
+
+    shape = shaping.support()
+    found.append(
+        Check(
+            "network emulation (shipyard:network)",
+            shape.tbf and shape.netem,
+            "tbf (bandwidth) and netem (latency)"
+            if shape.netem
+            else f"{shape.detail}: "
+            + ("bandwidth only, latencies are not emulated" if shape.tbf else "jobs run unshaped"),
+            "" if shape.netem else "modprobe sch_netem (kernel config NET_SCH_NETEM)",
+        )
+    )
     setpriv = shutil.which("setpriv")
     found.append(
         Check(

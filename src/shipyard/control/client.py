@@ -39,6 +39,7 @@ from shipyard.errors import (
 )
 from shipyard.observe.logs import LogTailer, print_lines, select
 from shipyard.observe.metrics import final_metrics, history
+from shipyard.sandbox import shaping
 from shipyard.spec import ChannelSpec, JobSpec
 
 FRAMEWORK_ENV_NAME = "framework-environment.json"
@@ -189,7 +190,10 @@ class ControlPlane:
         # The name is reserved (atomically, with the job's subnet) before anything is
         # staged: of concurrent submits of one name exactly one gets here, the others
         # leave with JobExistsError having touched nothing.
+        shape = shaping.from_tags(spec.tags, spec.instance_type)  # bad values refused here
         sandbox = plan.sandbox_config(self.backend, spec.enable_network_isolation)
+        if shape is not None:
+            sandbox["network"] = shape.to_json()
         record = self.store.create_job(
             spec,
             {},
@@ -576,6 +580,11 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
     if os.path.isfile(env_path):  # which framework version ran, and why (environments)
         with open(env_path, encoding="utf-8") as fh:
             section["FrameworkEnvironment"] = json.load(fh)
+    try:
+        shape = shaping.from_tags(record.spec.tags, record.spec.instance_type)
+        section["Network"] = shape.describe() if shape else "unshaped"
+    except ValidationError as exc:  # a record from before the tag was checked
+        section["Network"] = f"unshaped: {exc}"
     report_path = os.path.join(record.job_dir, REPORT_NAME)
     if os.path.isfile(report_path):
         with open(report_path, encoding="utf-8") as fh:

@@ -23,7 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from shipyard.sandbox import kernel, network, tools
+from shipyard.sandbox import kernel, network, shaping, tools
 
 OPT_ML = "/opt/ml"
 ETC_HOSTS = "/etc/hosts"
@@ -48,6 +48,7 @@ class InstanceSandbox:
     notes: list[str] = field(default_factory=list)
     pasta: subprocess.Popen | None = None  # released, maybe not ready yet (wait_outbound)
     pasta_pid: int | None = None  # kept running until the agent's last upload is done
+    shape: shaping.Shape | None = None  # the shipyard:network tag's link (shaping.py)
 
     @property
     def address(self) -> str:
@@ -292,9 +293,14 @@ def _attach(box: InstanceSandbox, job_net: int, own_net: int) -> None:
             f"link set {veth} up\n",
             pass_fds=(own_net,),
         )
+        if box.shape is not None:  # what the instance receives
+            box.notes.extend(shaping.apply(veth, box.shape))
     finally:
         kernel.setns(own_net, kernel.CLONE_NEWNET)
     _ip(f"link set lo up\naddr add {box.address}/{PREFIX_LEN} dev eth0\nlink set eth0 up\n")
+    if box.shape is not None:  # what it sends; a failure is said once, by the first
+        notes = shaping.apply("eth0", box.shape)
+        box.notes.extend(n for n in notes if n not in box.notes)
 
 
 def mount_tree(tree: str) -> None:

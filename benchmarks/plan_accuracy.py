@@ -1,0 +1,215 @@
+"""How well ``shipyard plan`` predicts: real jobs on emulated networks vs the model (issue 29).
+
+    .venv/bin/python benchmarks/plan_accuracy.py [--quick] [--steps 12] [--batch 8]
+
+The tutorials' CIFAR-10 CNN (1.25 M parameters, 5 MB of gradients per step) trains as
+shipyard.ps parameter servers and as Horovod (ring allreduce), each instance's link
+shaped with the ``shipyard:network`` tag to 100 Mbit/s and 1 Gbit/s -- low enough that
+the network, not this machine's 2 cores, paces a step -- at 2, 3 and 4 instances. One
+2-instance run at 100 Mbit/s per distribution is the measurement the planner is given
+(:func:`shipyard.planner.profile.from_describe`, exactly what ``shipyard plan`` reads);
+every run is then predicted from it and compared with what it measured: worker steps per
+second = workers / the mean over hosts of each host's seconds per step (timed by the
+script after a warm-up, so job start-up is not counted).
+
+Prints one line per run and ends with
+``RESULT plan_accuracy median_abs_err=.. max_abs_err=.. runs=..`` (relative errors).
+``--quick``: 100 Mbit/s only, 2 and 3 instances.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _result import result
+
+CNN = r'''
+import os, time
+import torch
+from torch import nn
+torch.set_num_threads(1)
+
+
+def tutorial_cnn():
+    """The SageMaker Keras CIFAR-10 tutorial's model, in torch."""
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Dropout(0.25),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Dropout(0.25),
+        nn.Flatten(), nn.Linear(64 * 6 * 6, 512), nn.ReLU(), nn.Dropout(0.5), nn.Linear(512, 10))
+
+
+STEPS, BATCH, WARMUP = int(os.environ["STEPS"]), int(os.environ["BATCH"]), 3
+'''
+
+PS_SCRIPT = (
+    CNN
+    + r"""
+import shipyard.ps.torch as ps_torch
+rank = int(os.environ["SHIPYARD_PS_RANK"])
+torch.manual_seed(rank)
+x, y = torch.rand(BATCH, 3, 32, 32), torch.randint(0, 10, (BATCH,))
+torch.manual_seed(0)
+model = tutorial_cnn()
+opt = ps_torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3),
+                                    named_parameters=model.named_parameters())
+
+
+def step():
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+for _ in range(WARMUP):
+    step()
+start = time.perf_counter()
+for _ in range(STEPS):
+    step()
+print(f"step_time={(time.perf_counter() - start) / STEPS}", flush=True)
+opt.close()
+"""
+)
+
+HVD_SCRIPT = (
+    CNN
+    + r"""
+import horovod.torch as hvd
+hvd.init()
+torch.manual_seed(hvd.rank())
+x, y = torch.rand(BATCH, 3, 32, 32), torch.randint(0, 10, (BATCH,))
+torch.manual_seed(0)
+model = tutorial_cnn()
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3),
+                               named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+
+def step():
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+for _ in range(WARMUP):
+    step()
+start = time.perf_counter()
+for _ in range(STEPS):
+    step()
+print(f"step_time={(time.perf_counter() - start) / STEPS}", flush=True)
+"""
+)
+
+GRADIENT_BYTES = 4 * 1_250_858  # the CNN's parameters, float32
+DISTRIBUTIONS = {
+    "shipyard_ps": ("ps.py", {"parameter_server": {"enabled": True}}),
+    "horovod": ("hvd.py", {"mpi": {"enabled": True, "processes_per_host": 1}}),
+}
+
+
+def run(session, src, kind: str, rate: str, n: int, steps: int, batch: int) -> dict:
+    """One job; returns its describe output."""
+    import shipyard
+
+    entry, distribution = DISTRIBUTIONS[kind]
+    name = f"{kind.replace('_', '-')}-{rate}-{n}"
+    est = shipyard.PyTorch(
+        entry_point=entry,
+        source_dir=str(src),
+        instance_count=n,
+        instance_type="local",
+        session=session,
+        distribution=distribution,
+        environment={"STEPS": str(steps), "BATCH": str(batch)},
+        metric_definitions=[{"Name": "step_time", "Regex": r"step_time=([0-9.e-]+)"}],
+        tags=[{"Key": "shipyard:network", "Value": rate}],
+    )
+    est.fit(job_name=name, logs=False)
+    return session.control.describe(name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--only", choices=sorted(DISTRIBUTIONS), help="one distribution")
+    args = parser.parse_args()
+    import shipyard
+    from shipyard.planner import model
+    from shipyard.planner.profile import Inputs, from_describe
+    from shipyard.sandbox import shaping
+
+    rates = ["100mbit"] if args.quick else ["100mbit", "1gbit"]
+    counts = [2, 3] if args.quick else [2, 3, 4]
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="plan-accuracy-") as tmp:
+        src = Path(tmp, "src")
+        src.mkdir()
+        (src / "ps.py").write_text(PS_SCRIPT)
+        (src / "hvd.py").write_text(HVD_SCRIPT)
+        session = shipyard.Session(home=str(Path(tmp, "home")))
+        for kind in [args.only] if args.only else list(DISTRIBUTIONS):
+            # Open MPI's default allreduce for 2-4 ranks is reduce + broadcast (measured:
+            # see BENCHMARKS.md); the ring's prediction is printed beside it
+            given = (
+                Inputs(gradient_bytes=GRADIENT_BYTES, allreduce="reduce_bcast")
+                if kind == "horovod"
+                else Inputs()
+            )
+            runs = {(rates[0], 2): run(session, src, kind, rates[0], 2, args.steps, args.batch)}
+            ref = from_describe(runs[(rates[0], 2)], given)
+            print(
+                f"{kind}: measured on 2 x {rates[0]}: {ref.step_s * 1e3:.0f} ms/step, "
+                f"compute {ref.profile.compute_s * 1e3:.0f} ms ({ref.sources['compute_time']})",
+                flush=True,
+            )
+            for rate in rates:
+                shape = shaping.parse(rate, "local")
+                link = model.Link(rate, shape.rate_bytes_per_s)
+                for n in counts:
+                    desc = runs.get((rate, n)) or run(
+                        session, src, kind, rate, n, args.steps, args.batch
+                    )
+                    measured = from_describe(desc, given)
+                    rate_measured = n / measured.step_s
+                    rate_predicted = model.predict(ref.profile, link, n).steps_per_s
+                    ring = ""
+                    if kind == "horovod":
+                        ring_ref = from_describe(
+                            runs[(rates[0], 2)], replace(given, allreduce="ring")
+                        )
+                        ring_rate = model.predict(ring_ref.profile, link, n).steps_per_s
+                        ring = f" (ring model: {ring_rate:6.2f}, error {abs(ring_rate - rate_measured) / rate_measured:5.1%})"
+                    err = abs(rate_predicted - rate_measured) / rate_measured
+                    reference = (rate, n) == (rates[0], 2)
+                    if not reference:  # the reference is fitted, not predicted
+                        errors.append(err)
+                    print(
+                        f"  {kind:12} {rate:8} n={n}: measured {rate_measured:6.2f} steps/s, "
+                        + (
+                            "(the measurement the others are predicted from)"
+                            if reference
+                            else f"predicted {rate_predicted:6.2f}, error {err:5.1%}{ring}"
+                        ),
+                        flush=True,
+                    )
+    result(
+        "plan_accuracy",
+        median_abs_err=statistics.median(errors),
+        max_abs_err=max(errors),
+        runs=len(errors),
+    )
+
+
+if __name__ == "__main__":
+    main()

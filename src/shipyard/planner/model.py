@@ -1,0 +1,369 @@
+"""The performance model: one step of data-parallel training as compute plus link time.
+
+Every distribution is reduced to the bytes each instance's NIC must send and receive per
+step (AWS rates an instance's bandwidth per direction, so each direction of each NIC is a
+separate pipe) plus a latency per sequential message. Traffic between processes of the
+same instance is free (it never crosses the NIC). The model does not assume that
+communication overlaps computation: on the CPUs this model is checked on, gloo and the
+parameter-server clients compete with compute for the same cores, so a step is
+``compute + communication`` (``Profile.overlap`` lets a caller who has measured overlap say
+otherwise).
+
+- **Ring allreduce** (Horovod, torch_distributed, MultiWorkerMirrored): every rank sends and
+  receives ``2(R-1)/R * S`` bytes for S gradient bytes over R ranks, in ``2(R-1)`` sequential
+  hops per fused buffer. With the ring ordered by host exactly one ring edge leaves each
+  instance, so that is also each NIC's load.
+  Open MPI's default for a few ranks and megabytes (measured here, 2-4 ranks, 5 MB) is a
+  reduce to rank 0 then a broadcast, ``2(N-1) * S`` through rank 0's NIC one after the
+  other: ``Profile.allreduce = "reduce_bcast"`` models it (CPU jobs of the ``mpi``
+  distribution on Open MPI's TCP transport; NCCL and gloo rings are ``ring``).
+- **SageMaker's data-parallel library** reduces inside an instance first and balances the
+  inter-node part over every node's CPU servers: ``2(N-1)/N * S`` per node over N instances
+  but only two sequential phases per buffer, not ``2(R-1)`` hops; it runs only on the
+  instance types it supports.
+- **Parameter servers** (TensorFlow's, shipyard.ps): each worker pulls each variable from
+  its server and pushes its gradient back; the bytes per server follow the placement of
+  the variables (re-placed for each instance count with the job's policy). The busiest
+  NIC (usually the one of the server holding the most bytes: a *hot* ps) paces a global
+  step; ``sync`` waits for it every step, ``async``/bounded staleness are capped by it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+ALLREDUCE = ("horovod", "torch_distributed", "multi_worker_mirrored")
+SMDDP = "smdistributed"
+PS = ("tf_parameter_server", "shipyard_ps")
+PLAIN = "none"
+DISTRIBUTIONS = (*ALLREDUCE, SMDDP, *PS, PLAIN)
+PLACEMENTS = ("round_robin", "greedy_bytes", "sliced", "auto")
+# Fused buffer per collective: Horovod's HOROVOD_FUSION_THRESHOLD default (64 MiB),
+# DDP's bucket_cap_mb default (25 MiB); TF's collective ops pack every gradient into one.
+DEFAULT_FUSION_BYTES = {
+    "horovod": 64 * 2**20,
+    "torch_distributed": 25 * 2**20,
+    "multi_worker_mirrored": 0,
+    SMDDP: 64 * 2**20,
+}
+# Instance types SageMaker's data-parallel library runs on (its documentation).
+SMDDP_TYPES = frozenset(
+    {"ml.p3.16xlarge", "ml.p3dn.24xlarge", "ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge"}
+)
+# shipyard.ps' default chunk of a sliced variable (shipyard.ps.placement)
+DEFAULT_CHUNK_BYTES = 2 << 20
+# Latency of one message between two instances in a cluster placement group.
+DEFAULT_LATENCY_S = 100e-6
+FASTER_PLACEMENT = {
+    "tf_parameter_server": (
+        "a partitioner (tf.distribute.experimental.partitioners.MinSizePartitioner) or "
+        "shipyard.ps' size-balanced placement would spread them"
+    ),
+    "shipyard_ps": "shipyard.ps' placement policy 'sliced' (or 'greedy_bytes') would spread them",
+}
+
+
+@dataclass(frozen=True)
+class Link:
+    """One instance's NIC: bytes per second each direction and the latency of a message."""
+
+    name: str
+    bytes_per_s: float
+    latency_s: float = DEFAULT_LATENCY_S
+
+    def seconds(self, nbytes: float, messages: int = 0) -> float:
+        return nbytes / self.bytes_per_s + messages * self.latency_s
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a job does per step, independent of where it runs.
+
+    ``compute_s`` is one worker's compute per step (forward, backward, update); where it
+    came from (measured here, given by the user for a GPU type) is ``compute_source``.
+    ``variables`` are the trainable variables' bytes in creation order: the gradient of
+    a step is their sum, and parameter-server placement re-deals them. ``push_overhead``
+    and ``pull_overhead`` are measured wire bytes per tensor byte (framing, headers).
+    """
+
+    distribution: str
+    compute_s: float
+    variables: tuple[float, ...]
+    compute_source: str = "measured"
+    processes_per_host: int = 1
+    placement: str = "round_robin"
+    consistency: str = "async"
+    push_overhead: float = 1.0
+    pull_overhead: float = 1.0
+    fusion_bytes: int | None = None
+    chunk_bytes: float = DEFAULT_CHUNK_BYTES  # of a sliced parameter-server variable
+    overlap: float = 0.0  # share of the communication hidden behind compute (0..1)
+    allreduce: str = "ring"  # or "reduce_bcast": what Open MPI's default picks for few ranks
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def gradient_bytes(self) -> float:
+        return sum(self.variables)
+
+
+@dataclass(frozen=True)
+class Row:
+    """The prediction for one (instance type, count, distribution)."""
+
+    instance_type: str
+    instances: int
+    distribution: str
+    steps_per_s: float  # worker steps per second over the whole job (samples / batch)
+    step_s: float  # one worker's time per step
+    efficiency: float  # steps_per_s / (workers x a lone worker's rate)
+    compute_s: float
+    comm_s: float
+    bottleneck: str  # "compute", "nic", "hot ps:<j>", "unsupported"
+    advice: str = ""
+    speedup: float | None = None  # of following the advice
+    busiest_bytes: float = 0.0  # per step, the busiest NIC direction
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def ring_bytes(gradient_bytes: float, ranks: int) -> float:
+    """Bytes each rank sends (and receives) in one ring allreduce: 2(R-1)/R * S."""
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * (ranks - 1) / ranks * gradient_bytes
+
+
+def buffers(gradient_bytes: float, fusion_bytes: int | None) -> int:
+    """Fused collectives per step: one per ``fusion_bytes`` of gradient (0: one in all)."""
+    if not fusion_bytes or gradient_bytes <= 0:
+        return 1
+    return max(1, math.ceil(gradient_bytes / fusion_bytes))
+
+
+def place(
+    variables: Sequence[float], shards: int, policy: str, chunk_bytes: float = DEFAULT_CHUNK_BYTES
+) -> list[float]:
+    """Tensor bytes each of ``shards`` parameter servers holds under ``policy`` (the same
+    rules as :mod:`shipyard.ps.placement`, on sizes only).
+
+    round_robin: by creation order (TensorFlow's default); greedy_bytes: largest first
+    onto the least loaded; sliced: variables above ``chunk_bytes`` cut into chunks of
+    that size, then every piece greedily; auto: shipyard.ps' choice, the best balanced
+    of the three (ties: the earlier one).
+    """
+    if policy not in PLACEMENTS:
+        raise ValueError(f"placement {policy!r}: use one of {', '.join(PLACEMENTS)}")
+    if policy == "auto":
+        options = [place(variables, shards, p, chunk_bytes) for p in PLACEMENTS[:3]]
+        return min(options, key=lambda loads: round(max(loads), 6))
+    loads = [0.0] * shards
+    if policy == "round_robin":
+        for i, b in enumerate(variables):
+            loads[i % shards] += b
+        return loads
+    pieces: list[float] = []
+    for b in variables:
+        if policy == "sliced" and b > chunk_bytes:
+            whole, rest = divmod(b, chunk_bytes)
+            pieces.extend([chunk_bytes] * int(whole) + ([rest] if rest else []))
+        else:
+            pieces.append(b)
+    for b in sorted(pieces, reverse=True):
+        j = loads.index(min(loads))
+        loads[j] += b
+    return loads
+
+
+def _row(profile: Profile, link: Link, n: int, comm: float, busiest: float, bottleneck: str) -> Row:
+    hidden = min(comm * profile.overlap, profile.compute_s)
+    step = profile.compute_s + comm - hidden
+    workers = n * profile.processes_per_host
+    rate = workers / step
+    name = bottleneck if comm - hidden > profile.compute_s else "compute"
+    return Row(
+        instance_type=link.name,
+        instances=n,
+        distribution=profile.distribution,
+        steps_per_s=rate,
+        step_s=step,
+        efficiency=profile.compute_s / step,
+        compute_s=profile.compute_s,
+        comm_s=comm,
+        bottleneck=name,
+        busiest_bytes=busiest,
+    )
+
+
+def allreduce(profile: Profile, link: Link, n: int) -> Row:
+    """A synchronous ring allreduce over ``n`` instances (Horovod, DDP, MWMS)."""
+    ranks = n * profile.processes_per_host
+    size = profile.gradient_bytes
+    fusion = profile.fusion_bytes
+    if fusion is None:
+        fusion = DEFAULT_FUSION_BYTES.get(profile.distribution, 0)
+    if profile.allreduce == "reduce_bcast":
+        # a reduce to rank 0, then a broadcast from it, one after the other: rank 0's NIC
+        # receives (N-1) S, then sends (N-1) S (intra-instance ranks reduce for free)
+        per_nic = (n - 1) * size
+        comm = link.seconds(2 * per_nic, 2 * buffers(size, fusion) if n > 1 else 0)
+        return _row(profile, link, n, comm, per_nic, "nic")
+    if profile.allreduce != "ring":
+        raise ValueError(f"allreduce {profile.allreduce!r}: use ring or reduce_bcast")
+    per_nic = ring_bytes(size, ranks) if n > 1 else 0.0
+    hops = 2 * (ranks - 1) * buffers(size, fusion) if n > 1 else 0
+    comm = link.seconds(per_nic, hops)
+    return _row(profile, link, n, comm, per_nic, "nic")
+
+
+def smddp(profile: Profile, link: Link, n: int) -> Row:
+    """SageMaker's data-parallel library: node-level balanced reduce, two phases per buffer."""
+    if link.name.startswith("ml.") and link.name not in SMDDP_TYPES:
+        return Row(
+            link.name, n, SMDDP, 0.0, math.inf, 0.0, profile.compute_s, math.inf,
+            "unsupported",
+            f"SageMaker's data-parallel library runs only on {', '.join(sorted(SMDDP_TYPES))}",
+        )  # fmt: skip
+    size = profile.gradient_bytes
+    per_nic = ring_bytes(size, n)
+    phases = 2 * buffers(size, DEFAULT_FUSION_BYTES[SMDDP]) if n > 1 else 0
+    return _row(profile, link, n, link.seconds(per_nic, phases), per_nic, "nic")
+
+
+def nic_loads(
+    shard_bytes: Sequence[float], n: int, workers_per_host: int, push: float, pull: float
+) -> tuple[list[float], list[float], float]:
+    """Per instance (egress, ingress) bytes of one global step (every worker one step),
+    with shard j on instance j % n, and the most remote bytes one worker moves (pull then
+    push, one after the other: the worker farthest from the bytes paces the step)."""
+    egress = [0.0] * n
+    ingress = [0.0] * n
+    own = 0.0
+    for h in range(n):
+        mine = 0.0
+        for j, tensor in enumerate(shard_bytes):
+            server = j % n
+            if server == h:
+                continue
+            up, down = tensor * push * workers_per_host, tensor * pull * workers_per_host
+            egress[h] += up
+            ingress[server] += up
+            egress[server] += down
+            ingress[h] += down
+            mine += tensor * (push + pull)
+        own = max(own, mine)
+    return egress, ingress, own
+
+
+def parameter_server(profile: Profile, link: Link, n: int, placement: str | None = None) -> Row:
+    """Parameter servers, one per instance, variables placed with the job's policy."""
+    policy = placement or profile.placement
+    loads = place(profile.variables, n, policy, profile.chunk_bytes)
+    egress, ingress, own = nic_loads(
+        loads, n, profile.processes_per_host, profile.push_overhead, profile.pull_overhead
+    )
+    busiest = max(max(egress), max(ingress))
+    hot = max(range(n), key=lambda j: loads[j])
+    global_step = link.seconds(busiest)  # the busiest NIC's time for one global step
+    worker = link.seconds(own, 2 if n > 1 else 0)  # one pull and one push round trip
+    # async and sync alike: a worker waits for its own round trips, and in the time of
+    # one step of every worker the busiest NIC must move one global step's bytes. (sync
+    # adds a barrier, which costs only with stragglers: this model has none.)
+    comm = max(worker, global_step)
+    total = sum(loads) or 1.0
+    share = loads[hot] / total
+    imbalanced = n > 1 and share > 1.5 / n
+    row = _row(profile, link, n, comm, busiest, f"hot ps:{hot}" if imbalanced else "nic")
+    if row.bottleneck.startswith("hot ps") and placement is None:
+        row = _spread(profile, link, n, row, f"ps:{hot} holds {share:.0%} of the bytes: ")
+    return row
+
+
+def _spread(profile: Profile, link: Link, n: int, row: Row, why: str) -> Row:
+    """Advice for a hot ps: slicing (at the job's chunk size, else at smaller chunks)."""
+    small = max(64 * 1024.0, profile.gradient_bytes / (4 * n))
+    tries = [("sliced", profile), ("smaller", replace(profile, chunk_bytes=small))]
+    best_name, best = max(
+        ((name, parameter_server(p, link, n, "sliced")) for name, p in tries),
+        key=lambda t: t[1].steps_per_s,
+    )
+    speedup = best.steps_per_s / row.steps_per_s
+    if speedup <= 1.01:
+        return row
+    if profile.distribution == "tf_parameter_server":
+        how = FASTER_PLACEMENT["tf_parameter_server"]
+    elif best_name == "sliced":
+        how = FASTER_PLACEMENT["shipyard_ps"]
+    else:
+        how = (
+            "shipyard.ps' policy 'sliced' with smaller chunks "
+            f"(DistributedOptimizer(chunk_bytes={int(small)})) would spread them"
+        )
+    return replace(row, advice=f"{why}{how}; predicted speedup x{speedup:.2f}", speedup=speedup)
+
+
+def predict(profile: Profile, link: Link, n: int) -> Row:
+    """The row for ``profile`` on ``n`` instances whose NICs are ``link``."""
+    if n < 1:
+        raise ValueError(f"instances must be at least 1, got {n}")
+    if profile.compute_s <= 0:
+        raise ValueError("the compute time per step must be positive")
+    kind = profile.distribution
+    if kind in ALLREDUCE:
+        return allreduce(profile, link, n)
+    if kind == SMDDP:
+        return smddp(profile, link, n)
+    if kind in PS:
+        return parameter_server(profile, link, n)
+    if kind == PLAIN:  # no distribution: every instance trains its own copy, no traffic
+        return _row(profile, link, n, 0.0, 0.0, "compute")
+    raise ValueError(f"distribution {kind!r}: use one of {', '.join(DISTRIBUTIONS)}")
+
+
+def advise(row: Row, profile: Profile, link: Link, faster: Link | None = None) -> Row:
+    """Fill in what would remove a row's bottleneck (a row that has advice keeps it):
+    compression for allreduce, allreduce for parameter servers, a faster network."""
+    if row.advice or row.bottleneck == "unsupported":
+        return row
+    share = row.comm_s / row.step_s if row.step_s else 0.0
+    if row.bottleneck == "compute" and share < 0.2:
+        return replace(
+            row,
+            advice="more instances scale; a faster type: give its --compute-time",
+        )
+    options: list[tuple[str, Row]] = []
+    if profile.distribution in ALLREDUCE:
+        halved = replace(profile, variables=tuple(v / 2 for v in profile.variables))
+        options.append(
+            (
+                "fp16 compression (hvd.Compression.fp16) halves the bytes",
+                predict(halved, link, row.instances),
+            )
+        )
+    elif profile.distribution in PS:
+        ring = replace(profile, distribution="horovod")
+        options.append(("ring allreduce (Horovod)", predict(ring, link, row.instances)))
+    if faster is not None and faster.bytes_per_s > link.bytes_per_s:
+        options.append((f"{faster.name}'s network", predict(profile, faster, row.instances)))
+    best = max(options, key=lambda o: o[1].steps_per_s, default=None)
+    text = f"the NIC ({link.name}) is the bottleneck"
+    if row.bottleneck == "compute":
+        text = f"compute leads, the network takes {share:.0%} of a step"
+    if best is None or best[1].steps_per_s <= row.steps_per_s * 1.01:
+        return replace(row, advice=text)
+    speedup = best[1].steps_per_s / row.steps_per_s
+    return replace(
+        row, advice=f"{text}; {best[0]}: predicted speedup x{speedup:.2f}", speedup=speedup
+    )
+
+
+def plan(profile: Profile, links: Sequence[Link], counts: Sequence[int]) -> list[Row]:
+    """Every (link, count) row with its advice; the fastest link is offered to the others."""
+    fastest = max(links, key=lambda ln: ln.bytes_per_s, default=None)
+    rows = []
+    for link in links:
+        for n in counts:
+            rows.append(advise(predict(profile, link, n), profile, link, fastest))
+    return rows

@@ -1,0 +1,260 @@
+"""A finished job's measurements (its describe output) -> a :class:`Profile` to plan from.
+
+What shipyard records and what is read from it:
+
+- the distribution (``Shipyard.Distribution``) and the framework pick the model's row kind;
+- the distribution report (``Shipyard.DistributionReport``, parameter-server jobs): the
+  variables' bytes in creation order, the placement policy, the consistency mode, the
+  wire bytes each worker sent each server (for the framing overhead) and the push count
+  (for the steps), and the traffic timeline (for the time spent training, without the
+  start-up);
+- the ``shipyard:network`` tag: the network the job was measured on (a shaped job's
+  communication time is subtracted from its step time to get its compute time);
+- a step-time metric from ``metric_definitions`` when the job declared one.
+
+What was not measured is given by the caller (``Inputs``), and every value says where it
+came from. A job that cannot be planned raises :class:`PlanInputError` naming what is
+missing and how to get it (the CLI exits 2 with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from shipyard.errors import ValidationError
+from shipyard.planner import model
+from shipyard.sandbox import shaping
+
+STEP_TIME_METRICS = ("step_time", "sec_per_step", "time_per_step", "step_seconds")
+STEP_RATE_METRICS = ("steps_per_sec", "global_step/sec", "steps_per_second")
+KIND_TO_MODEL = {
+    "mpi": "horovod",
+    "torch_distributed": "torch_distributed",
+    "pytorchddp": "torch_distributed",
+    "multi_worker_mirrored_strategy": "multi_worker_mirrored",
+    "smdistributed.dataparallel": model.SMDDP,
+}
+
+
+class PlanInputError(ValidationError):
+    """The job cannot be planned from what it measured: the message says what to add."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the user tells ``shipyard plan`` beyond what the job measured."""
+
+    compute_s: float | None = None  # per step at the target type (a GPU type measured here)
+    step_s: float | None = None  # the measured job's time per step, if it logged none
+    steps: int | None = None  # steps per worker the measured job ran
+    gradient_bytes: float | None = None  # for allreduce jobs (no placement report)
+    distribution: str | None = None  # plan as this distribution instead of the job's
+    allreduce: str | None = None  # ring (NCCL, gloo) or reduce_bcast (Open MPI's default)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The profile plus what it was measured on, and where each number came from."""
+
+    profile: model.Profile
+    instances: int
+    instance_type: str
+    step_s: float
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def distribution_of(desc: Mapping[str, Any]) -> tuple[str, int]:
+    """The model's distribution name for a job, and its processes per host."""
+    dist = (desc.get("Shipyard") or {}).get("Distribution") or {}
+    kind, options = dist.get("kind"), dist.get("options") or {}
+    per_host = int(options.get("processes_per_host") or 1)
+    if kind is None:
+        return model.PLAIN, 1
+    if kind == "parameter_server":
+        framework = (desc.get("AlgorithmSpecification") or {}).get("TrainingImage")
+        implementation = options.get("implementation") or (
+            "tensorflow" if framework == "tensorflow" else "shipyard"
+        )
+        name = "tf_parameter_server" if implementation == "tensorflow" else "shipyard_ps"
+        workers = int(options.get("workers_per_host") or 1)
+        return name, workers
+    return KIND_TO_MODEL.get(kind, kind), per_host
+
+
+def _metric_step_time(desc: Mapping[str, Any]) -> float | None:
+    """A step-time (or step-rate) metric the job declared and logged: the mean over the
+    hosts of each host's last value (workers of an async job each log their own)."""
+    last: dict[str, float] = {}
+    for m in (desc.get("Shipyard") or {}).get("MetricHistory") or []:
+        name = str(m.get("MetricName", "")).lower()
+        value = float(m.get("Value") or 0)
+        if value > 0 and name in STEP_TIME_METRICS:
+            last[str(m.get("Host"))] = value
+        elif value > 0 and name in STEP_RATE_METRICS:
+            last[str(m.get("Host"))] = 1.0 / value
+    return sum(last.values()) / len(last) if last else None
+
+
+def _training_span(report: Mapping[str, Any]) -> float | None:
+    """Seconds from the first to the last change of the traffic timeline: the time the
+    workers spent training, without the framework's start-up and the uploads after."""
+    points = (report.get("traffic_timeline") or {}).get("points") or []
+    totals = [
+        (float(p["t"]), sum(map(sum, p.get("bytes_to_shard") or [])))
+        for p in points
+        if "bytes_to_shard" in p
+    ]
+    moving = [t for (t, b), (_, before) in zip(totals[1:], totals[:-1]) if b != before]
+    if len(moving) < 2:
+        return None
+    first = next(t for t, b in totals if b > 0)
+    return max(moving) - first or None
+
+
+def _report_steps(report: Mapping[str, Any], workers: int) -> int | None:
+    """Steps per worker from the servers' push counts: a shard counts one push per key
+    it holds per worker per step."""
+    found = [
+        int(s.get("pushes") or 0) // (int(s["keys"]) * workers)
+        for s in report.get("shards") or []
+        if s.get("keys") and s.get("pushes")
+    ]
+    return max(1, min(found)) if found and workers > 0 else None
+
+
+def measured_link(desc: Mapping[str, Any]) -> tuple[model.Link | None, str]:
+    """The network the job ran on: its ``shipyard:network`` tag, else unlimited (None)."""
+    tags = {t.get("Key"): t.get("Value") for t in desc.get("Tags") or []}
+    value = tags.get(shaping.TAG)
+    if not value:
+        return None, "unshaped (this machine's memory-speed network)"
+    instance_type = (desc.get("ResourceConfig") or {}).get("InstanceType", "")
+    shape = shaping.parse(value, instance_type)
+    return (
+        model.Link(shape.describe(), shape.rate_bytes_per_s, shape.delay_s * 2),
+        f"shaped by tag {shaping.TAG}={value} ({shape.describe()})",
+    )
+
+
+def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measured:
+    """The profile of a finished job (``ControlPlane.describe``'s dict)."""
+    given = given or Inputs()
+    name = desc.get("TrainingJobName", "?")
+    status = desc.get("TrainingJobStatus")
+    if status != "Completed":
+        raise PlanInputError(
+            f"job {name!r} is {status}: plan needs a job that completed (its step times "
+            f"and traffic are only final then); wait with `shipyard logs -f {name}` or "
+            "plan another job"
+        )
+    section = desc.get("Shipyard") or {}
+    instances = int((desc.get("ResourceConfig") or {}).get("InstanceCount") or 1)
+    instance_type = str((desc.get("ResourceConfig") or {}).get("InstanceType") or "local")
+    kind, per_host = distribution_of(desc)
+    if given.distribution:
+        if given.distribution not in model.DISTRIBUTIONS:
+            raise PlanInputError(
+                f"--distribution {given.distribution!r} is not known: use one of "
+                + ", ".join(model.DISTRIBUTIONS)
+            )
+        kind = given.distribution
+    report = section.get("DistributionReport") or {}
+    sources: dict[str, str] = {}
+    variables: tuple[float, ...] = tuple(
+        float(e.get("bytes") or 0) for e in report.get("placement") or []
+    )
+    if given.gradient_bytes:
+        variables = (float(given.gradient_bytes),)
+        sources["gradient_bytes"] = "given (--gradient-bytes)"
+    elif variables and sum(variables) > 0:
+        sources["gradient_bytes"] = "the job's placement report"
+    else:
+        raise PlanInputError(
+            f"job {name!r} measured no variable sizes (only parameter-server jobs write a "
+            "placement report): give the gradient bytes per step with --gradient-bytes "
+            "(parameters x 4 for float32), or run the job once with distribution "
+            "parameter_server"
+        )
+    workers = instances * per_host
+    steps = given.steps or _report_steps(report, workers)
+    step_s = given.step_s or _metric_step_time(desc)
+    if given.step_s:
+        sources["step_time"] = "given (--step-time)"
+    elif step_s:
+        sources["step_time"] = "the job's step-time metric"
+    elif steps:
+        span = _training_span(report)
+        where = "the traffic timeline's training span"
+        if span is None:
+            span = float(desc.get("TrainingTimeInSeconds") or 0)
+            where = "TrainingTimeInSeconds (start-up included: an upper bound)"
+        if span > 0:
+            step_s = span / steps
+            origin = "--steps" if given.steps else "the servers' push counts"
+            sources["step_time"] = f"{where} / {steps} steps ({origin})"
+    if not step_s or step_s <= 0:
+        raise PlanInputError(
+            f"job {name!r} measured no step time: log one and declare it in "
+            "metric_definitions (Name 'step_time', seconds per step), or give --step-time "
+            "SECONDS or --steps N (steps per worker the job ran)"
+        )
+    link, link_source = measured_link(desc)
+    sources["measured_network"] = link_source
+    push, pull = _overheads(report, variables, workers, steps)
+    base = model.Profile(
+        distribution=kind,
+        compute_s=step_s,
+        variables=variables,
+        processes_per_host=per_host,
+        placement=_placement(report),
+        consistency=str((report.get("consistency") or {}).get("mode") or "async"),
+        push_overhead=push,
+        pull_overhead=pull,
+        chunk_bytes=float(report.get("chunk_bytes") or model.DEFAULT_CHUNK_BYTES),
+        allreduce=given.allreduce or "ring",
+    )
+    if given.compute_s:
+        compute, sources["compute_time"] = given.compute_s, "given (--compute-time)"
+    else:
+        comm = model.predict(base, link, instances).comm_s if link else 0.0
+        compute = max(step_s - comm, step_s * 0.1)
+        sources["compute_time"] = (
+            f"measured here: step time {step_s:.4g}s"
+            + (f" less {comm:.4g}s of predicted communication" if comm else "")
+            + f" on {instance_type}"
+        )
+    profile = replace(base, compute_s=compute, compute_source=sources["compute_time"])
+    return Measured(profile, instances, instance_type, step_s, sources)
+
+
+def _placement(report: Mapping[str, Any]) -> str:
+    """The policy to re-place the variables with at other counts: shipyard.ps' ``auto``
+    re-decides per count; TensorFlow's is round-robin by creation order."""
+    if report.get("requested_policy") == "auto":
+        return "auto"
+    policy = report.get("policy")
+    return str(policy) if policy in model.PLACEMENTS else "round_robin"
+
+
+def _overheads(
+    report: Mapping[str, Any], variables: tuple[float, ...], workers: int, steps: int | None
+) -> tuple[float, float]:
+    """Measured wire bytes per tensor byte, pushed and pulled (1.0 when not measurable).
+
+    Only shards on other instances cross a NIC, but every relay counts; so the ratio is
+    taken over all traffic: (bytes to the servers / steps / workers) / model bytes."""
+    traffic = report.get("traffic") or {}
+    total = sum(variables)
+    if not steps or not total or not workers:
+        return 1.0, 1.0
+    to = sum(map(sum, traffic.get("bytes_to_shard") or []))
+    frm = sum(map(sum, traffic.get("bytes_from_shard") or []))
+    peers = len(traffic.get("bytes_to_shard") or []) or workers
+
+    def ratio(moved: float) -> float:
+        value = moved / steps / peers / total
+        return value if 0.5 <= value <= 4.0 else 1.0
+
+    return ratio(to), ratio(frm)
