@@ -54,7 +54,7 @@ def links(text: str | None, job_type: str) -> list:
 
 
 def plan(
-    job: str,
+    job: str = typer.Argument(..., help="a finished training job whose measurements to use"),
     instance_type: str | None = typer.Option(
         None, "--instance-type", help="types or rates to plan for, comma-separated"
     ),
@@ -75,7 +75,7 @@ def plan(
     allreduce: str | None = typer.Option(
         None, "--allreduce", help="ring (NCCL, gloo; default) or reduce_bcast (Open MPI's default)"
     ),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="the predictions as JSON"),
 ) -> None:
     """Predict steps/s, scaling efficiency and the bottleneck at other types and counts."""
     from shipyard.cli.app import EXIT_BAD_INPUT, EXIT_NOT_FOUND, _control, _fail, out_console
