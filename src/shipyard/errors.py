@@ -67,3 +67,8 @@ class JobFailedError(ShipyardError):
         self.status = status
         self.reason = reason or ""
         super().__init__(f"Error for Training job {job_name}: {status}. Reason: {self.reason}")
+
+
+class SettingError(ValidationError):
+    """A ``SHIPYARD_*`` variable holds a value its setting does not accept (or a required
+    one is unset); the message names the variable and what it accepts."""

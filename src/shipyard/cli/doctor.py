@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shipyard import settings
+
 
 @dataclass
 class Check:
@@ -138,9 +140,18 @@ def _has_dist(dist: str) -> bool:
         return False
 
 
-def doctor() -> None:
+def doctor(
+    show_settings: bool = typer.Option(
+        False,
+        "--settings",
+        help="print every SHIPYARD_* setting, its value and where it came from (env or default)",
+    ),
+) -> None:
     """Report what this machine supports (sandboxes, FUSE, MPI, TF, torch, GPUs) and how
     to fix what is missing."""
+    if show_settings:
+        print_settings()
+        return
     table = Table("check", "", "detail", "fix")
     for check in checks():
         table.add_row(
@@ -150,6 +161,31 @@ def doctor() -> None:
             check.fix,
         )
     Console(highlight=False).print(table)
+
+
+def print_settings() -> None:
+    """Every setting as this process sees it; a value its setting refuses is shown with the
+    reason and makes the command exit 1 (what would fail later, said now)."""
+    table = Table("setting", "value", "from", "accepts", "meaning")
+    bad = 0
+    for setting, raw, source, problem in settings.report():
+        value = "" if raw is None else raw
+        if source == "env" and "SECRET" in setting.name:
+            value = "(set)"  # a key or job secret: never print it
+        if problem != "ok":
+            bad += 1
+            value = f"[red]{value}[/] ({problem})"
+        table.add_row(
+            setting.name,
+            value,
+            source,
+            setting.accepts(),
+            setting.meaning
+            + (" [dim](set by shipyard)[/]" if setting.audience == "internal" else ""),
+        )
+    Console(highlight=False, width=200).print(table)
+    if bad:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

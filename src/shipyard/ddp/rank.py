@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 
+from shipyard import settings
 from shipyard.ddp import announce, contract
 from shipyard.runtime import failure
 from shipyard.runtime.lifeline import die_with_parent
@@ -152,7 +153,7 @@ def exit_status(code: int) -> int:
 
 
 def run(args: argparse.Namespace, command: list[str]) -> int:
-    secret = os.environ.pop(SECRET_ENV, "")
+    secret = settings.take(SECRET_ENV) or ""
     rank = int(os.environ["RANK"])
     hosts = args.hosts.split(",")
     who = contract.describe_rank(rank, hosts, int(os.environ["LOCAL_WORLD_SIZE"]))

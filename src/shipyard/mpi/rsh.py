@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 
+from shipyard import settings
 from shipyard.runtime import failure
 from shipyard.runtime.lifeline import parent_death_argv
 
@@ -70,7 +71,7 @@ class Refused(Exception):
 
 
 def port(env: dict[str, str] | os._Environ = os.environ) -> int:
-    return int(env.get("SHIPYARD_MPI_RSH_PORT") or DEFAULT_PORT)
+    return settings.integer("SHIPYARD_MPI_RSH_PORT", env)
 
 
 def _mac(secret: str, payload: bytes) -> str:

@@ -70,6 +70,8 @@ from typing import Any
 
 import numpy as np
 
+from shipyard import settings
+
 from .errors import (
     AuthenticationError,
     ErrorCode,
@@ -371,7 +373,7 @@ def secret_from_env(explicit: str | bytes | None = None) -> bytes:
     """The secret passed in, else ``$SHIPYARD_PS_SECRET``; PSConfigError if neither."""
     if explicit is not None:
         return explicit.encode("utf-8") if isinstance(explicit, str) else bytes(explicit)
-    value = os.environ.get(SECRET_ENV, "")
+    value = settings.get(SECRET_ENV) or ""
     if not value:
         raise PSConfigError(
             f"{SECRET_ENV} is not set: every shard and worker of a job needs the same secret "
@@ -534,7 +536,7 @@ def default_mac() -> str:
 def resolve_mac(alg: str | int | None = None) -> int:
     """Algorithm id from a name/id, else ``$SHIPYARD_PS_MAC``, else ``default_mac()``."""
     if alg is None:
-        alg = os.environ.get(MAC_ENV) or default_mac()
+        alg = settings.get(MAC_ENV) or default_mac()
     if isinstance(alg, str):
         if alg.lower() not in MAC_ALGORITHMS:
             raise PSConfigError(

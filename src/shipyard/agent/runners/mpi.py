@@ -46,6 +46,7 @@ import sys
 import warnings
 from typing import Any
 
+from shipyard import settings
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
 from shipyard.mpi import command as mpi_command
@@ -60,7 +61,6 @@ OPTIONS = ("enabled", "processes_per_host", "custom_mpi_options")
 # How long a rank waits for its instance's agent to plan, and (shipyard.horovod) for the
 # other ranks in hvd.init(); the latter is SHIPYARD_HOROVOD_INIT_TIMEOUT in `environment`.
 ENV_TIMEOUT_S = 120.0
-DEFAULT_INIT_TIMEOUT_S = 120.0
 
 
 def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
@@ -265,7 +265,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
             "failure_file": failure_file,
             "run_dir": run_dir,
             "env_timeout": ENV_TIMEOUT_S,
-            "init_timeout": float(env.get("SHIPYARD_HOROVOD_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT_S)),
+            "init_timeout": settings.number("SHIPYARD_HOROVOD_INIT_TIMEOUT", env),
             # a retried attempt: ranks wait for the other agents' env of *this* attempt (an older
             # file means that agent is still re-staging its code dir)
             "attempt": env.get("SHIPYARD_ATTEMPT", ""),
