@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shipyard.cli.output import out_console
 from shipyard.control.lifecycle import JobStatus
 from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
 
@@ -39,13 +40,6 @@ def _options(
         from shipyard.observe import progress
 
         progress.set_quiet(True)
-
-
-def out_console() -> Console:
-    """stdout; when it is not a terminal, wide enough that tables keep whole job names
-    and paths (rich would otherwise fold them to 80 columns)."""
-    plain = Console()
-    return plain if plain.is_terminal else Console(width=1000, highlight=False)
 
 
 def _control():

@@ -170,7 +170,7 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
                 target=self._watchdog, name="shipyard-hvd-watchdog", daemon=True
             ).start()
             if settings.flag("SHIPYARD_HOROVOD_ABORT_ON_ERROR"):
-                _install_abort_on_uncaught(self)
+                _install_abort_on_uncaught(self, lambda: _engine)
 
     # ------------------------------------------------------------------ plumbing
     @property

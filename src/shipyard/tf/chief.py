@@ -42,7 +42,7 @@ def run_script(argv: list[str], placement_file: str) -> int:
 
 
 def collect(endpoints: list[str], secret: str) -> list[dict[str, Any] | None]:
-    from shipyard.observe.traffic import fetch_stats
+    from shipyard.runtime.traffic import fetch_stats
 
     def one(endpoint: str) -> dict[str, Any] | None:
         host, _, port = endpoint.rpartition(":")

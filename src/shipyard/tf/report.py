@@ -1,7 +1,7 @@
 """The placement and traffic report of a TensorFlow parameter_server job.
 
 Pure: merges what the chief's placement hook recorded (shipyard.tf.placement) with the
-relays' counters of every ps (shipyard.observe.traffic) into the schema shipyard.ps
+relays' counters of every ps (shipyard.runtime.traffic) into the schema shipyard.ps
 uses (``shipyard.ps.report/v1``, see shipyard/ps/stats.py), so ``shipyard describe``
 shows both kinds of parameter server the same way. Additions for TensorFlow:
 ``implementation``, ``layout``, ``traffic.peers`` (the name of each row: ``chief:0``,

@@ -6,7 +6,7 @@ What every instance runs for the TensorFlow distributions:
   worker that only serves), bound to the task's private port. ``--cpu-only`` hides the
   GPUs, as SageMaker forces its parameter servers onto the CPU.
 * ``--relay NAME=IP:PORT>IP:PORT``: byte-counting relays from the instance's public
-  addresses to private ports (shipyard.observe.traffic); they also answer the chief's
+  addresses to private ports (shipyard.runtime.traffic); they also answer the chief's
   request for the counters (job secret in ``SHIPYARD_JOB_SECRET``).
 
 It runs until SIGTERM (the agent stops servers once the chief has ended) and exits at
@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 
 from shipyard import settings
-from shipyard.observe.traffic import PeerNamer, Relay, TrafficBook
+from shipyard.runtime.traffic import PeerNamer, Relay, TrafficBook
 
 SECRET_ENV = "SHIPYARD_JOB_SECRET"
 
