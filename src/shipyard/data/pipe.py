@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterator
 
 from shipyard import settings
 from shipyard.data import recordio, tfrecord
+from shipyard.errors import ShipyardError
 
 RECORD_FORMATS = ("TFRecord", "RecordIO", "TextLine")
 _BASE_DEFAULT = "/opt/ml"
 
 
-class PipeModeDatasetException(Exception):
+class PipeModeDatasetException(ShipyardError):
     """A Pipe channel cannot be read (named like sagemaker_tensorflow's exception)."""
 
 

@@ -48,6 +48,7 @@ import threading
 import time
 
 from shipyard import settings
+from shipyard.errors import ShipyardError
 from shipyard.runtime import failure
 from shipyard.runtime.lifeline import parent_death_argv
 
@@ -66,7 +67,7 @@ log = logging.getLogger("shipyard.mpi.rsh")
 _HANDSHAKES = threading.BoundedSemaphore(MAX_HANDSHAKES)
 
 
-class Refused(Exception):
+class Refused(ShipyardError):
     """A request the server will not run; its text is logged and sent to the peer."""
 
 

@@ -41,11 +41,12 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from shipyard import settings
+from shipyard.errors import SettingError
 
 from . import wire
 from .client_data import BUCKET_BYTES, DataPath
@@ -111,6 +112,18 @@ def endpoints_from_env() -> list[str]:
     return eps
 
 
+_T = TypeVar("_T")
+
+
+def _setting(read: Callable[[str], _T], name: str) -> _T:
+    """A setting read for the client: a bad value is a PSConfigError, as every bad option of
+    shipyard.ps is (the message still names the variable and what it accepts)."""
+    try:
+        return read(name)
+    except SettingError as err:
+        raise PSConfigError(str(err)) from None
+
+
 class PSClient(DataPath, Exchange, Requests):
     """A worker's connection to every shard.
 
@@ -147,7 +160,7 @@ class PSClient(DataPath, Exchange, Requests):
         else:
             self.endpoints = list(endpoints or [])
         if worker_id is None:
-            worker_id = settings.optional_integer(RANK_ENV) or 0
+            worker_id = _setting(settings.optional_integer, RANK_ENV) or 0
         if not 0 <= worker_id <= wire.U32_MAX:
             raise PSConfigError(f"worker_id must be in [0, 2**32), got {worker_id}")
         self.worker_id = worker_id
@@ -158,7 +171,7 @@ class PSClient(DataPath, Exchange, Requests):
         self._guard = wire.ReplayGuard(self.signer.session)
         # SHA-256 segments are hashed on the pool; BLAKE3 threads itself (GIL held)
         self._pool_hash = self.signer.alg == wire.MAC_HMAC_SHA256
-        self.timeout = timeout if timeout is not None else settings.number(TIMEOUT_ENV)
+        self.timeout = timeout if timeout is not None else _setting(settings.number, TIMEOUT_ENV)
         self._factory = transport_factory
         self.transport: Transport = transport_factory()
         self.transport.sink = self._sink  # values land in the caller's arrays (client_data)
@@ -183,7 +196,9 @@ class PSClient(DataPath, Exchange, Requests):
         self._open: list[int] = []  # a split-phase push_pull in progress
         self._open_result: dict[str, np.ndarray] = {}
         hb = (
-            heartbeat_interval if heartbeat_interval is not None else settings.number(HEARTBEAT_ENV)
+            heartbeat_interval
+            if heartbeat_interval is not None
+            else _setting(settings.number, HEARTBEAT_ENV)
         )
         self._hb_interval = hb
         self._hb_stop = threading.Event()
