@@ -26,13 +26,13 @@ copies (slow). A message is a list of frames (on TCP: stream.py's framing)::
 
   That is the stdlib fallback. SHA-256 runs at ~1.7 GB/s per core here, which
   caps a push+pull at about a fifth of loopback TCP on 2 cores (four hash passes
-  per byte). The default when ``cryptography`` is installed (the ps extra) is
+  per byte). With ``cryptography`` installed (the ps extra) there is also
   ``poly1305``: a one-time Poly1305 key per message, k = HMAC-SHA256(K', nonce ||
   header) with a random 128-bit nonce, over u32 n || (u64 len || frame)*, sent
   as nonce || tag in the 32-byte MAC frame (~12 GB/s per core, the construction
-  ChaCha20-Poly1305 and NaCl's secretbox use). ``aes-gmac`` (the default when
-  ``cryptography`` is installed) is AES-256-GCM used as documented, with nothing
-  encrypted: a key per sender session (HKDF-SHA256 of the job key, the session id
+  ChaCha20-Poly1305 and NaCl's secretbox use). ``aes-gmac``, the default when
+  ``cryptography`` is installed (``default_mac()``; else hmac-sha256), is AES-256-GCM
+  used as documented, with nothing encrypted: a key per sender session (HKDF-SHA256 of the job key, the session id
   as info), the nonce ``u64 seq || u32 0`` (a counter, never repeated under one
   key) and as associated data the header, the frame lengths and the frames; the
   MAC frame is GCM's 16-byte tag (``Signer._gmac``; docs/decisions.md, issue 17).

@@ -226,3 +226,13 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: pathlib.Path) -> N
         (2, "shipyard.control"),
         (3, "shipyard.ps.wire"),
     ]
+
+
+def test_the_architecture_page_shows_the_floors_of_floors_py() -> None:
+    """docs/architecture.md's table is the list, floor by floor, in order: a newcomer's map
+    that cannot drift from the one the imports are checked against."""
+    page = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    begin, end = "<!-- floors:begin", "<!-- floors:end -->"
+    table = page[page.index(begin) : page.index(end)].splitlines()[3:]
+    shown = [tuple(c.strip("`") for c in row.split("|")[2].split()) for row in table if row.strip()]
+    assert shown == list(floors.FLOORS), "update docs/architecture.md's floors table"
