@@ -74,6 +74,7 @@ def relay(proc: subprocess.Popen) -> bytes:
     out = sys.stdout.buffer
     tail = bytearray()
     pending = b""
+    assert proc.stdout is not None  # started with stdout=PIPE
     fd = proc.stdout.fileno()
     while True:
         try:

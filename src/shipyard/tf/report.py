@@ -137,7 +137,7 @@ def _timeline(
     to = [[0] * nshards for _ in peers]
     frm = [[0] * nshards for _ in peers]
     points: list[dict[str, Any]] = []
-    bucket = None
+    bucket: int | None = None
     for wall, j, peer, b_in, b_out in samples:
         b = int((wall - t0) // interval)
         if bucket is not None and b != bucket:
@@ -151,6 +151,7 @@ def _timeline(
         bucket = b
         i = peers.index(peer)
         to[i][j], frm[i][j] = b_in, b_out
+    assert bucket is not None  # samples is not empty
     points.append(
         {"t": round((bucket + 1) * interval, 3), "bytes_to_shard": to, "bytes_from_shard": frm}
     )
