@@ -117,9 +117,7 @@ SETTINGS: tuple[Setting, ...] = (
     _user(
         "SHIPYARD_BACKEND",
         "local",
-        "Where instances run: `local` or `ray`.",
-        kind="choice",
-        choices=("local", "ray"),
+        "Where instances run: `local` or `ray`.",  # or ray@<address>: backends.get checks it
     ),
     _user("SHIPYARD_RAY_ADDRESS", None, "Ray cluster address (else RAY_ADDRESS, then `auto`)."),
     _user(

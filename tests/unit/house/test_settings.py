@@ -218,14 +218,14 @@ def test_typed_accessors_parse_and_refuse_bad_values_by_name() -> None:
         "SHIPYARD_DOWNLOAD_THREADS": "0",
         "SHIPYARD_PS_TIMEOUT": "nan",
         "SHIPYARD_HOROVOD_ABORT_ON_ERROR": "maybe",
-        "SHIPYARD_BACKEND": "kubernetes",
+        "SHIPYARD_PROGRESS": "loud",
     }
     readers = {
         "SHIPYARD_STOP_GRACE": settings.number,
         "SHIPYARD_DOWNLOAD_THREADS": settings.integer,
         "SHIPYARD_PS_TIMEOUT": settings.number,
         "SHIPYARD_HOROVOD_ABORT_ON_ERROR": settings.flag,
-        "SHIPYARD_BACKEND": settings.text,
+        "SHIPYARD_PROGRESS": settings.text,
     }
     for name, value in bad.items():
         with pytest.raises(SettingError) as err:
