@@ -1,4 +1,13 @@
-"""Every ``SHIPYARD_*`` environment variable, with its default and meaning, in one place.
+"""Every ``SHIPYARD_*`` environment variable, with its default and meaning, in one place,
+and the one module that reads them.
+
+Each entry says what values it accepts (``kind``, ``choices``, ``minimum``); code reads a
+value through a typed accessor (``number``, ``integer``, ``flag``, ``text``, the
+``optional_*`` forms, ``get`` for raw text, ``take`` for a secret that children must not
+inherit), so a default is written once and a bad value is refused in the same words
+wherever it is used: a ``SettingError`` naming the variable, the value and what it
+accepts. Nothing is read at import time. ``shipyard doctor --settings`` prints every
+setting, its value and where it came from (``report()``).
 
 Two kinds live here. ``user`` settings are knobs a user may set (in the shell, or in a
 job's ``environment`` where they concern the instance). ``internal`` ones are set by
@@ -8,7 +17,9 @@ what each one carries.
 
 Stdlib only: the agent and every runtime library import this module on start-up.
 ``tests/unit/house/test_settings.py`` fails when the code names a variable that is not
-listed here, and when the README's table differs from ``markdown_table()``
+listed here, when any other module reads one from ``os.environ`` (the two job-process
+``sitecustomize`` hooks excepted: they must run before shipyard is importable), and
+when the README's table differs from ``markdown_table()``
 (``python -m shipyard.settings --write README.md`` regenerates it).
 """
 
