@@ -25,7 +25,7 @@ class TensorBoardOutputConfig:
         return out
 
 
-def tensorboard_spec(config: Any) -> dict[str, str] | None:
+def tensorboard_spec(config: Any) -> dict[str, Any] | None:
     """A TensorBoardOutputConfig (ours, sagemaker's, or the request dict) -> spec fields."""
     if config is None:
         return None
@@ -34,7 +34,7 @@ def tensorboard_spec(config: Any) -> dict[str, str] | None:
     else:
         s3 = getattr(config, "s3_output_path", None)
         local = getattr(config, "container_local_output_path", None)
-    out = {"s3_output_path": s3}
+    out: dict[str, Any] = {"s3_output_path": s3}
     if local:
         out["local_path"] = local
     return out  # validated (and refused with a clear message) by JobSpec

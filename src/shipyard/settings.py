@@ -1,4 +1,13 @@
-"""Every ``SHIPYARD_*`` environment variable, with its default and meaning, in one place.
+"""Every ``SHIPYARD_*`` environment variable, with its default and meaning, in one place,
+and the one module that reads them.
+
+Each entry says what values it accepts (``kind``, ``choices``, ``minimum``); code reads a
+value through a typed accessor (``number``, ``integer``, ``flag``, ``text``, the
+``optional_*`` forms, ``get`` for raw text, ``take`` for a secret that children must not
+inherit), so a default is written once and a bad value is refused in the same words
+wherever it is used: a ``SettingError`` naming the variable, the value and what it
+accepts. Nothing is read at import time. ``shipyard doctor --settings`` prints every
+setting, its value and where it came from (``report()``).
 
 Two kinds live here. ``user`` settings are knobs a user may set (in the shell, or in a
 job's ``environment`` where they concern the instance). ``internal`` ones are set by
@@ -8,100 +17,244 @@ what each one carries.
 
 Stdlib only: the agent and every runtime library import this module on start-up.
 ``tests/unit/house/test_settings.py`` fails when the code names a variable that is not
-listed here, and when the README's table differs from ``markdown_table()``
+listed here, when any other module reads one from ``os.environ`` (the two job-process
+``sitecustomize`` hooks excepted: they must run before shipyard is importable), and
+when the README's table differs from ``markdown_table()``
 (``python -m shipyard.settings --write README.md`` regenerates it).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from shipyard.errors import SettingError
+
 Audience = Literal["user", "internal"]
+Kind = Literal["text", "int", "float", "flag", "choice"]
+Source = Literal["env", "default", "unset"]
+
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
 class Setting:
+    """One variable: its name, default (as the environment would hold it), meaning, and
+    what values it accepts (``kind``, ``choices``, ``minimum``): everything about it in one
+    entry, so a default is written once and a bad value is refused in the same words
+    wherever it is read."""
+
     name: str
-    default: str | None  # as the environment would hold it; None: unset unless given
+    default: str | None  # None: unset unless given
     meaning: str
     audience: Audience = "user"
+    kind: Kind = "text"
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+
+    def accepts(self) -> str:
+        """What a valid value looks like, for error messages and ``doctor --settings``."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "flag":
+            return "1/true/yes/on or 0/false/no/off"
+        what = {"int": "an integer", "float": "a number", "text": "any text"}[self.kind]
+        if self.minimum is not None:
+            bound = int(self.minimum) if self.minimum == int(self.minimum) else self.minimum
+            what += f" >= {bound}"
+        return what
+
+    def parse(self, raw: str) -> int | float | bool | str:
+        """``raw`` as this setting's type; SettingError naming the variable if it is not one."""
+        value: int | float | bool | str
+        text = raw.strip()
+        try:
+            if self.kind == "int":
+                value = int(text)
+            elif self.kind == "float":
+                value = float(text)
+                if not math.isfinite(value):
+                    raise ValueError(text)
+            elif self.kind == "flag":
+                if text.lower() not in TRUE + FALSE:
+                    raise ValueError(text)
+                value = text.lower() in TRUE
+            elif self.kind == "choice":
+                folded = {c.lower(): c for c in self.choices}
+                if text.lower() not in folded:
+                    raise ValueError(text)
+                value = folded[text.lower()]
+            else:
+                value = raw
+        except ValueError:
+            raise self._bad(raw) from None
+        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
+            raise self._bad(raw)
+        return value
+
+    def _bad(self, raw: str) -> SettingError:
+        default = f"unset it for the default {self.default!r}" if self.default else "unset it"
+        return SettingError(
+            f"{self.name}={raw!r} is not valid: it accepts {self.accepts()} "
+            f"({self.meaning.rstrip('.')}). Fix the value or {default}."
+        )
 
 
-def _user(name: str, default: str | None, meaning: str) -> Setting:
-    return Setting(name, default, meaning, "user")
+def _user(
+    name: str,
+    default: str | None,
+    meaning: str,
+    kind: Kind = "text",
+    choices: tuple[str, ...] = (),
+    minimum: float | None = None,
+) -> Setting:
+    return Setting(name, default, meaning, "user", kind, choices, minimum)
 
 
-def _internal(name: str, meaning: str) -> Setting:
-    return Setting(name, None, meaning, "internal")
+def _internal(
+    name: str, meaning: str, kind: Kind = "text", minimum: float | None = None
+) -> Setting:
+    return Setting(name, None, meaning, "internal", kind, (), minimum)
 
 
 SETTINGS: tuple[Setting, ...] = (
     # -- where state lives, where jobs run -------------------------------------------------
     _user("SHIPYARD_HOME", "~/.shipyard", "Job store, logs, endpoints and artifacts."),
-    _user("SHIPYARD_BACKEND", "local", "Where instances run: `local` or `ray`."),
+    _user(
+        "SHIPYARD_BACKEND",
+        "local",
+        "Where instances run: `local` or `ray`.",  # or ray@<address>: backends.get checks it
+    ),
     _user("SHIPYARD_RAY_ADDRESS", None, "Ray cluster address (else RAY_ADDRESS, then `auto`)."),
     _user(
         "SHIPYARD_RAY_WORKDIR",
         None,
         "A Ray node's work directory for instance trees (default under the node's temp dir).",
     ),
-    _user("SHIPYARD_RAY_PLACEMENT_TIMEOUT", "60", "Seconds to wait for Ray to place instances."),
-    _user("SHIPYARD_RAY_START_TIMEOUT", "300", "Seconds to wait for instance actors to start."),
-    _user("SHIPYARD_RAY_PROBE_TIMEOUT", "5", "Seconds to wait when probing a Ray address."),
+    _user(
+        "SHIPYARD_RAY_PLACEMENT_TIMEOUT",
+        "60",
+        "Seconds to wait for Ray to place instances.",
+        kind="float",
+        minimum=0,
+    ),
+    _user(
+        "SHIPYARD_RAY_START_TIMEOUT",
+        "300",
+        "Seconds to wait for instance actors to start.",
+        kind="float",
+        minimum=0,
+    ),
+    _user(
+        "SHIPYARD_RAY_PROBE_TIMEOUT",
+        "5",
+        "Seconds to wait when probing a Ray address.",
+        kind="float",
+        minimum=0,
+    ),
     _user(
         "SHIPYARD_SANDBOX",
         "auto",
         "`off`: run instances without namespaces (no /opt/ml, listeners on the host).",
+        kind="choice",
+        choices=("auto", "on", "1", "true", "yes", "off", "0", "false", "no"),
     ),
     _user(
         "SHIPYARD_STOP_GRACE",
         "5",
         "Seconds between SIGTERM and SIGKILL when a job or instance is stopped.",
+        kind="float",
+        minimum=0,
     ),
     _user(
         "SHIPYARD_STACKS_ON_SILENCE",
         None,
         "Seconds without log output or metrics after which every process's Python stack "
         "is dumped into the job's log (set it in the job's `environment`; local backend).",
+        kind="float",
+        minimum=0,
     ),
     _user(
         "SHIPYARD_PROGRESS",
         "auto",
         "Progress of staging, installs, uploads, endpoint start: `auto` (bars on a terminal, "
         "plain lines otherwise), `plain`, or `off` (as `--quiet`).",
+        kind="choice",
+        choices=("auto", "plain", "off"),
     ),
     _user(
         "SHIPYARD_LOG_NOISE",
         "hide",
         "`show` to print framework noise (TF C++ INFO, cuInit, NCCL INFO) with job logs; "
         "the log files always keep it.",
+        kind="choice",
+        choices=("hide", "show", "all", "1", "yes", "0", "no"),
     ),
     # -- data and storage ------------------------------------------------------------------
-    _user("SHIPYARD_DOWNLOAD_THREADS", "8", "Parallel downloads for File-mode channels."),
-    _user("SHIPYARD_FASTFILE_CHUNK", "8388608", "Bytes fetched per read in FastFile mode."),
-    _user("SHIPYARD_PIPE_WAIT_SECONDS", "600", "How long a Pipe-mode reader waits for its FIFO."),
+    _user(
+        "SHIPYARD_DOWNLOAD_THREADS",
+        "8",
+        "Parallel downloads for File-mode channels.",
+        kind="int",
+        minimum=1,
+    ),
+    _user(
+        "SHIPYARD_FASTFILE_CHUNK",
+        "8388608",
+        "Bytes fetched per read in FastFile mode.",
+        kind="int",
+        minimum=1,
+    ),
+    _user(
+        "SHIPYARD_PIPE_WAIT_SECONDS",
+        "600",
+        "How long a Pipe-mode reader waits for its FIFO.",
+        kind="float",
+        minimum=0,
+    ),
     _user(
         "SHIPYARD_CHECKPOINT_SYNC_SECONDS",
         "10",
         "Interval of checkpoint uploads to checkpoint_s3_uri while a job runs.",
+        kind="float",
+        minimum=0,
     ),
     _user(
         "SHIPYARD_TENSORBOARD_SYNC_SECONDS",
         "5",
         "Interval of TensorBoard uploads (tensorboard_output_config) while a job runs.",
+        kind="float",
+        minimum=0,
     ),
-    _user("SHIPYARD_S3_MAX_ATTEMPTS", "3", "boto3 retry attempts for S3 calls."),
-    _user("SHIPYARD_S3_CONNECT_TIMEOUT", "3", "Seconds to connect to an S3 endpoint."),
+    _user(
+        "SHIPYARD_S3_MAX_ATTEMPTS", "3", "boto3 retry attempts for S3 calls.", kind="int", minimum=1
+    ),
+    _user(
+        "SHIPYARD_S3_CONNECT_TIMEOUT",
+        "3",
+        "Seconds to connect to an S3 endpoint.",
+        kind="float",
+        minimum=0,
+    ),
     _user(
         "SHIPYARD_S3_MULTIPART_THRESHOLD",
         str(64 << 20),
         "Bytes above which S3 uploads/downloads move in parts (also the part size, min 5 MiB).",
+        kind="int",
+        minimum=5 << 20,
     ),
-    _user("SHIPYARD_S3_TRANSFER_THREADS", "8", "Parts of one S3 object moved in parallel."),
+    _user(
+        "SHIPYARD_S3_TRANSFER_THREADS",
+        "8",
+        "Parts of one S3 object moved in parallel.",
+        kind="int",
+        minimum=1,
+    ),
     _user(
         "SHIPYARD_SERVER_ACCESS_KEY",
         None,
@@ -114,46 +267,134 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # -- distributions ---------------------------------------------------------------------
     _user("SHIPYARD_MPIRUN", None, "The mpirun to use (a path or a name on PATH)."),
-    _user("SHIPYARD_MPI_RSH_PORT", "7179", "Port of the mpi launch server on Ray nodes."),
     _user(
-        "SHIPYARD_HOROVOD_INIT_TIMEOUT", "120", "Seconds hvd.init() waits for every rank to start."
+        "SHIPYARD_MPI_RSH_PORT",
+        "7179",
+        "Port of the mpi launch server on Ray nodes.",
+        kind="int",
+        minimum=1,
     ),
     _user(
-        "SHIPYARD_HOROVOD_BACKEND", "auto", "Collectives under shipyard.horovod: auto, mpi, nccl."
+        "SHIPYARD_HOROVOD_INIT_TIMEOUT",
+        "120",
+        "Seconds hvd.init() waits for every rank to start.",
+        kind="float",
+        minimum=0,
+    ),
+    _user(
+        "SHIPYARD_HOROVOD_BACKEND",
+        "auto",
+        "Collectives under shipyard.horovod: auto, mpi, nccl.",
+        kind="choice",
+        choices=("auto", "self", "mpi", "nccl"),
     ),
     _user(
         "SHIPYARD_HOROVOD_ABORT_ON_ERROR",
         "1",
         "0: a rank's uncaught exception does not MPI_Abort the others.",
+        kind="flag",
     ),
     _user(
         "SHIPYARD_HOROVOD_EXIT_GRACE_SECONDS",
         "5",
         "Seconds a rank waits at exit for peers stuck in a collective.",
+        kind="float",
+        minimum=0,
     ),
-    _user("SHIPYARD_HOROVOD_CUDA", None, "`host`: stage CUDA tensors through host memory."),
-    _user("SHIPYARD_HOROVOD_SHIM", None, "`force`: use shipyard.horovod even if Horovod exists."),
-    _user("SHIPYARD_SMDDP_SHIM", None, "`off`: leave the smdistributed shim off PYTHONPATH."),
+    _user(
+        "SHIPYARD_HOROVOD_CUDA",
+        None,
+        "`host`: stage CUDA tensors through host memory.",
+        kind="choice",
+        choices=("host",),
+    ),
+    _user(
+        "SHIPYARD_HOROVOD_SHIM",
+        None,
+        "`force`: use shipyard.horovod even if Horovod exists.",
+        kind="choice",
+        choices=("force",),
+    ),
+    _user(
+        "SHIPYARD_SMDDP_SHIM",
+        None,
+        "`off`: leave the smdistributed shim off PYTHONPATH.",
+        kind="choice",
+        choices=("off", "on"),
+    ),
+    _user(
+        "SHIPYARD_TF_INTRA_OP_THREADS",
+        None,
+        "Intra-op threads of shipyard's TF servers.",
+        kind="int",
+        minimum=0,
+    ),
+    _user(
+        "SHIPYARD_TF_INTER_OP_THREADS",
+        None,
+        "Inter-op threads of shipyard's TF servers.",
+        kind="int",
+        minimum=0,
+    ),
+    _user(
+        "SHIPYARD_PS_TIMEOUT",
+        "300",
+        "Seconds without any reply before PSTimeoutError.",
+        kind="float",
+        minimum=0,
+    ),
+    _user(
+        "SHIPYARD_PS_HEARTBEAT",
+        "1",
+        "shipyard.ps heartbeat interval in seconds (0: off).",
+        kind="float",
+        minimum=0,
+    ),
     _user(
         "SHIPYARD_FRAMEWORK_ENVS",
         "off",
         "`on`: a job asking for another framework_version runs in an environment of it "
         "(or the nearest with the same API), built by uv on first use and cached.",
+        kind="choice",
+        choices=("off", "on"),
     ),
-    _user("SHIPYARD_TF_INTRA_OP_THREADS", None, "Intra-op threads of shipyard's TF servers."),
-    _user("SHIPYARD_TF_INTER_OP_THREADS", None, "Inter-op threads of shipyard's TF servers."),
-    _user("SHIPYARD_PS_TIMEOUT", "300", "Seconds without any reply before PSTimeoutError."),
-    _user("SHIPYARD_PS_HEARTBEAT", "1", "shipyard.ps heartbeat interval in seconds (0: off)."),
     _user("SHIPYARD_PS_MAC", None, "shipyard.ps message authentication (default aes-gmac)."),
     _user("SHIPYARD_PS_POLICY", None, "shipyard.ps placement policy when none is given."),
-    _user("SHIPYARD_PS_MALLOPT", None, "`0`: leave glibc's malloc settings alone in shipyard.ps."),
-    _user("SHIPYARD_PS_LOG_LEVEL", "INFO", "Log level of shipyard.ps shards."),
+    _user(
+        "SHIPYARD_PS_MALLOPT",
+        None,
+        "`0`: leave glibc's malloc settings alone in shipyard.ps.",
+        kind="flag",
+    ),
+    _user(
+        "SHIPYARD_PS_LOG_LEVEL",
+        "INFO",
+        "Log level of shipyard.ps shards.",
+        kind="choice",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+    ),
     # -- serving ---------------------------------------------------------------------------
     _user("SHIPYARD_SERVING_CONFIG", None, "JSON file with model-server settings."),
-    _user("SHIPYARD_SERVING_DEVICE", None, "`cpu`: serve on CPU even where CUDA is available."),
+    _user(
+        "SHIPYARD_SERVING_DEVICE",
+        None,
+        "`cpu`: serve on CPU even where CUDA is available.",
+        kind="choice",
+        choices=("cpu", "auto"),
+    ),
     # -- set by shipyard for its own processes ---------------------------------------------
-    _internal("SHIPYARD_ATTEMPT", "The attempt number of this run of a job (1-based)."),
-    _internal("SHIPYARD_MAX_RETRY_ATTEMPTS", "The job's max_retry_attempts, for the runners."),
+    _internal(
+        "SHIPYARD_ATTEMPT",
+        "The attempt number of this run of a job (1-based).",
+        kind="int",
+        minimum=1,
+    ),
+    _internal(
+        "SHIPYARD_MAX_RETRY_ATTEMPTS",
+        "The job's max_retry_attempts, for the runners.",
+        kind="int",
+        minimum=0,
+    ),
     _internal("SHIPYARD_HOSTS", "algo-k=address pairs of the job, for name resolution."),
     _internal("SHIPYARD_CURRENT_HOST", "This instance's host name (algo-k)."),
     _internal(
@@ -167,7 +408,7 @@ SETTINGS: tuple[Setting, ...] = (
     _internal("SHIPYARD_DDP_SECRET", "Per-job secret of the DDP port announcement."),
     _internal("SHIPYARD_PS_SECRET", "Per-job key of shipyard.ps messages."),
     _internal("SHIPYARD_PS_ENDPOINTS", "Addresses of the shipyard.ps shards."),
-    _internal("SHIPYARD_PS_RANK", "This shipyard.ps worker's rank."),
+    _internal("SHIPYARD_PS_RANK", "This shipyard.ps worker's rank.", kind="int", minimum=0),
     _internal("SHIPYARD_PS_LOCAL_RANK", "This shipyard.ps worker's rank on its instance."),
     _internal("SHIPYARD_PS_NUM_WORKERS", "How many shipyard.ps workers the job has."),
     _internal("SHIPYARD_PS_REPORT", "Where rank 0 writes the shipyard.ps report on close."),
@@ -183,19 +424,131 @@ SETTINGS: tuple[Setting, ...] = (
     _internal("SHIPYARD_MPI_PLAN", "The mpi launch plan file of a rank."),
     _internal("SHIPYARD_MPI_RUN_DIR", "Directory where mpi ranks record that they started."),
     _internal("SHIPYARD_ENDPOINT", "The endpoint a model-server process serves."),
-    _internal("SHIPYARD_SERVING_FD", "The listening socket a serving worker inherits."),
-    _internal("SHIPYARD_SERVING_REPORT_FD", "The pipe a serving worker reports on."),
+    _internal(
+        "SHIPYARD_SERVING_FD",
+        "The listening socket a serving worker inherits.",
+        kind="int",
+        minimum=0,
+    ),
+    _internal(
+        "SHIPYARD_SERVING_REPORT_FD", "The pipe a serving worker reports on.", kind="int", minimum=0
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 
-def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The variable's value, else its default; a name not listed above is a KeyError,
+def _raw(name: str, environ: Mapping[str, str] | None) -> tuple[Setting, str | None, Source]:
+    """The entry, the text in force and where it came from. An empty value counts as
+    unset (``VAR= cmd`` is how a shell clears one); a name not listed above is a KeyError,
     so a new variable cannot be read without being documented."""
     setting = BY_NAME[name]
     env = os.environ if environ is None else environ
-    return env.get(name, setting.default)
+    raw = env.get(name)
+    if raw is not None and raw != "":
+        return setting, raw, "env"
+    if setting.default is not None:
+        return setting, setting.default, "default"
+    return setting, None, "unset"
+
+
+def _typed(
+    name: str, environ: Mapping[str, str] | None, kind: Kind
+) -> int | float | bool | str | None:
+    setting, raw, _ = _raw(name, environ)
+    if setting.kind != kind:
+        raise TypeError(f"{name} is a {setting.kind} setting, not {kind}")
+    return None if raw is None else setting.parse(raw)
+
+
+def _required(name: str, value: object) -> object:
+    if value is None:
+        setting = BY_NAME[name]
+        who = "shipyard sets it for its own processes" if setting.audience == "internal" else ""
+        raise SettingError(
+            f"{name} is not set ({setting.meaning.rstrip('.')}); "
+            + (who or f"set it to {setting.accepts()}")
+        )
+    return value
+
+
+def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable's text, else its default, else None (no parsing: text settings and
+    callers that pass a value through untouched)."""
+    return _raw(name, environ)[1]
+
+
+def optional_text(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """A text or choice setting, checked (a choice comes back as spelled in its entry);
+    None when it is unset and has no default."""
+    setting, raw, _ = _raw(name, environ)
+    if setting.kind not in ("text", "choice"):
+        raise TypeError(f"{name} is a {setting.kind} setting, not text")
+    return None if raw is None else str(setting.parse(raw))
+
+
+def text(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """A text or choice setting that has a default or must be set (SettingError if not)."""
+    return str(_required(name, optional_text(name, environ)))
+
+
+def integer(name: str, environ: Mapping[str, str] | None = None) -> int:
+    """An ``int`` setting's value; SettingError if it is malformed or unset without default."""
+    value = _required(name, _typed(name, environ, "int"))
+    assert isinstance(value, int)
+    return value
+
+
+def optional_integer(name: str, environ: Mapping[str, str] | None = None) -> int | None:
+    value = _typed(name, environ, "int")
+    assert value is None or isinstance(value, int)
+    return value
+
+
+def number(name: str, environ: Mapping[str, str] | None = None) -> float:
+    """A ``float`` setting's value; SettingError if it is malformed or unset without default."""
+    value = _required(name, _typed(name, environ, "float"))
+    assert isinstance(value, float)
+    return value
+
+
+def optional_number(name: str, environ: Mapping[str, str] | None = None) -> float | None:
+    value = _typed(name, environ, "float")
+    assert value is None or isinstance(value, float)
+    return value
+
+
+def flag(name: str, environ: Mapping[str, str] | None = None) -> bool | None:
+    """A yes/no setting; None when it is unset and has no default."""
+    value = _typed(name, environ, "flag")
+    assert value is None or isinstance(value, bool)
+    return value
+
+
+def take(name: str) -> str | None:
+    """Read a secret and remove it from this process's environment, so that nothing this
+    process starts inherits it (the job secrets of the DDP rendezvous and ranks)."""
+    value = get(name)
+    os.environ.pop(name, None)
+    return value
+
+
+def report(
+    environ: Mapping[str, str] | None = None,
+) -> list[tuple[Setting, str | None, Source, str]]:
+    """Every setting, the text in force, where it came from, and ``ok`` or the problem
+    with its value (what ``shipyard doctor --settings`` prints)."""
+    rows: list[tuple[Setting, str | None, Source, str]] = []
+    for setting in SETTINGS:
+        _, raw, source = _raw(setting.name, environ)
+        problem = "ok"
+        if raw is not None:
+            try:
+                setting.parse(raw)
+            except SettingError as err:
+                problem = str(err)
+        rows.append((setting, raw, source, problem))
+    return rows
 
 
 def markdown_table() -> str:

@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 
-from shipyard.observe.traffic import _hex_address, _owners_in_other_namespaces
+from shipyard.runtime.traffic import _hex_address, _owners_in_other_namespaces
 from shipyard.sandbox.instance import hosts_text
 from shipyard.sandbox.network import veth_name
 

@@ -17,6 +17,7 @@ import time
 import traceback
 from typing import Any
 
+from shipyard import settings
 from shipyard.agent import channels, runners
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.entry_point import python_dir, user_command
@@ -222,7 +223,7 @@ def _run(
 
     supervisor = Supervisor(
         specs,
-        grace=float(os.environ.get("SHIPYARD_STOP_GRACE", "5")),
+        grace=settings.number("SHIPYARD_STOP_GRACE"),
         log=log,
         lost_file=paths.lost_file,
         on_failure=record_failure,

@@ -17,6 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 from shipyard.cli.helptext import FlagsGroup
+from shipyard.cli.output import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    fail,
+    out_console,
+)
 from shipyard.control.lifecycle import JobStatus
 from shipyard.errors import JobFailedError, JobNotFoundError, ShipyardError, ValidationError
 
@@ -27,7 +35,6 @@ app = typer.Typer(
     help="SageMaker-style distributed training on your own machines.",
 )
 console = Console(stderr=True, highlight=False)
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 @app.callback()
@@ -41,13 +48,6 @@ def _options(
         from shipyard.observe import progress
 
         progress.set_quiet(True)
-
-
-def out_console() -> Console:
-    """stdout; when it is not a terminal, wide enough that tables keep whole job names
-    and paths (rich would otherwise fold them to 80 columns)."""
-    plain = Console()
-    return plain if plain.is_terminal else Console(width=1000, highlight=False)
 
 
 def _control():
@@ -79,8 +79,7 @@ def _json_default(value: Any) -> Any:
 
 
 def _fail(message: str, code: int) -> None:
-    console.print(f"[bold red]error:[/] {message}", markup=True)
-    raise typer.Exit(code)
+    fail(message, code)
 
 
 @app.command()

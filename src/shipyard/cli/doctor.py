@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from shipyard import settings
+
 
 @dataclass
 class Check:
@@ -168,9 +170,44 @@ def table(found: list[Check]) -> Table:
     return out
 
 
-def doctor() -> None:
+def doctor(
+    show_settings: bool = typer.Option(
+        False,
+        "--settings",
+        help="print every SHIPYARD_* setting, its value and where it came from (env or default)",
+    ),
+) -> None:
     """What this machine supports (sandboxes, FUSE, MPI, TF, torch, GPUs), each gap's fix."""
+    if show_settings:
+        print_settings()
+        return
     Console(highlight=False).print(table(checks()))
+
+
+def print_settings() -> None:
+    """Every setting as this process sees it; a value its setting refuses is shown with the
+    reason and makes the command exit 1 (what would fail later, said now)."""
+    table = Table("setting", "value", "from", "accepts", "meaning")
+    bad = 0
+    for setting, raw, source, problem in settings.report():
+        value = "" if raw is None else raw
+        if source == "env" and "SECRET" in setting.name:
+            value = "(set)"  # a key or job secret: never print it
+        shown = Text(value)
+        if problem != "ok":
+            bad += 1
+            shown = Text(value, style="red") + Text(f" ({problem})")
+        table.add_row(
+            Text(setting.name),
+            shown,
+            source,
+            Text(setting.accepts()),
+            Text(setting.meaning)
+            + Text(" (set by shipyard)" if setting.audience == "internal" else "", style="dim"),
+        )
+    Console(highlight=False, width=200).print(table)
+    if bad:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

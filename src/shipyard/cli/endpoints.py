@@ -33,7 +33,7 @@ endpoints_app = typer.Typer(
 
 
 def _out() -> Console:
-    from shipyard.cli.app import out_console
+    from shipyard.cli.output import out_console
 
     return out_console()
 

@@ -17,7 +17,7 @@ EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND = 1, 2, 3
 
 
 def _out() -> Console:
-    from shipyard.cli.app import out_console
+    from shipyard.cli.output import out_console
 
     return out_console()
 

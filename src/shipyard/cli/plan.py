@@ -78,12 +78,14 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="the predictions as JSON"),
 ) -> None:
     """Predict steps/s, scaling efficiency and the bottleneck at other types and counts."""
-    from shipyard.cli.app import EXIT_BAD_INPUT, EXIT_NOT_FOUND, _control, _fail, out_console
+    from shipyard.cli.output import EXIT_BAD_INPUT, EXIT_NOT_FOUND, out_console
+    from shipyard.cli.output import fail as _fail
+    from shipyard.control.client import ControlPlane
     from shipyard.planner import model, render
     from shipyard.planner.profile import Inputs, from_describe
 
     try:
-        desc = _control().describe(job)
+        desc = ControlPlane().describe(job)
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
     try:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 
 import typer
 
+from shipyard import settings
 from shipyard.server.env import DEFAULT_PORT
 
 server_app = typer.Typer(
@@ -33,7 +33,7 @@ def server(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     signal.signal(signal.SIGTERM, _interrupt)  # close the socket as Ctrl-C does
     try:
-        serve(host, port, default_home(), backend=os.environ.get("SHIPYARD_BACKEND", "local"))
+        serve(host, port, default_home(), backend=settings.text("SHIPYARD_BACKEND"))
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None

@@ -33,7 +33,7 @@ from shipyard.agent.processes import kill_survivors, wait_gone
 from shipyard.control import schema, staging
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import StrEnum
-from shipyard.errors import ShipyardError, ValidationError
+from shipyard.errors import EndpointError, EndpointNotFoundError, ValidationError
 
 
 class EndpointStatus(StrEnum):
@@ -42,15 +42,6 @@ class EndpointStatus(StrEnum):
     CREATING = "Creating"
     IN_SERVICE = "InService"
     FAILED = "Failed"
-
-
-class EndpointError(ShipyardError):
-    """An endpoint could not be created, reached or deleted."""
-
-
-class EndpointNotFoundError(EndpointError, KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "endpoint not found"
 
 
 @dataclass

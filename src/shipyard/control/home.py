@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from shipyard import settings
+
 
 def default_home() -> str:
-    return os.path.abspath(os.path.expanduser(os.environ.get("SHIPYARD_HOME", "~/.shipyard")))
+    return os.path.abspath(os.path.expanduser(settings.text("SHIPYARD_HOME")))
 
 
 @dataclass(frozen=True)

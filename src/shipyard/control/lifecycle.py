@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from shipyard.errors import ShipyardError
+
 
 class StrEnum(str, Enum):
     """A str-valued enum that prints, formats and serializes as its value (Python 3.10's
@@ -101,8 +103,8 @@ class JobState:
         return self.status in TERMINAL
 
 
-class IllegalTransition(Exception):
-    pass
+class IllegalTransition(ShipyardError):
+    """A status change the lifecycle table does not allow (a bug, or two writers)."""
 
 
 _IN_PROGRESS = {

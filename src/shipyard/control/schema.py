@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from shipyard.errors import ShipyardError
+from shipyard.errors import SchemaError
 
 _V1 = (
     """CREATE TABLE IF NOT EXISTS jobs (
@@ -98,10 +98,6 @@ _V3 = ("ALTER TABLE jobs ADD COLUMN supervisor_started REAL",)
 
 MIGRATIONS: tuple[Sequence[str], ...] = (_V1, _V2, _V3)
 VERSION = len(MIGRATIONS)
-
-
-class SchemaError(ShipyardError):
-    """The database under SHIPYARD_HOME cannot be used by this version of shipyard."""
 
 
 @contextmanager

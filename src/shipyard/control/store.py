@@ -33,13 +33,8 @@ from shipyard.control.lifecycle import (
     SecondaryStatus,
     step,
 )
-from shipyard.errors import JobExistsError, JobNotFoundError, ShipyardError
+from shipyard.errors import CorruptRecordError, JobExistsError, JobNotFoundError
 from shipyard.spec import JobSpec
-
-
-class CorruptRecordError(ShipyardError):
-    """A stored job record does not read back as a valid job (another version wrote it,
-    or the file was edited by hand)."""
 
 
 class Transition(TypedDict):

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from shipyard import settings
 from shipyard.agent import runners
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
@@ -43,7 +44,6 @@ REPORT_NAME = "distribution-report.json"
 WARNINGS_NAME = "warnings.json"
 POLL_SECONDS = 0.02
 STOP_CHECK_SECONDS = 0.25
-STOP_GRACE_SECONDS = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
 # After the first failure is seen, how long the other agents get to record theirs: a peer
 # failing a few ms later (its connection dropped) may be *seen* first; the earliest
 # recorded failure time names the root cause (torch elastic's rule).
@@ -322,7 +322,7 @@ class JobSupervisor:
                 f"shipyard: {', '.join(sorted(self.deciding))} finished; "
                 f"stopping {', '.join(h.host for h in serving)}\n"
             )
-        self.backend.stop(serving, grace=STOP_GRACE_SECONDS)
+        self.backend.stop(serving, grace=settings.number("SHIPYARD_STOP_GRACE"))
         for handle in serving:
             self._finish_instance(
                 handle, attempt, self.backend.poll(handle) or 0, InstanceStatus.COMPLETED, None
@@ -332,7 +332,7 @@ class JobSupervisor:
         self, attempt: int, status: InstanceStatus = InstanceStatus.STOPPED
     ) -> None:
         running = [h for h in self.handles if self.backend.poll(h) is None]
-        self.backend.stop(self.handles, grace=STOP_GRACE_SECONDS)
+        self.backend.stop(self.handles, grace=settings.number("SHIPYARD_STOP_GRACE"))
         for handle in running:
             code = self.backend.poll(handle) or -15
             if handle.host in self.failed_hosts:  # failed first, seen later

@@ -17,6 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from shipyard.errors import ValidationError
 from shipyard.observe.logs import attribute
 
 CHUNK = 256 * 1024  # bytes read from one file in one poll
@@ -24,7 +25,7 @@ TAIL = 128 * 1024  # how far before each file's end a first poll starts
 _ENTRY = re.compile(r"^(algo-\d+(?:#\d+)?):(\d{1,18})$")
 
 
-class CursorError(ValueError):
+class CursorError(ValidationError):
     """A cursor this dashboard did not write."""
 
 

@@ -16,13 +16,15 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
+from shipyard import settings
 from shipyard.data import recordio, tfrecord
+from shipyard.errors import ShipyardError
 
 RECORD_FORMATS = ("TFRecord", "RecordIO", "TextLine")
 _BASE_DEFAULT = "/opt/ml"
 
 
-class PipeModeDatasetException(Exception):
+class PipeModeDatasetException(ShipyardError):
     """A Pipe channel cannot be read (named like sagemaker_tensorflow's exception)."""
 
 
@@ -83,9 +85,7 @@ def next_epoch(channel: str, state_dir: str) -> int:
 def open_epoch(channel: str, epoch: int, pipe_dir: str, timeout: float | None = None):
     """Open the FIFO of ``epoch`` for reading, waiting for the feeder to create it."""
     path = os.path.join(pipe_dir, f"{channel}_{epoch}")
-    timeout = (
-        float(os.environ.get("SHIPYARD_PIPE_WAIT_SECONDS", "600")) if timeout is None else timeout
-    )
+    timeout = settings.number("SHIPYARD_PIPE_WAIT_SECONDS") if timeout is None else timeout
     deadline = time.monotonic() + timeout
     delay = 0.005
     while not os.path.exists(path):

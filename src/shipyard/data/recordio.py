@@ -12,12 +12,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 
+from shipyard.errors import ShipyardError
+
 MAGIC = 0xCED7230A
 MAGIC_BYTES = struct.pack("<I", MAGIC)
 MAX_LENGTH = (1 << 29) - 1
 
 
-class RecordIOError(ValueError):
+class RecordIOError(ShipyardError, ValueError):
     """The bytes are not valid RecordIO framing."""
 
 

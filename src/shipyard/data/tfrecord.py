@@ -11,8 +11,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 
+from shipyard.errors import ShipyardError
 
-class TFRecordError(ValueError):
+
+class TFRecordError(ShipyardError, ValueError):
     """The bytes are not valid TFRecord framing."""
 
 

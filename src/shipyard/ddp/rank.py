@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 
+from shipyard import settings
 from shipyard.ddp import announce, contract
 from shipyard.runtime import failure
 from shipyard.runtime.lifeline import die_with_parent
@@ -73,6 +74,7 @@ def relay(proc: subprocess.Popen) -> bytes:
     out = sys.stdout.buffer
     tail = bytearray()
     pending = b""
+    assert proc.stdout is not None  # started with stdout=PIPE
     fd = proc.stdout.fileno()
     while True:
         try:
@@ -152,7 +154,7 @@ def exit_status(code: int) -> int:
 
 
 def run(args: argparse.Namespace, command: list[str]) -> int:
-    secret = os.environ.pop(SECRET_ENV, "")
+    secret = settings.take(SECRET_ENV) or ""
     rank = int(os.environ["RANK"])
     hosts = args.hosts.split(",")
     who = contract.describe_rank(rank, hosts, int(os.environ["LOCAL_WORLD_SIZE"]))

@@ -26,6 +26,7 @@ import threading
 import time
 from datetime import timedelta
 
+from shipyard import settings
 from shipyard.ddp import contract
 from shipyard.ddp.announce import AnnounceServer
 
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     global _FAILURE_FILE
     args = parse_args(argv)
     _FAILURE_FILE = args.failure_file
-    rdzv = Rendezvous(args, os.environ.pop(SECRET_ENV, ""))
+    rdzv = Rendezvous(args, settings.take(SECRET_ENV) or "")
     signal.signal(signal.SIGTERM, lambda *_: rdzv.stopping.set())
     signal.signal(signal.SIGINT, lambda *_: rdzv.stopping.set())
     code = rdzv.watch()

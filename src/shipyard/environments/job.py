@@ -9,7 +9,6 @@ timeout) and on Ray nodes. Off, nothing changes: the installed environment runs 
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +49,9 @@ class Prepared:
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH, "off").strip().lower() in ("on", "1", "yes", "true")
+    from shipyard import settings
+
+    return settings.text(SWITCH) == "on"
 
 
 def installed_version(framework: str) -> str | None:

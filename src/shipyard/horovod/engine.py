@@ -55,6 +55,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from shipyard import settings
+
 from . import errors
 from .asyncq import AsyncQueue
 from .channel import MPIChannel, SelfChannel
@@ -100,7 +102,7 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
     collectives, watchdog."""
 
     def __init__(self, comm=None) -> None:
-        backend = os.environ.get("SHIPYARD_HOROVOD_BACKEND", "auto").lower()
+        backend = settings.text("SHIPYARD_HOROVOD_BACKEND").lower()
         self._waiters = Waiters()
         self.MPI = None
         self.thread_level_multiple = True
@@ -160,19 +162,15 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         # never join would hang the job forever (MPI_Finalize waits for them, they wait for it).
         # Leaving ranks announce it on the control communicator; a rank stuck in a collective
         # for longer than this grace period that has such a notice aborts the job.
-        self._exit_grace = float(os.environ.get("SHIPYARD_HOROVOD_EXIT_GRACE_SECONDS", "5") or 0)
+        self._exit_grace = settings.number("SHIPYARD_HOROVOD_EXIT_GRACE_SECONDS")
         self._exit_reqs: list = []
         self._watchdog_stop = threading.Event()
         if self.size > 1 and self.MPI is not None:
             threading.Thread(
                 target=self._watchdog, name="shipyard-hvd-watchdog", daemon=True
             ).start()
-            if os.environ.get("SHIPYARD_HOROVOD_ABORT_ON_ERROR", "1").lower() not in (
-                "0",
-                "false",
-                "no",
-            ):
-                _install_abort_on_uncaught(self)
+            if settings.flag("SHIPYARD_HOROVOD_ABORT_ON_ERROR"):
+                _install_abort_on_uncaught(self, lambda: _engine)
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -541,7 +539,7 @@ def _launch_marker(stage: str) -> None:
     $SHIPYARD_MPI_RUN_DIR). MPI_Init blocks until every rank has called it, possibly holding
     the GIL, so a rank that never calls init cannot be diagnosed from in here; the wrapper
     (shipyard.mpi.rank) watches these files and names the missing ranks."""
-    run_dir = os.environ.get("SHIPYARD_MPI_RUN_DIR")
+    run_dir = settings.get("SHIPYARD_MPI_RUN_DIR")
     rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK")
     if not run_dir or rank is None:
         return

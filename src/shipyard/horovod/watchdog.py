@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -77,19 +78,19 @@ class Watchdog:
 _EXIT_TAG = 7707
 
 
-def _install_abort_on_uncaught(eng: Any) -> None:
+def _install_abort_on_uncaught(eng: Any, current: Callable[[], Any]) -> None:
     """An uncaught exception on one rank aborts the whole job (after printing the traceback),
     as ``python -m mpi4py`` does: otherwise the other ranks wait in collectives forever and
-    this one waits for them in MPI_Finalize. SHIPYARD_HOROVOD_ABORT_ON_ERROR=0 turns it off."""
+    this one waits for them in MPI_Finalize. SHIPYARD_HOROVOD_ABORT_ON_ERROR=0 turns it off.
+    ``current`` returns the process-wide engine (it lives in engine.py, which imports this
+    module: passed in, not imported back, so the two modules form no cycle)."""
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
         try:
             previous(exc_type, exc, tb)
         finally:
-            from . import engine as _engine_module  # the process-wide engine lives there
-
-            if _engine_module._engine is eng and not eng._closed:
+            if current() is eng and not eng._closed:
                 sys.stderr.write(
                     f"shipyard.horovod: uncaught {exc_type.__name__} on rank {eng.rank}; "
                     "aborting the job so the other ranks do not wait forever\n"

@@ -38,6 +38,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from shipyard import settings
 from shipyard.errors import ShipyardError
 
 
@@ -67,8 +68,8 @@ def _wheel_candidates() -> list[Path]:
 
 
 def find_mpirun(env: Mapping[str, str] | None = None) -> str:
+    override = settings.get("SHIPYARD_MPIRUN", env)
     env = os.environ if env is None else env
-    override = env.get("SHIPYARD_MPIRUN")
     if override:
         p = Path(override)
         if _executable(p):

@@ -48,6 +48,7 @@ import threading
 import time
 from typing import IO
 
+from shipyard import settings
 from shipyard.mpi.command import rank_env
 from shipyard.runtime import failure
 from shipyard.runtime.lifeline import die_with_parent
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     # (its own PDEATHSIG), so no rank outlives the launcher.
     die_with_parent(signal.SIGTERM)
     # a rank on a serving instance (mpi_rsh): that instance's copy of the plan, own paths
-    with open(os.environ.get("SHIPYARD_MPI_PLAN") or args.plan, encoding="utf-8") as fh:
+    with open(settings.get("SHIPYARD_MPI_PLAN") or args.plan, encoding="utf-8") as fh:
         plan = json.load(fh)
     return RankWrapper(plan, argv[split + 1 :], world_rank(os.environ)).run()
 

@@ -47,6 +47,8 @@ import sys
 import threading
 import time
 
+from shipyard import settings
+from shipyard.errors import ShipyardError
 from shipyard.runtime import failure
 from shipyard.runtime.lifeline import parent_death_argv
 
@@ -65,12 +67,12 @@ log = logging.getLogger("shipyard.mpi.rsh")
 _HANDSHAKES = threading.BoundedSemaphore(MAX_HANDSHAKES)
 
 
-class Refused(Exception):
+class Refused(ShipyardError):
     """A request the server will not run; its text is logged and sent to the peer."""
 
 
 def port(env: dict[str, str] | os._Environ = os.environ) -> int:
-    return int(env.get("SHIPYARD_MPI_RSH_PORT") or DEFAULT_PORT)
+    return settings.integer("SHIPYARD_MPI_RSH_PORT", env)
 
 
 def _mac(secret: str, payload: bytes) -> str:

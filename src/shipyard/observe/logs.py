@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TextIO
 
+from shipyard import settings
+
 RANK_TAG = re.compile(r"^\[(algo-\d+) rank (\d+)\] ?")
 
 # Each pattern names one framework's chatter; anchored so a user's line that merely
@@ -56,7 +58,7 @@ def is_noise(line: str) -> bool:
 
 
 def show_noise_default() -> bool:
-    return os.environ.get("SHIPYARD_LOG_NOISE", "hide").lower() in ("show", "1", "all", "yes")
+    return settings.text("SHIPYARD_LOG_NOISE").lower() in ("show", "1", "all", "yes")
 
 
 def hidden_raw_line(line: str) -> bool:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
+from shipyard import settings
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -34,7 +36,7 @@ def set_quiet(quiet: bool) -> None:
 
 def mode(stream: TextIO | None = None) -> str:
     """``off``, ``plain`` or ``rich`` for this process and stream."""
-    setting = os.environ.get("SHIPYARD_PROGRESS", "auto").lower()
+    setting = settings.text("SHIPYARD_PROGRESS").lower()
     if _quiet or setting == "off":
         return "off"
     if setting == "plain":

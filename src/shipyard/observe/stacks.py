@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from shipyard.errors import ShipyardError
+from shipyard import settings
+from shipyard.errors import SettingError, ShipyardError
 
 
 class StacksUnavailableError(ShipyardError):
@@ -230,14 +231,11 @@ class SilenceWatch:
 
     @classmethod
     def from_environment(cls, environment: dict[str, str]) -> SilenceWatch | None:
-        raw = (environment or {}).get("SHIPYARD_STACKS_ON_SILENCE")
-        if not raw:
-            return None
         try:
-            seconds = float(raw)
-        except ValueError:
+            seconds = settings.optional_number("SHIPYARD_STACKS_ON_SILENCE", environment or {})
+        except SettingError:  # a watch, not the job: a bad value leaves it off
             return None
-        return cls(seconds) if seconds > 0 else None
+        return cls(seconds) if seconds else None
 
     def activity(self) -> None:
         self.last = self.clock()

@@ -41,9 +41,12 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+from shipyard import settings
+from shipyard.errors import SettingError
 
 from . import wire
 from .client_data import BUCKET_BYTES, DataPath
@@ -99,7 +102,7 @@ ArrayLike = Any
 
 
 def endpoints_from_env() -> list[str]:
-    value = os.environ.get(ENDPOINTS_ENV, "")
+    value = settings.get(ENDPOINTS_ENV) or ""
     eps = [e.strip() for e in value.split(",") if e.strip()]
     if not eps:
         raise PSConfigError(
@@ -109,14 +112,16 @@ def endpoints_from_env() -> list[str]:
     return eps
 
 
-def _env_float(name: str, default: float) -> float:
-    v = os.environ.get(name)
-    if v in (None, ""):
-        return default
+_T = TypeVar("_T")
+
+
+def _setting(read: Callable[[str], _T], name: str) -> _T:
+    """A setting read for the client: a bad value is a PSConfigError, as every bad option of
+    shipyard.ps is (the message still names the variable and what it accepts)."""
     try:
-        return float(v)
-    except ValueError:
-        raise PSConfigError(f"{name}={v!r} is not a number") from None
+        return read(name)
+    except SettingError as err:
+        raise PSConfigError(str(err)) from None
 
 
 class PSClient(DataPath, Exchange, Requests):
@@ -155,10 +160,7 @@ class PSClient(DataPath, Exchange, Requests):
         else:
             self.endpoints = list(endpoints or [])
         if worker_id is None:
-            try:
-                worker_id = int(os.environ.get(RANK_ENV, "0") or 0)
-            except ValueError:
-                raise PSConfigError(f"{RANK_ENV} must be an integer") from None
+            worker_id = _setting(settings.optional_integer, RANK_ENV) or 0
         if not 0 <= worker_id <= wire.U32_MAX:
             raise PSConfigError(f"worker_id must be in [0, 2**32), got {worker_id}")
         self.worker_id = worker_id
@@ -169,7 +171,7 @@ class PSClient(DataPath, Exchange, Requests):
         self._guard = wire.ReplayGuard(self.signer.session)
         # SHA-256 segments are hashed on the pool; BLAKE3 threads itself (GIL held)
         self._pool_hash = self.signer.alg == wire.MAC_HMAC_SHA256
-        self.timeout = timeout if timeout is not None else _env_float(TIMEOUT_ENV, DEFAULT_TIMEOUT)
+        self.timeout = timeout if timeout is not None else _setting(settings.number, TIMEOUT_ENV)
         self._factory = transport_factory
         self.transport: Transport = transport_factory()
         self.transport.sink = self._sink  # values land in the caller's arrays (client_data)
@@ -194,7 +196,9 @@ class PSClient(DataPath, Exchange, Requests):
         self._open: list[int] = []  # a split-phase push_pull in progress
         self._open_result: dict[str, np.ndarray] = {}
         hb = (
-            heartbeat_interval if heartbeat_interval is not None else _env_float(HEARTBEAT_ENV, 1.0)
+            heartbeat_interval
+            if heartbeat_interval is not None
+            else _setting(settings.number, HEARTBEAT_ENV)
         )
         self._hb_interval = hb
         self._hb_stop = threading.Event()
@@ -257,7 +261,7 @@ class PSClient(DataPath, Exchange, Requests):
         (what ``shipyard describe`` shows), best effort."""
         if self._closed:
             return
-        report_path = os.environ.get(REPORT_ENV)
+        report_path = settings.get(REPORT_ENV)
         if report_path and self.worker_id == 0 and leave and not self._servers_down:
             try:
                 self.write_report(report_path, timeout=min(self.timeout, 5.0))
@@ -352,7 +356,7 @@ class PSClient(DataPath, Exchange, Requests):
                 given.append((name, arr))
                 values[name] = arr
         specs = as_specs(given)
-        policy = policy or os.environ.get(POLICY_ENV) or "auto"
+        policy = policy or settings.get(POLICY_ENV) or "auto"
         report = place(specs, self.num_shards, policy, chunk_bytes)
         limit = min((int(x.get("max_message_bytes") or 0) for x in self.shard_info), default=0)
         too_big = [

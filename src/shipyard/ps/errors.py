@@ -31,6 +31,8 @@ shard's ``rejected`` counters and of the error reply's JSON payload.
 
 from __future__ import annotations
 
+from shipyard.errors import ShipyardError
+
 
 class ErrorCode:
     """Stable reason strings: error-reply codes and ``rejected`` counter keys."""
@@ -76,7 +78,7 @@ class ErrorCode:
     )
 
 
-class PSError(Exception):
+class PSError(ShipyardError):
     """Base of every error shipyard.ps raises on purpose."""
 
     code: str = ErrorCode.INTERNAL

@@ -34,6 +34,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from shipyard import settings
+
 from . import wire
 from .consistency import Consistency
 from .core import DEFAULT_MAX_PAYLOAD, Outgoing, ServerConfig, ServerCore
@@ -349,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="why this shard failed, for the agent: written at start (a kill leaves it), "
         "replaced by the reason on a failing exit, removed on success",
     )
-    p.add_argument("--log-level", default=os.environ.get("SHIPYARD_PS_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", default=settings.text("SHIPYARD_PS_LOG_LEVEL"))
     return p
 
 

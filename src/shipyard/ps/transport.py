@@ -26,7 +26,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
 import select
 import socket
 import threading
@@ -35,6 +34,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from shipyard import settings
 
 from .errors import PSError
 from .stream import (
@@ -71,7 +72,7 @@ def tune_malloc(keep_bytes: int) -> bool:
     process; a no-op off glibc or with SHIPYARD_PS_MALLOPT=0. Returns whether applied.
     """
     global _malloc_tuned
-    if _malloc_tuned or os.environ.get(MALLOPT_ENV) == "0":
+    if _malloc_tuned or settings.get(MALLOPT_ENV) == "0":
         return False
     try:
         libc = ctypes.CDLL(None)

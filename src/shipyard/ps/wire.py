@@ -26,13 +26,13 @@ copies (slow). A message is a list of frames (on TCP: stream.py's framing)::
 
   That is the stdlib fallback. SHA-256 runs at ~1.7 GB/s per core here, which
   caps a push+pull at about a fifth of loopback TCP on 2 cores (four hash passes
-  per byte). The default when ``cryptography`` is installed (the ps extra) is
+  per byte). With ``cryptography`` installed (the ps extra) there is also
   ``poly1305``: a one-time Poly1305 key per message, k = HMAC-SHA256(K', nonce ||
   header) with a random 128-bit nonce, over u32 n || (u64 len || frame)*, sent
   as nonce || tag in the 32-byte MAC frame (~12 GB/s per core, the construction
-  ChaCha20-Poly1305 and NaCl's secretbox use). ``aes-gmac`` (the default when
-  ``cryptography`` is installed) is AES-256-GCM used as documented, with nothing
-  encrypted: a key per sender session (HKDF-SHA256 of the job key, the session id
+  ChaCha20-Poly1305 and NaCl's secretbox use). ``aes-gmac``, the default when
+  ``cryptography`` is installed (``default_mac()``; else hmac-sha256), is AES-256-GCM
+  used as documented, with nothing encrypted: a key per sender session (HKDF-SHA256 of the job key, the session id
   as info), the nonce ``u64 seq || u32 0`` (a counter, never repeated under one
   key) and as associated data the header, the frame lengths and the frames; the
   MAC frame is GCM's 16-byte tag (``Signer._gmac``; docs/decisions.md, issue 17).
@@ -69,6 +69,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from shipyard import settings
 
 from .errors import (
     AuthenticationError,
@@ -371,7 +373,7 @@ def secret_from_env(explicit: str | bytes | None = None) -> bytes:
     """The secret passed in, else ``$SHIPYARD_PS_SECRET``; PSConfigError if neither."""
     if explicit is not None:
         return explicit.encode("utf-8") if isinstance(explicit, str) else bytes(explicit)
-    value = os.environ.get(SECRET_ENV, "")
+    value = settings.get(SECRET_ENV) or ""
     if not value:
         raise PSConfigError(
             f"{SECRET_ENV} is not set: every shard and worker of a job needs the same secret "
@@ -534,7 +536,7 @@ def default_mac() -> str:
 def resolve_mac(alg: str | int | None = None) -> int:
     """Algorithm id from a name/id, else ``$SHIPYARD_PS_MAC``, else ``default_mac()``."""
     if alg is None:
-        alg = os.environ.get(MAC_ENV) or default_mac()
+        alg = settings.get(MAC_ENV) or default_mac()
     if isinstance(alg, str):
         if alg.lower() not in MAC_ALGORITHMS:
             raise PSConfigError(

@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
+from shipyard import settings
 from shipyard.runtime.lifeline import die_with_parent
 
 from .client import PSClient
@@ -156,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument(
         "--report",
-        default=os.environ.get("SHIPYARD_REPORT_PATH"),
+        default=settings.get("SHIPYARD_REPORT_PATH"),
         help="write the job's merged report here (default $SHIPYARD_REPORT_PATH)",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command")

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
+from shipyard import settings
 from shipyard.sandbox import kernel, tools
 
 OFF_VALUES = ("off", "0", "false", "no")
@@ -73,7 +74,7 @@ def _detect(network: bool = True) -> Support:
 
 
 def switched_off() -> bool:
-    return os.environ.get("SHIPYARD_SANDBOX", "auto").strip().lower() in OFF_VALUES
+    return settings.text("SHIPYARD_SANDBOX").strip().lower() in OFF_VALUES
 
 
 def support(network: bool = True) -> Support:

@@ -13,8 +13,8 @@ import socket
 import threading
 from typing import Any
 
-from shipyard.control.endpoints import EndpointError, Endpoints
-from shipyard.errors import ShipyardError
+from shipyard.control.endpoints import Endpoints
+from shipyard.errors import EndpointError, ModelError
 from shipyard.sdk.deserializers import (
     BaseDeserializer,
     BytesDeserializer,
@@ -23,20 +23,6 @@ from shipyard.sdk.deserializers import (
 from shipyard.sdk.serializers import BaseSerializer, IdentitySerializer, JSONSerializer
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-
-
-class ModelError(ShipyardError):
-    """The model server answered with an error status (InvokeEndpoint's ModelError)."""
-
-    def __init__(self, status: int, message: str, endpoint: str) -> None:
-        self.status = status
-        self.message = message
-        super().__init__(
-            f"An error occurred (ModelError) when calling the InvokeEndpoint "
-            f"operation on {endpoint!r}: Received "
-            f"{'client' if status < 500 else 'server'} error ({status}) with "
-            f'message "{message}"'
-        )
 
 
 class Predictor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from shipyard import settings
 from shipyard.control.client import ControlPlane
 from shipyard.errors import ValidationError
 
@@ -24,7 +25,7 @@ class Session:
     def __init__(
         self, backend: str | None = None, home: str | None = None, address: str | None = None
     ) -> None:
-        self.backend = backend or os.environ.get("SHIPYARD_BACKEND", "local")
+        self.backend = backend or settings.text("SHIPYARD_BACKEND")
         if self.backend not in BACKENDS:
             raise ValidationError(
                 f"unknown backend {self.backend!r}; available: "

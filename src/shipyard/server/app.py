@@ -23,6 +23,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from shipyard import settings
 from shipyard.server import sigv4
 from shipyard.server.errors import ApiError
 from shipyard.server.http import (
@@ -254,8 +255,8 @@ def serve(
     from shipyard.server.services import build
 
     keys = {}
-    access = os.environ.get("SHIPYARD_SERVER_ACCESS_KEY")
-    secret = os.environ.get("SHIPYARD_SERVER_SECRET_KEY")
+    access = settings.get("SHIPYARD_SERVER_ACCESS_KEY")
+    secret = settings.get("SHIPYARD_SERVER_SECRET_KEY")
     if access and secret:
         keys[access] = secret
     server = ApiServer(host, port, {}, keys)

@@ -11,8 +11,10 @@ in its wire format (JSON for sagemaker/logs/sagemaker-runtime, XML for S3/STS/IA
 
 from __future__ import annotations
 
+from shipyard.errors import ShipyardError
 
-class ApiError(Exception):
+
+class ApiError(ShipyardError):
     """An error answered to the client, in the protocol of the service it called."""
 
     def __init__(self, code: str, message: str, status: int = 400) -> None:

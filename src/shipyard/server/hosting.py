@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any
 
-from shipyard.control.endpoints import EndpointNotFoundError, Endpoints, ping
-from shipyard.errors import ShipyardError
+from shipyard.control.endpoints import Endpoints, ping
+from shipyard.errors import EndpointNotFoundError, ShipyardError
 from shipyard.server import images
 from shipyard.server.errors import ApiError, validation
 from shipyard.server.objects import ObjectStore

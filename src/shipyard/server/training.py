@@ -135,6 +135,8 @@ class TrainingApi:
             self.records.put("training-job", name, {"Request": req})
         except JobExistsError as exc:
             raise in_use(str(exc)) from None
+        except ApiError:  # already in the protocol's words (an ApiError is a ShipyardError too)
+            raise
         except ShipyardError as exc:
             raise validation(str(exc)) from None
         finally:

@@ -16,5 +16,10 @@ runs a server; control/endpoints.py starts one per endpoint as a detached proces
     app.py          the routes (SageMaker hosting, TF Serving REST), errors as {"error": ...}
     server.py       master process: socket, worker processes, state file
     worker.py       one worker process
-    batch.py        batch transform: record splitting, filters, joining, assembly
+    config.py       the server's settings (workers, batching, limits) from SHIPYARD_SERVING_CONFIG
+    errors.py       ServingError and its HTTP statuses
+    fast_json.py    JSON bodies of plain arrays, decoded without the json module's objects
+    prometheus.py   /metrics: requests by route and status, across workers
+    transform/      batch transform: records.py (split, group, filter, join: pure) and
+                    engine.py (mini-batched requests to a running server, atomic outputs)
 """

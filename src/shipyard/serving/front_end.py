@@ -67,6 +67,24 @@ from shipyard.serving.http_types import Handler, HttpRequest, HttpResponse
 
 log = logging.getLogger("shipyard.serving")
 
+#: The uvicorn release ``LimitedHttpProtocol`` is written and tested against: it subclasses
+#: uvicorn's httptools protocol and uses its internals (``Server._serve``, the protocol's
+#: cycle attributes), which a release may change. constraints.txt pins exactly this one
+#: (tests/unit/serving/test_uvicorn_pin.py checks they agree); another logs a warning.
+UVICORN_TESTED = "0.54.0"
+
+
+def uvicorn_note(installed: str) -> str | None:
+    """What to tell the operator when the installed uvicorn is not the tested one."""
+    if installed == UVICORN_TESTED:
+        return None
+    return (
+        f"shipyard's model server subclasses uvicorn's httptools protocol and is tested "
+        f"with uvicorn {UVICORN_TESTED} only; uvicorn {installed} is installed. If requests "
+        f"misbehave, install the tested one: pip install uvicorn=={UVICORN_TESTED}"
+    )
+
+
 KEEPALIVE_TIMEOUT = 75.0  # seconds an idle keep-alive connection is kept (aiohttp's default)
 READ_TIMEOUT = 60.0  # seconds a half-received body may go without a byte
 HEAD_TIMEOUT = 10.0  # seconds from a request's first byte to the end of its headers
@@ -489,6 +507,9 @@ class FrontEnd:
     ) -> None:
         import uvicorn
 
+        note = uvicorn_note(uvicorn.__version__)
+        if note:
+            log.warning(note)
         self.limits = Limits(max_body, error_body, **limits)
         protocol = type(
             "BoundHttpProtocol",

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from shipyard import settings
 from shipyard.serving.errors import BadRequest, ModelLoadError, NotFound
 from shipyard.serving.protocol import Signature, TensorSpec
 
@@ -323,7 +324,7 @@ def torch_device() -> str:
     SHIPYARD_SERVING_DEVICE=cpu. The CUDA path is not exercised by the CPU-only CI."""
     import torch
 
-    if os.environ.get("SHIPYARD_SERVING_DEVICE", "").lower() == "cpu":
+    if (settings.optional_text("SHIPYARD_SERVING_DEVICE") or "").lower() == "cpu":
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 
+from shipyard import settings
 from shipyard.serving.config import CONFIG_ENV, ServerConfig
 from shipyard.serving.front_end import install_uvloop
 
@@ -93,11 +94,11 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
 
 def main() -> None:
     die_with_parent()
-    config = ServerConfig.from_json(os.environ[CONFIG_ENV])
+    config = ServerConfig.from_json(settings.text(CONFIG_ENV))
     limit_threads(config.threads_per_worker())
     logging.basicConfig(level=logging.INFO, format=f"worker {os.getpid()}: %(message)s")
-    sock = socket.socket(fileno=int(os.environ["SHIPYARD_SERVING_FD"]))
-    report_fd = int(os.environ["SHIPYARD_SERVING_REPORT_FD"])
+    sock = socket.socket(fileno=settings.integer("SHIPYARD_SERVING_FD"))
+    report_fd = settings.integer("SHIPYARD_SERVING_REPORT_FD")
     install_uvloop()
     asyncio.run(serve(config, sock, report_fd))
 

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO, TypeVar
 
+from shipyard import settings
 from shipyard.errors import StorageError
 from shipyard.storage.api import ObjectInfo
 from shipyard.storage.uri import Location, endpoint_url
@@ -45,10 +46,10 @@ def client(endpoint: str | None = None) -> Any:
     key = (endpoint_url(endpoint), os.getpid())
     with _LOCK:
         if key not in _CLIENTS:
-            attempts = int(os.environ.get("SHIPYARD_S3_MAX_ATTEMPTS", "3"))
+            attempts = settings.integer("SHIPYARD_S3_MAX_ATTEMPTS")
             config = Config(
                 retries={"max_attempts": attempts, "mode": "standard"},
-                connect_timeout=float(os.environ.get("SHIPYARD_S3_CONNECT_TIMEOUT", "3")),
+                connect_timeout=settings.number("SHIPYARD_S3_CONNECT_TIMEOUT"),
                 read_timeout=60,
                 max_pool_connections=32,
                 s3={"addressing_style": "path"},
@@ -67,12 +68,12 @@ def transfer_config() -> Any:
     S3's 5 MiB part minimum for the parts), SHIPYARD_S3_TRANSFER_THREADS parallel parts."""
     from boto3.s3.transfer import TransferConfig
 
-    threshold = int(os.environ.get("SHIPYARD_S3_MULTIPART_THRESHOLD", str(64 << 20)))
+    threshold = settings.integer("SHIPYARD_S3_MULTIPART_THRESHOLD")
     return TransferConfig(
         multipart_threshold=threshold,
         multipart_chunksize=max(threshold, MIN_PART),
-        max_concurrency=int(os.environ.get("SHIPYARD_S3_TRANSFER_THREADS", "8")),
-        num_download_attempts=int(os.environ.get("SHIPYARD_S3_MAX_ATTEMPTS", "3")) + 2,
+        max_concurrency=settings.integer("SHIPYARD_S3_TRANSFER_THREADS"),
+        num_download_attempts=settings.integer("SHIPYARD_S3_MAX_ATTEMPTS") + 2,
     )
 
 

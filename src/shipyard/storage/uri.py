@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from shipyard import settings
 from shipyard.errors import ValidationError
 
 
@@ -62,7 +63,7 @@ def parse(uri: str) -> Location:
 
 
 def _config_endpoint() -> str | None:
-    home = os.path.abspath(os.path.expanduser(os.environ.get("SHIPYARD_HOME", "~/.shipyard")))
+    home = os.path.abspath(os.path.expanduser(settings.text("SHIPYARD_HOME")))
     path = os.path.join(home, "config.json")
     try:
         with open(path, encoding="utf-8") as fh:

@@ -20,6 +20,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from shipyard import settings
 from shipyard.tf import placement, report
 from shipyard.tf.server import SECRET_ENV, log
 
@@ -41,7 +42,7 @@ def run_script(argv: list[str], placement_file: str) -> int:
 
 
 def collect(endpoints: list[str], secret: str) -> list[dict[str, Any] | None]:
-    from shipyard.observe.traffic import fetch_stats
+    from shipyard.runtime.traffic import fetch_stats
 
     def one(endpoint: str) -> dict[str, Any] | None:
         host, _, port = endpoint.rpartition(":")
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     code = run_script(command, args.placement)
     try:
         endpoints = args.ps.split(",")
-        stats = collect(endpoints, os.environ.get(SECRET_ENV, ""))
+        stats = collect(endpoints, settings.get(SECRET_ENV) or "")
         data = report.build(
             placement.read(args.placement),
             endpoints,

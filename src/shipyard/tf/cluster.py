@@ -19,7 +19,7 @@ Why a process's *own* entry differs: a TensorFlow server binds ``0.0.0.0:<port>`
 whatever IP its address names, so N instances on one machine cannot all bind 2222.
 Every process therefore sees its own task at a private port picked free on its
 machine, and every other task at its public address ``<instance IP>:<SageMaker
-port>``, where shipyard's relay (shipyard.observe.traffic) listens on that IP only
+port>``, where shipyard's relay (shipyard.runtime.traffic) listens on that IP only
 and forwards to the private port, counting the bytes on the way.
 """
 

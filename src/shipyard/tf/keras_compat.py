@@ -100,7 +100,7 @@ def _fix_symbolic_build(trainer_cls: type) -> bool:
         return original(self, iterator=None, data_batch=data_batch)
 
     _maybe_symbolic_build.__wrapped__ = original  # type: ignore[attr-defined]
-    trainer_cls._maybe_symbolic_build = _maybe_symbolic_build
+    trainer_cls._maybe_symbolic_build = _maybe_symbolic_build  # type: ignore[attr-defined]
     return True
 
 
@@ -121,7 +121,7 @@ def _fix_metrics_mean(module: ModuleType) -> bool:
         return original(values, strategy, reduction)
 
     reduce_per_replica.__wrapped__ = original  # type: ignore[attr-defined]
-    module.reduce_per_replica = reduce_per_replica
+    module.reduce_per_replica = reduce_per_replica  # type: ignore[attr-defined]
     return True
 
 
@@ -152,7 +152,7 @@ def _fix_steps_per_execution(trainer_cls: type) -> bool:
                 self.train_function = self.test_function = self.predict_function = None
             return run(self, *args, **kwargs)
 
-        method.__wrapped__ = run  # type: ignore[attr-defined]
+        method.__wrapped__ = run
         method.__name__, method.__doc__ = run.__name__, run.__doc__
         return method
 

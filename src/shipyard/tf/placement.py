@@ -77,7 +77,7 @@ class Recorder:
 
 
 def _wrap(cls: type, recorder: Recorder) -> None:
-    original = cls.__init__
+    original = cls.__init__  # type: ignore[misc]
 
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
@@ -85,7 +85,7 @@ def _wrap(cls: type, recorder: Recorder) -> None:
             recorder.record(self)
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    cls.__init__ = __init__
+    cls.__init__ = __init__  # type: ignore[misc]
 
 
 def _wrap_targets(recorder: Recorder) -> dict[str, postimport.Hook]:

@@ -1,7 +1,7 @@
 """The placement and traffic report of a TensorFlow parameter_server job.
 
 Pure: merges what the chief's placement hook recorded (shipyard.tf.placement) with the
-relays' counters of every ps (shipyard.observe.traffic) into the schema shipyard.ps
+relays' counters of every ps (shipyard.runtime.traffic) into the schema shipyard.ps
 uses (``shipyard.ps.report/v1``, see shipyard/ps/stats.py), so ``shipyard describe``
 shows both kinds of parameter server the same way. Additions for TensorFlow:
 ``implementation``, ``layout``, ``traffic.peers`` (the name of each row: ``chief:0``,
@@ -137,7 +137,7 @@ def _timeline(
     to = [[0] * nshards for _ in peers]
     frm = [[0] * nshards for _ in peers]
     points: list[dict[str, Any]] = []
-    bucket = None
+    bucket: int | None = None
     for wall, j, peer, b_in, b_out in samples:
         b = int((wall - t0) // interval)
         if bucket is not None and b != bucket:
@@ -151,6 +151,7 @@ def _timeline(
         bucket = b
         i = peers.index(peer)
         to[i][j], frm[i][j] = b_in, b_out
+    assert bucket is not None  # samples is not empty
     points.append(
         {"t": round((bucket + 1) * interval, 3), "bytes_to_shard": to, "bytes_from_shard": frm}
     )

@@ -6,7 +6,7 @@ What every instance runs for the TensorFlow distributions:
   worker that only serves), bound to the task's private port. ``--cpu-only`` hides the
   GPUs, as SageMaker forces its parameter servers onto the CPU.
 * ``--relay NAME=IP:PORT>IP:PORT``: byte-counting relays from the instance's public
-  addresses to private ports (shipyard.observe.traffic); they also answer the chief's
+  addresses to private ports (shipyard.runtime.traffic); they also answer the chief's
   request for the counters (job secret in ``SHIPYARD_JOB_SECRET``).
 
 It runs until SIGTERM (the agent stops servers once the chief has ended) and exits at
@@ -27,7 +27,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from shipyard.observe.traffic import PeerNamer, Relay, TrafficBook
+from shipyard import settings
+from shipyard.runtime.traffic import PeerNamer, Relay, TrafficBook
 
 SECRET_ENV = "SHIPYARD_JOB_SECRET"
 
@@ -77,12 +78,12 @@ def start_server(task_type: str, task_index: int, cpu_only: bool):
         config = tf.compat.v1.ConfigProto()
         if cpu_only:
             config.device_count["GPU"] = 0
-        intra = os.environ.get("SHIPYARD_TF_INTRA_OP_THREADS")
+        intra = settings.optional_integer("SHIPYARD_TF_INTRA_OP_THREADS")
         if intra:
-            config.intra_op_parallelism_threads = int(intra)
-        inter = os.environ.get("SHIPYARD_TF_INTER_OP_THREADS")
+            config.intra_op_parallelism_threads = intra
+        inter = settings.optional_integer("SHIPYARD_TF_INTER_OP_THREADS")
         if inter:
-            config.inter_op_parallelism_threads = int(inter)
+            config.inter_op_parallelism_threads = inter
         return tf.distribute.Server(
             cluster,
             job_name=task_type,
@@ -113,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     from shipyard.runtime.resolver import HOSTS_ENV, decode
 
-    host = os.environ.get("SHIPYARD_CURRENT_HOST", "?")
-    book = TrafficBook(PeerNamer(decode(os.environ.get(HOSTS_ENV, ""))))
-    secret = os.environ.get(SECRET_ENV, "")
+    host = settings.get("SHIPYARD_CURRENT_HOST") or "?"
+    book = TrafficBook(PeerNamer(decode(settings.get(HOSTS_ENV) or "")))
+    secret = settings.get(SECRET_ENV) or ""
 
     def stats() -> dict:
         return dict(book.to_json(), host=host, name=args.name)

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from shipyard.observe.traffic import PeerNamer, Relay, TrafficBook, fetch_stats
+from shipyard.runtime.traffic import PeerNamer, Relay, TrafficBook, fetch_stats
 
 CLIENT = r"""
 import socket, sys, time

@@ -15,6 +15,7 @@ import shutil
 import sys
 from collections.abc import Callable
 
+from shipyard import settings
 from shipyard.agent.channels import fastfile, file, fuse
 from shipyard.agent.channels.checkpoints import CheckpointSync
 from shipyard.agent.channels.pipe import fifo_path, make_fifo
@@ -180,7 +181,7 @@ def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> C
                 config.data.get("endpoint_url"),
                 log,
                 what="tensorboard",
-                interval=float(os.environ.get("SHIPYARD_TENSORBOARD_SYNC_SECONDS", "5")),
+                interval=settings.number("SHIPYARD_TENSORBOARD_SYNC_SECONDS"),
             )
             log(f"tensorboard: {local} is synced to {tensorboard['uri']}")
             session.tensorboard.start()

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from shipyard import storage
+from shipyard import settings, storage
 from shipyard.agent.channels.file import download_objects
 from shipyard.errors import StorageError
 
@@ -39,7 +39,7 @@ class CheckpointSync:
         self.interval = (
             interval
             if interval is not None
-            else float(os.environ.get("SHIPYARD_CHECKPOINT_SYNC_SECONDS", "10"))
+            else settings.number("SHIPYARD_CHECKPOINT_SYNC_SECONDS")
         )
         self.uploaded: dict[str, tuple[int, int]] = {}
         self._stop = threading.Event()

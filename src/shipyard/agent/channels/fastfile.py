@@ -19,10 +19,9 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from shipyard import settings
 from shipyard.agent.channels import fuse
 from shipyard.storage import ObjectInfo, Store
-
-CHUNK = int(os.environ.get("SHIPYARD_FASTFILE_CHUNK", str(8 << 20)))
 
 
 class ChunkCache:
@@ -38,6 +37,7 @@ class ChunkCache:
         self.fetched_bytes = 0
         self.fetched_objects: set[str] = set()
         self.prefetch = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fastfile-ahead")
+        self.chunk = settings.integer("SHIPYARD_FASTFILE_CHUNK")
 
     def _path(self, node: fuse.Node) -> str:
         return os.path.join(self.cache_dir, str(node.ino))
@@ -52,8 +52,8 @@ class ChunkCache:
             if key in self.have:
                 return
             obj: ObjectInfo = node.payload  # type: ignore[assignment]
-            start = chunk * CHUNK
-            data = self.store.read_range(obj.location, start, min(CHUNK, node.size - start))
+            start = chunk * self.chunk
+            data = self.store.read_range(obj.location, start, min(self.chunk, node.size - start))
             fd = os.open(self._path(node), os.O_WRONLY | os.O_CREAT, 0o600)
             try:
                 os.pwrite(fd, data, start)
@@ -67,10 +67,10 @@ class ChunkCache:
     def read(self, node: fuse.Node, offset: int, size: int) -> bytes:
         if size <= 0:
             return b""
-        first, last = offset // CHUNK, (offset + size - 1) // CHUNK
+        first, last = offset // self.chunk, (offset + size - 1) // self.chunk
         for chunk in range(first, last + 1):
             self._ensure(node, chunk)
-        if (last + 1) * CHUNK < node.size and (node.ino, last + 1) not in self.have:
+        if (last + 1) * self.chunk < node.size and (node.ino, last + 1) not in self.have:
             self.prefetch.submit(self._ensure, node, last + 1)
         fd = os.open(self._path(node), os.O_RDONLY)
         try:

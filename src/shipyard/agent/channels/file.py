@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from shipyard import settings
 from shipyard.agent.channels.progress import Progress
 from shipyard.storage import ObjectInfo, Store
 
@@ -67,7 +68,7 @@ def download_objects(
             store.download(obj, dest)
         progress.add(obj.size)
 
-    threads = max(1, int(os.environ.get("SHIPYARD_DOWNLOAD_THREADS", "8")))
+    threads = settings.integer("SHIPYARD_DOWNLOAD_THREADS")
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for future in [pool.submit(fetch, obj) for obj in objects]:
             future.result()  # the first failure is raised (the others finish first)

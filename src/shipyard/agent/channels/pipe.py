@@ -23,13 +23,14 @@ import zlib
 from collections.abc import Iterator
 
 from shipyard.data import recordio
+from shipyard.errors import ShipyardError
 from shipyard.storage import ObjectInfo, Store
 
 RECORDIO_TYPES = ("application/x-recordio", "application/x-recordio-protobuf")
 CHUNK = 1 << 20
 
 
-class FeedError(Exception):
+class FeedError(ShipyardError):
     """An object could not be streamed; the message names it."""
 
 

@@ -50,6 +50,7 @@ import sys
 import warnings
 from typing import Any
 
+from shipyard import settings
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.ddp import shim_path as ddp_shim_path
 from shipyard.errors import DistributionError
@@ -67,7 +68,6 @@ OPTIONS = ("enabled", "processes_per_host", "custom_mpi_options")
 # How long a rank waits for its instance's agent to plan, and (shipyard.horovod) for the
 # other ranks in hvd.init(); the latter is SHIPYARD_HOROVOD_INIT_TIMEOUT in `environment`.
 ENV_TIMEOUT_S = 120.0
-DEFAULT_INIT_TIMEOUT_S = 120.0
 
 
 def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
@@ -201,7 +201,7 @@ def rank_python_path(env: dict[str, str], kind: str | None = None) -> dict[str, 
     """Add the ``horovod`` shim to PYTHONPATH when no real Horovod is importable, and for
     ``smdistributed.dataparallel`` (the TensorFlow estimator) the ``smdistributed`` shim,
     unless SHIPYARD_SMDDP_SHIM=off (as the torch_distributed runner does)."""
-    if kind == SMDDP_KIND and os.environ.get(SMDDP_SHIM_ENV, "").lower() != "off":
+    if kind == SMDDP_KIND and settings.get(SMDDP_SHIM_ENV) != "off":
         env = dict(env)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (env.get("PYTHONPATH"), ddp_shim_path()) if p
@@ -288,7 +288,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
             "failure_file": failure_file,
             "run_dir": run_dir,
             "env_timeout": ENV_TIMEOUT_S,
-            "init_timeout": float(env.get("SHIPYARD_HOROVOD_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT_S)),
+            "init_timeout": settings.number("SHIPYARD_HOROVOD_INIT_TIMEOUT", env),
             # a retried attempt: ranks wait for the other agents' env of *this* attempt (an older
             # file means that agent is still re-staging its code dir)
             "attempt": env.get("SHIPYARD_ATTEMPT", ""),

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Literal
 
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
-from shipyard.observe.traffic import peer_env
+from shipyard.runtime.traffic import peer_env
 from shipyard.tf import cluster
 from shipyard.tf.server import SECRET_ENV
 

@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+from shipyard import settings
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.ddp import contract, shim_path
 from shipyard.errors import DistributionError
@@ -96,8 +97,8 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     # what the ranks see: the name, as SageMaker's launcher passes it, where libc resolves
     # it (an instance sandbox); else the address, for native code that cannot
     rank_master_addr = hosts[0] if config.sandboxed else master_addr
-    attempt = int(ctx.env.get("SHIPYARD_ATTEMPT", "1"))
-    max_restarts = int(ctx.env.get("SHIPYARD_MAX_RETRY_ATTEMPTS", "0"))
+    attempt = settings.optional_integer("SHIPYARD_ATTEMPT", ctx.env) or 1
+    max_restarts = settings.optional_integer("SHIPYARD_MAX_RETRY_ATTEMPTS", ctx.env) or 0
     master_ports = contract.master_ports(
         int(options.get("master_port", contract.DEFAULT_MASTER_PORT))
     )
@@ -109,7 +110,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
 
     base = dict(ctx.env)
     base["SHIPYARD_DDP_SECRET"] = config.job_secret
-    if os.environ.get(SHIM_ENV, "").lower() != "off":
+    if (settings.optional_text(SHIM_ENV) or "").lower() != "off":
         base["PYTHONPATH"] = os.pathsep.join(filter(None, [base.get("PYTHONPATH"), shim_path()]))
 
     specs = []
@@ -139,7 +140,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
                     "--timeout",
                     timeout,
                     "--linger",
-                    str(max(0.5, float(ctx.env.get("SHIPYARD_STOP_GRACE", "5")) - 1)),
+                    str(max(0.5, settings.number("SHIPYARD_STOP_GRACE", ctx.env) - 1)),
                     "--failure-file",
                     os.path.join(work, "rendezvous.failure"),
                 ],

@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shipyard import settings
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
 from shipyard.backends.api import InstanceHandle, LaunchSpec
@@ -36,8 +37,6 @@ from shipyard.backends.ray import placement as ray_placement
 from shipyard.backends.ray.connect import connect, resolve_address
 from shipyard.errors import BackendError, ValidationError
 
-PLACEMENT_TIMEOUT_S = float(os.environ.get("SHIPYARD_RAY_PLACEMENT_TIMEOUT", "60"))
-START_TIMEOUT_S = float(os.environ.get("SHIPYARD_RAY_START_TIMEOUT", "300"))
 STOP_MARGIN_S = 10.0
 # What the submitting machine's environment passes on to the nodes (the rest is theirs).
 FORWARD_PREFIXES = ("SHIPYARD_", "AWS_")
@@ -136,11 +135,12 @@ class RayBackend:
         )
         launch = _Launch(pg)
         try:
-            if not pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
+            placement_timeout = settings.number("SHIPYARD_RAY_PLACEMENT_TIMEOUT")
+            if not pg.wait(timeout_seconds=placement_timeout):
                 raise BackendError(
                     f"Ray could not place {len(specs)} instance(s) of {want.instance_type!r} "
                     f"({want.describe()} each, strategy {placement.strategy}) within "
-                    f"{PLACEMENT_TIMEOUT_S:g} s: the nodes that fit are busy or went away "
+                    f"{placement_timeout:g} s: the nodes that fit are busy or went away "
                     "(SHIPYARD_RAY_PLACEMENT_TIMEOUT sets the wait)"
                 )
             bundle_nodes = placement_group_table(pg)["bundles_to_node_id"]
@@ -156,7 +156,7 @@ class RayBackend:
             blobs = self._blobs(ray, config)
             actor_cls = ray.remote(_actor_class())
             starts = []
-            grace = float(os.environ.get("SHIPYARD_STOP_GRACE", "5"))
+            grace = settings.number("SHIPYARD_STOP_GRACE")
             for i, (spec, node) in enumerate(zip(specs, placed)):
                 actor = actor_cls.options(
                     num_cpus=want.cpus,
@@ -185,7 +185,7 @@ class RayBackend:
                 starts.append(
                     actor.start.remote(node_config, blobs, node_launch_env(spec.env), grace)
                 )
-            infos = ray.get(starts, timeout=START_TIMEOUT_S)
+            infos = ray.get(starts, timeout=settings.number("SHIPYARD_RAY_START_TIMEOUT"))
         except BaseException as exc:
             self._teardown(ray, launch)
             if isinstance(exc, BackendError):
@@ -270,7 +270,9 @@ class RayBackend:
     def _collect(self, ray: Any, inst: _Instance, code: int) -> None:
         """Bring the instance's results home, then publish its exit status."""
         try:
-            results = ray.get(inst.actor.finish.remote(), timeout=START_TIMEOUT_S)
+            results = ray.get(
+                inst.actor.finish.remote(), timeout=settings.number("SHIPYARD_RAY_START_TIMEOUT")
+            )
             for part in (*ray_node.RESULT_PARTS,):
                 _rmtree(os.path.join(inst.base, part))
             shared = os.path.join(os.path.dirname(os.path.dirname(inst.base)), "shared")

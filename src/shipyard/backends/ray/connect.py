@@ -7,7 +7,7 @@ last started on this machine). Accepted forms: ``host:port`` (the GCS), ``ray://
 detached supervisor of ``fit(wait=False)`` reconnects to the same cluster.
 
 Before ``ray.init`` the address is probed with a plain TCP connect of at most
-PROBE_TIMEOUT_S seconds: an address with no cluster is refused at once with a clear
+SHIPYARD_RAY_PROBE_TIMEOUT seconds: an address with no cluster is refused at once with a clear
 error instead of Ray's own retry loop (a minute or more).
 """
 
@@ -20,11 +20,11 @@ import socket
 import threading
 from types import ModuleType
 
+from shipyard import settings
 from shipyard.errors import BackendError, ValidationError
 
 NAMESPACE = "shipyard"
 EXTRA_HINT = "pip install 'shipyard[ray]'"
-PROBE_TIMEOUT_S = float(os.environ.get("SHIPYARD_RAY_PROBE_TIMEOUT", "5"))
 _lock = threading.Lock()
 _connected_to: str | None = None
 
@@ -47,7 +47,7 @@ def import_ray() -> ModuleType:
 
 def resolve_address(address: str | None) -> str:
     return (
-        address or os.environ.get("SHIPYARD_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS") or "auto"
+        address or settings.get("SHIPYARD_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS") or "auto"
     )
 
 
@@ -59,10 +59,12 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def probe(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+def probe(address: str, timeout: float | None = None) -> None:
     """A bounded TCP connect to the address: the fast, clear 'no cluster here'."""
     if address == "auto":
         return
+    if timeout is None:
+        timeout = settings.number("SHIPYARD_RAY_PROBE_TIMEOUT")
     target = _host_port(address)
     if target is None:
         raise ValidationError(

@@ -27,11 +27,13 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 
+from shipyard import settings
+
 RESULT_PARTS = ("model", "output", "agent")
 
 
 def workdir() -> str:
-    return os.environ.get("SHIPYARD_RAY_WORKDIR") or os.path.join(
+    return settings.get("SHIPYARD_RAY_WORKDIR") or os.path.join(
         tempfile.gettempdir(), "shipyard-ray"
     )
 

@@ -19,6 +19,8 @@ import threading
 import numpy as np
 import torch
 
+from shipyard import settings
+
 from .. import engine as _engine
 from ..ops import Adasum, Average, Max, Min, Product, Sum
 
@@ -27,7 +29,7 @@ _ready = False
 
 
 def use_nccl() -> bool:
-    if os.environ.get("SHIPYARD_HOROVOD_CUDA", "").lower() == "host":
+    if (settings.optional_text("SHIPYARD_HOROVOD_CUDA") or "").lower() == "host":
         return False
     return bool(
         torch.distributed.is_available()

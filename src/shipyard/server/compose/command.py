@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from shipyard import settings
 from shipyard.server.compose.project import ComposeError, load
 
 VERSION = "Docker Compose version v2.29.7 (shipyard: SageMaker local mode without Docker)"
@@ -55,7 +56,8 @@ def compose(args: Sequence[str]) -> int:
     if len(files) != 1:
         return _err("give exactly one compose file with -f (as the SageMaker SDK does)")
     os.dup2(1, 2)  # the SDK reads stdout only (and, when serving, never drains stderr)
-    os.environ.setdefault("SHIPYARD_PROGRESS", "plain")
+    if settings.get("SHIPYARD_PROGRESS") is None:  # plain lines: the SDK prints them as they come
+        os.environ["SHIPYARD_PROGRESS"] = "plain"
     try:
         project = load(files[0])
     except ComposeError as exc:

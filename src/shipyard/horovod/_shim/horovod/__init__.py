@@ -16,6 +16,8 @@ import importlib.util
 import os
 import sys
 
+from shipyard import settings
+
 _SHIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # horovod.X -> shipyard.horovod.Y where the names differ; everything else maps 1:1.
@@ -35,7 +37,7 @@ def _rank0() -> bool:
 
 
 def _find_real():
-    if os.environ.get("SHIPYARD_HOROVOD_SHIM", "").lower() == "force":
+    if (settings.optional_text("SHIPYARD_HOROVOD_SHIM") or "").lower() == "force":
         return None
     paths = []
     for p in sys.path:

@@ -21,7 +21,7 @@ from torch.distributed import *
 from torch.distributed import is_initialized
 
 
-def init_process_group(backend: str = _smddp.SMDDP, *args, **kwargs):
+def init_process_group(backend: str = _smddp.SMDDP, *args, **kwargs):  # type: ignore[no-redef]
     """SMDDP's init: the smddp backend unless told otherwise; a no-op when done already."""
     if is_initialized():
         return None
