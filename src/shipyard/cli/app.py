@@ -124,7 +124,9 @@ def train(
     ),
     tag: list[str] = typer.Option([], "--tag", help="Key=Value training job tag"),
     network: str | None = typer.Option(
-        None, "--network", help="emulate a network: instance-type or a rate, 50mbit[/2ms]"
+        None,
+        "--network",
+        help="emulate a network: instance-type, or a rate such as 50mbit or 50mbit/2ms",
     ),
     detach: bool = typer.Option(
         False, "--detach", "-d", help="return at once; the job keeps running"
