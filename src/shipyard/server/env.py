@@ -19,6 +19,8 @@ import json
 import os
 import shlex
 
+from shipyard.server import credentials
+
 DEFAULT_PORT = 8765
 DEFAULT_REGION = "us-east-1"
 STS_VERSION = "2011-06-15"
@@ -94,8 +96,7 @@ def _atomic(path: str, text: str) -> None:
 def variables(home: str, host: str, port: int, region: str | None = None) -> dict[str, str]:
     """Every variable a client needs, in the order ``server env`` prints them."""
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
-    access = os.environ.get("SHIPYARD_SERVER_ACCESS_KEY") or "shipyard"
-    secret = os.environ.get("SHIPYARD_SERVER_SECRET_KEY") or "shipyard-local-secret"
+    access, secret = credentials.load(home)
     region = region or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
     out = {
         "AWS_ENDPOINT_URL": url,
