@@ -108,6 +108,26 @@ def client_env(home: str, port: int) -> dict[str, str]:
     return values
 
 
+def signed_headers(
+    url: str, method: str, body: bytes = b"", headers: dict | None = None, service: str = "s3"
+) -> dict[str, str]:
+    """SigV4 headers (with Host) for a request a test sends by hand, signed with the key in
+    this process's environment, as boto3 would sign it (S3: payload unsigned)."""
+    from botocore.auth import S3SigV4Auth, SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
+    if service == "s3":
+        request.headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
+    signer = S3SigV4Auth if service == "s3" else SigV4Auth
+    creds = Credentials(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
+    signer(creds, service, os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).add_auth(request)
+    out = dict(request.headers.items())
+    out["Host"] = url.split("/")[2]
+    return out
+
+
 def cleanup(home: str) -> None:
     """Whatever the tests left running under ``home``: endpoints and jobs."""
     from shipyard.control.client import ControlPlane
