@@ -12,7 +12,9 @@ import datetime as dt
 import email.utils
 import hashlib
 import io
+import os
 import re
+import time
 import urllib.parse
 import xml.etree.ElementTree as ET
 from typing import BinaryIO
@@ -20,6 +22,7 @@ from typing import BinaryIO
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, tag, xml_response
 from shipyard.server.objects import Obj, ObjectStore
+from shipyard.server.s3_checks import MAX_DELETE_KEYS, Digests, check_key, check_sub_resources
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MAX_OBJECT = 5 << 30
@@ -41,21 +44,36 @@ def error_response(err: ApiError, head: bool) -> Response:
 
 
 class _Chunked:
-    """Reads an ``aws-chunked`` body as its payload (chunk headers and trailers dropped)."""
+    """Reads an ``aws-chunked`` body as its payload. Chunk sizes are hex (a malformed one
+    is a 400, not a crash); trailers after the last chunk (``x-amz-checksum-*``) go to
+    ``digests`` to be checked like headers."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: BinaryIO, digests: Digests | None = None) -> None:
         self.raw, self.left, self.done = raw, 0, False
+        self.digests = digests
 
     def read(self, n: int) -> bytes:
         out = b""
         while len(out) < n and not self.done:
             if self.left == 0:
-                line = self.raw.readline(4096).strip()
+                line = self.raw.readline(4096)
+                if not line:
+                    raise ApiError("IncompleteBody", "the aws-chunked body ended early")
+                line = line.strip()
                 if not line:
                     continue
-                size = int(line.split(b";")[0], 16)
+                try:
+                    size = int(line.split(b";")[0], 16)
+                except ValueError:
+                    size = -1
+                if size < 0:
+                    raise ApiError(
+                        "InvalidChunkSizeError",
+                        f"aws-chunked size {line[:32]!r} is not a hexadecimal number",
+                    )
                 if size == 0:
                     self.done = True
+                    self._trailers()
                     break
                 self.left = size
             chunk = self.raw.read(min(self.left, n - len(out)))
@@ -66,6 +84,15 @@ class _Chunked:
             if self.left == 0:
                 self.raw.readline(16)  # the CRLF after each chunk
         return out
+
+    def _trailers(self) -> None:
+        for _ in range(16):
+            line = self.raw.readline(4096).strip()
+            if not line:
+                return
+            name, _, value = line.decode("latin-1").partition(":")
+            if self.digests is not None:
+                self.digests.add_trailer(name, value)
 
 
 class S3Api:
@@ -91,6 +118,9 @@ class S3Api:
         bucket, key = self._split(req)
         q = req.query
         m = req.method
+        check_sub_resources(m, q)  # before anything is read or written
+        if key and m in ("PUT", "POST"):
+            check_key(key)
         if not bucket:
             if m == "GET":
                 return self.list_buckets()
@@ -111,13 +141,16 @@ class S3Api:
                 inner = "" if region == "us-east-1" else region
                 return xml_response("LocationConstraint", inner, ns=NS)
             if m == "GET" and "uploads" in q:
-                self.store.bucket_region(bucket)
-                return xml_response("ListMultipartUploadsResult", tag("Bucket", bucket), ns=NS)
+                return self.list_uploads(req, bucket)
             if m == "GET":
                 return self.list_objects(req, bucket)
         else:
+            if m == "PUT" and "uploadId" in q and "x-amz-copy-source" in req.headers:
+                return self.upload_part_copy(req, bucket, key)
             if m == "PUT" and "uploadId" in q:
                 return self.upload_part(req, bucket, key)
+            if m == "GET" and "uploadId" in q:
+                return self.list_parts(req, bucket, key)
             if m == "PUT" and "x-amz-copy-source" in req.headers:
                 return self.copy_object(req, bucket, key)
             if m == "PUT":
@@ -177,10 +210,17 @@ class S3Api:
             start = urllib.parse.unquote(token) if token else (req.arg("start-after", "") or "")
         else:
             start = req.arg("marker", "") or ""
+        encoding = req.arg("encoding-type")
+        if encoding not in (None, "url"):
+            raise ApiError("InvalidArgument", f"encoding-type {encoding!r}: the only one is 'url'")
         contents: list[tuple[str, int, str, float]] = []
         prefixes: list[str] = []
         truncated, last = False, start
         scan_from = start
+        if delimiter and start.startswith(prefix) and delimiter in start[len(prefix) :]:
+            # the previous page ended on a common prefix: go on after everything under it
+            rest = start[len(prefix) :]
+            scan_from = prefix + rest[: rest.find(delimiter) + len(delimiter)] + "\U0010ffff"
         while True:
             batch = list(self.store.scan(bucket, prefix, scan_from, 1000))
             if not batch:
@@ -207,22 +247,29 @@ class S3Api:
                 continue
             if truncated:
                 break
-        parts = [tag("Name", bucket), tag("Prefix", prefix), tag("MaxKeys", max_keys)]
+        enc = (lambda text: urllib.parse.quote(text, safe="/")) if encoding else str
+        parts = [tag("Name", bucket), tag("Prefix", enc(prefix)), tag("MaxKeys", max_keys)]
         if delimiter:
-            parts.append(tag("Delimiter", delimiter))
+            parts.append(tag("Delimiter", enc(delimiter)))
+        if encoding:
+            parts.append(tag("EncodingType", encoding))
         parts.append(tag("IsTruncated", "true" if truncated else "false"))
         if v2:
             parts.append(tag("KeyCount", len(contents) + len(prefixes)))
+            if req.arg("continuation-token") is not None:
+                parts.append(tag("ContinuationToken", req.arg("continuation-token")))
+            if req.arg("start-after") is not None:
+                parts.append(tag("StartAfter", enc(req.arg("start-after") or "")))
             if truncated:
                 parts.append(tag("NextContinuationToken", urllib.parse.quote(last)))
         else:
-            parts.append(tag("Marker", start))
+            parts.append(tag("Marker", enc(start)))
             if truncated:
-                parts.append(tag("NextMarker", last))
+                parts.append(tag("NextMarker", enc(last)))
         for key, size, etag, modified in contents:
             parts.append(
                 "<Contents>"
-                + tag("Key", key)
+                + tag("Key", enc(key))
                 + tag("LastModified", _iso(modified))
                 + tag("ETag", f'"{etag}"')
                 + tag("Size", size)
@@ -230,42 +277,61 @@ class S3Api:
                 + "</Contents>"
             )
         for common in prefixes:
-            parts.append(f"<CommonPrefixes>{tag('Prefix', common)}</CommonPrefixes>")
+            parts.append(f"<CommonPrefixes>{tag('Prefix', enc(common))}</CommonPrefixes>")
         return xml_response("ListBucketResult", "".join(parts), ns=NS)
 
     def delete_objects(self, req: Request, bucket: str) -> Response:
+        digests = Digests(req.headers)
+        digests.update(req.body)
+        digests.verify()
         try:
             root = ET.fromstring(req.body)
         except ET.ParseError:
             raise ApiError("MalformedXML", "the Delete body is not XML") from None
+        keys = [node.text or "" for node in root.iter(f"{{{NS}}}Key")]
+        if len(keys) > MAX_DELETE_KEYS:
+            raise ApiError(
+                "MalformedXML",
+                f"one DeleteObjects names at most {MAX_DELETE_KEYS} keys, not {len(keys)}; "
+                "nothing was deleted",
+            )
+        self.store.bucket_region(bucket)
+        quiet = (root.findtext(f"{{{NS}}}Quiet") or "").strip().lower() == "true"
         done = []
-        for node in root.iter(f"{{{NS}}}Key"):
-            self.store.delete(bucket, node.text or "")
-            done.append(f"<Deleted>{tag('Key', node.text or '')}</Deleted>")
+        for key in keys:
+            self.store.delete(bucket, key)
+            if not quiet:
+                done.append(f"<Deleted>{tag('Key', key)}</Deleted>")
         return xml_response("DeleteResult", "".join(done), ns=NS)
 
     # -- objects --------------------------------------------------------------------------
     def _receive(self, req: Request) -> tuple[str, str]:
-        """The request body into a temporary file: (path, md5 hex); checks a signed hash."""
+        """The request body into a temporary file: (path, md5 hex). Its signed SHA-256,
+        Content-MD5 and x-amz-checksum-* are checked; a mismatch stores nothing."""
         if req.length > MAX_OBJECT:
             raise ApiError("EntityTooLarge", "an object (or part) is at most 5 GiB", 400)
         sha_header = req.headers.get("x-amz-content-sha256", "")
+        digests = Digests(req.headers)
         chunked = "aws-chunked" in req.headers.get("content-encoding", "") or (
             sha_header.startswith("STREAMING-")
         )
         if chunked:
-            length = int(req.headers.get("x-amz-decoded-content-length", "-1"))
+            try:
+                length = int(req.headers.get("x-amz-decoded-content-length", "-1"))
+            except ValueError:
+                length = -1
             if length < 0:
-                raise ApiError("MissingContentLength", "aws-chunked needs its decoded length")
-            stream: BinaryIO = _Chunked(req.stream)  # type: ignore[assignment]
+                raise ApiError(
+                    "MissingContentLength",
+                    "an aws-chunked body needs x-amz-decoded-content-length (a whole number)",
+                )
+            stream: BinaryIO = _Chunked(req.stream, digests)  # type: ignore[assignment]
         elif req._body is not None:  # read (and checked) already, with the signature
             length, stream = len(req._body), io.BytesIO(req._body)
         else:
             length, stream = req.length, req.stream
-        tmp, md5, sha = self.store.write_temp(stream, length)
+        tmp, md5, sha = self.store.write_temp(stream, length, digests)
         if re.fullmatch(r"[0-9a-f]{64}", sha_header) and sha_header != sha:
-            import os
-
             os.unlink(tmp)
             raise ApiError(
                 "XAmzContentSHA256Mismatch", "the body does not match its signed SHA-256"
@@ -274,24 +340,161 @@ class S3Api:
 
     def put_object(self, req: Request, bucket: str, key: str) -> Response:
         self.store.bucket_region(bucket)
+        only_new = _if_none_match(req)
+        if only_new:
+            self._absent(bucket, key)  # refuse before reading the body
         tmp, md5 = self._receive(req)
-        obj = self.store.commit(bucket, key, tmp, md5, req.headers.get("content-type"), _meta(req))
+        obj = self.store.commit(
+            bucket, key, tmp, md5, req.headers.get("content-type"), _meta(req), only_new
+        )
         return Response(200, b"", {"ETag": f'"{obj.etag}"'})
 
-    def copy_object(self, req: Request, bucket: str, key: str) -> Response:
-        source = urllib.parse.unquote(req.headers["x-amz-copy-source"]).lstrip("/")
+    def _absent(self, bucket: str, key: str) -> None:
+        try:
+            self.store.get(bucket, key)
+        except ApiError as err:
+            if err.code == "NoSuchKey":
+                return
+            raise
+        raise precondition_failed(key)
+
+    def _source(self, req: Request) -> Obj:
+        raw = req.headers["x-amz-copy-source"]
+        path, _, version = raw.partition("?")
+        if version and version != "versionId=null":
+            raise ApiError(
+                "NotImplemented", "copying a version: buckets here are not versioned", 501
+            )
+        source = urllib.parse.unquote(path).lstrip("/")
         src_bucket, _, src_key = source.partition("/")
-        src = self.store.get(src_bucket, src_key.split("?versionId=")[0])
+        if not src_bucket or not src_key:
+            raise ApiError("InvalidArgument", f"x-amz-copy-source {raw!r} is not bucket/key")
+        return self.store.get(src_bucket, src_key)
+
+    def copy_object(self, req: Request, bucket: str, key: str) -> Response:
+        src = self._source(req)
+        directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
+        if directive not in ("COPY", "REPLACE"):
+            raise ApiError("InvalidArgument", "x-amz-metadata-directive is COPY or REPLACE")
+        if directive == "COPY" and (src.bucket, src.key) == (bucket, key):
+            raise ApiError(
+                "InvalidRequest",
+                "copying an object onto itself changes nothing; send "
+                "MetadataDirective=REPLACE with the new metadata",
+            )
+        content_type, meta = src.content_type, src.meta
+        if directive == "REPLACE":
+            content_type, meta = req.headers.get("content-type"), _meta(req)
+        only_new = _if_none_match(req)
+        if only_new:
+            self._absent(bucket, key)
         with open(src.file, "rb") as fh:
-            tmp, md5, _ = self.store.write_temp(fh, src.size)
-        obj = self.store.commit(bucket, key, tmp, md5, src.content_type, src.meta)
+            tmp, _, _ = self.store.write_temp(fh, src.size)
+        obj = self.store.commit(bucket, key, tmp, src.etag, content_type, meta, only_new)
         inner = tag("ETag", f'"{obj.etag}"') + tag("LastModified", _iso(obj.modified))
         return xml_response("CopyObjectResult", inner, ns=NS)
+
+    def upload_part_copy(self, req: Request, bucket: str, key: str) -> Response:
+        """UploadPartCopy: a part made of (a range of) an existing object, as boto3's
+        managed ``copy()`` of anything over its multipart threshold sends."""
+        number = _part_number(req)
+        src = self._source(req)
+        start, length = 0, src.size
+        rng = req.headers.get("x-amz-copy-source-range")
+        if rng:
+            match = _RANGE.match(rng.strip())
+            if not match or not match[1] or not match[2]:
+                raise ApiError(
+                    "InvalidArgument", f"x-amz-copy-source-range {rng!r} is not bytes=a-b"
+                )
+            start, end = int(match[1]), int(match[2])
+            if end < start or end >= src.size:
+                raise ApiError(
+                    "InvalidArgument",
+                    f"x-amz-copy-source-range {rng!r} is outside the {src.size}-byte source",
+                )
+            length = end - start + 1
+        with open(src.file, "rb") as fh:
+            fh.seek(start)
+            tmp, md5, _ = self.store.write_temp(fh, length)
+        self.store.put_part(req.arg("uploadId") or "", bucket, key, number, tmp, md5)
+        inner = tag("ETag", f'"{md5}"') + tag("LastModified", _iso(time.time()))
+        return xml_response("CopyPartResult", inner, ns=NS)
+
+    def list_uploads(self, req: Request, bucket: str) -> Response:
+        prefix = req.arg("prefix", "") or ""
+        key_marker = req.arg("key-marker", "") or ""
+        id_marker = req.arg("upload-id-marker", "") or ""
+        limit = _int_arg(req, "max-uploads", 1000)
+        found = self.store.uploads(bucket, prefix, key_marker, id_marker, limit)
+        truncated = len(found) > limit
+        found = found[:limit]
+        parts = [
+            tag("Bucket", bucket),
+            tag("KeyMarker", key_marker),
+            tag("UploadIdMarker", id_marker),
+            tag("Prefix", prefix),
+            tag("MaxUploads", limit),
+            tag("IsTruncated", "true" if truncated else "false"),
+        ]
+        if truncated:
+            parts += [tag("NextKeyMarker", found[-1][0]), tag("NextUploadIdMarker", found[-1][1])]
+        for upload_key, upload_id, started in found:
+            parts.append(
+                "<Upload>"
+                + tag("Key", upload_key)
+                + tag("UploadId", upload_id)
+                + tag("StorageClass", "STANDARD")
+                + tag("Initiated", _iso(started))
+                + "</Upload>"
+            )
+        return xml_response("ListMultipartUploadsResult", "".join(parts), ns=NS)
+
+    def list_parts(self, req: Request, bucket: str, key: str) -> Response:
+        upload_id = req.arg("uploadId") or ""
+        marker = _int_arg(req, "part-number-marker", 0)
+        limit = _int_arg(req, "max-parts", 1000)
+        found = [p for p in self.store.parts(upload_id, bucket, key) if p[0] > marker]
+        truncated = len(found) > limit
+        found = found[:limit]
+        parts = [
+            tag("Bucket", bucket),
+            tag("Key", key),
+            tag("UploadId", upload_id),
+            tag("PartNumberMarker", marker),
+            tag("MaxParts", limit),
+            tag("IsTruncated", "true" if truncated else "false"),
+            tag("StorageClass", "STANDARD"),
+        ]
+        if found:
+            parts.append(tag("NextPartNumberMarker", found[-1][0]))
+        for number, md5, size, modified in found:
+            parts.append(
+                "<Part>"
+                + tag("PartNumber", number)
+                + tag("LastModified", _iso(modified))
+                + tag("ETag", f'"{md5}"')
+                + tag("Size", size)
+                + "</Part>"
+            )
+        return xml_response("ListPartsResult", "".join(parts), ns=NS)
 
     def get_object(self, req: Request, bucket: str, key: str) -> Response:
         obj = self.store.get(bucket, key)
         headers = _object_headers(obj)
         start, length, status = 0, obj.size, 200
+        if req.arg("partNumber") is not None:
+            number = _part_number(req)
+            if "-" in obj.etag:
+                raise ApiError(
+                    "NotImplemented",
+                    "GET by partNumber of a multipart object is not implemented; use a Range",
+                    501,
+                )
+            if number != 1:
+                raise ApiError(
+                    "InvalidPartNumber", f"the object has one part, not part {number}", 416
+                )
         rng = req.headers.get("range")
         if rng:
             match = _RANGE.match(rng.strip())
@@ -313,10 +516,7 @@ class S3Api:
         return Response(status, b"", headers, file=obj.file, offset=start, length=length)
 
     def upload_part(self, req: Request, bucket: str, key: str) -> Response:
-        try:
-            number = int(req.arg("partNumber", "0") or 0)
-        except ValueError:
-            raise ApiError("InvalidArgument", "partNumber must be an integer") from None
+        number = _part_number(req)
         tmp, md5 = self._receive(req)
         self.store.put_part(req.arg("uploadId") or "", bucket, key, number, tmp, md5)
         return Response(200, b"", {"ETag": f'"{md5}"'})
@@ -334,6 +534,44 @@ class S3Api:
         obj = self.store.complete_upload(req.arg("uploadId") or "", bucket, key, parts)
         inner = tag("Bucket", bucket) + tag("Key", key) + tag("ETag", f'"{obj.etag}"')
         return xml_response("CompleteMultipartUploadResult", inner, ns=NS)
+
+
+def _part_number(req: Request) -> int:
+    number = _int_arg(req, "partNumber", 0)
+    if not 1 <= number <= 10000:
+        raise ApiError("InvalidArgument", "partNumber must be a whole number from 1 to 10000")
+    return number
+
+
+def _int_arg(req: Request, name: str, default: int) -> int:
+    value = req.arg(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ApiError("InvalidArgument", f"{name} must be a whole number, not {value!r}")
+    return number
+
+
+def _if_none_match(req: Request) -> bool:
+    """If-None-Match: * -- write only if no object has the key (S3's conditional write)."""
+    value = req.headers.get("if-none-match")
+    if value is None:
+        return False
+    if value.strip() != "*":
+        raise ApiError("NotImplemented", "a write's If-None-Match may only be '*'", 501)
+    return True
+
+
+def precondition_failed(key: str) -> ApiError:
+    return ApiError(
+        "PreconditionFailed",
+        f"If-None-Match: * and the object {key!r} exists; nothing was written",
+        412,
+    )
 
 
 def _meta(req: Request) -> dict[str, str]:
