@@ -123,16 +123,18 @@ class Digests:
                 self.expected[name] = _b64(value, f"x-amz-checksum-{name}", size)
         self.md5 = hashlib.md5()
         self.sha256 = hashlib.sha256()
-        self.sha1 = hashlib.sha1() if "sha1" in self.expected else None
-        self.crc32 = 0
+        # a trailer's checksum is known only after the body: x-amz-trailer names it ahead
+        trailer = headers.get("x-amz-trailer", "").lower()
+        wants_sha1 = "sha1" in self.expected or "x-amz-checksum-sha1" in trailer
+        self.sha1 = hashlib.sha1() if wants_sha1 else None
+        self.crc32 = 0  # always: zlib's CRC32 costs little beside the disk write
 
     def update(self, chunk: bytes) -> None:
         self.md5.update(chunk)
         self.sha256.update(chunk)
         if self.sha1 is not None:
             self.sha1.update(chunk)
-        if "crc32" in self.expected:
-            self.crc32 = zlib.crc32(chunk, self.crc32)
+        self.crc32 = zlib.crc32(chunk, self.crc32)
 
     def add_trailer(self, name: str, value: str) -> None:
         """A checksum sent after an aws-chunked body (its trailer), checked as a header."""
