@@ -34,6 +34,7 @@ from shipyard.server.http import (
     tag,
     xml_response,
 )
+from shipyard.server.s3 import http_chunked
 
 log = logging.getLogger("shipyard.server")
 REST_JSON = ("sagemaker-runtime",)
@@ -97,9 +98,7 @@ class Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         raw_path, _, raw_query = self.path.partition("?")
         headers = {k.lower(): v for k, v in self.headers.items()}
-        if "transfer-encoding" in headers:  # no AWS SDK sends it; its body has no length
-            self._send(Response(411, b"send Content-Length, not Transfer-Encoding"), close=True)
-            return
+        stream: Any = self.rfile
         try:
             length = int(headers.get("content-length") or 0)
             if length < 0:
@@ -107,7 +106,12 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send(Response(400, b"bad Content-Length"), close=True)
             return
-        req = Request(self.command, raw_path, raw_query, headers, self.rfile, length)  # type: ignore[arg-type]
+        if "transfer-encoding" in headers:  # a body of unknown length (-1), S3 uploads only
+            if headers["transfer-encoding"].strip().lower() != "chunked":
+                self._send(Response(501, b"Transfer-Encoding: chunked only"), close=True)
+                return
+            stream, length = http_chunked(stream), -1
+        req = Request(self.command, raw_path, raw_query, headers, stream, length)
         service = "s3"
         if raw_path == "/_shipyard/health" and self.command == "GET":
             self._send(json_response({"status": "ok"}))  # liveness only: says nothing else
@@ -136,7 +140,7 @@ class Handler(BaseHTTPRequestHandler):
             )
         # a body the handler did not read: small ones are drained so the connection
         # stays usable, a large one closes it (never read a body we refused)
-        close = False
+        close = length < 0  # what is left of a chunked body is not worth reading
         if req._body is None and req.length > 0 and service != "s3":
             if req.length <= MAX_API_BODY:
                 self.rfile.read(req.length)

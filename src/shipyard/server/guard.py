@@ -184,6 +184,8 @@ def signed_body_hash(service: str, req: Request) -> str:
     S3: the x-amz-content-sha256 header, which the body must then match (small bodies
     are checked here, uploads as they stream to disk, in s3.py)."""
     if service != "s3":
+        if req.length < 0:
+            raise ApiError("MissingContentLength", f"{service} requests need a Content-Length", 411)
         return hashlib.sha256(req.body).hexdigest()
     declared = req.headers.get("x-amz-content-sha256", sigv4.UNSIGNED)
     if declared.startswith("STREAMING-AWS4-HMAC-SHA256"):

@@ -26,6 +26,8 @@ from shipyard.server.s3_checks import MAX_DELETE_KEYS, Digests, check_key, check
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MAX_OBJECT = 5 << 30
+MAX_XML_BODY = 8 << 20  # a DeleteObjects of 1,000 keys of 1,024 bytes fits
+CHUNK_READ = 1 << 20
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -52,7 +54,14 @@ class _Chunked:
         self.raw, self.left, self.done = raw, 0, False
         self.digests = digests
 
-    def read(self, n: int) -> bytes:
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:  # everything (a small body: DeleteObjects, CompleteMultipartUpload)
+            parts = []
+            while chunk := self.read(CHUNK_READ):
+                parts.append(chunk)
+                if sum(map(len, parts)) > MAX_XML_BODY:
+                    raise ApiError("MaxMessageLengthExceeded", "the request body is too large")
+            return b"".join(parts)
         out = b""
         while len(out) < n and not self.done:
             if self.left == 0:
@@ -93,6 +102,12 @@ class _Chunked:
             name, _, value = line.decode("latin-1").partition(":")
             if self.digests is not None:
                 self.digests.add_trailer(name, value)
+
+
+def http_chunked(raw: BinaryIO) -> BinaryIO:
+    """A ``Transfer-Encoding: chunked`` body as its payload (the same framing as
+    aws-chunked, without signatures): an S3 upload of unknown length streams to disk."""
+    return _Chunked(raw)  # type: ignore[return-value]
 
 
 class S3Api:
@@ -326,6 +341,8 @@ class S3Api:
                     "an aws-chunked body needs x-amz-decoded-content-length (a whole number)",
                 )
             stream: BinaryIO = _Chunked(req.stream, digests)  # type: ignore[assignment]
+            if req.length < 0:
+                raise ApiError("InvalidRequest", "aws-chunked inside Transfer-Encoding: chunked")
         elif req._body is not None:  # read (and checked) already, with the signature
             length, stream = len(req._body), io.BytesIO(req._body)
         else:

@@ -112,14 +112,12 @@ def signed_headers(
     url: str, method: str, body: bytes = b"", headers: dict | None = None, service: str = "s3"
 ) -> dict[str, str]:
     """SigV4 headers (with Host) for a request a test sends by hand, signed with the key in
-    this process's environment, as boto3 would sign it (S3: payload unsigned)."""
+    this process's environment, as boto3 signs it over http (the body's SHA-256 signed)."""
     from botocore.auth import S3SigV4Auth, SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
     request = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
-    if service == "s3":
-        request.headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
     signer = S3SigV4Auth if service == "s3" else SigV4Auth
     creds = Credentials(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
     signer(creds, service, os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).add_auth(request)

@@ -42,8 +42,6 @@ def call(
             method=method, url=f"http://{authority}{path}", data=body, headers=hdrs
         )
         signer = S3SigV4Auth if service == "s3" else SigV4Auth
-        if service == "s3":
-            request.headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
         signer(keys(), service, "us-east-1").add_auth(request)
         hdrs = dict(request.headers.items())
     hdrs["Host"] = authority

@@ -267,3 +267,20 @@ def test_get_by_part_number(s3):
     with pytest.raises(s3.exceptions.ClientError) as info:
         s3.get_object(Bucket="conf", Key="single", PartNumber=2)
     assert error_code(info) == "InvalidPartNumber"
+
+
+def test_a_chunked_put_streams_to_an_object(server, s3):
+    """Transfer-Encoding: chunked (a body of unknown length, as curl -T - sends)."""
+    body = os.urandom(3 << 20)
+    path = "/conf/chunked"
+    headers = signed_headers(server.url + path, "PUT", body, {"Transfer-Encoding": "chunked"})
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    wire = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + 100_000]), body[i : i + 100_000])
+        for i in range(0, len(body), 100_000)
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(f"PUT {path} HTTP/1.1\r\n{head}\r\n".encode() + wire + b"0\r\n\r\n")
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert s3.get_object(Bucket="conf", Key="chunked")["Body"].read() == body
