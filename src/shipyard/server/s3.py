@@ -8,7 +8,9 @@ flexible checksums) are decoded on the way; a signed payload hash is checked.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import email.header
 import email.utils
 import hashlib
 import io
@@ -592,7 +594,30 @@ def precondition_failed(key: str) -> ApiError:
 
 
 def _meta(req: Request) -> dict[str, str]:
-    return {k: v for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
+    """User metadata as text: RFC 2047 encoded-words decoded and raw UTF-8 bytes (which
+    the HTTP layer read as Latin-1) taken as UTF-8, as S3 stores them."""
+    return {k: _meta_text(v) for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
+
+
+def _meta_text(value: str) -> str:
+    if "=?" in value:
+        try:
+            return str(email.header.make_header(email.header.decode_header(value)))
+        except (ValueError, LookupError):
+            return value
+    if not value.isascii():
+        try:
+            return value.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            return value
+    return value
+
+
+def _meta_header(value: str) -> str:
+    """Non-ASCII metadata goes back as an RFC 2047 encoded-word, as S3 sends it."""
+    if value.isascii():
+        return value
+    return "=?UTF-8?B?" + base64.b64encode(value.encode("utf-8")).decode() + "?="
 
 
 def _object_headers(obj: Obj) -> dict[str, str]:
@@ -602,7 +627,7 @@ def _object_headers(obj: Obj) -> dict[str, str]:
         "Content-Type": obj.content_type or "binary/octet-stream",
         "Accept-Ranges": "bytes",
     }
-    headers.update(obj.meta)
+    headers.update({k: _meta_header(v) for k, v in obj.meta.items()})
     return headers
 
 

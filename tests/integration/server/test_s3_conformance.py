@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import os
 import socket
 import struct
@@ -284,3 +285,21 @@ def test_a_chunked_put_streams_to_an_object(server, s3):
         answer = sock.recv(65536)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
     assert s3.get_object(Bucket="conf", Key="chunked")["Body"].read() == body
+
+
+def test_non_ascii_metadata_comes_back_as_s3_sends_it(server, s3):
+    """Raw UTF-8 in a header (what a non-boto client sends) and an RFC 2047 encoded-word
+    (what boto3 users must send) are the same text, returned as an encoded-word."""
+    word = "=?UTF-8?B?" + base64.b64encode("héllo wörld".encode()).decode() + "?="
+    s3.put_object(Bucket="conf", Key="meta-2047", Body=b"x", Metadata={"name": word})
+    assert s3.head_object(Bucket="conf", Key="meta-2047")["Metadata"] == {"name": word}
+    path = "/conf/meta-raw"
+    raw = "héllo wörld".encode().decode("latin-1")  # the bytes as http.client sends a str
+    headers = signed_headers(server.url + path, "PUT", b"x", {"x-amz-meta-name": raw})
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("PUT", path, body=b"x", headers=headers)
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+    assert s3.head_object(Bucket="conf", Key="meta-raw")["Metadata"] == {"name": word}
