@@ -79,10 +79,14 @@ def write_client_files(home: str, url: str) -> dict[str, str]:
     root = client_dir(home)
     data = os.path.join(root, "aws-data")
     sts_dir = os.path.join(data, "sts", STS_VERSION)
-    os.makedirs(sts_dir, exist_ok=True)
-    _atomic(os.path.join(sts_dir, "endpoint-rule-set-1.json"), json.dumps(sts_rule_set(url)))
-    config = os.path.join(root, "sagemaker-config.yaml")
-    _atomic(config, SAGEMAKER_CONFIG)
+    mask = os.umask(0o077)  # private like the rest of the home (`server env` makes them too)
+    try:
+        os.makedirs(sts_dir, exist_ok=True)
+        _atomic(os.path.join(sts_dir, "endpoint-rule-set-1.json"), json.dumps(sts_rule_set(url)))
+        config = os.path.join(root, "sagemaker-config.yaml")
+        _atomic(config, SAGEMAKER_CONFIG)
+    finally:
+        os.umask(mask)
     return {"AWS_DATA_PATH": data, "SAGEMAKER_USER_CONFIG_OVERRIDE": config}
 
 
