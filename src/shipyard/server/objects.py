@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS uploads (
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 CHUNK = 1 << 20
 MAX_OBJECT = 5 << 30
+PARTS = ".parts"  # beside a multipart object's file: its part sizes (JSON)
 
 
 @dataclass
@@ -150,6 +151,7 @@ class ObjectStore:
         content_type: str | None,
         meta: dict[str, str],
         only_new: bool = False,
+        parts: list[int] | None = None,
     ) -> Obj:
         """Move a finished temporary file into place as (bucket, key); with ``only_new``
         (If-None-Match: *) only if no object has the key, checked in the same transaction
@@ -162,6 +164,9 @@ class ObjectStore:
         final = self._new_file()
         os.makedirs(os.path.dirname(final), exist_ok=True)
         size = os.path.getsize(tmp)
+        if parts:  # a multipart object's part sizes, for GET ?partNumber
+            with open(final + PARTS, "w") as fh:
+                json.dump(parts, fh)
         os.replace(tmp, final)
         now = time.time()
         with self._db() as db:
@@ -183,10 +188,10 @@ class ObjectStore:
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
-                os.unlink(final)
+                _unlink_object(final)
                 raise
         if old and old[0] != final:
-            _unlink(old[0])
+            _unlink_object(old[0])
         return Obj(bucket, key, final, size, etag, now, content_type, meta)
 
     def get(self, bucket: str, key: str) -> Obj:
@@ -209,7 +214,7 @@ class ObjectStore:
             ).fetchone()
             db.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, key.encode()))
         if row:
-            _unlink(row[0])
+            _unlink_object(row[0])
 
     def scan(
         self, bucket: str, prefix: str, start_after: str, limit: int
@@ -275,6 +280,7 @@ class ObjectStore:
         if not parts or [n for n, _ in parts] != sorted({n for n, _ in parts}):
             raise ApiError("InvalidPartOrder", "list the parts once each, in ascending order")
         digests = b""
+        sizes = []
         tmp = os.path.join(self.root, "tmp", uuid.uuid4().hex)
         try:
             with open(tmp, "wb") as out:
@@ -288,13 +294,14 @@ class ObjectStore:
                     if etag.strip('"') != md5:
                         raise ApiError("InvalidPart", f"part {number}'s ETag does not match")
                     digests += bytes.fromhex(md5)
+                    sizes.append(os.path.getsize(path))
                     with open(path, "rb") as fh:
                         shutil.copyfileobj(fh, out, CHUNK)
         except BaseException:
             _unlink(tmp)
             raise
         etag = f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"
-        obj = self.commit(bucket, key, tmp, etag, content_type, meta)
+        obj = self.commit(bucket, key, tmp, etag, content_type, meta, parts=sizes)
         self.abort_upload(upload_id, bucket, key)
         return obj
 
@@ -350,6 +357,20 @@ class ObjectStore:
         tmp = os.path.join(self.root, "tmp")
         for name in os.listdir(tmp):
             _unlink(os.path.join(tmp, name))
+
+
+def part_sizes(obj: Obj) -> list[int] | None:
+    """A multipart object's part sizes (None: not kept, e.g. an object from before)."""
+    try:
+        with open(obj.file + PARTS) as fh:
+            return [int(n) for n in json.load(fh)]
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _unlink_object(path: str) -> None:
+    _unlink(path)
+    _unlink(path + PARTS)
 
 
 def _unlink(path: str) -> None:

@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, tag, xml_response
-from shipyard.server.objects import Obj, ObjectStore
+from shipyard.server.objects import Obj, ObjectStore, part_sizes
 from shipyard.server.s3_checks import MAX_DELETE_KEYS, Digests, check_key, check_sub_resources
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
@@ -504,16 +504,28 @@ class S3Api:
         start, length, status = 0, obj.size, 200
         if req.arg("partNumber") is not None:
             number = _part_number(req)
-            if "-" in obj.etag:
+            sizes = part_sizes(obj) if "-" in obj.etag else [obj.size]
+            if sizes is None:
                 raise ApiError(
                     "NotImplemented",
-                    "GET by partNumber of a multipart object is not implemented; use a Range",
+                    "this multipart object was stored before part sizes were kept; use a Range",
                     501,
                 )
-            if number != 1:
+            if number > len(sizes):
                 raise ApiError(
-                    "InvalidPartNumber", f"the object has one part, not part {number}", 416
+                    "InvalidPartNumber",
+                    f"the object has {len(sizes)} part(s), not part {number}",
+                    416,
                 )
+            if len(sizes) > 1:
+                start, length, status = sum(sizes[: number - 1]), sizes[number - 1], 206
+                end = start + length - 1
+                headers["Content-Range"] = f"bytes {start}-{end}/{obj.size}"
+                headers["x-amz-mp-parts-count"] = str(len(sizes))
+                headers["Content-Length"] = str(length)
+                if req.method == "HEAD":
+                    return Response(status, b"", headers)
+                return Response(status, b"", headers, file=obj.file, offset=start, length=length)
         rng = req.headers.get("range")
         if rng:
             match = _RANGE.match(rng.strip())

@@ -268,6 +268,25 @@ def test_get_by_part_number(s3):
     with pytest.raises(s3.exceptions.ClientError) as info:
         s3.get_object(Bucket="conf", Key="single", PartNumber=2)
     assert error_code(info) == "InvalidPartNumber"
+    upload = s3.create_multipart_upload(Bucket="conf", Key="multi")["UploadId"]
+    bodies = [b"a" * (5 << 20), b"b" * 1000]
+    etags = [
+        s3.upload_part(Bucket="conf", Key="multi", UploadId=upload, PartNumber=n, Body=b)["ETag"]
+        for n, b in enumerate(bodies, 1)
+    ]
+    s3.complete_multipart_upload(
+        Bucket="conf",
+        Key="multi",
+        UploadId=upload,
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]},
+    )
+    second = s3.get_object(Bucket="conf", Key="multi", PartNumber=2)
+    assert second["Body"].read() == bodies[1] and second["PartsCount"] == 2
+    assert second["ContentRange"] == f"bytes {5 << 20}-{(5 << 20) + 999}/{(5 << 20) + 1000}"
+    assert s3.head_object(Bucket="conf", Key="multi", PartNumber=1)["ContentLength"] == 5 << 20
+    with pytest.raises(s3.exceptions.ClientError) as info:
+        s3.get_object(Bucket="conf", Key="multi", PartNumber=3)
+    assert error_code(info) == "InvalidPartNumber"
 
 
 def test_a_chunked_put_streams_to_an_object(server, s3):
