@@ -106,6 +106,33 @@ class _Chunked:
                 self.digests.add_trailer(name, value)
 
 
+# query parameters that select an operation (the others only qualify one)
+SELECTORS = frozenset({"uploads", "uploadId", "partNumber", "delete", "location"})
+_NONE: frozenset[str] = frozenset()
+# (has bucket, has key, method, selectors) -> S3Api method
+ROUTES: dict[tuple[bool, bool, str, frozenset[str]], str] = {
+    (False, False, "GET", _NONE): "list_buckets",
+    (True, False, "PUT", _NONE): "create_bucket",
+    (True, False, "HEAD", _NONE): "head_bucket",
+    (True, False, "DELETE", _NONE): "delete_bucket",
+    (True, False, "GET", _NONE): "list_objects",
+    (True, False, "GET", frozenset({"location"})): "get_location",
+    (True, False, "GET", frozenset({"uploads"})): "list_uploads",
+    (True, False, "POST", frozenset({"delete"})): "delete_objects",
+    (True, True, "PUT", _NONE): "put_object",
+    (True, True, "PUT+copy", _NONE): "copy_object",
+    (True, True, "PUT", frozenset({"uploadId", "partNumber"})): "upload_part",
+    (True, True, "PUT+copy", frozenset({"uploadId", "partNumber"})): "upload_part_copy",
+    (True, True, "GET", _NONE): "get_object",
+    (True, True, "HEAD", _NONE): "get_object",
+    (True, True, "GET", frozenset({"uploadId"})): "list_parts",
+    (True, True, "POST", frozenset({"uploads"})): "start_upload",
+    (True, True, "POST", frozenset({"uploadId"})): "complete_upload",
+    (True, True, "DELETE", frozenset({"uploadId"})): "abort_upload",
+    (True, True, "DELETE", _NONE): "delete_object",
+}
+
+
 def http_chunked(raw: BinaryIO) -> BinaryIO:
     """A ``Transfer-Encoding: chunked`` body as its payload (the same framing as
     aws-chunked, without signatures): an S3 upload of unknown length streams to disk."""
@@ -132,68 +159,59 @@ class S3Api:
             return error_response(err, req.method == "HEAD")
 
     def _handle(self, req: Request) -> Response:
+        """Route on method, path and the query's operation selectors together, as S3 does:
+        ``DELETE /b?location`` is not DeleteBucket, and is refused as such."""
         bucket, key = self._split(req)
         q = req.query
         m = req.method
         check_sub_resources(m, q)  # before anything is read or written
         if key and m in ("PUT", "POST"):
             check_key(key)
-        if not bucket:
-            if m == "GET":
-                return self.list_buckets()
-            raise ApiError("MethodNotAllowed", f"{m} / is not supported", 405)
-        if not key:
-            if m == "PUT":
-                return self.create_bucket(req, bucket)
-            if m == "HEAD":
-                self.store.bucket_region(bucket)
-                return Response(200, b"", {"x-amz-bucket-region": req.region})
-            if m == "DELETE":
-                self.store.delete_bucket(bucket)
-                return Response(204)
-            if m == "POST" and "delete" in q:
-                return self.delete_objects(req, bucket)
-            if m == "GET" and "location" in q:
-                region = self.store.bucket_region(bucket)
-                inner = "" if region == "us-east-1" else region
-                return xml_response("LocationConstraint", inner, ns=NS)
-            if m == "GET" and "uploads" in q:
-                return self.list_uploads(req, bucket)
-            if m == "GET":
-                return self.list_objects(req, bucket)
-        else:
-            if m == "PUT" and "uploadId" in q and "x-amz-copy-source" in req.headers:
-                return self.upload_part_copy(req, bucket, key)
-            if m == "PUT" and "uploadId" in q:
-                return self.upload_part(req, bucket, key)
-            if m == "GET" and "uploadId" in q:
-                return self.list_parts(req, bucket, key)
-            if m == "PUT" and "x-amz-copy-source" in req.headers:
-                return self.copy_object(req, bucket, key)
-            if m == "PUT":
-                return self.put_object(req, bucket, key)
-            if m in ("GET", "HEAD"):
-                return self.get_object(req, bucket, key)
-            if m == "POST" and "uploads" in q:
-                upload = self.store.start_upload(
-                    bucket, key, req.headers.get("content-type"), _meta(req)
-                )
-                inner = tag("Bucket", bucket) + tag("Key", key) + tag("UploadId", upload)
-                return xml_response("InitiateMultipartUploadResult", inner, ns=NS)
-            if m == "POST" and "uploadId" in q:
-                return self.complete_upload(req, bucket, key)
-            if m == "DELETE" and "uploadId" in q:
-                self.store.abort_upload(req.arg("uploadId") or "", bucket, key)
-                return Response(204)
-            if m == "DELETE":
-                self.store.delete(bucket, key)
-                return Response(204)
-        raise ApiError(
-            "NotImplemented", f"{m} {req.raw_path}?{req.raw_query} is not supported", 501
-        )
+        selectors = frozenset(q) & SELECTORS
+        if m == "PUT" and key and "x-amz-copy-source" in req.headers:
+            m = "PUT+copy"
+        route = ROUTES.get((bool(bucket), bool(key), m, selectors))
+        if route is None and m in ("GET", "HEAD") and key and selectors == {"partNumber"}:
+            route = ROUTES[(True, True, m, frozenset())]
+        if route is None:
+            what = " ".join(sorted(selectors)) or "no sub-resource"
+            raise ApiError(
+                "NotImplemented",
+                f"{req.method} on a {'key' if key else 'bucket' if bucket else 'service'} "
+                f"with {what} is not an operation shipyard server implements (nothing was "
+                "changed)",
+                501,
+            )
+        return getattr(self, route)(req, bucket, key)
+
+    def head_bucket(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.bucket_region(bucket)
+        return Response(200, b"", {"x-amz-bucket-region": req.region})
+
+    def delete_bucket(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.delete_bucket(bucket)
+        return Response(204)
+
+    def get_location(self, req: Request, bucket: str, key: str) -> Response:
+        region = self.store.bucket_region(bucket)
+        inner = "" if region == "us-east-1" else region
+        return xml_response("LocationConstraint", inner, ns=NS)
+
+    def start_upload(self, req: Request, bucket: str, key: str) -> Response:
+        upload = self.store.start_upload(bucket, key, req.headers.get("content-type"), _meta(req))
+        inner = tag("Bucket", bucket) + tag("Key", key) + tag("UploadId", upload)
+        return xml_response("InitiateMultipartUploadResult", inner, ns=NS)
+
+    def abort_upload(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.abort_upload(req.arg("uploadId") or "", bucket, key)
+        return Response(204)
+
+    def delete_object(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.delete(bucket, key)
+        return Response(204)
 
     # -- buckets --------------------------------------------------------------------------
-    def list_buckets(self) -> Response:
+    def list_buckets(self, req: Request, bucket: str, key: str) -> Response:
         items = "".join(
             f"<Bucket>{tag('Name', n)}{tag('CreationDate', _iso(c))}</Bucket>"
             for n, c in self.store.buckets()
@@ -201,7 +219,7 @@ class S3Api:
         owner = "<Owner><ID>shipyard</ID><DisplayName>shipyard</DisplayName></Owner>"
         return xml_response("ListAllMyBucketsResult", f"{owner}<Buckets>{items}</Buckets>", ns=NS)
 
-    def create_bucket(self, req: Request, bucket: str) -> Response:
+    def create_bucket(self, req: Request, bucket: str, key: str) -> Response:
         region = req.region
         body = req.body
         if body.strip():
@@ -214,7 +232,7 @@ class S3Api:
         self.store.create_bucket(bucket, region)
         return Response(200, b"", {"Location": f"/{bucket}"})
 
-    def list_objects(self, req: Request, bucket: str) -> Response:
+    def list_objects(self, req: Request, bucket: str, key: str) -> Response:
         v2 = req.arg("list-type") == "2"
         prefix = req.arg("prefix", "") or ""
         delimiter = req.arg("delimiter", "") or ""
@@ -297,7 +315,7 @@ class S3Api:
             parts.append(f"<CommonPrefixes>{tag('Prefix', enc(common))}</CommonPrefixes>")
         return xml_response("ListBucketResult", "".join(parts), ns=NS)
 
-    def delete_objects(self, req: Request, bucket: str) -> Response:
+    def delete_objects(self, req: Request, bucket: str, key: str) -> Response:
         digests = Digests(req.headers)
         digests.update(req.body)
         digests.verify()
@@ -440,7 +458,7 @@ class S3Api:
         inner = tag("ETag", f'"{md5}"') + tag("LastModified", _iso(time.time()))
         return xml_response("CopyPartResult", inner, ns=NS)
 
-    def list_uploads(self, req: Request, bucket: str) -> Response:
+    def list_uploads(self, req: Request, bucket: str, key: str) -> Response:
         prefix = req.arg("prefix", "") or ""
         key_marker = req.arg("key-marker", "") or ""
         id_marker = req.arg("upload-id-marker", "") or ""

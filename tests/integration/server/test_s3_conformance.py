@@ -322,3 +322,32 @@ def test_non_ascii_metadata_comes_back_as_s3_sends_it(server, s3):
     finally:
         conn.close()
     assert s3.head_object(Bucket="conf", Key="meta-raw")["Metadata"] == {"name": word}
+
+
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("DELETE", "/conf?location"),
+        ("DELETE", "/conf?uploads"),
+        ("PUT", "/conf?delete"),
+        ("DELETE", "/conf/{key}?partNumber=1"),
+        ("PUT", "/conf/{key}?uploads"),
+        ("PUT", "/conf/{key}?delete"),
+        ("POST", "/conf/{key}"),
+    ],
+)
+def test_a_served_selector_on_the_wrong_operation_changes_nothing(server, s3, method, path):
+    """S3 routes on method + path + selector together: a selector this server knows, sent
+    with a method it does not go with, is not the plain DeleteBucket/PutObject/DeleteObject."""
+    key = "selector-" + method + path.replace("/", "_").replace("?", "_").replace("=", "_")
+    s3.put_object(Bucket="conf", Key=key, Body=BODY)
+    path = path.format(key=key)
+    headers = signed_headers(server.url + path, method, b"junk")
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request(method, path, body=b"junk", headers=headers)
+        resp = conn.getresponse()
+        assert (resp.status, b"<Code>NotImplemented</Code>" in resp.read()) == (501, True)
+    finally:
+        conn.close()
+    intact(s3, key)
