@@ -74,7 +74,7 @@ class ApiServer(ThreadingHTTPServer):
         self.services = services
         self.keys = keys
         self.names = Names.from_env(host)
-        if not is_loopback(host) and not os.environ.get("SHIPYARD_SERVER_SECRET_KEY"):
+        if not is_loopback(host) and not credentials.configured():
             raise ValueError(
                 f"binding {host} (not a loopback address) needs an access key: set "
                 "SHIPYARD_SERVER_ACCESS_KEY and SHIPYARD_SERVER_SECRET_KEY"

@@ -23,12 +23,19 @@ def path(home: str) -> str:
     return os.path.join(home, "server", "credentials.json")
 
 
+def configured() -> bool:
+    """Whether the key pair comes from the environment (required off loopback, where the
+    clients are on other machines and must be given the key on purpose)."""
+    return bool(
+        os.environ.get("SHIPYARD_SERVER_ACCESS_KEY")
+        and os.environ.get("SHIPYARD_SERVER_SECRET_KEY")
+    )
+
+
 def load(home: str) -> tuple[str, str]:
     """(access key, secret key): the configured pair, else this home's own (made once)."""
-    access = os.environ.get("SHIPYARD_SERVER_ACCESS_KEY")
-    secret = os.environ.get("SHIPYARD_SERVER_SECRET_KEY")
-    if access and secret:
-        return access, secret
+    if configured():
+        return os.environ["SHIPYARD_SERVER_ACCESS_KEY"], os.environ["SHIPYARD_SERVER_SECRET_KEY"]
     Home(home).ensure_private()
     file = path(home)
     try:
