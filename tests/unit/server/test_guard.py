@@ -13,7 +13,6 @@ from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from shipyard.server import sigv4
 from shipyard.server.errors import ApiError
 from shipyard.server.guard import Names, authorize, host_name
 from shipyard.server.http import Request
@@ -147,7 +146,3 @@ def test_presigned_urls_signature_and_expiry():
         with pytest.raises(ApiError) as info:
             authorize(req, KEYS, LOCAL)
         assert info.value.code == "AuthorizationQueryParametersError"
-
-
-def test_unsigned_payload_constant_is_s3s():
-    assert sigv4.UNSIGNED == "UNSIGNED-PAYLOAD"
