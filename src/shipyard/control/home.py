@@ -21,6 +21,10 @@ import stat
 from dataclasses import dataclass
 
 PRIVATE_MARK = ".private"
+# what shipyard keeps in a home: only a directory holding some of these is walked
+SHIPYARD_ENTRIES = frozenset(
+    {"shipyard.db", "jobs", "s3", "server", "endpoints", "output", "cache", "envs"}
+)
 
 
 def default_home() -> str:
@@ -59,12 +63,19 @@ class Home:
     def ensure_private(self) -> None:
         """Create the home 0700, or tighten an existing one (see the module docstring)."""
         os.makedirs(self.root, mode=0o700, exist_ok=True)
-        if stat.S_IMODE(os.stat(self.root).st_mode) & 0o077:
+        st = os.stat(self.root)
+        if st.st_mode & stat.S_ISVTX or st.st_uid != os.geteuid():
+            raise ValueError(
+                f"SHIPYARD_HOME={self.root} is a shared directory (sticky, or owned by "
+                "another user); point SHIPYARD_HOME at a directory of your own"
+            )
+        if stat.S_IMODE(st.st_mode) & 0o077:
             os.chmod(self.root, 0o700)
         mark = os.path.join(self.root, PRIVATE_MARK)
         if os.path.exists(mark):
             return
-        tighten(self.root)
+        if set(os.listdir(self.root)) & SHIPYARD_ENTRIES:  # never walk a directory we did not make
+            tighten(self.root)
         fd = os.open(mark, os.O_WRONLY | os.O_CREAT, 0o600)
         os.close(fd)
 

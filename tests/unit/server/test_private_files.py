@@ -57,3 +57,22 @@ def test_the_key_is_made_once_per_home_and_private(tmp_path, monkeypatch):
     monkeypatch.setenv("SHIPYARD_SERVER_ACCESS_KEY", "AK")
     monkeypatch.setenv("SHIPYARD_SERVER_SECRET_KEY", "SK")
     assert credentials.load(str(tmp_path / "a")) == ("AK", "SK")
+
+
+def test_a_shared_directory_is_refused_and_left_alone(tmp_path):
+    import pytest
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # like /tmp
+    with pytest.raises(ValueError, match="directory of your own"):
+        Home(str(shared)).ensure_private()
+    assert mode(shared) == 0o1777
+
+
+def test_a_directory_shipyard_did_not_make_is_not_walked(tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("x")
+    os.chmod(mine, 0o644)
+    Home(str(tmp_path)).ensure_private()
+    assert mode(tmp_path) == 0o700 and mode(mine) == 0o644
