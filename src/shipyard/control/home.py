@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 PRIVATE_MARK = ".private"
 # what shipyard keeps in a home: only a directory holding some of these is walked
-SHIPYARD_ENTRIES = frozenset(
+HOME_ENTRIES = frozenset(
     {"shipyard.db", "jobs", "s3", "server", "endpoints", "output", "cache", "envs"}
 )
 
@@ -74,7 +74,7 @@ class Home:
         mark = os.path.join(self.root, PRIVATE_MARK)
         if os.path.exists(mark):
             return
-        if set(os.listdir(self.root)) & SHIPYARD_ENTRIES:  # never walk a directory we did not make
+        if set(os.listdir(self.root)) & HOME_ENTRIES:  # never walk a directory we did not make
             tighten(self.root)
         fd = os.open(mark, os.O_WRONLY | os.O_CREAT, 0o600)
         os.close(fd)
