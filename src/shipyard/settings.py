@@ -263,7 +263,14 @@ SETTINGS: tuple[Setting, ...] = (
     _user(
         "SHIPYARD_SERVER_SECRET_KEY",
         None,
-        "`shipyard server`: the secret key SigV4 signatures are checked against.",
+        "`shipyard server`: the secret key SigV4 signatures are checked against "
+        "(unset: one made per SHIPYARD_HOME, printed by `shipyard server env`).",
+    ),
+    _user(
+        "SHIPYARD_SERVER_HOSTNAMES",
+        None,
+        "`shipyard server`: more names clients may call it by (comma-separated), "
+        "beyond loopback names and its bound address.",
     ),
     # -- distributions ---------------------------------------------------------------------
     _user("SHIPYARD_MPIRUN", None, "The mpirun to use (a path or a name on PATH)."),

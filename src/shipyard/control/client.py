@@ -131,7 +131,7 @@ def check_location(what: str, uri: str) -> str:
 class ControlPlane:
     def __init__(self, home: str | None = None, backend: str = "local") -> None:
         self.home = Home.from_env(home)
-        os.makedirs(self.home.root, exist_ok=True)
+        self.home.ensure_private()
         self.store = Store(self.home.db_path)
         self.backend = backend
 

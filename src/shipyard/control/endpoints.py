@@ -107,7 +107,7 @@ def port_free(host: str, port: int) -> bool:
 class Endpoints:
     def __init__(self, home: str | None = None) -> None:
         self.home = Home.from_env(home)
-        os.makedirs(self.home.root, exist_ok=True)
+        self.home.ensure_private()
         self.db_path = self.home.db_path
         schema.open_db(self.db_path)
 

@@ -5,15 +5,14 @@ SQLite reads and JSON, the SDK polls every few seconds, and S3 bodies stream to 
 disk, so no async framework is needed. Every handler error becomes the service's own
 error shape; an unexpected exception is a 500 InternalFailure with the server staying up.
 
-Security: on a loopback address (the default) any request is accepted, signed or not
-(what a local emulator does). On any other address every request must be SigV4-signed
-with the configured access key (``SHIPYARD_SERVER_ACCESS_KEY`` /
-``SHIPYARD_SERVER_SECRET_KEY``) within five minutes of the server's clock.
+Security (``guard``): every request, loopback included, must name this server as its
+Host, carry no foreign Origin when it changes state, and be SigV4-signed with the server's
+key (``credentials``: configured, else made once per home; ``shipyard server env`` prints
+it) within five minutes of the server's clock. Off loopback the key must be configured.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import os
@@ -23,9 +22,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from shipyard import settings
-from shipyard.server import sigv4
+from shipyard.control.home import Home
+from shipyard.server import credentials
 from shipyard.server.errors import ApiError
+from shipyard.server.guard import Names, authorize
 from shipyard.server.http import (
     MAX_API_BODY,
     Request,
@@ -34,6 +34,7 @@ from shipyard.server.http import (
     tag,
     xml_response,
 )
+from shipyard.server.s3 import http_chunked
 
 log = logging.getLogger("shipyard.server")
 REST_JSON = ("sagemaker-runtime",)
@@ -45,18 +46,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
     except (OSError, ValueError):
         return False
-
-
-def guess_service(req: Request) -> str:
-    """The service of an unsigned request (loopback only): by its target or path."""
-    target = req.headers.get("x-amz-target", "")
-    if target.startswith("SageMaker."):
-        return "sagemaker"
-    if target.startswith("Logs_"):
-        return "logs"
-    if req.raw_path.startswith("/endpoints/") and req.raw_path.endswith("/invocations"):
-        return "sagemaker-runtime"
-    return "s3"
 
 
 def error_response(service: str, err: ApiError) -> Response:
@@ -84,8 +73,8 @@ class ApiServer(ThreadingHTTPServer):
     def __init__(self, host: str, port: int, services: dict[str, Any], keys: dict[str, str]):
         self.services = services
         self.keys = keys
-        self.require_signature = not is_loopback(host)
-        if self.require_signature and not keys:
+        self.names = Names.from_env(host)
+        if not is_loopback(host) and not credentials.configured():
             raise ValueError(
                 f"binding {host} (not a loopback address) needs an access key: set "
                 "SHIPYARD_SERVER_ACCESS_KEY and SHIPYARD_SERVER_SECRET_KEY"
@@ -109,9 +98,7 @@ class Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         raw_path, _, raw_query = self.path.partition("?")
         headers = {k.lower(): v for k, v in self.headers.items()}
-        if "transfer-encoding" in headers:  # no AWS SDK sends it; its body has no length
-            self._send(Response(411, b"send Content-Length, not Transfer-Encoding"), close=True)
-            return
+        stream: Any = self.rfile
         try:
             length = int(headers.get("content-length") or 0)
             if length < 0:
@@ -119,35 +106,18 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send(Response(400, b"bad Content-Length"), close=True)
             return
-        req = Request(self.command, raw_path, raw_query, headers, self.rfile, length)  # type: ignore[arg-type]
+        if "transfer-encoding" in headers:  # a body of unknown length (-1), S3 uploads only
+            if headers["transfer-encoding"].strip().lower() != "chunked":
+                self._send(Response(501, b"Transfer-Encoding: chunked only"), close=True)
+                return
+            stream, length = http_chunked(stream), -1
+        req = Request(self.command, raw_path, raw_query, headers, stream, length)
         service = "s3"
         if raw_path == "/_shipyard/health" and self.command == "GET":
             self._send(json_response({"status": "ok"}))  # liveness only: says nothing else
             return
         try:
-            scope = sigv4.scope(headers, req.query)
-            if scope is None:
-                if self.server.require_signature:
-                    raise ApiError(
-                        "MissingAuthenticationToken",
-                        "this server requires SigV4-signed requests (set AWS_ACCESS_KEY_ID "
-                        "and AWS_SECRET_ACCESS_KEY to the server's key)",
-                        403,
-                    )
-                service = guess_service(req)
-            else:
-                service, req.region = scope.service, scope.region
-                if self.server.require_signature:
-                    body_hash = self._signed_body_hash(service, req)
-                    sigv4.verify(
-                        scope,
-                        self.command,
-                        raw_path,
-                        raw_query,
-                        headers,
-                        body_hash,
-                        self.server.keys,
-                    )
+            service = authorize(req, self.server.keys, self.server.names)
             if service == "sagemaker" and "x-amz-target" not in headers:
                 service = "sagemaker-runtime"  # it signs as "sagemaker" too
             req.service = service
@@ -161,6 +131,7 @@ class Handler(BaseHTTPRequestHandler):
                 )
             resp = handler.handle(req)
         except ApiError as err:
+            service = req.service or service
             resp = self._error(service, req, err)
         except Exception as exc:  # noqa: BLE001 - any bug is a 500 and the server stays up
             log.exception("internal error on %s %s", self.command, self.path)
@@ -169,7 +140,7 @@ class Handler(BaseHTTPRequestHandler):
             )
         # a body the handler did not read: small ones are drained so the connection
         # stays usable, a large one closes it (never read a body we refused)
-        close = False
+        close = length < 0  # what is left of a chunked body is not worth reading
         if req._body is None and req.length > 0 and service != "s3":
             if req.length <= MAX_API_BODY:
                 self.rfile.read(req.length)
@@ -178,28 +149,6 @@ class Handler(BaseHTTPRequestHandler):
         elif req._body is None and req.length > 0 and resp.status >= 400:
             close = True
         self._send(resp, close=close)
-
-    @staticmethod
-    def _signed_body_hash(service: str, req: Request) -> str:
-        """The payload hash the signature covers. Other services: the body's, read now.
-        S3: the x-amz-content-sha256 header, which the body must then match (small bodies
-        are checked here, uploads as they stream to disk, in s3.py)."""
-        if service != "s3":
-            return hashlib.sha256(req.body).hexdigest()
-        declared = req.headers.get("x-amz-content-sha256", sigv4.UNSIGNED)
-        if declared.startswith("STREAMING-AWS4-HMAC-SHA256"):
-            raise ApiError(
-                "NotImplemented",
-                "chunk-signed uploads (STREAMING-AWS4-HMAC-SHA256-PAYLOAD) are not "
-                "accepted; sign the whole payload or send UNSIGNED-PAYLOAD",
-                501,
-            )
-        if len(declared) == 64 and req.length <= 1 << 20:
-            if hashlib.sha256(req.body).hexdigest() != declared:
-                raise ApiError(
-                    "XAmzContentSHA256Mismatch", "the body does not match its signed SHA-256"
-                )
-        return declared
 
     def _error(self, service: str, req: Request, err: ApiError) -> Response:
         if service == "s3":
@@ -254,12 +203,10 @@ def serve(
     from shipyard.server import env as env_mod
     from shipyard.server.services import build
 
-    keys = {}
-    access = settings.get("SHIPYARD_SERVER_ACCESS_KEY")
-    secret = settings.get("SHIPYARD_SERVER_SECRET_KEY")
-    if access and secret:
-        keys[access] = secret
-    server = ApiServer(host, port, {}, keys)
+    os.umask(0o077)  # every file the server and its jobs write is the user's alone
+    Home(home).ensure_private()
+    access, secret = credentials.load(home)
+    server = ApiServer(host, port, {}, {access: secret})
     bound = server.server_address[1]
     values = env_mod.variables(home, host, bound)
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):

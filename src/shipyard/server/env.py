@@ -24,7 +24,7 @@ import os
 import shlex
 import sys
 
-from shipyard import settings
+from shipyard.server import credentials
 
 DEFAULT_PORT = 8765
 DEFAULT_REGION = "us-east-1"
@@ -106,10 +106,14 @@ def write_client_files(home: str, url: str) -> dict[str, str]:
     root = client_dir(home)
     data = os.path.join(root, "aws-data")
     sts_dir = os.path.join(data, "sts", STS_VERSION)
-    os.makedirs(sts_dir, exist_ok=True)
-    _atomic(os.path.join(sts_dir, "endpoint-rule-set-1.json"), json.dumps(sts_rule_set(url)))
-    config = os.path.join(root, "sagemaker-config.yaml")
-    _atomic(config, SAGEMAKER_CONFIG)
+    mask = os.umask(0o077)  # private like the rest of the home (`server env` makes them too)
+    try:
+        os.makedirs(sts_dir, exist_ok=True)
+        _atomic(os.path.join(sts_dir, "endpoint-rule-set-1.json"), json.dumps(sts_rule_set(url)))
+        config = os.path.join(root, "sagemaker-config.yaml")
+        _atomic(config, SAGEMAKER_CONFIG)
+    finally:
+        os.umask(mask)
     return {"AWS_DATA_PATH": data, "SAGEMAKER_USER_CONFIG_OVERRIDE": config}
 
 
@@ -123,8 +127,7 @@ def _atomic(path: str, text: str) -> None:
 def variables(home: str, host: str, port: int, region: str | None = None) -> dict[str, str]:
     """Every variable a client needs, in the order ``server env`` prints them."""
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
-    access = settings.get("SHIPYARD_SERVER_ACCESS_KEY") or "shipyard"
-    secret = settings.get("SHIPYARD_SERVER_SECRET_KEY") or "shipyard-local-secret"
+    access, secret = credentials.load(home)
     region = region or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
     out = {
         "AWS_ENDPOINT_URL": url,

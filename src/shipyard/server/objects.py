@@ -24,6 +24,7 @@ from typing import BinaryIO
 
 from shipyard.server.errors import ApiError
 from shipyard.server.local_db import LocalDb
+from shipyard.server.s3_checks import Digests
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS buckets (name TEXT PRIMARY KEY, region TEXT, created REAL);
@@ -39,6 +40,8 @@ CREATE TABLE IF NOT EXISTS uploads (
 """
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 CHUNK = 1 << 20
+MAX_OBJECT = 5 << 30
+PARTS = ".parts"  # beside a multipart object's file: its part sizes (JSON)
 
 
 @dataclass
@@ -105,26 +108,39 @@ class ObjectStore:
         name = uuid.uuid4().hex
         return os.path.join(self.root, "data", name[:2], name)
 
-    def write_temp(self, body: BinaryIO, length: int) -> tuple[str, str, str]:
-        """Stream ``length`` bytes into a temporary file: (path, md5 hex, sha256 hex)."""
+    def write_temp(
+        self, body: BinaryIO, length: int, digests: Digests | None = None
+    ) -> tuple[str, str, str]:
+        """Stream ``length`` bytes (-1: to the end of ``body``) into a temporary file:
+        (path, md5 hex, sha256 hex). Whatever ends the request early (a short body, a
+        client reset, a digest that does not match) removes the file before it is raised:
+        an interrupted upload leaves nothing behind."""
         tmp = os.path.join(self.root, "tmp", uuid.uuid4().hex)
-        md5, size = hashlib.md5(), 0
-        sha = hashlib.sha256()
-        with open(tmp, "wb") as fh:
-            remaining = length
-            while remaining > 0:
-                chunk = body.read(min(CHUNK, remaining))
-                if not chunk:
-                    break
-                fh.write(chunk)
-                md5.update(chunk)
-                sha.update(chunk)
-                remaining -= len(chunk)
-                size += len(chunk)
-        if size != length:
-            os.unlink(tmp)
-            raise ApiError("IncompleteBody", f"the body ended after {size} of {length} bytes", 400)
-        return tmp, md5.hexdigest(), sha.hexdigest()
+        sums = digests or Digests({})
+        size = 0
+        try:
+            with open(tmp, "wb") as fh:
+                remaining = length
+                while remaining != 0:
+                    chunk = body.read(CHUNK if remaining < 0 else min(CHUNK, remaining))
+                    if not chunk:
+                        break
+                    fh.write(chunk)
+                    sums.update(chunk)
+                    size += len(chunk)
+                    if remaining > 0:
+                        remaining -= len(chunk)
+                    if size > MAX_OBJECT:
+                        raise ApiError("EntityTooLarge", "an object (or part) is at most 5 GiB")
+            if length >= 0 and size != length:
+                raise ApiError(
+                    "IncompleteBody", f"the body ended after {size} of {length} bytes", 400
+                )
+            sums.verify()
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return tmp, sums.md5.hexdigest(), sums.sha256.hexdigest()
 
     def commit(
         self,
@@ -134,8 +150,12 @@ class ObjectStore:
         etag: str,
         content_type: str | None,
         meta: dict[str, str],
+        only_new: bool = False,
+        parts: list[int] | None = None,
     ) -> Obj:
-        """Move a finished temporary file into place as (bucket, key)."""
+        """Move a finished temporary file into place as (bucket, key); with ``only_new``
+        (If-None-Match: *) only if no object has the key, checked in the same transaction
+        as the write, so of two racing conditional writes exactly one wins."""
         try:
             self.bucket_region(bucket)
         except ApiError:
@@ -144,6 +164,9 @@ class ObjectStore:
         final = self._new_file()
         os.makedirs(os.path.dirname(final), exist_ok=True)
         size = os.path.getsize(tmp)
+        if parts:  # a multipart object's part sizes, for GET ?partNumber
+            with open(final + PARTS, "w") as fh:
+                json.dump(parts, fh)
         os.replace(tmp, final)
         now = time.time()
         with self._db() as db:
@@ -152,6 +175,12 @@ class ObjectStore:
                 old = db.execute(
                     "SELECT file FROM objects WHERE bucket=? AND key=?", (bucket, key.encode())
                 ).fetchone()
+                if old and only_new:
+                    raise ApiError(
+                        "PreconditionFailed",
+                        f"If-None-Match: * and the object {key!r} exists; nothing was written",
+                        412,
+                    )
                 db.execute(
                     "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?)",
                     (bucket, key.encode(), final, size, etag, now, content_type, json.dumps(meta)),
@@ -159,10 +188,10 @@ class ObjectStore:
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
-                os.unlink(final)
+                _unlink_object(final)
                 raise
         if old and old[0] != final:
-            _unlink(old[0])
+            _unlink_object(old[0])
         return Obj(bucket, key, final, size, etag, now, content_type, meta)
 
     def get(self, bucket: str, key: str) -> Obj:
@@ -185,7 +214,7 @@ class ObjectStore:
             ).fetchone()
             db.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, key.encode()))
         if row:
-            _unlink(row[0])
+            _unlink_object(row[0])
 
     def scan(
         self, bucket: str, prefix: str, start_after: str, limit: int
@@ -251,28 +280,71 @@ class ObjectStore:
         if not parts or [n for n, _ in parts] != sorted({n for n, _ in parts}):
             raise ApiError("InvalidPartOrder", "list the parts once each, in ascending order")
         digests = b""
+        sizes = []
         tmp = os.path.join(self.root, "tmp", uuid.uuid4().hex)
-        with open(tmp, "wb") as out:
-            for number, etag in parts:
-                path = os.path.join(part_dir, f"{number:05d}")
-                try:
-                    with open(path + ".md5") as fh:
-                        md5 = fh.read()
-                except OSError:
-                    out.close()
-                    os.unlink(tmp)
-                    raise ApiError("InvalidPart", f"part {number} was not uploaded") from None
-                if etag.strip('"') != md5:
-                    out.close()
-                    os.unlink(tmp)
-                    raise ApiError("InvalidPart", f"part {number}'s ETag does not match")
-                digests += bytes.fromhex(md5)
-                with open(path, "rb") as fh:
-                    shutil.copyfileobj(fh, out, CHUNK)
+        try:
+            with open(tmp, "wb") as out:
+                for number, etag in parts:
+                    path = os.path.join(part_dir, f"{number:05d}")
+                    try:
+                        with open(path + ".md5") as fh:
+                            md5 = fh.read()
+                    except OSError:
+                        raise ApiError("InvalidPart", f"part {number} was not uploaded") from None
+                    if etag.strip('"') != md5:
+                        raise ApiError("InvalidPart", f"part {number}'s ETag does not match")
+                    digests += bytes.fromhex(md5)
+                    sizes.append(os.path.getsize(path))
+                    with open(path, "rb") as fh:
+                        shutil.copyfileobj(fh, out, CHUNK)
+        except BaseException:
+            _unlink(tmp)
+            raise
         etag = f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"
-        obj = self.commit(bucket, key, tmp, etag, content_type, meta)
+        obj = self.commit(bucket, key, tmp, etag, content_type, meta, parts=sizes)
         self.abort_upload(upload_id, bucket, key)
         return obj
+
+    def uploads(
+        self, bucket: str, prefix: str, key_marker: str, id_marker: str, limit: int
+    ) -> list[tuple[str, str, float]]:
+        """In-progress uploads (key, id, started) after the markers, in (key, id) order:
+        what ListMultipartUploads answers, so a cleanup finds what a crash left."""
+        self.bucket_region(bucket)
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT key, id, created FROM uploads WHERE bucket=? AND key>=? ORDER BY key, id",
+                (bucket, max(prefix, key_marker).encode()),
+            ).fetchall()
+        out = []
+        for key_b, upload_id, created in rows:
+            key = bytes(key_b).decode()
+            if not key.startswith(prefix):
+                break
+            if key_marker and (key, upload_id) <= (key_marker, id_marker or "\uffff"):
+                continue
+            out.append((key, upload_id, created or 0.0))
+            if len(out) > limit:
+                break
+        return out
+
+    def parts(self, upload_id: str, bucket: str, key: str) -> list[tuple[int, str, int, float]]:
+        """(number, md5, size, modified) of an upload's parts, in order."""
+        self._upload(upload_id, bucket, key)
+        part_dir = os.path.join(self.root, "uploads", upload_id)
+        out = []
+        for name in sorted(os.listdir(part_dir)):
+            if not name.isdigit():
+                continue
+            path = os.path.join(part_dir, name)
+            try:
+                with open(path + ".md5") as fh:
+                    md5 = fh.read()
+                st = os.stat(path)
+            except OSError:
+                continue  # a part being replaced right now
+            out.append((int(name), md5, st.st_size, st.st_mtime))
+        return out
 
     def abort_upload(self, upload_id: str, bucket: str, key: str) -> None:
         self._upload(upload_id, bucket, key)
@@ -285,6 +357,20 @@ class ObjectStore:
         tmp = os.path.join(self.root, "tmp")
         for name in os.listdir(tmp):
             _unlink(os.path.join(tmp, name))
+
+
+def part_sizes(obj: Obj) -> list[int] | None:
+    """A multipart object's part sizes (None: not kept, e.g. an object from before)."""
+    try:
+        with open(obj.file + PARTS) as fh:
+            return [int(n) for n in json.load(fh)]
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _unlink_object(path: str) -> None:
+    _unlink(path)
+    _unlink(path + PARTS)
 
 
 def _unlink(path: str) -> None:

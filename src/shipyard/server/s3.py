@@ -8,21 +8,28 @@ flexible checksums) are decoded on the way; a signed payload hash is checked.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import email.header
 import email.utils
 import hashlib
 import io
+import os
 import re
+import time
 import urllib.parse
 import xml.etree.ElementTree as ET
 from typing import BinaryIO
 
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, tag, xml_response
-from shipyard.server.objects import Obj, ObjectStore
+from shipyard.server.objects import Obj, ObjectStore, part_sizes
+from shipyard.server.s3_checks import MAX_DELETE_KEYS, Digests, check_key, check_sub_resources
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MAX_OBJECT = 5 << 30
+MAX_XML_BODY = 8 << 20  # a DeleteObjects of 1,000 keys of 1,024 bytes fits
+CHUNK_READ = 1 << 20
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -41,21 +48,43 @@ def error_response(err: ApiError, head: bool) -> Response:
 
 
 class _Chunked:
-    """Reads an ``aws-chunked`` body as its payload (chunk headers and trailers dropped)."""
+    """Reads an ``aws-chunked`` body as its payload. Chunk sizes are hex (a malformed one
+    is a 400, not a crash); trailers after the last chunk (``x-amz-checksum-*``) go to
+    ``digests`` to be checked like headers."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: BinaryIO, digests: Digests | None = None) -> None:
         self.raw, self.left, self.done = raw, 0, False
+        self.digests = digests
 
-    def read(self, n: int) -> bytes:
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:  # everything (a small body: DeleteObjects, CompleteMultipartUpload)
+            parts = []
+            while chunk := self.read(CHUNK_READ):
+                parts.append(chunk)
+                if sum(map(len, parts)) > MAX_XML_BODY:
+                    raise ApiError("MaxMessageLengthExceeded", "the request body is too large")
+            return b"".join(parts)
         out = b""
         while len(out) < n and not self.done:
             if self.left == 0:
-                line = self.raw.readline(4096).strip()
+                line = self.raw.readline(4096)
+                if not line:
+                    raise ApiError("IncompleteBody", "the aws-chunked body ended early")
+                line = line.strip()
                 if not line:
                     continue
-                size = int(line.split(b";")[0], 16)
+                try:
+                    size = int(line.split(b";")[0], 16)
+                except ValueError:
+                    size = -1
+                if size < 0:
+                    raise ApiError(
+                        "InvalidChunkSizeError",
+                        f"aws-chunked size {line[:32]!r} is not a hexadecimal number",
+                    )
                 if size == 0:
                     self.done = True
+                    self._trailers()
                     break
                 self.left = size
             chunk = self.raw.read(min(self.left, n - len(out)))
@@ -66,6 +95,48 @@ class _Chunked:
             if self.left == 0:
                 self.raw.readline(16)  # the CRLF after each chunk
         return out
+
+    def _trailers(self) -> None:
+        for _ in range(16):
+            line = self.raw.readline(4096).strip()
+            if not line:
+                return
+            name, _, value = line.decode("latin-1").partition(":")
+            if self.digests is not None:
+                self.digests.add_trailer(name, value)
+
+
+# query parameters that select an operation (the others only qualify one)
+SELECTORS = frozenset({"uploads", "uploadId", "partNumber", "delete", "location"})
+_NONE: frozenset[str] = frozenset()
+# (has bucket, has key, method, selectors) -> S3Api method
+ROUTES: dict[tuple[bool, bool, str, frozenset[str]], str] = {
+    (False, False, "GET", _NONE): "list_buckets",
+    (True, False, "PUT", _NONE): "create_bucket",
+    (True, False, "HEAD", _NONE): "head_bucket",
+    (True, False, "DELETE", _NONE): "delete_bucket",
+    (True, False, "GET", _NONE): "list_objects",
+    (True, False, "GET", frozenset({"location"})): "get_location",
+    (True, False, "GET", frozenset({"uploads"})): "list_uploads",
+    (True, False, "POST", frozenset({"delete"})): "delete_objects",
+    (True, True, "PUT", _NONE): "put_object",
+    (True, True, "PUT+copy", _NONE): "copy_object",
+    (True, True, "PUT", frozenset({"uploadId", "partNumber"})): "upload_part",
+    (True, True, "PUT+copy", frozenset({"uploadId", "partNumber"})): "upload_part_copy",
+    (True, True, "GET", _NONE): "get_object",
+    (True, True, "HEAD", _NONE): "get_object",
+    (True, True, "GET", frozenset({"uploadId"})): "list_parts",
+    (True, True, "POST", frozenset({"uploads"})): "start_upload",
+    (True, True, "POST", frozenset({"uploadId"})): "complete_upload",
+    (True, True, "DELETE", frozenset({"uploadId"})): "abort_upload",
+    (True, True, "DELETE", _NONE): "delete_object",
+}
+
+
+def http_chunked(raw: BinaryIO) -> BinaryIO:
+    """A ``Transfer-Encoding: chunked`` body as its payload (the same framing as
+    aws-chunked, without signatures): an S3 upload of unknown length streams to disk."""
+    return _Chunked(raw)  # type: ignore[return-value]
 
 
 class S3Api:
@@ -88,62 +159,59 @@ class S3Api:
             return error_response(err, req.method == "HEAD")
 
     def _handle(self, req: Request) -> Response:
+        """Route on method, path and the query's operation selectors together, as S3 does:
+        ``DELETE /b?location`` is not DeleteBucket, and is refused as such."""
         bucket, key = self._split(req)
         q = req.query
         m = req.method
-        if not bucket:
-            if m == "GET":
-                return self.list_buckets()
-            raise ApiError("MethodNotAllowed", f"{m} / is not supported", 405)
-        if not key:
-            if m == "PUT":
-                return self.create_bucket(req, bucket)
-            if m == "HEAD":
-                self.store.bucket_region(bucket)
-                return Response(200, b"", {"x-amz-bucket-region": req.region})
-            if m == "DELETE":
-                self.store.delete_bucket(bucket)
-                return Response(204)
-            if m == "POST" and "delete" in q:
-                return self.delete_objects(req, bucket)
-            if m == "GET" and "location" in q:
-                region = self.store.bucket_region(bucket)
-                inner = "" if region == "us-east-1" else region
-                return xml_response("LocationConstraint", inner, ns=NS)
-            if m == "GET" and "uploads" in q:
-                self.store.bucket_region(bucket)
-                return xml_response("ListMultipartUploadsResult", tag("Bucket", bucket), ns=NS)
-            if m == "GET":
-                return self.list_objects(req, bucket)
-        else:
-            if m == "PUT" and "uploadId" in q:
-                return self.upload_part(req, bucket, key)
-            if m == "PUT" and "x-amz-copy-source" in req.headers:
-                return self.copy_object(req, bucket, key)
-            if m == "PUT":
-                return self.put_object(req, bucket, key)
-            if m in ("GET", "HEAD"):
-                return self.get_object(req, bucket, key)
-            if m == "POST" and "uploads" in q:
-                upload = self.store.start_upload(
-                    bucket, key, req.headers.get("content-type"), _meta(req)
-                )
-                inner = tag("Bucket", bucket) + tag("Key", key) + tag("UploadId", upload)
-                return xml_response("InitiateMultipartUploadResult", inner, ns=NS)
-            if m == "POST" and "uploadId" in q:
-                return self.complete_upload(req, bucket, key)
-            if m == "DELETE" and "uploadId" in q:
-                self.store.abort_upload(req.arg("uploadId") or "", bucket, key)
-                return Response(204)
-            if m == "DELETE":
-                self.store.delete(bucket, key)
-                return Response(204)
-        raise ApiError(
-            "NotImplemented", f"{m} {req.raw_path}?{req.raw_query} is not supported", 501
-        )
+        check_sub_resources(m, q)  # before anything is read or written
+        if key and m in ("PUT", "POST"):
+            check_key(key)
+        selectors = frozenset(q) & SELECTORS
+        if m == "PUT" and key and "x-amz-copy-source" in req.headers:
+            m = "PUT+copy"
+        route = ROUTES.get((bool(bucket), bool(key), m, selectors))
+        if route is None and m in ("GET", "HEAD") and key and selectors == {"partNumber"}:
+            route = ROUTES[(True, True, m, frozenset())]
+        if route is None:
+            what = " ".join(sorted(selectors)) or "no sub-resource"
+            raise ApiError(
+                "NotImplemented",
+                f"{req.method} on a {'key' if key else 'bucket' if bucket else 'service'} "
+                f"with {what} is not an operation shipyard server implements (nothing was "
+                "changed)",
+                501,
+            )
+        return getattr(self, route)(req, bucket, key)
+
+    def head_bucket(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.bucket_region(bucket)
+        return Response(200, b"", {"x-amz-bucket-region": req.region})
+
+    def delete_bucket(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.delete_bucket(bucket)
+        return Response(204)
+
+    def get_location(self, req: Request, bucket: str, key: str) -> Response:
+        region = self.store.bucket_region(bucket)
+        inner = "" if region == "us-east-1" else region
+        return xml_response("LocationConstraint", inner, ns=NS)
+
+    def start_upload(self, req: Request, bucket: str, key: str) -> Response:
+        upload = self.store.start_upload(bucket, key, req.headers.get("content-type"), _meta(req))
+        inner = tag("Bucket", bucket) + tag("Key", key) + tag("UploadId", upload)
+        return xml_response("InitiateMultipartUploadResult", inner, ns=NS)
+
+    def abort_upload(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.abort_upload(req.arg("uploadId") or "", bucket, key)
+        return Response(204)
+
+    def delete_object(self, req: Request, bucket: str, key: str) -> Response:
+        self.store.delete(bucket, key)
+        return Response(204)
 
     # -- buckets --------------------------------------------------------------------------
-    def list_buckets(self) -> Response:
+    def list_buckets(self, req: Request, bucket: str, key: str) -> Response:
         items = "".join(
             f"<Bucket>{tag('Name', n)}{tag('CreationDate', _iso(c))}</Bucket>"
             for n, c in self.store.buckets()
@@ -151,7 +219,7 @@ class S3Api:
         owner = "<Owner><ID>shipyard</ID><DisplayName>shipyard</DisplayName></Owner>"
         return xml_response("ListAllMyBucketsResult", f"{owner}<Buckets>{items}</Buckets>", ns=NS)
 
-    def create_bucket(self, req: Request, bucket: str) -> Response:
+    def create_bucket(self, req: Request, bucket: str, key: str) -> Response:
         region = req.region
         body = req.body
         if body.strip():
@@ -164,7 +232,7 @@ class S3Api:
         self.store.create_bucket(bucket, region)
         return Response(200, b"", {"Location": f"/{bucket}"})
 
-    def list_objects(self, req: Request, bucket: str) -> Response:
+    def list_objects(self, req: Request, bucket: str, key: str) -> Response:
         v2 = req.arg("list-type") == "2"
         prefix = req.arg("prefix", "") or ""
         delimiter = req.arg("delimiter", "") or ""
@@ -177,10 +245,17 @@ class S3Api:
             start = urllib.parse.unquote(token) if token else (req.arg("start-after", "") or "")
         else:
             start = req.arg("marker", "") or ""
+        encoding = req.arg("encoding-type")
+        if encoding not in (None, "url"):
+            raise ApiError("InvalidArgument", f"encoding-type {encoding!r}: the only one is 'url'")
         contents: list[tuple[str, int, str, float]] = []
         prefixes: list[str] = []
         truncated, last = False, start
         scan_from = start
+        if delimiter and start.startswith(prefix) and delimiter in start[len(prefix) :]:
+            # the previous page ended on a common prefix: go on after everything under it
+            rest = start[len(prefix) :]
+            scan_from = prefix + rest[: rest.find(delimiter) + len(delimiter)] + "\U0010ffff"
         while True:
             batch = list(self.store.scan(bucket, prefix, scan_from, 1000))
             if not batch:
@@ -207,22 +282,29 @@ class S3Api:
                 continue
             if truncated:
                 break
-        parts = [tag("Name", bucket), tag("Prefix", prefix), tag("MaxKeys", max_keys)]
+        enc = (lambda text: urllib.parse.quote(text, safe="/")) if encoding else str
+        parts = [tag("Name", bucket), tag("Prefix", enc(prefix)), tag("MaxKeys", max_keys)]
         if delimiter:
-            parts.append(tag("Delimiter", delimiter))
+            parts.append(tag("Delimiter", enc(delimiter)))
+        if encoding:
+            parts.append(tag("EncodingType", encoding))
         parts.append(tag("IsTruncated", "true" if truncated else "false"))
         if v2:
             parts.append(tag("KeyCount", len(contents) + len(prefixes)))
+            if req.arg("continuation-token") is not None:
+                parts.append(tag("ContinuationToken", req.arg("continuation-token")))
+            if req.arg("start-after") is not None:
+                parts.append(tag("StartAfter", enc(req.arg("start-after") or "")))
             if truncated:
                 parts.append(tag("NextContinuationToken", urllib.parse.quote(last)))
         else:
-            parts.append(tag("Marker", start))
+            parts.append(tag("Marker", enc(start)))
             if truncated:
-                parts.append(tag("NextMarker", last))
+                parts.append(tag("NextMarker", enc(last)))
         for key, size, etag, modified in contents:
             parts.append(
                 "<Contents>"
-                + tag("Key", key)
+                + tag("Key", enc(key))
                 + tag("LastModified", _iso(modified))
                 + tag("ETag", f'"{etag}"')
                 + tag("Size", size)
@@ -230,42 +312,63 @@ class S3Api:
                 + "</Contents>"
             )
         for common in prefixes:
-            parts.append(f"<CommonPrefixes>{tag('Prefix', common)}</CommonPrefixes>")
+            parts.append(f"<CommonPrefixes>{tag('Prefix', enc(common))}</CommonPrefixes>")
         return xml_response("ListBucketResult", "".join(parts), ns=NS)
 
-    def delete_objects(self, req: Request, bucket: str) -> Response:
+    def delete_objects(self, req: Request, bucket: str, key: str) -> Response:
+        digests = Digests(req.headers)
+        digests.update(req.body)
+        digests.verify()
         try:
             root = ET.fromstring(req.body)
         except ET.ParseError:
             raise ApiError("MalformedXML", "the Delete body is not XML") from None
+        keys = [node.text or "" for node in root.iter(f"{{{NS}}}Key")]
+        if len(keys) > MAX_DELETE_KEYS:
+            raise ApiError(
+                "MalformedXML",
+                f"one DeleteObjects names at most {MAX_DELETE_KEYS} keys, not {len(keys)}; "
+                "nothing was deleted",
+            )
+        self.store.bucket_region(bucket)
+        quiet = (root.findtext(f"{{{NS}}}Quiet") or "").strip().lower() == "true"
         done = []
-        for node in root.iter(f"{{{NS}}}Key"):
-            self.store.delete(bucket, node.text or "")
-            done.append(f"<Deleted>{tag('Key', node.text or '')}</Deleted>")
+        for key in keys:
+            self.store.delete(bucket, key)
+            if not quiet:
+                done.append(f"<Deleted>{tag('Key', key)}</Deleted>")
         return xml_response("DeleteResult", "".join(done), ns=NS)
 
     # -- objects --------------------------------------------------------------------------
     def _receive(self, req: Request) -> tuple[str, str]:
-        """The request body into a temporary file: (path, md5 hex); checks a signed hash."""
+        """The request body into a temporary file: (path, md5 hex). Its signed SHA-256,
+        Content-MD5 and x-amz-checksum-* are checked; a mismatch stores nothing."""
         if req.length > MAX_OBJECT:
             raise ApiError("EntityTooLarge", "an object (or part) is at most 5 GiB", 400)
         sha_header = req.headers.get("x-amz-content-sha256", "")
+        digests = Digests(req.headers)
         chunked = "aws-chunked" in req.headers.get("content-encoding", "") or (
             sha_header.startswith("STREAMING-")
         )
         if chunked:
-            length = int(req.headers.get("x-amz-decoded-content-length", "-1"))
+            try:
+                length = int(req.headers.get("x-amz-decoded-content-length", "-1"))
+            except ValueError:
+                length = -1
             if length < 0:
-                raise ApiError("MissingContentLength", "aws-chunked needs its decoded length")
-            stream: BinaryIO = _Chunked(req.stream)  # type: ignore[assignment]
+                raise ApiError(
+                    "MissingContentLength",
+                    "an aws-chunked body needs x-amz-decoded-content-length (a whole number)",
+                )
+            stream: BinaryIO = _Chunked(req.stream, digests)  # type: ignore[assignment]
+            if req.length < 0:
+                raise ApiError("InvalidRequest", "aws-chunked inside Transfer-Encoding: chunked")
         elif req._body is not None:  # read (and checked) already, with the signature
             length, stream = len(req._body), io.BytesIO(req._body)
         else:
             length, stream = req.length, req.stream
-        tmp, md5, sha = self.store.write_temp(stream, length)
+        tmp, md5, sha = self.store.write_temp(stream, length, digests)
         if re.fullmatch(r"[0-9a-f]{64}", sha_header) and sha_header != sha:
-            import os
-
             os.unlink(tmp)
             raise ApiError(
                 "XAmzContentSHA256Mismatch", "the body does not match its signed SHA-256"
@@ -274,24 +377,173 @@ class S3Api:
 
     def put_object(self, req: Request, bucket: str, key: str) -> Response:
         self.store.bucket_region(bucket)
+        only_new = _if_none_match(req)
+        if only_new:
+            self._absent(bucket, key)  # refuse before reading the body
         tmp, md5 = self._receive(req)
-        obj = self.store.commit(bucket, key, tmp, md5, req.headers.get("content-type"), _meta(req))
+        obj = self.store.commit(
+            bucket, key, tmp, md5, req.headers.get("content-type"), _meta(req), only_new
+        )
         return Response(200, b"", {"ETag": f'"{obj.etag}"'})
 
-    def copy_object(self, req: Request, bucket: str, key: str) -> Response:
-        source = urllib.parse.unquote(req.headers["x-amz-copy-source"]).lstrip("/")
+    def _absent(self, bucket: str, key: str) -> None:
+        try:
+            self.store.get(bucket, key)
+        except ApiError as err:
+            if err.code == "NoSuchKey":
+                return
+            raise
+        raise precondition_failed(key)
+
+    def _source(self, req: Request) -> Obj:
+        raw = req.headers["x-amz-copy-source"]
+        path, _, version = raw.partition("?")
+        if version and version != "versionId=null":
+            raise ApiError(
+                "NotImplemented", "copying a version: buckets here are not versioned", 501
+            )
+        source = urllib.parse.unquote(path).lstrip("/")
         src_bucket, _, src_key = source.partition("/")
-        src = self.store.get(src_bucket, src_key.split("?versionId=")[0])
+        if not src_bucket or not src_key:
+            raise ApiError("InvalidArgument", f"x-amz-copy-source {raw!r} is not bucket/key")
+        return self.store.get(src_bucket, src_key)
+
+    def copy_object(self, req: Request, bucket: str, key: str) -> Response:
+        src = self._source(req)
+        directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
+        if directive not in ("COPY", "REPLACE"):
+            raise ApiError("InvalidArgument", "x-amz-metadata-directive is COPY or REPLACE")
+        if directive == "COPY" and (src.bucket, src.key) == (bucket, key):
+            raise ApiError(
+                "InvalidRequest",
+                "copying an object onto itself changes nothing; send "
+                "MetadataDirective=REPLACE with the new metadata",
+            )
+        content_type, meta = src.content_type, src.meta
+        if directive == "REPLACE":
+            content_type, meta = req.headers.get("content-type"), _meta(req)
+        only_new = _if_none_match(req)
+        if only_new:
+            self._absent(bucket, key)
         with open(src.file, "rb") as fh:
-            tmp, md5, _ = self.store.write_temp(fh, src.size)
-        obj = self.store.commit(bucket, key, tmp, md5, src.content_type, src.meta)
+            tmp, _, _ = self.store.write_temp(fh, src.size)
+        obj = self.store.commit(bucket, key, tmp, src.etag, content_type, meta, only_new)
         inner = tag("ETag", f'"{obj.etag}"') + tag("LastModified", _iso(obj.modified))
         return xml_response("CopyObjectResult", inner, ns=NS)
+
+    def upload_part_copy(self, req: Request, bucket: str, key: str) -> Response:
+        """UploadPartCopy: a part made of (a range of) an existing object, as boto3's
+        managed ``copy()`` of anything over its multipart threshold sends."""
+        number = _part_number(req)
+        src = self._source(req)
+        start, length = 0, src.size
+        rng = req.headers.get("x-amz-copy-source-range")
+        if rng:
+            match = _RANGE.match(rng.strip())
+            if not match or not match[1] or not match[2]:
+                raise ApiError(
+                    "InvalidArgument", f"x-amz-copy-source-range {rng!r} is not bytes=a-b"
+                )
+            start, end = int(match[1]), int(match[2])
+            if end < start or end >= src.size:
+                raise ApiError(
+                    "InvalidArgument",
+                    f"x-amz-copy-source-range {rng!r} is outside the {src.size}-byte source",
+                )
+            length = end - start + 1
+        with open(src.file, "rb") as fh:
+            fh.seek(start)
+            tmp, md5, _ = self.store.write_temp(fh, length)
+        self.store.put_part(req.arg("uploadId") or "", bucket, key, number, tmp, md5)
+        inner = tag("ETag", f'"{md5}"') + tag("LastModified", _iso(time.time()))
+        return xml_response("CopyPartResult", inner, ns=NS)
+
+    def list_uploads(self, req: Request, bucket: str, key: str) -> Response:
+        prefix = req.arg("prefix", "") or ""
+        key_marker = req.arg("key-marker", "") or ""
+        id_marker = req.arg("upload-id-marker", "") or ""
+        limit = _int_arg(req, "max-uploads", 1000)
+        found = self.store.uploads(bucket, prefix, key_marker, id_marker, limit)
+        truncated = len(found) > limit
+        found = found[:limit]
+        parts = [
+            tag("Bucket", bucket),
+            tag("KeyMarker", key_marker),
+            tag("UploadIdMarker", id_marker),
+            tag("Prefix", prefix),
+            tag("MaxUploads", limit),
+            tag("IsTruncated", "true" if truncated else "false"),
+        ]
+        if truncated:
+            parts += [tag("NextKeyMarker", found[-1][0]), tag("NextUploadIdMarker", found[-1][1])]
+        for upload_key, upload_id, started in found:
+            parts.append(
+                "<Upload>"
+                + tag("Key", upload_key)
+                + tag("UploadId", upload_id)
+                + tag("StorageClass", "STANDARD")
+                + tag("Initiated", _iso(started))
+                + "</Upload>"
+            )
+        return xml_response("ListMultipartUploadsResult", "".join(parts), ns=NS)
+
+    def list_parts(self, req: Request, bucket: str, key: str) -> Response:
+        upload_id = req.arg("uploadId") or ""
+        marker = _int_arg(req, "part-number-marker", 0)
+        limit = _int_arg(req, "max-parts", 1000)
+        found = [p for p in self.store.parts(upload_id, bucket, key) if p[0] > marker]
+        truncated = len(found) > limit
+        found = found[:limit]
+        parts = [
+            tag("Bucket", bucket),
+            tag("Key", key),
+            tag("UploadId", upload_id),
+            tag("PartNumberMarker", marker),
+            tag("MaxParts", limit),
+            tag("IsTruncated", "true" if truncated else "false"),
+            tag("StorageClass", "STANDARD"),
+        ]
+        if found:
+            parts.append(tag("NextPartNumberMarker", found[-1][0]))
+        for number, md5, size, modified in found:
+            parts.append(
+                "<Part>"
+                + tag("PartNumber", number)
+                + tag("LastModified", _iso(modified))
+                + tag("ETag", f'"{md5}"')
+                + tag("Size", size)
+                + "</Part>"
+            )
+        return xml_response("ListPartsResult", "".join(parts), ns=NS)
 
     def get_object(self, req: Request, bucket: str, key: str) -> Response:
         obj = self.store.get(bucket, key)
         headers = _object_headers(obj)
         start, length, status = 0, obj.size, 200
+        if req.arg("partNumber") is not None:
+            number = _part_number(req)
+            sizes = part_sizes(obj) if "-" in obj.etag else [obj.size]
+            if sizes is None:
+                raise ApiError(
+                    "NotImplemented",
+                    "this multipart object was stored before part sizes were kept; use a Range",
+                    501,
+                )
+            if number > len(sizes):
+                raise ApiError(
+                    "InvalidPartNumber",
+                    f"the object has {len(sizes)} part(s), not part {number}",
+                    416,
+                )
+            if len(sizes) > 1:
+                start, length, status = sum(sizes[: number - 1]), sizes[number - 1], 206
+                end = start + length - 1
+                headers["Content-Range"] = f"bytes {start}-{end}/{obj.size}"
+                headers["x-amz-mp-parts-count"] = str(len(sizes))
+                headers["Content-Length"] = str(length)
+                if req.method == "HEAD":
+                    return Response(status, b"", headers)
+                return Response(status, b"", headers, file=obj.file, offset=start, length=length)
         rng = req.headers.get("range")
         if rng:
             match = _RANGE.match(rng.strip())
@@ -313,10 +565,7 @@ class S3Api:
         return Response(status, b"", headers, file=obj.file, offset=start, length=length)
 
     def upload_part(self, req: Request, bucket: str, key: str) -> Response:
-        try:
-            number = int(req.arg("partNumber", "0") or 0)
-        except ValueError:
-            raise ApiError("InvalidArgument", "partNumber must be an integer") from None
+        number = _part_number(req)
         tmp, md5 = self._receive(req)
         self.store.put_part(req.arg("uploadId") or "", bucket, key, number, tmp, md5)
         return Response(200, b"", {"ETag": f'"{md5}"'})
@@ -336,8 +585,69 @@ class S3Api:
         return xml_response("CompleteMultipartUploadResult", inner, ns=NS)
 
 
+def _part_number(req: Request) -> int:
+    number = _int_arg(req, "partNumber", 0)
+    if not 1 <= number <= 10000:
+        raise ApiError("InvalidArgument", "partNumber must be a whole number from 1 to 10000")
+    return number
+
+
+def _int_arg(req: Request, name: str, default: int) -> int:
+    value = req.arg(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ApiError("InvalidArgument", f"{name} must be a whole number, not {value!r}")
+    return number
+
+
+def _if_none_match(req: Request) -> bool:
+    """If-None-Match: * -- write only if no object has the key (S3's conditional write)."""
+    value = req.headers.get("if-none-match")
+    if value is None:
+        return False
+    if value.strip() != "*":
+        raise ApiError("NotImplemented", "a write's If-None-Match may only be '*'", 501)
+    return True
+
+
+def precondition_failed(key: str) -> ApiError:
+    return ApiError(
+        "PreconditionFailed",
+        f"If-None-Match: * and the object {key!r} exists; nothing was written",
+        412,
+    )
+
+
 def _meta(req: Request) -> dict[str, str]:
-    return {k: v for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
+    """User metadata as text: RFC 2047 encoded-words decoded and raw UTF-8 bytes (which
+    the HTTP layer read as Latin-1) taken as UTF-8, as S3 stores them."""
+    return {k: _meta_text(v) for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
+
+
+def _meta_text(value: str) -> str:
+    if "=?" in value:
+        try:
+            return str(email.header.make_header(email.header.decode_header(value)))
+        except (ValueError, LookupError):
+            return value
+    if not value.isascii():
+        try:
+            return value.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            return value
+    return value
+
+
+def _meta_header(value: str) -> str:
+    """Non-ASCII metadata goes back as an RFC 2047 encoded-word, as S3 sends it."""
+    if value.isascii():
+        return value
+    return "=?UTF-8?B?" + base64.b64encode(value.encode("utf-8")).decode() + "?="
 
 
 def _object_headers(obj: Obj) -> dict[str, str]:
@@ -347,7 +657,7 @@ def _object_headers(obj: Obj) -> dict[str, str]:
         "Content-Type": obj.content_type or "binary/octet-stream",
         "Accept-Ranges": "bytes",
     }
-    headers.update(obj.meta)
+    headers.update({k: _meta_header(v) for k, v in obj.meta.items()})
     return headers
 
 

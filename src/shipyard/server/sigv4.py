@@ -97,6 +97,23 @@ def _key(secret: str, date: str, region: str, service: str) -> bytes:
     return key
 
 
+MAX_EXPIRES = 7 * 24 * 3600  # a week, as S3
+
+
+def _expires(value: str) -> int:
+    """X-Amz-Expires: whole seconds, 1 to a week (S3's bounds and error)."""
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = -1
+    if not 1 <= seconds <= MAX_EXPIRES:
+        raise ApiError(
+            "AuthorizationQueryParametersError",
+            f"X-Amz-Expires must be a number of seconds from 1 to {MAX_EXPIRES}, not {value!r}",
+        )
+    return seconds
+
+
 def verify(
     sc: Scope,
     method: str,
@@ -121,9 +138,13 @@ def verify(
         raise ApiError("IncompleteSignature", "the request has no valid X-Amz-Date", 403) from None
     now = now or dt.datetime.now(dt.timezone.utc)
     if sc.presigned:
-        expires = int(query.get("X-Amz-Expires", ["0"])[0] or 0)
+        expires = _expires(query.get("X-Amz-Expires", [""])[0])
         if not when <= now + MAX_SKEW or now > when + dt.timedelta(seconds=expires):
-            raise ApiError("AccessDenied", "the presigned URL has expired", 403)
+            raise ApiError(
+                "AccessDenied",
+                f"the presigned URL expired (signed at {stamp}, valid {expires} s); make a new one",
+                403,
+            )
         payload = UNSIGNED
     else:
         if abs(now - when) > MAX_SKEW:

@@ -281,7 +281,7 @@ class TrainingApi:
             archive = path
         try:
             with tarfile.open(archive, "r:*") as tar:
-                tar.extractall(dest, filter="data")
+                tar.extractall(dest, filter=_private_member)
         except (OSError, tarfile.TarError) as exc:
             raise validation(
                 f"sagemaker_submit_directory {submit}: not a readable tar.gz ({exc})"
@@ -402,3 +402,12 @@ def _gpu_note(instance_type: str, kind: str | None) -> str | None:
 
 
 _TORCH_KINDS = ("torch_distributed", "pytorchddp", "smdistributed.dataparallel")
+
+
+def _private_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """tarfile's ``data`` filter, and the user's code kept the user's alone: the archive's
+    group/other bits dropped (the modes travel with the code into every instance's tree)."""
+    member = tarfile.data_filter(member, dest)
+    if member.mode is None:
+        return member
+    return member.replace(mode=member.mode & 0o700, deep=False)

@@ -109,6 +109,24 @@ def client_env(home: str, port: int) -> dict[str, str]:
     return {k: v for k, v in after.items() if os.environ.get(k) != v and k not in shells_own}
 
 
+def signed_headers(
+    url: str, method: str, body: bytes = b"", headers: dict | None = None, service: str = "s3"
+) -> dict[str, str]:
+    """SigV4 headers (with Host) for a request a test sends by hand, signed with the key in
+    this process's environment, as boto3 signs it over http (the body's SHA-256 signed)."""
+    from botocore.auth import S3SigV4Auth, SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
+    signer = S3SigV4Auth if service == "s3" else SigV4Auth
+    creds = Credentials(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
+    signer(creds, service, os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).add_auth(request)
+    out = dict(request.headers.items())
+    out["Host"] = url.split("/")[2]
+    return out
+
+
 def cleanup(home: str) -> None:
     """Whatever the tests left running under ``home``: endpoints and jobs."""
     from shipyard.control.client import ControlPlane

@@ -13,7 +13,12 @@ import time
 
 import pytest
 
-from tests.integration.server.conftest import ServerProcess, client_env, free_port
+from tests.integration.server.conftest import (
+    ServerProcess,
+    client_env,
+    free_port,
+    signed_headers,
+)
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-cpu-py311"
 ROLE = "arn:aws:iam::000000000000:role/ShipyardExecutionRole"
@@ -118,8 +123,8 @@ def test_s3_objects_live_on_disk_and_survive_a_restart(tmp_path):
         s3 = boto3.session.Session().client(
             "s3",
             endpoint_url=env["AWS_ENDPOINT_URL"],
-            aws_access_key_id="k",
-            aws_secret_access_key="s",
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
             region_name="us-east-1",
         )
         s3.create_bucket(Bucket="keep-me")
@@ -308,10 +313,11 @@ def test_invoke_missing_endpoint_and_malformed_bodies(server, sm):
     assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     with pytest.raises(sm.exceptions.ClientError, match="Could not find endpoint"):
         sm.describe_endpoint(EndpointName="nowhere")
+    target = {"X-Amz-Target": "SageMaker.DescribeTrainingJob"}
     request = urllib.request.Request(
         server.url + "/",
         data=b"{not json",
-        headers={"X-Amz-Target": "SageMaker.DescribeTrainingJob"},
+        headers=signed_headers(server.url + "/", "POST", b"{not json", target, "sagemaker"),
         method="POST",
     )
     with pytest.raises(urllib.error.HTTPError) as info:
@@ -319,10 +325,11 @@ def test_invoke_missing_endpoint_and_malformed_bodies(server, sm):
     assert info.value.code == 400 and b"SerializationException" in info.value.read()
     # an oversized body is refused from its headers, without being read
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-        sock.sendall(
-            b"POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: SageMaker.CreateModel\r\n"
-            b"Content-Length: 104857600\r\n\r\n{"
+        signed = signed_headers(
+            server.url + "/", "POST", b"{", {"X-Amz-Target": "SageMaker.CreateModel"}, "sagemaker"
         )
+        head = "".join(f"{k}: {v}\r\n" for k, v in signed.items() if k != "Content-Length")
+        sock.sendall(f"POST / HTTP/1.1\r\n{head}Content-Length: 104857600\r\n\r\n{{".encode())
         # the answer ends with the connection (Connection: close); its head and body may
         # arrive in separate reads (one recv once returned the head alone in CI)
         answer = b""

@@ -76,3 +76,23 @@ def test_torch_distributed_on_a_gpu_type_runs_on_cpu_with_gloo(server, fast_poll
     assert "ddp rank 0 of 2 backend gloo on algo-1" in streamed
     assert "ddp rank 1 of 2 backend gloo on algo-2" in streamed
     assert "runs on CPU with gloo" in server.log()
+
+
+def test_every_file_the_flows_left_in_the_home_is_private(server):
+    """After the SDK flows above (S3 uploads, jobs, logs, models, endpoints): the home is
+    0700 and nothing in it is open to group or others (server.out is this test's own
+    redirect of the server's output, not a file shipyard made)."""
+    import stat
+
+    assert stat.S_IMODE(os.stat(server.home).st_mode) == 0o700
+    exposed = []
+    for top, dirs, files in os.walk(server.home):
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode) or path == server.log_path:
+                continue
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                exposed.append(f"{os.path.relpath(path, server.home)} {oct(st.st_mode & 0o777)}")
+    assert exposed == []
+    assert os.listdir(os.path.join(server.home, "s3", "data"))  # the flows did store objects

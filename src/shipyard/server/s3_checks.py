@@ -1,0 +1,173 @@
+"""What S3 refuses before touching data: sub-resources not served, bad keys, wrong digests.
+
+S3 routes on method, path *and* query: ``PUT /b/k?tagging`` is PutObjectTagging, not
+PutObject. A server that routes on method and path alone replaces the object with the
+tagging XML (and ``DELETE /b?cors`` deletes the bucket). So every query parameter must be
+one this server understands; anything else (``tagging``, ``acl``, ``cors``, ``lifecycle``,
+``policy``, ``versioning``, ...) is answered with S3's ``NotImplemented`` before a byte is
+read or written.
+
+Digests: ``Content-MD5`` and ``x-amz-checksum-{crc32,sha1,sha256}`` are checked against the
+bytes received (``BadDigest`` / ``InvalidDigest``), as S3 does; CRC32C and CRC64NVME need a
+native library botocore only uses when awscrt is installed, and are refused by name.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zlib
+from collections.abc import Mapping
+
+from shipyard.server.errors import ApiError
+
+# query parameters of the operations served (and the ones every signer or SDK adds)
+SERVED_PARAMS = frozenset(
+    {
+        # ListObjects(V2)
+        "list-type",
+        "prefix",
+        "delimiter",
+        "max-keys",
+        "marker",
+        "continuation-token",
+        "start-after",
+        "encoding-type",
+        "fetch-owner",
+        # multipart, batch delete, location
+        "uploads",
+        "uploadId",
+        "partNumber",
+        "key-marker",
+        "upload-id-marker",
+        "max-uploads",
+        "max-parts",
+        "part-number-marker",
+        "delete",
+        "location",
+        # GetObject's response overrides
+        "response-content-type",
+        "response-content-disposition",
+        "response-content-encoding",
+        "response-content-language",
+        "response-cache-control",
+        "response-expires",
+        # botocore's operation hint, presigned URLs
+        "x-id",
+        "X-Amz-Algorithm",
+        "X-Amz-Credential",
+        "X-Amz-Date",
+        "X-Amz-Expires",
+        "X-Amz-SignedHeaders",
+        "X-Amz-Signature",
+        "X-Amz-Security-Token",
+        "X-Amz-Content-Sha256",
+        "versionId",
+    }
+)
+MAX_KEY_BYTES = 1024
+MAX_DELETE_KEYS = 1000
+CHECKSUMS = ("crc32", "sha1", "sha256")
+UNVERIFIED_CHECKSUMS = ("crc32c", "crc64nvme")
+
+
+def check_sub_resources(method: str, query: Mapping[str, list[str]]) -> None:
+    """NotImplemented for any sub-resource or parameter this server does not serve."""
+    unknown = sorted(name for name in query if name not in SERVED_PARAMS)
+    if unknown:
+        raise ApiError(
+            "NotImplemented",
+            f"{method} ?{unknown[0]} is not implemented by shipyard server (nothing was "
+            "changed); it serves objects, listing, multipart uploads, copy and batch delete",
+            501,
+        )
+    version = query.get("versionId", ["null"])[0]
+    if version != "null":
+        raise ApiError(
+            "NotImplemented",
+            f"versionId {version!r}: buckets here are not versioned (the only version is 'null')",
+            501,
+        )
+
+
+def check_key(key: str) -> None:
+    """S3's key rules: at most 1,024 bytes of UTF-8; no NUL (it breaks every listing)."""
+    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise ApiError(
+            "KeyTooLongError", f"the key is over S3's limit of {MAX_KEY_BYTES} bytes of UTF-8"
+        )
+    if "\x00" in key:
+        raise ApiError("InvalidArgument", "an object key cannot contain the NUL character")
+
+
+class Digests:
+    """Running digests of a body, and the check of those its headers declare."""
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self.expected: dict[str, str] = {}
+        md5 = headers.get("content-md5")
+        if md5 is not None:
+            self.expected["md5"] = _b64(md5, "Content-MD5", 16)
+        for name in UNVERIFIED_CHECKSUMS:
+            if f"x-amz-checksum-{name}" in headers:
+                raise ApiError(
+                    "NotImplemented",
+                    f"x-amz-checksum-{name} is not verified by shipyard server; send "
+                    "CRC32, SHA1 or SHA256 (botocore's default is CRC32)",
+                    501,
+                )
+        for name in CHECKSUMS:
+            value = headers.get(f"x-amz-checksum-{name}")
+            if value is not None:
+                size = {"crc32": 4, "sha1": 20, "sha256": 32}[name]
+                self.expected[name] = _b64(value, f"x-amz-checksum-{name}", size)
+        self.md5 = hashlib.md5()
+        self.sha256 = hashlib.sha256()
+        # a trailer's checksum is known only after the body: x-amz-trailer names it ahead
+        trailer = headers.get("x-amz-trailer", "").lower()
+        wants_sha1 = "sha1" in self.expected or "x-amz-checksum-sha1" in trailer
+        self.sha1 = hashlib.sha1() if wants_sha1 else None
+        self.crc32 = 0  # always: zlib's CRC32 costs little beside the disk write
+
+    def update(self, chunk: bytes) -> None:
+        self.md5.update(chunk)
+        self.sha256.update(chunk)
+        if self.sha1 is not None:
+            self.sha1.update(chunk)
+        self.crc32 = zlib.crc32(chunk, self.crc32)
+
+    def add_trailer(self, name: str, value: str) -> None:
+        """A checksum sent after an aws-chunked body (its trailer), checked as a header."""
+        name = name.strip().lower()
+        if name.startswith("x-amz-checksum-"):
+            self.expected.update(Digests({name: value.strip()}).expected)
+            if name == "x-amz-checksum-sha1" and self.sha1 is None:
+                raise ApiError("NotImplemented", "declare a SHA1 trailer in its header", 501)
+
+    def verify(self) -> None:
+        got = {
+            "md5": self.md5.digest(),
+            "sha256": self.sha256.digest(),
+            "sha1": self.sha1.digest() if self.sha1 is not None else b"",
+            "crc32": self.crc32.to_bytes(4, "big"),
+        }
+        for name, want in self.expected.items():
+            if base64.b64encode(got[name]).decode() != want:
+                label = "Content-MD5" if name == "md5" else f"x-amz-checksum-{name}"
+                raise ApiError(
+                    "BadDigest",
+                    f"the body's {label} is {base64.b64encode(got[name]).decode()}, not the "
+                    f"{want} sent; the body was changed or cut on its way (nothing was stored)",
+                )
+
+
+def _b64(value: str, header: str, size: int) -> str:
+    try:
+        raw = base64.b64decode(value.strip(), validate=True)
+    except ValueError:
+        raw = b""
+    if len(raw) != size:
+        raise ApiError(
+            "InvalidDigest", f"{header} {value!r} is not a base64 digest of {size} bytes"
+        )
+    return base64.b64encode(raw).decode()
