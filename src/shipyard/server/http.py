@@ -43,11 +43,15 @@ class Request:
 
     @property
     def body(self) -> bytes:
+        return self.read_body(MAX_API_BODY)
+
+    def read_body(self, limit: int, code: str = "ValidationException", why: str = "") -> bytes:
+        """The whole body, refused (413, nothing read) when it is over ``limit`` bytes."""
         if self._body is None:
-            if self.length > MAX_API_BODY:
+            if self.length > limit:
                 raise ApiError(
-                    "ValidationException",
-                    f"the request body is {self.length} bytes; at most {MAX_API_BODY} are accepted",
+                    code,
+                    f"the request body is {self.length} bytes; at most {limit} are accepted" + why,
                     413,
                 )
             self._body = self.stream.read(self.length) if self.length else b""
