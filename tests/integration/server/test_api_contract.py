@@ -270,13 +270,13 @@ def test_invoke_payload_limit_is_sagemakers_and_an_endpoint_raises_it(server, s3
         for name in ("payload-default", "payload-raised"):
             assert wait_status(sm, name)["EndpointStatus"] == "InService"
         row = "[" + ",".join(["0.123456"] * 32) + "]"
-        five_mb = ("[" + ",".join([row] * 18_000) + "]").encode()  # ~5.3 MB
+        five_mb = ("[" + ",".join([row] * 19_500) + "]").encode()  # ~5.7 MB
         sixteen_mb = ("[" + ",".join([row] * 55_000) + "]").encode()  # ~16 MB
         assert 5 << 20 < len(five_mb) < 6 << 20 and len(sixteen_mb) > 15 << 20
         out = runtime.invoke_endpoint(
             EndpointName="payload-default", Body=five_mb, ContentType="application/json"
         )
-        assert json.loads(out["Body"].read()) == {"rows": 18_000}
+        assert json.loads(out["Body"].read()) == {"rows": 19_500}
         with pytest.raises(ClientError) as info:
             runtime.invoke_endpoint(
                 EndpointName="payload-default", Body=sixteen_mb, ContentType="application/json"
