@@ -61,6 +61,7 @@ class Limits:
     max_connections: int = 4096  # open connections; more are answered 503 and closed
     backlog: int = 4096  # the listen queue (the kernel caps it at net.core.somaxconn)
     threads: int = 64  # requests handled at once (SQLite/disk work, uploads)
+    shutdown_grace: float = 10.0  # SIGTERM: requests in flight get this long to finish
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -137,16 +138,28 @@ class _BodyStream(io.RawIOBase):
     reads as end of file, as a socket does; the handler reports the short body."""
 
     def __init__(
-        self, receive: Callable[[], Awaitable[dict[str, Any]]], loop: asyncio.AbstractEventLoop
+        self,
+        receive: Callable[[], Awaitable[dict[str, Any]]],
+        loop: asyncio.AbstractEventLoop,
+        wait: float,
     ) -> None:
         self._receive = receive
         self._loop = loop
+        self._wait = wait  # no receive takes longer: the sweep closes a stalled body
         self._buf = bytearray()
         self.done = False
 
     def _fill(self) -> None:
         pending: Any = self._receive()
-        message: dict[str, Any] = asyncio.run_coroutine_threadsafe(pending, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(pending, self._loop)
+        try:
+            message: dict[str, Any] = future.result(self._wait)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+            # the loop stopped (shutdown) under a handler still reading: end of body,
+            # so the worker thread ends and the process can exit
+            future.cancel()
+            self.done = True
+            return
         if message["type"] != "http.request":
             self.done = True
             return
@@ -178,7 +191,7 @@ class _BodyStream(io.RawIOBase):
 
 
 def app_for(
-    api: Handler, pool: concurrent.futures.Executor
+    api: Handler, pool: concurrent.futures.Executor, limits: Limits
 ) -> Callable[[dict[str, Any], Any, Any], Awaitable[None]]:
     """The ASGI app: the request as the service modules see it, handled in ``pool``."""
 
@@ -221,7 +234,7 @@ def app_for(
                     break
             req.stream = io.BytesIO(b"".join(chunks))
         else:
-            stream = _BodyStream(receive, loop)
+            stream = _BodyStream(receive, loop, limits.read_timeout + 5.0)
             req.stream = stream  # type: ignore[assignment]
         try:
             resp = await loop.run_in_executor(pool, api.handle, req)
@@ -288,7 +301,7 @@ class Server:
         )
         protocol = type("BoundGuardedProtocol", (GuardedProtocol,), {"limits": self.limits})
         config = uvicorn.Config(
-            app_for(api, self.pool),
+            app_for(api, self.pool, self.limits),
             http=protocol,
             ws="none",
             lifespan="off",
@@ -300,6 +313,7 @@ class Server:
             headers=[("server", "shipyard")],
             timeout_keep_alive=int(self.limits.keepalive_timeout),
             backlog=self.limits.backlog,
+            timeout_graceful_shutdown=int(self.limits.shutdown_grace),
         )
         self.server = uvicorn.Server(config)
 

@@ -62,6 +62,10 @@ class Request:
             data = json.loads(self.body or b"{}")
         except ValueError as exc:
             raise ApiError("SerializationException", f"the body is not JSON: {exc}") from None
+        except RecursionError:
+            raise ApiError(
+                "SerializationException", "the body's JSON is nested too deeply to read"
+            ) from None
         if not isinstance(data, dict):
             raise ApiError("SerializationException", "the body must be a JSON object")
         return data

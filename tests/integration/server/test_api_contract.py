@@ -119,7 +119,7 @@ def test_a_refused_training_job_leaves_nothing(server, staged, over, member):  #
 
 
 def test_not_json_and_not_an_object(server):
-    for body in (b"{not json", b"[1, 2]", b"\xff\xfe"):
+    for body in (b"{not json", b"[1, 2]", b"\xff\xfe", b"[" * 200_000, b'{"a":' * 100_000):
         status, out = call(server, "sagemaker", "SageMaker.ListTrainingJobs", body)
         assert status == 400 and out["__type"] in ("SerializationException", "ValidationException")
     assert healthy(server)
