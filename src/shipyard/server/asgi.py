@@ -14,7 +14,7 @@ added by ``GuardedProtocol``, as ``serving/front_end.py`` does for the model ser
 - a cap on open connections, answered 503 at once.
 
 The service modules stay synchronous (SQLite, disk, tarfiles): every request is handled in
-a worker thread (``ApiServer.handle`` in app.py, where requests are authorized), never on
+a worker thread (uploads in a pool of their own, so slow uploaders cannot take every thread) (``ApiServer.handle`` in app.py, where requests are authorized), never on
 the event loop. Bodies up to ``PRELOAD`` bytes are read on the loop before the thread
 starts; a larger one (an S3 upload) is read by the handler through ``_BodyStream`` straight
 from uvicorn's receive queue, with uvicorn's flow control pausing the socket when the
@@ -60,7 +60,8 @@ class Limits:
     keepalive_timeout: float = 75.0  # an idle connection (also one that never sent)
     max_connections: int = 4096  # open connections; more are answered 503 and closed
     backlog: int = 4096  # the listen queue (the kernel caps it at net.core.somaxconn)
-    threads: int = 64  # requests handled at once (SQLite/disk work, uploads)
+    threads: int = 64  # requests handled at once (SQLite/disk work, small bodies)
+    upload_threads: int = 32  # requests with a body over PRELOAD (streamed) at once
     shutdown_grace: float = 10.0  # SIGTERM: requests in flight get this long to finish
 
 
@@ -191,9 +192,14 @@ class _BodyStream(io.RawIOBase):
 
 
 def app_for(
-    api: Handler, pool: concurrent.futures.Executor, limits: Limits
+    api: Handler,
+    pool: concurrent.futures.Executor,
+    uploads: concurrent.futures.Executor,
+    limits: Limits,
 ) -> Callable[[dict[str, Any], Any, Any], Awaitable[None]]:
-    """The ASGI app: the request as the service modules see it, handled in ``pool``."""
+    """The ASGI app: the request as the service modules see it, handled in ``pool``, or
+    in ``uploads`` when its body is streamed (a slow uploader holds its thread for as long
+    as it sends, so uploads never take the threads API calls are answered from)."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -237,7 +243,7 @@ def app_for(
             stream = _BodyStream(receive, loop, limits.read_timeout + 5.0)
             req.stream = stream  # type: ignore[assignment]
         try:
-            resp = await loop.run_in_executor(pool, api.handle, req)
+            resp = await loop.run_in_executor(pool if stream is None else uploads, api.handle, req)
         except Exception as exc:  # noqa: BLE001 - api.handle answers errors; a bug here too
             log.exception("internal error on %s %s", method, raw_path)
             resp = api.error_for(req, 500, "InternalFailure", f"internal error: {exc}")
@@ -299,9 +305,12 @@ class Server:
         self.pool = concurrent.futures.ThreadPoolExecutor(
             self.limits.threads, thread_name_prefix="shipyard-api"
         )
+        self.uploads = concurrent.futures.ThreadPoolExecutor(
+            self.limits.upload_threads, thread_name_prefix="shipyard-upload"
+        )
         protocol = type("BoundGuardedProtocol", (GuardedProtocol,), {"limits": self.limits})
         config = uvicorn.Config(
-            app_for(api, self.pool, self.limits),
+            app_for(api, self.pool, self.uploads, self.limits),
             http=protocol,
             ws="none",
             lifespan="off",
@@ -332,6 +341,7 @@ class Server:
         finally:
             sweep.cancel()
             self.pool.shutdown(wait=False, cancel_futures=True)
+            self.uploads.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
         self.server.should_exit = True

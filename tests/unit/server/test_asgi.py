@@ -244,3 +244,18 @@ def test_a_handler_bug_is_a_500_and_the_server_serves_on(serve):
     assert status == 500 and b"a bug" in body
     conn.sendall(b"GET /_shipyard/health HTTP/1.1\r\nHost: x\r\n\r\n")
     assert response(conn)[0] == 200
+
+
+def test_an_upload_in_progress_never_takes_the_api_threads(serve):
+    run, handler = serve(threads=1, upload_threads=1)
+    upload = run.connect()
+    upload.sendall(b"PUT /held HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (4 << 20))
+    upload.sendall(b"a" * (2 << 20))
+    assert handler.first_read.wait(GUARD)  # the upload's handler holds its thread
+    call = run.connect()
+    call.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+    call.settimeout(GUARD)
+    assert response(call)[::2] == (200, b"ok hi")
+    handler.release.set()
+    upload.sendall(b"a" * (2 << 20))
+    assert response(upload)[0] == 200
