@@ -6,7 +6,8 @@ thread per connection, so with 100 clients connecting at once a quarter got no a
 installed) accepts on an event loop with a real backlog; what uvicorn lacks of its own is
 added by ``GuardedProtocol``, as ``serving/front_end.py`` does for the model server:
 
-- a deadline for a whole request head from its first byte (slowloris: 408, then close);
+- a deadline for a whole request head from its first byte (slowloris: 408, then close),
+  and a cap on its size counted as it arrives (431: httptools has none of its own);
 - a body that stops arriving (no byte for ``read_timeout`` while the handler waits for
   it) closes the connection; an S3 upload of 5 GB may take long, but never stall;
 - a connection that never sends is closed after the keep-alive timeout (uvicorn arms its
@@ -56,6 +57,7 @@ class Limits:
     """The connection limits; defaults sized for a team's notebooks and instances."""
 
     head_timeout: float = 30.0  # a whole request line + headers, from its first byte
+    max_head: int = 64 << 10  # their size (S3's own limit on headers is 8 KB of metadata)
     read_timeout: float = 60.0  # a body with no byte for this long while it is awaited
     keepalive_timeout: float = 75.0  # an idle connection (also one that never sent)
     max_connections: int = 4096  # open connections; more are answered 503 and closed
@@ -75,6 +77,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.last_data = time.monotonic()
         self.head_since: float | None = None  # first byte of a head still incomplete
+        self.head_bytes = 0  # bytes read while that head was incomplete
         self.in_body = False  # a request whose body has not all arrived
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -95,9 +98,26 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         self.last_data = time.monotonic()
         super().data_received(data)
+        if self.head_since is not None and not self.transport.is_closing():
+            # httptools keeps a head's pieces until it ends: count them as they come
+            self.head_bytes += len(data)
+            if self.head_bytes > self.limits.max_head:
+                self._refuse(
+                    b"431 Request Header Fields Too Large",
+                    f"request line and headers are over {self.limits.max_head} bytes",
+                )
+
+    def _refuse(self, status: bytes, message: str) -> None:
+        body = message.encode()
+        self.transport.write(
+            b"HTTP/1.1 %s\r\ncontent-type: text/plain\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n%s" % (status, len(body), body)
+        )
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         self.head_since = time.monotonic()
+        self.head_bytes = 0
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
@@ -117,13 +137,10 @@ class GuardedProtocol(HttpToolsProtocol):
         limits = self.limits
         if self.head_since is not None:
             if now - self.head_since > limits.head_timeout:
-                message = f"request headers not complete within {limits.head_timeout:g} s"
-                transport.write(
-                    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
-                    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
-                    % (len(message), message.encode())
+                self._refuse(
+                    b"408 Request Timeout",
+                    f"request headers not complete within {limits.head_timeout:g} s",
                 )
-                transport.close()
         elif self.in_body and self.cycle is not None and not self.cycle.response_complete:
             # the handler waits on this body (a paused read is the handler being slow)
             if not self.flow.read_paused and now - self.last_data > limits.read_timeout:

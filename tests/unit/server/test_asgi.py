@@ -259,3 +259,15 @@ def test_an_upload_in_progress_never_takes_the_api_threads(serve):
     handler.release.set()
     upload.sendall(b"a" * (2 << 20))
     assert response(upload)[0] == 200
+
+
+def test_a_head_over_the_size_cap_is_431_then_closed(serve):
+    run, _ = serve(max_head=16 << 10)
+    conn = run.connect()
+    conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ")
+    try:
+        for _ in range(64):  # 64 KiB of one header that never ends
+            conn.sendall(b"a" * 1024)
+    except OSError:
+        pass  # the server may close before the rest is sent
+    assert read_all(conn).startswith(b"HTTP/1.1 431")
