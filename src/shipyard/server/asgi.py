@@ -87,6 +87,7 @@ class GuardedProtocol(HttpToolsProtocol):
                 f"shipyard server has {cap} connections open, its limit; retry shortly or "
                 "reuse a keep-alive connection"
             ).encode()
+            self.transport = transport  # uvicorn's connection_lost closes it again
             transport.write(
                 b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
