@@ -335,7 +335,7 @@ class TrainingApi:
         created_before = _epoch(req, "CreationTimeBefore")
         modified_after = _epoch(req, "LastModifiedTimeAfter")
         modified_before = _epoch(req, "LastModifiedTimeBefore")
-        summaries = []
+        summaries: list[dict[str, Any]] = []
         for rec in self.control.list(limit=10000):
             if contains and contains not in rec.name:
                 continue
@@ -355,8 +355,14 @@ class TrainingApi:
                     "TrainingJobStatus": rec.status,
                 }
             )
-        if req.get("SortOrder") == "Ascending":
-            summaries.reverse()
+        by = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(
+            req.get("SortBy") or "CreationTime", "CreationTime"
+        )
+        # newest first unless asked otherwise (the store lists by creation, newest first)
+        summaries.sort(
+            key=lambda s: s[by],
+            reverse=req.get("SortOrder") != "Ascending",
+        )
         page = summaries[start : start + limit]
         out: dict[str, Any] = {
             "TrainingJobSummaries": [{k: v for k, v in s.items() if v is not None} for s in page]

@@ -182,6 +182,8 @@ def test_list_training_jobs_time_filters(server, staged):  # noqa: F811
     assert "time-filter-job" not in names(CreationTimeBefore=before)
     assert "time-filter-job" in names(LastModifiedTimeAfter=before)
     assert "time-filter-job" not in names(LastModifiedTimeBefore=before)
+    listed = sm.list_training_jobs(SortBy="Name", SortOrder="Ascending")["TrainingJobSummaries"]
+    assert [s["TrainingJobName"] for s in listed] == sorted(s["TrainingJobName"] for s in listed)
     # a hand-written request may send ISO 8601
     status, out = call(
         server,
