@@ -158,10 +158,14 @@ def test_a_slow_head_is_408_then_closed(serve):
     read_all(conn)  # and the server closes it
 
 
-def test_a_connection_that_never_sends_is_closed(serve):
+def test_idle_connections_are_closed(serve):
     run, _ = serve(keepalive_timeout=1.0)
     conn = run.connect()
     assert read_all(conn) == b""  # closed by the server (the guard would raise instead)
+    used = run.connect()  # and one idle after an answer
+    used.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert response(used)[0] == 200
+    assert read_all(used) == b""
 
 
 def test_a_stalled_body_closes_the_connection_and_the_server_serves_on(serve):
