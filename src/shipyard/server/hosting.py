@@ -24,6 +24,31 @@ from shipyard.server.records import Records
 from shipyard.server.training import arn
 
 log = logging.getLogger("shipyard.server")
+# SageMaker's real-time InvokeEndpoint payload limit (6 MB: the developer guide's
+# quotas, and the Body member's max of 6291456 in botocore's sagemaker-runtime model)
+REALTIME_PAYLOAD_MB = 6.0
+PAYLOAD_ENV = "SAGEMAKER_MAX_PAYLOAD_IN_MB"  # a model's Environment raises it
+MAX_RAISED_PAYLOAD_MB = 1024.0  # SageMaker's asynchronous inference limit (1 GB)
+
+
+def payload_limit_mb(container: dict[str, Any]) -> float:
+    """The request size a model's endpoint accepts, in MB: 6, or what its Environment's
+    ``SAGEMAKER_MAX_PAYLOAD_IN_MB`` raises it to (shipyard's model server reads the same
+    variable, so the API server and the model server agree)."""
+    raw = (container.get("Environment") or {}).get(PAYLOAD_ENV)
+    if raw is None:
+        return REALTIME_PAYLOAD_MB
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = 0.0
+    if not 0 < value <= MAX_RAISED_PAYLOAD_MB:
+        raise validation(
+            f"Environment {PAYLOAD_ENV}={raw!r}: give the largest InvokeEndpoint body this "
+            f"model accepts in MB, a number above 0 and at most {MAX_RAISED_PAYLOAD_MB:g} "
+            f"(default {REALTIME_PAYLOAD_MB:g}, SageMaker's real-time limit)"
+        )
+    return max(value, REALTIME_PAYLOAD_MB)
 
 
 def model_container(model: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +73,7 @@ class HostingApi:
             raise validation("ModelName is required")
         container = model_container(req)
         images.parse(container.get("Image", ""), "inference")
+        payload_limit_mb(container)
         data = container.get("ModelDataUrl")
         if data:
             self._check_s3(data, "ModelDataUrl")
@@ -166,6 +192,7 @@ class HostingApi:
                     framework=framework,
                     env=dict(container.get("Environment") or {}),
                     workers=max(1, int(variant.get("InitialInstanceCount") or 1)),
+                    max_payload_mb=payload_limit_mb(container),
                 )
             except (ShipyardError, OSError) as exc:
                 self._errors[name] = f"the model server could not be created: {exc}"
@@ -282,6 +309,15 @@ class HostingApi:
                 }
             )
         return {"Endpoints": out}
+
+    def payload_limit(self, name: str) -> int:
+        """The largest InvokeEndpoint body endpoint ``name`` accepts, in bytes."""
+        doc = self.records.get("endpoint", name) or {}
+        config = self.records.get("endpoint-config", doc.get("EndpointConfigName", "")) or {}
+        variants = config.get("ProductionVariants") or [{}]
+        model = self.records.get("model", variants[0].get("ModelName", "")) or {}
+        container = model_container(model) if model else {}
+        return int(payload_limit_mb(container) * (1 << 20))
 
     def log_streams(self, group: str, prefix: str) -> dict[str, str]:
         """CloudWatch view: /aws/sagemaker/Endpoints/<name> -> the server's log."""

@@ -43,11 +43,21 @@ class Request:
 
     @property
     def body(self) -> bytes:
+        return self.read_body(MAX_API_BODY)
+
+    def read_body(self, limit: int, code: str = "ValidationException", why: str = "") -> bytes:
+        """The whole body, refused (413, nothing read) when it is over ``limit`` bytes."""
         if self._body is None:
-            if self.length > MAX_API_BODY:
+            if self.length < 0:  # Transfer-Encoding: chunked, S3 uploads only
                 raise ApiError(
-                    "ValidationException",
-                    f"the request body is {self.length} bytes; at most {MAX_API_BODY} are accepted",
+                    "MissingContentLength",
+                    "send Content-Length: only S3 uploads may be Transfer-Encoding: chunked",
+                    411,
+                )
+            if self.length > limit:
+                raise ApiError(
+                    code,
+                    f"the request body is {self.length} bytes; at most {limit} are accepted" + why,
                     413,
                 )
             self._body = self.stream.read(self.length) if self.length else b""
@@ -58,6 +68,10 @@ class Request:
             data = json.loads(self.body or b"{}")
         except ValueError as exc:
             raise ApiError("SerializationException", f"the body is not JSON: {exc}") from None
+        except RecursionError:
+            raise ApiError(
+                "SerializationException", "the body's JSON is nested too deeply to read"
+            ) from None
         if not isinstance(data, dict):
             raise ApiError("SerializationException", "the body must be a JSON object")
         return data

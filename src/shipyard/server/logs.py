@@ -2,7 +2,8 @@
 
 Groups as SageMaker names them: ``/aws/sagemaker/TrainingJobs`` (stream
 ``<job>/algo-<k>-<created>``), ``/aws/sagemaker/Endpoints/<endpoint>`` and
-``/aws/sagemaker/TransformJobs`` (stream ``<name>/<name>``). The SDK's ``logs_for_job``
+``/aws/sagemaker/TransformJobs`` (stream ``<name>/<name>``). Requests are validated
+against botocore's model of the logs service (contract.py) before they are read. The SDK's ``logs_for_job``
 resumes a stream by (timestamp, events to skip), so every line keeps the timestamp it
 was first read at: ``_Stream`` indexes each file's lines (offset, time) as it grows.
 """
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shipyard.observe.logs import hidden_raw_line
+from shipyard.server.contract import Contract, unknown_operation
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, json_response
 
@@ -81,6 +83,7 @@ class LogsApi:
         self._streams = streams
         self._open: dict[str, _Stream] = {}
         self._lock = threading.Lock()
+        self.contract = Contract("logs", {"DescribeLogStreams", "GetLogEvents"})
 
     def _stream(self, path: str) -> _Stream:
         with self._lock:
@@ -90,15 +93,15 @@ class LogsApi:
 
     def handle(self, req: Request) -> Response:
         action = req.headers.get("x-amz-target", "").partition(".")[2]
+        if action not in self.contract.operations:
+            err = unknown_operation("CloudWatch Logs", action)
+            err.message += "; served: DescribeLogStreams, GetLogEvents"
+            raise err
         body = req.json()
+        self.contract.validate(action, body)
         if action == "DescribeLogStreams":
             return json_response(self.describe_log_streams(body))
-        if action == "GetLogEvents":
-            return json_response(self.get_log_events(body))
-        raise ApiError(
-            "InvalidOperationException",
-            f"CloudWatch Logs action {action!r} is not served (DescribeLogStreams, GetLogEvents are)",
-        )
+        return json_response(self.get_log_events(body))
 
     def describe_log_streams(self, body: dict[str, Any]) -> dict[str, Any]:
         group = body.get("logGroupName", "")

@@ -5,7 +5,9 @@
 ``tfs-method=predict`` etc. there) is sent to the server's ``/invocations``; its answer
 comes back with ``x-Amzn-Invoked-Production-Variant``. A model that answers an error is
 SageMaker's ModelError (424) carrying the model's status and message; a missing or
-unhealthy endpoint is a ValidationError naming it, as the real service answers.
+unhealthy endpoint is a ValidationError naming it, as the real service answers. A body
+over the endpoint's payload limit (hosting.payload_limit: SageMaker's 6 MB unless the
+model's Environment raises it) is refused before it is read.
 """
 
 from __future__ import annotations
@@ -46,7 +48,13 @@ class RuntimeApi:
                 "ValidationError",
                 f"Endpoint {name} of account {ACCOUNT} is not InService (it is {status}{why}).",
             )
-        body = req.body
+        limit = self.hosting.payload_limit(name)
+        body = req.read_body(
+            limit,
+            "ValidationError",
+            f" by endpoint {name} (SageMaker's real-time limit is 6 MB; a model raises it "
+            "with SAGEMAKER_MAX_PAYLOAD_IN_MB in its Environment)",
+        )
         headers = {k: v for k, v in req.headers.items() if k in _FORWARD}
         headers.setdefault("content-type", "application/octet-stream")
         headers["content-length"] = str(len(body))

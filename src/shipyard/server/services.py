@@ -14,7 +14,7 @@ from shipyard.server.objects import ObjectStore
 from shipyard.server.records import Records
 from shipyard.server.runtime import RuntimeApi
 from shipyard.server.s3 import S3Api
-from shipyard.server.sagemaker import SageMakerApi, TagsApi
+from shipyard.server.sagemaker import SageMakerApi, TagsApi, operations
 from shipyard.server.training import TrainingApi
 from shipyard.server.transform import TransformApi
 
@@ -48,7 +48,7 @@ def build(home: str, backend: str = "local", hosts: tuple[str, ...] = ()) -> dic
         return {}
 
     return {
-        "sagemaker": SageMakerApi(training, hosting, transform, TagsApi(records)),
+        "sagemaker": SageMakerApi(operations(training, hosting, transform, TagsApi(records))),
         "sagemaker-runtime": RuntimeApi(hosting),
         "logs": LogsApi(streams),
         "s3": S3Api(objects, hosts),

@@ -11,6 +11,7 @@ lists -- and a detached supervisor runs it. Refusals leave nothing behind.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -326,12 +327,25 @@ class TrainingApi:
         contains = req.get("NameContains")
         status = req.get("StatusEquals")
         limit = int(req.get("MaxResults") or 100)
-        start = int(req.get("NextToken") or 0)
-        summaries = []
+        token = req.get("NextToken") or "0"
+        if not token.isdigit():
+            raise validation(f"NextToken {token!r} is not one this server gave out")
+        start = int(token)
+        # SageMaker's time filters: After is exclusive, Before exclusive, as the SDK's
+        # helpers (and the notebooks) use them to find recent jobs
+        created_after = _epoch(req, "CreationTimeAfter")
+        created_before = _epoch(req, "CreationTimeBefore")
+        modified_after = _epoch(req, "LastModifiedTimeAfter")
+        modified_before = _epoch(req, "LastModifiedTimeBefore")
+        summaries: list[dict[str, Any]] = []
         for rec in self.control.list(limit=10000):
             if contains and contains not in rec.name:
                 continue
             if status and rec.status != status:
+                continue
+            if not _within(rec.created_at, created_after, created_before):
+                continue
+            if not _within(rec.modified_at, modified_after, modified_before):
                 continue
             summaries.append(
                 {
@@ -343,8 +357,14 @@ class TrainingApi:
                     "TrainingJobStatus": rec.status,
                 }
             )
-        if req.get("SortOrder") == "Ascending":
-            summaries.reverse()
+        by = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(
+            req.get("SortBy") or "CreationTime", "CreationTime"
+        )
+        # newest first unless asked otherwise (the store lists by creation, newest first)
+        summaries.sort(
+            key=lambda s: s[by],
+            reverse=req.get("SortOrder") != "Ascending",
+        )
         page = summaries[start : start + limit]
         out: dict[str, Any] = {
             "TrainingJobSummaries": [{k: v for k, v in s.items() if v is not None} for s in page]
@@ -352,6 +372,35 @@ class TrainingApi:
         if start + limit < len(summaries):
             out["NextToken"] = str(start + limit)
         return out
+
+
+def _epoch(req: dict[str, Any], member: str) -> float | None:
+    """A timestamp member as epoch seconds: boto3 sends a number, a hand-written request
+    may send ISO 8601 (both are AWS's JSON timestamp forms)."""
+    value = req.get(member)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise validation(
+            f"{member} {value!r} is not a timestamp: send epoch seconds or ISO 8601"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.timestamp()
+
+
+def _within(when: float | None, after: float | None, before: float | None) -> bool:
+    if when is None:
+        return after is None and before is None
+    return (after is None or when > after) and (before is None or when < before)
 
 
 _ECHOED = (

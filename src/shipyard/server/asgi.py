@@ -1,0 +1,390 @@
+"""``shipyard server`` on uvicorn: the HTTP stack the model server and the dashboard use.
+
+Why not ``ThreadingHTTPServer`` any more (issue 27): its listen backlog was 5 and it ran a
+thread per connection, so with 100 clients connecting at once a quarter got no answer for
+10-30 s, and an idle connection was never closed. uvicorn (httptools on uvloop where
+installed) accepts on an event loop with a real backlog; what uvicorn lacks of its own is
+added by ``GuardedProtocol``, as ``serving/front_end.py`` does for the model server:
+
+- a deadline for a whole request head from its first byte (slowloris: 408, then close),
+  and a cap on its size counted as it arrives (431: httptools has none of its own);
+- a body that stops arriving (no byte for ``read_timeout`` while the handler waits for
+  it) closes the connection; an S3 upload of 5 GB may take long, but never stall;
+- a connection that never sends is closed after the keep-alive timeout (uvicorn arms its
+  timer only after a first response);
+- a cap on open connections, answered 503 at once.
+
+The service modules stay synchronous (SQLite, disk, tarfiles): every request is handled in
+a worker thread (uploads in a pool of their own, so slow uploaders cannot take every thread) (``ApiServer.handle`` in app.py, where requests are authorized), never on
+the event loop. Bodies up to ``PRELOAD`` bytes are read on the loop before the thread
+starts; a larger one (an S3 upload) is read by the handler through ``_BodyStream`` straight
+from uvicorn's receive queue, with uvicorn's flow control pausing the socket when the
+handler reads slower than the client sends, so no body is ever buffered whole. File
+answers (S3 GETs) are read from disk in the pool, a chunk at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import io
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from shipyard.server.errors import ApiError
+from shipyard.server.http import Request, Response, json_response
+
+log = logging.getLogger("shipyard.server")
+PRELOAD = 1 << 20  # bodies up to this are read before the handler runs (every API call)
+CHUNK = 1 << 20  # file answers are sent this many bytes at a time
+HEALTH = "/_shipyard/health"
+
+
+class Handler(Protocol):
+    """What serves a parsed request (``app.ApiServer``): authorization, routing, errors."""
+
+    def handle(self, req: Request) -> Response: ...
+
+    def error_for(self, req: Request, status: int, code: str, message: str) -> Response: ...
+
+
+@dataclass
+class Limits:
+    """The connection limits; defaults sized for a team's notebooks and instances."""
+
+    head_timeout: float = 30.0  # a whole request line + headers, from its first byte
+    max_head: int = 64 << 10  # their size (S3's own limit on headers is 8 KB of metadata)
+    read_timeout: float = 60.0  # a body with no byte for this long while it is awaited
+    keepalive_timeout: float = 75.0  # an idle connection (also one that never sent)
+    max_connections: int = 4096  # open connections; more are answered 503 and closed
+    backlog: int = 4096  # the listen queue (the kernel caps it at net.core.somaxconn)
+    threads: int = 64  # requests handled at once (SQLite/disk work, small bodies)
+    upload_threads: int = 32  # requests with a body over PRELOAD (streamed) at once
+    shutdown_grace: float = 10.0  # SIGTERM: requests in flight get this long to finish
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits above (``limits`` is set on the
+    subclass ``build`` makes: uvicorn constructs protocols itself)."""
+
+    limits: Limits
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last_data = time.monotonic()
+        self.head_since: float | None = None  # first byte of a head still incomplete
+        self.head_bytes = 0  # bytes read while that head was incomplete
+        self.in_body = False  # a request whose body has not all arrived
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        cap = self.limits.max_connections
+        if len(self.connections) >= cap:
+            body = (
+                f"shipyard server has {cap} connections open, its limit; retry shortly or "
+                "reuse a keep-alive connection"
+            ).encode()
+            self.transport = transport  # uvicorn's connection_lost closes it again
+            transport.write(
+                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
+                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            transport.close()
+            return
+        super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_data = time.monotonic()
+        super().data_received(data)
+        if self.head_since is not None and not self.transport.is_closing():
+            # httptools keeps a head's pieces until it ends: count them as they come
+            self.head_bytes += len(data)
+            if self.head_bytes > self.limits.max_head:
+                self._refuse(
+                    b"431 Request Header Fields Too Large",
+                    f"request line and headers are over {self.limits.max_head} bytes",
+                )
+
+    def _refuse(self, status: bytes, message: str) -> None:
+        body = message.encode()
+        self.transport.write(
+            b"HTTP/1.1 %s\r\ncontent-type: text/plain\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n%s" % (status, len(body), body)
+        )
+        self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self.head_since = time.monotonic()
+        self.head_bytes = 0
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self.head_since = None
+        self.in_body = True
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self.in_body = False
+        super().on_message_complete()
+
+    def tick(self, now: float) -> None:
+        """Once a second: the head deadline, a stalled body, a connection never used."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        limits = self.limits
+        if self.head_since is not None:
+            if now - self.head_since > limits.head_timeout:
+                self._refuse(
+                    b"408 Request Timeout",
+                    f"request headers not complete within {limits.head_timeout:g} s",
+                )
+        elif self.in_body and self.cycle is not None and not self.cycle.response_complete:
+            # the handler waits on this body (a paused read is the handler being slow)
+            if not self.flow.read_paused and now - self.last_data > limits.read_timeout:
+                log.info("closing a connection whose request body stalled")
+                transport.close()
+        elif self.cycle is None and now - self.last_data > limits.keepalive_timeout:
+            transport.close()  # connected and never sent a request
+
+
+class _BodyStream(io.RawIOBase):
+    """A request body read from a worker thread: each read asks the event loop for
+    uvicorn's next body message. A client gone (or the connection closed for stalling)
+    reads as end of file, as a socket does; the handler reports the short body."""
+
+    def __init__(
+        self,
+        receive: Callable[[], Awaitable[dict[str, Any]]],
+        loop: asyncio.AbstractEventLoop,
+        wait: float,
+        sized: bool = True,
+    ) -> None:
+        self._receive = receive
+        self._loop = loop
+        self._wait = wait  # no receive takes longer: the sweep closes a stalled body
+        self._buf = bytearray()
+        self.done = False
+        # a chunked body has no length to compare with: a client gone before the last
+        # chunk must read as an error, not as the end of a complete (shorter) body
+        self._sized = sized
+        self._cut = False
+
+    def _fill(self) -> None:
+        pending: Any = self._receive()
+        future = asyncio.run_coroutine_threadsafe(pending, self._loop)
+        try:
+            message: dict[str, Any] = future.result(self._wait)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+            # the loop stopped (shutdown) under a handler still reading: end of body,
+            # so the worker thread ends and the process can exit
+            future.cancel()
+            self.done = self._cut = True
+            return
+        if message["type"] != "http.request":
+            self.done = self._cut = True
+            return
+        self._buf += message.get("body", b"")
+        if not message.get("more_body"):
+            self.done = True
+
+    def read(self, n: int = -1) -> bytes:
+        while (n < 0 or len(self._buf) < n) and not self.done:
+            self._fill()
+        if self._cut and not self._sized and not self._buf:
+            raise ApiError(
+                "IncompleteBody", "the connection ended before the chunked body's last chunk"
+            )
+        if n < 0:
+            n = len(self._buf)
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    def readline(self, limit: int | None = -1) -> bytes:
+        limit = -1 if limit is None else limit
+        while b"\n" not in self._buf and not self.done and (limit < 0 or len(self._buf) < limit):
+            self._fill()
+        cut = self._buf.find(b"\n")
+        end = len(self._buf) if cut < 0 else cut + 1
+        if limit >= 0:
+            end = min(end, limit)
+        return self.read(end)
+
+    def readable(self) -> bool:
+        return True
+
+
+def app_for(
+    api: Handler,
+    pool: concurrent.futures.Executor,
+    uploads: concurrent.futures.Executor,
+    limits: Limits,
+) -> Callable[[dict[str, Any], Any, Any], Awaitable[None]]:
+    """The ASGI app: the request as the service modules see it, handled in ``pool``, or
+    in ``uploads`` when its body is streamed (a slow uploader holds its thread for as long
+    as it sends, so uploads never take the threads API calls are answered from)."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        loop = asyncio.get_running_loop()
+        method = scope["method"]
+        raw_path = scope["raw_path"].decode("latin-1")
+        if raw_path == HEALTH and method == "GET":
+            await _send(send, method, json_response({"status": "ok"}), loop, pool)
+            return  # liveness only: says nothing else, and never waits for a thread
+        headers: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        req = Request(
+            method, raw_path, scope["query_string"].decode("latin-1"), headers, io.BytesIO(), 0
+        )
+        chunked = "transfer-encoding" in headers
+        if chunked and headers["transfer-encoding"].strip().lower() != "chunked":
+            resp = Response(501, b"Transfer-Encoding: chunked only")
+            await _send(send, method, resp, loop, pool, close=True)
+            return
+        try:
+            length = -1 if chunked else int(headers.get("content-length") or 0)
+            if length < 0 and not chunked:
+                raise ValueError
+        except ValueError:
+            await _send(send, method, Response(400, b"bad Content-Length"), loop, pool, close=True)
+            return
+        req.length = length  # -1: a chunked body (uvicorn decodes it), S3 uploads only
+        stream: _BodyStream | None = None
+        if 0 <= length <= PRELOAD:
+            chunks = []
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client left before its body arrived
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+            req.stream = io.BytesIO(b"".join(chunks))
+        else:
+            stream = _BodyStream(receive, loop, limits.read_timeout + 5.0, sized=not chunked)
+            req.stream = stream  # type: ignore[assignment]
+        try:
+            resp = await loop.run_in_executor(pool if stream is None else uploads, api.handle, req)
+        except Exception as exc:  # noqa: BLE001 - api.handle answers errors; a bug here too
+            log.exception("internal error on %s %s", method, raw_path)
+            resp = api.error_for(req, 500, "InternalFailure", f"internal error: {exc}")
+        # a large body the handler did not read (a refusal) ends the connection: never
+        # read gigabytes only to drop them
+        close = stream is not None and not stream.done
+        await _send(send, method, resp, loop, pool, close=close)
+
+    return app
+
+
+async def _send(
+    send: Any,
+    method: str,
+    resp: Response,
+    loop: asyncio.AbstractEventLoop,
+    pool: concurrent.futures.Executor,
+    close: bool = False,
+) -> None:
+    length = resp.length if resp.file else len(resp.body)
+    if method == "HEAD" and "Content-Length" in resp.headers:
+        length = int(resp.headers["Content-Length"])  # what a GET would send
+    headers = [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in resp.headers.items()
+        if name.lower() != "content-length"
+    ]
+    headers.append((b"content-length", str(length).encode()))
+    headers.append((b"x-amzn-requestid", b"shipyard"))
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+    if method == "HEAD" or not resp.file:
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else resp.body})
+        return
+    fh = await loop.run_in_executor(pool, open, resp.file, "rb")
+    try:
+        await loop.run_in_executor(pool, fh.seek, resp.offset)
+        left = resp.length
+        while left > 0:
+            chunk = await loop.run_in_executor(pool, fh.read, min(CHUNK, left))
+            if not chunk:
+                break  # the file shrank under us: the client sees a short body
+            left -= len(chunk)
+            await send({"type": "http.response.body", "body": chunk, "more_body": left > 0})
+        if left > 0:
+            raise OSError(f"{resp.file} ended {left} bytes early")
+    finally:
+        fh.close()
+
+
+class Server:
+    """uvicorn serving ``api`` on an already-bound socket, with ``Limits``."""
+
+    def __init__(self, api: Handler, limits: Limits | None = None) -> None:
+        import uvicorn
+
+        self.limits = limits or Limits()
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            self.limits.threads, thread_name_prefix="shipyard-api"
+        )
+        self.uploads = concurrent.futures.ThreadPoolExecutor(
+            self.limits.upload_threads, thread_name_prefix="shipyard-upload"
+        )
+        protocol = type("BoundGuardedProtocol", (GuardedProtocol,), {"limits": self.limits})
+        config = uvicorn.Config(
+            app_for(api, self.pool, self.uploads, self.limits),
+            http=protocol,
+            ws="none",
+            lifespan="off",
+            interface="asgi3",
+            access_log=False,
+            log_config=None,
+            log_level="warning",
+            server_header=False,
+            headers=[("server", "shipyard")],
+            timeout_keep_alive=int(self.limits.keepalive_timeout),
+            backlog=self.limits.backlog,
+            timeout_graceful_shutdown=int(self.limits.shutdown_grace),
+        )
+        self.server = uvicorn.Server(config)
+
+    async def _sweep(self) -> None:
+        while not self.server.should_exit:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for conn in list(self.server.server_state.connections):
+                if isinstance(conn, GuardedProtocol):
+                    conn.tick(now)
+
+    async def serve(self, sock: Any) -> None:
+        sweep = asyncio.get_running_loop().create_task(self._sweep())
+        try:
+            await self.server.serve(sockets=[sock])
+        finally:
+            sweep.cancel()
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.uploads.shutdown(wait=False, cancel_futures=True)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+
+
+def run(server: Server, sock: Any) -> None:
+    """Serve until SIGINT/SIGTERM (uvicorn's handling: requests in flight finish), on
+    uvloop when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None  # type: ignore[assignment]
+    if uvloop is None or not hasattr(asyncio, "Runner"):  # Runner: Python 3.11+
+        asyncio.run(server.serve(sock))
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(server.serve(sock))
