@@ -84,6 +84,9 @@ class ApiServer:
         service = "s3"
         try:
             # -- request authorization --------------------------------------------------------
+            runtime = self.services.get("sagemaker-runtime")
+            if runtime is not None:  # an invocation's body is read with its endpoint's limit
+                runtime.preread(req)
             service = authorize(req, self.keys, self.names)
             # -- routing ----------------------------------------------------------------------
             if service == "sagemaker" and "x-amz-target" not in headers:

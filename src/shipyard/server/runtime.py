@@ -27,6 +27,30 @@ class RuntimeApi:
     def __init__(self, hosting: HostingApi) -> None:
         self.hosting = hosting
 
+    def read_invocation(self, req: Request, name: str) -> bytes:
+        """An invocation's body, up to its endpoint's payload limit (413 beyond, nothing
+        read). Also called before the request's signature is checked, since the signature
+        covers the body: so the endpoint's own limit applies there too, not the API's."""
+        return req.read_body(
+            self.hosting.payload_limit(name),
+            "ValidationError",
+            f" by endpoint {name} (SageMaker's real-time limit is 6 MB; a model raises it "
+            "with SAGEMAKER_MAX_PAYLOAD_IN_MB in its Environment)",
+        )
+
+    def preread(self, req: Request) -> None:
+        """For ``POST /endpoints/NAME/invocations`` of a known endpoint: read its body now,
+        with that endpoint's limit (the signature check then hashes what was read)."""
+        parts = req.raw_path.strip("/").split("/")
+        if req.method != "POST" or len(parts) != 3 or parts[0] != "endpoints":
+            return
+        if parts[2] != "invocations" or req.length < 0:
+            return
+        name = urllib.parse.unquote(parts[1])
+        if self.hosting.records.get("endpoint", name) is not None:
+            req.service = "sagemaker-runtime"  # the shape of a 413 raised here
+            self.read_invocation(req, name)
+
     def handle(self, req: Request) -> Response:
         parts = req.raw_path.strip("/").split("/")
         if (
@@ -48,13 +72,7 @@ class RuntimeApi:
                 "ValidationError",
                 f"Endpoint {name} of account {ACCOUNT} is not InService (it is {status}{why}).",
             )
-        limit = self.hosting.payload_limit(name)
-        body = req.read_body(
-            limit,
-            "ValidationError",
-            f" by endpoint {name} (SageMaker's real-time limit is 6 MB; a model raises it "
-            "with SAGEMAKER_MAX_PAYLOAD_IN_MB in its Environment)",
-        )
+        body = self.read_invocation(req, name)
         headers = {k: v for k, v in req.headers.items() if k in _FORWARD}
         headers.setdefault("content-type", "application/octet-stream")
         headers["content-length"] = str(len(body))

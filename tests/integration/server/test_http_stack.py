@@ -79,11 +79,28 @@ def test_sigterm_ends_the_server_with_an_upload_stalled_mid_body(tmp_path):
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         region_name=env.get("AWS_DEFAULT_REGION", "us-east-1"),
     ).create_bucket(Bucket="bucket")
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    # signed (every request must be), its payload unsigned as S3 allows: the server reads
+    # the body as it streams instead of refusing the request at its head
+    signing = AWSRequest(
+        method="PUT",
+        url=f"{proc.url}/bucket/key",
+        headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": "50000000"},
+    )
+    S3SigV4Auth(
+        Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]),
+        "s3",
+        env.get("AWS_DEFAULT_REGION", "us-east-1"),
+    ).add_auth(signing)
+    head = "".join(f"{k}: {v}\r\n" for k, v in signing.headers.items())
     conn = socket.create_connection(("127.0.0.1", proc.port), timeout=GUARD)
     try:
         conn.sendall(
-            b"PUT /bucket/key HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n"
-            b"x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n\r\n" + b"a" * 2_000_000
+            f"PUT /bucket/key HTTP/1.1\r\nHost: 127.0.0.1:{proc.port}\r\n{head}\r\n".encode()
+            + b"a" * 2_000_000
         )
         time.sleep(0.5)
         conn.settimeout(0.5)
