@@ -105,8 +105,15 @@ def enter_sandbox(
         forward_ports=loopback_ports(config),
     )
     enter(box)
+    if box.data_net is not None and box.own_net is not None:
+        from shipyard.sandbox import datanet
+
+        datanet.route_connections(box.data_net, box.own_net)
     if config.sandbox.get("isolation") and host == config.hosts[0]:
-        log("network isolation: instances have no outbound network")
+        log(
+            "network isolation: instances have no network beyond the job's; "
+            "the agents transfer channels, checkpoints and the model"
+        )
     return InstancePaths(OPT_ML), box
 
 
@@ -134,6 +141,27 @@ def loopback_ports(config: AgentConfig) -> list[int]:
     return sorted(ports)
 
 
+def sandboxed_specs(
+    specs: list[ProcessSpec], services: list[ProcessSpec], box: Any, host: str
+) -> tuple[list[ProcessSpec], list[ProcessSpec]]:
+    """The job's processes without privileges (shipyard.sandbox.confine); with network
+    isolation the Pipe feeders run in the agent's data network (shipyard.sandbox.datanet),
+    where S3 is, and the job's processes in the instance's, where it is not."""
+    from dataclasses import replace
+
+    from shipyard.sandbox import confine, datanet
+
+    confined = []
+    for spec in specs:
+        argv, note = confine.confined_argv(spec.argv)
+        if note and not confined:
+            log(f"{host}: {note}")
+        confined.append(replace(spec, argv=argv))
+    if box.data_net is not None:
+        services = [replace(s, argv=datanet.enter_argv(box.data_net, s.argv)) for s in services]
+    return confined, services
+
+
 def run_instance(
     config: AgentConfig,
     host: str,
@@ -153,7 +181,7 @@ def run_instance(
     # pasta outlives the user's processes: data.close() uploads through it
     spare = [box.pasta_pid] if box is not None and box.pasta_pid else []
     try:
-        return _run(config, host, log_path, paths, data, spare)
+        return _run(config, host, log_path, paths, data, spare, box)
     finally:
         data.close()
 
@@ -165,6 +193,7 @@ def _run(
     paths: InstancePaths,
     data: channels.ChannelSession,
     spare: list[int] | None = None,
+    box: Any = None,
 ) -> int:
     env = process_env(config, host, paths)
     env["PATH"] = os.pathsep.join(p for p in (python_dir(paths.agent_dir), env.get("PATH")) if p)
@@ -176,7 +205,11 @@ def _run(
         log(f"{host}: {note}")
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
-    specs = runners.get(config.runner)(ctx) + data.services()
+    specs = runners.get(config.runner)(ctx)
+    services = data.services()
+    if box is not None:
+        specs, services = sandboxed_specs(specs, services, box, host)
+    specs += services
     for note in ctx.notes:
         log(note)
     for spec in specs:
