@@ -142,24 +142,43 @@ def loopback_ports(config: AgentConfig) -> list[int]:
 
 
 def sandboxed_specs(
-    specs: list[ProcessSpec], services: list[ProcessSpec], box: Any, host: str
-) -> tuple[list[ProcessSpec], list[ProcessSpec]]:
-    """The job's processes without privileges (shipyard.sandbox.confine); with network
-    isolation the Pipe feeders run in the agent's data network (shipyard.sandbox.datanet),
-    where S3 is, and the job's processes in the instance's, where it is not."""
+    specs: list[ProcessSpec],
+    services: list[ProcessSpec],
+    box: Any,
+    host: str,
+    spare: list[int],
+) -> tuple[list[ProcessSpec], list[ProcessSpec], Any]:
+    """The job's processes in the instance's own PID namespace (shipyard.sandbox.pidns;
+    its init joins ``spare``: it outlives the teardown; the third value is what the
+    supervisor starts each process through) and without privileges
+    (shipyard.sandbox.confine); with network isolation the Pipe feeders run in the
+    agent's data network (shipyard.sandbox.datanet), where S3 is, and the job's processes
+    in the instance's, where it is not."""
     from dataclasses import replace
 
-    from shipyard.sandbox import confine, datanet
+    from shipyard.sandbox import confine, datanet, pidns
 
+    namespace, why = pidns.start()
+    if namespace is None:
+        log(f"{host}: no PID namespace: {why}; the job's processes see this machine's")
+        box.notes.append(f"no PID namespace: {why}")
+    else:
+        spare.append(namespace.init.pid)
     confined = []
     for spec in specs:
         argv, note = confine.confined_argv(spec.argv)
         if note and not confined:
             log(f"{host}: {note}")
+        if namespace is not None:
+            argv = namespace.enter_argv(argv, spec.cwd)
         confined.append(replace(spec, argv=argv))
     if box.data_net is not None:
         services = [replace(s, argv=datanet.enter_argv(box.data_net, s.argv)) for s in services]
-    return confined, services
+    return confined, services, namespace.spawn if namespace is not None else _start
+
+
+def _start(start: Any) -> Any:
+    return start()
 
 
 def run_instance(
@@ -207,8 +226,10 @@ def _run(
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
     specs = runners.get(config.runner)(ctx)
     services = data.services()
+    spare = list(spare or ())
+    spawn: Any = _start
     if box is not None:
-        specs, services = sandboxed_specs(specs, services, box, host)
+        specs, services, spawn = sandboxed_specs(specs, services, box, host, spare)
     specs += services
     for note in ctx.notes:
         log(note)
@@ -249,6 +270,7 @@ def _run(
         on_failure=record_failure,
         on_failed_exit=record_failure_time,
         spare=spare or (),
+        spawn=spawn,
     )
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

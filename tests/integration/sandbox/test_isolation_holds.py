@@ -41,7 +41,17 @@ def setns(path, nstype):
     return "entered" if ok else errno.errorcode[ctypes.get_errno()]
 
 out["setns_host_net"] = setns("/proc/1/ns/net", 0x40000000)
-out["setns_agent_net"] = setns(f"/proc/{os.getppid()}/ns/net", 0x40000000)
+# every other process of the instance (a Pipe feeder lives in the agent's data network)
+own = os.stat("/proc/self/ns/net").st_ino
+others = {}
+for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+    try:
+        same = os.stat(f"/proc/{pid}/ns/net").st_ino == own
+    except OSError as exc:
+        same = False
+    if not same:
+        others[pid] = setns(f"/proc/{pid}/ns/net", 0x40000000)
+out["setns_others"] = others
 out["mount"] = "mounted" if libc.mount(b"none", b"/mnt", b"tmpfs", 0, None) == 0 else \
     errno.errorcode[ctypes.get_errno()]
 out["remount_ro_root"] = "remounted" if libc.mount(None, b"/", None, 32 | 1, None) == 0 else \
@@ -179,7 +189,8 @@ def test_isolated_job_reaches_nothing_yet_its_channels_and_model_move(
     assert {k: record[k] for k in expected} == expected
     assert record["caps"] == NO_CAPS and record["no_new_privs"] == "1"
     assert record["setns_host_net"] in ("EPERM", "open:EACCES", "open:EPERM"), record
-    assert record["setns_agent_net"] in ("EPERM", "open:EACCES", "open:EPERM"), record
+    assert record["setns_others"], record  # the feeder at least
+    assert set(record["setns_others"].values()) <= {"EPERM", "open:EACCES", "open:EPERM"}
     assert record["mount"] == "EPERM" and record["remount_ro_root"] == "EPERM"
     assert record["reach"] and set(record["reach"].values()) <= {
         "ConnectionRefusedError",
@@ -197,3 +208,67 @@ def test_non_isolated_job_holds_no_privilege_either(session, write_script, bucke
     assert record["caps"] == NO_CAPS and record["no_new_privs"] == "1"
     assert record["setns_host_net"] in ("EPERM", "open:EACCES", "open:EPERM"), record
     assert record["mount"] == "EPERM"
+
+
+PROCESSES = r"""
+import json, os, signal, subprocess, sys, time
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+orphan = subprocess.Popen(["/bin/sh", "-c", "sleep 60 & echo $!"], stdout=subprocess.PIPE, text=True)
+orphan_pid = int(orphan.stdout.readline())
+orphan.wait()  # its child is an orphan now: the instance's init adopts and reaps it
+out = {"pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+       "me": os.getpid(), "helper": helper.pid, "orphan": orphan_pid,
+       "init": open("/proc/1/cmdline", "rb").read().split(b"\0")[:3]}
+out["init"] = [part.decode() for part in out["init"]]
+def kill(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return "signalled"
+    except OSError as exc:
+        return type(exc).__name__
+out["kill_host"] = kill(int(os.environ["HOST_PID"]), 0)
+out["kill_init"] = kill(1, signal.SIGKILL)
+time.sleep(0.2)
+out["init_alive"] = os.path.exists("/proc/1")
+os.kill(orphan_pid, signal.SIGKILL)
+for _ in range(200):
+    if not os.path.exists(f"/proc/{orphan_pid}"):
+        break
+    time.sleep(0.02)
+out["orphan_reaped"] = not os.path.exists(f"/proc/{orphan_pid}")
+helper.kill(); helper.wait()
+with open("/opt/ml/model/procs.json", "w") as fh:
+    json.dump(out, fh)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_instance_sees_and_signals_only_its_own_processes(session, write_script, home):
+    """Each instance has its own PID namespace: /proc lists the instance's processes
+    only, a host pid names nothing, the instance's init cannot be killed from inside and
+    reaps orphans; from the host every process of the job is still found by its pid."""
+    host_sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        est = shipyard.Estimator(
+            entry_point="procs.py",
+            source_dir=write_script("procs.py", PROCESSES),
+            instance_count=2,
+            instance_type="local",
+            environment={"HOST_PID": str(host_sleeper.pid)},
+            session=session,
+        )
+        est.fit(job_name="pid-namespace")
+    finally:
+        host_sleeper.kill()
+        host_sleeper.wait()
+    with tarfile.open(est.model_data.removeprefix("file://")) as tar:
+        record = json.load(tar.extractfile("procs.json"))
+    assert record["init"][1:] == ["-S", "-c"], record
+    # init, the script, its helper, the adopted orphan (and nothing of the host)
+    assert set(record["pids"]) <= {1, record["me"], record["helper"], record["orphan"]} | set(
+        range(record["me"], record["me"] + 8)
+    ), record
+    assert 1 in record["pids"] and record["me"] in record["pids"] and len(record["pids"]) < 10
+    assert record["kill_host"] == "ProcessLookupError", record
+    assert record["kill_init"] == "signalled" and record["init_alive"] is True
+    assert record["orphan_reaped"] is True

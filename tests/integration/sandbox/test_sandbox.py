@@ -131,7 +131,7 @@ def _host_addresses() -> list[str]:
 
 
 def _namespaces(pid: int) -> dict[str, str]:
-    return {ns: os.readlink(f"/proc/{pid}/ns/{ns}") for ns in ("net", "mnt", "uts")}
+    return {ns: os.readlink(f"/proc/{pid}/ns/{ns}") for ns in ("net", "mnt", "uts", "pid")}
 
 
 def _processes_in(inodes: set[str]) -> list[int]:
@@ -243,7 +243,9 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
         inodes = set(_namespaces(helpers[0].pid).values()) - set(_namespaces(os.getpid()).values())
         for p in job_processes(job_dir):
             inodes |= set(_namespaces(p.pid).values()) - set(_namespaces(os.getpid()).values())
-        assert len(inodes) == 1 + 3 * 2  # the job's network + each instance's net, mnt, uts
+        # the job's network + each instance's net, mnt, uts, its PID namespace and the
+        # mount namespace of its processes (with their /proc: shipyard.sandbox.pidns)
+        assert len(inodes) == 1 + 5 * 2
         agents = [p for p in job_processes(job_dir) if "shipyard.agent" in " ".join(p.cmdline())]
         pastas = [
             c
