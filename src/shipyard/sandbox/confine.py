@@ -37,8 +37,20 @@ MISSING_NOTE = (
 
 def confined_argv(argv: list[str]) -> tuple[list[str], str | None]:
     """``argv`` run without any capability and with ``no_new_privs``, and a note when that
-    cannot be done here (the job still runs, with the protection named as missing)."""
+    cannot be done here (the job still runs, with the protection named as missing).
+
+    An ``argv`` already confined is returned as it is: a runner whose process needs a
+    privileged set-up step first (a mount namespace of its own, see
+    tf_parameter_server.with_chief_model_dir) confines the program after that step."""
+    if confined(argv):
+        return list(argv), None
     setpriv = tools.find("setpriv")
     if setpriv is None:
         return list(argv), MISSING_NOTE
     return [setpriv, *DROP_ALL, "--", *argv], None
+
+
+def confined(argv: list[str]) -> bool:
+    """Whether ``argv`` drops every privilege somewhere along its chain of execs."""
+    width = len(DROP_ALL)
+    return any(argv[i : i + width] == DROP_ALL for i in range(len(argv) - width + 1))
