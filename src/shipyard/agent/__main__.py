@@ -142,6 +142,7 @@ def loopback_ports(config: AgentConfig) -> list[int]:
 
 
 def sandboxed_specs(
+    config: AgentConfig,
     specs: list[ProcessSpec],
     services: list[ProcessSpec],
     box: Any,
@@ -156,13 +157,13 @@ def sandboxed_specs(
     in the instance's, where it is not."""
     from dataclasses import replace
 
-    from shipyard.sandbox import confine, datanet, pidns
+    from shipyard.sandbox import confine, datanet, fsview, pidns
 
-    namespace, why = pidns.start()
-    if namespace is None:
-        log(f"{host}: no PID namespace: {why}; the job's processes see this machine's")
-        box.notes.append(f"no PID namespace: {why}")
-    else:
+    namespace, missing = pidns.start(fsview.view(config))
+    for note in missing:
+        log(f"{host}: protection missing: {note}")
+    box.notes.extend(missing)
+    if namespace is not None:
         spare.append(namespace.init.pid)
     confined = []
     for spec in specs:
@@ -229,7 +230,7 @@ def _run(
     spare = list(spare or ())
     spawn: Any = _start
     if box is not None:
-        specs, services, spawn = sandboxed_specs(specs, services, box, host, spare)
+        specs, services, spawn = sandboxed_specs(config, specs, services, box, host, spare)
     specs += services
     for note in ctx.notes:
         log(note)

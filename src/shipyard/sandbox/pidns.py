@@ -1,9 +1,10 @@
 """An instance's own PID namespace: its processes see only each other, and an init reaps.
 
 The agent unshares a PID namespace for its children just before it starts the job's
-processes. The first child is the instance's init (``INIT`` below, pid 1 inside): it
-makes a mount namespace of its own with a ``/proc`` of the new PID namespace, tells the
-agent it is ready, and then only reaps the orphans the kernel hands it. Every process the
+processes. The first child is the instance's init (shipyard.sandbox.init, pid 1 inside):
+it makes a mount namespace of its own with a ``/proc`` of the new PID namespace and the
+filesystem view of the job's processes (shipyard.sandbox.fsview), tells the agent it is
+ready, and then only reaps the orphans the kernel hands it. Every process the
 agent's supervisor starts (the script, MPI ranks, TF and PS servers, Pipe feeders) is
 born in that PID namespace: they are all started by one spawner thread, the only one
 whose children go there (a thread whose children land in another PID namespace cannot
@@ -22,6 +23,7 @@ ends the kernel kills whatever is left in the namespace: nothing outlives an ins
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import select
@@ -35,35 +37,8 @@ from typing import Any, TypeVar
 from shipyard.sandbox import kernel, tools
 
 READY_TIMEOUT_S = 10.0
+INIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "init.py")
 T = TypeVar("T")
-
-# Run with ``python -S``: stdlib only, no site (about 15 ms to start).
-INIT = r"""
-import ctypes, os, signal, sys
-libc = ctypes.CDLL(None, use_errno=True)
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(sig, signal.SIG_IGN)
-def step(ok, what):
-    if not ok:
-        err = ctypes.get_errno()
-        sys.stdout.write(f"error: {what}: {os.strerror(err)}\n")
-        sys.stdout.flush()
-        os._exit(1)
-step(libc.unshare(0x00020000) == 0, "unshare(CLONE_NEWNS)")
-step(libc.mount(None, b"/", None, (1 << 14) | (1 << 18), None) == 0, "make / private")
-step(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None) == 0, "mount /proc")
-sys.stdout.write("ready\n")
-sys.stdout.flush()
-os.close(1)
-signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
-while True:
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
-    except ChildProcessError:
-        pass
-    signal.sigtimedwait([signal.SIGCHLD], 1.0)
-"""
 
 
 class Spawner:
@@ -124,33 +99,38 @@ class ProcessNamespace:
         return [nsenter, f"--mount={self.mount_ns}", f"--wd={cwd or os.getcwd()}", "--", *argv]
 
 
-def start() -> tuple[ProcessNamespace | None, str | None]:
-    """The instance's PID namespace and its init, or None and why not (the job then runs
-    in the host's PID namespace, and the note says so)."""
+def start(view: dict | None = None) -> tuple[ProcessNamespace | None, list[str]]:
+    """The instance's PID namespace and its init (which builds ``view``), or None; and
+    the protections that are missing, each with why (the job still runs)."""
     if tools.find("nsenter") is None:
-        return None, "util-linux `nsenter` is not installed (apt-get install util-linux)"
+        return None, ["no PID namespace: util-linux `nsenter` is not installed"]
     from shipyard.runtime.lifeline import death_signal_argv
 
     try:
         spawner = Spawner()
     except OSError as exc:
-        return None, f"the kernel refused a PID namespace: {exc.strerror}"
+        return None, [f"no PID namespace: the kernel refused one ({exc.strerror})"]
     init = spawner.call(
         lambda: subprocess.Popen(
-            death_signal_argv([sys.executable, "-S", "-c", INIT]),
+            death_signal_argv([sys.executable, "-S", INIT]),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            env={"SHIPYARD_PROCESS_NAME": "instance-init", "PATH": os.defpath},
+            env={
+                "SHIPYARD_PROCESS_NAME": "instance-init",
+                "SHIPYARD_INIT_VIEW": json.dumps(view or {}),
+                "PATH": os.defpath,
+            },
             cwd="/",
             close_fds=True,
         )
     )
     answer = _answer(init)
-    if answer != "ready":
+    word, _, rest = answer.partition(" ")
+    if word != "ready":
         init.kill()
         init.wait()
-        return None, f"the instance's init could not start ({answer})"
-    return ProcessNamespace(init, spawner), None
+        return None, [f"no PID namespace: the instance's init could not start ({answer})"]
+    return ProcessNamespace(init, spawner), [f"filesystem: {m}" for m in json.loads(rest or "[]")]
 
 
 def _answer(init: subprocess.Popen) -> str:

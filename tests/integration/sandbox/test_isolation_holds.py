@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 import shipyard
-from shipyard.sandbox import probe
+from shipyard.sandbox import pidns, probe
 
 pytestmark = pytest.mark.skipif(
     not probe.support().ok, reason=f"no instance sandbox here: {probe.support().reason}"
@@ -263,7 +263,7 @@ def test_an_instance_sees_and_signals_only_its_own_processes(session, write_scri
         host_sleeper.wait()
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:
         record = json.load(tar.extractfile("procs.json"))
-    assert record["init"][1:] == ["-S", "-c"], record
+    assert record["init"][1:] == ["-S", pidns.INIT], record
     # init, the script, its helper, the adopted orphan (and nothing of the host)
     assert set(record["pids"]) <= {1, record["me"], record["helper"], record["orphan"]} | set(
         range(record["me"], record["me"] + 8)
@@ -272,3 +272,78 @@ def test_an_instance_sees_and_signals_only_its_own_processes(session, write_scri
     assert record["kill_host"] == "ProcessLookupError", record
     assert record["kill_init"] == "signalled" and record["init_alive"] is True
     assert record["orphan_reaped"] is True
+
+
+FILESYSTEM = r"""
+import json, os, sys
+out = {}
+def attempt(fn):
+    try:
+        return fn()
+    except OSError as exc:
+        return type(exc).__name__ + ":" + str(exc.errno)
+def read(path):
+    with open(path) as fh:
+        return fh.read()
+def write(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write("probe")
+    return "written"
+home = os.environ["PROBE_HOME"]
+out["other_job"] = attempt(lambda: read(os.path.join(home, "jobs", "other", "agent.json")))
+out["home_listing"] = attempt(lambda: sorted(os.listdir(home)))
+out["jobs_listing"] = attempt(lambda: sorted(os.listdir(os.path.join(home, "jobs"))))
+out["root_canary"] = attempt(lambda: read(os.environ["ROOT_CANARY"]))
+out["python_env"] = attempt(lambda: write(os.path.join(sys.prefix, "shipyard-probe.txt")))
+out["etc"] = attempt(lambda: write(os.environ["ETC_PROBE"]))
+out["home_dir"] = attempt(lambda: write(os.path.expanduser(os.environ["HOME_PROBE"])))
+out["hosts"] = read("/etc/hosts")
+with open("/opt/ml/model/fs.json", "w") as fh:
+    json.dump(out, fh)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants a canary in /root")
+@pytest.mark.timeout(120)
+def test_the_filesystem_view_hides_the_host_and_throws_writes_away(session, write_script, home):
+    """Another job's agent.json, $SHIPYARD_HOME beyond the job, /root: not there; the
+    Python environment is read-only; files written to /etc and ~ exist only inside the
+    instance and are gone from the host afterwards."""
+    other = os.path.join(str(home), "jobs", "other")
+    os.makedirs(other)
+    with open(os.path.join(other, "agent.json"), "w") as fh:
+        fh.write('{"job_secret": "s3cret"}')
+    tag = uuid.uuid4().hex[:8]
+    canary = f"/root/.shipyard-canary-{tag}"
+    etc_probe = f"/etc/shipyard-probe-{tag}"
+    home_probe = f"~/.keras/shipyard-probe-{tag}.json"
+    with open(canary, "w") as fh:
+        fh.write("host secret")
+    try:
+        est = shipyard.Estimator(
+            entry_point="fs.py",
+            source_dir=write_script("fs.py", FILESYSTEM),
+            instance_count=1,
+            instance_type="local",
+            environment={
+                "PROBE_HOME": str(home),
+                "ROOT_CANARY": canary,
+                "ETC_PROBE": etc_probe,
+                "HOME_PROBE": home_probe,
+            },
+            session=session,
+        )
+        est.fit(job_name="fs-view")
+    finally:
+        os.unlink(canary)
+    with tarfile.open(est.model_data.removeprefix("file://")) as tar:
+        record = json.load(tar.extractfile("fs.json"))
+    assert record["other_job"] == "FileNotFoundError:2", record
+    assert record["home_listing"] == ["jobs"] and record["jobs_listing"] == ["fs-view"], record
+    assert record["root_canary"] == "FileNotFoundError:2", record
+    assert record["python_env"] == "OSError:30", record  # EROFS
+    assert record["etc"] == "written" and record["home_dir"] == "written", record
+    assert "algo-1" in record["hosts"]  # the job's hosts file is still the one seen
+    assert not os.path.exists(etc_probe)
+    assert not os.path.exists(os.path.expanduser(home_probe))
