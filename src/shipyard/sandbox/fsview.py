@@ -29,7 +29,8 @@ def python_paths() -> list[str]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths.add(os.path.dirname(os.path.realpath(sys.executable)))
     paths.add(os.path.dirname(os.path.dirname(os.path.abspath(shipyard.__file__))))
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    # not the agent's working directory (sys.path[0] under ``python -m``): the user's
+    paths.update(p for p in sys.path if p and p != os.getcwd() and os.path.isdir(p))
     return sorted(os.path.realpath(p) for p in paths)
 
 
