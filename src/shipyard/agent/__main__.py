@@ -165,11 +165,12 @@ def sandboxed_specs(
     box.notes.extend(missing)
     if namespace is not None:
         spare.append(namespace.init.pid)
-    confined = []
+    confined: list[ProcessSpec] = []
     for spec in specs:
-        argv, note = confine.confined_argv(spec.argv)
-        if note and not confined:
-            log(f"{host}: {note}")
+        argv, lacking = confine.confined_argv(spec.argv)
+        if lacking and not confined:
+            log(f"{host}: protection missing: {lacking}")
+            box.notes.append(lacking)
         if namespace is not None:
             argv = namespace.enter_argv(argv, spec.cwd)
         confined.append(replace(spec, argv=argv))
