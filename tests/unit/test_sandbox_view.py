@@ -63,3 +63,12 @@ def test_without_setpriv_the_job_runs_and_the_note_says_so(monkeypatch):
     monkeypatch.setattr(confine.tools, "find", lambda name: None)
     argv, note = confine.confined_argv(["python", "train.py"])
     assert argv == ["python", "train.py"] and note is not None and "setpriv" in note
+
+
+def test_doctor_names_each_missing_protection_with_its_fix(monkeypatch):
+    from shipyard.sandbox import probe
+
+    monkeypatch.setattr(probe.tools, "find", lambda name: None)
+    gaps = dict(probe.isolation_gaps())
+    assert any("setpriv" in what for what in gaps) and any("nsenter" in what for what in gaps)
+    assert set(gaps.values()) >= {"apt-get install util-linux"}
