@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from shipyard.sandbox import confine, fsview
@@ -72,3 +73,19 @@ def test_doctor_names_each_missing_protection_with_its_fix(monkeypatch):
     gaps = dict(probe.isolation_gaps())
     assert any("setpriv" in what for what in gaps) and any("nsenter" in what for what in gaps)
     assert set(gaps.values()) >= {"apt-get install util-linux"}
+
+
+def test_describe_lists_each_instances_missing_protections(tmp_path):
+    import json
+
+    from shipyard.agent.layout import InstancePaths
+    from shipyard.control.supervisor import missing_protections
+
+    for host, missing in (("algo-1", ["no PID namespace: the kernel refused one (EPERM)"]),):
+        path = InstancePaths(str(tmp_path / "instances" / host)).missing_protections_file
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w") as fh:
+            json.dump(missing, fh)
+    assert missing_protections(str(tmp_path), ["algo-1", "algo-2"]) == [
+        {"Host": "algo-1", "Missing": "no PID namespace: the kernel refused one (EPERM)"}
+    ]

@@ -162,7 +162,7 @@ def sandboxed_specs(
     namespace, missing = pidns.start(fsview.view(config))
     for note in missing:
         log(f"{host}: protection missing: {note}")
-    box.notes.extend(missing)
+    box.missing.extend(missing)
     if namespace is not None:
         spare.append(namespace.init.pid)
     confined: list[ProcessSpec] = []
@@ -170,7 +170,7 @@ def sandboxed_specs(
         argv, lacking = confine.confined_argv(spec.argv)
         if lacking and not confined:
             log(f"{host}: protection missing: {lacking}")
-            box.notes.append(lacking)
+            box.missing.append(lacking)
         if namespace is not None:
             argv = namespace.enter_argv(argv, spec.cwd)
         confined.append(replace(spec, argv=argv))
@@ -232,6 +232,10 @@ def _run(
     spawn: Any = _start
     if box is not None:
         specs, services, spawn = sandboxed_specs(config, specs, services, box, host, spare)
+        if box.missing:
+            import json
+
+            write_file(paths.missing_protections_file, json.dumps(box.missing))
     specs += services
     for note in ctx.notes:
         log(note)

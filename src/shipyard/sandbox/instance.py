@@ -48,6 +48,7 @@ class InstanceSandbox:
     outbound: bool = True  # False: network isolation (no route out of the job network)
     forward_ports: list[int] = field(default_factory=list)  # host loopback ports to reach
     notes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # protections it runs without, and why
     pasta: subprocess.Popen | None = None  # released, maybe not ready yet (wait_outbound)
     pasta_pid: int | None = None  # kept running until the agent's last upload is done
     # network isolation: the agent's data network and its way back (shipyard.sandbox.datanet)

@@ -346,4 +346,6 @@ def test_the_filesystem_view_hides_the_host_and_throws_writes_away(session, writ
     assert record["etc"] == "written" and record["home_dir"] == "written", record
     assert "algo-1" in record["hosts"]  # the job's hosts file is still the one seen
     assert not os.path.exists(etc_probe)
+    # every protection held here: describe names none missing
+    assert est.latest_training_job.describe()["Shipyard"]["MissingProtections"] == []
     assert not os.path.exists(os.path.expanduser(home_probe))
