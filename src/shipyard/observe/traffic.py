@@ -50,6 +50,14 @@ class PeerNamer:
         self._cache: dict[tuple[str, int], str] = {}
         self._lock = threading.Lock()
 
+    def find_local(self, peers: list[tuple[str, int]]) -> None:
+        """Name the ``peers`` whose processes are on this instance (misses are not kept:
+        ``name_all`` tries again, and asks)."""
+        with self._lock:
+            owners = self._local_owners({p for p in peers if p not in self._cache})
+            for peer, pid in owners.items():
+                self._cache[peer] = self._label_of(pid)
+
     def name_all(self, peers: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
         """Names for ``peers``; one scan of the socket table for all the unknown ones."""
         with self._lock:
@@ -374,12 +382,21 @@ class Relay:
 
     def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
         peer = (_ipv4(peer[0]), peer[1])
+        # name the peer while its process surely lives (the socket table forgets it after);
+        # another instance's relay is asked only once this is known to be a relayed
+        # connection (asking about a WHO asker would ask its relay back, and so on)
+        local = threading.Thread(target=self.book.namer.find_local, args=([peer],), daemon=True)
+        local.start()
         word = self._is_stats_request(client)
-        if word is not None:  # not named: naming a WHO asker would ask its relay back
+        if word is not None:
             self._answer_stats(client, word)
             return
-        # name the peer while its process surely lives (the socket table forgets it after)
-        threading.Thread(target=self.book.namer.name_all, args=([peer],), daemon=True).start()
+
+        def name() -> None:
+            local.join()
+            self.book.namer.name_all([peer])
+
+        threading.Thread(target=name, daemon=True).start()
         upstream = self._connect_upstream()
         if upstream is None:
             client.close()
