@@ -410,6 +410,9 @@ SETTINGS: tuple[Setting, ...] = (
     _internal(
         "SHIPYARD_PROCESS_NAME", "The agent's name for a process it started (stack dump labels)."
     ),
+    _internal(
+        "SHIPYARD_INIT_VIEW", "The filesystem view an instance's init builds (JSON, fsview)."
+    ),
     _internal("SHIPYARD_INSTANCE_DIR", "This instance's tree on the host (/opt/ml in a sandbox)."),
     _internal("SHIPYARD_JOB_SECRET", "Per-job secret of TF servers' traffic counters."),
     _internal("SHIPYARD_DDP_SECRET", "Per-job secret of the DDP port announcement."),

@@ -114,8 +114,15 @@ def enter_sandbox(
     enter(box)
     if box.shape is not None and host == config.hosts[0]:
         log(f"{shaping.TAG}: every instance's link shaped to {box.shape.describe()}")
+    if box.data_net is not None and box.own_net is not None:
+        from shipyard.sandbox import datanet
+
+        datanet.route_connections(box.data_net, box.own_net)
     if config.sandbox.get("isolation") and host == config.hosts[0]:
-        log("network isolation: instances have no outbound network")
+        log(
+            "network isolation: instances have no network beyond the job's; "
+            "the agents transfer channels, checkpoints and the model"
+        )
     return InstancePaths(OPT_ML), box
 
 
@@ -143,6 +150,48 @@ def loopback_ports(config: AgentConfig) -> list[int]:
     return sorted(ports)
 
 
+def sandboxed_specs(
+    config: AgentConfig,
+    specs: list[ProcessSpec],
+    services: list[ProcessSpec],
+    box: Any,
+    host: str,
+    spare: list[int],
+) -> tuple[list[ProcessSpec], list[ProcessSpec], Any]:
+    """The job's processes in the instance's own PID namespace (shipyard.sandbox.pidns;
+    its init joins ``spare``: it outlives the teardown; the third value is what the
+    supervisor starts each process through) and without privileges
+    (shipyard.sandbox.confine); with network isolation the Pipe feeders run in the
+    agent's data network (shipyard.sandbox.datanet), where S3 is, and the job's processes
+    in the instance's, where it is not."""
+    from dataclasses import replace
+
+    from shipyard.sandbox import confine, datanet, fsview, pidns
+
+    namespace, missing = pidns.start(fsview.view(config))
+    for note in missing:
+        log(f"{host}: protection missing: {note}")
+    box.missing.extend(missing)
+    if namespace is not None:
+        spare.append(namespace.init.pid)
+    confined: list[ProcessSpec] = []
+    for spec in specs:
+        argv, lacking = confine.confined_argv(spec.argv)
+        if lacking and not confined:
+            log(f"{host}: protection missing: {lacking}")
+            box.missing.append(lacking)
+        if namespace is not None:
+            argv = namespace.enter_argv(argv, spec.cwd)
+        confined.append(replace(spec, argv=argv))
+    if box.data_net is not None:
+        services = [replace(s, argv=datanet.enter_argv(box.data_net, s.argv)) for s in services]
+    return confined, services, namespace.spawn if namespace is not None else _start
+
+
+def _start(start: Any) -> Any:
+    return start()
+
+
 def run_instance(
     config: AgentConfig,
     host: str,
@@ -162,7 +211,7 @@ def run_instance(
     # pasta outlives the user's processes: data.close() uploads through it
     spare = [box.pasta_pid] if box is not None and box.pasta_pid else []
     try:
-        return _run(config, host, log_path, paths, data, spare)
+        return _run(config, host, log_path, paths, data, spare, box)
     finally:
         data.close()
 
@@ -174,6 +223,7 @@ def _run(
     paths: InstancePaths,
     data: channels.ChannelSession,
     spare: list[int] | None = None,
+    box: Any = None,
 ) -> int:
     env = process_env(config, host, paths)
     env["PATH"] = os.pathsep.join(
@@ -187,7 +237,17 @@ def _run(
         log(f"{host}: {note}")
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
-    specs = runners.get(config.runner)(ctx) + data.services()
+    specs = runners.get(config.runner)(ctx)
+    services = data.services()
+    spare = list(spare or ())
+    spawn: Any = _start
+    if box is not None:
+        specs, services, spawn = sandboxed_specs(config, specs, services, box, host, spare)
+        if box.missing:
+            import json
+
+            write_file(paths.missing_protections_file, json.dumps(box.missing))
+    specs += services
     for note in ctx.notes:
         log(note)
     if config.python:
@@ -229,6 +289,7 @@ def _run(
         on_failure=record_failure,
         on_failed_exit=record_failure_time,
         spare=spare or (),
+        spawn=spawn,
     )
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

@@ -84,6 +84,12 @@ class InstancePaths:
         return self._p("agent", "lost.jsonl")
 
     @property
+    def missing_protections_file(self) -> str:
+        """The sandbox protections this instance runs without, each with why (a JSON
+        list; shipyard.sandbox): describe shows them."""
+        return self._p("agent", "missing-protections.json")
+
+    @property
     def report_file(self) -> str:
         """Where a runner's processes write the job's distribution report (placement and
         traffic, schema shipyard.ps.report/v1); the control plane collects it."""

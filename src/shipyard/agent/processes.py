@@ -18,6 +18,8 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from shipyard.agent.runners.api import ProcessSpec
 from shipyard.runtime.lifeline import become_subreaper, death_signal_argv
@@ -109,8 +111,11 @@ class Supervisor:
         on_failure: Callable[[Outcome], None] | None = None,
         on_failed_exit: Callable[[float], None] | None = None,
         spare: Collection[int] = (),
+        spawn: Callable[[Callable[[], Any]], Any] = lambda start: start(),
     ) -> None:
         self.specs = specs
+        # runs each process start: the sandbox's starts it in the instance's PID namespace
+        self.spawn = spawn
         self.spare = spare  # descendants the teardown leaves running (terminate_descendants)
         self.grace = grace
         self.log = log
@@ -132,8 +137,9 @@ class Supervisor:
         for spec in self.specs:
             env = dict(spec.env) if spec.env is not None else dict(os.environ)
             env["SHIPYARD_PROCESS_NAME"] = spec.name  # labels `shipyard stacks` output
-            proc = subprocess.Popen(
-                death_signal_argv(spec.argv), env=env, cwd=spec.cwd, close_fds=True
+            argv = death_signal_argv(spec.argv)
+            proc = self.spawn(
+                partial(subprocess.Popen, argv, env=env, cwd=spec.cwd, close_fds=True)
             )
             self.procs.append((spec, proc))
             threading.Thread(

@@ -60,6 +60,17 @@ def checks() -> list[Check]:
                 support.fix,
             )
         )
+    if support.ok:
+        gaps = probe.isolation_gaps()
+        found.append(
+            Check(
+                "instance isolation",
+                not gaps,
+                "; ".join(what for what, _ in gaps)
+                or "own PID namespace and /proc, no capabilities, host hidden, throw-away /etc",
+                " && ".join(dict.fromkeys(fix for _, fix in gaps)),
+            )
+        )
     pasta = tools.find("pasta")
     found.append(
         Check(

@@ -27,7 +27,12 @@ from shipyard.control.home import Home
 from shipyard.control.interrupt import terminate_as_interrupt
 from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
 from shipyard.control.store import JobRecord, Store, Transition
-from shipyard.control.supervisor import REPORT_NAME, job_warnings, lost_processes
+from shipyard.control.supervisor import (
+    REPORT_NAME,
+    job_warnings,
+    lost_processes,
+    missing_protections,
+)
 from shipyard.environments import job as framework_envs
 from shipyard.errors import (
     ChannelError,
@@ -571,6 +576,7 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "OutputArtifacts": record.output_artifact,
         "Warnings": job_warnings(record.job_dir),
         "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
+        "MissingProtections": missing_protections(record.job_dir, record.spec.hosts),
         # every metric_definitions match (FinalMetricDataList keeps the last of each)
         "MetricHistory": [
             dict(h, Timestamp=_ts(h["Timestamp"])) for h in history(cp.store.metrics(record.name))

@@ -73,6 +73,19 @@ def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
     return out
 
 
+def missing_protections(job_dir: str, hosts: list[str]) -> list[dict]:
+    """The sandbox protections each instance ran without, and why (issue 31)."""
+    out = []
+    for host in hosts:
+        path = InstancePaths(os.path.join(job_dir, "instances", host)).missing_protections_file
+        try:
+            with open(path, encoding="utf-8") as fh:
+                out += [{"Host": host, "Missing": str(m)} for m in json.load(fh)]
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
 def job_warnings(job_dir: str) -> list[str]:
     """What the job's end found worth a warning (describe's Shipyard.Warnings)."""
     try:

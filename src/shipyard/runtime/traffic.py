@@ -6,8 +6,10 @@ IP and a well-known port) and forwards every connection to the server's private 
 counting the bytes of each direction for each connection. The peer of a connection is
 named by the process that opened it -- its ``SHIPYARD_PEER_LABEL`` environment variable
 (``chief:0``, ``worker:1``), found through the kernel's socket table -- because on one
-machine every client connects from 127.0.0.1, so the source IP alone names no one. Peers
-on other machines are named by their instance's IP.
+machine every client connects from 127.0.0.1, so the source IP alone names no one. A
+peer in another instance's sandbox (its own PID namespace: its processes are not in this
+one's ``/proc``) is named by a relay of that instance, asked ``SHIPYARD-WHO`` with the
+job secret (``ask``). Peers on other machines are named by their instance's IP.
 
 Counts are real bytes of TCP payload (gRPC/HTTP2 framing included), exact, sampled over
 time, and served to the job's coordinator through the relay's own port: a connection
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAGIC = b"SHIPYARD-STATS "
+WHO = b"SHIPYARD-WHO "  # + secret, ip, port: the label of the local process at that address
 LABEL_ENV = "SHIPYARD_PEER_LABEL"
 _BUFFER = 256 * 1024
 MAX_POINTS = 600
@@ -37,10 +40,23 @@ UPSTREAM_GONE_S = 0.5
 class PeerNamer:
     """Names the process behind a connection's remote end (cached per address)."""
 
-    def __init__(self, addresses: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        addresses: Mapping[str, str] | None = None,
+        ask: Callable[[tuple[str, int]], str | None] | None = None,
+    ) -> None:
         self.host_by_ip = {ip: host for host, ip in (addresses or {}).items()}
+        self.ask = ask  # names a peer that lives in another instance (see the module doc)
         self._cache: dict[tuple[str, int], str] = {}
         self._lock = threading.Lock()
+
+    def find_local(self, peers: list[tuple[str, int]]) -> None:
+        """Name the ``peers`` whose processes are on this instance (misses are not kept:
+        ``name_all`` tries again, and asks)."""
+        with self._lock:
+            owners = self._local_owners({p for p in peers if p not in self._cache})
+            for peer, pid in owners.items():
+                self._cache[peer] = self._label_of(pid)
 
     def name_all(self, peers: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
         """Names for ``peers``; one scan of the socket table for all the unknown ones."""
@@ -50,11 +66,10 @@ class PeerNamer:
                 owners = self._local_owners(set(todo))
                 for peer in todo:
                     pid = owners.get(peer)
-                    self._cache[peer] = (
-                        self._label_of(pid)
-                        if pid is not None
-                        else self.host_by_ip.get(peer[0], peer[0])
-                    )
+                    label = self._label_of(pid) if pid is not None else None
+                    if label is None and self.ask is not None:
+                        label = self.ask(peer)
+                    self._cache[peer] = label or self.host_by_ip.get(peer[0], peer[0])
             return {p: self._cache[p] for p in peers}
 
     @staticmethod
@@ -300,25 +315,28 @@ class Relay:
                 return
             threading.Thread(target=self._serve, args=(client, peer), daemon=True).start()
 
-    def _is_stats_request(self, client: socket.socket) -> bool:
+    def _is_stats_request(self, client: socket.socket) -> bytes | None:
+        """The request word (MAGIC or WHO) a shipyard client opened with, else None."""
         if self.stats is None:
-            return False
+            return None
         client.settimeout(5.0)
         try:
             head = b""
-            while len(head) < len(MAGIC):
+            while True:
                 head = client.recv(len(MAGIC), socket.MSG_PEEK)
-                if not head or not MAGIC.startswith(head[: len(MAGIC)]):
-                    return False
-                if len(head) < len(MAGIC):
-                    time.sleep(0.005)
+                words = [w for w in (MAGIC, WHO) if w.startswith(head[: len(w)])]
+                if not head or not words:
+                    return None
+                done = [w for w in words if head[: len(w)] == w]
+                if done:
+                    return done[0]
+                time.sleep(0.005)
         except OSError:  # a client that says nothing: relay it like any other
-            return False
+            return None
         finally:
             client.settimeout(None)
-        return head == MAGIC
 
-    def _answer_stats(self, client: socket.socket) -> None:
+    def _answer_stats(self, client: socket.socket, word: bytes = MAGIC) -> None:
         with client:
             client.settimeout(5.0)
             data = b""
@@ -327,11 +345,24 @@ class Relay:
                 if not chunk:
                     return
                 data += chunk
-            given = data[len(MAGIC) :].strip().decode("ascii", "replace")
+            given, *address = data[len(word) :].strip().decode("ascii", "replace").split()
             if not hmac.compare_digest(given, self.secret):
+                return
+            if word == WHO:
+                client.sendall(self._local_label(address).encode())
                 return
             assert self.stats is not None
             client.sendall(json.dumps(self.stats()).encode())
+
+    @staticmethod
+    def _local_label(address: list[str]) -> str:
+        """The label of the process of this instance that owns ``ip port`` ('' if none)."""
+        try:
+            peer = (address[0], int(address[1]))
+        except (IndexError, ValueError):
+            return ""
+        pid = PeerNamer._local_owners({peer}).get(peer)
+        return (PeerNamer._label_of(pid) or "") if pid is not None else ""
 
     def _connect_upstream(self) -> socket.socket | None:
         # waiting is for a server still starting; once it has answered, a refusal means it
@@ -351,11 +382,21 @@ class Relay:
 
     def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
         peer = (_ipv4(peer[0]), peer[1])
-        # name the peer while its process surely lives (the socket table forgets it after)
-        threading.Thread(target=self.book.namer.name_all, args=([peer],), daemon=True).start()
-        if self._is_stats_request(client):
-            self._answer_stats(client)
+        # name the peer while its process surely lives (the socket table forgets it after);
+        # another instance's relay is asked only once this is known to be a relayed
+        # connection (asking about a WHO asker would ask its relay back, and so on)
+        local = threading.Thread(target=self.book.namer.find_local, args=([peer],), daemon=True)
+        local.start()
+        word = self._is_stats_request(client)
+        if word is not None:
+            self._answer_stats(client, word)
             return
+
+        def name() -> None:
+            local.join()
+            self.book.namer.name_all([peer])
+
+        threading.Thread(target=name, daemon=True).start()
         upstream = self._connect_upstream()
         if upstream is None:
             client.close()
@@ -410,6 +451,23 @@ def fetch_stats(address: tuple[str, int], secret: str, timeout: float = 5.0) -> 
             "(wrong job secret, or not a shipyard relay)"
         )
     return json.loads(b"".join(chunks))
+
+
+def ask_who(relay: tuple[str, int], peer: tuple[str, int], secret: str) -> str | None:
+    """The label a relay of another instance gives its local process at ``peer``."""
+    try:
+        with socket.create_connection(relay, timeout=2.0) as sock:
+            sock.settimeout(2.0)
+            sock.sendall(WHO + f"{secret} {peer[0]} {peer[1]}\n".encode("ascii"))
+            chunks = []
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError:
+        return None
+    return b"".join(chunks).decode("utf-8", "replace").strip() or None
 
 
 def peer_env(label: str) -> dict[str, str]:

@@ -13,7 +13,9 @@ addressing and default route (``--config-net``); it forwards nothing inbound (``
 -u none``: its default would expose the instance's listeners on the host), does not map
 the gateway to the host's loopback (``--no-map-gw``), and forwards only the job's S3
 endpoint port from the instance's loopback to the host's (``-T``), so an endpoint on the
-host's 127.0.0.1 keeps working. With network isolation only that forward remains.
+host's 127.0.0.1 keeps working. With network isolation pasta serves the agent's data
+network instead (shipyard.sandbox.datanet): the instance's own namespace keeps only the
+job network, and the job's processes reach neither the host nor the S3 endpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from shipyard.sandbox import kernel, network, shaping, tools
+from shipyard.sandbox import datanet, kernel, network, shaping, tools
 
 OPT_ML = "/opt/ml"
 ETC_HOSTS = "/etc/hosts"
@@ -46,13 +48,22 @@ class InstanceSandbox:
     outbound: bool = True  # False: network isolation (no route out of the job network)
     forward_ports: list[int] = field(default_factory=list)  # host loopback ports to reach
     notes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # protections it runs without, and why
     pasta: subprocess.Popen | None = None  # released, maybe not ready yet (wait_outbound)
     pasta_pid: int | None = None  # kept running until the agent's last upload is done
     shape: shaping.Shape | None = None  # the shipyard:network tag's link (shaping.py)
+    # network isolation: the agent's data network and its way back (shipyard.sandbox.datanet)
+    data_net: int | None = None
+    own_net: int | None = None
 
     @property
     def address(self) -> str:
         return self.hosts[self.host]
+
+    @property
+    def isolated_data_path(self) -> bool:
+        """Network isolation: the agent's transfers go through a data network of its own."""
+        return not self.outbound
 
 
 def hosts_text(hosts: dict[str, str]) -> str:
@@ -85,21 +96,19 @@ PASTA_READY_TIMEOUT_S = 10.0
 def _pasta_waiter(box: InstanceSandbox) -> subprocess.Popen | None:
     """pasta, started now (in the host's namespaces) but held by a shell until the
     instance's namespaces exist: it is released by writing a line to its stdin."""
-    if not box.outbound and not box.forward_ports:
-        return None
     pasta = tools.find("pasta")
     if pasta is None:
+        what = "the agent's channel transfers have" if box.isolated_data_path else "it has"
         box.notes.append(
-            "pasta (passt) is not installed: this instance has no outbound network "
-            "(apt-get install passt)"
+            f"pasta (passt) is not installed: {what} no outbound network (apt-get install passt)"
         )
         return None
     argv = [pasta, "-q", "-f", "-I", "tap0", "--no-map-gw", "-t", "none", "-u", "none"]
     argv += ["-U", "none", "-T", ",".join(map(str, box.forward_ports)) or "none"]
     if os.geteuid() == 0:  # else it drops to nobody, which cannot enter the namespaces
         argv += ["--runas", "0:0"]
-    if box.outbound:
-        argv += ["--config-net", "--dns-forward", DNS_FORWARD]
+    # isolated: the data network gets the outbound network (the agent's transfers)
+    argv += ["--config-net", "--dns-forward", DNS_FORWARD]
     # the shell opens the agent's namespaces once they exist (fds 3, 4): pasta, which
     # drops to an unprivileged user first, could not open another process's
     if box.rootless:
@@ -108,7 +117,8 @@ def _pasta_waiter(box: InstanceSandbox) -> subprocess.Popen | None:
     from shipyard.runtime.lifeline import death_signal_argv
 
     me = os.getpid()
-    script = f'read _ && exec 3</proc/{me}/ns/net 4</proc/{me}/ns/user && exec "$@"'
+    # the released line names the network namespace to serve (_release_pasta)
+    script = f'read ns && exec 3<"$ns" 4</proc/{me}/ns/user && exec "$@"'
     return subprocess.Popen(
         ["/bin/sh", "-c", script, "pasta-waiter", *death_signal_argv(argv)],
         stdin=subprocess.PIPE,
@@ -116,9 +126,15 @@ def _pasta_waiter(box: InstanceSandbox) -> subprocess.Popen | None:
     )
 
 
-def _release_pasta(waiter: subprocess.Popen | None) -> None:
+def _release_pasta(box: InstanceSandbox, waiter: subprocess.Popen | None) -> None:
+    """pasta goes to the instance's network namespace, or with network isolation to the
+    agent's data network (opened through the agent's fd)."""
     if waiter is not None and waiter.stdin is not None:
-        waiter.stdin.write(b"go\n")
+        me = os.getpid()
+        target = (
+            f"/proc/{me}/fd/{box.data_net}" if box.data_net is not None else f"/proc/{me}/ns/net"
+        )
+        waiter.stdin.write(target.encode() + b"\n")
         waiter.stdin.close()
 
 
@@ -142,20 +158,27 @@ def wait_outbound(box: InstanceSandbox) -> None:
 
 
 def _pasta_ready(box: InstanceSandbox) -> bool:
-    if box.outbound and not _has_default_route():
+    if box.data_net is not None and box.own_net is not None:
+        return datanet.run_in(box.data_net, box.own_net, lambda: _serves(box, outbound=True))
+    return _serves(box, box.outbound)
+
+
+def _serves(box: InstanceSandbox, outbound: bool) -> bool:
+    """pasta has configured this thread's network namespace."""
+    if outbound and not _has_default_route():
         return False
     return all(_listens_locally(p) for p in box.forward_ports)
 
 
 def _has_default_route() -> bool:
-    with open("/proc/self/net/route", encoding="ascii") as fh:
+    with open("/proc/thread-self/net/route", encoding="ascii") as fh:
         return any(line.split()[1] == "00000000" for line in fh.readlines()[1:] if line.strip())
 
 
 def _listens_locally(port: int) -> bool:
     """Something listens on 127.0.0.1:``port`` in this network namespace."""
     want = f"0100007F:{port:04X}"
-    with open("/proc/self/net/tcp", encoding="ascii") as fh:
+    with open("/proc/thread-self/net/tcp", encoding="ascii") as fh:
         return any(
             fields[1] == want and fields[3] == "0A"
             for fields in (line.split() for line in fh.readlines()[1:])
@@ -178,14 +201,18 @@ def enter(box: InstanceSandbox) -> None:
     job_net = os.open(f"{holder}/net", os.O_RDONLY)
     try:
         kernel.unshare(kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS | kernel.CLONE_NEWNET)
-        own_net = os.open("/proc/self/ns/net", os.O_RDONLY)
+        own_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             _attach(box, job_net, own_net)
+            if box.isolated_data_path:
+                box.data_net = datanet.create(own_net)
+                box.own_net, own_net = own_net, -1  # kept: the way back from the data network
         finally:
-            os.close(own_net)
+            if own_net >= 0:
+                os.close(own_net)
     finally:
         os.close(job_net)
-    _release_pasta(waiter)
+    _release_pasta(box, waiter)
     box.pasta = waiter
     box.pasta_pid = waiter.pid if waiter is not None else None
     _name_and_mount(box)
@@ -217,7 +244,7 @@ def _name_and_mount(box: InstanceSandbox) -> None:
     with open(hosts_file, "w", encoding="ascii") as fh:
         fh.write(hosts_text(box.hosts))
     kernel.mount(hosts_file, os.path.realpath(ETC_HOSTS), None, kernel.MS_BIND)
-    if box.outbound and box.pasta is not None and os.path.isfile(ETC_RESOLV):
+    if box.pasta is not None and os.path.isfile(ETC_RESOLV):
         resolv_file = os.path.join(box.tree, "agent", "resolv.conf")
         with open(resolv_file, "w", encoding="utf-8") as fh:
             fh.write(resolv_text(_read(ETC_RESOLV)))

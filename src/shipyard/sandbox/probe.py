@@ -83,3 +83,62 @@ def support(network: bool = True) -> Support:
     if switched_off():
         return Support(False, "SHIPYARD_SANDBOX=off", fix="unset SHIPYARD_SANDBOX")
     return _detect(network)
+
+
+def isolation_gaps() -> list[tuple[str, str]]:
+    """Which of an instance's protections (issue 31) this machine cannot give, each with
+    the command that fixes it: its own PID namespace and /proc (util-linux ``nsenter``,
+    the kernel), no capabilities (util-linux ``setpriv``), the throw-away /etc layer
+    (overlayfs). Empty when every protection holds; jobs run either way."""
+    gaps: list[tuple[str, str]] = []
+    if tools.find("setpriv") is None:
+        gaps.append(
+            ("no setpriv: instances keep the agent's capabilities", "apt-get install util-linux")
+        )
+    if tools.find("nsenter") is None:
+        gaps.append(
+            (
+                "no nsenter: instances share this machine's PID namespace",
+                "apt-get install util-linux",
+            )
+        )
+    elif sys.platform.startswith("linux"):
+        rootless = os.geteuid() != 0
+        code = _trial_flags(
+            kernel.CLONE_NEWPID | kernel.CLONE_NEWNS | (kernel.CLONE_NEWUSER if rootless else 0)
+        )
+        if code:
+            gaps.append(
+                (
+                    f"the kernel refused a PID namespace ({errno.errorcode.get(code, code)}): "
+                    "instances see this machine's processes",
+                    "sysctl -w user.max_pid_namespaces=10000",
+                )
+            )
+    try:
+        with open("/proc/filesystems", encoding="ascii") as fh:
+            overlay = any(line.split()[-1:] == ["overlay"] for line in fh)
+    except OSError:
+        overlay = False
+    if not overlay:
+        gaps.append(
+            (
+                "no overlayfs: files an instance writes to /etc reach the host's /etc",
+                "modprobe overlay",
+            )
+        )
+    return gaps
+
+
+def _trial_flags(flags: int) -> int:
+    """0 when a forked child could unshare ``flags``, else the errno it got."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only makes a syscall and exits
+        code = 0
+        try:
+            kernel.unshare(flags)
+        except OSError as exc:
+            code = exc.errno or 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)

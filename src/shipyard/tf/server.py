@@ -100,6 +100,31 @@ def write_failure(path: str | None, text: str) -> None:
             fh.write(text)
 
 
+def _asker(secret: str):
+    """Names a peer in another instance by asking a relay of that instance (every task
+    address of TF_CONFIG's cluster is a relay): its processes are not in this one's /proc."""
+    if not secret:
+        return None
+    from shipyard.observe.traffic import ask_who
+
+    relays: dict[str, tuple[str, int]] = {}
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    except ValueError:
+        return None
+    for addresses in cluster.values():
+        for address in addresses:
+            ip, _, port = str(address).rpartition(":")
+            if ip and port.isdigit():
+                relays.setdefault(ip, (ip, int(port)))
+
+    def ask(peer: tuple[str, int]) -> str | None:
+        relay = relays.get(peer[0])
+        return ask_who(relay, peer, secret) if relay is not None else None
+
+    return ask
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shipyard.tf.server")
     parser.add_argument("--name", required=True, help="this process in logs (ps:1)")
@@ -115,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     from shipyard.runtime.resolver import HOSTS_ENV, decode
 
     host = settings.get("SHIPYARD_CURRENT_HOST") or "?"
-    book = TrafficBook(PeerNamer(decode(settings.get(HOSTS_ENV) or "")))
     secret = settings.get(SECRET_ENV) or ""
+    book = TrafficBook(PeerNamer(decode(settings.get(HOSTS_ENV) or ""), ask=_asker(secret)))
 
     def stats() -> dict:
         return dict(book.to_json(), host=host, name=args.name)

@@ -131,7 +131,7 @@ def _host_addresses() -> list[str]:
 
 
 def _namespaces(pid: int) -> dict[str, str]:
-    return {ns: os.readlink(f"/proc/{pid}/ns/{ns}") for ns in ("net", "mnt", "uts")}
+    return {ns: os.readlink(f"/proc/{pid}/ns/{ns}") for ns in ("net", "mnt", "uts", "pid")}
 
 
 def _processes_in(inodes: set[str]) -> list[int]:
@@ -243,7 +243,9 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
         inodes = set(_namespaces(helpers[0].pid).values()) - set(_namespaces(os.getpid()).values())
         for p in job_processes(job_dir):
             inodes |= set(_namespaces(p.pid).values()) - set(_namespaces(os.getpid()).values())
-        assert len(inodes) == 1 + 3 * 2  # the job's network + each instance's net, mnt, uts
+        # the job's network + each instance's net, mnt, uts, its PID namespace and the
+        # mount namespace of its processes (with their /proc: shipyard.sandbox.pidns)
+        assert len(inodes) == 1 + 5 * 2
         agents = [p for p in job_processes(job_dir) if "shipyard.agent" in " ".join(p.cmdline())]
         pastas = [
             c
@@ -328,7 +330,10 @@ def test_shell_entry_point_finds_the_jobs_python(session, write_script):
 OUTBOUND = r"""
 import json, os, socket, subprocess, urllib.request
 url = os.environ["AWS_ENDPOINT_URL"]
-record = {"s3": urllib.request.urlopen(url + "/ping", timeout=10).read().decode()}
+try:
+    record = {"s3": urllib.request.urlopen(url + "/ping", timeout=10).read().decode()}
+except OSError as exc:
+    record = {"s3": type(exc).__name__}
 routes = subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
 record["default_route"] = "default" in routes
 try:
@@ -375,7 +380,8 @@ def _outside_address() -> str | None:
 @pytest.mark.parametrize("isolated", [False, True])
 def test_outbound_and_network_isolation(session, write_script, loopback_http, isolated):
     """pasta gives instances the host's outbound network and its loopback S3 endpoint;
-    enable_network_isolation=True leaves only the S3 endpoint."""
+    enable_network_isolation=True leaves neither (the agent moves the channels: see
+    test_isolation_holds)."""
     outside = _outside_address()
     src = write_script("train.py", OUTBOUND)
     est = shipyard.Estimator(
@@ -391,7 +397,7 @@ def test_outbound_and_network_isolation(session, write_script, loopback_http, is
     assert est.latest_training_job.describe()["EnableNetworkIsolation"] is isolated
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:
         record = json.load(tar.extractfile("net.json"))
-    assert record["s3"] == "pong"
+    assert record["s3"] == ("URLError" if isolated else "pong")
     if isolated:
         assert record["default_route"] is False
         assert record["outside"].startswith("OSError101")  # ENETUNREACH: no route out

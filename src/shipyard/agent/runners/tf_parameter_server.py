@@ -85,9 +85,12 @@ def with_chief_model_dir(ctx: InstanceContext, argv: list[str]) -> list[str]:
     # the chief's agent may not have built its tree yet (agents start concurrently):
     # build_tree makes it with exist_ok, so creating it first here is safe
     script = 'mkdir -p "$0" && mount --bind "$0" /opt/ml/model && exec "$@"'
+    # the mount needs the agent's privileges; the ps task itself runs without any
+    from shipyard.sandbox.confine import confined_argv
+
     return [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script] + [
         chief_model,
-        *argv,
+        *confined_argv(argv)[0],
     ]
 
 

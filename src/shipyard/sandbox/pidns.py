@@ -1,0 +1,141 @@
+"""An instance's own PID namespace: its processes see only each other, and an init reaps.
+
+The agent unshares a PID namespace for its children just before it starts the job's
+processes. The first child is the instance's init (shipyard.sandbox.init, pid 1 inside):
+it makes a mount namespace of its own with a ``/proc`` of the new PID namespace and the
+filesystem view of the job's processes (shipyard.sandbox.fsview), tells the agent it is
+ready, and then only reaps the orphans the kernel hands it. Every process the
+agent's supervisor starts (the script, MPI ranks, TF and PS servers, Pipe feeders) is
+born in that PID namespace: they are all started by one spawner thread, the only one
+whose children go there (a thread whose children land in another PID namespace cannot
+start threads, and rootless the agent could not switch back to the host's); the job's
+processes also join init's mount namespace (util-linux
+``nsenter --mount``), so their ``/proc`` lists the instance's processes only, and a host
+pid names nothing they can signal.
+
+Why the agent stays outside: it keeps the host's ``/proc`` (its own ``/proc/self``, the
+job network holder's namespaces, ``shipyard stacks`` finding every process by host pid
+from the host), and nothing the job does can reach it by pid. Why init ignores SIGTERM:
+the agent's teardown terminates every descendant and the instance's processes must get
+their grace period; init goes last, with the agent (its death signal), and when init
+ends the kernel kills whatever is left in the namespace: nothing outlives an instance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from shipyard.sandbox import kernel, tools
+
+READY_TIMEOUT_S = 10.0
+INIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "init.py")
+T = TypeVar("T")
+
+
+class Spawner:
+    """A thread whose children are born in a new PID namespace; ``call`` runs a process
+    start there. It lives as long as the agent: the death signal of what it starts fires
+    when the starting thread ends."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], Any], queue.Queue]] = queue.Queue()
+        started: queue.Queue[OSError | None] = queue.Queue(1)
+        threading.Thread(target=self._serve, args=(started,), daemon=True).start()
+        error = started.get()
+        if error is not None:
+            raise error
+
+    def _serve(self, started: queue.Queue) -> None:
+        try:
+            kernel.unshare(kernel.CLONE_NEWPID)
+        except OSError as exc:
+            started.put(exc)
+            return
+        started.put(None)
+        while True:
+            job, answer = self._jobs.get()
+            try:
+                answer.put((True, job()))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                answer.put((False, exc))
+
+    def call(self, job: Callable[[], T]) -> T:
+        answer: queue.Queue[tuple[bool, Any]] = queue.Queue(1)
+        self._jobs.put((job, answer))
+        ok, value = answer.get()
+        if not ok:
+            raise value
+        return value
+
+
+@dataclass
+class ProcessNamespace:
+    init: subprocess.Popen
+    spawner: Spawner
+
+    def spawn(self, start: Callable[[], T]) -> T:
+        """``start()`` (a process start) with the new process born in the namespace."""
+        return self.spawner.call(start)
+
+    @property
+    def mount_ns(self) -> str:
+        return f"/proc/{self.init.pid}/ns/mnt"
+
+    def enter_argv(self, argv: list[str], cwd: str | None) -> list[str]:
+        """``argv`` run in init's mount namespace (the PID namespace it is born in), in
+        ``cwd`` (entering a mount namespace resets the working directory)."""
+        nsenter = tools.find("nsenter")
+        if nsenter is None:  # checked by start(); kept for the type checker
+            raise OSError("util-linux `nsenter` is not installed")
+        return [nsenter, f"--mount={self.mount_ns}", f"--wd={cwd or os.getcwd()}", "--", *argv]
+
+
+def start(view: dict | None = None) -> tuple[ProcessNamespace | None, list[str]]:
+    """The instance's PID namespace and its init (which builds ``view``), or None; and
+    the protections that are missing, each with why (the job still runs)."""
+    if tools.find("nsenter") is None:
+        return None, ["no PID namespace: util-linux `nsenter` is not installed"]
+    from shipyard.runtime.lifeline import death_signal_argv
+
+    try:
+        spawner = Spawner()
+    except OSError as exc:
+        return None, [f"no PID namespace: the kernel refused one ({exc.strerror})"]
+    init = spawner.call(
+        lambda: subprocess.Popen(
+            death_signal_argv([sys.executable, "-S", INIT]),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            env={
+                "SHIPYARD_PROCESS_NAME": "instance-init",
+                "SHIPYARD_INIT_VIEW": json.dumps(view or {}),
+                "PATH": os.defpath,
+            },
+            cwd="/",
+            close_fds=True,
+        )
+    )
+    answer = _answer(init)
+    word, _, rest = answer.partition(" ")
+    if word != "ready":
+        init.kill()
+        init.wait()
+        return None, [f"no PID namespace: the instance's init could not start ({answer})"]
+    return ProcessNamespace(init, spawner), [f"filesystem: {m}" for m in json.loads(rest or "[]")]
+
+
+def _answer(init: subprocess.Popen) -> str:
+    assert init.stdout is not None
+    ready, _, _ = select.select([init.stdout], [], [], READY_TIMEOUT_S)
+    line = init.stdout.readline().decode(errors="replace").strip() if ready else ""
+    init.stdout.close()
+    return line or f"no answer within {READY_TIMEOUT_S:.0f}s"

@@ -1,0 +1,91 @@
+"""The pure parts of issue 31's sandbox: the filesystem view and the confinement argv."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from shipyard.sandbox import confine, fsview
+
+
+@dataclass
+class Config:
+    instances_dir: str
+    shared_dir: str | None = None
+    channel_sources: dict[str, str] = field(default_factory=dict)
+    extra_python_path: list[str] = field(default_factory=list)
+
+
+def test_view_hides_the_home_and_keeps_the_job_its_python_and_local_channels(tmp_path):
+    home = tmp_path / "home"
+    (home / "jobs" / "j" / "instances").mkdir(parents=True)
+    data = tmp_path / "data"
+    data.mkdir()
+    config = Config(
+        instances_dir=str(home / "jobs" / "j" / "instances"),
+        shared_dir=str(home / "jobs" / "j" / "shared"),
+        channel_sources={"train": str(data), "s3": "s3://bucket/key", "f": f"file://{data}"},
+        extra_python_path=["/opt/deps"],
+    )
+    view = fsview.view(config, python=["/root/.pyenv/versions/3.11", "/srv/venv"])
+    assert str(home) in view["mask"] and "/root" in view["mask"] and "/home" in view["mask"]
+    assert view["keep_rw"] == [str(home / "jobs" / "j"), str(home / "jobs" / "j" / "shared")]
+    assert view["keep_ro"] == sorted(
+        {"/root/.pyenv/versions/3.11", "/srv/venv", "/opt/deps", str(data)}
+    )
+    assert "s3://bucket/key" not in str(view)
+    assert view["overlay"] == ["/etc"] and view["rebind"] == ["/etc/hosts", "/etc/resolv.conf"]
+
+
+def test_a_job_dir_outside_a_jobs_folder_masks_no_home(tmp_path):
+    (tmp_path / "x" / "instances").mkdir(parents=True)
+    view = fsview.view(Config(instances_dir=str(tmp_path / "x" / "instances")), python=[])
+    assert str(tmp_path) not in view["mask"]
+
+
+def test_masks_nested_in_another_mask_are_one():
+    assert fsview._outermost(["/root", "/root/.shipyard", "/home", "/home/"]) == [
+        "/home",
+        "/root",
+    ]
+
+
+def test_confinement_drops_every_capability_and_is_not_applied_twice():
+    argv, note = confine.confined_argv(["python", "train.py"])
+    assert note is None
+    assert argv[-3:] == ["--", "python", "train.py"] and argv[1:-3] == confine.DROP_ALL
+    # a runner that confined its program after a privileged set-up step keeps its chain
+    wrapped = ["unshare", "--mount", "--", "/bin/sh", "-c", "mount ... && exec $@", *argv]
+    assert confine.confined_argv(wrapped) == (wrapped, None)
+    assert confine.confined(wrapped) and not confine.confined(["python", "train.py"])
+
+
+def test_without_setpriv_the_job_runs_and_the_note_says_so(monkeypatch):
+    monkeypatch.setattr(confine.tools, "find", lambda name: None)
+    argv, note = confine.confined_argv(["python", "train.py"])
+    assert argv == ["python", "train.py"] and note is not None and "setpriv" in note
+
+
+def test_doctor_names_each_missing_protection_with_its_fix(monkeypatch):
+    from shipyard.sandbox import probe
+
+    monkeypatch.setattr(probe.tools, "find", lambda name: None)
+    gaps = dict(probe.isolation_gaps())
+    assert any("setpriv" in what for what in gaps) and any("nsenter" in what for what in gaps)
+    assert set(gaps.values()) >= {"apt-get install util-linux"}
+
+
+def test_describe_lists_each_instances_missing_protections(tmp_path):
+    import json
+
+    from shipyard.agent.layout import InstancePaths
+    from shipyard.control.supervisor import missing_protections
+
+    for host, missing in (("algo-1", ["no PID namespace: the kernel refused one (EPERM)"]),):
+        path = InstancePaths(str(tmp_path / "instances" / host)).missing_protections_file
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w") as fh:
+            json.dump(missing, fh)
+    assert missing_protections(str(tmp_path), ["algo-1", "algo-2"]) == [
+        {"Host": "algo-1", "Missing": "no PID namespace: the kernel refused one (EPERM)"}
+    ]
