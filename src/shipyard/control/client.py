@@ -22,6 +22,7 @@ import psutil
 from shipyard import backends, instance_types
 from shipyard import distribution as dist_mod
 from shipyard.agent import runners
+from shipyard.backends.resources import read_record as read_resources
 from shipyard.control import artifacts, legacy_mode, plan, staging, versions
 from shipyard.control.home import Home
 from shipyard.control.interrupt import terminate_as_interrupt
@@ -541,6 +542,8 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         ],
         "OutputArtifacts": record.output_artifact,
         "Warnings": job_warnings(record.job_dir),
+        # what each instance got of the machine (CPUs, memory, GPUs), or why no limits
+        "Resources": read_resources(record.job_dir),
         "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
         # every metric_definitions match (FinalMetricDataList keeps the last of each)
         "MetricHistory": [

@@ -122,12 +122,17 @@ class JobSupervisor:
         self.deadline = time.monotonic() + self.spec.max_run
         self.signalled = False
         self.failed_hosts: set[str] = set()
+        if hasattr(self.backend, "should_stop"):  # ends a launch waiting for GPUs
+            self.backend.should_stop = self._should_stop
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
         )
 
     # -- helpers --------------------------------------------------------------------------
+    def _should_stop(self) -> bool:
+        return self.signalled or self.store.get(self.name).stop_requested
+
     @property
     def hosts(self) -> list[str]:
         return self.spec.hosts
@@ -154,6 +159,13 @@ class JobSupervisor:
             text = ""
         if not text:
             text = f"instance exited with status {code} without writing a failure reason"
+        # the kernel's word first (memory or process limit): the script's own error is
+        # only the consequence ("Killed", a BlockingIOError from fork)
+        handle = next((h for h in self.handles if h.host == host), None)
+        why = getattr(self.backend, "resource_failure", None)
+        verdict = why(handle) if why is not None and handle is not None else None
+        if verdict:
+            text = f"{verdict}\n{text}"
         return f"[{host}] {text}"[:1024]
 
     # -- one attempt ----------------------------------------------------------------------
