@@ -37,6 +37,7 @@ from shipyard.errors import (
     StorageError,
     ValidationError,
 )
+from shipyard.observe import utilization
 from shipyard.observe.logs import LogTailer, print_lines, select
 from shipyard.observe.metrics import final_metrics, history
 from shipyard.spec import ChannelSpec, JobSpec
@@ -544,6 +545,8 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "Warnings": job_warnings(record.job_dir),
         # what each instance got of the machine (CPUs, memory, GPUs), or why no limits
         "Resources": read_resources(record.job_dir),
+        # per-instance CPU, memory, disk, network, GPU samples (observe.utilization)
+        "Utilization": utilization.by_host(utilization.read(record.job_dir)),
         "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
         # every metric_definitions match (FinalMetricDataList keeps the last of each)
         "MetricHistory": [

@@ -26,11 +26,13 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from shipyard import instance_types
 from shipyard.agent import runners
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
+from shipyard.backends.resources import read_record as read_resources
 from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
@@ -38,6 +40,7 @@ from shipyard.control.store import InstanceRecord, JobRecord, Store
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
+from shipyard.observe.utilization import Instance, Sampler
 
 REPORT_NAME = "distribution-report.json"
 WARNINGS_NAME = "warnings.json"
@@ -116,6 +119,12 @@ class JobSupervisor:
         # stacks are read from this machine's processes: the local backend's instances
         self.silence = (
             SilenceWatch.from_environment(dict(self.spec.environment))
+            if self.record.backend == "local"
+            else None
+        )
+        # per-instance CPU, memory, disk, network, GPU: read from this machine (local)
+        self.sampler = (
+            Sampler(self.record.job_dir, instance_types.machine_memory())
             if self.record.backend == "local"
             else None
         )
@@ -207,6 +216,23 @@ class JobSupervisor:
         )
         for h in self.handles:
             self.tailer.add(h.host, h.log_path)
+        if self.sampler is not None:
+            self.sampler.start([self._sampled(h) for h in self.handles], attempt)
+
+    def _sampled(self, handle: InstanceHandle) -> Instance:
+        """What the utilization sampler needs of an instance: its cgroup (the backend's),
+        its memory limit and GPUs (the launch's resources record)."""
+        cgroup = getattr(self.backend, "instance_cgroup", lambda h: None)(handle)
+        share = (read_resources(self.record.job_dir) or {}).get("Instances", {})
+        mine = share.get(handle.host, {})
+        return Instance(
+            handle.host,
+            handle.pid,
+            self.paths(handle.host).base,
+            cgroup,
+            mine.get("MemoryBytes"),
+            tuple(mine.get("Gpus") or ()),
+        )
 
     def _addresses(self) -> dict[str, str]:
         subnet = self.record.subnet
@@ -246,6 +272,8 @@ class JobSupervisor:
         delay = 0.002
         while True:
             self._pump_logs()
+            if self.sampler is not None:
+                self.sampler.maybe_sample(h.host for h in self.handles if h.host not in done)
             progressed = False
             for handle in self.handles:
                 if handle.host in done:
