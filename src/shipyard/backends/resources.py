@@ -37,6 +37,7 @@ class Plan:
     division: gpus.Division
     notes: list[str] = field(default_factory=list)
     memory_bytes: int | None = None
+    machine_gpus: list[str] = field(default_factory=list)
 
     def summary(self, hierarchy: cgroups.Hierarchy) -> list[str]:
         """The lines algo-1's log shows once."""
@@ -110,7 +111,13 @@ def plan(
         division = gpus.divide(
             hosts, per_gpu, available_gpus, held_gpus, policy, instance_type=instance_type
         )
-    return Plan(instance_type, limits, division, memory_bytes=res.memory_bytes)
+    return Plan(
+        instance_type,
+        limits,
+        division,
+        memory_bytes=res.memory_bytes,
+        machine_gpus=list(available_gpus),
+    )
 
 
 def write_record(job_dir: str, record: dict[str, Any]) -> None:
@@ -171,7 +178,8 @@ class Allotment:
         """The agent's environment: its GPUs as ``CUDA_VISIBLE_DEVICES`` (none for a
         named CPU type on a machine with GPUs, as on SageMaker)."""
         assigned = self.plan.division.gpus.get(host, [])
-        if assigned or (self.plan.instance_type not in ("local", "local_gpu") and gpus.devices()):
+        named = self.plan.instance_type not in ("local", "local_gpu")
+        if assigned or (named and self.plan.machine_gpus):
             env = dict(env, CUDA_VISIBLE_DEVICES=",".join(assigned))
         return env
 

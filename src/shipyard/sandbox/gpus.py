@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 WAIT = "wait"
 SHARE = "share"
@@ -34,9 +35,15 @@ def devices() -> list[str]:
     if fake is not None:
         fake = fake.strip()
         return [] if fake.lower() in ("", "none") else [g.strip() for g in fake.split(",")]
+    return list(_smi_devices())
+
+
+@lru_cache(maxsize=1)
+def _smi_devices() -> tuple[str, ...]:
+    """nvidia-smi's list, asked once per process (it takes tens of milliseconds)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return []
+        return ()
     try:
         out = subprocess.run(
             [smi, "--query-gpu=index", "--format=csv,noheader"],
@@ -46,8 +53,8 @@ def devices() -> list[str]:
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+        return ()
+    return tuple(line.strip() for line in out.splitlines() if line.strip())
 
 
 def sharing_policy() -> str:
