@@ -162,3 +162,16 @@ def test_utilization_points_shape():
     assert utilization.by_host(samples) == {
         "algo-1": [{"Timestamp": 1.0, "CPUUtilization": 50.0, "MemoryBytes": 9}]
     }
+
+
+def test_doctor_names_the_cgroup_check_and_its_fix(monkeypatch):
+    from shipyard.cli.doctor import checks
+
+    monkeypatch.setenv("SHIPYARD_CGROUPS", "off")
+    found = {c.name: c for c in checks()}["instance resources (cgroups)"]
+    assert not found.ok and "SHIPYARD_CGROUPS=off" in found.detail
+    assert found.fix == "unset SHIPYARD_CGROUPS"
+    monkeypatch.delenv("SHIPYARD_CGROUPS")
+    assert {c.name: c for c in checks()}["instance resources (cgroups)"].ok == (
+        cgroups.detect().usable
+    )

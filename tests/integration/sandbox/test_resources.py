@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -16,6 +18,7 @@ from shipyard import instance_types
 from shipyard.errors import JobFailedError
 from shipyard.sandbox import cgroups
 from tests.conftest import job_processes
+from tests.integration.sandbox.test_rootless import _as_user, unprivileged_user  # noqa: F401
 
 pytestmark = pytest.mark.skipif(
     not cgroups.detect().usable, reason=f"no cgroups here: {cgroups.detect().reason}"
@@ -182,3 +185,48 @@ def test_killed_supervisor_leaves_no_cgroup(session, write_script, home):
         time.sleep(0.1)
     assert cgroups.job_cgroup_dirs("cg-orphan") == []
     assert job_processes(job_dir) == []
+
+
+ROOTLESS_SUBMIT = r"""
+import json, sys, shipyard
+from shipyard.cli.doctor import checks
+work = sys.argv[1]
+e = shipyard.Estimator(entry_point="train.py", source_dir=work + "/src", instance_count=1,
+                       instance_type="ml.m5.large", session=shipyard.Session(home=work + "/home"))
+e.fit(job_name="rootless-limits", logs=False)
+check = {c.name: c for c in checks()}["instance resources (cgroups)"]
+print("RESULT " + json.dumps({"resources": e.latest_training_job.describe()["Shipyard"]["Resources"],
+                             "doctor": [check.ok, check.detail, check.fix]}))
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating an unprivileged user needs root")
+def test_rootless_without_delegation_runs_unlimited_and_says_so(unprivileged_user):  # noqa: F811
+    if cgroups.detect().version != 1:
+        pytest.skip("cgroup v2 may delegate to the user: this is the v1 (no delegation) case")
+    work = tempfile.mkdtemp(prefix="shipyard-rootless-cg-")
+    try:
+        os.makedirs(f"{work}/src")
+        os.makedirs(f"{work}/.interpreter")
+        with open(f"{work}/src/train.py", "w") as fh:
+            fh.write("print('ran')\n")
+        with open(f"{work}/submit.py", "w") as fh:
+            fh.write(ROOTLESS_SUBMIT)
+        for d, _, files in os.walk(work):
+            for p in [d] + [os.path.join(d, f) for f in files]:
+                os.chown(p, unprivileged_user.pw_uid, unprivileged_user.pw_gid)
+        os.chmod(work, 0o700)
+        done = subprocess.run(_as_user(unprivileged_user, work), capture_output=True, text=True)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out
+        result = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+        res = result["resources"]
+        assert res["Cgroups"] is None and "may not create cgroups" in res["Unlimited"], res
+        assert res["Fix"]
+        ok, detail, fix = result["doctor"]
+        assert not ok and "without CPU, memory and process limits" in detail and fix
+        with open(f"{work}/home/jobs/rootless-limits/logs/algo-1.log") as fh:
+            assert "instances run without CPU, memory and process limits" in fh.read()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
