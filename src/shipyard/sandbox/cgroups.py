@@ -322,14 +322,10 @@ class JobCgroups:
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        if self.reaper is not None:  # its work is done: let it exit
+        if self.reaper is not None:  # its work is done: it finds nothing left and exits
             if self.reaper.stdin is not None:
                 self.reaper.stdin.close()
-            try:
-                self.reaper.wait(timeout=RELEASE_WAIT_S)
-            except subprocess.TimeoutExpired:
-                pass
-            self.reaper = None
+            self.reaper = None  # subprocess reaps it (not waited for: off the job's end path)
         return left
 
 
@@ -434,12 +430,13 @@ REAPER_SCRIPT = """
 read _
 i=0
 while [ $i -lt 100 ]; do
+  gone=1
   for d in "$@"; do
+    [ -d "$d" ] || continue
+    gone=0
     [ -f "$d/cgroup.procs" ] && for p in $(cat "$d/cgroup.procs"); do kill -9 $p; done
     rmdir "$d" 2>/dev/null
   done
-  gone=1
-  for d in "$@"; do [ -d "$d" ] && gone=0; done
   [ $gone = 1 ] && exit 0
   i=$((i+1))
   sleep 0.1
