@@ -37,6 +37,9 @@ from shipyard.server.http import (
 log = logging.getLogger("shipyard.server")
 REST_JSON = ("sagemaker-runtime",)
 QUERY_XML = ("sts", "iam")
+# CloudWatch: JSON 1.0 (by target) or Smithy RPC v2 CBOR (by path), as botocore chooses
+MONITORING_TARGET = "GraniteServiceVersion20100801."
+MONITORING_PATH = "/service/GraniteServiceVersion20100801/"
 
 
 def is_loopback(host: str) -> bool:
@@ -53,6 +56,8 @@ def guess_service(req: Request) -> str:
         return "sagemaker"
     if target.startswith("Logs_"):
         return "logs"
+    if target.startswith(MONITORING_TARGET) or req.raw_path.startswith(MONITORING_PATH):
+        return "monitoring"
     if req.raw_path.startswith("/endpoints/") and req.raw_path.endswith("/invocations"):
         return "sagemaker-runtime"
     return "s3"
@@ -201,6 +206,10 @@ class Handler(BaseHTTPRequestHandler):
         return declared
 
     def _error(self, service: str, req: Request, err: ApiError) -> Response:
+        if service == "monitoring" and req.raw_path.startswith(MONITORING_PATH):
+            from shipyard.server.monitoring import error_response as cbor_error
+
+            return cbor_error(err)
         if service == "s3":
             from shipyard.server.s3 import error_response as s3_error
 
