@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1  # the supervisor died while this agent was starting
     started = time.monotonic()
     config = AgentConfig.load(args.config)
+    # this instance's share of the machine's GPUs (backends.resources), when divided
+    config.num_gpus = int(os.environ.get("SHIPYARD_INSTANCE_GPUS", config.num_gpus))
     try:
         paths, box = enter_sandbox(config, args.host, args.sandbox_holder)
         code = run_instance(config, args.host, args.log, paths, box)

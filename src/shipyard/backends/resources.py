@@ -180,7 +180,11 @@ class Allotment:
         assigned = self.plan.division.gpus.get(host, [])
         named = self.plan.instance_type not in ("local", "local_gpu")
         if assigned or (named and self.plan.machine_gpus):
-            env = dict(env, CUDA_VISIBLE_DEVICES=",".join(assigned))
+            env = dict(
+                env,
+                CUDA_VISIBLE_DEVICES=",".join(assigned),
+                SHIPYARD_INSTANCE_GPUS=str(len(assigned)),  # the agent's SM_NUM_GPUS
+            )
         return env
 
     def join(self, host: str, pid: int) -> None:

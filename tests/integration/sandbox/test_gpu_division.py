@@ -15,7 +15,7 @@ import shipyard
 SEES = r"""
 import json, os
 with open(os.path.join(os.environ["SM_MODEL_DIR"], os.environ["SM_CURRENT_HOST"]), "w") as fh:
-    json.dump({"cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}, fh)
+    json.dump({"cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "n": os.environ["SM_NUM_GPUS"]}, fh)
 """
 
 
@@ -39,7 +39,10 @@ def _fit(session, write_script, name, instance_type, count=2):
     seen = {}
     for host in [f"algo-{i + 1}" for i in range(count)]:
         with open(os.path.join(job_dir, "instances", host, "model", host)) as fh:
-            seen[host] = json.load(fh)["cuda"]
+            found = json.load(fh)
+        seen[host] = found["cuda"]
+        # SM_NUM_GPUS is the instance's share, as many as it sees
+        assert found["n"] == str(len(found["cuda"].split(",")) if found["cuda"] else 0)
     with open(os.path.join(job_dir, "logs", "algo-1.log")) as fh:
         return seen, fh.read(), est.latest_training_job.describe()
 
