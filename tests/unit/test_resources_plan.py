@@ -175,3 +175,14 @@ def test_doctor_names_the_cgroup_check_and_its_fix(monkeypatch):
     assert {c.name: c for c in checks()}["instance resources (cgroups)"].ok == (
         cgroups.detect().usable
     )
+
+
+def test_a_bad_sharing_setting_refuses_the_launch_saying_what_to_use(monkeypatch, tmp_path):
+    from shipyard.errors import BackendError
+
+    monkeypatch.setenv("SHIPYARD_GPU_SHARING", "maybe")
+    with pytest.raises(BackendError, match="'wait'.*'share'"):
+        resources.allot(
+            "ml.m5.large", HOSTS, "job", str(tmp_path), str(tmp_path / "logs" / "algo-1.log")
+        )
+    assert not (tmp_path / "resources.json").exists()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard import instance_types
+from shipyard.errors import BackendError
 from shipyard.sandbox import cgroups, gpus
 
 RESOURCES_NAME = "resources.json"
@@ -232,7 +233,10 @@ def allot(
     """Plan the launch (waiting for GPUs other jobs hold, unless sharing was asked for),
     create its cgroups, lease its GPUs, say what each instance gets (once, in algo-1's
     log) and record it for describe. Without usable cgroups the job runs unlimited."""
-    policy = gpus.sharing_policy()
+    try:
+        policy = gpus.sharing_policy()
+    except ValueError as exc:
+        raise BackendError(str(exc)) from None
     said_wait = False
     while True:
         the_plan = plan(instance_type, hosts, held_gpus=gpus.held(), policy=policy)

@@ -1,7 +1,7 @@
 """An instance's CPUs, memory and process count, enforced by the kernel's cgroup files.
 
 The backend that launches instances creates one cgroup per instance (below its own
-cgroup, as delegation requires: ``<own>/shipyard.<launcher pid>.<job>/<host>``) and moves
+cgroup, as delegation requires: ``<own>/shipyard.<launcher pid>.<launch>.<job>/<host>``), moves
 each agent into it right after spawning it: the agent is still starting its interpreter
 then, so every process the instance ever makes is born inside. No preexec_fn, no helper
 exec on the launch path (launch overhead matters), nothing that has to run inside the
@@ -23,6 +23,7 @@ a later launch also removes empty leftovers of launchers that are gone.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import signal
 import subprocess
@@ -37,6 +38,7 @@ V1_CONTROLLERS = ("cpuset", "memory", "pids", "cpuacct")
 V2_CONTROLLERS = ("cpuset", "cpu", "memory", "pids")
 PREFIX = "shipyard."
 RELEASE_WAIT_S = 5.0
+_LAUNCHES = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -370,9 +372,9 @@ def sweep(hierarchy: Hierarchy) -> None:
             _rmdir(job_dir)
 
 
-def _job_dir(hierarchy: Hierarchy, controller: str, base: str, job: str) -> str:
+def _job_dir(hierarchy: Hierarchy, controller: str, base: str, job: str, launch: int) -> str:
     """The job's cgroup on one controller, set up so instances below it can be limited."""
-    directory = os.path.join(base, f"{PREFIX}{os.getpid()}.{job}")
+    directory = os.path.join(base, f"{PREFIX}{os.getpid()}.{launch}.{job}")
     _mkdir(directory)
     if hierarchy.version == 1 and controller == "cpuset":
         # v1 cpusets start empty: a child can only take CPUs its parent has
@@ -467,11 +469,12 @@ def create(job: str, limits: dict[str, Limits], hierarchy: Hierarchy | None = No
     if not hierarchy.usable:
         raise OSError(hierarchy.reason)
     sweep(hierarchy)
+    launch = next(_LAUNCHES)  # a retry's cgroups are new ones: an old reaper never sees them
     job_dirs: dict[str, str] = {}
     made = JobCgroups(hierarchy, [], {})
     try:
         for controller, base in hierarchy.bases.items():
-            job_dirs[controller] = _job_dir(hierarchy, controller, base, job)
+            job_dirs[controller] = _job_dir(hierarchy, controller, base, job, launch)
             made.job_dirs.append(job_dirs[controller])
         for host, lim in limits.items():
             dirs = {}
@@ -498,6 +501,6 @@ def job_cgroup_dirs(job: str, hierarchy: Hierarchy | None = None) -> list[str]:
         except OSError:
             continue
         for name in names:
-            if name.startswith(PREFIX) and name.split(".", 2)[-1] == job:
+            if name.startswith(PREFIX) and name.split(".", 3)[-1] == job:
                 out.append(os.path.join(base, name))
     return out

@@ -230,3 +230,30 @@ def test_rootless_without_delegation_runs_unlimited_and_says_so(unprivileged_use
             assert "instances run without CPU, memory and process limits" in fh.read()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+RETRIED = r"""
+import os, time
+if os.environ.get("SHIPYARD_ATTEMPT") == "1" and os.environ["SM_CURRENT_HOST"] == "algo-2":
+    raise SystemExit("first attempt dies")
+time.sleep(1.5)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_retry_gets_new_cgroups_and_the_old_ones_go(session, write_script):
+    """The first attempt's cgroups are removed (their reaper finishing late) while the
+    retry's instances run in new ones: a retry is never killed by its predecessor's end."""
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=write_script("train.py", RETRIED),
+        instance_count=2,
+        instance_type="ml.m5.large",
+        max_retry_attempts=1,
+        session=session,
+    )
+    est.fit(job_name="cg-retry")
+    desc = est.latest_training_job.describe()
+    assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
+    assert len(desc["Shipyard"]["Attempts"]) == 2
+    assert cgroups.job_cgroup_dirs("cg-retry") == []
