@@ -125,7 +125,18 @@ def _detect() -> Hierarchy:
         except OSError:
             continue
         if "memory" in offered:
-            return _v2(base, offered)
+            found = _v2(base, offered)
+            if not found.usable and base.rstrip("/") != point.rstrip("/"):
+                # its own cgroup holds processes (a login session, a service): as root,
+                # the hierarchy's root may still take children with every controller
+                try:
+                    top = set(_read(os.path.join(point, "cgroup.controllers")).split())
+                except OSError:
+                    top = set()
+                alt = _v2(point, top) if "memory" in top else found
+                if alt.usable:
+                    return alt
+            return found
     bases: dict[str, str] = {}
     for root, point, fstype, options in mounts:
         if fstype != "cgroup":
