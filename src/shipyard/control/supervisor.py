@@ -37,6 +37,7 @@ from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.errors import BackendError
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
@@ -429,7 +430,14 @@ class JobSupervisor:
             while True:
                 started = time.time()
                 self.store.record_attempt(self.name, attempt, started)
-                self._launch(attempt)
+                try:
+                    self._launch(attempt)
+                except BackendError:
+                    if not self._should_stop():
+                        raise
+                    # stopped before its instances started (waiting for GPUs): Stopped
+                    self.store.record_attempt(self.name, attempt, started, time.time(), None)
+                    return self._conclude(AttemptResult(AttemptKind.STOPPED))
                 self.store.transition(
                     self.name,
                     Event.TRAINING,

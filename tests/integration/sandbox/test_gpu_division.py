@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -83,3 +84,33 @@ def test_gpus_held_by_another_job_are_waited_for(session, write_script, fake_gpu
     assert seen == {"algo-1": "0,1,2,3"}
     assert f"waiting for GPU(s) 0 (held by job other-job (pid {holder.pid}))" in log
     assert log.count("waiting for GPU") == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_job_waiting_for_gpus_can_be_stopped(session, write_script, fake_gpus):
+    holder = subprocess.Popen(["sleep", "300"])
+    try:
+        os.makedirs(fake_gpus)
+        for gpu in "0123":
+            with open(os.path.join(fake_gpus, gpu), "w") as fh:
+                fh.write(f"{holder.pid} other-job\n")
+        est = shipyard.Estimator(
+            entry_point="train.py",
+            source_dir=write_script("train.py", SEES),
+            instance_count=1,
+            instance_type="ml.p3.8xlarge",
+            session=session,
+        )
+        est.fit(job_name="gpu-stop", wait=False)
+        control = est.latest_training_job.control
+        log = os.path.join(control.store.get("gpu-stop").job_dir, "logs", "algo-1.log")
+        deadline = time.monotonic() + 60  # hang guard
+        while not (os.path.exists(log) and "waiting for GPU" in open(log).read()):
+            assert time.monotonic() < deadline, "the job never said it waits for GPUs"
+            time.sleep(0.1)
+        record = control.stop("gpu-stop", timeout=60)
+        assert record.status == "Stopped", (record.status, record.failure_reason)
+        assert sorted(os.listdir(fake_gpus)) == ["0", "1", "2", "3"]  # still the holder's
+    finally:
+        holder.kill()
+        holder.wait()
