@@ -186,10 +186,17 @@ def api_operations() -> dict[str, list[str]]:
         built = services.build(home)
         found: dict[str, list[str]] = {}
         for service, api in built.items():
-            ops = getattr(api, "operations", None)
-            if isinstance(ops, dict) and ops:
-                found[service] = sorted("".join(w.title() for w in op.split("_")) for op in ops)
+            ops = getattr(api, "operations", None) or getattr(
+                getattr(api, "contract", None), "operations", None
+            )
+            if isinstance(ops, (dict, set, frozenset)) and ops:
+                found[service] = sorted(_operation_name(op) for op in ops)
         return found
+
+
+def _operation_name(key: str) -> str:
+    """``CreateTrainingJob`` whether the table is keyed by it or by ``create_training_job``."""
+    return key if not key.islower() else "".join(w.title() for w in key.split("_"))
 
 
 def api_reference() -> str:

@@ -126,6 +126,40 @@ _OLD_FAMILY_NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
     "10xlarge": (10.0, None),
     "16xlarge": (25.0, None),
 }
+# Memory (GiB) of the accelerated types, from the same pages.
+_GPU_MEMORY_GIB = {
+    "ml.p2.xlarge": 61,
+    "ml.p2.8xlarge": 488,
+    "ml.p2.16xlarge": 732,
+    "ml.p3.2xlarge": 61,
+    "ml.p3.8xlarge": 244,
+    "ml.p3.16xlarge": 488,
+    "ml.p3dn.24xlarge": 768,
+    "ml.p4d.24xlarge": 1152,
+    "ml.p4de.24xlarge": 1152,
+    "ml.p5.48xlarge": 2048,
+    "ml.g4dn.xlarge": 16,
+    "ml.g4dn.2xlarge": 32,
+    "ml.g4dn.4xlarge": 64,
+    "ml.g4dn.8xlarge": 128,
+    "ml.g4dn.12xlarge": 192,
+    "ml.g4dn.16xlarge": 256,
+    "ml.g5.xlarge": 16,
+    "ml.g5.2xlarge": 32,
+    "ml.g5.4xlarge": 64,
+    "ml.g5.8xlarge": 128,
+    "ml.g5.12xlarge": 192,
+    "ml.g5.16xlarge": 256,
+    "ml.g5.24xlarge": 384,
+    "ml.g5.48xlarge": 768,
+    "ml.g6.xlarge": 16,
+    "ml.g6.12xlarge": 192,
+    "ml.g6.48xlarge": 768,
+}
+# GiB per vCPU of the CPU families (c: compute, r/x: memory, m/t and the rest: general);
+# a ``medium`` (2 vCPU) has 4 GiB whatever its family.
+_FAMILY_GIB_PER_VCPU = {"c": 2, "r": 8, "x": 16}
+GIB = 1 << 30
 _ML_NAME = re.compile(r"^ml\.([a-z][a-z0-9]*)\.([0-9]*x?large|medium)$")
 
 
@@ -138,6 +172,14 @@ class InstanceResources:
     num_gpus: int
     nominal_cpus: int
     nominal_gpus: int
+    # bytes of memory: None for ``local``/``local_gpu`` (the whole machine, no limit)
+    memory_bytes: int | None = None
+    nominal_memory_bytes: int | None = None
+
+    @property
+    def whole_machine(self) -> bool:
+        """``local``/``local_gpu``: the instance takes what the machine has (no limits)."""
+        return self.instance_type in ("local", "local_gpu")
 
     def describe(self) -> str:
         """One log line saying what the type maps to locally."""
@@ -151,12 +193,45 @@ class InstanceResources:
                 f"instance_type {self.instance_type!r}: {self.num_cpus} CPUs, "
                 f"{self.num_gpus} GPUs per instance (this machine)"
             )
-        capped = (self.num_cpus, self.num_gpus) != (self.nominal_cpus, self.nominal_gpus)
+        capped = (self.num_cpus, self.num_gpus, self.memory_bytes) != (
+            self.nominal_cpus,
+            self.nominal_gpus,
+            self.nominal_memory_bytes,
+        )
         return (
             f"instance_type {self.instance_type!r} ({self.nominal_cpus} vCPU, "
-            f"{self.nominal_gpus} GPU) -> {self.num_cpus} CPUs, {self.num_gpus} GPUs "
+            f"{gib(self.nominal_memory_bytes)} memory, {self.nominal_gpus} GPU) -> "
+            f"{self.num_cpus} CPUs, {gib(self.memory_bytes)} memory, {self.num_gpus} GPUs "
             f"per instance" + (" (capped to what this machine has)" if capped else "")
         )
+
+
+def gib(nbytes: int | None) -> str:
+    """``8 GiB``, ``1.5 GiB``; None reads as the whole machine."""
+    if nbytes is None:
+        return "all the machine's"
+    return f"{nbytes / GIB:.4g} GiB"
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory on this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def nominal_memory(instance_type: str) -> int | None:
+    """Bytes of memory SageMaker gives an instance of this type (None: ``local``, the
+    whole machine); raises on unknown names, as :func:`nominal` does."""
+    cpus, _ = nominal(instance_type)
+    if instance_type in ("local", "local_gpu"):
+        return None
+    if instance_type in _GPU_MEMORY_GIB:
+        return _GPU_MEMORY_GIB[instance_type] * GIB
+    match = _ML_NAME.match(instance_type)
+    assert match is not None  # nominal() refused every other name
+    family, size = match.groups()
+    if size == "medium":
+        return 4 * GIB
+    return cpus * _FAMILY_GIB_PER_VCPU.get(family[0], 4) * GIB
 
 
 @lru_cache(maxsize=1)
@@ -209,12 +284,15 @@ def nominal(instance_type: str) -> tuple[int, int]:
 def resolve(instance_type: str) -> InstanceResources:
     """Map an instance type to what an instance gets on this machine."""
     cpus, gpus = nominal(instance_type)
+    memory = nominal_memory(instance_type)
     return InstanceResources(
         instance_type=instance_type,
         num_cpus=max(1, min(cpus, machine_cpus())),
         num_gpus=min(gpus, machine_gpus()),
         nominal_cpus=cpus,
         nominal_gpus=gpus,
+        memory_bytes=None if memory is None else min(memory, machine_memory()),
+        nominal_memory_bytes=memory,
     )
 
 

@@ -358,6 +358,44 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=0,
     ),
     _user(
+        "SHIPYARD_CGROUPS",
+        "auto",
+        "`off`: instances get no cgroup (no CPU, memory or process limits by instance type).",
+        kind="choice",
+        choices=("auto", "on", "off", "0", "false", "no"),
+    ),
+    _user(
+        "SHIPYARD_PIDS_MAX",
+        "4096",
+        "Processes (and threads) one instance may hold at once; a fork bomb fails its own job.",
+        kind="int",
+        minimum=1,
+    ),
+    _user(
+        "SHIPYARD_GPUS",
+        None,
+        "The GPUs to divide between instances (`0,1,2,3` or `none`) instead of nvidia-smi's.",
+    ),
+    _user(
+        "SHIPYARD_GPU_SHARING",
+        "wait",
+        "A GPU another running job holds: `wait` for it, or `share` it (your consent).",
+        kind="choice",
+        choices=("wait", "share"),
+    ),
+    _user(
+        "SHIPYARD_GPU_LEASES",
+        None,
+        "Directory of the machine-wide GPU leases (default: <tmp>/shipyard-gpu-leases).",
+    ),
+    _user(
+        "SHIPYARD_UTILIZATION_INTERVAL",
+        "5",
+        "Seconds between samples of each instance's CPU, memory, disk, network and GPU use.",
+        kind="float",
+        minimum=0.1,
+    ),
+    _user(
         "SHIPYARD_FRAMEWORK_ENVS",
         "off",
         "`on`: a job asking for another framework_version runs in an environment of it "
@@ -409,6 +447,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _internal(
         "SHIPYARD_PROCESS_NAME", "The agent's name for a process it started (stack dump labels)."
+    ),
+    _internal(
+        "SHIPYARD_INSTANCE_GPUS", "How many GPUs this instance got (backends.resources).", "int", 0
     ),
     _internal(
         "SHIPYARD_INIT_VIEW", "The filesystem view an instance's init builds (JSON, fsview)."

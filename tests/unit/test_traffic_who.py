@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 
-from shipyard.observe.traffic import PeerNamer, Relay, TrafficBook, ask_who
+from shipyard.runtime.traffic import PeerNamer, Relay, TrafficBook, ask_who
 
 PEER = (
     "import socket, sys\n"

@@ -324,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1  # the supervisor died while this agent was starting
     started = time.monotonic()
     config = AgentConfig.load(args.config)
+    # this instance's share of the machine's GPUs (backends.resources), when divided
+    given = settings.optional_integer("SHIPYARD_INSTANCE_GPUS")
+    config.num_gpus = config.num_gpus if given is None else given
     try:
         paths, box = enter_sandbox(config, args.host, args.sandbox_holder)
         code = run_instance(config, args.host, args.log, paths, box)

@@ -8,6 +8,11 @@ process dies, so do instances; no preexec_fn runs between fork and exec.
 When the job's AgentConfig enables the sandbox, a network holder
 (shipyard.sandbox.network) is started first and every agent enters its own namespaces
 joined to that holder's bridge (shipyard.sandbox.instance).
+
+Each instance also gets its type's share of the machine (``backends.resources``): a
+cgroup with its CPUs, memory and process limits, joined by the agent's pid right after
+spawning it (the interpreter is still starting: nothing the instance runs is born
+outside), and its GPUs in ``CUDA_VISIBLE_DEVICES``. The cgroups end with the launch.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import psutil
 
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.processes import wait_gone
+from shipyard.backends import resources
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 from shipyard.errors import BackendError
 
@@ -36,13 +43,28 @@ class LocalBackend:
         self._procs: dict[int, subprocess.Popen] = {}
         # each job network holder, with the agent pids it serves
         self._holders: list[tuple[subprocess.Popen, list[int]]] = []
+        # each agent pid's launch share of the machine (cgroups, GPUs), and its host
+        self._allotments: dict[int, tuple[resources.Allotment, str]] = {}
+        # set by the supervisor: True once the job should stop (ends a wait for GPUs)
+        self.should_stop: Callable[[], bool] = lambda: False
 
     def launch(self, specs: list[LaunchSpec]) -> list[InstanceHandle]:
         handles: list[InstanceHandle] = []
         holder = None
+        allotment = None
         spec = specs[0] if specs else None
         try:
-            sandbox = _sandbox(specs)
+            config = _config(specs)
+            sandbox = config.sandbox if config is not None and config.sandboxed else None
+            if config is not None:
+                allotment = resources.allot(
+                    config.instance_type,
+                    [s.host for s in specs],
+                    specs[0].job_name,
+                    os.path.dirname(specs[0].config_path),
+                    specs[0].log_path,
+                    self.should_stop,
+                )
             if sandbox is not None:  # agents start meanwhile; each waits for what it needs
                 holder = self._start_holder(bool(sandbox.get("rootless")), specs[0].env)
             for spec in specs:
@@ -62,17 +84,21 @@ class LocalBackend:
                 ]
                 if holder is not None:
                     argv += ["--sandbox-holder", str(holder.pid)]
+                env = allotment.env(spec.host, spec.env) if allotment else spec.env
                 with open(spec.log_path, "ab", buffering=0) as log:
                     proc = subprocess.Popen(
                         argv,
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
-                        env=spec.env,
+                        env=env,
                         start_new_session=True,
                         close_fds=True,
                     )
                 self._procs[proc.pid] = proc
+                if allotment is not None:
+                    self._allotments[proc.pid] = (allotment, spec.host)
+                    allotment.join(spec.host, proc.pid)
                 handles.append(InstanceHandle(spec.host, proc.pid, spec.log_path))
             if holder is not None and holder.stdin is not None:
                 self._wait_ready(holder)
@@ -84,6 +110,8 @@ class LocalBackend:
             self.stop(handles, grace=1.0)
             if holder is not None:
                 _end(holder)
+            if allotment is not None:
+                allotment.release()
             if isinstance(exc, BackendError):
                 raise
             host = spec.host if spec is not None else "?"
@@ -125,7 +153,32 @@ class LocalBackend:
         proc = self._procs.get(handle.pid)
         if proc is None:
             return None if psutil.pid_exists(handle.pid) else -1
-        return proc.poll()
+        code = proc.poll()
+        if code is not None:
+            self._ended(handle.pid)
+        return code
+
+    def _ended(self, pid: int) -> None:
+        """An agent has exited: note what its cgroup says about why, and once every
+        instance of its launch has, end the launch's cgroups and GPU leases."""
+        entry = self._allotments.get(pid)
+        if entry is None:
+            return
+        allotment, host = entry
+        allotment.ended(host)
+        mine = [p for p, (a, _) in self._allotments.items() if a is allotment]
+        if all(self._procs[p].poll() is not None for p in mine):
+            allotment.release()
+
+    def resource_failure(self, handle: InstanceHandle) -> str | None:
+        """Why the kernel ended this instance (its memory or process limit), if it did."""
+        entry = self._allotments.get(handle.pid)
+        return entry[0].verdict(entry[1]) if entry else None
+
+    def instance_cgroup(self, handle: InstanceHandle):
+        """The instance's live cgroup (utilization), or None."""
+        entry = self._allotments.get(handle.pid)
+        return entry[0].instance_cgroup(entry[1]) if entry else None
 
     def _reap_holders(self) -> None:
         self._holders = [(h, pids) for h, pids in self._holders if h.poll() is None]
@@ -166,6 +219,9 @@ class LocalBackend:
                 except subprocess.TimeoutExpired:
                     pass
         wait_gone(victims, timeout=5)  # a zombie init has yet to reap has ended
+        for handle in handles:
+            if handle.pid in self._procs and self._procs[handle.pid].poll() is not None:
+                self._ended(handle.pid)
         # a holder whose instances have all ended sees them gone and exits
         for holder, pids in list(self._holders):
             if all(p in self._procs and self._procs[p].poll() is not None for p in pids):
@@ -176,15 +232,14 @@ class LocalBackend:
         self._reap_holders()
 
 
-def _sandbox(specs: list[LaunchSpec]) -> dict | None:
-    """The job's sandbox settings when its instances run sandboxed, else None."""
+def _config(specs: list[LaunchSpec]) -> AgentConfig | None:
+    """The job's agent config (None: the agent itself reports an unreadable one)."""
     if not specs:
         return None
     try:
-        config = AgentConfig.load(specs[0].config_path)
+        return AgentConfig.load(specs[0].config_path)
     except (OSError, ValueError, TypeError):
-        return None  # the agent itself reports an unreadable config
-    return config.sandbox if config.sandboxed else None
+        return None
 
 
 def _end(proc: subprocess.Popen) -> None:

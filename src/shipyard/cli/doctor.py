@@ -2,6 +2,7 @@
 
 Checks are cheap and import no framework (a package's presence and version are read from
 its metadata): instance sandboxes (namespaces, iproute2, pasta for outbound traffic),
+instance types' limits (cgroups),
 death signals (setpriv), the bind shim of Ray nodes (built here with ``cc`` on first use),
 FUSE (FastFile mode), MPI, TensorFlow, PyTorch, GPUs.
 """
@@ -71,6 +72,7 @@ def checks() -> list[Check]:
                 " && ".join(dict.fromkeys(fix for _, fix in gaps)),
             )
         )
+    found.append(_cgroups())
     pasta = tools.find("pasta")
     found.append(
         Check(
@@ -156,6 +158,26 @@ def checks() -> list[Check]:
         )
     )
     return found
+
+
+def _cgroups() -> Check:
+    """Instance types' CPUs, memory and process limits (sandbox.cgroups)."""
+    from shipyard.sandbox import cgroups
+
+    found = cgroups.detect()
+    if found.usable:
+        return Check(
+            "instance resources (cgroups)",
+            True,
+            f"cgroup v{found.version}: each instance gets its type's CPUs, memory and a "
+            "process limit",
+        )
+    return Check(
+        "instance resources (cgroups)",
+        False,
+        f"{found.reason}: instances run without CPU, memory and process limits",
+        found.fix,
+    )
 
 
 def _has_dist(dist: str) -> bool:

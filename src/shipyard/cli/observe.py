@@ -37,8 +37,13 @@ def metrics(
     job: str = typer.Argument(..., help="the training job's name (shipyard jobs lists them)"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep showing until the job ends"),
     as_json: bool = typer.Option(False, "--json", help="every point as JSON"),
+    usage: bool = typer.Option(
+        False, "--utilization", "-u", help="only each instance's CPU, memory, disk, GPU"
+    ),
 ) -> None:
-    """A job's metric history (every metric_definitions match, with time and host)."""
+    """A job's metric history (every metric_definitions match, with time and host) and
+    each instance's utilization (CPU, memory, disk, network, GPU), sampled as it ran."""
+    from shipyard.observe import utilization
     from shipyard.observe.metrics import history
     from shipyard.observe.metrics_view import history_table, point_line
 
@@ -47,31 +52,54 @@ def metrics(
         record = control.get(job)
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
-    if not record.spec.metric_definitions:
+
+    def used() -> list[dict]:
+        return utilization.read(record.job_dir)
+
+    def matched() -> list:
+        return [] if usage else control.store.metrics(job)
+
+    if usage or (not record.spec.metric_definitions and (used() or not record.terminal)):
+        usage = True
+    elif not record.spec.metric_definitions:
         _fail(
-            f"job {job!r} has no metric_definitions, so no metrics were recorded; pass "
-            "metric_definitions=[{'Name': ..., 'Regex': ...}] (or --metric Name=Regex)",
+            f"job {job!r} has no metric_definitions, so no metrics were recorded, and no "
+            "utilization was sampled; pass metric_definitions=[{'Name': ..., 'Regex': ...}] "
+            "(or --metric Name=Regex)",
             EXIT_BAD_INPUT,
         )
     if as_json:
-        typer.echo(json.dumps(history(control.store.metrics(job)), indent=1))
+        if usage:
+            typer.echo(json.dumps(used(), indent=1))
+        else:
+            typer.echo(json.dumps(history(control.store.metrics(job)), indent=1))
         return
     out = _out()
+
+    def table():
+        points = matched() + utilization.points(used())
+        return history_table(points, width=max(10, min(60, out.width - 60))) if points else None
+
     if not follow or record.terminal:
-        points = control.store.metrics(job)
-        if not points:
+        shown = table()
+        if shown is None:
             out.print(f"{job}: no metric matched yet ({record.status})")
             return
-        out.print(history_table(points, width=max(10, min(60, out.width - 60))))
+        out.print(shown)
         return
     if not out.is_terminal:  # plain lines, one per point, as they come
         seen = 0
+        seen_usage = 0
         while True:
             record = control.get(job)
-            points = control.store.metrics(job)
+            points = matched()
             for p in points[seen:]:
                 typer.echo(point_line(p))
             seen = len(points)
+            samples = utilization.points(used()) if usage else []
+            for p in samples[seen_usage:]:
+                typer.echo(point_line(p))
+            seen_usage = len(samples)
             if record.terminal:
                 return
             time.sleep(0.5)
@@ -80,9 +108,10 @@ def metrics(
     with Live(console=out, auto_refresh=False) as live:
         while True:
             record = control.get(job)
-            points = control.store.metrics(job)
-            live.update(history_table(points, width=max(10, min(60, out.width - 60))))
-            live.refresh()
+            shown = table()
+            if shown is not None:
+                live.update(shown)
+                live.refresh()
             if record.terminal:
                 return
             time.sleep(0.5)

@@ -22,6 +22,7 @@ import psutil
 from shipyard import backends, instance_types
 from shipyard import distribution as dist_mod
 from shipyard.agent import runners
+from shipyard.backends.resources import read_record as read_resources
 from shipyard.control import artifacts, legacy_mode, plan, staging, versions
 from shipyard.control.home import Home
 from shipyard.control.interrupt import terminate_as_interrupt
@@ -42,6 +43,7 @@ from shipyard.errors import (
     StorageError,
     ValidationError,
 )
+from shipyard.observe import utilization
 from shipyard.observe.logs import LogTailer, print_lines, select
 from shipyard.observe.metrics import final_metrics, history
 from shipyard.sandbox import shaping
@@ -575,6 +577,10 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         ],
         "OutputArtifacts": record.output_artifact,
         "Warnings": job_warnings(record.job_dir),
+        # what each instance got of the machine (CPUs, memory, GPUs), or why no limits
+        "Resources": read_resources(record.job_dir),
+        # per-instance CPU, memory, disk, network, GPU samples (observe.utilization)
+        "Utilization": utilization.by_host(utilization.read(record.job_dir)),
         "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
         "MissingProtections": missing_protections(record.job_dir, record.spec.hosts),
         # every metric_definitions match (FinalMetricDataList keeps the last of each)

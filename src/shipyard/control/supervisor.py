@@ -26,19 +26,22 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from shipyard import settings
+from shipyard import instance_types, settings
 from shipyard.agent import runners
 from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
+from shipyard.backends.resources import read_record as read_resources
 from shipyard.control import artifacts, plan
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.errors import BackendError
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
+from shipyard.observe.utilization import Instance, Sampler
 
 REPORT_NAME = "distribution-report.json"
 WARNINGS_NAME = "warnings.json"
@@ -132,15 +135,26 @@ class JobSupervisor:
             if self.record.backend == "local"
             else None
         )
+        # per-instance CPU, memory, disk, network, GPU: read from this machine (local)
+        self.sampler = (
+            Sampler(self.record.job_dir, instance_types.machine_memory())
+            if self.record.backend == "local"
+            else None
+        )
         self.deadline = time.monotonic() + self.spec.max_run
         self.signalled = False
         self.failed_hosts: set[str] = set()
+        if hasattr(self.backend, "should_stop"):  # ends a launch waiting for GPUs
+            self.backend.should_stop = self._should_stop
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
         )
 
     # -- helpers --------------------------------------------------------------------------
+    def _should_stop(self) -> bool:
+        return self.signalled or self.store.get(self.name).stop_requested
+
     @property
     def hosts(self) -> list[str]:
         return self.spec.hosts
@@ -167,6 +181,13 @@ class JobSupervisor:
             text = ""
         if not text:
             text = f"instance exited with status {code} without writing a failure reason"
+        # the kernel's word first (memory or process limit): the script's own error is
+        # only the consequence ("Killed", a BlockingIOError from fork)
+        handle = next((h for h in self.handles if h.host == host), None)
+        why = getattr(self.backend, "resource_failure", None)
+        verdict = why(handle) if why is not None and handle is not None else None
+        if verdict:
+            text = f"{verdict}\n{text}"
         return f"[{host}] {text}"[:1024]
 
     # -- one attempt ----------------------------------------------------------------------
@@ -208,6 +229,23 @@ class JobSupervisor:
         )
         for h in self.handles:
             self.tailer.add(h.host, h.log_path)
+        if self.sampler is not None:
+            self.sampler.start([self._sampled(h) for h in self.handles], attempt)
+
+    def _sampled(self, handle: InstanceHandle) -> Instance:
+        """What the utilization sampler needs of an instance: its cgroup (the backend's),
+        its memory limit and GPUs (the launch's resources record)."""
+        cgroup = getattr(self.backend, "instance_cgroup", lambda h: None)(handle)
+        share = (read_resources(self.record.job_dir) or {}).get("Instances", {})
+        mine = share.get(handle.host, {})
+        return Instance(
+            handle.host,
+            handle.pid,
+            self.paths(handle.host).base,
+            cgroup,
+            mine.get("MemoryBytes"),
+            tuple(mine.get("Gpus") or ()),
+        )
 
     def _addresses(self) -> dict[str, str]:
         subnet = self.record.subnet
@@ -247,6 +285,8 @@ class JobSupervisor:
         delay = 0.002
         while True:
             self._pump_logs()
+            if self.sampler is not None:
+                self.sampler.maybe_sample(h.host for h in self.handles if h.host not in done)
             progressed = False
             for handle in self.handles:
                 if handle.host in done:
@@ -402,7 +442,14 @@ class JobSupervisor:
             while True:
                 started = time.time()
                 self.store.record_attempt(self.name, attempt, started)
-                self._launch(attempt)
+                try:
+                    self._launch(attempt)
+                except BackendError:
+                    if not self._should_stop():
+                        raise
+                    # stopped before its instances started (waiting for GPUs): Stopped
+                    self.store.record_attempt(self.name, attempt, started, time.time(), None)
+                    return self._conclude(AttemptResult(AttemptKind.STOPPED))
                 self.store.transition(
                     self.name,
                     Event.TRAINING,

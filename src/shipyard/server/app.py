@@ -25,7 +25,7 @@ from typing import Any
 from shipyard.control.home import Home
 from shipyard.server import asgi, credentials
 from shipyard.server.errors import ApiError
-from shipyard.server.guard import Names, authorize
+from shipyard.server.guard import MONITORING_PATH, Names, authorize
 from shipyard.server.http import (
     Request,
     Response,
@@ -37,6 +37,7 @@ from shipyard.server.http import (
 log = logging.getLogger("shipyard.server")
 REST_JSON = ("sagemaker-runtime",)
 QUERY_XML = ("sts", "iam")
+# CloudWatch: JSON 1.0 (by target) or Smithy RPC v2 CBOR (by path), as botocore chooses
 
 
 def is_loopback(host: str) -> bool:
@@ -113,6 +114,10 @@ class ApiServer:
         return self._error(req.service or "s3", req, ApiError(code, message, status))
 
     def _error(self, service: str, req: Request, err: ApiError) -> Response:
+        if service == "monitoring" and req.raw_path.startswith(MONITORING_PATH):
+            from shipyard.server.monitoring import error_response as cbor_error
+
+            return cbor_error(err)
         if service == "s3":
             from shipyard.server.s3 import error_response as s3_error
 

@@ -135,6 +135,10 @@ def check_origin(method: str, headers: Mapping[str, str], names: Names, service:
         )
 
 
+MONITORING_TARGET = "GraniteServiceVersion20100801."
+MONITORING_PATH = "/service/GraniteServiceVersion20100801/"
+
+
 def guess_service(req: Request) -> str:
     """The service of an unsigned request (for the shape of its error): target or path."""
     target = req.headers.get("x-amz-target", "")
@@ -142,6 +146,8 @@ def guess_service(req: Request) -> str:
         return "sagemaker"
     if target.startswith("Logs_"):
         return "logs"
+    if target.startswith(MONITORING_TARGET) or req.raw_path.startswith(MONITORING_PATH):
+        return "monitoring"  # CloudWatch metrics: JSON 1.0 or Smithy RPC v2 CBOR
     if req.raw_path.startswith("/endpoints/") and req.raw_path.endswith("/invocations"):
         return "sagemaker-runtime"
     if "Action=" in req.raw_query or req.headers.get("content-type", "").startswith(

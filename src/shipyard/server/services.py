@@ -10,6 +10,7 @@ from shipyard.control.endpoints import Endpoints
 from shipyard.server.hosting import HostingApi
 from shipyard.server.identity import IamApi, StsApi
 from shipyard.server.logs import ENDPOINTS, TRAINING, TRANSFORM, LogsApi
+from shipyard.server.monitoring import MonitoringApi, sources
 from shipyard.server.objects import ObjectStore
 from shipyard.server.records import Records
 from shipyard.server.runtime import RuntimeApi
@@ -51,6 +52,7 @@ def build(home: str, backend: str = "local", hosts: tuple[str, ...] = ()) -> dic
         "sagemaker": SageMakerApi(operations(training, hosting, transform, TagsApi(records))),
         "sagemaker-runtime": RuntimeApi(hosting),
         "logs": LogsApi(streams),
+        "monitoring": MonitoringApi(*sources(control)),  # CloudWatch metrics
         "s3": S3Api(objects, hosts),
         "sts": StsApi(),
         "iam": IamApi(),

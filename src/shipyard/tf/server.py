@@ -105,7 +105,7 @@ def _asker(secret: str):
     address of TF_CONFIG's cluster is a relay): its processes are not in this one's /proc."""
     if not secret:
         return None
-    from shipyard.observe.traffic import ask_who
+    from shipyard.runtime.traffic import ask_who
 
     relays: dict[str, tuple[str, int]] = {}
     try:
