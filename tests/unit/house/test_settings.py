@@ -44,13 +44,6 @@ def test_no_listed_variable_is_dead() -> None:
     assert sorted(set(settings.BY_NAME) - used) == []
 
 
-def test_readme_table_is_generated_from_the_settings() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert readme == settings.with_table(readme), (
-        "README.md's settings table is stale: python -m shipyard.settings --write README.md"
-    )
-
-
 def test_get_refuses_unlisted_names_and_applies_defaults() -> None:
     assert settings.get("SHIPYARD_STOP_GRACE", {}) == "5"
     assert settings.get("SHIPYARD_STOP_GRACE", {"SHIPYARD_STOP_GRACE": "9"}) == "9"
