@@ -1,5 +1,5 @@
-"""Every SHIPYARD_* variable the code names is listed in shipyard.settings, and the
-README's table is the one the settings module generates."""
+"""Every SHIPYARD_* variable the code names is listed in shipyard.settings, and only
+shipyard.settings reads them."""
 
 from __future__ import annotations
 
