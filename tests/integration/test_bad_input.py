@@ -11,10 +11,13 @@ from shipyard.errors import DistributionError, JobExistsError, ValidationError
 
 
 def written(home) -> list[str]:
+    """Files a refused submission left (the store and the private-home mark are the home's)."""
+    from shipyard.control.home import PRIVATE_MARK
+
     out = []
     for dirpath, _, files in os.walk(home):
         for f in files:
-            if not f.startswith("shipyard.db"):
+            if not f.startswith("shipyard.db") and f != PRIVATE_MARK:
                 out.append(os.path.relpath(os.path.join(dirpath, f), home))
     return out
 

@@ -16,9 +16,13 @@ from shipyard.errors import JobFailedError, ValidationError
 
 
 def written(home) -> list[str]:
+    """Files a refused submission left: the home's own bookkeeping (the store, the mark of a
+    home made private) is not the job's."""
+    from shipyard.control.home import PRIVATE_MARK
+
     out = []
     for _dirpath, _, files in os.walk(home):
-        out += [f for f in files if not f.startswith("shipyard.db")]
+        out += [f for f in files if not f.startswith("shipyard.db") and f != PRIVATE_MARK]
     return out
 
 
