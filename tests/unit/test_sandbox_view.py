@@ -28,7 +28,10 @@ def test_view_hides_the_home_and_keeps_the_job_its_python_and_local_channels(tmp
         extra_python_path=["/opt/deps"],
     )
     view = fsview.view(config, python=["/root/.pyenv/versions/3.11", "/srv/venv"])
-    assert str(home) in view["mask"] and "/root" in view["mask"] and "/home" in view["mask"]
+    # the home is hidden, here by the private /tmp it lies in (the outermost mask holds it)
+    assert any(str(home).startswith(top.rstrip("/") + "/") for top in view["mask"])
+    assert "/root" in view["mask"] and "/home" in view["mask"]
+    assert "/tmp" in view["mask"] and view["sticky"] == ["/tmp"]  # private, mode 1777
     assert view["keep_rw"] == [str(home / "jobs" / "j"), str(home / "jobs" / "j" / "shared")]
     assert view["keep_ro"] == sorted(
         {"/root/.pyenv/versions/3.11", "/srv/venv", "/opt/deps", str(data)}
@@ -89,3 +92,15 @@ def test_describe_lists_each_instances_missing_protections(tmp_path):
     assert missing_protections(str(tmp_path), ["algo-1", "algo-2"]) == [
         {"Host": "algo-1", "Missing": "no PID namespace: the kernel refused one (EPERM)"}
     ]
+
+
+def test_a_framework_environment_is_kept_read_only(tmp_path):
+    """The job's processes run the environment's interpreter: it lies under the masked home,
+    so the view binds it back, read-only."""
+    home = tmp_path / "home"
+    (home / "jobs" / "j" / "instances").mkdir(parents=True)
+    env = home / "environments" / "tensorflow-cpu-2.13.1-abc"
+    config = Config(instances_dir=str(home / "jobs" / "j" / "instances"))
+    config.python = str(env / "bin" / "python")  # type: ignore[attr-defined]
+    view = fsview.view(config, python=["/srv/venv"])
+    assert str(env) in view["keep_ro"] and str(env) in view["read_only"]

@@ -16,6 +16,10 @@ import sys
 from typing import Any
 
 MASKED_HOMES = ("/root", "/home")
+# a private /tmp (as a container's): with a PID namespace per instance, two instances named
+# algo-1 would otherwise meet in the host's /tmp under the same names (Open MPI's PMIx
+# session directories are named by host and pid), and a script's files would outlive it
+PRIVATE_TMP = ("/tmp",)
 OVERLAID = ("/etc",)
 # bound by the agent into its own mount namespace (shipyard.sandbox.instance): bound
 # again on top of the /etc overlay, which shows the host's files underneath
@@ -48,8 +52,10 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, list[str]]:
         if "://" not in source or source.startswith("file://")
     ]
     prefixes = python if python is not None else python_paths()
-    keep_ro = sorted({*prefixes, *config.extra_python_path, *local_channels})
-    mask = [*home, *MASKED_HOMES]
+    # the job's framework environment (shipyard.environments), under the masked home
+    framework_env = framework_environment(config)
+    keep_ro = sorted({*prefixes, *config.extra_python_path, *local_channels, *framework_env})
+    mask = [*home, *MASKED_HOMES, *PRIVATE_TMP]
     user_home = os.environ.get("HOME")
     if user_home and user_home != "/":
         mask.append(user_home)
@@ -57,10 +63,22 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, list[str]]:
         "overlay": list(OVERLAID),
         "rebind": list(REBOUND),
         "mask": _outermost(mask),
+        "sticky": list(PRIVATE_TMP),
         "keep_rw": [os.path.realpath(p) for p in keep_rw],
         "keep_ro": [os.path.realpath(p) for p in keep_ro],
-        "read_only": sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}),
+        "read_only": sorted(
+            {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, *framework_env)}
+        ),
     }
+
+
+def framework_environment(config: Any) -> list[str]:
+    """The root of the environment the job's processes run in, when it is not the agent's
+    (``AgentConfig.python``: ``<env>/bin/python``)."""
+    python = getattr(config, "python", None)
+    if not python:
+        return []
+    return [os.path.dirname(os.path.dirname(os.path.abspath(python)))]
 
 
 def _outermost(paths: list[str]) -> list[str]:
