@@ -104,3 +104,14 @@ def test_a_framework_environment_is_kept_read_only(tmp_path):
     config.python = str(env / "bin" / "python")  # type: ignore[attr-defined]
     view = fsview.view(config, python=["/srv/venv"])
     assert str(env) in view["keep_ro"] and str(env) in view["read_only"]
+
+
+def test_checkpoint_local_path_stays_writable_and_shared(tmp_path):
+    """checkpoint_local_path is a host directory every instance writes and a retry reads:
+    under the private /tmp or a masked home it is bound back, read-write."""
+    home = tmp_path / "home"
+    (home / "jobs" / "j" / "instances").mkdir(parents=True)
+    config = Config(instances_dir=str(home / "jobs" / "j" / "instances"))
+    config.checkpoint_local_path = str(tmp_path / "ckpt")  # type: ignore[attr-defined]
+    view = fsview.view(config, python=["/srv/venv"])
+    assert str(tmp_path / "ckpt") in view["keep_rw"]

@@ -46,6 +46,9 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, list[str]]:
     keep_rw = [job_dir]
     if config.shared_dir:
         keep_rw.append(os.path.abspath(config.shared_dir))
+    checkpoints = getattr(config, "checkpoint_local_path", None)
+    if checkpoints and not os.path.abspath(checkpoints).startswith("/opt/ml"):
+        keep_rw.append(os.path.abspath(checkpoints))  # shared by the job's instances
     local_channels = [
         source.removeprefix("file://")
         for source in config.channel_sources.values()
