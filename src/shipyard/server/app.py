@@ -119,7 +119,7 @@ class ApiServer:
 
             return cbor_error(err)
         if service == "s3":
-            from shipyard.server.s3 import error_response as s3_error
+            from shipyard.server.s3_api import error_response as s3_error
 
             return s3_error(err, req.method == "HEAD")
         return error_response(service, err)

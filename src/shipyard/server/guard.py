@@ -188,7 +188,7 @@ def authorize(req: Request, keys: Mapping[str, str], names: Names) -> str:
 def signed_body_hash(service: str, req: Request) -> str:
     """The payload hash the signature covers. Other services: the body's, read now.
     S3: the x-amz-content-sha256 header, which the body must then match (small bodies
-    are checked here, uploads as they stream to disk, in s3.py)."""
+    are checked here, uploads as they stream to disk, in s3_api.py)."""
     if service != "s3":
         if req.length < 0:
             raise ApiError("MissingContentLength", f"{service} requests need a Content-Length", 411)

@@ -9,15 +9,15 @@ from shipyard.control.client import ControlPlane
 from shipyard.control.endpoints import Endpoints
 from shipyard.server.hosting import HostingApi
 from shipyard.server.identity import IamApi, StsApi
+from shipyard.server.invocations import RuntimeApi
 from shipyard.server.logs import ENDPOINTS, TRAINING, TRANSFORM, LogsApi
 from shipyard.server.monitoring import MonitoringApi, sources
 from shipyard.server.objects import ObjectStore
 from shipyard.server.records import Records
-from shipyard.server.runtime import RuntimeApi
-from shipyard.server.s3 import S3Api
+from shipyard.server.s3_api import S3Api
 from shipyard.server.sagemaker import SageMakerApi, TagsApi, operations
 from shipyard.server.training import TrainingApi
-from shipyard.server.transform import TransformApi
+from shipyard.server.transform_jobs import TransformApi
 
 
 def build(home: str, backend: str = "local", hosts: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 
 from shipyard.server.errors import ApiError
 from shipyard.server.objects import ObjectStore
-from shipyard.server.s3 import _Chunked
+from shipyard.server.s3_api import _Chunked
 from shipyard.server.s3_checks import Digests, check_key, check_sub_resources
 
 
