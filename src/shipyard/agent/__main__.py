@@ -216,6 +216,19 @@ def run_instance(
         data.close()
 
 
+def private_tmp(paths: InstancePaths) -> str:
+    """The instance's own temporary directory (``TMPDIR`` of its processes), in its tree:
+    with a PID namespace per instance, every job's algo-1 would otherwise meet in the
+    host's /tmp under the same names (Open MPI's PMIx session directories are named by
+    host and pid: mpirun failed with "The PMIx server's listener thread failed to start"),
+    and a script's temporary files go with the instance. Short (``/opt/ml/agent/tmp``), as
+    the unix sockets made under it need."""
+    tmp = os.path.join(paths.agent_dir, "tmp")
+    os.makedirs(tmp, mode=0o1777, exist_ok=True)
+    os.chmod(tmp, 0o1777)  # the job's processes may run as another user than the agent
+    return tmp
+
+
 def _run(
     config: AgentConfig,
     host: str,
@@ -235,6 +248,8 @@ def _run(
 
         env, note = bindshim.environment(env, bind_address)
         log(f"{host}: {note}")
+    if box is not None:
+        env["TMPDIR"] = private_tmp(paths)
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
     specs = runners.get(config.runner)(ctx)

@@ -16,10 +16,11 @@ import sys
 from typing import Any
 
 MASKED_HOMES = ("/root", "/home")
-# a private /tmp (as a container's): with a PID namespace per instance, two instances named
-# algo-1 would otherwise meet in the host's /tmp under the same names (Open MPI's PMIx
-# session directories are named by host and pid), and a script's files would outlive it
-PRIVATE_TMP = ("/tmp",)
+# an instance's own shared memory (as a container's): with a PID namespace per instance,
+# ranks of two jobs' algo-1 have the same pids, and Open MPI's shared-memory transport
+# names its segments in /dev/shm after them: one job's ranks wrote into the other's
+# segments and both crashed (SIGSEGV in mca_btl_sm_poll_handle_frag)
+PRIVATE_SHM = ("/dev/shm",)
 OVERLAID = ("/etc",)
 # bound by the agent into its own mount namespace (shipyard.sandbox.instance): bound
 # again on top of the /etc overlay, which shows the host's files underneath
@@ -58,7 +59,7 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, list[str]]:
     # the job's framework environment (shipyard.environments), under the masked home
     framework_env = framework_environment(config)
     keep_ro = sorted({*prefixes, *config.extra_python_path, *local_channels, *framework_env})
-    mask = [*home, *MASKED_HOMES, *PRIVATE_TMP]
+    mask = [*home, *MASKED_HOMES, *PRIVATE_SHM]
     user_home = os.environ.get("HOME")
     if user_home and user_home != "/":
         mask.append(user_home)
@@ -66,7 +67,7 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, list[str]]:
         "overlay": list(OVERLAID),
         "rebind": list(REBOUND),
         "mask": _outermost(mask),
-        "sticky": list(PRIVATE_TMP),
+        "sticky": list(PRIVATE_SHM),  # masks every user writes to: mode 1777
         "keep_rw": [os.path.realpath(p) for p in keep_rw],
         "keep_ro": [os.path.realpath(p) for p in keep_ro],
         "read_only": sorted(

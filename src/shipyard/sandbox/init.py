@@ -13,7 +13,7 @@ named, the others still hold):
   thrown away with the instance: a script writing ``/etc/...`` runs, the host is untouched;
   the files the agent bound into them (``/etc/hosts``, ``/etc/resolv.conf``) are bound
   again on top;
-* ``mask``: directories (``$SHIPYARD_HOME``, ``/root``, ``/home``, ``/tmp``) replaced by an empty
+* ``mask``: directories (``$SHIPYARD_HOME``, ``/root``, ``/home``, ``/dev/shm``) replaced by an empty
   writable tmpfs (``~/.keras`` works and vanishes), into which only the ``keep_rw`` (the
   job's own directory) and ``keep_ro`` paths (the Python environment, local channels)
   under them are bound back: other jobs' trees and secrets, the server's store and home
@@ -94,7 +94,7 @@ def build(view: dict) -> list[str]:
         if not os.path.isdir(top):
             continue
         try:
-            mode = "1777" if top in view.get("sticky", []) else "0755"  # /tmp: everyone's
+            mode = "1777" if top in view.get("sticky", []) else "0755"  # /dev/shm: everyone's
             _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
         except Refused as exc:
             missing.append(f"{top} is visible: {exc}")

@@ -232,3 +232,22 @@ def test_master_agent_killed_leaves_nothing(session, write_script, home):
     assert job_processes(job_dir) == []
     with pytest.raises(JobFailedError):
         est.latest_training_job.wait(logs=False)
+
+
+@pytest.mark.timeout(240)
+def test_two_jobs_at_once_keep_their_ranks_apart(session, write_script, tmp_path):
+    """Two 2 x 2 mpi jobs running at the same time. With a PID namespace per instance, both
+    jobs' algo-1 ranks have the same pids, and Open MPI names its shared-memory segments
+    and session directories after host and pid: in the host's /dev/shm and /tmp the jobs
+    wrote into each other's segments (SIGSEGV in the shared-memory transport) or found the
+    other's PMIx socket. Each instance has its own /dev/shm and TMPDIR: both complete."""
+    src = write_script("train.py", ENV_SCRIPT)
+    data = tmp_path / "train"
+    data.mkdir()
+    (data / "part-0").write_text("x")
+    names = ["mpi-twin-a", "mpi-twin-b"]
+    for name in names:
+        _estimator(session, src).fit({"training": str(data)}, wait=False, job_name=name)
+    for name in names:
+        record = session.control.wait(name, logs=False)
+        assert record.status.value == "Completed", record.failure_reason

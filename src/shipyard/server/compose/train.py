@@ -107,8 +107,7 @@ def estimator(project: Project, scratch: str) -> tuple[Any, dict[str, str], str]
         instance_count=len(project.services),
         instance_type="local_gpu" if first.gpu else "local",
         distribution=distribution or None,
-        environment=env,
-        output_path=os.path.join(scratch, "output"),
+        environment=env,  # artifacts stay under shipyard's default output path (describe)
         framework_version=version,
         py_version=py,
         **extra,
@@ -122,9 +121,10 @@ def _unpack(archive: str, into: str) -> None:
         tar.extractall(into, filter="data")
 
 
-def deliver(est: Any, project: Project, job_dir: str) -> None:
+def deliver(project: Project, job_dir: str) -> None:
     """model.tar.gz into the SDK's model directory, output.tar.gz into algo-1's
-    ``output/data`` (the SDK packs both again from there)."""
+    ``output/data`` (the SDK packs both again from there); shipyard keeps its own copies,
+    which ``shipyard describe`` names."""
     model_dir = project.first.host_dir("/opt/ml/model")
     out_dir = project.first.host_dir("/opt/ml/output")
     model = os.path.join(job_dir, "model.tar.gz")
@@ -133,6 +133,25 @@ def deliver(est: Any, project: Project, job_dir: str) -> None:
     output = os.path.join(job_dir, "output.tar.gz")
     if out_dir and os.path.exists(output):
         _unpack(output, os.path.join(out_dir, "data"))
+
+
+def _artifacts_dir(model_data: str, scratch: str) -> str:
+    """A local directory holding the job's model.tar.gz and output.tar.gz: where shipyard
+    wrote them, or a copy fetched from an s3:// output path."""
+    if not model_data.startswith("s3://"):
+        return os.path.dirname(model_data.removeprefix("file://"))
+    from shipyard.storage.listing import store_for
+    from shipyard.storage.uri import parse
+
+    into = os.path.join(scratch, "artifacts")
+    os.makedirs(into, exist_ok=True)
+    base = model_data.rsplit("/", 1)[0]
+    for name in ("model.tar.gz", "output.tar.gz"):
+        where = parse(f"{base}/{name}")
+        store = store_for(where)
+        if store.exists(where):
+            store.download(store.info(where), os.path.join(into, name))
+    return into
 
 
 def run(project: Project, compose_file: str) -> int:
@@ -147,7 +166,7 @@ def run(project: Project, compose_file: str) -> int:
             _mark(project, "failure", str(exc))
             return 1
         name = est.latest_training_job.name
-        deliver(est, project, os.path.join(scratch, "output", name, "output"))
+        deliver(project, _artifacts_dir(est.model_data or "", scratch))
         _mark(project, "success", "")
         print(f"shipyard: training job {name} completed (shipyard describe {name})", flush=True)
         return 0
