@@ -224,8 +224,7 @@ def private_tmp(paths: InstancePaths) -> str:
     and a script's temporary files go with the instance. Short (``/opt/ml/agent/tmp``), as
     the unix sockets made under it need."""
     tmp = os.path.join(paths.agent_dir, "tmp")
-    os.makedirs(tmp, mode=0o1777, exist_ok=True)
-    os.chmod(tmp, 0o1777)  # the job's processes may run as another user than the agent
+    os.makedirs(tmp, mode=0o700, exist_ok=True)  # the job's processes run as the agent's user
     return tmp
 
 
