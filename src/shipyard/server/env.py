@@ -93,7 +93,8 @@ def write_stand_ins(home: str, python: str = sys.executable) -> str:
     """``docker`` and ``docker-compose`` that run shipyard's local mode with this Python;
     returns their directory."""
     root = bin_dir(home)
-    os.makedirs(root, exist_ok=True)
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)  # private, as everything in the home
     for command in ("docker", "docker-compose"):
         path = os.path.join(root, command)
         _atomic(path, STAND_IN.format(python=shlex.quote(python), command=command))
