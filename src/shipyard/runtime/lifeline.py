@@ -92,3 +92,15 @@ _WRAPPER = (
     "    sys.exit(137)\n"
     "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it cannot be signalled,
+    but it is there). For leases and launchers named by pid: a gone owner frees what it held."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from shipyard import settings
+from shipyard.runtime.lifeline import pid_alive
 
 OFF_VALUES = ("off", "0", "false", "no")
 # v1 controllers an instance uses: cpuset (its CPUs), memory (hard limit, OOM count),
@@ -355,16 +356,6 @@ def _rmdir(path: str) -> bool:
     return True
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep(hierarchy: Hierarchy) -> None:
     """Remove the (empty) job cgroups of launchers that are gone."""
     for base in hierarchy.bases.values():
@@ -376,7 +367,7 @@ def sweep(hierarchy: Hierarchy) -> None:
             if not name.startswith(PREFIX):
                 continue
             pid = name[len(PREFIX) :].split(".", 1)[0]
-            if not pid.isdigit() or _pid_alive(int(pid)):
+            if not pid.isdigit() or pid_alive(int(pid)):
                 continue
             job_dir = os.path.join(base, name)
             for child in os.listdir(job_dir):

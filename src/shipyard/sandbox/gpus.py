@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from shipyard import settings
+from shipyard.runtime.lifeline import pid_alive
 
 WAIT = "wait"
 SHARE = "share"
@@ -140,16 +141,6 @@ def leases_dir() -> str:
     )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def held(directory: str | None = None) -> dict[str, str]:
     """GPU -> ``job (pid N)`` for every live lease; stale leases are removed."""
     directory = directory or leases_dir()
@@ -166,7 +157,7 @@ def held(directory: str | None = None) -> dict[str, str]:
             pid = int(pid_text)
         except (OSError, ValueError):
             continue
-        if _alive(pid):
+        if pid_alive(pid):
             out[name] = f"job {job} (pid {pid})"
         else:
             try:

@@ -62,13 +62,9 @@ def fetch_code(submit: str | None, service: Service, scratch: str) -> str | None
     if submit.startswith("file://"):
         return submit[len("file://") :]
     if submit.startswith("s3://"):
-        from shipyard.storage.listing import store_for
-        from shipyard.storage.uri import parse
-
         bundle = os.path.join(scratch, "sourcedir.tar.gz")
-        where = parse(submit)
-        store = store_for(where)
-        store.download(store.info(where), bundle)
+        if not _download(submit, bundle):
+            raise ComposeError(f"sagemaker_submit_directory {submit} does not exist")
         code = os.path.join(scratch, "code")
         os.makedirs(code)
         with tarfile.open(bundle) as tar:
@@ -140,18 +136,25 @@ def _artifacts_dir(model_data: str, scratch: str) -> str:
     wrote them, or a copy fetched from an s3:// output path."""
     if not model_data.startswith("s3://"):
         return os.path.dirname(model_data.removeprefix("file://"))
-    from shipyard.storage.listing import store_for
-    from shipyard.storage.uri import parse
-
     into = os.path.join(scratch, "artifacts")
     os.makedirs(into, exist_ok=True)
     base = model_data.rsplit("/", 1)[0]
     for name in ("model.tar.gz", "output.tar.gz"):
-        where = parse(f"{base}/{name}")
-        store = store_for(where)
-        if store.exists(where):
-            store.download(store.info(where), os.path.join(into, name))
+        _download(f"{base}/{name}", os.path.join(into, name))
     return into
+
+
+def _download(uri: str, dest: str) -> bool:
+    """``uri`` (s3:// or local) copied to ``dest``; False when there is no such object."""
+    from shipyard.storage.listing import store_for
+    from shipyard.storage.uri import parse
+
+    where = parse(uri)
+    store = store_for(where)
+    if not store.exists(where):
+        return False
+    store.download(store.info(where), dest)
+    return True
 
 
 def run(project: Project, compose_file: str) -> int:
