@@ -241,28 +241,23 @@ class InstanceCgroup:
 
     def oom_kills(self) -> int:
         """Processes the kernel killed here for exceeding the memory limit."""
-        directory = self._dir("memory")
         name = "memory.events" if self.version == 2 else "memory.oom_control"
+        return self._counter("memory", name, "oom_kill")
+
+    def pids_refused(self) -> int:
+        """Forks the kernel refused here because the process limit was reached."""
+        return self._counter("pids", "pids.events", "max")
+
+    def _counter(self, controller: str, name: str, key: str) -> int:
+        """One ``key value`` line of a controller's events file; 0 when absent."""
+        directory = self._dir(controller)
         try:
             text = _read(os.path.join(directory, name)) if directory else ""
         except OSError:
             return 0
         for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
-
-    def pids_refused(self) -> int:
-        """Forks the kernel refused here because the process limit was reached."""
-        directory = self._dir("pids")
-        try:
-            text = _read(os.path.join(directory, "pids.events")) if directory else ""
-        except OSError:
-            return 0
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "max":
+            found, _, value = line.partition(" ")
+            if found == key:
                 return int(value)
         return 0
 
