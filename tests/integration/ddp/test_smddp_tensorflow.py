@@ -1,7 +1,8 @@
 """``smdistributed.dataparallel`` with the TensorFlow estimator (issue 28): a TF2 custom
 training loop written for ``import smdistributed.dataparallel.tensorflow as dist`` trains on
 2 instances x 2 processes under the mpi runner, and its ranks end with identical weights;
-a framework_version SageMaker never ran it with is refused before anything starts."""
+so does a TF1 ``MonitoredTrainingSession`` script with SMDDP's hook and optimizer; a
+framework_version SageMaker never ran it with is refused before anything starts."""
 
 from __future__ import annotations
 
@@ -89,6 +90,46 @@ def test_tf2_loop_for_smddp_trains_on_2x2_with_identical_ranks(session, tmp_path
     assert job_processes(job_dir) == []
 
 
+@pytest.mark.timeout(300)
+def test_tf1_estimator_era_script_with_the_hook_and_optimizer_ends_identical(session, tmp_path):
+    """SMDDP's TF1 parts: ``DistributedOptimizer`` around a ``tf.compat.v1.train`` optimizer
+    and ``BroadcastGlobalVariablesHook`` in a ``MonitoredTrainingSession``. The ranks start
+    from different random weights; the hook makes them rank 0's, and the averaged gradients
+    keep them equal."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(os.path.join(HERE, "smddp_tf1_train.py"), src / "train.py")
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=str(src),
+        instance_count=2,
+        instance_type="local",
+        framework_version="2.4.1",
+        py_version="py37",
+        distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+        environment={"TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1"},
+        session=session,
+    )
+    est.fit(job_name="smddp-tf1")
+    desc = est.latest_training_job.describe()
+    assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
+    job_dir = desc["Shipyard"]["JobDir"]
+    ranks = {}
+    for host in ("algo-1", "algo-2"):
+        model = os.path.join(job_dir, "instances", host, "model")
+        for name in os.listdir(model):
+            if name.startswith("tf1-rank-"):
+                with open(os.path.join(model, name)) as fh:
+                    rec = json.load(fh)
+                ranks[rec["rank"]] = rec
+    assert sorted(ranks) == [0, 1]
+    assert ranks[1]["first"] == ranks[0]["first"]  # the hook broadcast rank 0's weights
+    np.testing.assert_allclose(ranks[1]["final"][0], ranks[0]["final"][0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(ranks[1]["final"][1], ranks[0]["final"][1], rtol=0, atol=1e-6)
+    assert ranks[0]["losses"][-1] < ranks[0]["losses"][0]  # it trained
+    assert job_processes(job_dir) == []
+
+
 @pytest.mark.parametrize("version", ["2.12", "2.16.1", "1.15.5"])
 def test_a_version_smddp_never_had_for_tensorflow_is_refused(session, tmp_path, home, version):
     est = shipyard.TensorFlow(
@@ -142,6 +183,9 @@ assert dist.DistributedGradientTape(tape).gradient(y, v).numpy().tolist() == [2.
 for bad, call in (
     ("param_index and num_params must be integers", lambda: dist.allreduce(t, "w", 1)),
     ("device_dense and device_sparse are not supported", lambda: dist.DistributedGradientTape(tf.GradientTape(), device_dense="/gpu:0")),
+    ("device_dense and device_sparse are not supported", lambda: dist.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), device_sparse="/gpu:0")),
+    ("bucket_cap_mb must be a positive size", lambda: dist.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), bucket_cap_mb=0)),
+    ("bucket_cap_mb must be a positive size", lambda: dist.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), bucket_cap_mb=1e-7)),
 ):
     try:
         call()

@@ -20,9 +20,12 @@ Where SMDDP's signature differs from Horovod's it is kept: ``allreduce(tensor, p
 num_params, ...)`` takes the two index arguments (they only drove SMDDP's bucketing),
 ``ReduceOp.AVERAGE``/``SUM``/``MIN``/``MAX`` are its op names, and ``oob_allreduce``
 (an average "out of band", for losses and metrics) returns the reduced tensor, as the
-library's examples use it. Not provided: ``BroadcastGlobalVariablesHook`` and
-``DistributedOptimizer`` for TF1 ``tf.estimator`` (import fails naming them) and ``overlap``
-is an identity (it only helped XLA overlap communication).
+library's examples use it. The TF1 ``tf.estimator`` / ``MonitoredTrainingSession`` parts
+are here too: ``DistributedOptimizer`` (a ``tf.compat.v1.train.Optimizer`` whose gradients
+are averaged over all ranks; SMDDP's ``bucket_cap_mb`` is checked and accepted, the fusion
+here sizes its own buffers) and ``BroadcastGlobalVariablesHook`` (every global variable
+from ``root_rank`` once the session exists). ``overlap`` is an identity (it only helped XLA
+overlap communication).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from shipyard.horovod.tensorflow import (  # noqa: F401 - SMDDP's names, same ob
     shutdown,
     size,
 )
+from shipyard.horovod.tensorflow.hooks import BroadcastGlobalVariablesHook  # noqa: F401
 
 __version__ = "1.2.0+shipyard"  # the SMDDP release of the TF 2.4-era notebooks
 
@@ -101,11 +105,50 @@ def DistributedGradientTape(  # noqa: N802 - SMDDP's name
     op=ReduceOp.AVERAGE,
 ):
     """Wrap a ``tf.GradientTape``: ``gradient()`` returns gradients averaged over all ranks."""
-    if device_dense or device_sparse:
-        raise ValueError(
-            "smdistributed.dataparallel.tensorflow.DistributedGradientTape: device_dense and "
-            "device_sparse are not supported (as in SMDDP); leave them out"
-        )
+    _no_device("DistributedGradientTape", device_dense, device_sparse)
     return _hvd.DistributedGradientTape(
         gradtape, compression=compression, sparse_as_dense=sparse_as_dense, op=_op(op)
+    )
+
+
+def _no_device(what: str, device_dense: str, device_sparse: str) -> None:
+    if device_dense or device_sparse:
+        raise ValueError(
+            f"smdistributed.dataparallel.tensorflow.{what}: device_dense and device_sparse are "
+            "not supported (as in SMDDP); leave them out"
+        )
+
+
+def DistributedOptimizer(  # noqa: N802 - SMDDP's name
+    optimizer,
+    name=None,
+    use_locking=False,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=ReduceOp.AVERAGE,
+    bucket_cap_mb=25,
+):
+    """Wrap a TF1 optimizer (``tf.compat.v1.train.Optimizer``, as ``tf.estimator`` scripts
+    use): ``compute_gradients`` returns gradients averaged over all ranks."""
+    _no_device("DistributedOptimizer", device_dense, device_sparse)
+    if (
+        isinstance(bucket_cap_mb, bool)
+        or not isinstance(bucket_cap_mb, (int, float))
+        or bucket_cap_mb <= 0
+        or (bucket_cap_mb * 1024 * 1024) % 128
+    ):
+        raise ValueError(
+            "smdistributed.dataparallel.tensorflow.DistributedOptimizer: bucket_cap_mb must be "
+            f"a positive size in MB whose bytes are a multiple of 128, got {bucket_cap_mb!r} "
+            "(SMDDP's default is 25)"
+        )
+    return _hvd.DistributedOptimizer(
+        optimizer,
+        name=name,
+        use_locking=use_locking,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        op=_op(op),
     )
