@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard import settings
@@ -166,7 +166,7 @@ class RayBackend:
                         pg, placement_group_bundle_index=i
                     ),
                 ).remote(config.job_name, spec.host)
-                node_config = dict(asdict(config), addresses=addresses)
+                node_config = dict(config.to_dict(), addresses=addresses)
                 if want.whole_node:
                     node_config.update(
                         num_cpus=max(1, int(node.cpus)), num_gpus=int(node.gpus) if want.gpus else 0
