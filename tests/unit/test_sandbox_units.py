@@ -114,3 +114,12 @@ def test_ray_sandbox_is_decided_on_each_node(monkeypatch):
     off = sandbox_config("ray")
     assert off == SandboxPlan(OFF, reason="SHIPYARD_SANDBOX=off")
     assert node_sandbox(off, "10.0.0.7") == off  # off: no namespaces, no shim
+
+
+def test_a_ray_gpu_instance_divides_exactly_the_gpus_ray_granted_its_actor():
+    from shipyard.backends.ray.actor import ray_gpus
+
+    assert ray_gpus("ml.p3.8xlarge", [2, 3, 6, 7]) == {"SHIPYARD_GPUS": "2,3,6,7"}
+    assert ray_gpus("ml.p3.2xlarge", []) == {"SHIPYARD_GPUS": "none"}
+    assert ray_gpus("ml.m5.xlarge", [0]) == {}  # a CPU type: Ray granted no GPU to divide
+    assert ray_gpus("local_gpu", [0]) == {}  # the whole node's, as on the local backend

@@ -34,6 +34,14 @@ NO_SANDBOX_NOTE = (
     "job directory) and the job's listeners are visible on this machine"
 )
 
+# Ray: an instance's peers are other machines, reached over the node's own network, and
+# nothing yet confines that network to them (issue 31)
+NODE_NETWORK_ISOLATION_NOTE = (
+    "network isolation: a Ray instance keeps its node's network (its peers are other "
+    "machines), so enable_network_isolation is not enforced on Ray; run the job on the "
+    "local backend where it must hold"
+)
+
 
 def log(message: str) -> None:
     sys.stdout.write(f"[shipyard-agent] {message}\n")
@@ -96,6 +104,9 @@ def enter_sandbox(
             rootless=plan.rootless,
         )
         enter_without_network(box)
+        if plan.isolation:  # each node decides: each instance says it
+            box.missing.append(NODE_NETWORK_ISOLATION_NOTE)
+            log(f"{host}: protection missing: {NODE_NETWORK_ISOLATION_NOTE}")
         if plan.network and host == config.hosts[0]:
             log("shipyard:network: shaping needs the job's own network: the job runs unshaped")
         return InstancePaths(OPT_ML), box

@@ -15,6 +15,7 @@ import tarfile
 
 import pytest
 
+from shipyard.agent.__main__ import NODE_NETWORK_ISOLATION_NOTE
 from shipyard.sandbox import probe
 from tests.integration.ray_backend.test_ray_backend import _assert_on_nodes
 
@@ -74,6 +75,7 @@ def test_a_ray_instance_sees_only_itself_and_holds_no_privilege(
         instance_count=2,
         instance_type="local",
         environment={"PROBE_HOME": str(home), "PROBE_WORKDIR": ray_cluster.workdir},
+        enable_network_isolation=True,  # not enforceable on Ray: must be said, not hidden
         session=ray_session,
     )
     est.fit(job_name="ray-isolation")
@@ -105,9 +107,14 @@ def test_a_ray_instance_sees_only_itself_and_holds_no_privilege(
         # is its own
         assert record["home"] in ([], "ENOENT"), record["home"]
         assert record["workdir"] == ["ray-isolation"], record["workdir"]
-        if not [m for m in missing if m["Host"] == host and "/etc" in m["Missing"]]:
-            assert record["etc"] == "written"
+        assert record["etc"] == "written"
     assert not os.path.exists("/etc/shipyard-ray-probe")
-    # what the nodes could not give is said, not hidden (here: nothing)
-    assert missing == [], missing
+    # what the nodes could not give is said, not hidden: here only network isolation,
+    # in describe and in every instance's log
+    assert missing == [
+        {"Host": h, "Missing": NODE_NETWORK_ISOLATION_NOTE} for h in ("algo-1", "algo-2")
+    ]
+    for instance in desc["Shipyard"]["Instances"]:
+        with open(instance["LogPath"], encoding="utf-8") as fh:
+            assert f"protection missing: {NODE_NETWORK_ISOLATION_NOTE}" in fh.read()
     _assert_on_nodes(ray_session, ray_cluster)

@@ -68,6 +68,20 @@ def node_sandbox(asked: SandboxPlan, ip: str, hidden: tuple[str, ...] = ()) -> S
     )
 
 
+def ray_gpus(instance_type: str, gpu_ids: list) -> dict[str, str]:
+    """The GPUs the keeper's cgroup and ``CUDA_VISIBLE_DEVICES`` divide (backends.resources
+    reads ``SHIPYARD_GPUS`` before nvidia-smi): for a GPU instance type exactly those Ray
+    granted this actor, so two instances on one node never get the same GPU (dividing the
+    node's own list, each would take the first ones). ``local``/``local_gpu`` keep seeing
+    their node's GPUs, as on the local backend."""
+    from shipyard.backends.ray.placement import demand
+
+    want = demand(instance_type)
+    if want.whole_node or not want.gpus:
+        return {}
+    return {"SHIPYARD_GPUS": ",".join(str(g) for g in gpu_ids) or "none"}
+
+
 def hidden_on_node(submitted_instances_dir: str) -> tuple[str, ...]:
     """What a job's processes on this node must not see beyond the filesystem view's own
     (sandbox.fsview): the node's work dir (every job's instances here, with their
@@ -119,7 +133,9 @@ class InstanceActor:
         # forking *thread* ends, so it must live exactly as long as the keeper. The keeper
         # gets a session of its own: Ray SIGKILLs a dead worker's process group, and the
         # keeper must survive that to stop the agent and delete the files.
-        threading.Thread(target=self._run, args=(argv, node_env(env)), daemon=True).start()
+        launch_env = node_env(env)
+        launch_env.update(ray_gpus(config["instance_type"], ray.get_gpu_ids()))
+        threading.Thread(target=self._run, args=(argv, launch_env), daemon=True).start()
         self._started.wait()
         return {
             "pid": self.proc.pid if self.proc else None,
