@@ -75,3 +75,26 @@ def test_a_missing_field_or_broken_json_is_an_agent_config_error():
         AgentConfig.from_json(json.dumps(data))
     with pytest.raises(AgentConfigError, match="not JSON"):
         AgentConfig.from_json("{")
+
+
+def test_a_ray_nodes_view_also_hides_what_its_plan_names_and_keeps_the_bind_shim(
+    tmp_path, monkeypatch
+):
+    """The agent's view of a Ray instance: fsview's, plus the plan's ``hidden`` masked and
+    the bind shim (built in the masked home's cache) kept readable for LD_PRELOAD."""
+    from shipyard.agent.__main__ import instance_view
+    from shipyard.sandbox import bindshim, fsview
+
+    shim = tmp_path / "cache" / "bindshim-x.so"
+    monkeypatch.setattr(bindshim, "build", lambda: bindshim.Shim(str(shim)))
+    workdir = tmp_path / "ray-work"
+    instances = workdir / "job" / "instances"
+    plan = SandboxPlan(NODE_NETWORK, node_address="10.0.0.7", hidden=(str(workdir),))
+    config = local_config(str(instances), {"algo-1": "10.0.0.7"}, sandbox=plan)
+    view = instance_view(config, fsview.view(config, python=["/srv/venv"]))
+    assert str(workdir) in view["mask"]
+    assert str(workdir / "job") in view["keep_rw"]  # its own job, bound back by init
+    assert str(shim) in view["keep_ro"]
+    local = local_config(str(instances), {"algo-1": "10.0.0.7"}, sandbox=SandboxPlan(JOB_NETWORK))
+    plain = fsview.view(local, python=["/srv/venv"])
+    assert instance_view(local, plain) == plain  # the local backend's view, unchanged
