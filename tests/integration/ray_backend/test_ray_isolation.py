@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tarfile
+import uuid
 
 import pytest
 
@@ -50,7 +51,7 @@ def seen(path):
 out["home"] = seen(os.environ["PROBE_HOME"])
 out["workdir"] = seen(os.environ["PROBE_WORKDIR"])
 try:
-    with open("/etc/shipyard-ray-probe", "w") as fh:
+    with open(os.environ["PROBE_ETC"], "w") as fh:
         fh.write("x")
     out["etc"] = "written"
 except OSError as exc:
@@ -69,12 +70,17 @@ def test_a_ray_instance_sees_only_itself_and_holds_no_privilege(
 
     if not probe.support(network=False).ok:
         pytest.skip(f"no namespaces here: {probe.support(network=False).reason}")
+    etc_file = f"/etc/shipyard-ray-probe-{uuid.uuid4().hex[:12]}"
     est = shipyard.Estimator(
         entry_point="probe.py",
         source_dir=write_script("probe.py", PROBE),
         instance_count=2,
         instance_type="local",
-        environment={"PROBE_HOME": str(home), "PROBE_WORKDIR": ray_cluster.workdir},
+        environment={
+            "PROBE_HOME": str(home),
+            "PROBE_WORKDIR": ray_cluster.workdir,
+            "PROBE_ETC": etc_file,
+        },
         enable_network_isolation=True,  # not enforceable on Ray: must be said, not hidden
         session=ray_session,
     )
@@ -108,7 +114,7 @@ def test_a_ray_instance_sees_only_itself_and_holds_no_privilege(
         assert record["home"] in ([], "ENOENT"), record["home"]
         assert record["workdir"] == ["ray-isolation"], record["workdir"]
         assert record["etc"] == "written"
-    assert not os.path.exists("/etc/shipyard-ray-probe")
+    assert not os.path.exists(etc_file)  # the instance's /etc layer went with it
     # what the nodes could not give is said, not hidden: here only network isolation,
     # in describe and in every instance's log
     assert missing == [
