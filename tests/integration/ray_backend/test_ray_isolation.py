@@ -124,3 +124,55 @@ def test_a_ray_instance_sees_only_itself_and_holds_no_privilege(
         with open(instance["LogPath"], encoding="utf-8") as fh:
             assert f"protection missing: {NODE_NETWORK_ISOLATION_NOTE}" in fh.read()
     _assert_on_nodes(ray_session, ray_cluster)
+
+
+LIMITS = r"""
+import json, os
+limit = None
+for line in open("/proc/self/cgroup"):
+    _, controllers, path = line.strip().split(":", 2)
+    for candidate in (f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes",
+                      f"/sys/fs/cgroup/unified{path}/memory.max",
+                      f"/sys/fs/cgroup{path}/memory.max"):
+        if ("memory" in controllers.split(",") or controllers == "") and os.path.exists(candidate):
+            value = open(candidate).read().strip()
+            if value != "max" and (limit is None or int(value) < limit):
+                limit = int(value)
+os.makedirs("/opt/ml/model", exist_ok=True)
+with open("/opt/ml/model/limits.json", "w") as fh:
+    json.dump({"memory": limit, "cpus": sorted(os.sched_getaffinity(0))}, fh)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_ray_instance_of_a_named_type_gets_its_types_memory_limit_on_its_node(
+    ray_session, ray_cluster, write_script
+):
+    """Ray's accounting places the instance (2 CPUs for ml.m5.large); its node's cgroup
+    holds it to the type's memory, and describe says what it got and on which node."""
+    import shipyard
+    from shipyard import instance_types
+    from shipyard.sandbox import cgroups
+
+    hierarchy = cgroups.detect()
+    if not hierarchy.usable:
+        pytest.skip(f"no usable cgroups here: {hierarchy.reason}")
+    est = shipyard.Estimator(
+        entry_point="limits.py",
+        source_dir=write_script("limits.py", LIMITS),
+        instance_count=1,
+        instance_type="ml.m5.large",
+        session=ray_session,
+    )
+    est.fit(job_name="ray-limits")
+    memory = instance_types.resolve("ml.m5.large").memory_bytes
+    with tarfile.open(est.model_data.removeprefix("file://")) as tar:
+        got = json.load(tar.extractfile("limits.json"))  # type: ignore[arg-type]
+    assert got["memory"] == memory
+    resources = est.latest_training_job.describe()["Shipyard"]["Resources"]
+    address = est.latest_training_job.describe()["Shipyard"]["Instances"][0]["Address"]
+    instance = resources["Instances"]["algo-1"]
+    assert instance["MemoryBytes"] == memory and instance["Node"] == address
+    assert instance["Cpus"] == got["cpus"]
+    assert resources["InstanceType"] == "ml.m5.large" and resources["Cgroups"]
+    _assert_on_nodes(ray_session, ray_cluster)
