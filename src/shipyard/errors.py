@@ -10,7 +10,8 @@ keeps catching them.
     │   ├── DistributionError             unknown / conflicting / not-yet-supported distribution
     │   ├── ChannelError                  an input channel that cannot be used
     │   ├── JobExistsError                a job of that name is already recorded
-    │   └── SettingError                  a SHIPYARD_* variable holds a value it does not accept
+    │   ├── SettingError                  a SHIPYARD_* variable holds a value it does not accept
+    │   └── AgentConfigError              an agent.json whose fields are missing or mistyped
     ├── StagingError                      code could not be staged (git clone, requirements, ...)
     ├── StorageError                      an s3:// or file:// location could not be read or written
     ├── JobNotFoundError (KeyError)       no such job in the store
@@ -82,6 +83,11 @@ class JobFailedError(ShipyardError):
         self.status = status
         self.reason = reason or ""
         super().__init__(f"Error for Training job {job_name}: {status}. Reason: {self.reason}")
+
+
+class AgentConfigError(ValidationError):
+    """An agent.json (shipyard.agent.config) whose fields are missing or mistyped; the
+    message names the field."""
 
 
 class SettingError(ValidationError):

@@ -88,29 +88,38 @@ def test_doctor_reports_each_capability_with_a_fix_for_what_is_missing(monkeypat
 
 def test_ray_sandbox_is_decided_on_each_node(monkeypatch):
     """The control plane asks; each Ray node answers with what its own kernel allows:
-    mount + UTS namespaces only (the node's network), or the reason why not."""
+    the local backend's namespaces on the node's own network, or the reason why not."""
+    from shipyard.agent.config_sandbox import NODE_NETWORK, OFF, PER_NODE, SandboxPlan
     from shipyard.backends.ray.actor import node_sandbox
     from shipyard.control.plan import sandbox_config
     from shipyard.sandbox import probe
 
     monkeypatch.delenv("SHIPYARD_SANDBOX", raising=False)
-    asked = sandbox_config("ray")
-    assert asked == {"enabled": False, "on_node": True}
+    asked = sandbox_config("ray", isolation=True)
+    assert asked == SandboxPlan(PER_NODE, isolation=True)
     monkeypatch.setattr(probe, "_detect", lambda network=True: probe.Support(not network, ""))
-    assert node_sandbox(asked, "10.0.0.7") == {
-        "enabled": False,
-        "mounts": True,
-        "rootless": False,
-        "reason": "",
-        "bind_address": "10.0.0.7",  # the bind shim's address, with or without namespaces
-    }
+    assert node_sandbox(asked, "10.0.0.7", ("/w",)) == SandboxPlan(
+        NODE_NETWORK,
+        isolation=True,
+        node_address="10.0.0.7",  # the bind shim's address, with or without namespaces
+        hidden=("/w",),
+    )
     monkeypatch.setattr(
         probe, "_detect", lambda network=True: probe.Support(False, "the kernel refused")
     )
-    assert node_sandbox(asked, "10.0.0.7")["mounts"] is False
-    assert node_sandbox(asked, "10.0.0.7")["reason"] == "the kernel refused"
-    assert node_sandbox(asked, "10.0.0.7")["bind_address"] == "10.0.0.7"
+    refused = node_sandbox(asked, "10.0.0.7")
+    assert (refused.mode, refused.reason) == (OFF, "the kernel refused")
+    assert refused.node_address == "10.0.0.7" and refused.decided_on_node
     monkeypatch.setenv("SHIPYARD_SANDBOX", "off")
     off = sandbox_config("ray")
-    assert off == {"enabled": False, "reason": "SHIPYARD_SANDBOX=off"}
+    assert off == SandboxPlan(OFF, reason="SHIPYARD_SANDBOX=off")
     assert node_sandbox(off, "10.0.0.7") == off  # off: no namespaces, no shim
+
+
+def test_a_ray_gpu_instance_divides_exactly_the_gpus_ray_granted_its_actor():
+    from shipyard.backends.ray.actor import ray_gpus
+
+    assert ray_gpus("ml.p3.8xlarge", [2, 3, 6, 7]) == {"SHIPYARD_GPUS": "2,3,6,7"}
+    assert ray_gpus("ml.p3.2xlarge", []) == {"SHIPYARD_GPUS": "none"}
+    assert ray_gpus("ml.m5.xlarge", [0]) == {}  # a CPU type: Ray granted no GPU to divide
+    assert ray_gpus("local_gpu", [0]) == {}  # the whole node's, as on the local backend

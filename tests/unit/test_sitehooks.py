@@ -89,7 +89,9 @@ def test_gloo_workers_are_seen_by_the_exit_guard_and_the_rank_exits_cleanly(tmp_
 
 
 def test_every_job_process_gets_the_site_dir_and_the_resolver_only_without_a_sandbox(tmp_path):
-    for sandbox, switch in (({}, "1"), ({"enabled": True}, "0")):
+    from shipyard.agent.config_sandbox import JOB_NETWORK, SandboxPlan
+
+    for sandbox, switch in ((SandboxPlan(), "1"), (SandboxPlan(JOB_NETWORK), "0")):
         config = local_config(str(tmp_path), {"algo-1": "127.0.0.1"}, sandbox=sandbox)
         paths = InstancePaths(str(tmp_path / "algo-1"))
         env = process_env(config, "algo-1", paths, base={sitehooks.PYTHON_RESOLVER_ENV: "1"})

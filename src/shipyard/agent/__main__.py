@@ -34,6 +34,14 @@ NO_SANDBOX_NOTE = (
     "job directory) and the job's listeners are visible on this machine"
 )
 
+# Ray: an instance's peers are other machines, reached over the node's own network, and
+# nothing yet confines that network to them (issue 31)
+NODE_NETWORK_ISOLATION_NOTE = (
+    "network isolation: a Ray instance keeps its node's network (its peers are other "
+    "machines), so enable_network_isolation is not enforced on Ray; run the job on the "
+    "local backend where it must hold"
+)
+
 
 def log(message: str) -> None:
     sys.stdout.write(f"[shipyard-agent] {message}\n")
@@ -76,40 +84,41 @@ def enter_sandbox(
     as this instance's processes see them (/opt/ml in a sandbox) and the sandbox (an
     InstanceSandbox, None without one)."""
     real = paths_for(config, host)
+    plan = config.sandbox
     if holder_pid is None and not config.mounted:
-        if config.sandbox.get("reason") and (
-            host == config.hosts[0] or "mounts" in config.sandbox  # Ray: nodes decide
-        ):
-            log(NO_SANDBOX_NOTE.format(reason=config.sandbox["reason"]))
-        if config.sandbox.get("network") and host == config.hosts[0]:
+        if plan.reason and (host == config.hosts[0] or plan.decided_on_node):
+            log(NO_SANDBOX_NOTE.format(reason=plan.reason))
+        if plan.network and host == config.hosts[0]:
             log("shipyard:network: shaping needs the instance sandbox: the job runs unshaped")
         return real, None
     from shipyard.sandbox import shaping
     from shipyard.sandbox.instance import InstanceSandbox, enter, enter_without_network
 
     os.makedirs(real.base, exist_ok=True)
-    if holder_pid is None:  # Ray: mount + UTS namespaces, the node's own network
-        enter_without_network(
-            InstanceSandbox(
-                holder_pid=None,
-                host=host,
-                hosts=dict(config.addresses),
-                tree=real.base,
-                rootless=bool(config.sandbox.get("rootless")),
-            )
+    if holder_pid is None:  # Ray: the node's own network; the rest as on the local backend
+        box = InstanceSandbox(
+            holder_pid=None,
+            host=host,
+            hosts=dict(config.addresses),
+            tree=real.base,
+            rootless=plan.rootless,
         )
-        return InstancePaths(OPT_ML), None
+        enter_without_network(box)
+        if plan.isolation:  # each node decides: each instance says it
+            box.missing.append(NODE_NETWORK_ISOLATION_NOTE)
+            log(f"{host}: protection missing: {NODE_NETWORK_ISOLATION_NOTE}")
+        if plan.network and host == config.hosts[0]:
+            log("shipyard:network: shaping needs the job's own network: the job runs unshaped")
+        return InstancePaths(OPT_ML), box
     box = InstanceSandbox(
         holder_pid=holder_pid,
         host=host,
         hosts=dict(config.addresses),
         tree=real.base,
-        rootless=bool(config.sandbox.get("rootless")),
-        outbound=not config.sandbox.get("isolation"),
+        rootless=plan.rootless,
+        outbound=not plan.isolation,
         forward_ports=loopback_ports(config),
-        shape=shaping.Shape.from_json(config.sandbox["network"])
-        if config.sandbox.get("network")
-        else None,
+        shape=shaping.Shape.from_json(plan.network) if plan.network else None,
     )
     enter(box)
     if box.shape is not None and host == config.hosts[0]:
@@ -118,7 +127,7 @@ def enter_sandbox(
         from shipyard.sandbox import datanet
 
         datanet.route_connections(box.data_net, box.own_net)
-    if config.sandbox.get("isolation") and host == config.hosts[0]:
+    if plan.isolation and host == config.hosts[0]:
         log(
             "network isolation: instances have no network beyond the job's; "
             "the agents transfer channels, checkpoints and the model"
@@ -168,7 +177,7 @@ def sandboxed_specs(
 
     from shipyard.sandbox import confine, datanet, fsview, pidns
 
-    namespace, missing = pidns.start(fsview.view(config))
+    namespace, missing = pidns.start(instance_view(config, fsview.view(config)))
     for note in missing:
         log(f"{host}: protection missing: {note}")
     box.missing.extend(missing)
@@ -186,6 +195,25 @@ def sandboxed_specs(
     if box.data_net is not None:
         services = [replace(s, argv=datanet.enter_argv(box.data_net, s.argv)) for s in services]
     return confined, services, namespace.spawn if namespace is not None else _start
+
+
+def instance_view(config: AgentConfig, view: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The filesystem view (shipyard.sandbox.fsview) with what the sandbox plan adds: its
+    ``hidden`` directories masked (a Ray node's work dir, the submitter's home) and, where
+    the instance's listeners go through the bind shim, the shim itself kept readable (it
+    is built under the user's cache, in the masked home)."""
+    plan = config.sandbox
+    view = {key: list(value) for key, value in view.items()}
+    view["mask"] = view.get("mask", []) + [
+        p for p in map(os.path.realpath, plan.hidden) if p not in view.get("mask", [])
+    ]
+    if plan.node_address:
+        from shipyard.sandbox import bindshim
+
+        shim = bindshim.build().path
+        if shim is not None:
+            view["keep_ro"] = view.get("keep_ro", []) + [os.path.realpath(shim)]
+    return view
 
 
 def _start(start: Any) -> Any:
@@ -241,7 +269,7 @@ def _run(
     env["PATH"] = os.pathsep.join(
         p for p in (python_dir(paths.agent_dir, config.python), env.get("PATH")) if p
     )
-    bind_address = config.sandbox.get("bind_address")
+    bind_address = config.sandbox.node_address
     if bind_address:  # Ray: no wildcard listeners on the node (shipyard.sandbox.bindshim)
         from shipyard.sandbox import bindshim
 

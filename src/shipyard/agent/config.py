@@ -10,6 +10,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from shipyard.agent.config_sandbox import SandboxPlan
+from shipyard.errors import AgentConfigError
+
 
 @dataclass
 class AgentConfig:
@@ -44,15 +47,9 @@ class AgentConfig:
     # checkpoint_s3_uri or None}. Credentials are never written here: they come from the
     # environment the agent inherits.
     data: dict[str, Any] = field(default_factory=dict)
-    # The instance sandbox (shipyard.sandbox): {"enabled": bool, "reason": why not,
-    # "rootless": bool}. Enabled: addresses are on the job's private network and the
-    # instance's tree is mounted at /opt/ml; else instances run as plain processes.
-    # Ray: {"enabled": False, "on_node": True} from the control plane, which each node
-    # turns into {"enabled": False, "mounts": bool, "reason": ..., "rootless": bool}:
-    # mount + UTS namespaces only (/opt/ml, algo-k, /etc/hosts), the node's own network;
-    # plus "bind_address": the node's cluster address, which every wildcard TCP listener
-    # of the instance's processes binds instead (shipyard.sandbox.bindshim).
-    sandbox: dict[str, Any] = field(default_factory=dict)
+    # The instance sandbox (shipyard.sandbox): who writes which form, and what each field
+    # means, in shipyard.agent.config_sandbox.
+    sandbox: SandboxPlan = field(default_factory=SandboxPlan)
     # The framework environment's interpreter for the job's own processes
     # (shipyard.environments); None: the installed environment's, the agent's own.
     python: str | None = None
@@ -60,21 +57,46 @@ class AgentConfig:
     @property
     def sandboxed(self) -> bool:
         """The full sandbox: namespaces and the job's private network (local backend)."""
-        return bool(self.sandbox.get("enabled"))
+        return self.sandbox.sandboxed
 
     @property
     def mounted(self) -> bool:
         """The instance sees its tree at /opt/ml and is named algo-k (every sandbox)."""
-        return self.sandboxed or bool(self.sandbox.get("mounts"))
+        return self.sandbox.contained
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (what agent.json holds, and what Ray ships to its nodes)."""
+        out = asdict(self)
+        out["sandbox"] = self.sandbox.to_dict()
+        return out
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AgentConfig:
+        """Validated where it matters to a reader: a missing field or a sandbox plan that
+        is not one is an AgentConfigError naming the field (unknown top-level keys are
+        ignored: they are informational)."""
+        if not isinstance(data, dict):
+            raise AgentConfigError(f"agent.json must hold a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["sandbox"] = SandboxPlan.from_dict(values.get("sandbox", {}))
+        try:
+            return cls(**values)
+        except TypeError as exc:  # a required field is missing
+            raise AgentConfigError(
+                f"agent.json: {exc}; resubmit the job with this shipyard"
+            ) from None
 
     @classmethod
     def from_json(cls, text: str) -> AgentConfig:
-        data = json.loads(text)
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise AgentConfigError(f"agent.json is not JSON: {exc}") from None
+        return cls.from_dict(data)
 
     @classmethod
     def load(cls, path: str) -> AgentConfig:

@@ -66,7 +66,7 @@ class LocalBackend:
                     self.should_stop,
                 )
             if sandbox is not None:  # agents start meanwhile; each waits for what it needs
-                holder = self._start_holder(bool(sandbox.get("rootless")), specs[0].env)
+                holder = self._start_holder(sandbox.rootless, specs[0].env)
             for spec in specs:
                 os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
                 argv = [
@@ -238,7 +238,7 @@ def _config(specs: list[LaunchSpec]) -> AgentConfig | None:
         return None
     try:
         return AgentConfig.load(specs[0].config_path)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError):  # AgentConfigError is a ValueError
         return None
 
 

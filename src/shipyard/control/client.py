@@ -200,13 +200,13 @@ class ControlPlane:
         shape = shaping.from_tags(spec.tags, spec.instance_type)  # bad values refused here
         sandbox = plan.sandbox_config(self.backend, spec.enable_network_isolation)
         if shape is not None:
-            sandbox["network"] = shape.to_json()
+            sandbox = sandbox.with_network(shape.to_json())
         record = self.store.create_job(
             spec,
             {},
             job_dir,
             self.backend,
-            functools.partial(plan.choose_subnet, sandboxed=bool(sandbox["enabled"])),
+            functools.partial(plan.choose_subnet, sandboxed=sandbox.sandboxed),
             owner_pid=os.getpid(),
         )
         try:

@@ -14,7 +14,9 @@ import secrets
 
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
+from shipyard.agent import config_sandbox
 from shipyard.agent.config import AgentConfig
+from shipyard.agent.config_sandbox import SandboxPlan
 from shipyard.control.home import Home
 from shipyard.control.staging import StagedCode
 from shipyard.errors import ValidationError
@@ -26,24 +28,24 @@ FRAMEWORK_MODULES = {
 }
 
 
-def sandbox_config(backend: str, isolation: bool = False) -> dict:
+def sandbox_config(backend: str, isolation: bool = False) -> SandboxPlan:
     """AgentConfig.sandbox for a job on ``backend``: on when this machine supports it;
     ``isolation`` (enable_network_isolation) cuts the instances' outbound traffic."""
     from shipyard.sandbox import probe
 
     if backend != "local":
         # Ray: each node decides for its own instances (shipyard.backends.ray.actor);
-        # mount + UTS namespaces only, the instances keep their node's network
+        # the instances keep their node's network
         if probe.switched_off():
-            return {"enabled": False, "reason": "SHIPYARD_SANDBOX=off"}
-        return {"enabled": False, "on_node": True}
+            return SandboxPlan(config_sandbox.OFF, reason="SHIPYARD_SANDBOX=off")
+        return SandboxPlan(config_sandbox.PER_NODE, isolation=bool(isolation))
     support = probe.support()
-    return {
-        "enabled": support.ok,
-        "reason": support.reason,
-        "rootless": support.rootless,
-        "isolation": bool(isolation),
-    }
+    return SandboxPlan(
+        config_sandbox.JOB_NETWORK if support.ok else config_sandbox.OFF,
+        reason=support.reason,
+        rootless=support.rootless,
+        isolation=bool(isolation),
+    )
 
 
 def choose_subnet(
@@ -125,7 +127,7 @@ def agent_config(
     home: Home,
     subnet: str,
     channel_sources: dict[str, str],
-    sandbox: dict | None = None,
+    sandbox: SandboxPlan | None = None,
     python: str | None = None,
 ) -> AgentConfig:
     res = instance_types.resolve(spec.instance_type)
@@ -148,7 +150,7 @@ def agent_config(
         framework_module=FRAMEWORK_MODULES.get(spec.framework or ""),
         environment=dict(spec.environment),
         # in a sandbox the instance's interface on the job network is eth0, as on SageMaker
-        network_interface_name="eth0" if (sandbox or {}).get("enabled") else "lo",
+        network_interface_name="eth0" if sandbox is not None and sandbox.sandboxed else "lo",
         extra_python_path=list(staged.extra_python_path),
         python_package=staged.python_package,
         checkpoint_local_path=spec.checkpoint_local_path,
@@ -157,7 +159,7 @@ def agent_config(
         shared_dir=os.path.join(home.job_dir(spec.job_name), "shared"),
         job_secret=secrets.token_hex(32),
         data=data_config(spec),
-        sandbox=dict(sandbox or {}),
+        sandbox=sandbox or SandboxPlan(),
         python=python,
     )
 

@@ -40,7 +40,7 @@ PREFIX_LEN = 24
 
 @dataclass
 class InstanceSandbox:
-    holder_pid: int | None  # None: no job network (Ray: mount + UTS namespaces only)
+    holder_pid: int | None  # None: no job network (Ray: the node's own network)
     host: str
     hosts: dict[str, str]  # algo-k -> its address on the job network
     tree: str  # the instance's tree on the host (<job>/instances/algo-k)
@@ -219,9 +219,11 @@ def enter(box: InstanceSandbox) -> None:
 
 
 def enter_without_network(box: InstanceSandbox) -> None:
-    """The Ray backend's sandbox: mount and UTS namespaces only (``/opt/ml``, hostname
-    ``algo-k``, an ``/etc/hosts`` naming every instance's node address); the instance
-    keeps its node's network, since its peers are on other machines. Rootless, it
+    """The Ray backend's sandbox: mount and UTS namespaces without a network one
+    (``/opt/ml``, hostname ``algo-k``, an ``/etc/hosts`` naming every instance's node
+    address; the PID namespace, privileges and filesystem view follow as on the local
+    backend, in the agent); the instance keeps its node's network, since its peers are
+    on other machines. Rootless, it
     unshares a user namespace of its own in which the user is root (the local backend's
     instances join the holder's instead)."""
     if box.rootless:

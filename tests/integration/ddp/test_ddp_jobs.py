@@ -138,7 +138,7 @@ def two_by_two(session, write_script, hold_port=None) -> None:
     with open(os.path.join(job_dir, "logs", "algo-1.log")) as fh:
         moved = re.search(rf"MASTER_PORT {port} is in use on \S+; using (\d+)", fh.read())
     with open(os.path.join(job_dir, "agent.json")) as fh:
-        sandboxed = json.load(fh)["sandbox"].get("enabled")  # local + namespaces; not Ray
+        sandboxed = json.load(fh)["sandbox"]["mode"] == "job_network"  # local; not Ray
     if sandboxed:
         # an instance sandbox owns its whole port space: the host's listener takes nothing,
         # and the ranks get the master's name, which libc resolves

@@ -69,3 +69,45 @@ def test_results_carry_model_output_agent_and_shared(tmp_path, monkeypatch):
     assert (tmp_path / "home/model/w.bin").read_bytes() == b"w"
     assert (tmp_path / "home/output/failure").read_text() == "boom"
     assert not (tmp_path / "home/code").exists()
+
+
+def test_the_keeper_puts_the_kernels_verdict_first_in_the_failure(tmp_path, monkeypatch):
+    """An instance its node's cgroup ended (memory, processes) fails with that reason, as
+    on the local backend, though only the node could read the cgroup."""
+    from shipyard.backends.ray.keeper import note_resource_failure
+
+    monkeypatch.setenv("SHIPYARD_RAY_WORKDIR", str(tmp_path))
+    layout = ray_node.NodeLayout.for_instance("job", "algo-2")
+    layout.fresh()
+    note_resource_failure(layout, None)
+    failure = os.path.join(layout.tree, "output", "failure")
+    assert not os.path.exists(failure)
+    note_resource_failure(layout, "OutOfMemoryError: algo-2 exceeded its 8 GiB memory limit")
+    with open(failure) as fh:
+        assert fh.read() == "OutOfMemoryError: algo-2 exceeded its 8 GiB memory limit"
+    with open(failure, "w") as fh:
+        fh.write("Killed")
+    note_resource_failure(layout, "OutOfMemoryError: algo-2")
+    with open(failure) as fh:
+        assert fh.read() == "OutOfMemoryError: algo-2\nKilled"
+
+
+def test_each_nodes_resources_join_the_jobs_record_naming_the_node():
+    node = {
+        "InstanceType": "ml.m5.large",
+        "Cgroups": "v1",
+        "Unlimited": None,
+        "Fix": None,
+        "Instances": {"algo-1": {"Cpus": [0, 1], "MemoryBytes": 8 << 30}},
+        "Notes": [],
+    }
+    job = ray_node.merge_resources(None, node, "algo-1", "10.0.0.12")
+    assert job["Instances"] == {
+        "algo-1": {"Cpus": [0, 1], "MemoryBytes": 8 << 30, "Node": "10.0.0.12"}
+    }
+    other = dict(node, Cgroups=None, Unlimited="no cgroup v1 or v2 mounted")
+    other["Instances"] = {"algo-2": {"Cpus": None, "MemoryBytes": None}}
+    job = ray_node.merge_resources(job, other, "algo-2", "10.0.0.13")
+    assert sorted(job["Instances"]) == ["algo-1", "algo-2"]
+    assert job["Cgroups"] == "v1"  # the first node's; the other says it in the notes
+    assert job["Notes"] == ["algo-2 (node 10.0.0.13): no limits: no cgroup v1 or v2 mounted"]

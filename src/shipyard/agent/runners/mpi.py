@@ -237,7 +237,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     env = rank_python_path(ctx.env, options.get("kind"))
     if config.sandboxed:
         env = {**sandbox_mca(config.network_interface_name), **env}
-    elif config.sandbox.get("bind_address"):  # Ray
+    elif config.sandbox.decided_on_node:  # Ray
         env = {**cluster_mca(config.addresses), **env}
         if loopback_nodes(config.addresses) and bindshim.ADDRESS_ENV in env:
             # node addresses Open MPI cannot advertise (loopback: a one-machine cluster):

@@ -15,8 +15,17 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 
-from shipyard.backends.ray.node import NodeLayout, interface_of, localize, write_private
+from shipyard.agent import config_sandbox
+from shipyard.agent.config_sandbox import SandboxPlan
+from shipyard.backends.ray.node import (
+    NodeLayout,
+    interface_of,
+    localize,
+    workdir,
+    write_private,
+)
 from shipyard.runtime.lifeline import die_with_parent
 
 # Environment a Ray worker carries that must not reach the job's processes: Ray's own
@@ -37,24 +46,53 @@ def node_env(forwarded: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def node_sandbox(asked: dict, ip: str) -> dict:
-    """The instance's sandbox on this node: mount + UTS namespaces (/opt/ml, algo-k,
-    /etc/hosts with the nodes' addresses) where this node's kernel allows them, decided
-    here since nodes may differ; the reason in the agent's log where it does not. Its
-    processes' wildcard listeners bind ``ip``, the node's cluster address (the bind shim,
-    shipyard.sandbox.bindshim; it needs no namespace)."""
-    if not asked.get("on_node"):
+def node_sandbox(asked: SandboxPlan, ip: str, hidden: tuple[str, ...] = ()) -> SandboxPlan:
+    """The instance's sandbox on this node, decided here since nodes may differ: the local
+    backend's (its own mount, UTS and PID namespaces, /opt/ml, algo-k, /etc/hosts with the
+    nodes' addresses, no privileges, the filesystem view without ``hidden``) on the node's
+    own network, where this node's kernel allows the namespaces; else the reason, which the
+    agent logs. Its processes' wildcard listeners bind ``ip``, the node's cluster address
+    (the bind shim, shipyard.sandbox.bindshim; it needs no namespace)."""
+    if asked.mode != config_sandbox.PER_NODE:
         return asked
     from shipyard.sandbox import probe
 
     support = probe.support(network=False)
-    return {
-        "enabled": False,
-        "mounts": support.ok,
-        "rootless": support.rootless,
-        "reason": support.reason,
-        "bind_address": ip,
-    }
+    return replace(
+        asked,
+        mode=config_sandbox.NODE_NETWORK if support.ok else config_sandbox.OFF,
+        rootless=support.rootless,
+        reason=support.reason,
+        node_address=ip,
+        hidden=tuple(hidden),
+    )
+
+
+def ray_gpus(instance_type: str, gpu_ids: list) -> dict[str, str]:
+    """The GPUs the keeper's cgroup and ``CUDA_VISIBLE_DEVICES`` divide (backends.resources
+    reads ``SHIPYARD_GPUS`` before nvidia-smi): for a GPU instance type exactly those Ray
+    granted this actor, so two instances on one node never get the same GPU (dividing the
+    node's own list, each would take the first ones). ``local``/``local_gpu`` keep seeing
+    their node's GPUs, as on the local backend."""
+    from shipyard.backends.ray.placement import demand
+
+    want = demand(instance_type)
+    if want.whole_node or not want.gpus:
+        return {}
+    return {"SHIPYARD_GPUS": ",".join(str(g) for g in gpu_ids) or "none"}
+
+
+def hidden_on_node(submitted_instances_dir: str) -> tuple[str, ...]:
+    """What a job's processes on this node must not see beyond the filesystem view's own
+    (sandbox.fsview): the node's work dir (every job's instances here, with their
+    agent.json and its secret; the job's own directory is bound back) and the submitter's
+    ``$SHIPYARD_HOME`` (``<home>/jobs/<job>/instances`` there), which is on this machine
+    when the node shares the submitter's. A path this node does not have is skipped."""
+    jobs = os.path.dirname(os.path.dirname(os.path.abspath(submitted_instances_dir)))
+    hidden = [workdir()]
+    if os.path.basename(jobs) == "jobs":
+        hidden.append(os.path.dirname(jobs))
+    return tuple(hidden)
 
 
 class InstanceActor:
@@ -72,10 +110,12 @@ class InstanceActor:
 
         self.layout.fresh()
         data = {name: ray.get(ref) for name, ref in blobs.items()}
+        submitted = config["instances_dir"]
         config = localize(config, self.layout, data)
         ip = ray.util.get_node_ip_address()
         config["network_interface_name"] = interface_of(ip, config["network_interface_name"])
-        config["sandbox"] = node_sandbox(config.get("sandbox") or {}, ip)
+        asked = SandboxPlan.from_dict(config.get("sandbox") or {})
+        config["sandbox"] = node_sandbox(asked, ip, hidden_on_node(submitted)).to_dict()
         write_private(self.layout.config_path, json.dumps(config, indent=1, sort_keys=True))
         open(self.layout.log_path, "wb").close()
         argv = [
@@ -93,7 +133,9 @@ class InstanceActor:
         # forking *thread* ends, so it must live exactly as long as the keeper. The keeper
         # gets a session of its own: Ray SIGKILLs a dead worker's process group, and the
         # keeper must survive that to stop the agent and delete the files.
-        threading.Thread(target=self._run, args=(argv, node_env(env)), daemon=True).start()
+        launch_env = node_env(env)
+        launch_env.update(ray_gpus(config["instance_type"], ray.get_gpu_ids()))
+        threading.Thread(target=self._run, args=(argv, launch_env), daemon=True).start()
         self._started.wait()
         return {
             "pid": self.proc.pid if self.proc else None,

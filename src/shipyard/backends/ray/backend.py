@@ -22,10 +22,11 @@ keepers stop the agents and delete the files.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard import settings
@@ -166,7 +167,7 @@ class RayBackend:
                         pg, placement_group_bundle_index=i
                     ),
                 ).remote(config.job_name, spec.host)
-                node_config = dict(asdict(config), addresses=addresses)
+                node_config = dict(config.to_dict(), addresses=addresses)
                 if want.whole_node:
                     node_config.update(
                         num_cpus=max(1, int(node.cpus)), num_gpus=int(node.gpus) if want.gpus else 0
@@ -284,12 +285,27 @@ class RayBackend:
                 if os.path.isdir(os.path.join(staging, part)):
                     os.replace(os.path.join(staging, part), os.path.join(inst.base, part))
             _merge(os.path.join(staging, "shared"), shared)
+            self._record_resources(inst, os.path.join(staging, ray_node.RESOURCES_NAME))
             _rmtree(staging)
         except Exception as exc:  # noqa: BLE001 - any failure here is the instance's
             if not inst.stopping:
                 self._lost(inst, exc, "could not bring the instance's results back from")
                 return
         inst.code = code
+
+    @staticmethod
+    def _record_resources(inst: _Instance, node_record: str) -> None:
+        """Add what the instance got of its node to the job's resources.json (describe)."""
+        job_dir = os.path.dirname(os.path.dirname(inst.base))
+        try:
+            with open(node_record, encoding="utf-8") as fh:
+                node = json.load(fh)
+        except (OSError, ValueError):
+            return  # the node wrote none (no allotment): describe shows no Resources
+        from shipyard.backends.resources import read_record, write_record
+
+        merged = ray_node.merge_resources(read_record(job_dir), node, inst.host, inst.node_ip)
+        write_record(job_dir, merged)
 
     def _lost(
         self,

@@ -24,6 +24,7 @@ import time
 
 import psutil
 
+from shipyard.agent.layout import InstancePaths
 from shipyard.backends.api import LaunchSpec
 from shipyard.backends.local import LocalBackend
 from shipyard.backends.ray.node import NodeLayout
@@ -57,7 +58,27 @@ def keep(layout: NodeLayout, job: str, host: str, grace: float, actor: psutil.Pr
         delay = min(delay * 2, 0.1)
     if code is None:
         return 137
+    note_resource_failure(layout, backend.resource_failure(handle))
     return 128 - code if code < 0 else code
+
+
+def note_resource_failure(layout: NodeLayout, verdict: str | None) -> None:
+    """The kernel's word on why the instance ended (its cgroup's memory or process limit on
+    this node), put first in its failure file, which goes back to the submitting machine:
+    the local backend's supervisor asks the backend for it, but on Ray only the keeper, on
+    the node, can read the cgroup before it is gone."""
+    if not verdict:
+        return
+    path = InstancePaths(layout.tree).failure_file
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        text = ""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        fh.write(f"{verdict}\n{text}" if text else verdict)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ import tempfile
 from dataclasses import dataclass
 
 from shipyard import settings
+from shipyard.backends.resources import RESOURCES_NAME
 
 RESULT_PARTS = ("model", "output", "agent")
 
@@ -119,9 +120,12 @@ class NodeLayout:
                 shutil.rmtree(self.root, ignore_errors=True)
 
     def results(self) -> bytes:
-        """model/, output/, agent/ of the tree and shared/, for the submitting machine."""
+        """model/, output/, agent/ of the tree and shared/, for the submitting machine, and
+        what the instance got of its node (resources.json, written by the keeper's launch:
+        backends.resources)."""
         entries = [(os.path.join(self.tree, part), part) for part in RESULT_PARTS]
         entries.append((self.shared, "shared"))
+        entries.append((os.path.join(self.stage, RESOURCES_NAME), RESOURCES_NAME))
         return pack(entries, compress=True)
 
 
@@ -178,3 +182,26 @@ def interface_of(ip: str, default: str) -> str:
     if ip.startswith("127."):
         return "lo"
     return default
+
+
+def merge_resources(job: dict | None, node: dict, host: str, node_ip: str) -> dict:
+    """The job's resources.json (describe's ``Shipyard.Resources``) with one more Ray
+    instance's record from its node. Each node limits its own instances (its cgroups, the
+    GPUs Ray granted), so every instance says which node it ran on, and a node whose
+    limits differ from the first one's says so in the notes."""
+    mine = dict(node.get("Instances", {}).get(host) or {}, Node=node_ip)
+    if job is None:
+        job = {k: v for k, v in node.items() if k != "Instances"}
+        job["Instances"] = {}
+        job["Notes"] = list(node.get("Notes") or [])
+    elif node.get("Cgroups") != job.get("Cgroups"):
+        job["Notes"] = list(job.get("Notes") or []) + [
+            f"{host} (node {node_ip}): "
+            + (
+                f"cgroup {node['Cgroups']}"
+                if node.get("Cgroups")
+                else f"no limits: {node.get('Unlimited')}"
+            )
+        ]
+    job["Instances"] = dict(job.get("Instances") or {}, **{host: mine})
+    return job

@@ -1,0 +1,100 @@
+"""agent.json's sandbox plan is one typed contract (issue 26): written by the control plane
+and by each Ray node, read by attribute, refused with the bad field named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shipyard.agent.config import AgentConfig
+from shipyard.agent.config_sandbox import JOB_NETWORK, NODE_NETWORK, OFF, PER_NODE, SandboxPlan
+from shipyard.errors import AgentConfigError, ValidationError
+from tests.agent_configs import local_config
+
+
+def _config_json(sandbox: object) -> str:
+    data = json.loads(local_config("/jobs/j/instances", {"algo-1": "10.1.2.1"}).to_json())
+    data["sandbox"] = sandbox
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        SandboxPlan(),
+        SandboxPlan(JOB_NETWORK, rootless=True, isolation=True, network={"rate": "1gbit"}),
+        SandboxPlan(PER_NODE, isolation=True),
+        SandboxPlan(NODE_NETWORK, node_address="10.0.0.7", hidden=("/w", "/home/u/.shipyard")),
+        SandboxPlan(OFF, reason="the kernel refused namespaces: EPERM", node_address="10.0.0.7"),
+    ],
+)
+def test_every_plan_round_trips_through_agent_json_as_plain_json(plan):
+    config = local_config("/jobs/j/instances", {"algo-1": "10.1.2.1"}, sandbox=plan)
+    text = config.to_json()
+    assert json.loads(text)["sandbox"]["mode"] == plan.mode  # plain JSON, no pickle
+    back = AgentConfig.from_json(text)
+    assert back.sandbox == plan and isinstance(back.sandbox.hidden, tuple)
+    assert back == config
+
+
+def test_readers_ask_the_plan_what_it_gives():
+    assert SandboxPlan(JOB_NETWORK).sandboxed and SandboxPlan(JOB_NETWORK).contained
+    node = SandboxPlan(NODE_NETWORK, node_address="10.0.0.7")
+    assert not node.sandboxed and node.contained and node.decided_on_node
+    for plan in (SandboxPlan(), SandboxPlan(PER_NODE)):
+        assert not (plan.sandboxed or plan.contained or plan.decided_on_node)
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "named"),
+    [
+        ({"enabled": True, "rootless": False}, "sandbox.enabled is not a field"),  # old form
+        ({"mode": "namespaces"}, "sandbox.mode is 'namespaces', not one of off, job_network"),
+        ({"mode": "off", "rootless": "yes"}, "sandbox.rootless must be true or false"),
+        ({"isolation": 1}, "sandbox.isolation must be true or false"),
+        ({"reason": 3}, "sandbox.reason must be a string"),
+        ({"network": "1gbit"}, "sandbox.network must be a JSON object or null"),
+        ({"hidden": "/w"}, "sandbox.hidden must be a list of paths"),
+        ({"mode": "node_network"}, "sandbox.node_address is required in mode node_network"),
+        (["off"], "sandbox must be a JSON object"),
+    ],
+)
+def test_a_bad_sandbox_plan_is_refused_naming_the_field(sandbox, named):
+    with pytest.raises(AgentConfigError) as caught:
+        AgentConfig.from_json(_config_json(sandbox))
+    assert named in str(caught.value)
+    assert "resubmit the job" in str(caught.value)
+    assert isinstance(caught.value, ValidationError | ValueError)
+
+
+def test_a_missing_field_or_broken_json_is_an_agent_config_error():
+    data = json.loads(_config_json({}))
+    del data["hosts"]
+    with pytest.raises(AgentConfigError, match="hosts"):
+        AgentConfig.from_json(json.dumps(data))
+    with pytest.raises(AgentConfigError, match="not JSON"):
+        AgentConfig.from_json("{")
+
+
+def test_a_ray_nodes_view_also_hides_what_its_plan_names_and_keeps_the_bind_shim(
+    tmp_path, monkeypatch
+):
+    """The agent's view of a Ray instance: fsview's, plus the plan's ``hidden`` masked and
+    the bind shim (built in the masked home's cache) kept readable for LD_PRELOAD."""
+    from shipyard.agent.__main__ import instance_view
+    from shipyard.sandbox import bindshim, fsview
+
+    shim = tmp_path / "cache" / "bindshim-x.so"
+    monkeypatch.setattr(bindshim, "build", lambda: bindshim.Shim(str(shim)))
+    workdir = tmp_path / "ray-work"
+    instances = workdir / "job" / "instances"
+    plan = SandboxPlan(NODE_NETWORK, node_address="10.0.0.7", hidden=(str(workdir),))
+    config = local_config(str(instances), {"algo-1": "10.0.0.7"}, sandbox=plan)
+    view = instance_view(config, fsview.view(config, python=["/srv/venv"]))
+    assert str(workdir) in view["mask"]
+    assert str(workdir / "job") in view["keep_rw"]  # its own job, bound back by init
+    assert str(shim) in view["keep_ro"]
+    local = local_config(str(instances), {"algo-1": "10.0.0.7"}, sandbox=SandboxPlan(JOB_NETWORK))
+    plain = fsview.view(local, python=["/srv/venv"])
+    assert instance_view(local, plain) == plain  # the local backend's view, unchanged
