@@ -13,8 +13,8 @@
   network and GPU samples after byte offset ``C`` (from the first without one), the
   next ``cursor`` and ``more`` (see ``usageread``);
 * ``GET /api/jobs/{name}/plan?instance_type=A,B&instances=2,4``: ``shipyard plan``'s
-  prediction for a finished job (see ``plan``), or the planner's message saying what
-  the job lacks;
+  prediction for a finished job (see ``plan``), or ``plannable: false`` with the
+  planner's message saying what the job lacks and how to get it;
 * ``GET /api/endpoints``: endpoints with their request counts and latency from their
   own ``/metrics``.
 

@@ -164,6 +164,7 @@ def predict(desc: Mapping[str, Any], q: Query) -> dict[str, Any]:
         rows.extend(model.plan(measured.profile, links, wanted))
     assert measured is not None
     return {
+        "plannable": True,
         "job": desc.get("TrainingJobName"),
         "measured": {
             "instances": measured.instances,

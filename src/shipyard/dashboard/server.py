@@ -105,8 +105,10 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
             return not_found(exc)
 
     async def job_plan(request: Request) -> Response:
-        """409 with the planner's message when the job cannot be planned (not finished,
-        nothing usable measured); 400 for an option that does not parse."""
+        """The planner's rows; ``plannable: false`` with its message when the job cannot
+        be planned (not finished, nothing usable measured): an answer about the job, not
+        a failed request, so a page polling a running job logs no error. 400 for an
+        option that does not parse."""
         try:
             query = planning.query(request.query_params)
             name = request.path_params["name"]
@@ -114,7 +116,7 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
         except JobNotFoundError as exc:
             return not_found(exc)
         except PlanInputError as exc:
-            return _json({"error": str(exc), "plannable": False}, 409)
+            return _json({"plannable": False, "error": str(exc)})
         except ValueError as exc:  # ValidationError and what a number's parse raises
             return _json({"error": str(exc)}, 400)
 

@@ -59,7 +59,7 @@ class Plan {
     const q = new URLSearchParams();
     for (const [name, node] of Object.entries(this.inputs)) if (node.value.trim()) q.set(name, node.value.trim());
     const [status, body] = await fetchAnswer(`/api/jobs/${encodeURIComponent(this.job)}/plan?${q}`);
-    if (status !== 200) {
+    if (status !== 200 || !body.plannable) {
       setChildren(this.result, el("div", { class: "warning plan-message" }, body.error || `HTTP ${status}`));
       return;
     }

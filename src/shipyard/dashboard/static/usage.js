@@ -6,14 +6,23 @@
 "use strict";
 
 const MIB = 1024 * 1024;
-const pct = (v) => `${v.toFixed(1)} %`;
+// four significant digits, so close bounds stay apart (12.99 % and 13 %, not 13.0 twice)
+const digits = (v) => String(Number(v.toPrecision(4)));
+const pct = (v) => `${digits(v)} %`;
+// a rate in MB/s, or kB/s below 0.1 MB/s (an idle link reads 1.2 kB/s, not 0.00120 MB/s)
+const rate = (v) => (v !== 0 && Math.abs(v) < 0.1 ? `${digits(v * 1e3)} kB/s` : `${digits(v)} MB/s`);
+// decimal bytes, as the rates are
+function decimal(n) {
+  for (const [unit, scale] of [["GB", 1e9], ["MB", 1e6], ["kB", 1e3]]) if (n >= scale) return `${digits(n / scale)} ${unit}`;
+  return `${n} B`;
+}
 const USAGE_PLOTS = [
   { key: "CPUUtilization", title: "CPU (% of one CPU)", format: pct },
-  { key: "MemoryBytes", title: "memory (MiB)", scale: 1 / MIB, format: (v) => `${v.toFixed(1)} MiB` },
+  { key: "MemoryBytes", title: "memory (MiB)", scale: 1 / MIB, format: (v) => `${digits(v)} MiB` },
   { key: "MemoryUtilization", title: "memory (% of the instance's limit)", format: pct },
   { key: "DiskUtilization", title: "disk (% of its file system used)", format: pct },
-  { key: "NetworkRxBytes", title: "network in (MB/s)", rate: true, format: (v) => `${v.toPrecision(3)} MB/s` },
-  { key: "NetworkTxBytes", title: "network out (MB/s)", rate: true, format: (v) => `${v.toPrecision(3)} MB/s` },
+  { key: "NetworkRxBytes", title: "network in (MB/s)", rate: true, format: rate },
+  { key: "NetworkTxBytes", title: "network out (MB/s)", rate: true, format: rate },
   { key: "GPUUtilization", title: "GPU (% summed over its GPUs)", format: pct },
   { key: "GPUMemoryUtilization", title: "GPU memory (% used, summed over its GPUs)", format: pct },
 ];
@@ -79,7 +88,7 @@ class Usage {
     if (spec.rate) {
       const totals = measured.map((h) => {
         const last = this.byHost.get(h).filter((s) => s[spec.key] !== undefined).pop();
-        return `${h} ${(last[spec.key] / 1e6).toPrecision(3)} MB`;
+        return `${h} ${decimal(last[spec.key])}`;
       });
       box.appendChild(el("p", { class: "muted totals" }, `so far this attempt: ${totals.join(", ")}`));
     }
