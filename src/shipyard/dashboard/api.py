@@ -68,8 +68,14 @@ def jobs(control: ControlPlane, limit: int = 200) -> list[dict[str, Any]]:
 
 def job(control: ControlPlane, name: str, environment: bool = False) -> dict[str, Any]:
     """DescribeTrainingJob's answer; ``Environment`` keeps its names, its values only
-    when ``environment`` (a page shows them on a click, never on a poll)."""
-    out = _plain(control.describe(name))
+    when ``environment`` (a page shows them on a click, never on a poll).
+
+    ``Shipyard.Utilization`` is left out: a page polls this every second, and a day-long
+    job's samples are megabytes (70,000 samples: a 12.7 MB answer per poll, measured);
+    ``utilization()`` serves them a page at a time instead."""
+    desc = control.describe(name)
+    (desc.get("Shipyard") or {}).pop("Utilization", None)
+    out = _plain(desc)
     if not environment:
         out["Environment"] = {k: HIDDEN for k in out.get("Environment") or {}}
     return out

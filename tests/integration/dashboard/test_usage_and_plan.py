@@ -11,7 +11,7 @@ nothing the planner can use, a job sampled once, and a job still running.
   line per instance in legible units, the plan table and its plot, and the plan
   controls turn the planner's message into a table once the missing numbers are given.
 
-Screenshots are kept under build/test-artifacts/dashboard/."""
+Screenshots are kept under build/test-artifacts/dashboard/usage-plan/."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from tests.integration.dashboard.test_dashboard import (
 )
 from tests.integration.test_plan_cli import SCRIPT as PS_SCRIPT
 
+SHOTS = ARTIFACTS / "usage-plan"  # (test_dashboard counts the screenshots beside it)
 pytestmark = [pytest.mark.timeout(300), pytest.mark.torch]
 pytest.importorskip("torch")
 SECRET = "s3cret-of-the-plan-test"
@@ -212,7 +213,7 @@ def test_usage_plots_and_plan_in_headless_chromium(jobs, ui):
         pytest.skip("Debian's chromium is not installed (the Makefile's set-up installs it)")
     sync_api = pytest.importorskip("playwright.sync_api")
     base, _ = ui
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -252,7 +253,7 @@ def test_usage_plots_and_plan_in_headless_chromium(jobs, ui):
             last = page.locator(".plan-table tr.plan-row").nth(1)
             assert last.locator("td.bottleneck").inner_text() == "hot ps:0"
             assert SECRET not in page.content()
-            page.screenshot(path=str(ARTIFACTS / "usage-and-plan.png"), full_page=True)
+            page.screenshot(path=str(SHOTS / "usage-and-plan.png"), full_page=True)
 
             # nothing usable measured: the planner's message, then the fields it names
             page.goto(base + "/jobs/plain")
@@ -264,7 +265,7 @@ def test_usage_plots_and_plan_in_headless_chromium(jobs, ui):
             page.click("#plan-run")
             page.wait_for_selector(".plan-table tr.plan-row")
             assert page.locator(".plan-message").count() == 0
-            page.screenshot(path=str(ARTIFACTS / "plan-given.png"), full_page=True)
+            page.screenshot(path=str(SHOTS / "plan-given.png"), full_page=True)
 
             # one sample: each value drawn as a point; a rate waits for a second sample
             page.goto(base + "/jobs/once")
@@ -276,12 +277,16 @@ def test_usage_plots_and_plan_in_headless_chromium(jobs, ui):
 
             # live: the running job's plots gain points as it is sampled
             page.goto(base + "/jobs/live")
-            memory = ".usage[data-usage=MemoryBytes] circle.point"
-            page.wait_for_selector(memory)
-            shown = page.locator(memory).count()
-            until(lambda: page.locator(memory).count() > shown)
+            line = page.locator(".usage[data-usage=MemoryBytes] path.series").first
+            line.wait_for()
+
+            def drawn() -> int:  # points on algo-1's line: M x,y L x,y L ...
+                return (line.get_attribute("d") or "").count("L") + 1
+
+            shown = drawn()
+            until(lambda: drawn() > shown)
             assert "is InProgress" in page.inner_text(".plan-message")
-            page.screenshot(path=str(ARTIFACTS / "usage-live.png"), full_page=True)
+            page.screenshot(path=str(SHOTS / "usage-live.png"), full_page=True)
         finally:
             browser.close()
     assert errors == []
