@@ -242,7 +242,7 @@ def test_usage_plots_and_plan_in_headless_chromium(jobs, ui):
             assert page.locator(".plan-table tr.plan-row").count() == 14
             assert page.locator(".plan-plot path.series").count() == 2  # a line per type
             x_labels = page.locator(".plan-plot text.x-label").all_text_contents()
-            assert x_labels == ["1 instances", "64 instances"], x_labels
+            assert x_labels == ["1 instance", "64 instances"], x_labels
             assert page.input_value("#plan-form input[name=instance_type]") == (
                 "ml.p3.2xlarge,ml.p3.16xlarge"
             )

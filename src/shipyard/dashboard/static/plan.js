@@ -12,6 +12,9 @@ const PLAN_FIELDS = [
   ["gradient_bytes", "--gradient-bytes", "gradient bytes per step (jobs without a ps report)"],
 ];
 
+// the plot's x axis is log2(instances): 1, 2, 4 ... 64 evenly spaced
+const instancesLabel = (x) => (Math.round(2 ** x) === 1 ? "1 instance" : `${Math.round(2 ** x)} instances`);
+
 // (status, body) of a GET, error answers included: their {"error"} is what the page shows
 async function fetchAnswer(url) {
   const resp = await fetch(url, { headers: { Accept: "application/json" } });
@@ -82,7 +85,7 @@ class Plan {
     for (const r of plan.rows) {
       table.appendChild(el("tr", { class: "plan-row" },
         el("td", {}, r.instance_type), el("td", {}, r.instances), el("td", {}, r.distribution),
-        el("td", {}, r.steps_per_s.toFixed(2)),
+        el("td", {}, r.steps_per_s === null ? "-" : r.steps_per_s.toFixed(2)),
         el("td", {}, r.step_s === null ? "-" : `${(r.step_s * 1e3).toFixed(1)} ms`),
         el("td", {}, `${Math.round(r.efficiency * 100)}%`),
         el("td", { class: "bottleneck" }, r.bottleneck), el("td", { class: "advice" }, r.advice)));
@@ -90,13 +93,14 @@ class Plan {
     // steps/s against instances, a line per (type, distribution); counts on a log2 axis
     const lines = new Map();
     for (const r of plan.rows) {
+      if (r.bottleneck === "unsupported" || r.steps_per_s === null) continue;  // no rate to draw
       const name = plan.distributions.length > 1 ? `${r.instance_type} / ${r.distribution}` : r.instance_type;
       if (!lines.has(name)) lines.set(name, []);
       lines.get(name).push([Math.log2(r.instances), r.steps_per_s]);
     }
     const series = [...lines.entries()].map(([name, points]) => ({ name, points }));
     const plot = el("div", { class: "card plan-plot" }, el("strong", {}, "predicted steps/s against instances"),
-      linePlot(series, { xFormat: (x) => `${Math.round(2 ** x)} instances`, yFormat: (y) => `${y.toPrecision(3)}/s` }),
+      linePlot(series, { xFormat: instancesLabel, yFormat: (y) => `${y.toPrecision(3)}/s` }),
       legend([...lines.keys()]));
     return [head, sources, plot, table];
   }
