@@ -80,6 +80,15 @@ def jobs(home, tmp_path_factory):
         metric_definitions=[{"Name": "step_time", "Regex": "step_time=([0-9.e-]+)"}],
     )
     run("plain", "print('no distribution, no metric')\n")
+    # this machine has no GPU: the samples an instance with GPUs adds (the sampler's own
+    # line format, observe.utilization), appended at the file seam
+    gpu_lines = [
+        {"Timestamp": time.time() + i, "Host": f"algo-{h}", "Attempt": 1,
+         "GPUUtilization": 40.0 * h + i, "GPUMemoryUtilization": 10.0 * h}
+        for i in range(2) for h in (1, 2)
+    ]  # fmt: skip
+    with open(os.path.join(session.control.get("plain").job_dir, "utilization.jsonl"), "a") as fh:
+        fh.writelines(json.dumps(line) + "\n" for line in gpu_lines)
     # sampled once: the first sample comes 1 s after launch, the next 30 s later
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHIPYARD_UTILIZATION_INTERVAL", "30")
@@ -224,6 +233,7 @@ def test_usage_plots_and_plan_in_headless_chromium(jobs, ui):
 
             page.goto(base + "/jobs/ps-job")
             page.wait_for_selector(".usage[data-usage=MemoryBytes] svg path.series")
+            assert page.locator(".usage[data-usage=GPUUtilization]").count() == 0  # no GPU
             for key in ("CPUUtilization", "MemoryBytes", "MemoryUtilization", "DiskUtilization"):
                 card = page.locator(f".usage[data-usage={key}]")
                 assert card.locator("path.series").count() == 2, key  # a line per instance
@@ -258,6 +268,12 @@ def test_usage_plots_and_plan_in_headless_chromium(jobs, ui):
             # nothing usable measured: the planner's message, then the fields it names
             page.goto(base + "/jobs/plain")
             page.wait_for_selector(".plan-message")
+            for key in ("GPUUtilization", "GPUMemoryUtilization"):
+                card = page.locator(f".usage[data-usage={key}]")
+                assert card.locator("path.series").count() == 2, key
+                assert all(
+                    t.endswith(" %") for t in card.locator("text.y-label").all_text_contents()
+                )
             assert "--gradient-bytes" in page.inner_text(".plan-message")
             page.click("#plan-form summary")
             page.fill("#plan-form input[name=gradient_bytes]", "4000000")
