@@ -147,7 +147,10 @@ def predict(desc: Mapping[str, Any], q: Query) -> dict[str, Any]:
     Raises ``planner.profile.PlanInputError`` when the job cannot be planned (the
     planner's message) and ValidationError on a bad option."""
     job_type = str((desc.get("ResourceConfig") or {}).get("InstanceType") or "local")
-    kinds: list[str | None] = [d.strip() for d in (q.distribution or "").split(",") if d.strip()]
+    # each named once (a repeated one would only repeat the work of a GET)
+    kinds: list[str | None] = list(
+        dict.fromkeys(d.strip() for d in (q.distribution or "").split(",") if d.strip())
+    )
     for kind in kinds:
         if kind not in model.DISTRIBUTIONS:
             raise ValidationError(

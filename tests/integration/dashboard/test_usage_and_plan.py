@@ -177,6 +177,9 @@ def test_plan_api_rows_messages_and_bad_options(jobs, ui):
     assert rows["10mbit"]["steps_per_s"] < rows["ml.p3.16xlarge"]["steps_per_s"]
     status, horovod = _call(base, "/api/jobs/ps-job/plan?distribution=horovod&instances=2,4")
     assert status == 200 and {r["distribution"] for r in horovod["rows"]} == {"horovod"}
+    status, both = _call(base, "/api/jobs/ps-job/plan?distribution=horovod,horovod,shipyard_ps")
+    assert status == 200 and both["distributions"] == ["horovod", "shipyard_ps"]
+    assert len(both["rows"]) == 2 * 2 * 7  # (each distribution once) x 2 types x 7 counts
 
     # what the planner cannot use: its own message, what is missing and how to get it
     status, body = _call(base, "/api/jobs/live/plan")
