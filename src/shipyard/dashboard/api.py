@@ -9,6 +9,12 @@
   ``shipyard logs`` prints them), the next ``cursor``, and ``more`` when unread lines
   are left (see ``logread``);
 * ``GET /api/jobs/{name}/metrics``: the metric history;
+* ``GET /api/jobs/{name}/utilization?cursor=C``: each instance's CPU, memory, disk,
+  network and GPU samples after byte offset ``C`` (from the first without one), the
+  next ``cursor`` and ``more`` (see ``usageread``);
+* ``GET /api/jobs/{name}/plan?instance_type=A,B&instances=2,4``: ``shipyard plan``'s
+  prediction for a finished job (see ``plan``), or ``plannable: false`` with the
+  planner's message saying what the job lacks and how to get it;
 * ``GET /api/endpoints``: endpoints with their request counts and latency from their
   own ``/metrics``.
 
@@ -24,6 +30,8 @@ import urllib.request
 from typing import Any
 
 from shipyard.control.client import ControlPlane
+from shipyard.dashboard import plan as planning
+from shipyard.dashboard import usageread
 from shipyard.dashboard.logread import format_cursor, read_page
 from shipyard.observe.logs import is_noise, select
 from shipyard.observe.metrics import history
@@ -60,8 +68,14 @@ def jobs(control: ControlPlane, limit: int = 200) -> list[dict[str, Any]]:
 
 def job(control: ControlPlane, name: str, environment: bool = False) -> dict[str, Any]:
     """DescribeTrainingJob's answer; ``Environment`` keeps its names, its values only
-    when ``environment`` (a page shows them on a click, never on a poll)."""
-    out = _plain(control.describe(name))
+    when ``environment`` (a page shows them on a click, never on a poll).
+
+    ``Shipyard.Utilization`` is left out: a page polls this every second, and a day-long
+    job's samples are megabytes (70,000 samples: a 12.7 MB answer per poll, measured);
+    ``utilization()`` serves them a page at a time instead."""
+    desc = control.describe(name)
+    (desc.get("Shipyard") or {}).pop("Utilization", None)
+    out = _plain(desc)
     if not environment:
         out["Environment"] = {k: HIDDEN for k in out.get("Environment") or {}}
     return out
@@ -93,6 +107,25 @@ def logs(
 def metrics(control: ControlPlane, name: str) -> list[dict[str, Any]]:
     control.get(name)
     return history(control.store.metrics(name))
+
+
+def utilization(control: ControlPlane, name: str, cursor: int = 0) -> dict[str, Any]:
+    """One page of a job's utilization samples after byte ``cursor``: a file read, so
+    the server calls it off its event loop."""
+    record = control.get(name)
+    page = usageread.read_page(usageread.path(record.job_dir), cursor)
+    return {
+        "samples": page.samples,
+        "cursor": page.cursor,
+        "more": page.more,
+        "terminal": record.terminal,
+    }
+
+
+def plan(control: ControlPlane, name: str, query: planning.Query) -> dict[str, Any]:
+    """The planner's rows for a job (raises ``PlanInputError`` with the planner's
+    message when the job cannot be planned yet)."""
+    return planning.predict(control.describe(name), query)
 
 
 def _scrape(url: str) -> dict[str, float]:

@@ -23,10 +23,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from shipyard.control.client import ControlPlane
-from shipyard.dashboard import api
+from shipyard.dashboard import api, usageread
+from shipyard.dashboard import plan as planning
 from shipyard.dashboard.guard import Guard
 from shipyard.dashboard.logread import CursorError, parse_cursor
 from shipyard.errors import JobNotFoundError
+from shipyard.planner.profile import PlanInputError
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 SECURITY_HEADERS = {
@@ -90,6 +92,34 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
         except JobNotFoundError as exc:
             return not_found(exc)
 
+    async def job_utilization(request: Request) -> Response:
+        q = request.query_params
+        try:
+            cursor = usageread.parse_cursor(q["cursor"]) if "cursor" in q else 0
+        except CursorError as exc:
+            return _json({"error": str(exc)}, 400)
+        try:
+            name = request.path_params["name"]
+            return _json(await run_in_threadpool(api.utilization, control, name, cursor))
+        except JobNotFoundError as exc:
+            return not_found(exc)
+
+    async def job_plan(request: Request) -> Response:
+        """The planner's rows; ``plannable: false`` with its message when the job cannot
+        be planned (not finished, nothing usable measured): an answer about the job, not
+        a failed request, so a page polling a running job logs no error. 400 for an
+        option that does not parse."""
+        try:
+            query = planning.query(request.query_params)
+            name = request.path_params["name"]
+            return _json(await run_in_threadpool(api.plan, control, name, query))
+        except JobNotFoundError as exc:
+            return not_found(exc)
+        except PlanInputError as exc:
+            return _json({"plannable": False, "error": str(exc)})
+        except ValueError as exc:  # ValidationError and what a number's parse raises
+            return _json({"error": str(exc)}, 400)
+
     async def list_endpoints(request: Request) -> Response:
         return _json(await run_in_threadpool(api.endpoints, control.home.root))
 
@@ -115,6 +145,8 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
             Route("/api/jobs/{name}", one_job),
             Route("/api/jobs/{name}/logs", job_logs),
             Route("/api/jobs/{name}/metrics", job_metrics),
+            Route("/api/jobs/{name}/utilization", job_utilization),
+            Route("/api/jobs/{name}/plan", job_plan),
             Route("/api/endpoints", list_endpoints),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]

@@ -7,6 +7,7 @@ Screenshots are kept under build/test-artifacts/dashboard/."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -17,6 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -128,6 +130,13 @@ def jobs(session, write_script):
 
 @pytest.fixture
 def ui(home):
+    with serve_ui() as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serve_ui() -> Iterator[tuple[str, int]]:
+    """``shipyard ui`` on a free port of this test's home: (base URL, port)."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "shipyard.cli", "ui", "--port", str(port)],
@@ -146,9 +155,11 @@ def ui(home):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"ui did not start: {proc.communicate()[1]}") from None
             time.sleep(0.2)
-    yield base, port
-    proc.terminate()
-    proc.wait(timeout=20)
+    try:
+        yield base, port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def test_api_jobs_and_port_in_use(jobs, ui):

@@ -56,9 +56,11 @@ function setChildren(node, ...children) {
   node.replaceChildren(...children.filter((c) => c !== null && c !== undefined));
 }
 
-// A line plot: series = [{name, points: [[x, y], ...]}]
+// A line plot: series = [{name, points: [[x, y], ...]}]; opts.unit names x's unit
+// ("s" by default), opts.xFormat / opts.yFormat turn a value into its label ("12.5 %")
 function linePlot(series, opts) {
   const W = (opts && opts.width) || 480, H = (opts && opts.height) || 200, P = 36;
+  const yLabel = (opts && opts.yFormat) || ((y) => y.toPrecision(4));
   const all = series.flatMap((s) => s.points);
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", class: "plot" });
   if (!all.length) return root;
@@ -71,29 +73,33 @@ function linePlot(series, opts) {
     [y0, y1] = [y0 - pad, y1 + pad];
     if (ys[0] > 0 && y0 < 0) y0 = 0;
   }
-  const X = (x) => P + ((x - x0) / (x1 - x0)) * (W - P - 10);
+  // the left margin fits the longer y label ("1234.5 MiB" is wider than "0.5500")
+  const L = Math.max(P, 6.5 * Math.max(yLabel(y0).length, yLabel(y1).length) + 4);
+  const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - 10);
   const Y = (y) => H - P + 10 - ((y - y0) / (y1 - y0)) * (H - P - 10);
-  root.appendChild(svg("line", { x1: P, y1: H - P + 10, x2: W - 10, y2: H - P + 10, stroke: "#9ca3af" }));
-  root.appendChild(svg("line", { x1: P, y1: 0, x2: P, y2: H - P + 10, stroke: "#9ca3af" }));
-  root.appendChild(svg("text", { x: 2, y: 12, class: "y-label" }, y1.toPrecision(4)));
-  root.appendChild(svg("text", { x: 2, y: H - P + 8, class: "y-label" }, y0.toPrecision(4)));
+  root.appendChild(svg("line", { x1: L, y1: H - P + 10, x2: W - 10, y2: H - P + 10, stroke: "#9ca3af" }));
+  root.appendChild(svg("line", { x1: L, y1: 0, x2: L, y2: H - P + 10, stroke: "#9ca3af" }));
+  root.appendChild(svg("text", { x: 2, y: 12, class: "y-label" }, yLabel(y1)));
+  root.appendChild(svg("text", { x: 2, y: H - P + 8, class: "y-label" }, yLabel(y0)));
   const unit = (opts && opts.unit) || "s";
-  const xLabel = (x) => `${x.toFixed(unit === "s" ? 1 : 0)} ${unit}`;
+  const xLabel = (opts && opts.xFormat) || ((x) => `${x.toFixed(unit === "s" ? 1 : 0)} ${unit}`);
   if (oneX) {
     root.appendChild(svg("text", { x: X(xs[0]) - 14, y: H - 8, class: "x-label" }, xLabel(xs[0])));
   } else {
-    root.appendChild(svg("text", { x: P, y: H - 8, class: "x-label" }, xLabel(x0)));
-    root.appendChild(svg("text", { x: W - 60, y: H - 8, class: "x-label" }, xLabel(x1)));
+    root.appendChild(svg("text", { x: L, y: H - 8, class: "x-label" }, xLabel(x0)));
+    root.appendChild(svg("text", { x: W - 10, y: H - 8, class: "x-label", "text-anchor": "end" }, xLabel(x1)));
   }
   series.forEach((s, i) => {
+    if (!s.points.length) return;  // (its colour stays its own: s.color, else its place)
+    const color = COLORS[(s.color ?? i) % COLORS.length];
     const d = s.points.map((p, j) => `${j ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(" ");
-    const path = svg("path", { d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.8, class: "series" });
+    const path = svg("path", { d, fill: "none", stroke: color, "stroke-width": 1.8, class: "series" });
     path.appendChild(svg("title", {}, s.name));
     root.appendChild(path);
     if (s.points.length <= 60) {  // few points: each one drawn, so a single value shows
       for (const p of s.points) {
-        const dot = svg("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5, fill: COLORS[i % COLORS.length], class: "point" });
-        dot.appendChild(svg("title", {}, `${s.name}: ${p[1]}`));
+        const dot = svg("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5, fill: color, class: "point" });
+        dot.appendChild(svg("title", {}, `${s.name}: ${(opts && opts.yFormat) ? yLabel(p[1]) : p[1]}`));
         root.appendChild(dot);
       }
     }

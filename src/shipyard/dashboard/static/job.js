@@ -4,6 +4,8 @@ const names = decodeURIComponent(location.pathname.split("/").pop()).split(",").
 // logCursor: the byte offset reached in each log file (the server's "cursor"); null
 // until the first answer, which starts at the tail of each log
 let logCursor = null, logGen = 0, logHost = "", logNoise = false, hostsShown = false, envShown = false;
+// per-instance utilization (usage.js) and the planner's section (plan.js) of a single job
+let usage = null, plan = null;
 
 function summary(d) {
   const bits = [el("p", {}, statusCell(d.TrainingJobStatus), ` / ${d.SecondaryStatus}`,
@@ -128,6 +130,11 @@ async function refreshSingle() {
   setChildren(document.getElementById("report"), drawReport(d.Shipyard.DistributionReport));
   setChildren(document.getElementById("timeline"), timeline(d));
   if (!envShown) setChildren(document.getElementById("environment"), environment(d));
+  usage = usage || new Usage(name);
+  await usage.poll();
+  usage.draw(document.getElementById("utilization"), start);
+  plan = plan || new Plan(name, document.getElementById("plan"));
+  await plan.update(d.TrainingJobStatus);
   return d.TrainingJobStatus === "InProgress";
 }
 
