@@ -103,7 +103,7 @@ class Exchange:
                 and sum(1 for r in reqs if r.nbytes >= PARALLEL_DECODE_MIN) > 1
             )
             if use_pool:
-                pool = wire._pool()
+                pool = wire.hash_pool()
                 futures = [
                     pool.submit(r.make, False) if r.nbytes >= PARALLEL_DECODE_MIN else None
                     for r in reqs
@@ -227,7 +227,7 @@ class Exchange:
                 continue
             del self._pending[rid]
             if self._pool_hash and wire.frames_nbytes(frames) >= PARALLEL_DECODE_MIN:
-                self._results[rid] = wire._pool().submit(self._receive, r, frames, False)
+                self._results[rid] = wire.hash_pool().submit(self._receive, r, frames, False)
                 continue
             res = self._receive(r, frames, True)
             if isinstance(res, ReplayedMessageError):

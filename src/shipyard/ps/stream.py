@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .errors import PSError
-from .wire import Buffer, as_bytes_view
+from .buffers import Buffer, as_bytes_view
 
 _COUNT = struct.Struct("<I")
 _LEN = struct.Struct("<Q")

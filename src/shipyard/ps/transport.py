@@ -48,7 +48,7 @@ from .stream import (
     parse_endpoint,
     tune_socket,
 )
-from .wire import Buffer
+from .buffers import Buffer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .core import ServerCore
