@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import PSError
 from .buffers import Buffer, as_bytes_view
+from .errors import PSError
 
 _COUNT = struct.Struct("<I")
 _LEN = struct.Struct("<Q")

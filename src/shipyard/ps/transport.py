@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from shipyard import settings
 
+from .buffers import Buffer
 from .errors import PSError
 from .stream import (
     DEFAULT_MAX_FRAMES,
@@ -48,7 +49,6 @@ from .stream import (
     parse_endpoint,
     tune_socket,
 )
-from .buffers import Buffer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .core import ServerCore
