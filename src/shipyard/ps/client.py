@@ -380,7 +380,9 @@ class PSClient:
         writer wins, so a shard that resumed from a checkpoint keeps its values.
         Other ranks wait for the values to be initialized and pull them.
         """
-        items = list(params.items()) if isinstance(params, Mapping) else list(params)
+        items: list[TensorSpec | tuple[str, ArrayLike]] = (
+            list(params.items()) if isinstance(params, Mapping) else list(params)
+        )
         given: list[Any] = []
         values: dict[str, np.ndarray | None] = {}
         for item in items:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import wire
+from .buffers import array_view
 from .client_exchange import Exchange
 from .client_requests import Request, RequestBuilder
 from .client_state import ClientState
@@ -185,7 +186,7 @@ class DataPath:
                 # what copyto below does for a reply of out's dtype and size: one byte
                 # copy into out (C-contiguous, checked above), without two reshapes,
                 # frombuffer and the copyto dispatch
-                memoryview(out).cast("B")[:] = frame
+                array_view(out).cast("B")[:] = frame
             else:  # the reply's own dtype and shape (decode checked they fit)
                 value = msg.tensor()
                 np.copyto(out.reshape(-1), value.reshape(-1))  # ValueError if it does not fit
@@ -294,11 +295,11 @@ class DataPath:
                 else:
                     assert dest is not None
                     np.copyto(dest, arr.reshape(-1))
-                if single:
+                if single and out is not None:  # (None returned above)
                     result[name] = out
 
             payload = None
-            if grad is not None:
+            if flat_g is not None:  # a gradient to push
                 payload = grad if c.whole else flat_g[c.offset : c.offset + c.length]
             req = self._requests.tensor(kp, c, mtype, payload, on_reply)
             req.dest = dest.view(np.uint8) if dest is not None else None

@@ -253,7 +253,7 @@ class Exchange:
             frames = self.transport.recv(shard)
             rid = wire.request_id_of(frames[0]) if frames else None
             r = self._pending.get(rid) if rid is not None else None
-            if r is None or r.shard != shard:
+            if rid is None or r is None or r.shard != shard:
                 log.debug("dropping a reply that matches no pending request")
                 continue
             del self._pending[rid]

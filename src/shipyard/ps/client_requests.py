@@ -167,7 +167,7 @@ class RequestBuilder:
         shard = members[0].shard
         hdr = self.header(shard, MsgType.PUSH_PULL_MANY)
         index = wire.pack_keys([m.header.key for m in members])
-        payloads = [m.payload for m in members]
+        payloads = [m.payload for m in members if m.payload is not None]  # all (groupable)
 
         def on_reply(msg: Message) -> None:
             h = msg.header

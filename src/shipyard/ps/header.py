@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .buffers import Buffer
+from .buffers import Buffer, as_bytes_view
 from .errors import ErrorCode, MalformedFrameError, PSConfigError
 
 MAGIC = b"SYPS"
@@ -191,10 +191,10 @@ class Header:
     @classmethod
     def unpack(cls, buf: Buffer) -> Header:
         """Parse a header frame; MalformedFrameError on size/magic/version/ndim problems."""
-        if (len(buf) if type(buf) is bytes else len(memoryview(buf).cast("B"))) != HEADER_SIZE:
-            raise MalformedFrameError(
-                f"header frame is {len(memoryview(buf).cast('B'))} bytes, expected {HEADER_SIZE}"
-            )
+        if type(buf) is not bytes:
+            buf = as_bytes_view(buf)
+        if len(buf) != HEADER_SIZE:
+            raise MalformedFrameError(f"header frame is {len(buf)} bytes, expected {HEADER_SIZE}")
         # fields by position (HEADER_FORMAT): 0 magic, 1 version, 2 type, 3 dtype, 4 ndim,
         # 5 flags, 6 mac alg, 7 reserved, 8 key, 9 worker, 10 request id, 11 shard,
         # 12 step, 13 nbytes, 14-21 shape, 22 session, 23 seq, 24 peer

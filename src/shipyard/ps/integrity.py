@@ -130,7 +130,7 @@ def _seg_digest(view: memoryview) -> bytes:
 def _blake3() -> Any:
     """The ``blake3`` hasher class, or None when the optional package is missing."""
     try:
-        from blake3 import blake3  # type: ignore[import-not-found]
+        from blake3 import blake3
     except ImportError:
         return None
     return blake3
@@ -139,7 +139,7 @@ def _blake3() -> Any:
 def _poly1305() -> Any:
     """``cryptography``'s Poly1305 class, or None when the optional package is missing."""
     try:
-        from cryptography.hazmat.primitives.poly1305 import Poly1305  # type: ignore[import-not-found]
+        from cryptography.hazmat.primitives.poly1305 import Poly1305
     except ImportError:
         return None
     return Poly1305
@@ -166,10 +166,10 @@ class _Gcm:
 def _gcm() -> _Gcm | None:
     """GCM and HKDF from ``cryptography``, or None when the optional package is missing."""
     try:
-        from cryptography.hazmat.primitives import hashes  # type: ignore[import-not-found]
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # type: ignore[import-not-found]
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # type: ignore[import-not-found]
-        from cryptography.hazmat.primitives.kdf.hkdf import HKDF  # type: ignore[import-not-found]
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
     except ImportError:
         return None
 

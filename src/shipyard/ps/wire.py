@@ -269,9 +269,10 @@ def decode(
     try:
         if len(frames) < 2:
             raise MalformedFrameError(f"{len(frames)} frame(s); a message has a header and a MAC")
-        if len(frames) == 3 and type(frames[0]) is bytes and type(frames[1]) is bytes:
+        head, p = frames[0], frames[1]
+        if len(frames) == 3 and type(head) is bytes and type(p) is bytes:
             # one small frame (what the stream hands over for a small push_pull): no lists
-            head, p, mac = frames
+            mac = frames[2]
             mac = mac if type(mac) is bytes else as_bytes_view(mac)
             header = Header.unpack(head)
             if header.mac_alg == MAC_GMAC:
