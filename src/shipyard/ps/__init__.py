@@ -9,20 +9,27 @@ pull parameters, and everything that crosses the wire is counted and reported.
 Modules (one job each)::
 
     errors.py       the typed error tree
-    wire.py         header format, MACs, replay guard, encode/decode (no pickle, zero-copy)
+    buffers.py      flat byte views of frames and arrays (no copies)
+    header.py       the fixed message header: layout, message/dtype/MAC codes, Header
+    integrity.py    the MACs (aes-gmac default, hmac-sha256, poly1305, blake3), Signer
+    replay.py       ReplayGuard: each authenticated message accepted once
+    wire.py         messages: encode/decode (no pickle, zero-copy); re-exports the above
     placement.py    round_robin | greedy_bytes | sliced | auto, and the report
     optimizers.py   SGD (momentum, nesterov), Adam, AdamW, Adagrad: torch's formulas
     consistency.py  async | bounded staleness | sync, worker liveness (pure)
     shard.py        parameters + optimizer state of one shard (no sockets)
     checkpoint.py   atomic .npz + JSON manifest checkpoints, resume
     stats.py        counters, traffic matrix, the JSON report schema
-    core.py         the shard's protocol state machine (frames in, frames out)
+    shard_config.py ServerConfig: a shard's settings (its CLI flags)
+    core.py         the shard's protocol state machine (frames in, frames out): data
+                    requests checked in requests.py, replies made in replies.py,
+                    control requests in commands.py, the job's end in ending.py
     stream.py       messages on a TCP stream: framing, non-blocking reader and writer
     transport.py    the client's transport seam: TCP sockets, or in-process
     server.py       the shard process (socket loop) and ``python -m shipyard.ps.server``
     options.py      the job's options (policy, consistency, counts), validated; no numpy
     launch.py       shard command lines, start/stop shard processes (runners, tests, benchmarks)
-    client.py       PSClient (its data path, requests and exchange in client_*.py)
+    client.py       PSClient, composed of client_*.py's objects over one ClientState
     worker.py       ``python -m shipyard.ps.worker -- CMD``: runs a worker, reports its end
     torch.py        PyTorch adapter: DistributedOptimizer (imports torch; nothing else here does)
     keras.py        Keras 3 adapter: DistributedOptimizer for model.fit (imports tensorflow)

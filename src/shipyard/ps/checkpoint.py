@@ -115,7 +115,8 @@ def save(shard: Shard, workers: WorkerTable, directory: str | Path) -> Path:
         data_name = _data_name(shard.index, generation)
         tmp = d / f".{data_name}.tmp"
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            # numpy's stub: a **dict[str, ndarray] might hold allow_pickle (a bool)
+            np.savez(f, **arrays)  # type: ignore[arg-type]
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, d / data_name)

@@ -17,15 +17,19 @@ Typical use (rank from ``SHIPYARD_PS_RANK``, endpoints from
             params = ps.push_pull(grads)       # push every gradient, pull fresh values
         print(ps.stats())                      # placement + traffic report (stats.py)
 
-Where the parts live (one seam each; PSClient is the mixins put together)::
+Where the parts live (objects with one job each; what they share is one
+``ClientState``, handed to each in its constructor)::
 
-    client.py           PSClient: configuration, lifecycle (hello, heartbeats, close),
-                        registration, control (set_lr, stats, checkpoint, finish)
-    client_data.py      the data path: push / pull / push_pull / split phase, buckets
-    client_requests.py  requests: headers (session, step), tensor and JSON requests,
-                        small tensors grouped into PUSH_PULL_MANY
-    client_exchange.py  the exchange: send all, collect replies as they come, verify,
+    client.py           PSClient: configuration, lifecycle (hello, close),
+                        registration, control (set_lr, stats, checkpoint, finish);
+                        the data calls go to its DataPath
+    client_state.py     ClientState: worker id, signer, step, shard sessions, keys
+    client_data.py      DataPath: push / pull / push_pull / split phase, buckets
+    client_requests.py  RequestBuilder: headers (session, step), tensor and JSON
+                        requests, small tensors grouped into PUSH_PULL_MANY
+    client_exchange.py  Exchange: send all, collect replies as they come, verify,
                         deliver, map error replies and timeouts
+    client_heartbeat.py Heartbeats: the thread that says this worker is alive
     transport.py        the network seam (TCP sockets, or in-process shards)
 
 Errors: bad arguments raise ``PSConfigError`` / ``ShapeMismatchError`` /
@@ -35,11 +39,9 @@ matching ``RemoteError``; no reply in ``timeout`` seconds raises ``PSTimeoutErro
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -51,7 +53,9 @@ from shipyard.errors import SettingError
 from . import wire
 from .client_data import BUCKET_BYTES, DataPath
 from .client_exchange import PARALLEL_DECODE_MIN, Exchange
-from .client_requests import GROUP_MAX_BYTES, GROUP_MAX_COUNT, Requests, _Req
+from .client_heartbeat import Heartbeats
+from .client_requests import GROUP_MAX_BYTES, GROUP_MAX_COUNT, RequestBuilder
+from .client_state import ClientState
 from .errors import (
     PSConfigError,
     PSError,
@@ -68,7 +72,7 @@ from .placement import (
 )
 from .stats import build_report
 from .transport import SocketTransport, Transport, tune_malloc
-from .wire import Header, Message, MsgType
+from .wire import Message, MsgType
 
 log = logging.getLogger("shipyard.ps.client")
 
@@ -124,7 +128,7 @@ def _setting(read: Callable[[str], _T], name: str) -> _T:
         raise PSConfigError(str(err)) from None
 
 
-class PSClient(DataPath, Exchange, Requests):
+class PSClient:
     """A worker's connection to every shard.
 
     ``endpoints`` lists shard endpoints in shard-index order (default
@@ -135,6 +139,11 @@ class PSClient(DataPath, Exchange, Requests):
     is set (default ``$SHIPYARD_PS_HEARTBEAT`` or 1 s; 0 disables). ``mac``
     picks the MAC algorithm (default ``$SHIPYARD_PS_MAC``, else aes-gmac when
     ``cryptography`` is installed, else ``hmac-sha256``).
+
+    Put together from parts that share one ``ClientState``: ``RequestBuilder``
+    (client_requests.py), ``Exchange`` (client_exchange.py), ``DataPath``
+    (client_data.py) and ``Heartbeats`` (client_heartbeat.py); this class is the
+    lifecycle, registration and control, and hands the data calls to the data path.
     """
 
     def __init__(
@@ -164,71 +173,116 @@ class PSClient(DataPath, Exchange, Requests):
         if not 0 <= worker_id <= wire.U32_MAX:
             raise PSConfigError(f"worker_id must be in [0, 2**32), got {worker_id}")
         self.worker_id = worker_id
-        self._secret = wire.secret_from_env(secret)
-        self._mac = mac
-        self.signer = wire.Signer(self._secret, mac)
-        # replies must be new and addressed to this client's session (wire.ReplayGuard)
-        self._guard = wire.ReplayGuard(self.signer.session)
-        # SHA-256 segments are hashed on the pool; BLAKE3 threads itself (GIL held)
-        self._pool_hash = self.signer.alg == wire.MAC_HMAC_SHA256
-        self.timeout = timeout if timeout is not None else _setting(settings.number, TIMEOUT_ENV)
-        self._factory = transport_factory
+        secret_bytes = wire.secret_from_env(secret)
+        self.signer = wire.Signer(secret_bytes, mac)
         self.transport: Transport = transport_factory()
-        self.transport.sink = self._sink  # values land in the caller's arrays (client_data)
         self.num_shards = self.transport.num_shards
         if not self.endpoints:
             self.endpoints = [f"shard-{i}" for i in range(self.num_shards)]
-        self.step = 0
+        self._state = ClientState(
+            worker_id=worker_id,
+            signer=self.signer,
+            endpoints=self.endpoints,
+            timeout=timeout if timeout is not None else _setting(settings.number, TIMEOUT_ENV),
+            peers=[0] * self.num_shards,  # each shard's session, learned in hello()
+        )
+        self._requests = RequestBuilder(self._state, self._learn_sessions)
+        self._exchange = Exchange(self._state, self.transport, self._learn_sessions)
+        self._data = DataPath(self._state, self._requests, self._exchange)
         self.shard_info: list[dict[str, Any]] = []
-        self._peers = [0] * self.num_shards  # each shard's session, learned in hello()
         self.report: PlacementReport | None = None
-        self._keys: dict[str, KeyPlacement] = {}
-        self._rids = itertools.count(1)
-        self._closed = False
         self._servers_down = False
-        self._lock = threading.RLock()  # one thread on the sockets at a time
-        self._pending: dict[int, _Req] = {}  # request id -> request, until its reply
-        self._results: dict[int, Any] = {}  # request id -> None | error | Future, until waited for
-        self._many = False  # every shard takes PUSH_PULL_MANY (learned in hello)
-        self._bucket: list[_Req] = []  # small push_pull_begin requests not sent yet
-        self._bucket_keys: set[int] = set()
-        self._bucket_bytes = 0
-        self._open: list[int] = []  # a split-phase push_pull in progress
-        self._open_result: dict[str, np.ndarray] = {}
         hb = (
             heartbeat_interval
             if heartbeat_interval is not None
             else _setting(settings.number, HEARTBEAT_ENV)
         )
-        self._hb_interval = hb
-        self._hb_stop = threading.Event()
-        self._hb_thread: threading.Thread | None = None
+        # its own session: its messages travel on their own connections, so their
+        # numbers must not interleave with the requests' (each session is in order)
+        self._heartbeats = Heartbeats(
+            self._state, lambda: wire.Signer(secret_bytes, mac), transport_factory, hb
+        )
         if connect:
             try:
                 self.hello()
                 if hb and hb > 0:
-                    self._start_heartbeats()
+                    self._heartbeats.start()
             except BaseException:
                 self.close(leave=False)
                 raise
 
+    # what the parts share, as attributes of the client ------------------------------
+    @property
+    def step(self) -> int:
+        """This worker's step: sent with every request, advanced by each push_pull."""
+        return self._state.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._state.step = value
+
+    @property
+    def timeout(self) -> float:
+        """Seconds without progress before a call raises PSTimeoutError."""
+        return self._state.timeout
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self._state.timeout = value
+
+    # the data path (client_data.DataPath) ------------------------------------------
+    @property
+    def keys(self) -> list[str]:
+        """The registered parameter names, in registration order."""
+        return self._data.keys
+
+    def placement(self, name: str) -> KeyPlacement:
+        """Where ``name``'s chunks live; UnknownKeyError if it was not registered."""
+        return self._data.placement(name)
+
+    def push(self, key: str, grad: ArrayLike) -> None:
+        """Send one gradient for the current ``step``; returns once every shard accepted it."""
+        self._data.push_all({key: grad})
+
+    def push_all(self, grads: Mapping[str, ArrayLike]) -> None:
+        """Send several gradients at once (pipelined over all shards)."""
+        self._data.push_all(grads)
+
+    def pull(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Current value of ``key`` (waits as the consistency mode requires)."""
+        return self._data.pull(key, out)
+
+    def pull_all(
+        self, keys: Iterable[str] | None = None, outs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Current values of ``keys`` (default: all registered), pipelined."""
+        return self._data.pull_all(keys, outs)
+
+    def push_pull(
+        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Push every gradient and get back the updated values (``DataPath.push_pull``)."""
+        return self._data.push_pull(grads, outs)
+
+    def push_pull_begin(
+        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
+    ) -> None:
+        """Split-phase push_pull, part 1 (``DataPath.push_pull_begin``)."""
+        self._data.push_pull_begin(grads, outs)
+
+    def push_pull_end(self) -> dict[str, np.ndarray]:
+        """Split-phase push_pull, part 2: wait for every reply since the last end."""
+        return self._data.push_pull_end()
+
+    def next_step(self) -> int:
+        """Advance this worker's step counter (after a manual push/pull sequence)."""
+        return self._data.next_step()
+
+    # lifecycle -----------------------------------------------------------------------
     def hello(self) -> list[dict[str, Any]]:
         """Join every shard; checks shard order and sets ``step`` to where this worker resumes."""
-        infos: list[dict[str, Any] | None] = [None] * self.num_shards
-
-        def keep(i: int) -> Callable[[Message], None]:
-            def cb(m: Message) -> None:
-                infos[i] = m.json()
-
-            return cb
-
         body = {"worker": self.worker_id, "pid": os.getpid()}
-        self._exchange(
-            [
-                self._json_req(i, MsgType.HELLO, body, keep(i), "hello")
-                for i in range(self.num_shards)
-            ]
-        )
+        infos = self._ask_all(MsgType.HELLO, body, "hello")
         for i, info in enumerate(infos):
             assert info is not None
             if info.get("shard") != i or info.get("num_shards") != self.num_shards:
@@ -237,7 +291,9 @@ class PSClient(DataPath, Exchange, Requests):
                     f"expected shard {i} of {self.num_shards}: list endpoints in shard order"
                 )
         self.shard_info = [dict(x) for x in infos if x is not None]
-        self._many = all("push_pull_many" in (x.get("features") or ()) for x in self.shard_info)
+        self._state.many = all(
+            "push_pull_many" in (x.get("features") or ()) for x in self.shard_info
+        )
         modes = {json_key(x.get("consistency")) for x in self.shard_info}
         if len(modes) > 1:
             raise PSConfigError(f"shards disagree on consistency: {sorted(modes)}")
@@ -247,19 +303,38 @@ class PSClient(DataPath, Exchange, Requests):
     def _learn_sessions(self, timeout: float | None = None) -> None:
         """Say HELLO to the shards whose session this client does not know yet (a client
         made with ``connect=False``): every other request must name it (replay guard)."""
-        missing = [i for i in range(self.num_shards) if not self._peers[i]]
+        missing = [i for i in range(self.num_shards) if not self._state.peers[i]]
         if missing:
             body = {"worker": self.worker_id, "pid": os.getpid()}
-            self._exchange(
-                [self._json_req(i, MsgType.HELLO, body, None, "hello") for i in missing], timeout
+            self._exchange.exchange(
+                [self._requests.json(i, MsgType.HELLO, body, None, "hello") for i in missing],
+                timeout,
             )
+
+    def _ask_all(
+        self, mtype: MsgType, body: Any, label: str, timeout: float | None = None
+    ) -> list[Any]:
+        """Send one JSON request to every shard; returns each shard's JSON reply, in order."""
+        out: list[Any] = [None] * self.num_shards
+
+        def keep(i: int) -> Callable[[Message], None]:
+            def cb(m: Message) -> None:
+                out[i] = m.json()
+
+            return cb
+
+        self._exchange.exchange(
+            [self._requests.json(i, mtype, body, keep(i), label) for i in range(self.num_shards)],
+            timeout,
+        )
+        return out
 
     def close(self, leave: bool = True) -> None:
         """Stop heartbeats, tell shards this worker leaves (``leave=True``), close sockets.
 
         Rank 0 first writes the report to ``$SHIPYARD_PS_REPORT`` when that is set
         (what ``shipyard describe`` shows), best effort."""
-        if self._closed:
+        if self._exchange.closed:
             return
         report_path = settings.get(REPORT_ENV)
         if report_path and self.worker_id == 0 and leave and not self._servers_down:
@@ -269,57 +344,19 @@ class PSClient(DataPath, Exchange, Requests):
                 log.warning(
                     "could not write the parameter-server report to %s: %s", report_path, exc
                 )
-        self._hb_stop.set()
-        if self._hb_thread is not None:
-            self._hb_thread.join(timeout=5)
+        self._heartbeats.stop()
         if leave and not self._servers_down:
             try:  # short: at the end of a job the shards may already be gone
-                self._exchange(
-                    [
-                        self._json_req(i, MsgType.LEAVE, {}, None, "leave")
-                        for i in range(self.num_shards)
-                    ],
-                    timeout=min(self.timeout, 2.0),
-                )
+                self._ask_all(MsgType.LEAVE, {}, "leave", timeout=min(self.timeout, 2.0))
             except PSError as exc:
                 log.warning("leave not acknowledged: %s", exc)
-        self._closed = True
-        self.transport.close()
+        self._exchange.close()
 
     def __enter__(self) -> PSClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _start_heartbeats(self) -> None:
-        # its own session: its messages travel on their own connections, so their
-        # numbers must not interleave with the requests' (each session is in order)
-        signer = wire.Signer(self._secret, self._mac)
-
-        def run() -> None:
-            t = self._factory()
-            try:
-                while not self._hb_stop.wait(self._hb_interval):
-                    for i in range(t.num_shards):
-                        hdr = Header(
-                            msg_type=MsgType.HEARTBEAT,
-                            worker=self.worker_id,
-                            shard=i,
-                            step=self.step,
-                            mac_alg=signer.alg,
-                            peer=self._peers[i],
-                        )
-                        t.send(i, wire.encode(signer, hdr))
-            except Exception as exc:  # noqa: BLE001  # pragma: no cover - socket torn down at exit
-                log.debug("heartbeat thread stopped: %s", exc)
-            finally:
-                t.close()
-
-        self._hb_thread = threading.Thread(
-            target=run, name=f"ps-heartbeat-{self.worker_id}", daemon=True
-        )
-        self._hb_thread.start()
 
     # registration --------------------------------------------------------------
     def register(
@@ -343,7 +380,9 @@ class PSClient(DataPath, Exchange, Requests):
         writer wins, so a shard that resumed from a checkpoint keeps its values.
         Other ranks wait for the values to be initialized and pull them.
         """
-        items = list(params.items()) if isinstance(params, Mapping) else list(params)
+        items: list[TensorSpec | tuple[str, ArrayLike]] = (
+            list(params.items()) if isinstance(params, Mapping) else list(params)
+        )
         given: list[Any] = []
         values: dict[str, np.ndarray | None] = {}
         for item in items:
@@ -371,11 +410,11 @@ class PSClient(DataPath, Exchange, Requests):
                 "bytes; use policy='sliced' with chunk_bytes below the limit, or raise --max-message-bytes"
             )
         self.report = report
-        self._keys = {k.spec.name: k for k in self.report.chosen.keys}
+        self._state.keys = {k.spec.name: k for k in self.report.chosen.keys}
         group_cfg = dict(optimizers) if optimizers is not None else {"default": optimizer}
         group_of = dict(groups or {})
         for name, g in group_of.items():
-            if name not in self._keys:
+            if name not in self._state.keys:
                 raise UnknownKeyError(f"groups names {name!r}, which is not among the parameters")
             if g not in group_cfg:
                 raise PSConfigError(f"group {g!r} of {name!r} has no entry in optimizers")
@@ -409,17 +448,17 @@ class PSClient(DataPath, Exchange, Requests):
                 body = {"keys": entries, "optimizer": opt_cfgs[g], "group": g}
                 if init and shard == 0 and g == next(iter(group_cfg)):  # for the job's final report
                     body["placement"] = report.to_json()
-                reqs.append(self._json_req(shard, MsgType.REGISTER, body, None, f"register {g}"))
-        self._exchange(reqs)
+                reqs.append(
+                    self._requests.json(shard, MsgType.REGISTER, body, None, f"register {g}")
+                )
+        self._exchange.exchange(reqs)
         if init:
             missing = [n for n, v in values.items() if v is None]
             if missing:
                 raise PSConfigError(f"init needs values; no array given for {missing[:3]}")
-            self._init_all({n: v for n, v in values.items() if v is not None})
+            given_values = {n: v for n, v in values.items() if v is not None}
+            self._exchange.exchange(self._data.send_reqs(given_values, MsgType.INIT))
         return self.pull_all()
-
-    def _init_all(self, values: Mapping[str, np.ndarray]) -> None:
-        self._exchange(self._send_reqs(values, MsgType.INIT))
 
     # control ----------------------------------------------------------------------
     def set_lr(self, lr: float, group: str | None = None) -> None:
@@ -429,32 +468,12 @@ class PSClient(DataPath, Exchange, Requests):
         body: dict[str, Any] = {"lr": float(lr)}
         if group is not None:
             body["group"] = group
-        self._exchange(
-            [
-                self._json_req(i, MsgType.SET_LR, body, None, "set_lr")
-                for i in range(self.num_shards)
-            ]
-        )
+        self._ask_all(MsgType.SET_LR, body, "set_lr")
 
     def shard_stats(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """Each shard's raw STATS reply."""
         self._learn_sessions(timeout)
-        out: list[Any] = [None] * self.num_shards
-
-        def keep(i: int) -> Callable[[Message], None]:
-            def cb(m: Message) -> None:
-                out[i] = m.json()
-
-            return cb
-
-        self._exchange(
-            [
-                self._json_req(i, MsgType.STATS, {}, keep(i), "stats")
-                for i in range(self.num_shards)
-            ],
-            timeout,
-        )
-        return out
+        return self._ask_all(MsgType.STATS, {}, "stats", timeout)
 
     def stats(self, timeout: float | None = None) -> dict[str, Any]:
         """The job report: placement + per-shard counters + traffic matrix (stats.py schema)."""
@@ -475,21 +494,7 @@ class PSClient(DataPath, Exchange, Requests):
 
     def checkpoint(self) -> list[str | None]:
         """Ask every shard to write a checkpoint now; returns the manifest paths."""
-        paths: list[str | None] = [None] * self.num_shards
-
-        def keep(i: int) -> Callable[[Message], None]:
-            def cb(m: Message) -> None:
-                paths[i] = (m.json() or {}).get("path")
-
-            return cb
-
-        self._exchange(
-            [
-                self._json_req(i, MsgType.CHECKPOINT, {}, keep(i), "checkpoint")
-                for i in range(self.num_shards)
-            ]
-        )
-        return paths
+        return [(r or {}).get("path") for r in self._ask_all(MsgType.CHECKPOINT, {}, "checkpoint")]
 
     def finish(
         self, exit_code: int, error: str = "", timeout: float | None = None
@@ -498,33 +503,14 @@ class PSClient(DataPath, Exchange, Requests):
         sends) and wait until every worker of the job has ended; returns each shard's
         final answer: ``{"finished": {rank: outcome}, "stats": ..., "placement": ...}``."""
         self._learn_sessions(timeout)
-        out: list[Any] = [None] * self.num_shards
-
-        def keep(i: int) -> Callable[[Message], None]:
-            def cb(m: Message) -> None:
-                out[i] = m.json()
-
-            return cb
-
         body = {"exit_code": int(exit_code), "error": error[-2000:]}
-        self._exchange(
-            [
-                self._json_req(i, MsgType.DONE, body, keep(i), "done")
-                for i in range(self.num_shards)
-            ],
-            timeout,
-        )
+        out = self._ask_all(MsgType.DONE, body, "done", timeout)
         self._servers_down = True  # they stop right after answering
         return out
 
     def shutdown_servers(self) -> None:
         """Tell every shard to write its final checkpoint and exit."""
-        self._exchange(
-            [
-                self._json_req(i, MsgType.SHUTDOWN, {}, None, "shutdown")
-                for i in range(self.num_shards)
-            ]
-        )
+        self._ask_all(MsgType.SHUTDOWN, {}, "shutdown")
         self._servers_down = True
 
 

@@ -9,19 +9,22 @@ small ones held back in a bucket so they still share messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from . import wire
-from .client_requests import _Req
+from .buffers import array_view
+from .client_exchange import Exchange
+from .client_requests import Request, RequestBuilder
+from .client_state import ClientState
 from .errors import (
     ShapeMismatchError,
     UnknownKeyError,
 )
 from .placement import Chunk, KeyPlacement
-from .wire import Buffer, Message, MsgType
+from .wire import Message, MsgType
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -56,32 +59,32 @@ ArrayLike = Any
 
 
 class DataPath:
-    """Mixin of PSClient: the data path (the attributes are PSClient's)."""
+    """The training step's calls, over a client's requests and exchange.
 
-    step: int
-    _keys: dict[str, KeyPlacement]
-    _many: bool
-    _bucket: list[_Req]
-    _bucket_keys: set[int]
-    _bucket_bytes: int
-    _open: list[int]
-    _open_result: dict[str, np.ndarray]
-    _pending: dict[int, _Req]
+    Owns what a split-phase push_pull has in progress (the bucket of small requests
+    held back, the request ids on the wire and the arrays their values land in)."""
 
-    # _exchange, _send, _wait (client_exchange.Exchange) and _tensor_req, _grouped,
-    # _groupable (client_requests.Requests) come from the other mixins of PSClient
+    def __init__(self, state: ClientState, requests: RequestBuilder, exchange: Exchange) -> None:
+        self._state = state
+        self._requests = requests
+        self._exchange = exchange
+        self.bucket: list[Request] = []  # small push_pull_begin requests not sent yet
+        self._bucket_keys: set[int] = set()
+        self._bucket_bytes = 0
+        self.open: list[int] = []  # a split-phase push_pull in progress: its request ids
+        self._open_result: dict[str, np.ndarray] = {}
 
     @property
     def keys(self) -> list[str]:
-        return list(self._keys)
+        return list(self._state.keys)
 
     def placement(self, name: str) -> KeyPlacement:
         try:
-            return self._keys[name]
+            return self._state.keys[name]
         except KeyError:
             raise UnknownKeyError(f"{name!r} was not registered with this client") from None
 
-    def _send_reqs(self, tensors: Mapping[str, ArrayLike], mtype: MsgType) -> list[_Req]:
+    def send_reqs(self, tensors: Mapping[str, ArrayLike], mtype: MsgType) -> list[Request]:
         """One request per chunk of every tensor (INIT or PUSH; no reply payload)."""
         reqs = []
         for name, value in tensors.items():
@@ -90,7 +93,7 @@ class DataPath:
             flat = arr.reshape(-1)
             for c in kp.chunks:
                 payload = arr if c.whole else flat[c.offset : c.offset + c.length]
-                reqs.append(self._tensor_req(kp, c, mtype, payload, None))
+                reqs.append(self._requests.tensor(kp, c, mtype, payload, None))
         return reqs
 
     def push(self, key: str, grad: ArrayLike) -> None:
@@ -99,7 +102,7 @@ class DataPath:
 
     def push_all(self, grads: Mapping[str, ArrayLike]) -> None:
         """Send several gradients at once (pipelined over all shards)."""
-        self._exchange(self._send_reqs(grads, MsgType.PUSH))
+        self._exchange.exchange(self.send_reqs(grads, MsgType.PUSH))
 
     def pull(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
         """Current value of ``key`` (waits as the consistency mode requires)."""
@@ -109,13 +112,13 @@ class DataPath:
         self, keys: Iterable[str] | None = None, outs: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
         """Current values of ``keys`` (default: all registered), pipelined."""
-        names = list(self._keys) if keys is None else list(keys)
+        names = list(self._state.keys) if keys is None else list(keys)
         result: dict[str, np.ndarray] = {}
         reqs = []
         for name in names:
             kp = self.placement(name)
             reqs.extend(self._pull_reqs(kp, None, MsgType.PULL, result, (outs or {}).get(name)))
-        self._exchange(reqs)
+        self._exchange.exchange(reqs)
         return {n: result[n] for n in names}
 
     def push_pull(
@@ -123,7 +126,7 @@ class DataPath:
     ) -> dict[str, np.ndarray]:
         """Push every gradient and get back the updated values in one round trip per
         chunk, then advance ``step``. Keys without a gradient are not pulled."""
-        if len(grads) == 1 and not (self._pending or self._bucket):
+        if len(grads) == 1 and not (self._exchange.busy or self.bucket):
             one = self._push_pull_one(grads, outs)
             if one is not None:
                 return one
@@ -134,8 +137,8 @@ class DataPath:
             arr = self._check(kp, g)
             reqs.extend(self._pull_reqs(kp, arr, MsgType.PUSH_PULL, result, (outs or {}).get(name)))
         self._flush_bucket()  # a split-phase step's held-back requests go first, in order
-        self._exchange(self._grouped(reqs))
-        self.step += 1
+        self._exchange.exchange(self._requests.grouped(reqs))
+        self._state.step += 1
         return {n: result[n] for n in grads}
 
     def _push_pull_one(
@@ -148,7 +151,7 @@ class DataPath:
         checks, header, MAC, replay guard, error mapping and timeout as the general
         path; None when the call is not of this shape (the general path takes it)."""
         ((name, g),) = grads.items()
-        kp = self._keys.get(name)
+        kp = self._state.keys.get(name)
         if kp is None or len(kp.chunks) != 1:
             return None
         c = kp.chunks[0]
@@ -164,7 +167,7 @@ class DataPath:
             raise ShapeMismatchError(
                 f"out for {name!r} must be a C-contiguous {kp.spec.dtype} array of shape {kp.spec.shape}"
             )
-        msg = self._round_trip_one(
+        msg = self._exchange.round_trip_one(
             c.shard, MsgType.PUSH_PULL, c.key_id, arr, wire.dtype_code(kp.spec.dtype), name
         )
         if msg is None:  # another thread's request is in flight
@@ -183,12 +186,12 @@ class DataPath:
                 # what copyto below does for a reply of out's dtype and size: one byte
                 # copy into out (C-contiguous, checked above), without two reshapes,
                 # frombuffer and the copyto dispatch
-                memoryview(out).cast("B")[:] = frame
+                array_view(out).cast("B")[:] = frame
             else:  # the reply's own dtype and shape (decode checked they fit)
                 value = msg.tensor()
                 np.copyto(out.reshape(-1), value.reshape(-1))  # ValueError if it does not fit
             value = out
-        self.step += 1
+        self._state.step += 1
         return {name: value}
 
     def push_pull_begin(
@@ -210,40 +213,40 @@ class DataPath:
             )
         now = []
         for r in reqs:
-            if not (self._many and self._groupable(r)):
+            if not (self._state.many and self._requests.groupable(r)):
                 now.append(r)
                 continue
             if r.header.key in self._bucket_keys:  # pushed twice before an end: keep both, in order
                 self._flush_bucket()
-            self._bucket.append(r)
+            self.bucket.append(r)
             self._bucket_keys.add(r.header.key)
             self._bucket_bytes += r.nbytes
         if now:
-            self._open.extend(self._send(now))
+            self.open.extend(self._exchange.send(now))
         if self._bucket_bytes >= BUCKET_BYTES:
             self._flush_bucket()
 
     def _flush_bucket(self) -> None:
         """Send the small requests push_pull_begin held back (one message per shard)."""
-        if not self._bucket:
+        if not self.bucket:
             return
-        bucket, self._bucket, self._bucket_keys, self._bucket_bytes = self._bucket, [], set(), 0
-        self._open.extend(self._send(self._grouped(bucket)))
+        bucket, self.bucket, self._bucket_keys, self._bucket_bytes = self.bucket, [], set(), 0
+        self.open.extend(self._exchange.send(self._requests.grouped(bucket)))
 
     def push_pull_end(self) -> dict[str, np.ndarray]:
         """Split-phase push_pull, part 2: wait for every reply since the last end,
         advance ``step`` and return the updated values."""
         self._flush_bucket()
-        rids, self._open = self._open, []
+        rids, self.open = self.open, []
         result, self._open_result = self._open_result, {}
-        self._wait(rids)
-        self.step += 1
+        self._exchange.wait(rids)
+        self._state.step += 1
         return result
 
     def next_step(self) -> int:
         """Advance this worker's step counter (after a manual push/pull sequence)."""
-        self.step += 1
-        return self.step
+        self._state.step += 1
+        return self._state.step
 
     def _pull_reqs(
         self,
@@ -252,7 +255,7 @@ class DataPath:
         mtype: MsgType,
         result: dict[str, np.ndarray],
         out: np.ndarray | None,
-    ) -> list[_Req]:
+    ) -> list[Request]:
         name = kp.spec.name
         if out is not None:
             if (
@@ -292,29 +295,16 @@ class DataPath:
                 else:
                     assert dest is not None
                     np.copyto(dest, arr.reshape(-1))
-                if single:
+                if single and out is not None:  # (None returned above)
                     result[name] = out
 
             payload = None
-            if grad is not None:
+            if flat_g is not None:  # a gradient to push
                 payload = grad if c.whole else flat_g[c.offset : c.offset + c.length]
-            req = self._tensor_req(kp, c, mtype, payload, on_reply)
+            req = self._requests.tensor(kp, c, mtype, payload, on_reply)
             req.dest = dest.view(np.uint8) if dest is not None else None
             reqs.append(req)
         return reqs
-
-    def _sink(self, shard: int, frames: Sequence[Buffer], size: int) -> np.ndarray | None:
-        """Where the transport should receive a large frame: the caller's array (``outs``,
-        or the array a sliced tensor is reassembled in) when the frame is the value a
-        pending request waits for, so that no copy follows. Until the reply is verified
-        those bytes are not trusted: on any error the call raises, and what the array
-        holds is unspecified."""
-        if len(frames) != 1:  # only the frame right after the header carries a value
-            return None
-        r = self._pending.get(wire.request_id_of(frames[0]) or 0)
-        if r is None or r.shard != shard or r.dest is None or r.dest.nbytes != size:
-            return None
-        return r.dest
 
     def _check(self, kp: KeyPlacement, value: ArrayLike) -> np.ndarray:
         arr = value if type(value) is np.ndarray else np.asarray(value)

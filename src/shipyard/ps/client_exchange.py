@@ -11,13 +11,17 @@ delivered to their request; a shard's error reply becomes the matching
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+
+import numpy as np
 
 from . import wire
-from .client_requests import _ignore, _Req
+from .buffers import Buffer
+from .client_requests import Request, ignore_reply
+from .client_state import ClientState
 from .errors import (
     PSError,
     PSTimeoutError,
@@ -25,6 +29,7 @@ from .errors import (
     ReplayedMessageError,
     remote_error,
 )
+from .replay import ReplayGuard
 from .transport import Transport
 from .wire import Header, Message, MsgType
 
@@ -45,46 +50,71 @@ def _sent_request(
     rid: int,
     step: int,
     dtype: int,
-    payload: Any,
+    payload: np.ndarray,
     alg: int,
-    peer: bytes,
+    peer: int,
     label: str,
-) -> _Req:
+) -> Request:
     """The request ``_round_trip_one`` sent (its header as ``wire.encode_tensor`` packed
     it), for its error paths only: a timeout names it, an error reply is mapped by it."""
     hdr = Header(
         mtype, key, worker, rid, shard, step, dtype, payload.shape, payload.nbytes, 0, alg,
         0, 0, peer,
     )  # fmt: skip
-    return _Req(shard, hdr, _ignore, label, _no_frames)
+    return Request(shard, hdr, ignore_reply, label, _no_frames)
 
 
 class Exchange:
-    """Mixin of PSClient: the request/reply exchange (the attributes are PSClient's)."""
+    """A client's requests in flight and their replies.
 
-    transport: Transport
-    signer: wire.Signer
-    timeout: float
-    endpoints: list[str]
-    _guard: wire.ReplayGuard
-    _lock: Any
-    _pending: dict[int, _Req]
-    _results: dict[int, Any]
-    _pool_hash: bool
-    _closed: bool
-    _peers: list[int]
-    worker_id: int
-    step: int
-    _rids: Any
+    Owns the sockets' lock, the pending requests and their outcomes. ``learn_sessions``
+    is called when a request would go to a shard whose session is not known yet."""
 
-    def _learn_sessions(self, timeout: float | None = None) -> None:  # PSClient (client.py)
-        raise NotImplementedError
+    def __init__(
+        self, state: ClientState, transport: Transport, learn_sessions: Callable[[], None]
+    ) -> None:
+        self._state = state
+        self.transport = transport
+        self._learn_sessions = learn_sessions
+        signer = state.signer
+        # replies must be new and addressed to this client's session (replay.py)
+        self._guard = ReplayGuard(signer.session)
+        # SHA-256 segments are hashed on the pool; BLAKE3 threads itself (GIL held)
+        self._pool_hash = signer.alg == wire.MAC_HMAC_SHA256
+        self._lock = threading.RLock()  # one thread on the sockets at a time
+        self._pending: dict[int, Request] = {}  # request id -> request, until its reply
+        # request id -> its outcome (None, the error, or a Future of one), until waited for
+        self._results: dict[int, BaseException | None | Future[BaseException | None]] = {}
+        self.closed = False
+        transport.sink = self.sink  # values land in the callers' arrays
 
-    def _exchange(self, reqs: Sequence[_Req], timeout: float | None = None) -> None:
-        """Send all requests, then wait for every reply (see ``_send`` and ``_wait``)."""
-        self._wait(self._send(reqs), timeout)
+    @property
+    def busy(self) -> bool:
+        """Whether a request is waiting for its reply (a split-phase push_pull's, say)."""
+        return bool(self._pending)
 
-    def _send(self, reqs: Sequence[_Req]) -> list[int]:
+    def close(self) -> None:
+        self.closed = True
+        self.transport.close()
+
+    def sink(self, shard: int, frames: Sequence[Buffer], size: int) -> np.ndarray | None:
+        """Where the transport should receive a large frame: the caller's array (``outs``,
+        or the array a sliced tensor is reassembled in) when the frame is the value a
+        pending request waits for, so that no copy follows. Until the reply is verified
+        those bytes are not trusted: on any error the call raises, and what the array
+        holds is unspecified."""
+        if len(frames) != 1:  # only the frame right after the header carries a value
+            return None
+        r = self._pending.get(wire.request_id_of(frames[0]) or 0)
+        if r is None or r.shard != shard or r.dest is None or r.dest.nbytes != size:
+            return None
+        return r.dest
+
+    def exchange(self, reqs: Sequence[Request], timeout: float | None = None) -> None:
+        """Send all requests, then wait for every reply (see ``send`` and ``wait``)."""
+        self.wait(self.send(reqs), timeout)
+
+    def send(self, reqs: Sequence[Request]) -> list[int]:
         """Put requests on the wire; returns their request ids.
 
         Large messages are MAC'd on the hash pool (hmac-sha256), in order, while
@@ -94,7 +124,7 @@ class Exchange:
         (both directions of every connection stay busy, and the shards do not idle
         while this thread verifies a whole step's replies at the end).
         """
-        if self._closed:
+        if self.closed:
             raise PSError("this PSClient is closed")
         with self._lock:
             use_pool = (
@@ -103,7 +133,7 @@ class Exchange:
                 and sum(1 for r in reqs if r.nbytes >= PARALLEL_DECODE_MIN) > 1
             )
             if use_pool:
-                pool = wire._pool()
+                pool = wire.hash_pool()
                 futures = [
                     pool.submit(r.make, False) if r.nbytes >= PARALLEL_DECODE_MIN else None
                     for r in reqs
@@ -121,12 +151,12 @@ class Exchange:
                     self._collect(self.transport.poll(0))
             return rids
 
-    def _wait(self, rids: Sequence[int], timeout: float | None = None) -> None:
+    def wait(self, rids: Sequence[int], timeout: float | None = None) -> None:
         """Receive until every request in ``rids`` has its reply; replies to other
         outstanding requests (a split-phase push_pull) are delivered on the way.
         The first error is raised only after all of ``rids`` are in, so no stray
         reply is left behind."""
-        timeout = self.timeout if timeout is None else timeout
+        timeout = self._state.timeout if timeout is None else timeout
         mine = set(rids)
         pending = self._pending
         with self._lock:
@@ -157,30 +187,31 @@ class Exchange:
             if errors:
                 raise errors[0]
 
-    def _round_trip_one(
-        self, shard: int, mtype: int, key: int, payload: Any, dtype: int, label: str
+    def round_trip_one(
+        self, shard: int, mtype: int, key: int, payload: np.ndarray, dtype: int, label: str
     ) -> Message | None:
         """Send one tensor request and return its verified reply when no other request
         is in flight: the exchange of ``_send`` + ``_wait`` for that case, without
         request objects. The same header fields, MAC, replay guard, stray/replayed-reply
         handling, error mapping and timeout. None (nothing sent) when another thread's
         request is in flight: its reply must reach it, so the general path goes."""
-        if self._closed:
+        if self.closed:
             raise PSError("this PSClient is closed")
-        peer = self._peers[shard]
+        state = self._state
+        peer = state.peers[shard]
         if not peer:
             self._learn_sessions()
-            peer = self._peers[shard]
-        rid = next(self._rids) & wire.U32_MAX
-        step, alg, worker = self.step, self.signer.alg, self.worker_id
+            peer = state.peers[shard]
+        rid = next(state.rids) & wire.U32_MAX
+        step, alg, worker = state.step, state.signer.alg, state.worker_id
         transport = self.transport
         wait_one = transport.wait_one
-        timeout = self.timeout
+        timeout = state.timeout
         with self._lock:
             if self._pending:  # checked under the lock: no request can start meanwhile
                 return None
             frames = wire.encode_tensor(  # the frames of encode(Header(...)), built directly
-                self.signer, mtype, key, worker, rid, shard, step, dtype,
+                state.signer, mtype, key, worker, rid, shard, step, dtype,
                 payload.shape, payload, peer, alg,
             )  # fmt: skip
             transport.send(shard, frames)
@@ -201,7 +232,7 @@ class Exchange:
                     log.debug("dropping a reply that matches no pending request")
                     continue
                 try:
-                    msg = wire.decode(self.signer, frames, None, guard=self._guard)
+                    msg = wire.decode(self._state.signer, frames, None, guard=self._guard)
                 except ReplayedMessageError as exc:  # not this request's answer: wait on
                     log.warning("dropped a reply that is not new: %s", exc)
                     continue
@@ -222,12 +253,12 @@ class Exchange:
             frames = self.transport.recv(shard)
             rid = wire.request_id_of(frames[0]) if frames else None
             r = self._pending.get(rid) if rid is not None else None
-            if r is None or r.shard != shard:
+            if rid is None or r is None or r.shard != shard:
                 log.debug("dropping a reply that matches no pending request")
                 continue
             del self._pending[rid]
             if self._pool_hash and wire.frames_nbytes(frames) >= PARALLEL_DECODE_MIN:
-                self._results[rid] = wire._pool().submit(self._receive, r, frames, False)
+                self._results[rid] = wire.hash_pool().submit(self._receive, r, frames, False)
                 continue
             res = self._receive(r, frames, True)
             if isinstance(res, ReplayedMessageError):
@@ -237,16 +268,20 @@ class Exchange:
                 continue
             self._results[rid] = res
 
-    def _receive(self, r: _Req, frames: list, parallel: bool) -> BaseException | None:
+    def _receive(self, r: Request, frames: list, parallel: bool) -> BaseException | None:
         """Authenticate one reply and hand it to its request; returns the error, if any."""
         try:
-            self._deliver(r, wire.decode(self.signer, frames, None, parallel, guard=self._guard))
+            self._deliver(
+                r, wire.decode(self._state.signer, frames, None, parallel, guard=self._guard)
+            )
         except PSError as exc:
             return exc
         return None
 
-    def _timeout_error(self, pending: Mapping[int, _Req], timeout: float) -> PSTimeoutError:
-        waiting = sorted({f"shard {r.shard} ({self.endpoints[r.shard]})" for r in pending.values()})
+    def _timeout_error(self, pending: Mapping[int, Request], timeout: float) -> PSTimeoutError:
+        waiting = sorted(
+            {f"shard {r.shard} ({self._state.endpoints[r.shard]})" for r in pending.values()}
+        )
         example = next(iter(pending.values())).label
         return PSTimeoutError(
             f"no reply within {timeout:g}s from {', '.join(waiting)} for {len(pending)} request(s) "
@@ -254,14 +289,14 @@ class Exchange:
             "(a shard drops messages whose MAC does not verify)"
         )
 
-    def _deliver(self, r: _Req, msg: Message) -> None:
+    def _deliver(self, r: Request, msg: Message) -> None:
         h = msg.header
         if h.shard != r.shard and r.header.msg_type != MsgType.HELLO:  # hello() says it better
             raise RemoteError(
                 f"reply claims shard {h.shard}, came from shard {r.shard}", shard=r.shard
             )
         if r.header.msg_type == MsgType.HELLO:
-            self._peers[r.shard] = h.session  # every later request to it names this session
+            self._state.peers[r.shard] = h.session  # every later request to it names this session
         if h.msg_type == MsgType.ERROR:
             body = msg.json() or {}
             raise remote_error(

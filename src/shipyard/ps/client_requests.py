@@ -1,9 +1,9 @@
 """How ``PSClient`` turns calls into requests: headers, request objects, grouping.
 
-Why its own module: a request (``_Req``) carries everything the exchange needs without
+Why its own module: a request (``Request``) carries everything the exchange needs without
 knowing what it means (which shard, the header, how to encode it, what to do with the
 reply); building them is where the protocol's choices sit: every header names this
-worker, its step and the shard's session (replay guard, wire.ReplayGuard), and small
+worker, its step and the shard's session (replay.py's guard), and small
 gradients to one shard share one PUSH_PULL_MANY message (one round trip instead of one
 each).
 """
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import wire
+from .client_state import ClientState
 from .errors import (
     RemoteError,
     WireError,
@@ -34,7 +35,7 @@ GROUP_MAX_COUNT = 1024
 
 
 @dataclass
-class _Req:
+class Request:
     """One request: how to encode it and what to do with its reply."""
 
     shard: int
@@ -47,74 +48,75 @@ class _Req:
     dest: np.ndarray | None = None  # bytes where the reply's value goes (received into)
 
 
-def _ignore(msg: Message) -> None:
+def ignore_reply(msg: Message) -> None:
+    """The reply handler of a request whose reply carries nothing the caller needs."""
     return None
 
 
-class Requests:
-    """Mixin of PSClient: building requests (the attributes are PSClient's)."""
+class RequestBuilder:
+    """Builds a client's requests from what it shares (``ClientState``).
 
-    worker_id: int
-    step: int
-    signer: wire.Signer
-    _rids: Any
-    _peers: list[int]
-    _many: bool
+    ``learn_sessions`` is called when a request would go to a shard whose session is not
+    known yet (a client made with ``connect=False``): it says HELLO to those shards."""
 
-    # _learn_sessions: PSClient (client.py)
+    def __init__(self, state: ClientState, learn_sessions: Callable[[], None]) -> None:
+        self._state = state
+        self._learn_sessions = learn_sessions
 
-    def _header(self, shard: int, mtype: MsgType, key: int = 0, **kw: Any) -> Header:
-        # the MAC id is set here so encode() need not rebuild the (frozen) header per message
-        if not self._peers[shard] and mtype != MsgType.HELLO:
+    def header(self, shard: int, mtype: MsgType, key: int = 0, **kw: Any) -> Header:
+        """A request header: this worker, its step, a fresh request id and the shard's session."""
+        state = self._state
+        # the MAC id is set here so encode() need not rebuild the header per message
+        if not state.peers[shard] and mtype != MsgType.HELLO:
             self._learn_sessions()
         return Header(
             msg_type=mtype,
             key=key,
-            worker=self.worker_id,
-            mac_alg=self.signer.alg,
-            request_id=next(self._rids) & wire.U32_MAX,
+            worker=state.worker_id,
+            mac_alg=state.signer.alg,
+            request_id=next(state.rids) & wire.U32_MAX,
             shard=shard,
-            step=self.step,
-            peer=self._peers[shard],
+            step=state.step,
+            peer=state.peers[shard],
             **kw,
         )
 
-    def _json_req(
+    def json(
         self,
         shard: int,
         mtype: MsgType,
         body: Any,
         on_reply: Callable[[Message], None] | None,
         label: str,
-    ) -> _Req:
-        hdr = self._header(shard, mtype)
-        return _Req(
+    ) -> Request:
+        hdr = self.header(shard, mtype)
+        return Request(
             shard,
             hdr,
-            on_reply or _ignore,
+            on_reply or ignore_reply,
             label,
-            lambda parallel: wire.encode_json(self.signer, hdr, body),
+            lambda parallel: wire.encode_json(self._state.signer, hdr, body),
         )
 
-    def _tensor_req(
+    def tensor(
         self,
         kp: KeyPlacement,
         c: Chunk,
         mtype: MsgType,
         payload: np.ndarray | None,
         on_reply: Callable[[Message], None] | None,
-    ) -> _Req:
+    ) -> Request:
         label = kp.spec.name if c.whole else f"{kp.spec.name}[chunk {c.index}]"
         if payload is None:
-            hdr = self._header(c.shard, mtype, c.key_id)
-            return _Req(
+            hdr = self.header(c.shard, mtype, c.key_id)
+            return Request(
                 c.shard,
                 hdr,
-                on_reply or _ignore,
+                on_reply or ignore_reply,
                 label,
-                lambda parallel: wire.encode(self.signer, hdr),
+                lambda parallel: wire.encode(self._state.signer, hdr),
             )
-        hdr = self._header(
+        hdr = self.header(
             c.shard,
             mtype,
             c.key_id,
@@ -122,24 +124,24 @@ class Requests:
             shape=kp.chunk_shape(c),
             nbytes=int(payload.nbytes),
         )
-        return _Req(
+        return Request(
             c.shard,
             hdr,
-            on_reply or _ignore,
+            on_reply or ignore_reply,
             label,
-            lambda parallel: wire.encode(self.signer, hdr, [payload], parallel=parallel),
+            lambda parallel: wire.encode(self._state.signer, hdr, [payload], parallel=parallel),
             nbytes=int(payload.nbytes),
             payload=payload,
         )
 
-    def _grouped(self, reqs: list[_Req]) -> list[_Req]:
+    def grouped(self, reqs: list[Request]) -> list[Request]:
         """Small PUSH_PULL requests to the same shard merged into one PUSH_PULL_MANY
         each (when every shard takes it); the others as they are, in order."""
-        if not self._many:
+        if not self._state.many:
             return reqs
-        small: dict[int, list[_Req]] = {}
+        small: dict[int, list[Request]] = {}
         for r in reqs:
-            if self._groupable(r):
+            if self.groupable(r):
                 small.setdefault(r.shard, []).append(r)
         groups = [members for members in small.values() if len(members) > 1]
         if not groups:
@@ -149,11 +151,11 @@ class Requests:
         for members in groups:
             for i in range(0, len(members), GROUP_MAX_COUNT):
                 part = members[i : i + GROUP_MAX_COUNT]
-                out.append(self._many_req(part) if len(part) > 1 else part[0])
+                out.append(self._many(part) if len(part) > 1 else part[0])
         return out
 
     @staticmethod
-    def _groupable(r: _Req) -> bool:
+    def groupable(r: Request) -> bool:
         """A small gradient push_pull, which may share a PUSH_PULL_MANY message."""
         return (
             r.header.msg_type == MsgType.PUSH_PULL
@@ -161,11 +163,11 @@ class Requests:
             and r.nbytes < GROUP_MAX_BYTES
         )
 
-    def _many_req(self, members: list[_Req]) -> _Req:
+    def _many(self, members: list[Request]) -> Request:
         shard = members[0].shard
-        hdr = self._header(shard, MsgType.PUSH_PULL_MANY)
+        hdr = self.header(shard, MsgType.PUSH_PULL_MANY)
         index = wire.pack_keys([m.header.key for m in members])
-        payloads = [m.payload for m in members]
+        payloads = [m.payload for m in members if m.payload is not None]  # all (groupable)
 
         def on_reply(msg: Message) -> None:
             h = msg.header
@@ -203,11 +205,13 @@ class Requests:
                     raise RemoteError(f"{m.label}: {err}", shard=shard) from None
 
         names = ", ".join(m.label for m in members[:3]) + (", ..." if len(members) > 3 else "")
-        return _Req(
+        return Request(
             shard,
             hdr,
             on_reply,
             f"{len(members)} small tensors ({names})",
-            lambda parallel: wire.encode(self.signer, hdr, [index, *payloads], parallel=parallel),
+            lambda parallel: wire.encode(
+                self._state.signer, hdr, [index, *payloads], parallel=parallel
+            ),
             nbytes=sum(m.nbytes for m in members),
         )

@@ -1,9 +1,12 @@
 """Control requests (HELLO, REGISTER, SET_LR, STATS, LEAVE, CHECKPOINT, DONE, SHUTDOWN):
 answered at once, never queued behind a worker's data requests.
 
-``Commands`` is a mixin of ``ServerCore`` (core.py): one handler per message type, found
-in ``HANDLERS``; each gets the request and returns the replies it made possible (a
-LEAVE or DONE can unblock other workers' queued requests, so those come back too).
+``Commands`` is one object of a ``ServerCore`` (core.py), given in its constructor the
+parts of the shard it acts on (the shard's tensors, worker table, queues, replier and
+the job's end) and the core's three actions it triggers (serve what can proceed,
+write a checkpoint, the STATS body). One handler per message type, found in
+``HANDLERS``; each gets the request and returns the replies it made possible (a LEAVE
+or DONE can unblock other workers' queued requests, so those come back too).
 """
 
 from __future__ import annotations
@@ -12,16 +15,19 @@ import os
 import socket
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import wire
 from .consistency import SYNC, WorkerTable
+from .ending import JobEnd
 from .errors import ErrorCode, PSError, RemoteError, WireError
 from .replies import Outgoing, Replier
 from .requests import Pending
 from .shard import DEFAULT_GROUP, Shard
-from .wire import Header, Message, MsgType
+from .shard_config import ServerConfig
+from .wire import Message, MsgType
 
 FEATURES = ("push_pull_many",)  # announced in HELLO; clients use only what every shard has
 
@@ -39,25 +45,41 @@ def json_body(msg: Message) -> dict[str, Any]:
     return body
 
 
-class Commands:
-    # what the handlers use of ServerCore
-    config: Any
-    shard: Shard
-    workers: WorkerTable
-    replies: Replier
-    queues: dict[int, deque[Pending]]
-    resumed_from: str | None
-    placement: dict[str, Any] | None
-    exits: dict[int, int]
-    errors: dict[int, str]
-    held_done: list[tuple[bytes, Header]]
-    shutdown_requested: bool
-    _drain: Callable[[], list[Outgoing]]
-    _maybe_end: Callable[[float], list[Outgoing]]
-    checkpoint: Callable[..., Path | None]
-    stats_json: Callable[..., dict[str, Any]]
+@dataclass(frozen=True)
+class CoreActions:
+    """What control requests make the core do (its bound methods, handed over explicitly)."""
 
-    def _command(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
+    drain: Callable[[], list[Outgoing]]  # serve the queued requests that can now proceed
+    checkpoint: Callable[[bool], Path | None]  # write a checkpoint (forced: even unchanged)
+    stats_json: Callable[[float], dict[str, Any]]  # this shard's STATS body
+
+
+class Commands:
+    """A shard's answers to control requests."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        shard: Shard,
+        workers: WorkerTable,
+        queues: dict[int, deque[Pending]],
+        replies: Replier,
+        job: JobEnd,
+        actions: CoreActions,
+        resumed_from: str | None,
+    ) -> None:
+        self.config = config
+        self.shard = shard
+        self.workers = workers
+        self.queues = queues  # the core's own dict: a leaving worker's queue is dropped
+        self.replies = replies
+        self.job = job
+        self._actions = actions
+        self.resumed_from = resumed_from
+        self.shutdown_requested = False  # a SHUTDOWN came
+
+    def command(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
+        """Answer one control request; the replies it made possible."""
         handler = HANDLERS.get(MsgType(msg.header.msg_type))
         if handler is None:
             name = MsgType(msg.header.msg_type).name
@@ -95,7 +117,7 @@ class Commands:
             body.get("keys", []), body.get("optimizer"), str(body.get("group") or DEFAULT_GROUP)
         )
         if isinstance(body.get("placement"), dict):
-            self.placement = body["placement"]
+            self.job.placement = body["placement"]
         return [self.replies.json(peer, msg.header, result)]
 
     def _set_lr(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
@@ -112,16 +134,16 @@ class Commands:
         return [self.replies.json(peer, msg.header, {"lr": float(lr), "groups": groups})]
 
     def _stats(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
-        return [self.replies.json(peer, msg.header, self.stats_json(now))]
+        return [self.replies.json(peer, msg.header, self._actions.stats_json(now))]
 
     def _leave(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
         w = msg.header.worker
         self.workers.leave(w)
         self.queues.pop(w, None)
-        return [self.replies.json(peer, msg.header, {"left": w})] + self._drain()
+        return [self.replies.json(peer, msg.header, {"left": w})] + self._actions.drain()
 
     def _checkpoint(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
-        path = self.checkpoint(force=True)
+        path = self._actions.checkpoint(True)
         body = {"path": str(path) if path else None, "updates": self.shard.updates}
         return [self.replies.json(peer, msg.header, body)]
 
@@ -134,13 +156,11 @@ class Commands:
             raise RemoteError(
                 f"done needs an integer exit_code, got {code!r}", code=ErrorCode.BAD_REQUEST
             )
-        self.exits[h.worker] = code
-        if isinstance(body.get("error"), str):
-            self.errors[h.worker] = body["error"][-2000:]
+        error = body.get("error")
+        self.job.worker_done(peer, h, code, error if isinstance(error, str) else None)
         self.workers.leave(h.worker)
         self.queues.pop(h.worker, None)
-        self.held_done.append((peer, h))
-        return self._drain() + self._maybe_end(now)
+        return self._actions.drain() + self.job.maybe_end(now)
 
     def _shutdown(self, peer: bytes, msg: Message, now: float) -> list[Outgoing]:
         self.shutdown_requested = True

@@ -25,7 +25,8 @@ on arrival and splits a PUSH_PULL_MANY; this module queues them and serves each 
 head through three steps, ``_gate`` (may it proceed under the consistency mode?),
 ``_push`` (the update) and ``_pull`` (the value back); ``replies`` encodes and counts
 every reply; ``commands`` answers the control requests; ``ending`` ends a job's shard
-when every worker has; ``stats.shard_json`` is the STATS body.
+when every worker has; ``stats.shard_json`` is the STATS body; ``shard_config`` is
+``ServerConfig``. The objects share nothing but what each is given in its constructor.
 """
 
 from __future__ import annotations
@@ -34,26 +35,25 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import checkpoint as ckpt
 from . import wire
-from .commands import FEATURES, Commands
+from .commands import FEATURES, Commands, CoreActions
 from .consistency import (
     BOUNDED,
     SYNC,
-    Consistency,
     WorkerTable,
     staleness_blocked,
     sync_round_ready,
 )
 from .ending import JobEnd
-from .errors import ErrorCode, PSConfigError, PSError, RemoteError, WireError
+from .errors import ErrorCode, PSError, RemoteError, WireError
 from .replies import Hold, Outgoing, Replier
 from .requests import MAX_MANY, Group, Pending, admit, split_many
 from .shard import Shard
+from .shard_config import DEFAULT_MAX_PAYLOAD, ServerConfig
 from .stats import ShardStats, shard_json
 from .wire import Buffer, Message, MsgType
 
@@ -69,46 +69,13 @@ __all__ = [
 
 log = logging.getLogger("shipyard.ps.core")
 
-DEFAULT_MAX_PAYLOAD = 1 << 30  # 1 GiB per message; tensors above it are sliced by placement
 DATA_TYPES = frozenset({MsgType.INIT, MsgType.PUSH, MsgType.PULL, MsgType.PUSH_PULL})
 PUSHES = frozenset({MsgType.PUSH, MsgType.PUSH_PULL})
 
 
-@dataclass
-class ServerConfig:
-    """Everything a shard needs besides its secret (CLI flags map 1:1 onto these)."""
-
-    index: int = 0
-    num_shards: int = 1
-    consistency: Consistency = field(default_factory=Consistency)
-    heartbeat_timeout: float = 10.0
-    expected_workers: int | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_interval: float = 60.0  # seconds; <= 0 disables periodic checkpoints
-    max_payload: int = DEFAULT_MAX_PAYLOAD
-    # End once every one of ``expected_workers`` ranks has ended (DONE, lost, or never
-    # joined within ``join_timeout``): how shards stop by themselves in a job.
-    exit_when_done: bool = False
-    join_timeout: float = 600.0
-    # A rank silent without LEAVE: how long its wrapper's DONE may take before the job's
-    # end counts it lost (consistency.job_outcome); capped by join_timeout.
-    done_grace: float = 60.0
-
-    def __post_init__(self) -> None:
-        if self.num_shards < 1 or not 0 <= self.index < self.num_shards:
-            raise PSConfigError(f"shard index {self.index} not in [0, {self.num_shards})")
-        if self.heartbeat_timeout <= 0:
-            raise PSConfigError(f"heartbeat_timeout must be > 0, got {self.heartbeat_timeout}")
-        if self.expected_workers is not None and self.expected_workers < 1:
-            raise PSConfigError(f"expected_workers must be >= 1, got {self.expected_workers}")
-        if self.exit_when_done and self.expected_workers is None:
-            raise PSConfigError("exit_when_done needs expected_workers (--num-workers)")
-        if self.max_payload < 1:
-            raise PSConfigError(f"max_payload must be >= 1, got {self.max_payload}")
-
-
-class ServerCore(Commands, JobEnd):
-    """One shard's protocol logic."""
+class ServerCore:
+    """One shard's protocol logic: the data path here, control requests in ``commands``
+    (commands.py), the end of the job in ``job`` (ending.py)."""
 
     def __init__(
         self, config: ServerConfig, secret: str | bytes, clock: Callable[[], float] = time.monotonic
@@ -123,17 +90,10 @@ class ServerCore(Commands, JobEnd):
         self.replies = Replier(self.signer, config.index, self.stats)
         self.queues: dict[int, deque[Pending]] = {}
         self.last_pull: dict[tuple[int, int], int] = {}
-        self.shutdown_requested = False
         self._changed = False
         self._last_checkpoint = clock()
         self.resumed_from: str | None = None
-        self.started = clock()
-        self.joined: set[int] = set()  # ranks heard from by this process (not restored ones)
-        self.exits: dict[int, int] = {}  # rank -> exit status its wrapper reported (DONE)
-        self.errors: dict[int, str] = {}  # rank -> the tail of its error output
-        self.held_done: list[tuple[bytes, wire.Header]] = []  # DONE requests answered at the end
-        self.placement: dict[str, Any] | None = None  # the placement report rank 0 registered
-        self.outcome: dict[int, dict[str, Any]] | None = None  # set when the job has ended
+        self.job = JobEnd(config, self.workers, self.replies, clock(), self.stats_json)
         if config.checkpoint_dir:
             loaded = ckpt.load(config.checkpoint_dir, config.index, config.num_shards)
             if loaded is not None:
@@ -145,6 +105,25 @@ class ServerCore(Commands, JobEnd):
                     self.resumed_from,
                     self.shard.updates,
                 )
+        actions = CoreActions(self._drain, self.checkpoint, self.stats_json)
+        self.commands = Commands(
+            config, self.shard, self.workers, self.queues, self.replies, self.job, actions,
+            self.resumed_from,
+        )  # fmt: skip
+
+    @property
+    def shutdown_requested(self) -> bool:
+        """True once a SHUTDOWN came or the job has ended: the server stops."""
+        return self.commands.shutdown_requested or self.job.outcome is not None
+
+    @property
+    def exit_code(self) -> int:
+        """0 unless the job ended with no worker that finished successfully."""
+        return self.job.exit_code
+
+    def failure_text(self) -> str | None:
+        """Why the job's training failed when every worker failed (the shard's exit text)."""
+        return self.job.failure_text()
 
     # entry points --------------------------------------------------------------
     def handle(
@@ -184,7 +163,7 @@ class ServerCore(Commands, JobEnd):
             log.info(
                 "shard %d: worker %d missed heartbeats; continuing without it", self.config.index, w
             )
-        return (self._drain() if dead else []) + self._maybe_end(now)
+        return (self._drain() if dead else []) + self.job.maybe_end(now)
 
     def checkpoint_due(self, now: float | None = None) -> bool:
         now = self.clock() if now is None else now
@@ -239,7 +218,7 @@ class ServerCore(Commands, JobEnd):
                 code=ErrorCode.WRONG_SHARD,
             )
         self.workers.seen(h.worker, now)
-        self.joined.add(h.worker)
+        self.job.joined.add(h.worker)
         t = h.msg_type  # a plain int (IntEnum compares and hashes as one): no enum lookup
         if t == MsgType.HEARTBEAT:
             return []
@@ -247,7 +226,7 @@ class ServerCore(Commands, JobEnd):
             return self._enqueue(peer, msg, now)
         if t == MsgType.PUSH_PULL_MANY:
             return self._enqueue_many(peer, msg, now)
-        return self._command(peer, msg, now)
+        return self.commands.command(peer, msg, now)
 
     # the data path: queue, then serve queue heads -------------------------------------
     def _queue(self, worker: int) -> deque[Pending]:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import PSError
 
@@ -137,7 +138,7 @@ def start_shards(
     run_dir: str | None = None,
     env: Mapping[str, str] | None = None,
     startup_timeout: float = 30.0,
-    **options: object,
+    **options: Any,
 ) -> list[ShardProcess]:
     """Start ``num_shards`` shard processes and wait until each serves.
 
@@ -168,7 +169,7 @@ def start_shards(
             options.setdefault("exit_with_parent", True)  # never outlive the launcher
             cmd = shard_command(
                 i, num_shards, f"tcp://{host}:{port}", ready_file=str(ready), **options
-            )  # type: ignore[arg-type]
+            )
             with open(log_path, "ab") as logf:
                 proc = subprocess.Popen(
                     cmd,

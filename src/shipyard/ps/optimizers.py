@@ -55,7 +55,7 @@ class Optimizer(ABC):
 
     def config(self) -> dict[str, Any]:
         """JSON-able config; ``make_optimizer(opt.config())`` rebuilds it."""
-        out = {"name": self.name}
+        out: dict[str, Any] = {"name": self.name}
         for k, v in self.hparams.items():
             out[k] = list(v) if isinstance(v, tuple) else v
         return out

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from .buffers import Buffer, array_view, as_bytes_view
 from .errors import PSError
-from .wire import Buffer, as_bytes_view
 
 _COUNT = struct.Struct("<I")
 _LEN = struct.Struct("<Q")
@@ -101,7 +101,7 @@ def close_watched(ep: Any, sock: socket.socket) -> int:
     return fd
 
 
-def prefix(frames: Sequence[memoryview]) -> bytes:
+def prefix(frames: Sequence[bytes | memoryview]) -> bytes:
     """The stream prefix of one message: its frame count and lengths."""
     n = len(frames)
     st = _PREFIX.get(n)
@@ -380,7 +380,7 @@ class Reader:
             big = self.sink(self._frames, size) if self.sink is not None else None
             if big is None:
                 big = np.empty(size, dtype=np.uint8)
-            bview = memoryview(big).cast("B")
+            bview = array_view(big).cast("B")
             head = min(avail, size)
             bview[:head] = view[self._start : self._start + head]
             self._start += head

@@ -229,7 +229,10 @@ class DistributedOptimizer:
 
     @staticmethod
     def _grad(p: torch.Tensor) -> np.ndarray:
-        g = p.grad.detach()
+        grad = p.grad
+        # callers hold a gradient: the hook fires after accumulation, step() filters on it
+        assert grad is not None
+        g = grad.detach()
         if g.device.type != "cpu" or not g.is_contiguous():
             g = g.to("cpu").contiguous()
         return g.numpy()

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from shipyard import settings
 
+from .buffers import Buffer, as_bytes_view
 from .errors import PSError
 from .stream import (
     DEFAULT_MAX_FRAMES,
@@ -48,7 +49,6 @@ from .stream import (
     parse_endpoint,
     tune_socket,
 )
-from .wire import Buffer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .core import ServerCore
@@ -247,7 +247,9 @@ class SocketTransport(Transport):
                             left = min(left, self.RETRY_S)
             for fd, events in self._ep.poll(max(0.0, left)):
                 shard = self._shard_of.get(fd)
-                link = links[shard] if shard is not None else None
+                if shard is None:
+                    continue
+                link = links[shard]
                 if link is None:
                     continue
                 if events & select.EPOLLOUT:
@@ -321,9 +323,7 @@ class LocalNetwork:
 
     def _send(self, peer: bytes, shard: int, frames: Sequence[Buffer]) -> None:
         with self._lock:
-            wire_frames = [
-                bytes(memoryview(f).cast("B")) for f in frames
-            ]  # what a socket would carry
+            wire_frames: list[Buffer] = [bytes(as_bytes_view(f)) for f in frames]  # as on a socket
             self._route(shard, self.cores[shard].handle(peer, wire_frames, self.now))
             self._lock.notify_all()
 

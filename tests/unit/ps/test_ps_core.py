@@ -494,7 +494,7 @@ def train_steps(clients, steps, grouped):
     """``steps`` push_pulls per client (threads, so sync rounds can complete); returns
     the final values and the number of data messages the shards received."""
     for c in clients:
-        c._many = c._many and grouped
+        c._state.many = c._state.many and grouped
     init = many_params()
     for c in clients:
         c.register(
@@ -544,7 +544,7 @@ def test_bad_push_pull_many_is_refused_whole():
         {"name": "sgd", "lr": 1.0},
     )
     ka, kb, kn = (c.placement(k).chunks[0].key_id for k in ("a", "b", "n"))
-    assert "push_pull_many" in c.shard_info[0]["features"] and c._many
+    assert "push_pull_many" in c.shard_info[0]["features"] and c._state.many
 
     def many(keys, frames, index=None, **kw):
         hdr = Header(
@@ -597,12 +597,12 @@ def test_push_pull_begin_holds_small_tensors_back_and_keeps_their_order():
     one = {k: np.ones(n, np.float32) for k, n in (("a", 4), ("b", 3), ("big", 20_000))}
     c.push_pull_begin({"a": one["a"]})
     c.push_pull_begin({"b": one["b"]})
-    assert len(c._bucket) == 2 and not c._open  # nothing on the wire yet
+    assert len(c._data.bucket) == 2 and not c._data.open  # nothing on the wire yet
     c.push_pull_begin({"a": one["a"]})  # "a" again before the end: the held ones go first
-    assert len(c._bucket) == 1 and c._open
+    assert len(c._data.bucket) == 1 and c._data.open
     c.push_pull_begin({"big": one["big"]})  # 80 KB: on the wire at once
     out = c.push_pull_end()
-    assert not c._bucket
+    assert not c._data.bucket
     np.testing.assert_array_equal(out["a"], -2 * one["a"])  # both pushes applied, in order
     np.testing.assert_array_equal(out["b"], -one["b"])
     np.testing.assert_array_equal(out["big"], -one["big"])
@@ -710,8 +710,8 @@ def test_one_request_push_pull_drops_stale_and_stray_replies_and_times_out():
         transport_factory=lambda: _Meddling(net.connect(), drop=True),
         connect=False,
     )
-    silent._peers = [net.cores[0].signer.session]
-    silent._keys = c._keys
+    silent._state.peers = [net.cores[0].signer.session]
+    silent._state.keys = c._state.keys
     with pytest.raises(PSTimeoutError, match="no reply within 0.3s from shard 0"):
         silent.push_pull({"w": np.ones(4, np.float32)})
     silent.close(leave=False)

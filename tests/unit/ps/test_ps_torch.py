@@ -149,12 +149,12 @@ def test_small_gradients_wait_in_a_bucket_big_ones_go_during_backward():
     x, y = torch.randn(8, 200), torch.randint(0, 3, (8,))
     torch.nn.functional.cross_entropy(model(x), y).backward()
     # 0.weight (80 KB) was pushed by its hook; the three small ones wait for step()
-    assert sorted(r.label for r in opt.client._bucket) == ["0.bias", "2.bias", "2.weight"]
-    assert len(opt.client._open) == len(opt.client.placement("0.weight").chunks)
+    assert sorted(r.label for r in opt.client._data.bucket) == ["0.bias", "2.bias", "2.weight"]
+    assert len(opt.client._data.open) == len(opt.client.placement("0.weight").chunks)
     before = sum(s["messages_in"] for s in opt.client.shard_stats())
     opt.step()
     after = sum(s["messages_in"] for s in opt.client.shard_stats())
-    assert not opt.client._bucket and not opt.client._open
+    assert not opt.client._data.bucket and not opt.client._data.open
     shards = {
         c.shard for n in ("0.bias", "2.bias", "2.weight") for c in opt.client.placement(n).chunks
     }

@@ -118,7 +118,7 @@ def test_stray_and_earlier_replies_are_dropped_on_the_socket_path(shard_of, capl
         assert got["w"] is out and np.array_equal(out, -step * np.ones(4)) and c.step == step
     # a request id used again (u32 wrap-around): the copy of the earlier reply now names
     # this request, and only the replay guard tells it from the real answer
-    c._rids = itertools.count(c._rids.__next__() - 1)
+    c._state.rids = itertools.count(c._state.rids.__next__() - 1)
     with caplog.at_level("WARNING", logger="shipyard.ps.client"):
         got = c.push_pull({"w": np.ones(4, np.float32)})["w"]
     assert "dropped a reply that is not new" in caplog.text  # the replay guard said no
