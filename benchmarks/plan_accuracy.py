@@ -20,6 +20,8 @@ Prints one line per run and ends with
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -116,12 +118,17 @@ DISTRIBUTIONS = {
 }
 
 
-def run(session, src, kind: str, rate: str, n: int, steps: int, batch: int) -> dict:
-    """One job; returns its describe output."""
+def run(
+    session, src, kind: str, rate: str, n: int, steps: int, batch: int, keep: Path | None
+) -> dict:
+    """One job; returns its describe output (read from ``keep`` when replaying, written
+    there when recording: ``--save``/``--replay`` re-predict recorded runs offline)."""
     import shipyard
 
     entry, distribution = DISTRIBUTIONS[kind]
     name = f"{kind.replace('_', '-')}-{rate}-{n}"
+    if keep is not None and session is None:
+        return json.loads((keep / f"{name}.json").read_text())
     est = shipyard.PyTorch(
         entry_point=entry,
         source_dir=str(src),
@@ -134,7 +141,11 @@ def run(session, src, kind: str, rate: str, n: int, steps: int, batch: int) -> d
         tags=[{"Key": "shipyard:network", "Value": rate}],
     )
     est.fit(job_name=name, logs=False)
-    return session.control.describe(name)
+    desc = session.control.describe(name)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / f"{name}.json").write_text(json.dumps(desc, default=str))
+    return desc
 
 
 def main() -> None:
@@ -143,6 +154,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--only", choices=sorted(DISTRIBUTIONS), help="one distribution")
+    parser.add_argument(
+        "--no-shared-host", action="store_true", help="predict as if each instance had its cores"
+    )
+    parser.add_argument("--save", type=Path, help="write each run's describe output here")
+    parser.add_argument("--replay", type=Path, help="re-predict the runs saved in this folder")
     args = parser.parse_args()
     import shipyard
     from shipyard.planner import model
@@ -157,7 +173,8 @@ def main() -> None:
         src.mkdir()
         (src / "ps.py").write_text(PS_SCRIPT)
         (src / "hvd.py").write_text(HVD_SCRIPT)
-        session = shipyard.Session(home=str(Path(tmp, "home")))
+        session = None if args.replay else shipyard.Session(home=str(Path(tmp, "home")))
+        keep = args.replay or args.save
         for kind in [args.only] if args.only else list(DISTRIBUTIONS):
             # Open MPI's default allreduce for 2-4 ranks is reduce + broadcast (measured:
             # see BENCHMARKS.md); the ring's prediction is printed beside it
@@ -166,7 +183,11 @@ def main() -> None:
                 if kind == "horovod"
                 else Inputs()
             )
-            runs = {(rates[0], 2): run(session, src, kind, rates[0], 2, args.steps, args.batch)}
+            if not args.no_shared_host:  # every instance runs on this machine's cores
+                given = replace(given, host_cores=float(len(os.sched_getaffinity(0))))
+            runs = {
+                (rates[0], 2): run(session, src, kind, rates[0], 2, args.steps, args.batch, keep)
+            }
             ref = from_describe(runs[(rates[0], 2)], given)
             print(
                 f"{kind}: measured on 2 x {rates[0]}: {ref.step_s * 1e3:.0f} ms/step, "
@@ -178,11 +199,12 @@ def main() -> None:
                 link = model.Link(rate, shape.rate_bytes_per_s)
                 for n in counts:
                     desc = runs.get((rate, n)) or run(
-                        session, src, kind, rate, n, args.steps, args.batch
+                        session, src, kind, rate, n, args.steps, args.batch, keep
                     )
                     measured = from_describe(desc, given)
                     rate_measured = n / measured.step_s
-                    rate_predicted = model.predict(ref.profile, link, n).steps_per_s
+                    row = model.predict(ref.profile, link, n)
+                    rate_predicted = row.steps_per_s
                     ring = ""
                     if kind == "horovod":
                         ring_ref = from_describe(
@@ -199,7 +221,8 @@ def main() -> None:
                         + (
                             "(the measurement the others are predicted from)"
                             if reference
-                            else f"predicted {rate_predicted:6.2f}, error {err:5.1%}{ring}"
+                            else f"predicted {rate_predicted:6.2f} ({row.bottleneck}), "
+                            f"error {err:5.1%}{ring}"
                         ),
                         flush=True,
                     )

@@ -75,6 +75,11 @@ def plan(
     allreduce: str | None = typer.Option(
         None, "--allreduce", help="ring (NCCL, gloo; default) or reduce_bcast (Open MPI's default)"
     ),
+    shared_host: float | None = typer.Option(
+        None,
+        "--shared-host",
+        help="predict runs on one machine of this many cores (emulated instances share them)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="the predictions as JSON"),
 ) -> None:
     """Predict steps/s, scaling efficiency and the bottleneck at other types and counts."""
@@ -89,12 +94,19 @@ def plan(
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
     try:
+        if shared_host is not None and shared_host <= 0:
+            raise ValidationError(
+                f"--shared-host {shared_host:g}: give this machine's core count, e.g. "
+                "--shared-host $(nproc)"
+            )
         counts = _counts(instances)
         kinds: list[str | None] = [d.strip() for d in (distribution or "").split(",") if d.strip()]
         rows = []
         measured = None
         for kind in kinds or [None]:
-            given = Inputs(compute_time, step_time, steps, gradient_bytes, kind, allreduce)
+            given = Inputs(
+                compute_time, step_time, steps, gradient_bytes, kind, allreduce, shared_host
+            )
             measured = from_describe(desc, given)
             targets = links(instance_type, measured.instance_type)
             rows.extend(model.plan(measured.profile, targets, counts))

@@ -139,3 +139,22 @@ def test_planned_rows_from_a_profile():
     rows = model.plan(m.profile, [model.Link("ml.p3.16xlarge", 25e9 / 8)], [1, 2, 64])
     assert [r.instances for r in rows] == [1, 2, 64]
     assert rows[0].efficiency == 1.0 and rows[0].bottleneck == "compute"
+
+
+def test_a_shared_host_s_measurement_is_read_with_its_cores():
+    # 4 workers (2 instances x 2 per host) measured 0.4 s per step unshaped on 2 cores:
+    # the CPU bound, not compute + communication, explains the step -> 0.2 s of compute
+    desc = _desc(
+        Shipyard={
+            **_desc()["Shipyard"],
+            "Distribution": {"kind": "mpi", "options": {"processes_per_host": 2}},
+        }
+    )
+    m = from_describe(desc, Inputs(step_s=0.4, gradient_bytes=1e6, host_cores=2))
+    assert m.profile.compute_s == pytest.approx(0.2)
+    assert m.profile.host_cores == 2
+    assert "2 cores' share of 4 workers" in m.sources["compute_time"]
+    assert "one machine of 2 cores" in m.sources["shared_host"]
+    alone = from_describe(desc, Inputs(step_s=0.4, gradient_bytes=1e6))
+    assert alone.profile.compute_s == pytest.approx(0.4)
+    assert "shared_host" not in alone.sources
