@@ -151,6 +151,14 @@ def test_instance_network_table():
     assert instance_types.network("ml.p2.16xlarge").bytes_per_s == 25e9 / 8
     assert instance_types.network("ml.m5.large").baseline_gbps == 0.75
     assert instance_types.network("ml.c5.18xlarge").sustained_gbps == 25.0
+    assert instance_types.network("ml.m5.8xlarge").sustained_gbps == 10.0
+    # the 6th/7th generations are rated "up to 12.5" with their own baselines and sizes
+    # (EC2's DescribeInstanceTypes: m6i.large 781 Mbit/s, c6i.8xlarge 12.5 Gbit/s)
+    m6i = instance_types.network("ml.m6i.large")
+    assert (m6i.peak_gbps, m6i.baseline_gbps) == (12.5, 0.781)
+    assert instance_types.network("ml.c6i.8xlarge").sustained_gbps == 12.5
+    assert instance_types.network("ml.r7i.24xlarge").sustained_gbps == 37.5
+    assert instance_types.network("ml.m4.xlarge").sustained_gbps == 1.25  # "High"
     with pytest.raises(ValidationError, match="not known"):
         instance_types.network("ml.zz.xlarge")
     with pytest.raises(ValidationError, match="network bandwidth is not known"):
