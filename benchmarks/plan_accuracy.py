@@ -9,8 +9,12 @@ the network, not this machine's 2 cores, paces a step -- at 2, 3 and 4 instances
 2-instance run at 100 Mbit/s per distribution is the measurement the planner is given
 (:func:`shipyard.planner.profile.from_describe`, exactly what ``shipyard plan`` reads);
 every run is then predicted from it and compared with what it measured: worker steps per
-second = workers / the mean over hosts of each host's seconds per step (timed by the
-script after a warm-up, so job start-up is not counted).
+second = workers / the mean over hosts of each host's median seconds per step (timed by
+the script after a warm-up, so job start-up is not counted; the median, so that a step
+another process on this shared machine delayed does not count). Every instance runs on
+this machine, so the predictions take its cores as a shared host
+(``Inputs.host_cores``, ``shipyard plan --shared-host``); ``--no-shared-host`` predicts
+as if each instance had cores of its own.
 
 Prints one line per run and ends with
 ``RESULT plan_accuracy median_abs_err=.. max_abs_err=.. runs=..`` (relative errors).
@@ -74,10 +78,12 @@ def step():
 
 for _ in range(WARMUP):
     step()
-start = time.perf_counter()
+times = []
 for _ in range(STEPS):
+    start = time.perf_counter()
     step()
-print(f"step_time={(time.perf_counter() - start) / STEPS}", flush=True)
+    times.append(time.perf_counter() - start)
+print(f"step_time={sorted(times)[len(times) // 2]}", flush=True)
 opt.close()
 """
 )
@@ -104,10 +110,12 @@ def step():
 
 for _ in range(WARMUP):
     step()
-start = time.perf_counter()
+times = []
 for _ in range(STEPS):
+    start = time.perf_counter()
     step()
-print(f"step_time={(time.perf_counter() - start) / STEPS}", flush=True)
+    times.append(time.perf_counter() - start)
+print(f"step_time={sorted(times)[len(times) // 2]}", flush=True)
 """
 )
 
@@ -138,7 +146,7 @@ def run(
         distribution=distribution,
         environment={"STEPS": str(steps), "BATCH": str(batch)},
         metric_definitions=[{"Name": "step_time", "Regex": r"step_time=([0-9.e-]+)"}],
-        tags=[{"Key": "shipyard:network", "Value": rate}],
+        tags=[] if rate == "unshaped" else [{"Key": "shipyard:network", "Value": rate}],
     )
     est.fit(job_name=name, logs=False)
     desc = session.control.describe(name)
@@ -156,6 +164,9 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(DISTRIBUTIONS), help="one distribution")
     parser.add_argument(
         "--no-shared-host", action="store_true", help="predict as if each instance had its cores"
+    )
+    parser.add_argument(
+        "--unshaped", action="store_true", help="also run 2 instances unshaped (a diagnosis)"
     )
     parser.add_argument("--save", type=Path, help="write each run's describe output here")
     parser.add_argument("--replay", type=Path, help="re-predict the runs saved in this folder")
@@ -194,9 +205,18 @@ def main() -> None:
                 f"compute {ref.profile.compute_s * 1e3:.0f} ms ({ref.sources['compute_time']})",
                 flush=True,
             )
+            if args.unshaped:  # a diagnosis, not a prediction: the step without a network
+                plain = from_describe(
+                    run(session, src, kind, "unshaped", 2, args.steps, args.batch, keep), given
+                )
+                print(
+                    f"  {kind:12} unshaped n=2: measured {2 / plain.step_s:6.2f} steps/s "
+                    f"({plain.step_s * 1e3:.0f} ms/step: compute and the transport's CPU)",
+                    flush=True,
+                )
             for rate in rates:
                 shape = shaping.parse(rate, "local")
-                link = model.Link(rate, shape.rate_bytes_per_s)
+                link = model.Link(rate, shape.rate_bytes_per_s, framing=model.TCP_FRAMING)
                 for n in counts:
                     desc = runs.get((rate, n)) or run(
                         session, src, kind, rate, n, args.steps, args.batch, keep

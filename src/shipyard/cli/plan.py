@@ -34,14 +34,14 @@ def links(text: str | None, job_type: str) -> list:
     """A Link per item of --instance-type: a SageMaker type (its sustained network) or a
     rate such as 100mbit (an emulated network, as the shipyard:network tag takes)."""
     from shipyard import instance_types
-    from shipyard.planner.model import Link
+    from shipyard.planner.model import TCP_FRAMING, Link
     from shipyard.sandbox import shaping
 
     items = [x.strip() for x in (text or job_type).split(",") if x.strip()]
     out = []
     for item in items:
         if item.startswith("ml."):
-            out.append(Link(item, instance_types.network(item).bytes_per_s))
+            out.append(Link(item, instance_types.network(item).bytes_per_s, framing=TCP_FRAMING))
         elif item in ("local", "local_gpu"):
             raise ValidationError(
                 f"--instance-type {item!r} has no rated network: give SageMaker types "
@@ -49,7 +49,8 @@ def links(text: str | None, job_type: str) -> list:
             )
         else:
             shape = shaping.parse(item, job_type)
-            out.append(Link(item, shape.rate_bytes_per_s, shape.delay_s * 2 or 100e-6))
+            latency = shape.delay_s * 2 or 100e-6
+            out.append(Link(item, shape.rate_bytes_per_s, latency, TCP_FRAMING))
     return out
 
 

@@ -64,6 +64,12 @@ SMDDP_TYPES = frozenset(
 DEFAULT_CHUNK_BYTES = 2 << 20
 # Latency of one message between two instances in a cluster placement group.
 DEFAULT_LATENCY_S = 100e-6
+# Bytes a link carries per byte of payload over TCP: a 1500-byte MTU holds 1448 bytes of
+# payload (IPv4 20 + TCP 20 + timestamps 12), and the frame is 1514 with Ethernet's 14,
+# which is what a NIC's rate (and tc's tbf on a veth) counts. Measured: 10 MB between 2
+# instances shaped to 50 Mbit/s took 1.68 s, the payload alone implies 1.60 s, 1.60 x
+# 1514/1448 = 1.67 s (tests/integration/sandbox/test_shaping.py).
+TCP_FRAMING = 1514 / 1448
 FASTER_PLACEMENT = {
     "tf_parameter_server": (
         "a partitioner (tf.distribute.experimental.partitioners.MinSizePartitioner) or "
@@ -75,14 +81,18 @@ FASTER_PLACEMENT = {
 
 @dataclass(frozen=True)
 class Link:
-    """One instance's NIC: bytes per second each direction and the latency of a message."""
+    """One instance's NIC: bytes per second each direction and the latency of a message.
+
+    ``framing``: bytes on the wire per byte of payload (:data:`TCP_FRAMING` for a real or
+    emulated NIC carrying TCP; 1.0 for the payload-only arithmetic of hand-computed cases)."""
 
     name: str
     bytes_per_s: float
     latency_s: float = DEFAULT_LATENCY_S
+    framing: float = 1.0
 
     def seconds(self, nbytes: float, messages: int = 0) -> float:
-        return nbytes / self.bytes_per_s + messages * self.latency_s
+        return nbytes * self.framing / self.bytes_per_s + messages * self.latency_s
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ def measured_link(desc: Mapping[str, Any]) -> tuple[model.Link | None, str]:
     instance_type = (desc.get("ResourceConfig") or {}).get("InstanceType", "")
     shape = shaping.parse(value, instance_type)
     return (
-        model.Link(shape.describe(), shape.rate_bytes_per_s, shape.delay_s * 2),
+        model.Link(shape.describe(), shape.rate_bytes_per_s, shape.delay_s * 2, model.TCP_FRAMING),
         f"shaped by tag {shaping.TAG}={value} ({shape.describe()})",
     )
 

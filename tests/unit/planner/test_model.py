@@ -231,3 +231,11 @@ def test_shared_host_step_and_its_inverse():
     # round trip: the compute found predicts the measured step again
     prof = Profile("horovod", model.compute_of(0.4, 0.015, 4, 2), (10 * MB,), host_cores=2)
     assert model.predict(prof, Link("1gbit", 1e9, 0.0), 4).step_s == pytest.approx(0.4)
+
+
+def test_tcp_framing_counts_the_headers_a_nic_carries():
+    # 1448 bytes of payload per 1514-byte frame (Ethernet 14 + IPv4 20 + TCP 20 + 12)
+    assert model.TCP_FRAMING == pytest.approx(1514 / 1448)
+    link = Link("x", 1e6, 0.0, framing=model.TCP_FRAMING)
+    assert link.seconds(1448 * 1000) == pytest.approx(1514 * 1000 / 1e6)
+    assert Link("x", 1e6, 0.0).seconds(1e6) == 1.0  # payload-only arithmetic
