@@ -145,9 +145,14 @@ def before_you_pay(session, stamp: str) -> None:
             "(the planner's input)" if desc is first else f"{predicted:.2f}",
         )
     out.print(table)
+    two = model.predict(here.profile, links[P2_TYPES[0]], 2)
     out.print(
-        f"compute per step {real.profile.compute_s * 1e3:.0f} ms, measured on this machine's "
-        "CPU (a p2's GPU is faster: give `shipyard plan --compute-time`); real instances:"
+        f"at 2 instances the network is {two.comm_s / two.step_s:.0%} of a step on "
+        f"{P2_TYPES[0]}, so both types measure much alike here (within this machine's noise: "
+        "other work shares its cores); what they differ in shows at more instances. Compute "
+        f"per step {real.profile.compute_s * 1e3:.0f} ms, measured on this machine's CPU (a "
+        "p2's GPU is faster: give `shipyard plan --compute-time`); the planner, for real "
+        "instances:"
     )
     rows = {
         (r.instance_type, r.instances): r
