@@ -10,11 +10,15 @@ live, and what goes between the servers?" This demo answers it:
    report says nothing was placed on a parameter server (only algo-1, the chief, runs the
    script in the TF2 layout, so it trained the model alone; algo-2 only served);
 3. the same CNN with ParameterServerStrategy on 2 instances: every variable's server,
-   the imbalance, the worker x server traffic; then the planner's answer to "how fast on
-   ml.p2.xlarge or ml.p2.8xlarge, up to 64 instances?" from what that job measured;
-4. the model is deployed and answers JSON, JSON lines and CSV (an inference.py);
-5. a batch transform scores a file of images;
-6. where to look next: ``shipyard ui`` draws both reports side by side,
+   the imbalance, the worker x server traffic;
+4. before you pay, "ml.p2.xlarge or ml.p2.8xlarge (networks about eight times apart), and
+   how many?": the CNN (in torch, through shipyard.ps) runs on 2 instances under each
+   type's emulated network (the ``shipyard:network`` tag), measured side by side with
+   what the planner predicted for each, then the planner's table up to 64 instances
+   (where shaping is unavailable it says so and plans from an unshaped run);
+5. the model is deployed and answers JSON, JSON lines and CSV (an inference.py);
+6. a batch transform scores a file of images;
+7. where to look next: ``shipyard ui`` draws both reports side by side,
    ``shipyard tensorboard`` shows the first job's training curves.
 
 The demo and the CLI share one home (``$SHIPYARD_HOME``, default ``~/.shipyard``), so
@@ -35,6 +39,7 @@ sys.path.insert(0, os.path.join(HERE, "data"))
 import numpy as np  # noqa: E402
 from make_cifar_tfrecords import images, write  # noqa: E402
 from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
 
 import shipyard  # noqa: E402
 from shipyard.debugger import TensorBoardOutputConfig  # noqa: E402
@@ -74,32 +79,98 @@ def report_of(estimator) -> dict | None:
     return desc["Shipyard"].get("DistributionReport")
 
 
-def plan_table(estimator, steps: int) -> None:
-    """Before you pay: the planner's answer for the job just measured, on the tutorial's
-    instance-type question (ml.p2.xlarge vs ml.p2.8xlarge, whose networks differ about
-    eightfold), up to 64 instances (what ``shipyard plan JOB`` prints)."""
-    from shipyard import instance_types
-    from shipyard.planner import model, render
-    from shipyard.planner.profile import Inputs, PlanInputError, from_describe
+P2_TYPES = ("ml.p2.xlarge", "ml.p2.8xlarge")
+COUNTS = [2, 4, 8, 16, 32, 64]
 
+
+def measure_cnn(session, stamp: str, name: str, tags: list) -> dict:
+    """The tutorials' CNN through shipyard.ps on 2 instances, 12 timed steps: its describe."""
+    est = shipyard.PyTorch(
+        entry_point="cifar10_cnn_timed.py",
+        source_dir=os.path.join(HERE, "pytorch"),
+        instance_count=2,
+        instance_type="local",
+        distribution=PS,
+        hyperparameters={"steps": 12},
+        metric_definitions=[{"Name": "step_time", "Regex": r"step_time=([0-9.e-]+)"}],
+        tags=tags,
+        session=session,
+    )
+    est.fit(job_name=f"demo-{name}-{stamp}", logs=False)
+    return est.latest_training_job.describe()
+
+
+def before_you_pay(session, stamp: str) -> None:
+    """ml.p2.xlarge or ml.p2.8xlarge, and how many? Measured here under each type's
+    network, side by side with the planner's prediction of the same run (this machine's
+    cores shared by both instances: ``--shared-host``), then the planner's table for real
+    instances up to 64, from the first measurement (what ``shipyard plan JOB`` prints)."""
+    from shipyard import instance_types
+    from shipyard.planner import model
+    from shipyard.planner.profile import Inputs, PlanInputError, from_describe
+    from shipyard.sandbox import shaping
+
+    links = {
+        t: model.Link(t, instance_types.network(t).bytes_per_s, framing=model.TCP_FRAMING)
+        for t in P2_TYPES
+    }
+    support = shaping.support()
+    measured: dict[str, dict] = {}
+    if support.tbf:
+        for t in P2_TYPES:
+            rate = f"{instance_types.network(t).sustained_gbps:g}gbit"
+            name = t.removeprefix("ml.").replace(".", "-")
+            measured[t] = measure_cnn(session, stamp, name, [{"Key": shaping.TAG, "Value": rate}])
+    else:
+        out.print(
+            f"network emulation is unavailable here ({support.detail}; `shipyard doctor` "
+            "says what to install): both types would measure the same, so the CNN runs once "
+            "unshaped and the planner answers from that"
+        )
+        measured["unshaped"] = measure_cnn(session, stamp, "unshaped", [])
+    first = next(iter(measured.values()))
     try:
-        measured = from_describe(estimator.latest_training_job.describe(), Inputs(steps=steps))
+        here = from_describe(first, Inputs(host_cores=float(instance_types.machine_cpus())))
+        real = from_describe(first)
     except PlanInputError as exc:
         out.print(f"no plan: {exc}")
         return
-    links = [
-        model.Link(t, instance_types.network(t).bytes_per_s)
-        for t in ("ml.p2.xlarge", "ml.p2.8xlarge")
-    ]
-    rows = model.plan(measured.profile, links, [2, 4, 8, 16, 32, 64])
+    table = Table("2 instances, network of", "measured steps/s", "planner, same machine")
+    for t, desc in measured.items():
+        got = from_describe(desc).step_s
+        predicted = model.predict(here.profile, links[t], 2).steps_per_s if t in links else 0
+        table.add_row(
+            f"{t} ({instance_types.network(t).describe()})" if t in links else t,
+            f"{2 / got:.2f}",
+            "(the planner's input)" if desc is first else f"{predicted:.2f}",
+        )
+    out.print(table)
+    two = model.predict(here.profile, links[P2_TYPES[0]], 2)
     out.print(
-        f"shipyard plan {estimator.latest_training_job.job_name}: compute per step "
-        f"{measured.profile.compute_s * 1e3:.0f} ms ({measured.sources['compute_time']})"
+        f"at 2 instances the network is {two.comm_s / two.step_s:.0%} of a step on "
+        f"{P2_TYPES[0]}, so both types measure much alike here (within this machine's noise: "
+        "other work shares its cores); what they differ in shows at more instances. Compute "
+        f"per step {real.profile.compute_s * 1e3:.0f} ms, measured on this machine's CPU (a "
+        "p2's GPU is faster: give `shipyard plan --compute-time`); the planner, for real "
+        "instances:"
     )
-    out.print(render.plot(rows), markup=False)
-    for r in rows:
-        if r.instances == 64:
-            out.print(f"  {r.instance_type} x 64: {r.bottleneck}; {r.advice}", markup=False)
+    rows = {
+        (r.instance_type, r.instances): r
+        for r in model.plan(real.profile, [*links.values()], COUNTS)
+    }
+    plan = Table("instances", *(f"{t} steps/s" for t in P2_TYPES), "bottleneck (ml.p2.xlarge)")
+    for n in COUNTS:
+        cells = [
+            f"{rows[(t, n)].steps_per_s:8.1f}  {rows[(t, n)].efficiency:4.0%}" for t in P2_TYPES
+        ]
+        plan.add_row(str(n), *cells, rows[(P2_TYPES[0], n)].bottleneck)
+    out.print(plan)
+    slow, fast = rows[(P2_TYPES[0], 64)], rows[(P2_TYPES[1], 64)]
+    out.print(
+        f"at 64 instances ml.p2.8xlarge's network is x{fast.steps_per_s / slow.steps_per_s:.1f} "
+        f"ml.p2.xlarge's; {slow.instance_type}: {slow.advice}",
+        markup=False,
+    )
 
 
 def main() -> None:
@@ -154,9 +225,11 @@ def main() -> None:
         if report:
             render(report, out)
         out.print(f"model: {ps.model_data}")
-        plan_table(ps, steps=3 * 16)
 
-        step(4, "deploy, then predict in JSON, JSON lines and CSV")
+        step(4, "before you pay: ml.p2.xlarge or ml.p2.8xlarge, and how many instances?")
+        before_you_pay(session, stamp)
+
+        step(5, "deploy, then predict in JSON, JSON lines and CSV")
         model = shipyard.TensorFlowModel(
             model_data=ps.model_data,
             entry_point="inference.py",
@@ -183,7 +256,7 @@ def main() -> None:
         finally:
             predictor.delete_endpoint()
 
-        step(5, "batch transform: one image per line of a CSV file")
+        step(6, "batch transform: one image per line of a CSV file")
         batch_in = os.path.join(data, "batch")
         os.makedirs(batch_in)
         xb, _ = images(16, seed=9)
@@ -200,7 +273,7 @@ def main() -> None:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         out.print(f"{result}: {len(lines)} answer line(s), e.g. {lines[0][:100]}")
 
-        step(6, "where to look next")
+        step(7, "where to look next")
         a, b = plain.latest_training_job.job_name, ps.latest_training_job.job_name
         out.print(
             f"  shipyard jobs                      both jobs, in {session.home}\n"

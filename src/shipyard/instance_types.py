@@ -64,12 +64,15 @@ _GPU_TYPES = {
     "ml.g6.48xlarge": (192, 8),
 }
 # Network bandwidth per instance, Gbit/s, each direction: (peak, baseline). From AWS's
-# public instance type pages ("Amazon EC2 instance types: network specifications";
-# SageMaker's ml.* types are the EC2 types). "Up to X" types burst to X on a credit
-# bucket and sustain only the baseline: a training job that talks all the time gets the
-# baseline, so the planner uses it and says so. ``None`` baseline: the peak is sustained.
-# Old types AWS rates only in words use its figures for them ("Moderate" ~0.45, "High"
-# ~1.25 sustained, up to 10 bursting where the family allows it).
+# public instance type pages ("Amazon EC2 instance types: network specifications", the
+# "Network performance" and "Baseline bandwidth" columns; SageMaker's ml.* types are the
+# EC2 types), checked 2026-11-28 against the baselines EC2's DescribeInstanceTypes
+# reports (as generated into aws/karpenter-provider-aws, zz_generated.bandwidth.go) and
+# the peaks AWS Batch's GPU-jobs page lists (docs/how-to/plan.md cites them). "Up to X"
+# types burst to X on a credit bucket (5-60 minutes) and sustain only the baseline: a
+# training job that talks all the time gets the baseline, so the planner uses it and
+# says so. ``None`` baseline: the peak is sustained. p2 predates the figures: AWS rates
+# p2.xlarge "High" (taken as 1.25), p2.8xlarge "10 Gigabit", p2.16xlarge "25 Gigabit".
 _NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
     "ml.p2.xlarge": (1.25, None),  # "High"
     "ml.p2.8xlarge": (10.0, None),
@@ -99,8 +102,8 @@ _NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
     "ml.g6.12xlarge": (40.0, None),
     "ml.g6.48xlarge": (100.0, None),
 }
-# The m5/c5/r5 families (and their newer siblings m6i/c6i/r6i) by size: "up to 10" with
-# a baseline below 8xlarge, then fixed figures.
+# The m5/c5/r5 families by size: "up to 10" with a baseline below 8xlarge, then fixed
+# figures.
 _SIZE_NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
     "medium": (10.0, 0.5),
     "large": (10.0, 0.75),
@@ -116,6 +119,23 @@ _SIZE_NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
     "32xlarge": (50.0, None),
     "48xlarge": (50.0, None),
 }
+# The 6th and 7th generations (m6i/c6i/r6i, m6a/c6a/r6a, m7i/c7i/r7i, m7a/c7a/r7a) by
+# size: "up to 12.5" with a baseline below 8xlarge, then fixed figures (not m5's: their
+# 8xlarge has 12.5, their 24xlarge 37.5).
+_GEN6_NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
+    "medium": (12.5, 0.39),  # m7a/c7a/r7a.medium
+    "large": (12.5, 0.781),
+    "xlarge": (12.5, 1.562),
+    "2xlarge": (12.5, 3.125),
+    "4xlarge": (12.5, 6.25),
+    "8xlarge": (12.5, None),
+    "12xlarge": (18.75, None),
+    "16xlarge": (25.0, None),
+    "24xlarge": (37.5, None),
+    "32xlarge": (50.0, None),
+    "48xlarge": (50.0, None),
+}
+_GEN6_FAMILIES = frozenset(f"{k}{g}{v}" for k in "mcr" for g in "67" for v in "ia")
 # m4/c4 (before ENA's "up to" ratings): AWS's words, in Gbit/s.
 _OLD_FAMILY_NETWORK_GBPS: dict[str, tuple[float, float | None]] = {
     "large": (0.45, None),  # "Moderate"
@@ -331,7 +351,11 @@ def network(instance_type: str) -> NetworkBandwidth:
     match = _ML_NAME.match(instance_type)
     if match is not None:
         family, size = match.groups()
-        table = _OLD_FAMILY_NETWORK_GBPS if family in ("m4", "c4") else _SIZE_NETWORK_GBPS
+        table = _SIZE_NETWORK_GBPS
+        if family in ("m4", "c4"):
+            table = _OLD_FAMILY_NETWORK_GBPS
+        elif family in _GEN6_FAMILIES:
+            table = _GEN6_NETWORK_GBPS
         if family[0] in "mcr" and size in table:
             peak, base = table[size]
             return NetworkBandwidth(instance_type, peak, base)

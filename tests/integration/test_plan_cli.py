@@ -79,6 +79,16 @@ def test_plan_of_a_measured_parameter_server_job(ps_job):
         "plan", ps_job, "--instance-type", "10mbit", "--distribution", "horovod", "--json"
     )
     assert {r["distribution"] for r in json.loads(horovod.stdout)["rows"]} == {"horovod"}
+    # the same machine, 2 cores: beyond 2 instances the workers wait for each other's CPU
+    shared = cli(
+        "plan", ps_job, "--instance-type", "ml.p3dn.24xlarge", "--instances", "2,4",
+        "--shared-host", "2", "--json",
+    )  # fmt: skip
+    assert shared.returncode == 0, shared.stderr
+    by_n = {r["instances"]: r for r in json.loads(shared.stdout)["rows"]}
+    assert by_n[4]["bottleneck"] == "host CPU", by_n
+    assert "4 workers share this machine's 2 cores" in by_n[4]["advice"]
+    assert by_n[2]["bottleneck"] != "host CPU"
 
 
 BAD = [
@@ -87,6 +97,7 @@ BAD = [
     (["--instance-type", "local"], "has no rated network"),
     (["--instances", "2,x"], "--instances '2,x'"),
     (["--distribution", "ring"], "--distribution 'ring' is not known"),
+    (["--shared-host", "0"], "--shared-host 0: give this machine's core count"),
 ]
 
 

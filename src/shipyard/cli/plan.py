@@ -34,14 +34,14 @@ def links(text: str | None, job_type: str) -> list:
     """A Link per item of --instance-type: a SageMaker type (its sustained network) or a
     rate such as 100mbit (an emulated network, as the shipyard:network tag takes)."""
     from shipyard import instance_types
-    from shipyard.planner.model import Link
+    from shipyard.planner.model import TCP_FRAMING, Link
     from shipyard.sandbox import shaping
 
     items = [x.strip() for x in (text or job_type).split(",") if x.strip()]
     out = []
     for item in items:
         if item.startswith("ml."):
-            out.append(Link(item, instance_types.network(item).bytes_per_s))
+            out.append(Link(item, instance_types.network(item).bytes_per_s, framing=TCP_FRAMING))
         elif item in ("local", "local_gpu"):
             raise ValidationError(
                 f"--instance-type {item!r} has no rated network: give SageMaker types "
@@ -49,7 +49,8 @@ def links(text: str | None, job_type: str) -> list:
             )
         else:
             shape = shaping.parse(item, job_type)
-            out.append(Link(item, shape.rate_bytes_per_s, shape.delay_s * 2 or 100e-6))
+            latency = shape.delay_s * 2 or 100e-6
+            out.append(Link(item, shape.rate_bytes_per_s, latency, TCP_FRAMING))
     return out
 
 
@@ -75,6 +76,11 @@ def plan(
     allreduce: str | None = typer.Option(
         None, "--allreduce", help="ring (NCCL, gloo; default) or reduce_bcast (Open MPI's default)"
     ),
+    shared_host: float | None = typer.Option(
+        None,
+        "--shared-host",
+        help="predict runs on one machine of this many cores (emulated instances share them)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="the predictions as JSON"),
 ) -> None:
     """Predict steps/s, scaling efficiency and the bottleneck at other types and counts."""
@@ -89,12 +95,19 @@ def plan(
     except JobNotFoundError as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
     try:
+        if shared_host is not None and shared_host <= 0:
+            raise ValidationError(
+                f"--shared-host {shared_host:g}: give this machine's core count, e.g. "
+                "--shared-host $(nproc)"
+            )
         counts = _counts(instances)
         kinds: list[str | None] = [d.strip() for d in (distribution or "").split(",") if d.strip()]
         rows = []
         measured = None
         for kind in kinds or [None]:
-            given = Inputs(compute_time, step_time, steps, gradient_bytes, kind, allreduce)
+            given = Inputs(
+                compute_time, step_time, steps, gradient_bytes, kind, allreduce, shared_host
+            )
             measured = from_describe(desc, given)
             targets = links(instance_type, measured.instance_type)
             rows.extend(model.plan(measured.profile, targets, counts))

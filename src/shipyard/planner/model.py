@@ -26,6 +26,14 @@ otherwise).
   the variables (re-placed for each instance count with the job's policy). The busiest
   NIC (usually the one of the server holding the most bytes: a *hot* ps) paces a global
   step; ``sync`` waits for it every step, ``async``/bounded staleness are capped by it.
+- **A shared host** (``Profile.host_cores``): an emulated run puts every instance on one
+  machine, so its W workers share that machine's C cores, while each one's network wait
+  leaves its core to the others. The cores then do at most ``C / compute`` worker steps
+  per second between them: a worker's step is at least ``W * compute / C``, and the
+  row's step is ``max(compute + communication, W * compute / C)`` (the busiest resource
+  paces a pipeline), bottleneck ``host CPU`` when the second wins. A real cluster's
+  instances each have their own cores, so this applies only to predicting a run on the
+  machine that measured (``shipyard plan --shared-host CORES``, the accuracy benchmark).
 """
 
 from __future__ import annotations
@@ -56,6 +64,12 @@ SMDDP_TYPES = frozenset(
 DEFAULT_CHUNK_BYTES = 2 << 20
 # Latency of one message between two instances in a cluster placement group.
 DEFAULT_LATENCY_S = 100e-6
+# Bytes a link carries per byte of payload over TCP: a 1500-byte MTU holds 1448 bytes of
+# payload (IPv4 20 + TCP 20 + timestamps 12), and the frame is 1514 with Ethernet's 14,
+# which is what a NIC's rate (and tc's tbf on a veth) counts. Measured: 10 MB between 2
+# instances shaped to 50 Mbit/s took 1.68 s, the payload alone implies 1.60 s, 1.60 x
+# 1514/1448 = 1.67 s (tests/integration/sandbox/test_shaping.py).
+TCP_FRAMING = 1514 / 1448
 FASTER_PLACEMENT = {
     "tf_parameter_server": (
         "a partitioner (tf.distribute.experimental.partitioners.MinSizePartitioner) or "
@@ -67,14 +81,18 @@ FASTER_PLACEMENT = {
 
 @dataclass(frozen=True)
 class Link:
-    """One instance's NIC: bytes per second each direction and the latency of a message."""
+    """One instance's NIC: bytes per second each direction and the latency of a message.
+
+    ``framing``: bytes on the wire per byte of payload (:data:`TCP_FRAMING` for a real or
+    emulated NIC carrying TCP; 1.0 for the payload-only arithmetic of hand-computed cases)."""
 
     name: str
     bytes_per_s: float
     latency_s: float = DEFAULT_LATENCY_S
+    framing: float = 1.0
 
     def seconds(self, nbytes: float, messages: int = 0) -> float:
-        return nbytes / self.bytes_per_s + messages * self.latency_s
+        return nbytes * self.framing / self.bytes_per_s + messages * self.latency_s
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,7 @@ class Profile:
     overlap: float = 0.0  # share of the communication hidden behind compute (0..1)
     allreduce: str = "ring"  # or "reduce_bcast": what Open MPI's default picks for few ranks
     notes: tuple[str, ...] = field(default_factory=tuple)
+    host_cores: float | None = None  # every instance on one machine of this many cores
 
     @property
     def gradient_bytes(self) -> float:
@@ -120,7 +139,7 @@ class Row:
     efficiency: float  # steps_per_s / (workers x a lone worker's rate)
     compute_s: float
     comm_s: float
-    bottleneck: str  # "compute", "nic", "hot ps:<j>", "unsupported"
+    bottleneck: str  # "compute", "nic", "hot ps:<j>", "host CPU", "unsupported"
     advice: str = ""
     speedup: float | None = None  # of following the advice
     busiest_bytes: float = 0.0  # per step, the busiest NIC direction
@@ -177,12 +196,38 @@ def place(
     return loads
 
 
+def shared_host_step(compute_s: float, workers: int, host_cores: float | None) -> float:
+    """The shortest worker step ``workers`` processes sharing ``host_cores`` cores allow:
+    together they have ``host_cores`` CPU-seconds per second and each step costs one
+    worker ``compute_s`` of them, so a step lasts at least ``workers * compute_s / cores``
+    (0 where the workers have cores of their own: ``host_cores`` None or enough)."""
+    if not host_cores or workers <= host_cores:
+        return 0.0
+    return workers * compute_s / host_cores
+
+
+def compute_of(step_s: float, comm_s: float, workers: int, host_cores: float | None) -> float:
+    """The compute per step that explains a measured ``step_s``: the inverse of
+    ``max(compute + comm, workers * compute / cores)``. Both terms grow with compute, so
+    the compute is the smaller of the two that each alone would explain (never below a
+    tenth of the step: a communication estimate above the measured step is the model's
+    error, not a step without compute)."""
+    candidates = [step_s - comm_s]
+    if host_cores and workers > host_cores:
+        candidates.append(step_s * host_cores / workers)
+    return max(min(candidates), step_s * 0.1)
+
+
 def _row(profile: Profile, link: Link, n: int, comm: float, busiest: float, bottleneck: str) -> Row:
     hidden = min(comm * profile.overlap, profile.compute_s)
-    step = profile.compute_s + comm - hidden
     workers = n * profile.processes_per_host
+    alone = profile.compute_s + comm - hidden
+    host = shared_host_step(profile.compute_s, workers, profile.host_cores)
+    step = max(alone, host)
     rate = workers / step
     name = bottleneck if comm - hidden > profile.compute_s else "compute"
+    if host > alone:
+        name = "host CPU"
     return Row(
         instance_type=link.name,
         instances=n,
@@ -327,6 +372,15 @@ def advise(row: Row, profile: Profile, link: Link, faster: Link | None = None) -
     compression for allreduce, allreduce for parameter servers, a faster network."""
     if row.advice or row.bottleneck == "unsupported":
         return row
+    if row.bottleneck == "host CPU":
+        workers = row.instances * profile.processes_per_host
+        return replace(
+            row,
+            advice=(
+                f"{workers} workers share this machine's {profile.host_cores:g} cores: "
+                "instances of their own would not wait for each other's compute"
+            ),
+        )
     share = row.comm_s / row.step_s if row.step_s else 0.0
     if row.bottleneck == "compute" and share < 0.2:
         return replace(

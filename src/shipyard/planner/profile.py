@@ -52,6 +52,7 @@ class Inputs:
     gradient_bytes: float | None = None  # for allreduce jobs (no placement report)
     distribution: str | None = None  # plan as this distribution instead of the job's
     allreduce: str | None = None  # ring (NCCL, gloo) or reduce_bcast (Open MPI's default)
+    host_cores: float | None = None  # predict runs on this machine: its cores are shared
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def measured_link(desc: Mapping[str, Any]) -> tuple[model.Link | None, str]:
     instance_type = (desc.get("ResourceConfig") or {}).get("InstanceType", "")
     shape = shaping.parse(value, instance_type)
     return (
-        model.Link(shape.describe(), shape.rate_bytes_per_s, shape.delay_s * 2),
+        model.Link(shape.describe(), shape.rate_bytes_per_s, shape.delay_s * 2, model.TCP_FRAMING),
         f"shaped by tag {shaping.TAG}={value} ({shape.describe()})",
     )
 
@@ -214,15 +215,25 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         pull_overhead=pull,
         chunk_bytes=float(report.get("chunk_bytes") or model.DEFAULT_CHUNK_BYTES),
         allreduce=given.allreduce or "ring",
+        host_cores=given.host_cores,
     )
+    if given.host_cores:
+        sources["shared_host"] = (
+            f"given (--shared-host): every instance on one machine of {given.host_cores:g} cores"
+        )
     if given.compute_s:
         compute, sources["compute_time"] = given.compute_s, "given (--compute-time)"
     else:
         comm = model.predict(base, link, instances).comm_s if link else 0.0
-        compute = max(step_s - comm, step_s * 0.1)
+        compute = model.compute_of(step_s, comm, workers, given.host_cores)
         sources["compute_time"] = (
             f"measured here: step time {step_s:.4g}s"
             + (f" less {comm:.4g}s of predicted communication" if comm else "")
+            + (
+                f", at most {given.host_cores:g} cores' share of {workers} workers"
+                if given.host_cores and workers > given.host_cores
+                else ""
+            )
             + f" on {instance_type}"
         )
     profile = replace(base, compute_s=compute, compute_source=sources["compute_time"])

@@ -95,9 +95,10 @@ def test_profile_of_a_parameter_server_job():
 def test_a_shaped_job_s_communication_is_taken_out_of_its_compute():
     shaped = _desc(Tags=[{"Key": "shipyard:network", "Value": "8kbit"}])  # 1000 B/s
     m = from_describe(shaped, Inputs(step_s=3.0))
-    # greedy on 2 shards: the algo-2 worker moves 1000 x (1.1 + 1.0) remotely = 2.1 s
-    assert m.profile.compute_s == pytest.approx(3.0 - 2.1)
-    assert "less 2.1s" in m.sources["compute_time"]
+    # greedy on 2 shards: the algo-2 worker moves 1000 x (1.1 + 1.0) remotely = 2.1 s of
+    # payload, in TCP frames of 1514 bytes per 1448: 2.1 x 1514/1448 = 2.1957 s
+    assert m.profile.compute_s == pytest.approx(3.0 - 2.1 * 1514 / 1448)
+    assert "less 2.196s" in m.sources["compute_time"]
 
 
 def test_steps_from_push_counts_and_the_given_inputs():
@@ -139,3 +140,22 @@ def test_planned_rows_from_a_profile():
     rows = model.plan(m.profile, [model.Link("ml.p3.16xlarge", 25e9 / 8)], [1, 2, 64])
     assert [r.instances for r in rows] == [1, 2, 64]
     assert rows[0].efficiency == 1.0 and rows[0].bottleneck == "compute"
+
+
+def test_a_shared_host_s_measurement_is_read_with_its_cores():
+    # 4 workers (2 instances x 2 per host) measured 0.4 s per step unshaped on 2 cores:
+    # the CPU bound, not compute + communication, explains the step -> 0.2 s of compute
+    desc = _desc(
+        Shipyard={
+            **_desc()["Shipyard"],
+            "Distribution": {"kind": "mpi", "options": {"processes_per_host": 2}},
+        }
+    )
+    m = from_describe(desc, Inputs(step_s=0.4, gradient_bytes=1e6, host_cores=2))
+    assert m.profile.compute_s == pytest.approx(0.2)
+    assert m.profile.host_cores == 2
+    assert "2 cores' share of 4 workers" in m.sources["compute_time"]
+    assert "one machine of 2 cores" in m.sources["shared_host"]
+    alone = from_describe(desc, Inputs(step_s=0.4, gradient_bytes=1e6))
+    assert alone.profile.compute_s == pytest.approx(0.4)
+    assert "shared_host" not in alone.sources

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shipyard import instance_types
@@ -149,6 +151,14 @@ def test_instance_network_table():
     assert instance_types.network("ml.p2.16xlarge").bytes_per_s == 25e9 / 8
     assert instance_types.network("ml.m5.large").baseline_gbps == 0.75
     assert instance_types.network("ml.c5.18xlarge").sustained_gbps == 25.0
+    assert instance_types.network("ml.m5.8xlarge").sustained_gbps == 10.0
+    # the 6th/7th generations are rated "up to 12.5" with their own baselines and sizes
+    # (EC2's DescribeInstanceTypes: m6i.large 781 Mbit/s, c6i.8xlarge 12.5 Gbit/s)
+    m6i = instance_types.network("ml.m6i.large")
+    assert (m6i.peak_gbps, m6i.baseline_gbps) == (12.5, 0.781)
+    assert instance_types.network("ml.c6i.8xlarge").sustained_gbps == 12.5
+    assert instance_types.network("ml.r7i.24xlarge").sustained_gbps == 37.5
+    assert instance_types.network("ml.m4.xlarge").sustained_gbps == 1.25  # "High"
     with pytest.raises(ValidationError, match="not known"):
         instance_types.network("ml.zz.xlarge")
     with pytest.raises(ValidationError, match="network bandwidth is not known"):
@@ -176,3 +186,56 @@ def test_a_compute_bound_row_with_a_large_network_share_says_so():
     assert row.bottleneck == "compute"
     assert row.advice.startswith("compute leads, the network takes 38% of a step")
     assert "ml.p3dn.24xlarge's network" in row.advice or "fp16" in row.advice
+
+
+def test_a_shared_host_s_cores_pace_more_workers_than_it_has():
+    # compute 0.2 s, S = 10 MB, 1e9 B/s, no latency, every instance on one 2-core machine.
+    # n=2: 2 workers, 2 cores: compute + ring time 2*1/2*10 MB / 1e9 = 0.2 + 0.01
+    prof = Profile("horovod", 0.2, (10 * MB,), host_cores=2)
+    link = Link("1gbit", 1e9, 0.0)
+    two = model.predict(prof, link, 2)
+    assert two.step_s == pytest.approx(0.21)
+    assert two.bottleneck == "compute"
+    # n=4: the ring alone would be 0.2 + 2*3/4*10 MB / 1e9 = 0.215 s, but 4 workers x 0.2 s
+    # of CPU on 2 cores is 0.4 s per worker step: the host's CPU paces it
+    four = model.predict(prof, link, 4)
+    assert four.step_s == pytest.approx(0.4)
+    assert four.steps_per_s == pytest.approx(4 / 0.4)
+    assert four.comm_s == pytest.approx(0.015)
+    assert four.efficiency == pytest.approx(0.2 / 0.4)
+    assert four.bottleneck == "host CPU"
+    assert model.predict(replace(prof, host_cores=None), link, 4).step_s == pytest.approx(0.215)
+    # processes per host count as workers: 2 instances x 2 ranks on 2 cores
+    pph = model.predict(replace(prof, processes_per_host=2), link, 2)
+    assert pph.step_s == pytest.approx(0.4) and pph.bottleneck == "host CPU"
+    # a slow network still paces: 3 workers, 1.5 x 0.2 = 0.3 s of CPU per step, but the
+    # ring moves 2*2/3*10 MB at 1e7 B/s = 1.333 s
+    slow = model.predict(prof, Link("80mbit", 1e7, 0.0), 3)
+    assert slow.step_s == pytest.approx(0.2 + 4 / 3)
+    assert slow.bottleneck == "nic"
+    # the advice says why and that real instances would not share the cores
+    row = model.plan(prof, [link], [4])[0]
+    assert "4 workers share this machine's 2 cores" in row.advice
+
+
+def test_shared_host_step_and_its_inverse():
+    assert model.shared_host_step(0.2, 2, None) == 0.0
+    assert model.shared_host_step(0.2, 2, 2) == 0.0
+    assert model.shared_host_step(0.2, 3, 2) == pytest.approx(0.3)
+    # measured 0.4 s with 0.015 s of communication, 4 workers on 2 cores: the CPU bound
+    # explains it with 0.2 s of compute (compute + comm would need 0.385 s)
+    assert model.compute_of(0.4, 0.015, 4, 2) == pytest.approx(0.2)
+    assert model.compute_of(0.4, 0.015, 4, None) == pytest.approx(0.385)
+    assert model.compute_of(0.4, 0.015, 2, 2) == pytest.approx(0.385)
+    assert model.compute_of(0.4, 0.39, 2, None) == pytest.approx(0.04)  # floor: a tenth
+    # round trip: the compute found predicts the measured step again
+    prof = Profile("horovod", model.compute_of(0.4, 0.015, 4, 2), (10 * MB,), host_cores=2)
+    assert model.predict(prof, Link("1gbit", 1e9, 0.0), 4).step_s == pytest.approx(0.4)
+
+
+def test_tcp_framing_counts_the_headers_a_nic_carries():
+    # 1448 bytes of payload per 1514-byte frame (Ethernet 14 + IPv4 20 + TCP 20 + 12)
+    assert model.TCP_FRAMING == pytest.approx(1514 / 1448)
+    link = Link("x", 1e6, 0.0, framing=model.TCP_FRAMING)
+    assert link.seconds(1448 * 1000) == pytest.approx(1514 * 1000 / 1e6)
+    assert Link("x", 1e6, 0.0).seconds(1e6) == 1.0  # payload-only arithmetic
