@@ -18,42 +18,6 @@ from shipyard.errors import JobNotFoundError, ValidationError
 DEFAULT_COUNTS = "1,2,4,8,16,32,64"
 
 
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValidationError(
-            f"--instances {text!r}: give instance counts separated by commas, e.g. 2,4,8"
-        ) from None
-    if not counts or min(counts) < 1 or max(counts) > 4096:
-        raise ValidationError(f"--instances {text!r}: counts must be 1..4096, e.g. 2,4,8")
-    return counts
-
-
-def links(text: str | None, job_type: str) -> list:
-    """A Link per item of --instance-type: a SageMaker type (its sustained network) or a
-    rate such as 100mbit (an emulated network, as the shipyard:network tag takes)."""
-    from shipyard import instance_types
-    from shipyard.planner.model import TCP_FRAMING, Link
-    from shipyard.sandbox import shaping
-
-    items = [x.strip() for x in (text or job_type).split(",") if x.strip()]
-    out = []
-    for item in items:
-        if item.startswith("ml."):
-            out.append(Link(item, instance_types.network(item).bytes_per_s, framing=TCP_FRAMING))
-        elif item in ("local", "local_gpu"):
-            raise ValidationError(
-                f"--instance-type {item!r} has no rated network: give SageMaker types "
-                "(ml.p3.16xlarge,ml.p3dn.24xlarge) or rates (100mbit,1gbit)"
-            )
-        else:
-            shape = shaping.parse(item, job_type)
-            latency = shape.delay_s * 2 or 100e-6
-            out.append(Link(item, shape.rate_bytes_per_s, latency, TCP_FRAMING))
-    return out
-
-
 def plan(
     job: str = typer.Argument(..., help="a finished training job whose measurements to use"),
     instance_type: str | None = typer.Option(
@@ -87,7 +51,7 @@ def plan(
     from shipyard.cli.output import EXIT_BAD_INPUT, EXIT_NOT_FOUND, out_console
     from shipyard.cli.output import fail as _fail
     from shipyard.control.client import ControlPlane
-    from shipyard.planner import model, render
+    from shipyard.planner import model, render, targets
     from shipyard.planner.profile import Inputs, from_describe
 
     try:
@@ -100,7 +64,7 @@ def plan(
                 f"--shared-host {shared_host:g}: give this machine's core count, e.g. "
                 "--shared-host $(nproc)"
             )
-        counts = _counts(instances)
+        counts = targets.counts(instances)
         kinds: list[str | None] = [d.strip() for d in (distribution or "").split(",") if d.strip()]
         rows = []
         measured = None
@@ -109,8 +73,8 @@ def plan(
                 compute_time, step_time, steps, gradient_bytes, kind, allreduce, shared_host
             )
             measured = from_describe(desc, given)
-            targets = links(instance_type, measured.instance_type)
-            rows.extend(model.plan(measured.profile, targets, counts))
+            wanted = targets.links(instance_type or measured.instance_type, measured.instance_type)
+            rows.extend(model.plan(measured.profile, wanted, counts))
     except (ValidationError, ValueError) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     assert measured is not None
@@ -127,7 +91,7 @@ def plan(
                         "gradient_bytes": measured.profile.gradient_bytes,
                         "sources": measured.sources,
                     },
-                    "rows": [_finite(r.to_json()) for r in rows],
+                    "rows": [targets.finite(r.to_json()) for r in rows],
                 },
                 indent=1,
             )
@@ -154,13 +118,6 @@ def plan(
         )
     out.print(table)
     out.print(render.plot(rows), highlight=False, markup=False)
-
-
-def _finite(row: dict) -> dict:
-    """JSON has no infinity: an unsupported row's times are null."""
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
-    }
 
 
 def register(app: typer.Typer) -> None:

@@ -22,9 +22,8 @@ from typing import Any
 
 from shipyard import instance_types
 from shipyard.errors import ValidationError
-from shipyard.planner import model
+from shipyard.planner import model, targets
 from shipyard.planner.profile import Inputs, Measured, from_describe
-from shipyard.sandbox import shaping
 
 # compared when the job's own type has no rated network (``local``): the issue's
 # question, a small and a big type of one family
@@ -94,18 +93,12 @@ def _positive(name: str, text: str, kind: type) -> Any:
 
 def counts(text: str) -> list[int]:
     """``1,2,4`` -> [1, 2, 4], each 1..MAX_COUNT, at most MAX_COUNTS of them."""
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValidationError(
-            f"instances={text[:60]!r}: give instance counts separated by commas, e.g. 2,4,8"
-        ) from None
-    if not out or min(out) < 1 or max(out) > MAX_COUNT or len(out) > MAX_COUNTS:
+    if len([x for x in text.split(",") if x.strip()]) not in range(1, MAX_COUNTS + 1):
         raise ValidationError(
             f"instances={text[:60]!r}: give 1 to {MAX_COUNTS} counts, each 1..{MAX_COUNT}, "
             "e.g. 2,4,8"
         )
-    return sorted(set(out))
+    return targets.counts(text, "instances=", MAX_COUNT)
 
 
 def default_types(job_type: str) -> str:
@@ -117,28 +110,14 @@ def default_types(job_type: str) -> str:
     return job_type
 
 
-def targets(text: str, job_type: str) -> list[model.Link]:
-    """A Link per item: a SageMaker type (its sustained network) or a rate such as
-    ``100mbit`` or ``1gbit/2ms`` (what the ``shipyard:network`` tag takes)."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items or len(items) > MAX_TYPES:
+def links(text: str, job_type: str) -> list[model.Link]:
+    """A Link per item (what ``shipyard plan --instance-type`` takes), at most MAX_TYPES."""
+    if len([x for x in text.split(",") if x.strip()]) not in range(1, MAX_TYPES + 1):
         raise ValidationError(
             f"instance_type={text[:60]!r}: give 1 to {MAX_TYPES} SageMaker types or rates "
             "separated by commas, e.g. ml.p3.2xlarge,ml.p3.16xlarge,100mbit"
         )
-    out = []
-    for item in items:
-        if item.startswith("ml."):
-            out.append(model.Link(item, instance_types.network(item).bytes_per_s))
-        elif item in ("local", "local_gpu"):
-            raise ValidationError(
-                f"instance_type {item!r} has no rated network: give SageMaker types "
-                "(ml.p3.16xlarge,ml.p3dn.24xlarge) or rates (100mbit,1gbit)"
-            )
-        else:
-            shape = shaping.parse(item, job_type)
-            out.append(model.Link(item, shape.rate_bytes_per_s, shape.delay_s * 2 or 100e-6))
-    return out
+    return targets.links(text, job_type, "instance_type")
 
 
 def predict(desc: Mapping[str, Any], q: Query) -> dict[str, Any]:
@@ -158,13 +137,13 @@ def predict(desc: Mapping[str, Any], q: Query) -> dict[str, Any]:
             )
     wanted = counts(q.instances)
     type_text = q.instance_type or default_types(job_type)
-    links = targets(type_text, job_type)
+    wanted_links = links(type_text, job_type)
     rows: list[model.Row] = []
     measured: Measured | None = None
     for kind in kinds or [None]:
         given = Inputs(q.compute_time, q.step_time, q.steps, q.gradient_bytes, kind, q.allreduce)
         measured = from_describe(desc, given)
-        rows.extend(model.plan(measured.profile, links, wanted))
+        rows.extend(model.plan(measured.profile, wanted_links, wanted))
     assert measured is not None
     return {
         "plannable": True,
@@ -178,16 +157,9 @@ def predict(desc: Mapping[str, Any], q: Query) -> dict[str, Any]:
             "gradient_bytes": measured.profile.gradient_bytes,
             "sources": measured.sources,
         },
-        "instance_type": ",".join(link.name for link in links),
+        "instance_type": ",".join(link.name for link in wanted_links),
         "instances": wanted,
         "distributions": sorted({r.distribution for r in rows}),
         "known_distributions": list(model.DISTRIBUTIONS),  # what distribution= takes
-        "rows": [_finite(r.to_json()) for r in rows],
-    }
-
-
-def _finite(row: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no infinity: an unsupported row's times are null."""
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+        "rows": [targets.finite(r.to_json()) for r in rows],
     }

@@ -66,10 +66,10 @@ def test_counts_are_bounded(text: str, message: str) -> None:
 
 
 def test_targets_are_types_at_their_sustained_rate_or_rates() -> None:
-    p3, rate = plan.targets("ml.p3.2xlarge, 100mbit/2ms", "local")
+    p3, rate = plan.links("ml.p3.2xlarge, 100mbit/2ms", "local")
     assert (p3.name, p3.bytes_per_s) == ("ml.p3.2xlarge", 2.5e9 / 8)  # the baseline of "up to 10"
     assert (rate.name, rate.bytes_per_s, rate.latency_s) == ("100mbit/2ms", 100e6 / 8, 4e-3)
-    (own,) = plan.targets("instance-type", "ml.p3.16xlarge")  # the tag's own spelling
+    (own,) = plan.links("instance-type", "ml.p3.16xlarge")  # the tag's own spelling
     assert own.bytes_per_s == 25e9 / 8
 
 
@@ -84,7 +84,7 @@ def test_targets_are_types_at_their_sustained_rate_or_rates() -> None:
 )
 def test_bad_targets_say_what_to_give(text: str, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
-        plan.targets(text, "local")
+        plan.links(text, "local")
 
 
 def test_the_default_types_are_the_jobs_own_when_it_has_a_rated_network() -> None:
