@@ -417,8 +417,11 @@ class ControlPlane:
     def list(self, limit: int = 100) -> list[JobRecord]:
         return [self.reconcile(r) for r in self.store.list(limit)]
 
-    def describe(self, name: str) -> dict[str, Any]:
-        return describe(self, self.get(name))
+    def describe(self, name: str, utilization: bool = True) -> dict[str, Any]:
+        """DescribeTrainingJob's answer; ``utilization=False`` leaves out
+        ``Shipyard.Utilization`` (a day-long job's samples are megabytes to parse, and a
+        page polling every second asks for them a page at a time instead)."""
+        return describe(self, self.get(name), utilization)
 
     def log_files(self, name: str, host: str | None = None) -> dict[str, str]:
         files = {}
@@ -459,7 +462,7 @@ def _ts(value: float | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc) if value else None
 
 
-def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
+def describe(cp: ControlPlane, record: JobRecord, utilization: bool = True) -> dict[str, Any]:
     """A SageMaker DescribeTrainingJob-shaped dict (datetimes as in boto3)."""
     spec = record.spec
     metrics = cp.store.metrics(record.name)
@@ -495,7 +498,7 @@ def describe(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
         "EnableNetworkIsolation": spec.enable_network_isolation,
         "Tags": [dict(t) for t in spec.tags],
-        "Shipyard": _shipyard_section(cp, record),
+        "Shipyard": _shipyard_section(cp, record, utilization),
     }
     if record.failure_reason:
         out["FailureReason"] = record.failure_reason
@@ -551,7 +554,7 @@ def _input_data_config(spec: JobSpec) -> list[dict[str, Any]]:
     ]
 
 
-def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
+def _shipyard_section(cp: ControlPlane, record: JobRecord, samples: bool) -> dict[str, Any]:
     """What describe adds beyond SageMaker: where the job lives, its attempts and
     instances, and the distribution report the agents wrote."""
     section: dict[str, Any] = {
@@ -580,7 +583,7 @@ def _shipyard_section(cp: ControlPlane, record: JobRecord) -> dict[str, Any]:
         # what each instance got of the machine (CPUs, memory, GPUs), or why no limits
         "Resources": read_resources(record.job_dir),
         # per-instance CPU, memory, disk, network, GPU samples (observe.utilization)
-        "Utilization": utilization.by_host(utilization.read(record.job_dir)),
+        "Utilization": utilization.by_host(utilization.read(record.job_dir)) if samples else {},
         "LostProcesses": lost_processes(record.job_dir, record.spec.hosts),
         "MissingProtections": missing_protections(record.job_dir, record.spec.hosts),
         # every metric_definitions match (FinalMetricDataList keeps the last of each)

@@ -73,7 +73,7 @@ def job(control: ControlPlane, name: str, environment: bool = False) -> dict[str
     ``Shipyard.Utilization`` is left out: a page polls this every second, and a day-long
     job's samples are megabytes (70,000 samples: a 12.7 MB answer per poll, measured);
     ``utilization()`` serves them a page at a time instead."""
-    desc = control.describe(name)
+    desc = control.describe(name, utilization=False)
     (desc.get("Shipyard") or {}).pop("Utilization", None)
     out = _plain(desc)
     if not environment:
@@ -125,7 +125,7 @@ def utilization(control: ControlPlane, name: str, cursor: int = 0) -> dict[str, 
 def plan(control: ControlPlane, name: str, query: planning.Query) -> dict[str, Any]:
     """The planner's rows for a job (raises ``PlanInputError`` with the planner's
     message when the job cannot be planned yet)."""
-    return planning.predict(control.describe(name), query)
+    return planning.predict(control.describe(name, utilization=False), query)
 
 
 def _scrape(url: str) -> dict[str, float]:
