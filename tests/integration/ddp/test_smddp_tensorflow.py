@@ -63,7 +63,10 @@ def assert_trained_identically(records: dict[int, dict], weights: dict[int, list
 
 
 @pytest.mark.timeout(300)
-def test_tf2_loop_for_smddp_trains_on_2x2_with_identical_ranks(session, tmp_path):
+def test_tf2_loop_for_smddp_trains_on_2x2_with_identical_ranks(session, tmp_path, monkeypatch):
+    # the shim on the installed TensorFlow: 2.4.1 would build TensorFlow 2.13.1 first, which
+    # tests/integration/environments does (the suite's one framework environment build)
+    monkeypatch.setenv("SHIPYARD_FRAMEWORK_ENVS", "off")
     est = shipyard.TensorFlow(
         entry_point="train.py",
         source_dir=_source(tmp_path),
