@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from shipyard.agent.config import AgentConfig
 from shipyard.environments import job as framework_envs
+from shipyard.environments import node
 from shipyard.environments.builder import BuildCancelled
 from shipyard.errors import ShipyardError
 
 REQUEST_NAME = "framework-environment.request.json"
 FRAMEWORK_ENV_NAME = "framework-environment.json"
-REQUIREMENTS = "requirements.txt"
 REASON_LIMIT = 1024
 
 
@@ -60,11 +59,15 @@ def run(
     status: Callable[[str], object],
     log: Callable[[str], None],
     should_stop: Callable[[], bool],
+    on_nodes: bool = False,
 ) -> Outcome:
     """Prepare the job's environment if it asked for one; point its agents at it.
 
     ``status(message)``: the job's StatusMessage (a Downloading transition); ``log(line)``:
-    the job log; ``should_stop()``: polled while waiting for and during the build."""
+    the job log; ``should_stop()``: polled while waiting for and during the build.
+    ``on_nodes`` (Ray): resolve here, and leave the build to each node's instance actor
+    (environments.node), which builds or finds the same environment before its agent
+    starts; the agent config carries the recipe."""
     req = pending(job_dir)
     if req is None:
         return Outcome()
@@ -72,12 +75,17 @@ def run(
     try:
         found = framework_envs.resolution(req)
         with tempfile.TemporaryDirectory(prefix="shipyard-reqs-") as scratch:
-            reqs = _requirements(bundle_path, scratch)
+            reqs = framework_envs.requirements_from_bundle(bundle_path, scratch)
             env_name = " ".join(framework_envs.requirements_of(found))
             if reqs is not None:
                 env_name += " + the job's requirements.txt"
             if found.installed and reqs is None:
                 message = f"Running the installed {found.framework} {found.version} ({what})"
+            elif on_nodes:
+                message = (
+                    f"Resolved the framework environment {env_name} ({what}); each node "
+                    "builds it, or finds it in its cache, before its instance starts"
+                )
             elif framework_envs.is_cached(found, cache_root, reqs):
                 message = f"Using the cached framework environment {env_name} ({what})"
             else:
@@ -89,6 +97,16 @@ def run(
             log(message)
             if found.reason:
                 log(found.reason)
+            if on_nodes and not (found.installed and reqs is None):
+                _point_agents(
+                    job_dir, None, node.recipe(*framework_envs.build_args(found), reqs is not None)
+                )
+                _write_json(
+                    os.path.join(job_dir, FRAMEWORK_ENV_NAME),
+                    framework_envs.Prepared(None, found.reason, found).describe(),
+                )
+                os.unlink(os.path.join(job_dir, REQUEST_NAME))
+                return Outcome()
             prepared = framework_envs.prepare(found, cache_root, reqs, should_stop)
     except BuildCancelled:
         log("framework environment: stopped before it was ready; nothing was kept")
@@ -107,25 +125,12 @@ def run(
     return Outcome()
 
 
-def _requirements(bundle_path: str | None, scratch: str) -> str | None:
-    """The job's code, unpacked into ``scratch`` when it has a requirements.txt (its
-    relative lines refer to source_dir); the file's path there, or None."""
-    if not bundle_path or not os.path.isfile(bundle_path):
-        return None
-    with tarfile.open(bundle_path, "r:gz") as tar:
-        try:
-            tar.getmember(REQUIREMENTS)
-        except KeyError:
-            return None
-        tar.extractall(scratch, filter="data")  # the job's own bundle; no links out
-    return os.path.join(scratch, REQUIREMENTS)
-
-
-def _point_agents(job_dir: str, python: str | None) -> None:
-    """agent.json gets the environment's interpreter (the file holds the job's secret:
-    rewritten in place of the old one, owner-only)."""
+def _point_agents(job_dir: str, python: str | None, recipe: dict | None = None) -> None:
+    """agent.json gets the environment's interpreter, or (Ray) the recipe each node builds
+    it from (the file holds the job's secret: rewritten in place of the old one,
+    owner-only)."""
     path = os.path.join(job_dir, "agent.json")
-    config = replace(AgentConfig.load(path), python=python)
+    config = replace(AgentConfig.load(path), python=python, framework_env=recipe or {})
     tmp = path + ".tmp"
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
         fh.write(config.to_json())

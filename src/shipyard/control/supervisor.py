@@ -503,6 +503,7 @@ class JobSupervisor:
             status=lambda message: self.store.transition(self.name, Event.DOWNLOADING, message),
             log=self._phase_log,
             should_stop=self._should_stop,
+            on_nodes=self.record.backend != "local",  # Ray: each node builds it
         )
         if outcome.stopped:
             return self._conclude(AttemptResult(AttemptKind.STOPPED))

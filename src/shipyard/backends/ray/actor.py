@@ -17,6 +17,7 @@ import sys
 import threading
 
 from shipyard.backends.ray.node import NodeLayout, interface_of, localize, write_private
+from shipyard.environments.node import on_node as framework_env_on_node
 from shipyard.runtime.lifeline import die_with_parent
 
 # Environment a Ray worker carries that must not reach the job's processes: Ray's own
@@ -73,6 +74,8 @@ class InstanceActor:
         self.layout.fresh()
         data = {name: ray.get(ref) for name, ref in blobs.items()}
         config = localize(config, self.layout, data)
+        # the job's framework environment, built or found on this node (issue 28)
+        config = framework_env_on_node(config, env)
         ip = ray.util.get_node_ip_address()
         config["network_interface_name"] = interface_of(ip, config["network_interface_name"])
         config["sandbox"] = node_sandbox(config.get("sandbox") or {}, ip)
