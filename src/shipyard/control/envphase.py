@@ -73,7 +73,7 @@ def run(
         return Outcome()
     what = f"{req.framework} framework_version {req.asked!r}"
     try:
-        found = framework_envs.resolution(req)
+        found = framework_envs.resolution(req, None if on_nodes else cache_root)
         with tempfile.TemporaryDirectory(prefix="shipyard-reqs-") as scratch:
             reqs = framework_envs.requirements_from_bundle(bundle_path, scratch)
             env_name = " ".join(framework_envs.requirements_of(found))
@@ -108,6 +108,7 @@ def run(
                 os.unlink(os.path.join(job_dir, REQUEST_NAME))
                 return Outcome()
             prepared = framework_envs.prepare(found, cache_root, reqs, should_stop)
+            framework_envs.remember(found, req, cache_root)
     except BuildCancelled:
         log("framework environment: stopped before it was ready; nothing was kept")
         return Outcome(stopped=True)

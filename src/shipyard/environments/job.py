@@ -18,6 +18,7 @@ or the installed version asked, nothing is queried or built.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tarfile
@@ -143,8 +144,39 @@ def request(
     return Request(framework, framework_version, py_version)
 
 
-def resolution(req: Request) -> Resolution:
-    """The version that runs (the registry query); EnvironmentRefused when none can."""
+def _remembered_path(cache_root: str, req: Request) -> str:
+    name = f"{req.framework}-{req.asked}-py{_python()}".replace("/", "_")
+    return os.path.join(cache_root, f".resolved-{name}.json")
+
+
+def remember(found: Resolution, req: Request, cache_root: str) -> None:
+    """After a successful build: the next job asking the same runs the same version with
+    no registry query (the same environment every time, as SageMaker's image for a
+    version is fixed; and a built environment keeps working with the registry away)."""
+    os.makedirs(cache_root, exist_ok=True)
+    path = _remembered_path(cache_root, req)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(asdict(found), fh)
+    os.replace(tmp, path)
+
+
+def remembered(req: Request, cache_root: str) -> Resolution | None:
+    try:
+        with open(_remembered_path(cache_root, req), encoding="utf-8") as fh:
+            data = json.load(fh)
+        return Resolution(**dict(data, requirements=tuple(data["requirements"])))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def resolution(req: Request, cache_root: str | None = None) -> Resolution:
+    """The version that runs: the one an earlier job asking the same was built with (in
+    ``cache_root``), else the registry query's; EnvironmentRefused when none can."""
+    if cache_root is not None:
+        known = remembered(req, cache_root)
+        if known is not None:
+            return known
     fw = FRAMEWORKS[req.framework]
     found = resolve(
         req.framework,

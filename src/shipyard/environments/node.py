@@ -26,7 +26,7 @@ def cache_root(environ: Mapping[str, str]) -> str:
     node's own shipyard home's."""
     from shipyard import settings
 
-    explicit = environ.get(DIR_SETTING) or settings.get(DIR_SETTING)
+    explicit = settings.get(DIR_SETTING, environ) or settings.get(DIR_SETTING)
     if explicit:
         return explicit
     return os.path.join(os.path.expanduser(settings.text("SHIPYARD_HOME")), "environments")

@@ -77,7 +77,7 @@ def _submit(est, name):
 
 
 def test_submission_returns_before_the_build_and_the_first_phase_builds_it(
-    six_env, session, write_script, capsys
+    six_env, session, write_script, capsys, monkeypatch
 ):
     src = write_script("train.py", SCRIPT)
     control = _submit(_estimator(session, src), "six-built")
@@ -104,11 +104,15 @@ def test_submission_returns_before_the_build_and_the_first_phase_builds_it(
         first = fh.readline()
     assert "Building the framework environment six==1.16.0" in first
     # nothing of the build is left beside the environment
-    assert [n for n in os.listdir(six_env) if not n.endswith(".lock")] == [
+    left = os.listdir(six_env)
+    assert [n for n in left if not n.startswith(".")] == [
         os.path.basename(os.path.dirname(os.path.dirname(env["Python"])))
     ]
+    assert not [n for n in left if n.startswith(".build-")]
 
-    # the next job asking the same finds it in the cache
+    # the next job asking the same finds it in the cache, with no registry query (the
+    # registry is unreachable now: the version an earlier job was built with is reused)
+    monkeypatch.setenv("UV_DEFAULT_INDEX", "http://127.0.0.1:9/simple")
     est = _estimator(session, src)
     est.fit(job_name="six-cached", logs=False)
     desc = est.latest_training_job.describe()
