@@ -48,6 +48,7 @@ RUNTIME_DEPS: tuple[str, ...] = ("numpy", "psutil")
 _UV_TIMEOUT_S = 1800.0
 _POLL_S = 0.2
 _BUILDING = ".build-"  # prefix of a build's temporary directory under the cache root
+UV_PREFIX = "UV_"  # uv's own configuration variables (index, offline, cache...)
 
 
 class EnvironmentBuildError(ShipyardError):
@@ -201,13 +202,16 @@ def build(
     index_url: str | None = None,
     user_requirements: str | None = None,
     should_stop: ShouldStop | None = None,
+    uv_env: dict[str, str] | None = None,
 ) -> Environment:
     """The environment holding ``requirements`` (+ ``deps``, shipyard, and the job's
     ``requirements.txt`` at the path ``user_requirements``, resolved relative to its
     directory), built under ``root`` on first use, found there afterwards.
 
     ``should_stop``: polled while waiting for the lock and while uv runs; when it turns
-    true the build is abandoned (BuildCancelled) and leaves nothing in the cache."""
+    true the build is abandoned (BuildCancelled) and leaves nothing in the cache.
+    ``uv_env``: uv's configuration (``UV_*``) to build with instead of this process's
+    (a Ray node builds with the submitting machine's index settings)."""
     t0 = time.monotonic()
     digest = None
     if user_requirements is not None:
@@ -230,7 +234,7 @@ def build(
         shutil.rmtree(path, ignore_errors=True)  # an unfinished build of an older shipyard
         tmp = tempfile.mkdtemp(prefix=f"{_BUILDING}{key}.", dir=root)
         try:
-            _build_into(tmp, requirements, deps, index_url, user_requirements, should_stop)
+            _build_into(tmp, requirements, deps, index_url, user_requirements, should_stop, uv_env)
             _write_ready(tmp, requirements, deps, index_url, digest, time.monotonic() - t0)
             os.rename(tmp, path)  # complete, or not there at all
         except BaseException:
@@ -246,10 +250,14 @@ def _build_into(
     index_url: str | None,
     user_requirements: str | None,
     should_stop: ShouldStop | None,
+    uv_env: dict[str, str] | None = None,
 ) -> None:
     uv = uv_binary()
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
+    if uv_env is not None:
+        env = {k: v for k, v in env.items() if not k.startswith(UV_PREFIX)}
+        env.update(uv_env)
     what = " ".join(requirements) or "the environment"
     # the same interpreter as the installed environment: no Python download, same ABI;
     # relocatable: built in a temporary directory, then renamed into the cache

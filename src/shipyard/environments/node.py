@@ -33,14 +33,23 @@ def cache_root(environ: Mapping[str, str]) -> str:
 
 
 def recipe(
-    requirements: tuple[str, ...], deps: tuple[str, ...], index_url: str | None, user: bool
+    requirements: tuple[str, ...],
+    deps: tuple[str, ...],
+    index_url: str | None,
+    user: bool,
+    uv_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """What the agent config carries for the nodes (AgentConfig.framework_env)."""
+    """What the agent config carries for the nodes (AgentConfig.framework_env): what to
+    install, and uv's configuration on the submitting machine (``UV_*``: its index or
+    mirror, offline mode), so every node builds the same way (default: this process's)."""
+    if uv_env is None:
+        uv_env = {k: v for k, v in os.environ.items() if k.startswith(builder.UV_PREFIX)}
     return {
         "requirements": list(requirements),
         "deps": list(deps),
         "index_url": index_url,
         "user_requirements": user,
+        "uv_env": dict(uv_env),
     }
 
 
@@ -64,5 +73,6 @@ def on_node(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
             tuple(wanted["deps"]),
             wanted.get("index_url"),
             user,
+            uv_env=wanted.get("uv_env"),
         )
     return dict(config, python=env.python)

@@ -4,7 +4,8 @@ way (the same builder, key and lock, under the SHIPYARD_ENVIRONMENTS_DIR the sub
 forwards) before its agent starts, and the job's processes on every node run in it.
 
 The stand-in is data at the resolver's table (as in tests/integration/environments):
-"TensorFlow" there is the tiny ``six``, so the nodes' builds download kilobytes."""
+"TensorFlow" there is the tiny ``six``; the nodes build it from uv's cache (offline: the
+test's nodes have no route to the registry), which the test fills first."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 import shipyard
 from shipyard.environments import builder, resolver
+from shipyard.environments import job as framework_envs
 
 pytest.importorskip("uv")
 pytestmark = [pytest.mark.timeout(400)]
@@ -41,6 +43,15 @@ def test_each_node_builds_or_finds_the_same_environment(
     monkeypatch.setitem(resolver.FRAMEWORKS, "tensorflow", SIX_AS_TENSORFLOW)
     envs = tmp_path / "envs"
     monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", str(envs))  # forwarded to the nodes
+    # the nodes build with the submitter's uv configuration (the recipe carries UV_*): here
+    # offline, from the uv cache this machine's nodes share, since the test's nodes sit on
+    # a private network with no route to the registry
+    builder.build(  # fills uv's cache with what the nodes need (this process can reach it)
+        str(tmp_path / "warm"),
+        ("six==1.16.0",),
+        builder.RUNTIME_DEPS + builder.pinned_installed(framework_envs.PINNED),
+    )
+    monkeypatch.setenv("UV_OFFLINE", "1")
     est = shipyard.TensorFlow(
         entry_point="train.py",
         source_dir=write_script("train.py", SCRIPT),
