@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from shipyard.agent.config import AgentConfig
 from shipyard.environments import job as framework_envs
 from shipyard.environments import node
-from shipyard.environments.builder import BuildCancelled
+from shipyard.environments.builder import BuildCancelled, EnvironmentBuildError
 from shipyard.errors import ShipyardError
 
 REQUEST_NAME = "framework-environment.request.json"
@@ -124,6 +124,21 @@ def run(
     if prepared.python:
         log(f"the job's processes run in the framework environment {prepared.python}")
     return Outcome()
+
+
+def node_failure(exc: BaseException) -> str | None:
+    """The FailureReason when a backend's launch failed because a node could not build the
+    job's framework environment (Ray wraps the node's EnvironmentBuildError in its task
+    error, whose ``cause`` is the original), else None."""
+    cause = exc.__cause__
+    while cause is not None and not isinstance(cause, EnvironmentBuildError):
+        cause = cause.__cause__
+    if cause is None:
+        return None
+    original = getattr(cause, "cause", None)
+    text = str(original if isinstance(original, EnvironmentBuildError) else cause)
+    reason = f"ClientError: the framework environment could not be built on a node: {text}"
+    return reason[:REASON_LIMIT]
 
 
 def _point_agents(job_dir: str, python: str | None, recipe: dict | None = None) -> None:

@@ -448,7 +448,16 @@ class JobSupervisor:
                 self.store.record_attempt(self.name, attempt, started)
                 try:
                     self._launch(attempt)
-                except BackendError:
+                except BackendError as exc:
+                    refused = envphase.node_failure(exc)  # a Ray node could not build it
+                    if refused is not None:
+                        self.store.record_attempt(self.name, attempt, started, time.time(), refused)
+                        return self.store.transition(
+                            self.name,
+                            Event.FAILED,
+                            "Framework environment could not be prepared",
+                            failure_reason=refused,
+                        )
                     if not self._should_stop():
                         raise
                     # stopped before its instances started (waiting for GPUs): Stopped

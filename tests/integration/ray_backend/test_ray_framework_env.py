@@ -76,3 +76,30 @@ def test_each_node_builds_or_finds_the_same_environment(
     assert out.count("six 1.16.0 prefix " + prefix) == 2, out
     assert os.path.isfile(os.path.join(prefix, builder.READY))
     assert desc["Shipyard"]["FrameworkEnvironment"]["Version"] == "1.16.0"
+
+
+def test_a_node_that_cannot_build_it_fails_the_job_naming_the_package(
+    ray_session, ray_cluster, write_script, monkeypatch, tmp_path
+):
+    from shipyard.errors import JobFailedError
+
+    monkeypatch.setitem(resolver.FRAMEWORKS, "tensorflow", SIX_AS_TENSORFLOW)
+    envs = tmp_path / "envs"
+    monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", str(envs))
+    monkeypatch.setenv("UV_OFFLINE", "1")  # the nodes have no registry: uv's cache lacks it
+    write_script("requirements.txt", "shipyard-no-such-package-28==1.0\n")
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=write_script("train.py", SCRIPT),
+        instance_count=2,
+        instance_type="local",
+        framework_version="1.16.0",
+        session=ray_session,
+    )
+    with pytest.raises(JobFailedError):
+        est.fit(job_name="ray-six-bad", logs=False)
+    desc = ray_session.control.describe("ray-six-bad")
+    reason = desc["FailureReason"]
+    assert reason.startswith("ClientError: the framework environment could not be built on a node")
+    assert "shipyard-no-such-package-28" in reason and "uv exited with" in reason, reason
+    assert not [n for n in os.listdir(envs) if not n.startswith(".")]
