@@ -398,11 +398,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _user(
         "SHIPYARD_FRAMEWORK_ENVS",
-        "off",
-        "`on`: a job asking for another framework_version runs in an environment of it "
-        "(or the nearest with the same API), built by uv on first use and cached.",
+        "auto",
+        "`auto` (or `on`): a job asking for a framework_version other than the installed one "
+        "runs in an environment of it (or the nearest with the same API), built by uv as the "
+        "job's first phase on first use and cached; `off`: every job runs on the installed "
+        "framework.",
         kind="choice",
-        choices=("off", "on"),
+        choices=("auto", "off", "on"),
+    ),
+    _user(
+        "SHIPYARD_ENVIRONMENTS_DIR",
+        None,
+        "Where framework environments are built and cached (default: "
+        "<SHIPYARD_HOME>/environments); homes, and Ray nodes, pointing at one directory share "
+        "one build.",
     ),
     _user("SHIPYARD_PS_MAC", None, "shipyard.ps message authentication (default aes-gmac)."),
     _user("SHIPYARD_PS_POLICY", None, "shipyard.ps placement policy when none is given."),

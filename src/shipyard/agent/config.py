@@ -53,6 +53,10 @@ class AgentConfig:
     # The framework environment's interpreter for the job's own processes
     # (shipyard.environments); None: the installed environment's, the agent's own.
     python: str | None = None
+    # Ray: what each node builds (or finds in its cache) before its instance starts, the
+    # same environment the same way (shipyard.environments.node): {"requirements": [...],
+    # "deps": [...], "index_url": str | None, "user_requirements": bool}; empty: none.
+    framework_env: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sandboxed(self) -> bool:

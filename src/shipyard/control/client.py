@@ -23,7 +23,7 @@ from shipyard import backends, instance_types
 from shipyard import distribution as dist_mod
 from shipyard.agent import runners
 from shipyard.backends.resources import read_record as read_resources
-from shipyard.control import artifacts, legacy_mode, plan, staging, versions
+from shipyard.control import artifacts, envphase, legacy_mode, plan, staging, versions
 from shipyard.control.home import Home
 from shipyard.control.interrupt import terminate_as_interrupt
 from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
@@ -49,7 +49,7 @@ from shipyard.observe.metrics import final_metrics, history
 from shipyard.sandbox import shaping
 from shipyard.spec import ChannelSpec, JobSpec
 
-FRAMEWORK_ENV_NAME = "framework-environment.json"
+FRAMEWORK_ENV_NAME = envphase.FRAMEWORK_ENV_NAME
 
 
 def check_runner(spec: JobSpec) -> None:
@@ -143,17 +143,21 @@ class ControlPlane:
         self.backend = backend
 
     # -- submission -----------------------------------------------------------------------
-    def _framework_env(self, spec: JobSpec, log=None) -> framework_envs.Prepared:
-        """The framework environment the job's processes run in (SHIPYARD_FRAMEWORK_ENVS=on;
-        else, and when nothing else is asked, the installed one). Refused here, before
-        anything is reserved or staged, when none can be had."""
+    def _framework_env(
+        self, spec: JobSpec
+    ) -> tuple[framework_envs.Prepared, framework_envs.Request | None]:
+        """The framework environment the job's processes run in: the installed one (when
+        nothing else is asked, or SHIPYARD_FRAMEWORK_ENVS=off), or a request the job's
+        first phase prepares (control.envphase) before any instance starts. Nothing here
+        queries the registry or builds: submission returns at once."""
+        installed = framework_envs.Prepared(None, None, None)
         if not framework_envs.enabled():
-            return framework_envs.Prepared(None, None, None)
-        return framework_envs.prepare(
-            spec.framework,
-            spec.framework_version,
-            os.path.join(self.home.root, "environments"),
-            log,
+            return installed, None
+        matched = framework_envs.installed_match(spec.framework, spec.framework_version)
+        if matched is not None:
+            return matched, None
+        return installed, framework_envs.request(
+            spec.framework, spec.framework_version, spec.py_version
         )
 
     def submit(self, spec: JobSpec, log=None) -> JobRecord:
@@ -164,7 +168,7 @@ class ControlPlane:
 
     def _submit(self, spec: JobSpec, log=None) -> JobRecord:
         check_runner(spec)
-        framework_env = self._framework_env(spec, log)
+        framework_env, env_request = self._framework_env(spec)
         backends.validate(
             self.backend,
             spec.instance_count,
@@ -227,6 +231,8 @@ class ControlPlane:
                 self.home.requirements_cache,
                 local_dir=os.path.join(job_dir, "source"),
                 exclude=self._never_bundled(spec, code_location),
+                # a framework environment installs requirements.txt in its own resolve
+                requirements=env_request is None,
             )
             legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
             encoded = plan.hyperparameters(spec, staged, self.home)
@@ -242,7 +248,9 @@ class ControlPlane:
                 python=framework_env.python,
             )
             os.makedirs(os.path.join(job_dir, "logs"))
-            if framework_env.resolution is not None:
+            if env_request is not None:
+                envphase.write_request(job_dir, env_request)
+            elif framework_env.resolution is not None:
                 with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), "w") as fh:
                     json.dump(framework_env.describe(), fh)
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
@@ -270,7 +278,13 @@ class ControlPlane:
             raise
         if log:
             log(instance_types.resolve(spec.instance_type).describe())
-            if framework_env.note:
+            if env_request is not None:
+                log(
+                    f"framework_version {env_request.asked!r} ({env_request.framework}): its "
+                    "environment is prepared before the instances start (built with uv on "
+                    "first use, then cached)"
+                )
+            elif framework_env.note:
                 log(framework_env.note)
             elif framework_env.python is None:
                 for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):

@@ -343,13 +343,17 @@ def cached_environment(
     return _site_packages(final)
 
 
-def install_requirements(code_root: str, cache_root: str) -> tuple[list[str], list[str]]:
-    """requirements.txt and package installs for the code; returns (python paths, notes)."""
+def install_requirements(
+    code_root: str, cache_root: str, requirements: bool = True
+) -> tuple[list[str], list[str]]:
+    """requirements.txt and package installs for the code; returns (python paths, notes).
+    ``requirements`` False: the job runs in a framework environment, whose build installs
+    requirements.txt in the framework's own resolve (shipyard.environments), not here."""
     paths: list[str] = []
     notes: list[str] = []
     interp = f"{sys.executable}|{sys.version}"
     req = os.path.join(code_root, "requirements.txt")
-    if os.path.isfile(req):
+    if os.path.isfile(req) and requirements:
         with open(req, "rb") as fh:
             digest = hashlib.sha256(fh.read() + interp.encode()).hexdigest()[:24]
         site = cached_environment(
@@ -384,11 +388,13 @@ def stage(
     cache_root: str,
     local_dir: str | None = None,
     exclude: tuple[str, ...] = (),
+    requirements: bool = True,
 ) -> StagedCode:
     """Resolve, bundle and install the job's code. Nothing is left behind on failure.
 
     ``exclude``: local directories never bundled even when they lie inside source_dir
     (shipyard's home with every job's tree and secret, output and checkpoint paths).
+    ``requirements`` False: requirements.txt is left to the job's framework environment.
 
     An s3:// ``code_location`` gets the bundle uploaded to
     ``<code_location>/<job>/source/sourcedir.tar.gz`` (what sagemaker_submit_directory
@@ -404,7 +410,7 @@ def stage(
     with tempfile.TemporaryDirectory(prefix="shipyard-stage-") as workdir:
         root, entry, notes = resolve_code(code, workdir, exclude)
         is_package = any(os.path.isfile(os.path.join(root, m)) for m in PACKAGE_MARKERS)
-        extra, install_notes = install_requirements(root, cache_root)
+        extra, install_notes = install_requirements(root, cache_root, requirements)
         with progress.transfer(f"Bundling the code of {job_name}", tree_bytes(root)) as add:
             make_bundle(root, bundle, add)
     uri = "file://" + bundle

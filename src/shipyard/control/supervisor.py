@@ -33,10 +33,11 @@ from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
 from shipyard.backends.resources import read_record as read_resources
-from shipyard.control import artifacts, plan
+from shipyard.control import artifacts, envphase, plan
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.environments import job as framework_envs
 from shipyard.errors import BackendError
 from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
@@ -439,12 +440,24 @@ class JobSupervisor:
         attempts_allowed = 1 + self.spec.max_retry_attempts
         attempt = self.record.attempt
         try:
+            ended = self._environment_phase()
+            if ended is not None:
+                return ended
             while True:
                 started = time.time()
                 self.store.record_attempt(self.name, attempt, started)
                 try:
                     self._launch(attempt)
-                except BackendError:
+                except BackendError as exc:
+                    refused = envphase.node_failure(exc)  # a Ray node could not build it
+                    if refused is not None:
+                        self.store.record_attempt(self.name, attempt, started, time.time(), refused)
+                        return self.store.transition(
+                            self.name,
+                            Event.FAILED,
+                            "Framework environment could not be prepared",
+                            failure_reason=refused,
+                        )
                     if not self._should_stop():
                         raise
                     # stopped before its instances started (waiting for GPUs): Stopped
@@ -485,6 +498,46 @@ class JobSupervisor:
                 f"InternalServerError: {type(exc).__name__}: {exc}"[:1024],
             )
             raise
+
+    def _environment_phase(self) -> JobRecord | None:
+        """The job's first phase (control.envphase): the framework environment it asked
+        for, prepared before any instance starts. The record when it ended the job."""
+        if envphase.pending(self.record.job_dir) is None:
+            return None
+        config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
+        outcome = envphase.run(
+            self.record.job_dir,
+            framework_envs.root(self.home.root),
+            config.submit_directory,
+            status=lambda message: self.store.transition(self.name, Event.DOWNLOADING, message),
+            log=self._phase_log,
+            should_stop=self._should_stop,
+            on_nodes=self.record.backend != "local",  # Ray: each node builds it
+        )
+        if outcome.stopped:
+            return self._conclude(AttemptResult(AttemptKind.STOPPED))
+        if outcome.failure:
+            return self.store.transition(
+                self.name,
+                Event.FAILED,
+                "Framework environment could not be prepared",
+                failure_reason=outcome.failure,
+            )
+        return None
+
+    def _phase_log(self, line: str) -> None:
+        """A line of the first phase: on the attached console and at the top of algo-1's
+        log (what ``shipyard logs`` and the SDK's logs show once the instance runs)."""
+        text = f"[shipyard] {line}\n"
+        if self.stream is not None:
+            self.stream.write(text)
+        path = self.home.log_path(self.name, self.hosts[0])
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError:
+            pass
 
     def _safe_transition(self, event: Event, message: str, reason: str | None = None) -> None:
         try:

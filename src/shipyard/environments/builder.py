@@ -9,9 +9,16 @@ dependencies shipyard's job-side code needs, and shipyard itself as a link to th
 in use, so the runners' rank wrappers, shipyard.horovod / ddp / ps and the TF report import
 there unchanged.
 
-Concurrency: a build runs under an ``flock`` on the key and writes a ``READY`` file last;
-an environment without it is never used (a later build removes it). So two jobs asking for
-the same version build it once and nobody runs in a half-built environment.
+Concurrency and cancellation: a build runs under an ``flock`` on the key, in a temporary
+directory beside the cache (a relocatable venv) that is renamed into place, ``READY`` file
+and all, when complete. So two jobs asking for the same version build it once, a build that
+is stopped (StopTrainingJob, a kill) leaves only its temporary directory, which is removed
+then or by the next build of that key under the lock, and nobody ever runs in a half-built
+environment.
+
+A job's ``requirements.txt`` goes into the same resolve as the framework (one environment
+per framework and requirements hash): uv then refuses a requirement that conflicts with the
+framework instead of silently replacing the framework's own numpy, say.
 """
 
 from __future__ import annotations
@@ -21,12 +28,15 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from shipyard.errors import ShipyardError
 
@@ -36,10 +46,20 @@ READY = "READY.json"
 # decide. Not pydantic: TF 2.13 pins typing-extensions<4.6, which pydantic 2 cannot use.
 RUNTIME_DEPS: tuple[str, ...] = ("numpy", "psutil")
 _UV_TIMEOUT_S = 1800.0
+_POLL_S = 0.2
+_BUILDING = ".build-"  # prefix of a build's temporary directory under the cache root
+UV_PREFIX = "UV_"  # uv's own configuration variables (index, offline, cache...)
 
 
 class EnvironmentBuildError(ShipyardError):
     """The registry or the installer refused: the job fails before any instance starts."""
+
+
+class BuildCancelled(ShipyardError):
+    """The job was stopped while its environment was being built (or waited for)."""
+
+
+ShouldStop = Callable[[], bool]
 
 
 @dataclass(frozen=True)
@@ -81,8 +101,19 @@ def pinned_installed(distributions: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def env_key(requirements: Sequence[str], deps: Sequence[str], index_url: str | None) -> str:
-    """The cache key: this Python, the platform, what is installed and from where."""
+def requirements_digest(text: bytes | None) -> str | None:
+    """The hash a job's requirements.txt adds to its environment's key (None: no file)."""
+    return hashlib.sha256(text).hexdigest()[:16] if text is not None else None
+
+
+def env_key(
+    requirements: Sequence[str],
+    deps: Sequence[str],
+    index_url: str | None,
+    user_requirements: str | None = None,
+) -> str:
+    """The cache key: this Python, the platform, what is installed and from where, and the
+    hash of the job's requirements.txt when it has one."""
     blob = json.dumps(
         {
             "python": sys.version.split()[0],
@@ -90,10 +121,13 @@ def env_key(requirements: Sequence[str], deps: Sequence[str], index_url: str | N
             "requirements": sorted(requirements),
             "deps": sorted(deps),
             "index": index_url,
+            **({"user": user_requirements} if user_requirements else {}),
         },
         sort_keys=True,
     )
     name = "-".join(r.replace("==", "-") for r in requirements)[:60] or "env"
+    if user_requirements:
+        name += "-req"
     return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
@@ -102,20 +136,63 @@ def _site_packages(env: str) -> str:
     return os.path.join(env, "lib", f"python{v.major}.{v.minor}", "site-packages")
 
 
-def _run(argv: list[str], what: str, env: dict[str, str]) -> None:
-    try:
-        proc = subprocess.run(  # noqa: S603 - argv built here
-            argv, capture_output=True, text=True, timeout=_UV_TIMEOUT_S, env=env, check=False
+def _run(
+    argv: list[str],
+    what: str,
+    env: dict[str, str],
+    cwd: str | None = None,
+    should_stop: ShouldStop | None = None,
+) -> None:
+    """Run uv; a stop request kills it (its whole process group) and raises BuildCancelled."""
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(  # noqa: S603 - argv built here
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
-        raise EnvironmentBuildError(
-            f"{what}: uv did not finish within {_UV_TIMEOUT_S:.0f} s"
-        ) from None
-    if proc.returncode != 0:
-        answer = "\n".join(
-            ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()
-        )[-1500:]
-        raise EnvironmentBuildError(f"{what}: uv exited with {proc.returncode}:\n{answer}")
+        deadline = time.monotonic() + _UV_TIMEOUT_S
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if should_stop is not None and should_stop():
+                    raise BuildCancelled(f"{what}: stopped while uv was running")
+                if time.monotonic() > deadline:
+                    raise EnvironmentBuildError(
+                        f"{what}: uv did not finish within {_UV_TIMEOUT_S:.0f} s"
+                    )
+        finally:
+            if proc.poll() is None:  # stopped, timed out or interrupted: uv goes too
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        if code != 0:
+            out.seek(0)
+            answer = "\n".join(ln for ln in out.read().strip().splitlines() if ln.strip())
+            raise EnvironmentBuildError(f"{what}: uv exited with {code}:\n{answer[-1500:]}")
+
+
+def _lock(lock_file: IO[str], should_stop: ShouldStop | None) -> None:
+    """Take the key's lock, waiting for another job's build of it; a stop request ends
+    the wait (BuildCancelled)."""
+    fd = lock_file.fileno()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if should_stop is not None and should_stop():
+                raise BuildCancelled("stopped while another job was building it") from None
+            time.sleep(_POLL_S)
 
 
 def build(
@@ -123,40 +200,73 @@ def build(
     requirements: Sequence[str],
     deps: Sequence[str] = RUNTIME_DEPS,
     index_url: str | None = None,
+    user_requirements: str | None = None,
+    should_stop: ShouldStop | None = None,
+    uv_env: dict[str, str] | None = None,
 ) -> Environment:
-    """The environment holding ``requirements`` (+ ``deps`` and shipyard), built under
-    ``root`` on first use, found there afterwards."""
+    """The environment holding ``requirements`` (+ ``deps``, shipyard, and the job's
+    ``requirements.txt`` at the path ``user_requirements``, resolved relative to its
+    directory), built under ``root`` on first use, found there afterwards.
+
+    ``should_stop``: polled while waiting for the lock and while uv runs; when it turns
+    true the build is abandoned (BuildCancelled) and leaves nothing in the cache.
+    ``uv_env``: uv's configuration (``UV_*``) to build with instead of this process's
+    (a Ray node builds with the submitting machine's index settings)."""
     t0 = time.monotonic()
-    key = env_key(requirements, deps, index_url)
+    digest = None
+    if user_requirements is not None:
+        with open(user_requirements, "rb") as fh:
+            digest = requirements_digest(fh.read())
+    key = env_key(requirements, deps, index_url, digest)
     path = os.path.join(root, key)
     python = os.path.join(path, "bin", "python")
     if os.path.isfile(os.path.join(path, READY)):
         return Environment(path, python, key, built=False, seconds=time.monotonic() - t0)
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, f".{key}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another job building the same key: wait for it
+        _lock(lock, should_stop)  # another job building the same key: wait for it
         if os.path.isfile(os.path.join(path, READY)):
             return Environment(path, python, key, built=False, seconds=time.monotonic() - t0)
-        # built in place (entry-point scripts keep working paths), used only once READY
-        shutil.rmtree(path, ignore_errors=True)  # an unfinished earlier build
+        # what an earlier build of this key left when it was killed (we hold its lock)
+        for name in os.listdir(root):
+            if name.startswith(_BUILDING + key + "."):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)  # an unfinished build of an older shipyard
+        tmp = tempfile.mkdtemp(prefix=f"{_BUILDING}{key}.", dir=root)
         try:
-            _build_into(path, requirements, deps, index_url)
-            _write_ready(path, requirements, deps, index_url, time.monotonic() - t0)
+            _build_into(tmp, requirements, deps, index_url, user_requirements, should_stop, uv_env)
+            _write_ready(tmp, requirements, deps, index_url, digest, time.monotonic() - t0)
+            os.rename(tmp, path)  # complete, or not there at all
         except BaseException:
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
             raise
     return Environment(path, python, key, built=True, seconds=time.monotonic() - t0)
 
 
 def _build_into(
-    tmp: str, requirements: Sequence[str], deps: Sequence[str], index_url: str | None
+    tmp: str,
+    requirements: Sequence[str],
+    deps: Sequence[str],
+    index_url: str | None,
+    user_requirements: str | None,
+    should_stop: ShouldStop | None,
+    uv_env: dict[str, str] | None = None,
 ) -> None:
     uv = uv_binary()
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
+    if uv_env is not None:
+        env = {k: v for k, v in env.items() if not k.startswith(UV_PREFIX)}
+        env.update(uv_env)
     what = " ".join(requirements) or "the environment"
-    # the same interpreter as the installed environment: no Python download, same ABI
-    _run([uv, "venv", "--quiet", "--python", sys.executable, tmp], f"creating {what}", env)
+    # the same interpreter as the installed environment: no Python download, same ABI;
+    # relocatable: built in a temporary directory, then renamed into the cache
+    _run(
+        [uv, "venv", "--quiet", "--relocatable", "--python", sys.executable, tmp],
+        f"creating {what}",
+        env,
+        should_stop=should_stop,
+    )
     install = [uv, "pip", "install", "--quiet", "--python", os.path.join(tmp, "bin", "python")]
     if index_url:
         install += ["--index-url", index_url]
@@ -167,7 +277,13 @@ def _build_into(
             "--index-strategy",
             "unsafe-best-match",
         ]
-    _run([*install, *requirements, *deps], f"installing {what}", env)
+    cwd = None
+    if user_requirements is not None:
+        # relative lines (-r other.txt, ./pkg) mean what they mean in the job's source_dir
+        cwd = os.path.dirname(os.path.abspath(user_requirements))
+        install += ["-r", os.path.abspath(user_requirements)]
+        what += " with the job's requirements.txt"
+    _run([*install, *requirements, *deps], f"installing {what}", env, cwd, should_stop)
     # shipyard itself: a link to the package in use (source checkout or installed)
     import shipyard
 
@@ -180,6 +296,7 @@ def _write_ready(
     requirements: Sequence[str],
     deps: Sequence[str],
     index_url: str | None,
+    user_requirements: str | None,
     seconds: float,
 ) -> None:
     tmp = os.path.join(path, READY + ".tmp")
@@ -189,6 +306,7 @@ def _write_ready(
                 "requirements": list(requirements),
                 "deps": list(deps),
                 "index_url": index_url,
+                "user_requirements_sha256": user_requirements,
                 "python": sys.version.split()[0],
                 "build_seconds": round(seconds, 1),
             },

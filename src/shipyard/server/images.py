@@ -2,8 +2,10 @@
 
 ``sagemaker.image_uris.retrieve`` gives ``<account>.dkr.ecr.<region>.amazonaws.com/
 <repository>:<version>-<cpu|gpu>-py<NN>[...]``. The repository names the framework and
-whether the image trains or serves; the tag carries the version. shipyard runs the
-framework installed here: a different requested version is logged once per version.
+whether the image trains or serves; the tag carries the version and the Python. A training
+job gets both as its framework_version / py_version, so it runs in a framework environment
+of that version (shipyard.environments), as SageMaker runs it in that image; with framework
+environments off, a version other than the installed one is logged once per version.
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ def parse(image: str, purpose: str) -> tuple[str, str | None]:
     return framework, version
 
 
+def py_version(image: str) -> str | None:
+    """The tag's Python (``2.4.1-cpu-py37`` -> ``py37``), None when it names none."""
+    match = _URI.match(image or "")
+    tag = match["tag"] if match and match["tag"] else ""
+    return next((p for p in tag.split("-")[1:] if re.fullmatch(r"py\d+", p)), None)
+
+
 def installed_version(framework: str) -> str | None:
     from importlib import metadata
 
@@ -59,8 +68,10 @@ def installed_version(framework: str) -> str | None:
 
 
 def _note_version(framework: str, version: str | None) -> None:
-    if not version or (framework, version) in _warned:
-        return
+    from shipyard.environments import job as framework_envs
+
+    if not version or (framework, version) in _warned or framework_envs.enabled():
+        return  # enabled: the job runs in an environment of the version, and its log says so
     _warned.add((framework, version))
     have = installed_version(framework)
     if have and not have.startswith(version):

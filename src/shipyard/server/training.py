@@ -127,10 +127,11 @@ class TrainingApi:
             )
         self._check_quota(req)
         image = (req.get("AlgorithmSpecification") or {}).get("TrainingImage", "")
-        framework, _version = images.parse(image, "training")
+        framework, version = images.parse(image, "training")
         work = tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=self.staging)
         try:
-            spec = self.spec_from_request(req, framework, work)
+            # the image's version is the job's: it runs in a framework environment of it
+            spec = self.spec_from_request(req, framework, work, version, images.py_version(image))
             note = _gpu_note(spec.instance_type, spec.dist.kind)
             self.control.submit(spec, log=log.info)
             self.records.put("training-job", name, {"Request": req})
@@ -162,7 +163,14 @@ class TrainingApi:
                 f"delta of {wanted} Instances. Wait for running jobs to end or stop some."
             )
 
-    def spec_from_request(self, req: dict[str, Any], framework: str, work: str):
+    def spec_from_request(
+        self,
+        req: dict[str, Any],
+        framework: str,
+        work: str,
+        framework_version: str | None = None,
+        py_version: str | None = None,
+    ):
         name = str(req.get("TrainingJobName") or "")
         algo = req.get("AlgorithmSpecification") or {}
         hps = decode_hyperparameters(req.get("HyperParameters") or {})
@@ -226,6 +234,8 @@ class TrainingApi:
         return validated(
             job_name=name,
             framework=framework,
+            framework_version=framework_version,
+            py_version=py_version,
             code={"entry_point": program, "source_dir": source_dir},
             hyperparameters=user_hps,
             instance_count=int(resources.get("InstanceCount") or 1),

@@ -64,7 +64,10 @@ def assert_trained_identically(records: dict[int, dict], weights: dict[int, list
 
 
 @pytest.mark.timeout(300)
-def test_tf2_loop_for_smddp_trains_on_2x2_with_identical_ranks(session, tmp_path):
+def test_tf2_loop_for_smddp_trains_on_2x2_with_identical_ranks(session, tmp_path, monkeypatch):
+    # the shim on the installed TensorFlow: 2.4.1 would build TensorFlow 2.13.1 first, which
+    # tests/integration/environments does (the suite's one framework environment build)
+    monkeypatch.setenv("SHIPYARD_FRAMEWORK_ENVS", "off")
     est = shipyard.TensorFlow(
         entry_point="train.py",
         source_dir=_source(tmp_path),
@@ -91,11 +94,14 @@ def test_tf2_loop_for_smddp_trains_on_2x2_with_identical_ranks(session, tmp_path
 
 
 @pytest.mark.timeout(300)
-def test_tf1_estimator_era_script_with_the_hook_and_optimizer_ends_identical(session, tmp_path):
+def test_tf1_estimator_era_script_with_the_hook_and_optimizer_ends_identical(
+    session, tmp_path, monkeypatch
+):
     """SMDDP's TF1 parts: ``DistributedOptimizer`` around a ``tf.compat.v1.train`` optimizer
     and ``BroadcastGlobalVariablesHook`` in a ``MonitoredTrainingSession``. The ranks start
     from different random weights; the hook makes them rank 0's, and the averaged gradients
     keep them equal."""
+    monkeypatch.setenv("SHIPYARD_FRAMEWORK_ENVS", "off")  # the installed TensorFlow, as above
     src = tmp_path / "src"
     src.mkdir()
     shutil.copy(os.path.join(HERE, "smddp_tf1_train.py"), src / "train.py")

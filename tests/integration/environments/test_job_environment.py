@@ -1,9 +1,10 @@
 """A TF 2.4-era Keras script (``Adam(lr=...)``, ``metric.reset_states()``,
 ``optimizer.variables()``) asking for ``framework_version='2.4.1'`` completes in a framework
-environment (SHIPYARD_FRAMEWORK_ENVS=on): no TF 2.4.1 wheel exists for this Python, so it
-runs on the nearest Keras 2 release the registry has (2.13.1), and the job log says so.
-Builds a real TensorFlow environment with uv from the registry (cached by uv after the
-first run on a machine)."""
+environment (the default, SHIPYARD_FRAMEWORK_ENVS=auto): no TF 2.4.1 wheel exists for this
+Python, so it runs on the nearest Keras 2 release the registry has (2.13.1), and the job log
+says so. Builds a real TensorFlow environment with uv from the registry, as the job's first
+phase: the suite's one real framework build, shared by this module's tests through one
+SHIPYARD_ENVIRONMENTS_DIR (and cached by uv after the first run on a machine)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ import shipyard
 
 pytest.importorskip("uv")
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def shared_envs(tmp_path_factory):
+    """One environments directory for the module: TensorFlow 2.13.1 is built once."""
+    return str(tmp_path_factory.mktemp("framework-envs"))
+
 
 KERAS2_SCRIPT = r"""
 import numpy as np
@@ -33,11 +41,12 @@ print("KERAS2 OK", flush=True)
 
 
 def test_a_keras_2_script_asking_for_2_4_1_runs_on_the_nearest_keras_2_release(
-    session, write_script, monkeypatch, capsys, caplog
+    session, write_script, monkeypatch, capsys, caplog, shared_envs
 ):
     import logging
 
-    monkeypatch.setenv("SHIPYARD_FRAMEWORK_ENVS", "on")
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)  # the default: auto
+    monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", shared_envs)
     est = shipyard.TensorFlow(
         entry_point="train.py",
         source_dir=write_script("train.py", KERAS2_SCRIPT),
@@ -58,9 +67,17 @@ def test_a_keras_2_script_asking_for_2_4_1_runs_on_the_nearest_keras_2_release(
     env = desc["Shipyard"]["FrameworkEnvironment"]
     assert (env["Asked"], env["Version"], env["Exact"]) == ("2.4.1", "2.13.1", False)
     assert "Keras 2 as tf.keras" in env["Note"] and env["Python"].endswith("/bin/python")
+    assert env["Python"].startswith(shared_envs)
     assert "the job's processes run in the framework environment" in out
-    assert "no tensorflow-cpu 2.4.1 for Python 3.11" in said
-    assert "running TensorFlow 2.13.1, the nearest with the same API generation" in said
+    assert "framework_version '2.4.1' (tensorflow): its environment is prepared" in said
+    assert "no tensorflow-cpu 2.4.1 for Python 3.11" in out
+    assert "running TensorFlow 2.13.1, the nearest with the same API generation" in out
+    phase = [
+        t["StatusMessage"]
+        for t in desc["SecondaryStatusTransitions"]
+        if t["Status"] == "Downloading" and "tensorflow-cpu==2.13.1" in t["StatusMessage"]
+    ]
+    assert phase, desc["SecondaryStatusTransitions"]
 
 
 def test_the_same_script_on_the_installed_keras_3_fails_naming_the_api_difference(
@@ -68,7 +85,7 @@ def test_the_same_script_on_the_installed_keras_3_fails_naming_the_api_differenc
 ):
     from shipyard.errors import JobFailedError
 
-    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)  # nothing asked: installed
     est = shipyard.TensorFlow(
         entry_point="train.py",
         source_dir=write_script("train.py", KERAS2_SCRIPT),
@@ -85,7 +102,7 @@ def test_the_same_script_on_the_installed_keras_3_fails_naming_the_api_differenc
 
 
 def test_shipyards_in_instance_parts_run_at_the_low_end_of_the_range(
-    session, tmp_path, monkeypatch
+    session, tmp_path, monkeypatch, shared_envs
 ):
     """TensorFlow 2.13 (Keras 2), the supported range's low end: the mpi runner, the
     horovod engine and the smdistributed.dataparallel.tensorflow shim run there (the high
@@ -97,7 +114,8 @@ def test_shipyards_in_instance_parts_run_at_the_low_end_of_the_range(
     )
 
     pytest.importorskip("mpi4py")
-    monkeypatch.setenv("SHIPYARD_FRAMEWORK_ENVS", "on")
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)  # the default: auto
+    monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", shared_envs)
     est = shipyard.TensorFlow(
         entry_point="train.py",
         source_dir=_source(tmp_path),

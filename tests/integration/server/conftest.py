@@ -141,14 +141,19 @@ def cleanup(home: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """A server on a fresh SHIPYARD_HOME, and this process's environment pointed at it."""
+def server(tmp_path_factory, request):
+    """A server on a fresh SHIPYARD_HOME, and this process's environment pointed at it.
+    A test module's ``SERVER_ENV`` dict goes to the server and to this process (the local
+    mode stand-ins it starts), e.g. ``SHIPYARD_FRAMEWORK_ENVS=off`` where a notebook's
+    framework_version is not what the module tests."""
     home = str(tmp_path_factory.mktemp("server-home"))
-    proc = ServerProcess(home, free_port()).start()
+    extra = dict(getattr(request.module, "SERVER_ENV", {}))
+    proc = ServerProcess(home, free_port(), env=extra).start()
     saved = dict(os.environ)
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
         os.environ.pop(name, None)
     os.environ.update(client_env(home, proc.port))
+    os.environ.update(extra)
     os.environ["SAGEMAKER_SUPPRESS_V2_WARNING"] = "1"
     _reset_clients()
     try:

@@ -18,6 +18,10 @@ import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(400)]
+# the SDK's framework_version='2.3.0' would build a PyTorch 2.3 environment (several hundred
+# MB); this module tests local mode without Docker on the installed torch
+# (tests/integration/environments builds the suite's one framework environment)
+SERVER_ENV = {"SHIPYARD_FRAMEWORK_ENVS": "off"}
 CODE = os.path.join(os.path.dirname(__file__), "torch_code")
 
 

@@ -14,6 +14,10 @@ import pytest
 from tests.integration.ddp.test_smddp_tensorflow import HERE, assert_trained_identically, ranks_of
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
+# the workshop's framework_version='2.4.1' would build TensorFlow 2.13.1 (Keras 2); this module
+# tests the smdistributed.dataparallel shim through the server on the installed TensorFlow
+# (tests/integration/environments runs it on 2.13.1, the suite's one framework environment)
+SERVER_ENV = {"SHIPYARD_FRAMEWORK_ENVS": "off"}
 
 
 @pytest.mark.timeout(400)

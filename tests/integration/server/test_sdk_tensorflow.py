@@ -18,6 +18,11 @@ import pytest
 from tests.integration.server.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
+# the notebook's framework_version='2.16' (what the SDK offers) is the installed TensorFlow's
+# API generation; this module tests the parameter-server path, deploy and transform on the
+# installed TensorFlow, not a TensorFlow 2.16 build (tests/integration/environments builds the
+# suite's one framework environment)
+SERVER_ENV = {"SHIPYARD_FRAMEWORK_ENVS": "off"}
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from shipyard.backends.ray.node import (
     workdir,
     write_private,
 )
+from shipyard.environments.node import on_node as framework_env_on_node
 from shipyard.runtime.lifeline import die_with_parent
 
 # Environment a Ray worker carries that must not reach the job's processes: Ray's own
@@ -112,6 +113,8 @@ class InstanceActor:
         data = {name: ray.get(ref) for name, ref in blobs.items()}
         submitted = config["instances_dir"]
         config = localize(config, self.layout, data)
+        # the job's framework environment, built or found on this node (issue 28)
+        config = framework_env_on_node(config, env)
         ip = ray.util.get_node_ip_address()
         config["network_interface_name"] = interface_of(ip, config["network_interface_name"])
         asked = SandboxPlan.from_dict(config.get("sandbox") or {})
