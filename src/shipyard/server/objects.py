@@ -42,7 +42,15 @@ CREATE TABLE IF NOT EXISTS completed (
     created REAL
 );
 """
-BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+# S3's rules: 3-63 characters, dot-separated labels of lowercase letters, digits and '-'
+# that start and end with a letter or digit ("a.-b", "a..b" are not names), not an IPv4
+# address, not one of the prefixes and suffixes S3 keeps for itself
+BUCKET_NAME = re.compile(
+    r"^(?=.{3,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$"
+)
+IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 CHUNK = 1 << 20
 MAX_OBJECT = 5 << 30
 PARTS = ".parts"  # beside a multipart object's file: its part sizes (JSON)
@@ -76,13 +84,24 @@ class ObjectStore:
 
     # -- buckets --------------------------------------------------------------------------
     def create_bucket(self, name: str, region: str) -> None:
-        if not BUCKET_NAME.match(name) or ".." in name:
+        """A new bucket. Creating one that exists is BucketAlreadyOwnedByYou (409), except
+        in us-east-1, where S3 answers 200 and changes nothing (its legacy rule)."""
+        if (
+            not BUCKET_NAME.match(name)
+            or IPV4.match(name)
+            or name.startswith(RESERVED_PREFIXES)
+            or name.endswith(RESERVED_SUFFIXES)
+        ):
             raise ApiError(
                 "InvalidBucketName",
-                f"bucket name {name!r}: use 3-63 lowercase letters, digits, '.' and '-'",
+                f"bucket name {name!r}: use 3-63 lowercase letters, digits, '.' and '-', "
+                "each dot-separated part starting and ending with a letter or digit, not an "
+                "IP address",
             )
         with self._db() as db:
-            row = db.execute("SELECT 1 FROM buckets WHERE name=?", (name,)).fetchone()
+            row = db.execute("SELECT region FROM buckets WHERE name=?", (name,)).fetchone()
+            if row and row[0] == region == "us-east-1":
+                return
             if row:
                 raise ApiError(
                     "BucketAlreadyOwnedByYou", f"the bucket {name!r} already exists", 409

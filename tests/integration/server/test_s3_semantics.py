@@ -285,3 +285,25 @@ def test_a_utf8_header_is_checked_against_the_text_its_client_signed(s3):
     word = s3.head_object(Bucket=BUCKET, Key="sig/utf8")["Metadata"]["name"]
     encoded = word.removeprefix("=?UTF-8?B?").removesuffix("?=")
     assert base64.b64decode(encoded).decode() == "Hello World\xe9"
+
+
+# -- buckets ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name", ["foo-.bar", "foo.-bar", "192.168.5.123", "xn--bucket", "data--ol-s3"]
+)
+def test_bucket_names_s3_refuses_are_refused(s3, name):
+    """(botocore lets these through: its check is only ``[a-zA-Z0-9.\\-_]{1,255}``)"""
+    with pytest.raises(s3.exceptions.ClientError) as info:
+        s3.create_bucket(Bucket=name)
+    assert error_of(info) == (400, "InvalidBucketName")
+
+
+def test_recreating_an_owned_bucket_is_200_in_us_east_1_and_409_elsewhere(s3):
+    s3.create_bucket(Bucket="made-twice")
+    s3.put_object(Bucket="made-twice", Key="kept", Body=b"x")
+    s3.create_bucket(Bucket="made-twice")  # S3's us-east-1 rule: 200, nothing changed
+    assert s3.get_object(Bucket="made-twice", Key="kept")["Body"].read() == b"x"
+    elsewhere = {"LocationConstraint": "eu-west-1"}
+    s3.create_bucket(Bucket="made-twice-eu", CreateBucketConfiguration=elsewhere)
+    with pytest.raises(s3.exceptions.BucketAlreadyOwnedByYou):
+        s3.create_bucket(Bucket="made-twice-eu", CreateBucketConfiguration=elsewhere)
