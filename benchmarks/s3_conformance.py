@@ -53,7 +53,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("encryption", r"sse|encrypt|kms"),
     ("object-lock", r"lock|retention|legal_hold"),
     ("post-object", r"post_object"),
-    ("presign-auth", r"presign|x_amz_expires|signature|_expired"),
+    ("presign-auth", r"presign|x_amz_expires|signature|_expired|authorization|amz_date"),
     ("checksums", r"checksum|md5|etag"),
     ("multipart", r"multipart"),
     ("copy", r"copy"),
