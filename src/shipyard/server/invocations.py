@@ -23,6 +23,7 @@ from shipyard.server.errors import ApiError
 from shipyard.server.hosting import HostingApi
 from shipyard.server.http import Request, Response
 from shipyard.server.identity import ACCOUNT
+from shipyard.server.sigv4 import wire_text
 
 _FORWARD = ("content-type", "accept", "x-amzn-sagemaker-custom-attributes")
 
@@ -70,7 +71,8 @@ class RuntimeApi:
                 "UnknownOperationException", f"{req.method} {req.raw_path} is not served"
             )
         name = urllib.parse.unquote(parts[1])
-        params = self.contract.rest_input("InvokeEndpoint", req.headers, {"EndpointName": name})
+        sent = {k: wire_text(v) for k, v in req.headers.items()}  # as the client wrote them
+        params = self.contract.rest_input("InvokeEndpoint", sent, {"EndpointName": name})
         self.contract.validate("InvokeEndpoint", params)
         if self.hosting.records.get("endpoint", name) is None:
             raise ApiError("ValidationError", f"Endpoint {name} of account {ACCOUNT} not found.")

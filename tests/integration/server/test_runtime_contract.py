@@ -34,7 +34,7 @@ BAD_HEADERS = [
     ({"ContentType": "a" * 1025}, "contentType", "length less than or equal to 1024"),
     ({"Accept": "application/jsön"}, "accept", "regular expression pattern"),
     ({"CustomAttributes": "k=" + "v" * 1023}, "customAttributes", "length"),
-    ({"TargetModel": "modèle.tar.gz"}, "targetModel", "regular expression pattern"),
+    ({"TargetModel": "modèle.tar.gz"}, "targetModel", "Value 'modèle.tar.gz' at"),
     ({"TargetVariant": "variant_one"}, "targetVariant", "regular expression pattern"),
     ({"InferenceId": "i" * 65}, "inferenceId", "length less than or equal to 64"),
 ]
