@@ -301,7 +301,8 @@ async def _send(
         if name.lower() != "content-length"
     ]
     headers.append((b"content-length", str(length).encode()))
-    headers.append((b"x-amzn-requestid", b"shipyard"))
+    if "x-amz-request-id" not in resp.headers:  # S3 names its own (botocore prefers this one)
+        headers.append((b"x-amzn-requestid", b"shipyard"))
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": resp.status, "headers": headers})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from shipyard.server.errors import ApiError
@@ -39,11 +40,32 @@ def _model(service: str) -> Any:
     return botocore.session.get_session().get_service_model(service)
 
 
+# Java's POSIX classes are ASCII unless a pattern asks for Unicode: so read, ``re`` can
+# compile the sagemaker-runtime header patterns (``\p{ASCII}*``, ``\A\S[\p{Print}]*\z``)
+_JAVA_CLASSES = {r"\p{ASCII}": r"\x00-\x7f", r"\p{Print}": r"\x20-\x7e"}
+_CHAR_CLASS = re.compile(r"\[(?:\\.|[^\]\\])*\]")
+
+
+def _java(source: str) -> str:
+    r"""A Java pattern's ASCII classes and ``\z`` in Python's spelling."""
+
+    def inside(match: re.Match[str]) -> str:
+        text = match[0]
+        for java, span in _JAVA_CLASSES.items():
+            text = text.replace(java, span)
+        return text
+
+    out = _CHAR_CLASS.sub(inside, source)
+    for java, span in _JAVA_CLASSES.items():
+        out = out.replace(java, f"[{span}]")
+    return out.replace(r"\z", r"\Z")
+
+
 @functools.cache
 def _pattern(source: str) -> Any:
     """``source`` compiled (None: neither ``re`` nor ``regex`` reads it)."""
     try:
-        return re.compile(source)
+        return re.compile(_java(source))
     except re.error:
         pass
     try:
@@ -70,8 +92,14 @@ class Contract:
     """One service's model: ``operations`` are the names implemented here (the rest are
     unknown actions, whatever the model also holds)."""
 
-    def __init__(self, service: str, operations: set[str] | frozenset[str]) -> None:
+    def __init__(
+        self,
+        service: str,
+        operations: set[str] | frozenset[str],
+        error_code: str = "ValidationException",
+    ) -> None:
         self.service = service
+        self.error_code = error_code  # sagemaker-runtime's model calls it ValidationError
         self.model = _model(service)
         missing = sorted(set(operations) - set(self.model.operation_names))
         if missing:  # a table out of step with botocore: fail at start, not per request
@@ -89,9 +117,47 @@ class Contract:
             noun = "error" if count == 1 else "errors"
             shown = "; ".join(errors[:MAX_REPORTED])
             more = f"; and {count - MAX_REPORTED} more" if count > MAX_REPORTED else ""
-            raise ApiError(
-                "ValidationException", f"{count} validation {noun} detected: {shown}{more}"
-            )
+            raise ApiError(self.error_code, f"{count} validation {noun} detected: {shown}{more}")
+
+    def known(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` without the members the operation's input shape does not have, at
+        any depth: what the handler sees. AWS's JSON services ignore members they do not
+        model (botocore refuses them client-side, "Unknown parameter in input"), so a
+        hand-written request's extra key is dropped, never stored or echoed back."""
+        shape = self.model.operation_model(operation).input_shape
+        return self._prune(shape, params) if shape is not None else {}
+
+    def _prune(self, shape: Any, value: Any) -> Any:
+        kind = shape.type_name
+        if kind == "structure" and isinstance(value, dict):
+            return {
+                name: self._prune(shape.members[name], item)
+                for name, item in value.items()
+                if name in shape.members
+            }
+        if kind == "list" and isinstance(value, list):
+            return [self._prune(shape.member, item) for item in value]
+        if kind == "map" and isinstance(value, dict):
+            return {key: self._prune(shape.value, item) for key, item in value.items()}
+        return value
+
+    def rest_input(
+        self, operation: str, headers: Mapping[str, str], uri: Mapping[str, str]
+    ) -> dict[str, str]:
+        """A REST operation's input members that travel in headers and in the path, by
+        member name, as the model places them: what :meth:`validate` then checks (the
+        payload is the caller's, with its own limit)."""
+        params: dict[str, str] = {}
+        for name, member in self.model.operation_model(operation).input_shape.members.items():
+            where = member.serialization.get("location")
+            wire = member.serialization.get("name", name)
+            if where == "header" and wire.lower() in headers:
+                params[name] = headers[wire.lower()]
+            elif where == "uri" and wire in uri:
+                params[name] = uri[wire]
+            elif where is None and member.type_name == "blob":
+                params[name] = ""  # the payload: present, its size the caller's to check
+        return params
 
     # -- one shape -------------------------------------------------------------------------
     def _check(self, shape: Any, value: Any, path: str, errors: list[str]) -> None:

@@ -7,7 +7,10 @@ comes back with ``x-Amzn-Invoked-Production-Variant``. A model that answers an e
 SageMaker's ModelError (424) carrying the model's status and message; a missing or
 unhealthy endpoint is a ValidationError naming it, as the real service answers. A body
 over the endpoint's payload limit (hosting.payload_limit: SageMaker's 6 MB unless the
-model's Environment raises it) is refused before it is read.
+model's Environment raises it) is refused before it is read. The headers that carry the
+operation's members (ContentType, Accept, CustomAttributes, TargetModel, TargetVariant,
+InferenceId, ...) and the endpoint's name are checked against botocore's sagemaker-runtime
+model first: a bad one is a 400 ValidationError naming the member, as SageMaker answers.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from __future__ import annotations
 import http.client
 import urllib.parse
 
+from shipyard.server.contract import Contract
 from shipyard.server.errors import ApiError
 from shipyard.server.hosting import HostingApi
 from shipyard.server.http import Request, Response
 from shipyard.server.identity import ACCOUNT
+from shipyard.server.sigv4 import wire_text
 
 _FORWARD = ("content-type", "accept", "x-amzn-sagemaker-custom-attributes")
 
@@ -26,6 +31,9 @@ _FORWARD = ("content-type", "accept", "x-amzn-sagemaker-custom-attributes")
 class RuntimeApi:
     def __init__(self, hosting: HostingApi) -> None:
         self.hosting = hosting
+        # InvokeEndpoint's headers and endpoint name against botocore's sagemaker-runtime
+        # model (lengths, patterns), answered as that service does: 400 ValidationError
+        self.contract = Contract("sagemaker-runtime", {"InvokeEndpoint"}, "ValidationError")
 
     def read_invocation(self, req: Request, name: str) -> bytes:
         """An invocation's body, up to its endpoint's payload limit (413 beyond, nothing
@@ -63,6 +71,9 @@ class RuntimeApi:
                 "UnknownOperationException", f"{req.method} {req.raw_path} is not served"
             )
         name = urllib.parse.unquote(parts[1])
+        sent = {k: wire_text(v) for k, v in req.headers.items()}  # as the client wrote them
+        params = self.contract.rest_input("InvokeEndpoint", sent, {"EndpointName": name})
+        self.contract.validate("InvokeEndpoint", params)
         if self.hosting.records.get("endpoint", name) is None:
             raise ApiError("ValidationError", f"Endpoint {name} of account {ACCOUNT} not found.")
         status, reason, record = self.hosting.status(name)

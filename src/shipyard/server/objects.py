@@ -37,11 +37,25 @@ CREATE TABLE IF NOT EXISTS uploads (
     id TEXT PRIMARY KEY, bucket TEXT NOT NULL, key BLOB NOT NULL, content_type TEXT,
     meta TEXT, created REAL
 );
+CREATE TABLE IF NOT EXISTS completed (
+    id TEXT PRIMARY KEY, bucket TEXT NOT NULL, key BLOB NOT NULL, etag TEXT NOT NULL,
+    created REAL
+);
 """
-BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+# S3's rules: 3-63 characters, dot-separated labels of lowercase letters, digits and '-'
+# that start and end with a letter or digit ("a.-b", "a..b" are not names), not an IPv4
+# address, not one of the prefixes and suffixes S3 keeps for itself
+BUCKET_NAME = re.compile(
+    r"^(?=.{3,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$"
+)
+IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 CHUNK = 1 << 20
 MAX_OBJECT = 5 << 30
 PARTS = ".parts"  # beside a multipart object's file: its part sizes (JSON)
+MIN_PART = 5 << 20  # every part but the last, as S3 (EntityTooSmall)
+COMPLETED_KEPT = 24 * 3600  # how long a completed upload answers a repeated Complete
 
 
 @dataclass
@@ -70,13 +84,24 @@ class ObjectStore:
 
     # -- buckets --------------------------------------------------------------------------
     def create_bucket(self, name: str, region: str) -> None:
-        if not BUCKET_NAME.match(name) or ".." in name:
+        """A new bucket. Creating one that exists is BucketAlreadyOwnedByYou (409), except
+        in us-east-1, where S3 answers 200 and changes nothing (its legacy rule)."""
+        if (
+            not BUCKET_NAME.match(name)
+            or IPV4.match(name)
+            or name.startswith(RESERVED_PREFIXES)
+            or name.endswith(RESERVED_SUFFIXES)
+        ):
             raise ApiError(
                 "InvalidBucketName",
-                f"bucket name {name!r}: use 3-63 lowercase letters, digits, '.' and '-'",
+                f"bucket name {name!r}: use 3-63 lowercase letters, digits, '.' and '-', "
+                "each dot-separated part starting and ending with a letter or digit, not an "
+                "IP address",
             )
         with self._db() as db:
-            row = db.execute("SELECT 1 FROM buckets WHERE name=?", (name,)).fetchone()
+            row = db.execute("SELECT region FROM buckets WHERE name=?", (name,)).fetchone()
+            if row and row[0] == region == "us-east-1":
+                return
             if row:
                 raise ApiError(
                     "BucketAlreadyOwnedByYou", f"the bucket {name!r} already exists", 409
@@ -152,10 +177,12 @@ class ObjectStore:
         meta: dict[str, str],
         only_new: bool = False,
         parts: list[int] | None = None,
+        replaces: str | None = None,
     ) -> Obj:
         """Move a finished temporary file into place as (bucket, key); with ``only_new``
-        (If-None-Match: *) only if no object has the key, checked in the same transaction
-        as the write, so of two racing conditional writes exactly one wins."""
+        (If-None-Match: *) only if no object has the key, with ``replaces`` (If-Match) only
+        if the object still has that ETag: checked in the same transaction as the write,
+        so of two racing conditional writes exactly one wins."""
         try:
             self.bucket_region(bucket)
         except ApiError:
@@ -173,12 +200,20 @@ class ObjectStore:
             db.execute("BEGIN IMMEDIATE")
             try:
                 old = db.execute(
-                    "SELECT file FROM objects WHERE bucket=? AND key=?", (bucket, key.encode())
+                    "SELECT file, etag FROM objects WHERE bucket=? AND key=?",
+                    (bucket, key.encode()),
                 ).fetchone()
                 if old and only_new:
                     raise ApiError(
                         "PreconditionFailed",
                         f"If-None-Match: * and the object {key!r} exists; nothing was written",
+                        412,
+                    )
+                if replaces is not None and (not old or old[1] != replaces):
+                    raise ApiError(
+                        "PreconditionFailed",
+                        f"If-Match: the object {key!r} changed while this write was received; "
+                        "nothing was written",
                         412,
                     )
                 db.execute(
@@ -275,7 +310,16 @@ class ObjectStore:
     def complete_upload(
         self, upload_id: str, bucket: str, key: str, parts: list[tuple[int, str]]
     ) -> Obj:
-        content_type, meta = self._upload(upload_id, bucket, key)
+        """Concatenate the parts into the object. A Complete repeated after success (a
+        client retrying a response it lost) answers the object it made, as S3 does, while
+        that object is still the one the upload wrote."""
+        try:
+            content_type, meta = self._upload(upload_id, bucket, key)
+        except ApiError as err:
+            done = self._completed(upload_id, bucket, key)
+            if done is None:
+                raise err from None
+            return done
         part_dir = os.path.join(self.root, "uploads", upload_id)
         if not parts or [n for n, _ in parts] != sorted({n for n, _ in parts}):
             raise ApiError("InvalidPartOrder", "list the parts once each, in ascending order")
@@ -284,7 +328,7 @@ class ObjectStore:
         tmp = os.path.join(self.root, "tmp", uuid.uuid4().hex)
         try:
             with open(tmp, "wb") as out:
-                for number, etag in parts:
+                for index, (number, etag) in enumerate(parts):
                     path = os.path.join(part_dir, f"{number:05d}")
                     try:
                         with open(path + ".md5") as fh:
@@ -295,6 +339,12 @@ class ObjectStore:
                         raise ApiError("InvalidPart", f"part {number}'s ETag does not match")
                     digests += bytes.fromhex(md5)
                     sizes.append(os.path.getsize(path))
+                    if index < len(parts) - 1 and sizes[-1] < MIN_PART:
+                        raise ApiError(
+                            "EntityTooSmall",
+                            f"part {number} is {sizes[-1]} bytes; every part but the last "
+                            f"must be at least {MIN_PART} bytes (5 MiB); the upload is kept",
+                        )
                     with open(path, "rb") as fh:
                         shutil.copyfileobj(fh, out, CHUNK)
         except BaseException:
@@ -302,8 +352,29 @@ class ObjectStore:
             raise
         etag = f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"
         obj = self.commit(bucket, key, tmp, etag, content_type, meta, parts=sizes)
+        now = time.time()
+        with self._db() as db:
+            db.execute("DELETE FROM completed WHERE created < ?", (now - COMPLETED_KEPT,))
+            db.execute(
+                "INSERT OR REPLACE INTO completed VALUES (?,?,?,?,?)",
+                (upload_id, bucket, key.encode(), etag, now),
+            )
         self.abort_upload(upload_id, bucket, key)
         return obj
+
+    def _completed(self, upload_id: str, bucket: str, key: str) -> Obj | None:
+        """The object a finished upload made, if it is still there unchanged."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT bucket, key, etag FROM completed WHERE id=?", (upload_id,)
+            ).fetchone()
+        if row is None or row[0] != bucket or bytes(row[1]).decode() != key:
+            return None
+        try:
+            obj = self.get(bucket, key)
+        except ApiError:
+            return None
+        return obj if obj.etag == row[2] else None
 
     def uploads(
         self, bucket: str, prefix: str, key_marker: str, id_marker: str, limit: int

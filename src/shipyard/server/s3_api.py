@@ -18,9 +18,11 @@ import os
 import re
 import time
 import urllib.parse
+import uuid
 import xml.etree.ElementTree as ET
 from typing import BinaryIO
 
+from shipyard.server import s3_conditions
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, tag, xml_response
 from shipyard.server.objects import Obj, ObjectStore, part_sizes
@@ -31,6 +33,27 @@ MAX_OBJECT = 5 << 30
 MAX_XML_BODY = 8 << 20  # a DeleteObjects of 1,000 keys of 1,024 bytes fits
 CHUNK_READ = 1 << 20
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+# GetObject's response-* parameters: the headers they replace in the answer
+RESPONSE_OVERRIDES = {
+    "response-content-type": "Content-Type",
+    "response-content-disposition": "Content-Disposition",
+    "response-content-encoding": "Content-Encoding",
+    "response-content-language": "Content-Language",
+    "response-cache-control": "Cache-Control",
+    "response-expires": "Expires",
+}
+# standard headers an object keeps from its PUT (beside Content-Type and x-amz-meta-*)
+STORED_HEADERS = {
+    name.lower(): name
+    for name in (
+        "Cache-Control",
+        "Content-Disposition",
+        "Content-Encoding",
+        "Content-Language",
+        "Expires",
+    )
+}
+OWNER = "<Owner><ID>shipyard</ID><DisplayName>shipyard</DisplayName></Owner>"  # one identity
 
 
 def _iso(ts: float) -> str:
@@ -41,10 +64,13 @@ def _http_date(ts: float) -> str:
     return email.utils.formatdate(ts, usegmt=True)
 
 
-def error_response(err: ApiError, head: bool) -> Response:
-    if head:
+def error_response(err: ApiError, head: bool, request_id: str = "") -> Response:
+    """S3's error document; a HEAD answer has no body, so its code goes in a header. A
+    304 (a conditional GET whose object did not change) has no body either."""
+    if head or err.status == 304:
         return Response(err.status, b"", {"x-amz-error-code": err.code})
-    return xml_response("Error", tag("Code", err.code) + tag("Message", err.message), err.status)
+    inner = tag("Code", err.code) + tag("Message", err.message) + tag("RequestId", request_id)
+    return xml_response("Error", inner, err.status)
 
 
 class _Chunked:
@@ -153,10 +179,15 @@ class S3Api:
         return bucket, key
 
     def handle(self, req: Request) -> Response:
+        """Every answer carries an ``x-amz-request-id`` (the one an error document names),
+        which botocore reports as the response's RequestId."""
+        request_id = uuid.uuid4().hex[:16].upper()
         try:
-            return self._handle(req)
+            response = self._handle(req)
         except ApiError as err:
-            return error_response(err, req.method == "HEAD")
+            response = error_response(err, req.method == "HEAD", request_id)
+        response.headers["x-amz-request-id"] = request_id
+        return response
 
     def _handle(self, req: Request) -> Response:
         """Route on method, path and the query's operation selectors together, as S3 does:
@@ -216,8 +247,7 @@ class S3Api:
             f"<Bucket>{tag('Name', n)}{tag('CreationDate', _iso(c))}</Bucket>"
             for n, c in self.store.buckets()
         )
-        owner = "<Owner><ID>shipyard</ID><DisplayName>shipyard</DisplayName></Owner>"
-        return xml_response("ListAllMyBucketsResult", f"{owner}<Buckets>{items}</Buckets>", ns=NS)
+        return xml_response("ListAllMyBucketsResult", f"{OWNER}<Buckets>{items}</Buckets>", ns=NS)
 
     def create_bucket(self, req: Request, bucket: str, key: str) -> Response:
         region = req.region
@@ -256,7 +286,7 @@ class S3Api:
             # the previous page ended on a common prefix: go on after everything under it
             rest = start[len(prefix) :]
             scan_from = prefix + rest[: rest.find(delimiter) + len(delimiter)] + "\U0010ffff"
-        while True:
+        while max_keys:  # max-keys=0: an empty page that is not truncated, as S3 answers
             batch = list(self.store.scan(bucket, prefix, scan_from, 1000))
             if not batch:
                 break
@@ -283,7 +313,10 @@ class S3Api:
             if truncated:
                 break
         enc = (lambda text: urllib.parse.quote(text, safe="/")) if encoding else str
-        parts = [tag("Name", bucket), tag("Prefix", enc(prefix)), tag("MaxKeys", max_keys)]
+        # ListObjects (v1) echoes Prefix as sent even with encoding-type=url (botocore does
+        # not decode it there); ListObjectsV2 encodes it like the keys
+        shown_prefix = enc(prefix) if v2 else prefix
+        parts = [tag("Name", bucket), tag("Prefix", shown_prefix), tag("MaxKeys", max_keys)]
         if delimiter:
             parts.append(tag("Delimiter", enc(delimiter)))
         if encoding:
@@ -301,6 +334,8 @@ class S3Api:
             parts.append(tag("Marker", enc(start)))
             if truncated:
                 parts.append(tag("NextMarker", enc(last)))
+        # the owner: always in v1, in v2 only with fetch-owner=true (S3's rule)
+        owner = OWNER if not v2 or req.arg("fetch-owner") == "true" else ""
         for key, size, etag, modified in contents:
             parts.append(
                 "<Contents>"
@@ -308,6 +343,7 @@ class S3Api:
                 + tag("LastModified", _iso(modified))
                 + tag("ETag", f'"{etag}"')
                 + tag("Size", size)
+                + owner
                 + tag("StorageClass", "STANDARD")
                 + "</Contents>"
             )
@@ -380,11 +416,35 @@ class S3Api:
         only_new = _if_none_match(req)
         if only_new:
             self._absent(bucket, key)  # refuse before reading the body
+        replaces = self._if_match(req, bucket, key)
         tmp, md5 = self._receive(req)
         obj = self.store.commit(
-            bucket, key, tmp, md5, req.headers.get("content-type"), _meta(req), only_new
+            bucket,
+            key,
+            tmp,
+            md5,
+            req.headers.get("content-type"),
+            _meta(req),
+            only_new,
+            replaces=replaces,
         )
         return Response(200, b"", {"ETag": f'"{obj.etag}"'})
+
+    def _if_match(self, req: Request, bucket: str, key: str) -> str | None:
+        """If-Match on a write (S3's conditional write): the ETag the object must still
+        have when the new one replaces it (checked again as it is committed), or None."""
+        wanted = req.headers.get("if-match")
+        if wanted is None:
+            return None
+        current = self.store.get(bucket, key)  # NoSuchKey (404) when there is none, as S3
+        if not s3_conditions.etag_matches(wanted, current.etag):
+            raise ApiError(
+                "PreconditionFailed",
+                f"If-Match {wanted!r} and the object's ETag is {current.etag!r}; nothing "
+                "was written",
+                412,
+            )
+        return current.etag
 
     def _absent(self, bucket: str, key: str) -> None:
         try:
@@ -410,6 +470,7 @@ class S3Api:
 
     def copy_object(self, req: Request, bucket: str, key: str) -> Response:
         src = self._source(req)
+        s3_conditions.check(req.headers, src.etag, src.modified, s3_conditions.COPY_SOURCE)
         directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
         if directive not in ("COPY", "REPLACE"):
             raise ApiError("InvalidArgument", "x-amz-metadata-directive is COPY or REPLACE")
@@ -436,6 +497,7 @@ class S3Api:
         managed ``copy()`` of anything over its multipart threshold sends."""
         number = _part_number(req)
         src = self._source(req)
+        s3_conditions.check(req.headers, src.etag, src.modified, s3_conditions.COPY_SOURCE)
         start, length = 0, src.size
         rng = req.headers.get("x-amz-copy-source-range")
         if rng:
@@ -445,10 +507,15 @@ class S3Api:
                     "InvalidArgument", f"x-amz-copy-source-range {rng!r} is not bytes=a-b"
                 )
             start, end = int(match[1]), int(match[2])
-            if end < start or end >= src.size:
+            if end < start:
                 raise ApiError(
-                    "InvalidArgument",
+                    "InvalidArgument", f"x-amz-copy-source-range {rng!r} ends before it starts"
+                )
+            if end >= src.size:
+                raise ApiError(
+                    "InvalidRange",
                     f"x-amz-copy-source-range {rng!r} is outside the {src.size}-byte source",
+                    416,
                 )
             length = end - start + 1
         with open(src.file, "rb") as fh:
@@ -518,7 +585,12 @@ class S3Api:
 
     def get_object(self, req: Request, bucket: str, key: str) -> Response:
         obj = self.store.get(bucket, key)
+        s3_conditions.check(req.headers, obj.etag, obj.modified)
         headers = _object_headers(obj)
+        for param, header in RESPONSE_OVERRIDES.items():
+            value = req.arg(param)
+            if value is not None:
+                headers[header] = value
         start, length, status = 0, obj.size, 200
         if req.arg("partNumber") is not None:
             number = _part_number(req)
@@ -576,13 +648,21 @@ class S3Api:
         except ET.ParseError:
             raise ApiError("MalformedXML", "CompleteMultipartUpload is not XML") from None
         parts = []
-        for part in root.iter(f"{{{NS}}}Part"):
-            number = part.findtext(f"{{{NS}}}PartNumber") or "0"
-            etag = part.findtext(f"{{{NS}}}ETag") or ""
+        for part in (node for node in root.iter() if _local(node.tag) == "Part"):
+            fields = {_local(child.tag): child.text or "" for child in part}
+            number = fields.get("PartNumber", "").strip()
+            etag = fields.get("ETag", "")
+            if not number.isdigit():
+                raise ApiError("MalformedXML", f"PartNumber {number[:20]!r} is not a number")
             parts.append((int(number), etag))
         obj = self.store.complete_upload(req.arg("uploadId") or "", bucket, key, parts)
         inner = tag("Bucket", bucket) + tag("Key", key) + tag("ETag", f'"{obj.etag}"')
         return xml_response("CompleteMultipartUploadResult", inner, ns=NS)
+
+
+def _local(name: str) -> str:
+    """An XML tag without its namespace: S3 reads request bodies sent with or without it."""
+    return name.rsplit("}", 1)[-1]
 
 
 def _part_number(req: Request) -> int:
@@ -624,9 +704,21 @@ def precondition_failed(key: str) -> ApiError:
 
 
 def _meta(req: Request) -> dict[str, str]:
-    """User metadata as text: RFC 2047 encoded-words decoded and raw UTF-8 bytes (which
-    the HTTP layer read as Latin-1) taken as UTF-8, as S3 stores them."""
-    return {k: _meta_text(v) for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
+    """What an object keeps from the request that writes it: user metadata as text (RFC
+    2047 encoded-words decoded and raw UTF-8 bytes, which the HTTP layer read as Latin-1,
+    taken as UTF-8, as S3 stores them) and the standard headers S3 keeps (Cache-Control,
+    Content-Disposition, Content-Encoding without ``aws-chunked``, Content-Language,
+    Expires), under their lower-case names."""
+    meta = {k: _meta_text(v) for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
+    for name in STORED_HEADERS:
+        value = req.headers.get(name)
+        if name == "content-encoding" and value is not None:
+            value = ",".join(
+                part.strip() for part in value.split(",") if part.strip() != "aws-chunked"
+            )
+        if value:
+            meta[name] = value
+    return meta
 
 
 def _meta_text(value: str) -> str:
@@ -657,7 +749,11 @@ def _object_headers(obj: Obj) -> dict[str, str]:
         "Content-Type": obj.content_type or "binary/octet-stream",
         "Accept-Ranges": "bytes",
     }
-    headers.update({k: _meta_header(v) for k, v in obj.meta.items()})
+    for name, value in obj.meta.items():
+        if name in STORED_HEADERS:
+            headers[STORED_HEADERS[name]] = value
+        else:
+            headers[name] = _meta_header(value)
     return headers
 
 

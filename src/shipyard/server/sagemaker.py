@@ -97,4 +97,4 @@ class SageMakerApi:
             raise err
         body = req.json()
         self.contract.validate(operation, body)
-        return json_response(method(body, req.region))
+        return json_response(method(self.contract.known(operation, body), req.region))

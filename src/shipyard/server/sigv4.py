@@ -85,9 +85,26 @@ def canonical_request(
         if k != "X-Amz-Signature"
     )
     canon_headers = "".join(
-        f"{name}:{' '.join(headers.get(name, '').split())}\n" for name in signed
+        f"{name}:{' '.join(wire_text(headers.get(name, '')).split())}\n" for name in signed
     )
     return "\n".join([method, path, query, canon_headers, ";".join(signed), payload_hash])
+
+
+def wire_text(value: str) -> str:
+    """A header value as the signer saw it. The HTTP layer reads header bytes as Latin-1
+    (so any byte survives); a client signs the text it sent, which it sent as UTF-8
+    (botocore does), so the signed text is those bytes read as UTF-8. Bytes that are not
+    UTF-8 are kept as surrogates, which :func:`_utf8` turns back into the same bytes."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return value
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _key(secret: str, date: str, region: str, service: str) -> bytes:
@@ -165,7 +182,7 @@ def verify(
             "AWS4-HMAC-SHA256",
             stamp,
             f"{sc.date}/{sc.region}/{sc.service}/aws4_request",
-            hashlib.sha256(canon.encode()).hexdigest(),
+            hashlib.sha256(_utf8(canon)).hexdigest(),
         ]
     )
     expected = hmac.new(

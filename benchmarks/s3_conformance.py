@@ -1,0 +1,238 @@
+"""``shipyard server``'s S3 against a public S3 conformance suite (issue 27).
+
+The suite is ceph/s3-tests (its boto3 half, ``s3tests_boto3/functional``); its code is not
+part of shipyard and is never committed here: point ``--suite`` at a checkout of it (the
+directory that holds ``s3tests_boto3/``) and run it with a Python that has what the suite
+imports (boto3, munch, pytz, isodate, python-dateutil, requests, pytest), e.g. a throw-away
+venv. This script only needs the standard library.
+
+What it does: starts ``shipyard server`` on a fresh temporary ``SHIPYARD_HOME`` and a free
+loopback port, writes the suite's ``s3tests.conf`` (host, port, the key ``shipyard server
+env`` prints, a bucket prefix), runs pytest over the suite with a junit report, and groups
+the results by feature from the test names (the suite's own markers are nose ``@attr``
+tags, not pytest markers, so names are what every version of the suite has in common).
+The server has one identity: the suite's "alt" and "tenant" users get the same key, so tests
+that expect another user to be refused fail (ACLs are out of scope).
+
+    /tmp/s3-venv/bin/python benchmarks/s3_conformance.py --suite /tmp/s3-tests
+    ... --src /tmp/before/src      # another tree's server (a before/after comparison)
+    ... -k multipart               # a part of the suite
+
+Ends with ``RESULT s3_conformance passed=... failed=... groups=name:passed/total,...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _result import result  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (group, pattern on the test name): the first that matches names the group. Groups the
+# server answers NotImplemented by design come first, so "copy of a versioned object" is
+# counted under versioning, not copy.
+GROUPS: tuple[tuple[str, str], ...] = (
+    ("versioning", r"version"),
+    ("acl", r"acl|anonymous|anon_|not_owned|grant"),
+    ("tagging", r"tagging|_tags?_"),
+    ("lifecycle", r"lifecycle"),
+    ("policy", r"policy"),
+    ("cors", r"cors"),
+    ("encryption", r"sse|encrypt|kms"),
+    ("object-lock", r"lock|retention|legal_hold"),
+    ("post-object", r"post_object"),
+    ("presign-auth", r"presign|x_amz_expires|signature|_expired|authorization|amz_date"),
+    ("checksums", r"checksum|md5|etag"),
+    ("multipart", r"multipart"),
+    ("copy", r"copy"),
+    ("ranged", r"range"),
+    ("conditional", r"if_?match|if_?none|ifmatch|ifnonematch|modified|precondition"),
+    ("listing", r"list|delimiter|prefix|marker|maxkeys|continuation|startafter|key_count"),
+    ("batch-delete", r"multi_object|delete_objects"),
+    ("metadata", r"metadata|cache_control|expires|content_type|contenttype"),
+    ("bucket", r"bucket"),
+    ("object", r"object|atomic|100_continue"),
+)
+OUT_OF_SCOPE = (
+    "versioning",
+    "acl",
+    "tagging",
+    "lifecycle",
+    "policy",
+    "cors",
+    "encryption",
+    "object-lock",
+    "post-object",
+)
+
+
+def group_of(name: str) -> str:
+    """The feature group of a suite test, from its name."""
+    bare = name.split("[")[0].removeprefix("test_")
+    for group, pattern in GROUPS:
+        if re.search(pattern, bare):
+            return group
+    return "other"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(src: str, home: str) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, SHIPYARD_HOME=home, PYTHONPATH=path, PYTHONDONTWRITEBYTECODE="1")
+
+
+def start_server(python: str, src: str, home: str, port: int, log: str) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [python, "-m", "shipyard.cli", "server", "--port", str(port)],
+            env=_env(src, home),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_shipyard/health", timeout=1):
+                return proc
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"shipyard server did not start within 60 s (its log: {log})")
+
+
+def credentials(python: str, src: str, home: str, port: int) -> tuple[str, str]:
+    out = subprocess.run(
+        [python, "-m", "shipyard.cli", "server", "env", "--port", str(port)],
+        env=_env(src, home),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    values = {}
+    for line in out.splitlines():
+        if line.startswith("export ") and "=" in line:
+            name, _, value = line[len("export ") :].partition("=")
+            values[name.strip()] = value.strip().strip("'\"")
+    return values["AWS_ACCESS_KEY_ID"], values["AWS_SECRET_ACCESS_KEY"]
+
+
+def write_conf(path: str, port: int, key: str, secret: str) -> None:
+    users = "".join(
+        f"[s3 {who}]\ndisplay_name = shipyard\nuser_id = shipyard\nemail = {who}@shipyard.local\n"
+        f"access_key = {key}\nsecret_key = {secret}\n\n"
+        for who in ("main", "alt", "tenant")
+    )
+    with open(path, "w") as fh:
+        fh.write(
+            f"[DEFAULT]\nhost = 127.0.0.1\nport = {port}\nis_secure = False\n"
+            "ssl_verify = False\n\n[fixtures]\nbucket prefix = conf-{random}-\n\n" + users
+        )
+
+
+def read_junit(path: str) -> dict[str, str]:
+    """test name -> passed | failed | skipped."""
+    outcome: dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        tags = {child.tag for child in case}
+        if "skipped" in tags:
+            state = "skipped"
+        elif tags & {"failure", "error"}:
+            state = "failed"
+        else:
+            state = "passed"
+        outcome[case.get("name", "?")] = state
+    return outcome
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", required=True, help="checkout holding s3tests_boto3/")
+    parser.add_argument("--src", default=os.path.join(ROOT, "src"), help="shipyard's src/")
+    parser.add_argument("--server-python", default=None, help="Python that runs the server")
+    parser.add_argument("-k", default=None, help="pytest -k expression (a part of the suite)")
+    parser.add_argument("--junit", default=None, help="keep the junit report here")
+    parser.add_argument("--show-failed", action="store_true", help="list every failed test")
+    args = parser.parse_args()
+    tests = os.path.join(args.suite, "s3tests_boto3", "functional")
+    if not os.path.isdir(tests):
+        raise SystemExit(f"--suite {args.suite}: no s3tests_boto3/functional/ there")
+    server_python = args.server_python or os.path.join(ROOT, ".venv", "bin", "python")
+    if not os.path.exists(server_python):
+        server_python = sys.executable
+
+    work = tempfile.mkdtemp(prefix="s3conf-")
+    home, port = os.path.join(work, "home"), free_port()
+    proc = start_server(server_python, args.src, home, port, os.path.join(work, "server.log"))
+    try:
+        key, secret = credentials(server_python, args.src, home, port)
+        conf = os.path.join(work, "s3tests.conf")
+        write_conf(conf, port, key, secret)
+        junit = args.junit or os.path.join(work, "junit.xml")
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests]
+        cmd += ["--junitxml", junit, "-o", "junit_family=xunit2"]
+        if args.k:
+            cmd += ["-k", args.k]
+        env = dict(os.environ, S3TEST_CONF=conf, AWS_DEFAULT_REGION="us-east-1")
+        env.pop("AWS_ACCESS_KEY_ID", None)
+        env.pop("AWS_SECRET_ACCESS_KEY", None)
+        try:
+            subprocess.run(
+                cmd,
+                cwd=args.suite,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                check=False,
+            )
+        except KeyboardInterrupt:
+            pass
+        outcome = read_junit(junit)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(work, ignore_errors=True)  # the server's home; the report was read
+
+    table: dict[str, list[int]] = {}
+    for name, state in outcome.items():
+        row = table.setdefault(group_of(name), [0, 0])
+        if state != "skipped":
+            row[1] += 1
+            row[0] += state == "passed"
+    print(f"{'group':<14} {'passed':>6} {'total':>6}  scope")
+    for group in sorted(table, key=lambda g: (g in OUT_OF_SCOPE, g)):
+        passed, total = table[group]
+        scope = "NotImplemented by design" if group in OUT_OF_SCOPE else "served"
+        print(f"{group:<14} {passed:>6} {total:>6}  {scope}")
+    if args.show_failed:
+        for name in sorted(n for n, s in outcome.items() if s == "failed"):
+            print(f"FAILED {group_of(name):<14} {name}")
+    passed = sum(row[0] for row in table.values())
+    failed = sum(row[1] - row[0] for row in table.values())
+    groups = ",".join(f"{g}:{p}/{t}" for g, (p, t) in sorted(table.items()))
+    result("s3_conformance", passed=passed, failed=failed, groups=groups)
+
+
+if __name__ == "__main__":
+    main()
