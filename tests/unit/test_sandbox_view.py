@@ -80,7 +80,7 @@ def test_describe_lists_each_instances_missing_protections(tmp_path):
     import json
 
     from shipyard.agent.layout import InstancePaths
-    from shipyard.control.supervisor import missing_protections
+    from shipyard.control.job_end import missing_protections
 
     for host, missing in (("algo-1", ["no PID namespace: the kernel refused one (EPERM)"]),):
         path = InstancePaths(str(tmp_path / "instances" / host)).missing_protections_file

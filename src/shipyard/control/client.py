@@ -26,14 +26,14 @@ from shipyard.backends.resources import read_record as read_resources
 from shipyard.control import artifacts, envphase, legacy_mode, plan, staging, versions
 from shipyard.control.home import Home
 from shipyard.control.interrupt import terminate_as_interrupt
-from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
-from shipyard.control.store import JobRecord, Store, Transition
-from shipyard.control.supervisor import (
+from shipyard.control.job_end import (
     REPORT_NAME,
     job_warnings,
     lost_processes,
     missing_protections,
 )
+from shipyard.control.lifecycle import Event, InstanceStatus, JobStatus, SecondaryStatus
+from shipyard.control.store import JobRecord, Store, Transition
 from shipyard.environments import job as framework_envs
 from shipyard.errors import (
     ChannelError,

@@ -17,9 +17,7 @@ the job's status after submission, and the only place that decides:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -33,8 +31,9 @@ from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
 from shipyard.backends.resources import read_record as read_resources
-from shipyard.control import artifacts, envphase, plan
+from shipyard.control import envphase, plan
 from shipyard.control.home import Home
+from shipyard.control.job_end import JobEnd
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
 from shipyard.environments import job as framework_envs
@@ -44,8 +43,6 @@ from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
 from shipyard.observe.utilization import Instance, Sampler
 
-REPORT_NAME = "distribution-report.json"
-WARNINGS_NAME = "warnings.json"
 POLL_SECONDS = 0.02
 STOP_CHECK_SECONDS = 0.25
 # After the first failure is seen, how long the other agents get to record theirs: a peer
@@ -61,50 +58,13 @@ class AttemptResult:
     host: str | None = None
 
 
-def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
-    """Non-critical processes that died while their instance went on (agent lost files)."""
-    out = []
-    for host in hosts:
-        path = InstancePaths(os.path.join(job_dir, "instances", host)).lost_file
-        if not os.path.isfile(path):
-            continue
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    out.append(dict(json.loads(line), host=host))
-                except ValueError:
-                    continue
-    return out
-
-
-def missing_protections(job_dir: str, hosts: list[str]) -> list[dict]:
-    """The sandbox protections each instance ran without, and why (issue 31)."""
-    out = []
-    for host in hosts:
-        path = InstancePaths(os.path.join(job_dir, "instances", host)).missing_protections_file
-        try:
-            with open(path, encoding="utf-8") as fh:
-                out += [{"Host": host, "Missing": str(m)} for m in json.load(fh)]
-        except (OSError, ValueError, TypeError):
-            continue
-    return out
-
-
-def job_warnings(job_dir: str) -> list[str]:
-    """What the job's end found worth a warning (describe's Shipyard.Warnings)."""
+def failure_time(paths: InstancePaths) -> float | None:
+    """When the instance's agent recorded its failure (the root cause is the earliest)."""
     try:
-        with open(os.path.join(job_dir, WARNINGS_NAME), encoding="utf-8") as fh:
-            return [str(w) for w in json.load(fh)]
+        with open(paths.failure_time_file, encoding="utf-8") as fh:
+            return float(fh.read().strip())
     except (OSError, ValueError):
-        return []
-
-
-EMPTY_MODEL_WARNING = (
-    "No model artifact was saved under /opt/ml/model (SM_MODEL_DIR) on any instance: "
-    "model.tar.gz is empty and there is nothing to deploy. Save the trained model under "
-    "os.environ['SM_MODEL_DIR'] (with TensorFlow, --model_dir is the checkpoint location, "
-    "not the model to deploy)."
-)
+        return None
 
 
 class StopRequested(Exception):
@@ -147,6 +107,7 @@ class JobSupervisor:
         self.failed_hosts: set[str] = set()
         if hasattr(self.backend, "should_stop"):  # ends a launch waiting for GPUs
             self.backend.should_stop = self._should_stop
+        self.end = JobEnd(home, store, self.record, stream, self._first_log)
         config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
@@ -162,6 +123,11 @@ class JobSupervisor:
 
     def paths(self, host: str) -> InstancePaths:
         return InstancePaths(os.path.join(self.record.job_dir, "instances", host))
+
+    def _first_log(self) -> str:
+        """algo-1's log: this attempt's once its instances run, the job's first before."""
+        handle = next((h for h in self.handles if h.host == self.hosts[0]), None)
+        return handle.log_path if handle else self.home.log_path(self.name, self.hosts[0])
 
     def _pump_logs(self, flush: bool = False) -> None:
         lines = self.tailer.poll(flush=flush)
@@ -330,13 +296,6 @@ class JobSupervisor:
             time.sleep(delay if not progressed else 0)
             delay = min(delay * 2, POLL_SECONDS)
 
-    def _failure_time(self, host: str) -> float | None:
-        try:
-            with open(self.paths(host).failure_time_file, encoding="utf-8") as fh:
-                return float(fh.read().strip())
-        except (OSError, ValueError):
-            return None
-
     def _root_cause(self, seen: str, attempt: int, done: dict[str, int]) -> str:
         """The host whose failure came first: let the other agents record theirs for a
         moment, then compare the times they recorded (not the order we noticed them)."""
@@ -361,7 +320,7 @@ class JobSupervisor:
                 else:
                     self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
             time.sleep(0.01)
-        times = {h: t for h in self.hosts if (t := self._failure_time(h)) is not None}
+        times = {h: t for h in self.hosts if (t := failure_time(self.paths(h))) is not None}
         if not times:
             return seen
         root = min(times, key=lambda h: times[h])
@@ -394,46 +353,6 @@ class JobSupervisor:
                 self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
             else:
                 self._finish_instance(handle, attempt, code, status, None)
-
-    def _upload(self) -> None:
-        model_dirs = [(h, self.paths(h).model) for h in self.hosts]
-        output_dirs = [(h, self.paths(h).output_data) for h in self.hosts]
-        output_path = self.spec.output_path or self.home.default_output_path
-        # artifacts.save shows its own bars (bytes archived, then uploaded)
-        model, output = artifacts.save(
-            output_path,
-            self.name,
-            model_dirs,
-            output_dirs,
-            scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
-        )
-        self.store.update(self.name, model_artifact=model.uri, output_artifact=output.uri)
-        if model.files == 0:
-            self._warn(EMPTY_MODEL_WARNING)
-        if self.stream is not None and model.conflicts:
-            self.stream.write(
-                "shipyard: several instances wrote the same model file; kept "
-                "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n"
-            )
-
-    def _warn(self, message: str) -> None:
-        """Say ``message`` in the job log (algo-1's), on the attached console, and in
-        describe (the job dir's warnings file)."""
-        line = f"[shipyard] WARNING: {message}\n"
-        if self.stream is not None:
-            self.stream.write(line)
-        handle = next((h for h in self.handles if h.host == self.hosts[0]), None)
-        log_path = handle.log_path if handle else self.home.log_path(self.name, self.hosts[0])
-        try:
-            with open(log_path, "a", encoding="utf-8") as fh:
-                fh.write(line)
-        except OSError:
-            pass
-        path = os.path.join(self.record.job_dir, WARNINGS_NAME)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(job_warnings(self.record.job_dir) + [message], fh)
-        os.replace(tmp, path)
 
     # -- the whole job --------------------------------------------------------------------
     def run(self) -> JobRecord:
@@ -510,7 +429,7 @@ class JobSupervisor:
             framework_envs.root(self.home.root),
             config.submit_directory,
             status=lambda message: self.store.transition(self.name, Event.DOWNLOADING, message),
-            log=self._phase_log,
+            log=lambda line: self.end.say(f"[shipyard] {line}"),
             should_stop=self._should_stop,
             on_nodes=self.record.backend != "local",  # Ray: each node builds it
         )
@@ -525,20 +444,6 @@ class JobSupervisor:
             )
         return None
 
-    def _phase_log(self, line: str) -> None:
-        """A line of the first phase: on the attached console and at the top of algo-1's
-        log (what ``shipyard logs`` and the SDK's logs show once the instance runs)."""
-        text = f"[shipyard] {line}\n"
-        if self.stream is not None:
-            self.stream.write(text)
-        path = self.home.log_path(self.name, self.hosts[0])
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError:
-            pass
-
     def _safe_transition(self, event: Event, message: str, reason: str | None = None) -> None:
         try:
             if not self.store.get(self.name).terminal:
@@ -546,38 +451,18 @@ class JobSupervisor:
         except Exception:  # noqa: BLE001 - the original error matters more than this bookkeeping
             pass
 
-    def _collect_agent_records(self) -> None:
-        """Copy the distribution report (algo-1's first) to the job dir; it and the lost
-        processes recorded by the agents are what describe shows beyond SageMaker."""
-        for host in self.hosts:
-            report = self.paths(host).report_file
-            if os.path.isfile(report):
-                target = os.path.join(self.record.job_dir, REPORT_NAME)
-                tmp = target + ".tmp"
-                shutil.copyfile(report, tmp)
-                os.replace(tmp, target)
-                break
-        lost = lost_processes(self.record.job_dir, self.hosts)
-        if lost and self.stream is not None:
-            self.stream.write(
-                "shipyard: lost during training (the job went on without "
-                "them): "
-                + ", ".join(f"{x['host']}/{x['process']} (status {x['exit_code']})" for x in lost)
-                + "\n"
-            )
-
     def _conclude(self, result: AttemptResult) -> JobRecord:
-        self._collect_agent_records()
+        self.end.collect_agent_records()
         if result.kind is AttemptKind.SUCCEEDED:
             self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
-            self._upload()
+            self.end.upload()
             return self.store.transition(self.name, Event.SUCCEEDED, "Training job completed")
         if result.kind is AttemptKind.FAILED:
             return self.store.transition(
                 self.name, Event.FAILED, "Training job failed", failure_reason=result.reason
             )
         if result.kind is AttemptKind.MAX_RUNTIME:
-            self._upload()
+            self.end.upload()
             return self.store.transition(
                 self.name, Event.MAX_RUNTIME, result.reason or "", failure_reason=result.reason
             )

@@ -1,0 +1,167 @@
+"""What a job leaves behind beside its status: the artifacts, its warnings, the agents'
+records.
+
+The supervisor decides how a job ends; this module writes what that end leaves and
+reads it back for describe. Split from the supervisor (issue 26) because the two change
+for different reasons: the ending rules follow SageMaker's lifecycle, while these files
+follow what describe and the dashboard show:
+
+* the model and output artifacts (``artifacts.save``), uploaded when the job completed or
+  ran out of time, with a warning when no instance saved a model;
+* warnings, said where a user looks: the attached console, algo-1's log and describe
+  (``warnings.json`` in the job directory);
+* the distribution report (algo-1's first) copied to the job directory, and the
+  non-critical processes the agents lost, read back from each instance's tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from typing import TextIO
+
+from shipyard.agent.layout import InstancePaths
+from shipyard.control import artifacts
+from shipyard.control.home import Home
+from shipyard.control.store import JobRecord, Store
+
+REPORT_NAME = "distribution-report.json"
+WARNINGS_NAME = "warnings.json"
+EMPTY_MODEL_WARNING = (
+    "No model artifact was saved under /opt/ml/model (SM_MODEL_DIR) on any instance: "
+    "model.tar.gz is empty and there is nothing to deploy. Save the trained model under "
+    "os.environ['SM_MODEL_DIR'] (with TensorFlow, --model_dir is the checkpoint location, "
+    "not the model to deploy)."
+)
+
+
+def instance_paths(job_dir: str, host: str) -> InstancePaths:
+    return InstancePaths(os.path.join(job_dir, "instances", host))
+
+
+def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
+    """Non-critical processes that died while their instance went on (agent lost files)."""
+    out = []
+    for host in hosts:
+        path = instance_paths(job_dir, host).lost_file
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    out.append(dict(json.loads(line), host=host))
+                except ValueError:
+                    continue
+    return out
+
+
+def missing_protections(job_dir: str, hosts: list[str]) -> list[dict]:
+    """The sandbox protections each instance ran without, and why (issue 31)."""
+    out = []
+    for host in hosts:
+        path = instance_paths(job_dir, host).missing_protections_file
+        try:
+            with open(path, encoding="utf-8") as fh:
+                out += [{"Host": host, "Missing": str(m)} for m in json.load(fh)]
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+def job_warnings(job_dir: str) -> list[str]:
+    """What the job's end found worth a warning (describe's Shipyard.Warnings)."""
+    try:
+        with open(os.path.join(job_dir, WARNINGS_NAME), encoding="utf-8") as fh:
+            return [str(w) for w in json.load(fh)]
+    except (OSError, ValueError):
+        return []
+
+
+class JobEnd:
+    """Writes what one job's end leaves. ``first_log`` names algo-1's current log (the
+    attempt's own once instances run, the job's first before)."""
+
+    def __init__(
+        self,
+        home: Home,
+        store: Store,
+        record: JobRecord,
+        stream: TextIO | None,
+        first_log: Callable[[], str],
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.record = record
+        self.stream = stream
+        self.first_log = first_log
+
+    @property
+    def hosts(self) -> list[str]:
+        return self.record.spec.hosts
+
+    def say(self, line: str) -> None:
+        """``line`` on the attached console and in algo-1's log (what ``shipyard logs`` and
+        the SDK's ``logs()`` show)."""
+        text = line if line.endswith("\n") else line + "\n"
+        if self.stream is not None:
+            self.stream.write(text)
+        path = self.first_log()
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError:
+            pass
+
+    def warn(self, message: str) -> None:
+        """Say ``message`` in the job log, on the console, and in describe."""
+        self.say(f"[shipyard] WARNING: {message}")
+        path = os.path.join(self.record.job_dir, WARNINGS_NAME)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(job_warnings(self.record.job_dir) + [message], fh)
+        os.replace(tmp, path)
+
+    def collect_agent_records(self) -> None:
+        """Copy the distribution report (algo-1's first) to the job dir; it and the lost
+        processes recorded by the agents are what describe shows beyond SageMaker."""
+        job_dir = self.record.job_dir
+        for host in self.hosts:
+            report = instance_paths(job_dir, host).report_file
+            if os.path.isfile(report):
+                target = os.path.join(job_dir, REPORT_NAME)
+                tmp = target + ".tmp"
+                shutil.copyfile(report, tmp)
+                os.replace(tmp, target)
+                break
+        lost = lost_processes(job_dir, self.hosts)
+        if lost and self.stream is not None:
+            self.stream.write(
+                "shipyard: lost during training (the job went on without "
+                "them): "
+                + ", ".join(f"{x['host']}/{x['process']} (status {x['exit_code']})" for x in lost)
+                + "\n"
+            )
+
+    def upload(self) -> None:
+        """Archive every instance's model and output directories and upload them."""
+        paths = [instance_paths(self.record.job_dir, h) for h in self.hosts]
+        spec = self.record.spec
+        # artifacts.save shows its own bars (bytes archived, then uploaded)
+        model, output = artifacts.save(
+            spec.output_path or self.home.default_output_path,
+            self.record.name,
+            [(h, p.model) for h, p in zip(self.hosts, paths)],
+            [(h, p.output_data) for h, p in zip(self.hosts, paths)],
+            scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
+        )
+        self.store.update(self.record.name, model_artifact=model.uri, output_artifact=output.uri)
+        if model.files == 0:
+            self.warn(EMPTY_MODEL_WARNING)
+        if self.stream is not None and model.conflicts:
+            self.stream.write(
+                "shipyard: several instances wrote the same model file; kept "
+                "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n"
+            )
