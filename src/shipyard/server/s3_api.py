@@ -9,7 +9,6 @@ flexible checksums) are decoded on the way; a signed payload hash is checked.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import email.header
 import email.utils
 import hashlib
@@ -23,12 +22,15 @@ import xml.etree.ElementTree as ET
 from typing import BinaryIO
 
 from shipyard.server import s3_conditions
+from shipyard.server import s3_listings as listings
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, tag, xml_response
 from shipyard.server.objects import Obj, ObjectStore, part_sizes
 from shipyard.server.s3_checks import MAX_DELETE_KEYS, Digests, check_key, check_sub_resources
+from shipyard.server.s3_listings import NS
+from shipyard.server.s3_listings import int_arg as _int_arg
+from shipyard.server.s3_listings import iso as _iso
 
-NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MAX_OBJECT = 5 << 30
 MAX_XML_BODY = 8 << 20  # a DeleteObjects of 1,000 keys of 1,024 bytes fits
 CHUNK_READ = 1 << 20
@@ -53,11 +55,6 @@ STORED_HEADERS = {
         "Expires",
     )
 }
-OWNER = "<Owner><ID>shipyard</ID><DisplayName>shipyard</DisplayName></Owner>"  # one identity
-
-
-def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def _http_date(ts: float) -> str:
@@ -243,11 +240,7 @@ class S3Api:
 
     # -- buckets --------------------------------------------------------------------------
     def list_buckets(self, req: Request, bucket: str, key: str) -> Response:
-        items = "".join(
-            f"<Bucket>{tag('Name', n)}{tag('CreationDate', _iso(c))}</Bucket>"
-            for n, c in self.store.buckets()
-        )
-        return xml_response("ListAllMyBucketsResult", f"{OWNER}<Buckets>{items}</Buckets>", ns=NS)
+        return listings.buckets(self.store)
 
     def create_bucket(self, req: Request, bucket: str, key: str) -> Response:
         region = req.region
@@ -263,93 +256,7 @@ class S3Api:
         return Response(200, b"", {"Location": f"/{bucket}"})
 
     def list_objects(self, req: Request, bucket: str, key: str) -> Response:
-        v2 = req.arg("list-type") == "2"
-        prefix = req.arg("prefix", "") or ""
-        delimiter = req.arg("delimiter", "") or ""
-        try:
-            max_keys = max(0, min(1000, int(req.arg("max-keys", "1000") or 1000)))
-        except ValueError:
-            raise ApiError("InvalidArgument", "max-keys must be an integer") from None
-        if v2:
-            token = req.arg("continuation-token")
-            start = urllib.parse.unquote(token) if token else (req.arg("start-after", "") or "")
-        else:
-            start = req.arg("marker", "") or ""
-        encoding = req.arg("encoding-type")
-        if encoding not in (None, "url"):
-            raise ApiError("InvalidArgument", f"encoding-type {encoding!r}: the only one is 'url'")
-        contents: list[tuple[str, int, str, float]] = []
-        prefixes: list[str] = []
-        truncated, last = False, start
-        scan_from = start
-        if delimiter and start.startswith(prefix) and delimiter in start[len(prefix) :]:
-            # the previous page ended on a common prefix: go on after everything under it
-            rest = start[len(prefix) :]
-            scan_from = prefix + rest[: rest.find(delimiter) + len(delimiter)] + "\U0010ffff"
-        while max_keys:  # max-keys=0: an empty page that is not truncated, as S3 answers
-            batch = list(self.store.scan(bucket, prefix, scan_from, 1000))
-            if not batch:
-                break
-            for key, size, etag, modified in batch:
-                if len(contents) + len(prefixes) >= max_keys:
-                    truncated = True
-                    break
-                if delimiter:
-                    rest = key[len(prefix) :]
-                    cut = rest.find(delimiter)
-                    if cut >= 0:
-                        common = prefix + rest[: cut + len(delimiter)]
-                        if not prefixes or prefixes[-1] != common:
-                            prefixes.append(common)
-                        last = common
-                        # skip everything under this common prefix
-                        scan_from = common + "\U0010ffff"
-                        break
-                contents.append((key, size, etag, modified))
-                last = key
-                scan_from = key
-            else:
-                continue
-            if truncated:
-                break
-        enc = (lambda text: urllib.parse.quote(text, safe="/")) if encoding else str
-        # ListObjects (v1) echoes Prefix as sent even with encoding-type=url (botocore does
-        # not decode it there); ListObjectsV2 encodes it like the keys
-        shown_prefix = enc(prefix) if v2 else prefix
-        parts = [tag("Name", bucket), tag("Prefix", shown_prefix), tag("MaxKeys", max_keys)]
-        if delimiter:
-            parts.append(tag("Delimiter", enc(delimiter)))
-        if encoding:
-            parts.append(tag("EncodingType", encoding))
-        parts.append(tag("IsTruncated", "true" if truncated else "false"))
-        if v2:
-            parts.append(tag("KeyCount", len(contents) + len(prefixes)))
-            if req.arg("continuation-token") is not None:
-                parts.append(tag("ContinuationToken", req.arg("continuation-token")))
-            if req.arg("start-after") is not None:
-                parts.append(tag("StartAfter", enc(req.arg("start-after") or "")))
-            if truncated:
-                parts.append(tag("NextContinuationToken", urllib.parse.quote(last)))
-        else:
-            parts.append(tag("Marker", enc(start)))
-            if truncated:
-                parts.append(tag("NextMarker", enc(last)))
-        # the owner: always in v1, in v2 only with fetch-owner=true (S3's rule)
-        owner = OWNER if not v2 or req.arg("fetch-owner") == "true" else ""
-        for key, size, etag, modified in contents:
-            parts.append(
-                "<Contents>"
-                + tag("Key", enc(key))
-                + tag("LastModified", _iso(modified))
-                + tag("ETag", f'"{etag}"')
-                + tag("Size", size)
-                + owner
-                + tag("StorageClass", "STANDARD")
-                + "</Contents>"
-            )
-        for common in prefixes:
-            parts.append(f"<CommonPrefixes>{tag('Prefix', enc(common))}</CommonPrefixes>")
-        return xml_response("ListBucketResult", "".join(parts), ns=NS)
+        return listings.objects(self.store, req, bucket)
 
     def delete_objects(self, req: Request, bucket: str, key: str) -> Response:
         digests = Digests(req.headers)
@@ -526,62 +433,10 @@ class S3Api:
         return xml_response("CopyPartResult", inner, ns=NS)
 
     def list_uploads(self, req: Request, bucket: str, key: str) -> Response:
-        prefix = req.arg("prefix", "") or ""
-        key_marker = req.arg("key-marker", "") or ""
-        id_marker = req.arg("upload-id-marker", "") or ""
-        limit = _int_arg(req, "max-uploads", 1000)
-        found = self.store.uploads(bucket, prefix, key_marker, id_marker, limit)
-        truncated = len(found) > limit
-        found = found[:limit]
-        parts = [
-            tag("Bucket", bucket),
-            tag("KeyMarker", key_marker),
-            tag("UploadIdMarker", id_marker),
-            tag("Prefix", prefix),
-            tag("MaxUploads", limit),
-            tag("IsTruncated", "true" if truncated else "false"),
-        ]
-        if truncated:
-            parts += [tag("NextKeyMarker", found[-1][0]), tag("NextUploadIdMarker", found[-1][1])]
-        for upload_key, upload_id, started in found:
-            parts.append(
-                "<Upload>"
-                + tag("Key", upload_key)
-                + tag("UploadId", upload_id)
-                + tag("StorageClass", "STANDARD")
-                + tag("Initiated", _iso(started))
-                + "</Upload>"
-            )
-        return xml_response("ListMultipartUploadsResult", "".join(parts), ns=NS)
+        return listings.uploads(self.store, req, bucket)
 
     def list_parts(self, req: Request, bucket: str, key: str) -> Response:
-        upload_id = req.arg("uploadId") or ""
-        marker = _int_arg(req, "part-number-marker", 0)
-        limit = _int_arg(req, "max-parts", 1000)
-        found = [p for p in self.store.parts(upload_id, bucket, key) if p[0] > marker]
-        truncated = len(found) > limit
-        found = found[:limit]
-        parts = [
-            tag("Bucket", bucket),
-            tag("Key", key),
-            tag("UploadId", upload_id),
-            tag("PartNumberMarker", marker),
-            tag("MaxParts", limit),
-            tag("IsTruncated", "true" if truncated else "false"),
-            tag("StorageClass", "STANDARD"),
-        ]
-        if found:
-            parts.append(tag("NextPartNumberMarker", found[-1][0]))
-        for number, md5, size, modified in found:
-            parts.append(
-                "<Part>"
-                + tag("PartNumber", number)
-                + tag("LastModified", _iso(modified))
-                + tag("ETag", f'"{md5}"')
-                + tag("Size", size)
-                + "</Part>"
-            )
-        return xml_response("ListPartsResult", "".join(parts), ns=NS)
+        return listings.parts(self.store, req, bucket, key)
 
     def get_object(self, req: Request, bucket: str, key: str) -> Response:
         obj = self.store.get(bucket, key)
@@ -669,19 +524,6 @@ def _part_number(req: Request) -> int:
     number = _int_arg(req, "partNumber", 0)
     if not 1 <= number <= 10000:
         raise ApiError("InvalidArgument", "partNumber must be a whole number from 1 to 10000")
-    return number
-
-
-def _int_arg(req: Request, name: str, default: int) -> int:
-    value = req.arg(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise ApiError("InvalidArgument", f"{name} must be a whole number, not {value!r}")
     return number
 
 

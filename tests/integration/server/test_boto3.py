@@ -21,6 +21,9 @@ from tests.integration.server.conftest import (
 )
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-cpu-py311"
+# the jobs run on the installed torch: asking for 2.3.0 through the image tag would build a
+# framework environment first (tests/integration/environments and test_image_uri_version do)
+SERVER_ENV = {"SHIPYARD_FRAMEWORK_ENVS": "off"}
 ROLE = "arn:aws:iam::000000000000:role/ShipyardExecutionRole"
 SCRIPT = """\
 import json, os, sys, time

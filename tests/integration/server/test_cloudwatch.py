@@ -15,6 +15,9 @@ import pytest
 from tests.integration.server.test_boto3 import ROLE, wait_for
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-cpu-py311"
+# the jobs run on the installed torch: asking for 2.3.0 through the image tag would build a
+# framework environment first (tests/integration/environments and test_image_uri_version do)
+SERVER_ENV = {"SHIPYARD_FRAMEWORK_ENVS": "off"}
 BUSY = """\
 import time
 hold = bytearray(100 << 20)
