@@ -121,10 +121,10 @@ def build(view: dict) -> list[str]:
             fds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError:
             pass
-    old_root = None
+    old_root, layers = None, []
     if view.get("root_overlay"):
         try:
-            old_root = _overlay_root()
+            old_root, layers = _new_root()
         except (Refused, OSError) as exc:
             missing.append(
                 f"/ is the host's ({exc}): only {', '.join(view.get('overlay', []))} get a "
@@ -168,32 +168,32 @@ def build(view: dict) -> list[str]:
         os.close(fd)
     if old_root is not None:
         missing += _detach(old_root)
-        missing += _host_mounts_read_only(writable)
+        missing += _host_mounts_read_only(writable, layers)
     missing += _kernel_settings_read_only()
     return missing
 
 
-def _overlay_root(scratch: str = "/tmp") -> str:
-    """Make this mount namespace's root an overlay: the host's root filesystem below, a
-    writable layer in memory above (thrown away with the instance), every other mount
-    (``/proc``, ``/dev``, ``/opt/ml``, ...) bound at its place again. Returns where the
-    old root now is (detached by the caller, once the kept paths are bound from it)."""
-    points = [p for p, _ in _mount_points() if p != "/" and not _under(p, scratch)]
+def _new_root(scratch: str = "/tmp") -> tuple[str, list[str]]:
+    """Make this mount namespace's root a tmpfs whose every top-level directory is an
+    overlay: the host's directory below, a writable layer in memory above (thrown away
+    with the instance). Mounts below a directory (``/etc/hosts``, ``/opt/ml``) are bound
+    again on top of its overlay; a directory that is a mount of its own (``/proc``,
+    ``/sys``, ``/dev``, another disk), or one the kernel will not overlay (rootless, one
+    holding mounts made outside the user namespace: the kernel will not copy those apart)
+    is bound as it is, and made read-only later. Not one overlay of ``/``: rootless the
+    kernel refuses that (``/`` holds such mounts). Returns where the old root now is
+    (detached by the caller, once the kept paths are bound from it) and the directories
+    that got a writable layer."""
+    points = [p for p, _ in _mount_points() if p != "/"]
     _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
     new = f"{scratch}/root"
-    for name in ("upper", "work", "root"):
-        os.mkdir(f"{scratch}/{name}")
-    options = f"lowerdir=/,upperdir={scratch}/upper,workdir={scratch}/work"
+    layers: list[str] = []
     try:
-        _mount("overlay", new, "overlay", MS_NODEV, options)
-        for point in _outermost(list(dict.fromkeys(points))):
-            target = new + point
-            if os.path.isdir(point):
-                os.makedirs(target, exist_ok=True)
-            elif not os.path.exists(target):
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                open(target, "a").close()
-            _mount(point, target, None, MS_BIND | MS_REC)
+        os.mkdir(new)
+        _mount("tmpfs", new, "tmpfs", MS_NODEV, "mode=0755")
+        for name in sorted(os.listdir("/")):
+            if _place(f"/{name}", new, scratch, points):
+                layers.append(f"/{name}")
         os.mkdir(f"{new}/{OLD_ROOT}")
         os.chdir(new)
         if libc.syscall(SYS_PIVOT_ROOT, b".", os.fsencode(OLD_ROOT)):
@@ -203,7 +203,50 @@ def _overlay_root(scratch: str = "/tmp") -> str:
         libc.umount2(os.fsencode(scratch), MNT_DETACH)  # the host's root stays as it was
         raise
     os.chdir("/")
-    return "/" + OLD_ROOT
+    return "/" + OLD_ROOT, layers
+
+
+def _place(path: str, new: str, scratch: str, points: list[str]) -> bool:
+    """One top-level entry of the host's root in the new root (see _new_root); True
+    when it got a writable layer."""
+    target = new + path
+    if os.path.islink(path):
+        os.symlink(os.readlink(path), target)
+        return False
+    if not os.path.isdir(path):
+        open(target, "w").close()
+        _mount(path, target, None, MS_BIND | MS_REC)
+        return False
+    os.mkdir(target)
+    os.chmod(target, os.stat(path).st_mode & 0o7777)
+    if path == scratch:  # the private /tmp goes there
+        return False
+    if path not in points:
+        below = _outermost(list(dict.fromkeys(p for p in points if _under(p, path))))
+        layer = f"{scratch}/layers{path}"
+        os.makedirs(f"{layer}/upper")
+        os.mkdir(f"{layer}/work")
+        options = f"lowerdir={path},upperdir={layer}/upper,workdir={layer}/work"
+        try:
+            _mount("overlay", target, "overlay", MS_NODEV, options)
+        except Refused:
+            pass  # bound as it is below, read-only later
+        else:
+            for point in below:
+                _mount_point(point, new + point)
+                _mount(point, new + point, None, MS_BIND | MS_REC)
+            return True
+    _mount(path, target, None, MS_BIND | MS_REC)
+    return False
+
+
+def _mount_point(source: str, target: str) -> None:
+    """Something to mount ``source`` on at ``target``: a directory or an empty file."""
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    elif not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
 
 
 def _detach(old_root: str) -> list[str]:
@@ -252,13 +295,15 @@ def _private_dev(names: list[str]) -> list[str]:
     return missing
 
 
-def _host_mounts_read_only(writable: list[str]) -> list[str]:
+def _host_mounts_read_only(writable: list[str], layers: list[str]) -> list[str]:
     """Every mount the new root took from the host (``/sys``, ``/dev``, other disks) made
     read-only, except the instance's own (its tree, ``/proc``, ``/dev/pts``, masks):
     the overlay root is the only place a write goes, and it goes away."""
     missing = []
     for point, fstype in _mount_points():
-        if point == "/" or fstype in NEVER_READ_ONLY or not os.path.exists(point):
+        if point == "/" or point in layers or fstype in NEVER_READ_ONLY:
+            continue
+        if not os.path.exists(point):
             continue
         if any(_under(point, top) for top in writable):
             continue
