@@ -9,16 +9,23 @@ get (the ``SHIPYARD_INIT_VIEW`` JSON, built by shipyard.sandbox.fsview), prints 
 The view, in the order it is built (each step on its own: one the kernel refuses is
 named, the others still hold):
 
-* ``overlay``: directories (``/etc``) that get a writable layer in memory over the host's,
-  thrown away with the instance: a script writing ``/etc/...`` runs, the host is untouched;
-  the files the agent bound into them (``/etc/hosts``, ``/etc/resolv.conf``) are bound
-  again on top;
-* ``mask``: directories (``$SHIPYARD_HOME``, ``/root``, ``/home``, ``/dev/shm``) replaced by an empty
-  writable tmpfs (``~/.keras`` works and vanishes), into which only the ``keep_rw`` (the
-  job's own directory) and ``keep_ro`` paths (the Python environment, local channels)
-  under them are bound back: other jobs' trees and secrets, the server's store and home
-  directories are not there;
-* ``read_only``: the Python environment, bound read-only over itself.
+* ``root_overlay``: a new root (``pivot_root``), a tmpfs whose top-level directories are
+  overlays of the host's with a writable layer in memory, thrown away with the instance
+  (scripts writing ``/etc/...``, ``/usr/local/...`` or a new ``/data`` run, the host is
+  untouched); the host's other mounts bound at their places; where the kernel refuses
+  the new root, only the ``overlay`` directories (``/etc``, ``/usr/local``, ...) get a layer;
+* ``devices``: a ``/dev`` of its own (a tmpfs with the host's ``null``, ``zero``, GPUs,
+  ...; a devpts of its own): no disk of the host's;
+* ``mask`` and ``private_tmp``: directories (``$SHIPYARD_HOME``, ``/root``, ``/home``,
+  ``/dev/shm``, ``/tmp``) replaced by an empty writable tmpfs (``~/.keras`` works and
+  vanishes), into which only the ``keep_rw`` (the job's own directory, paths its spec
+  names) and ``keep_ro`` paths (the Python environment, local channels) under them are
+  bound back: other jobs' trees and secrets, the server's store, home directories and
+  the host's ``/tmp`` are not there;
+* ``read_only``: the Python environment, bound read-only over itself;
+* then every mount taken from the host (``/sys``, other disks) is made read-only, except
+  the instance's own (``writable``: ``/opt/ml``, ``/etc/hosts``, its ``/dev``), and so are
+  ``/proc/sys`` and ``/proc/sysrq-trigger`` (uid 0 writes sysctls by file permission).
 """
 
 from __future__ import annotations
