@@ -128,7 +128,8 @@ def build(view: dict) -> list[str]:
             fds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError:
             pass
-    old_root, layers = None, []
+    old_root: str | None = None
+    layers: list[str] = []
     if view.get("root_overlay"):
         try:
             old_root, layers = _new_root()
