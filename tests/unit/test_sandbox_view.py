@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from shipyard.sandbox import confine, fsview
 
@@ -14,11 +15,14 @@ class Config:
     shared_dir: str | None = None
     channel_sources: dict[str, str] = field(default_factory=dict)
     extra_python_path: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+    hyperparameters: dict[str, str] = field(default_factory=dict)
 
 
 def test_view_hides_the_home_and_keeps_the_job_its_python_and_local_channels(tmp_path):
-    home = tmp_path / "home"
-    (home / "jobs" / "j" / "instances").mkdir(parents=True)
+    # a home outside /tmp (under the private /tmp it is not there anyway)
+    base = tmp_path.relative_to("/tmp") if str(tmp_path).startswith("/tmp/") else tmp_path
+    home = Path("/srv/shipyard-test") / base / "home"
     data = tmp_path / "data"
     data.mkdir()
     config = Config(
@@ -29,13 +33,47 @@ def test_view_hides_the_home_and_keeps_the_job_its_python_and_local_channels(tmp
     )
     view = fsview.view(config, python=["/root/.pyenv/versions/3.11", "/srv/venv"])
     assert str(home) in view["mask"] and "/root" in view["mask"] and "/home" in view["mask"]
-    assert "/dev/shm" in view["mask"] and view["sticky"] == ["/dev/shm"]  # own, mode 1777
+    assert "/dev/shm" in view["mask"] and view["private_tmp"] == ["/tmp"]
+    assert view["sticky"] == ["/dev/shm", "/tmp"]  # its own, mode 1777
     assert view["keep_rw"] == [str(home / "jobs" / "j"), str(home / "jobs" / "j" / "shared")]
     assert view["keep_ro"] == sorted(
         {"/root/.pyenv/versions/3.11", "/srv/venv", "/opt/deps", str(data)}
     )
     assert "s3://bucket/key" not in str(view)
-    assert view["overlay"] == ["/etc"] and view["rebind"] == ["/etc/hosts", "/etc/resolv.conf"]
+    # the whole system behind a throw-away layer; the usual places where that fails
+    assert view["root_overlay"] is True and "/etc" in view["overlay"]
+    assert "/usr/local" in view["overlay"] and "/var" in view["overlay"]
+    assert {"/opt/ml", "/etc/hosts", "/dev"} <= set(view["writable"])
+    assert "null" in view["devices"] and "nvidia*" in view["devices"]
+    assert not any(d.startswith(("sd", "vd", "nvme")) for d in view["devices"])  # no disks
+
+
+def test_paths_the_spec_names_under_tmp_are_kept_writable_and_nothing_else(tmp_path):
+    """A script handed a host path under /tmp (pytest's tmp_path, a marker directory two
+    instances share) still finds it in its private /tmp; a list such as PATH, a path that
+    does not exist, /tmp itself, and the shipyard home or a directory holding it are not
+    bound (the view would reveal other jobs)."""
+    import json
+
+    home = tmp_path / "home"
+    (home / "jobs" / "j" / "instances").mkdir(parents=True)
+    markers, named = tmp_path / "markers", tmp_path / "named"
+    markers.mkdir()
+    named.mkdir()
+    config = Config(instances_dir=str(home / "jobs" / "j" / "instances"))
+    config.environment = {  # type: ignore[attr-defined]
+        "MARKER_DIR": str(markers),
+        "PATH": f"{markers}:/usr/bin",
+        "GONE": str(tmp_path / "gone"),
+        "TMP": "/tmp",
+        "HOME_OF_ALL": str(home),
+        "ABOVE_HOME": str(tmp_path),
+        "ETC": "/etc",
+    }
+    config.hyperparameters = {"out": json.dumps(str(named)), "lr": "0.1"}  # type: ignore[attr-defined]
+    view = fsview.view(config, python=["/srv/venv"])
+    assert view["keep_rw"] == sorted([str(home / "jobs" / "j"), str(markers), str(named)])
+    assert str(home) not in view["mask"]  # under the private /tmp: not there anyway
 
 
 def test_a_job_dir_outside_a_jobs_folder_masks_no_home(tmp_path):

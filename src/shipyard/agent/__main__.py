@@ -183,6 +183,13 @@ def sandboxed_specs(
     box.missing.extend(missing)
     if namespace is not None:
         spare.append(namespace.init.pid)
+    # /tmp is the instance's own, as a SageMaker container's: no TMPDIR (one the agent
+    # inherited names a host directory the view does not have)
+    own_tmp = namespace is not None and not any(
+        m.startswith(f"filesystem: {fsview.PRIVATE_TMP} ") for m in missing
+    )
+    tmp = {} if own_tmp else {"TMPDIR": private_tmp(InstancePaths(OPT_ML))}
+    specs = [replace(s, env={**_without(s.env, "TMPDIR"), **tmp}) for s in specs]
     confined: list[ProcessSpec] = []
     for spec in specs:
         argv, lacking = confine.confined_argv(spec.argv)
@@ -216,6 +223,10 @@ def instance_view(config: AgentConfig, view: dict[str, list[str]]) -> dict[str, 
     return view
 
 
+def _without(env: dict[str, str], name: str) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k != name}
+
+
 def _start(start: Any) -> Any:
     return start()
 
@@ -245,7 +256,8 @@ def run_instance(
 
 
 def private_tmp(paths: InstancePaths) -> str:
-    """The instance's own temporary directory (``TMPDIR`` of its processes), in its tree:
+    """The instance's own temporary directory (``TMPDIR`` of its processes) where its
+    filesystem view has no private /tmp, in its tree:
     with a PID namespace per instance, every job's algo-1 would otherwise meet in the
     host's /tmp under the same names (Open MPI's PMIx session directories are named by
     host and pid: mpirun failed with "The PMIx server's listener thread failed to start"),
@@ -275,8 +287,6 @@ def _run(
 
         env, note = bindshim.environment(env, bind_address)
         log(f"{host}: {note}")
-    if box is not None:
-        env["TMPDIR"] = private_tmp(paths)
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
     specs = runners.get(config.runner)(ctx)

@@ -59,6 +59,9 @@ class Plan:
             lines.append(
                 "GPUs: " + ", ".join(f"{h}: {','.join(g)}" for h, g in self.division.gpus.items())
             )
+        if any(lim.denied_devices for lim in self.limits.values()):
+            note = cgroups.devices_note(hierarchy)
+            lines.append(note or "the other instances' GPU devices are denied (cgroup v1 devices)")
         return lines + self.division.notes + self.notes
 
     def record(self, hierarchy: cgroups.Hierarchy) -> dict[str, Any]:
@@ -74,6 +77,7 @@ class Plan:
                     "MemoryBytes": lim.memory_bytes,
                     "PidsMax": lim.pids_max,
                     "Gpus": self.division.gpus.get(host, []),
+                    "DeniedDevices": list(lim.denied_devices) or None,
                 }
                 for host, lim in self.limits.items()
             },
@@ -101,16 +105,26 @@ def plan(
     else:
         cpu_sets = cgroups.cpu_sets(res.nominal_cpus, len(hosts), available_cpus)
         per_gpu = res.nominal_gpus
-    limits = {
-        host: cgroups.Limits(cpus=cpus, memory_bytes=res.memory_bytes, pids_max=pids_max())
-        for host, cpus in zip(hosts, cpu_sets, strict=True)
-    }
     if instance_type == "local_gpu":  # every instance sees every GPU, as today
         division = gpus.Division({h: list(available_gpus) for h in hosts})
     else:
         division = gpus.divide(
             hosts, per_gpu, available_gpus, held_gpus, policy, instance_type=instance_type
         )
+    limits = {
+        host: cgroups.Limits(
+            cpus=cpus,
+            memory_bytes=res.memory_bytes,
+            pids_max=pids_max(),
+            # a named type's instance: the machine's GPUs it was not given, denied
+            denied_devices=()
+            if res.whole_machine
+            else tuple(
+                gpus.device_rules([g for g in available_gpus if g not in division.gpus[host]])
+            ),
+        )
+        for host, cpus in zip(hosts, cpu_sets, strict=True)
+    }
     return Plan(
         instance_type,
         limits,

@@ -36,8 +36,10 @@ from shipyard.runtime.lifeline import pid_alive
 
 OFF_VALUES = ("off", "0", "false", "no")
 # v1 controllers an instance uses: cpuset (its CPUs), memory (hard limit, OOM count),
-# pids (fork bombs), cpuacct (CPU time for utilization)
-V1_CONTROLLERS = ("cpuset", "memory", "pids", "cpuacct")
+# pids (fork bombs), cpuacct (CPU time for utilization), devices (the GPUs of other
+# instances denied; only joined by a job that denies one)
+V1_CONTROLLERS = ("cpuset", "memory", "pids", "cpuacct", "devices")
+DEVICES = "devices"
 V2_CONTROLLERS = ("cpuset", "cpu", "memory", "pids")
 PREFIX = "shipyard."
 RELEASE_WAIT_S = 5.0
@@ -51,6 +53,9 @@ class Limits:
     cpus: tuple[int, ...] = ()  # the CPU ids of its cpuset
     memory_bytes: int | None = None
     pids_max: int | None = None
+    # device rules to deny (``c 195:3 rwm``: another instance's GPU); cgroup v1 only:
+    # v2 has no devices files, it takes a BPF program (see devices_note)
+    denied_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -425,6 +430,30 @@ def _apply(cg: InstanceCgroup, job_dirs: dict[str, str]) -> None:
             _write(memsw, str(limits.memory_bytes))
     if limits.pids_max is not None and "pids" in cg.dirs:
         _write(os.path.join(cg.dirs["pids"], "pids.max"), str(limits.pids_max))
+    if DEVICES in cg.dirs:  # a new cgroup starts with its parent's (the job's) devices
+        for rule in limits.denied_devices:
+            _write(os.path.join(cg.dirs[DEVICES], "devices.deny"), rule)
+
+
+def denies_devices(hierarchy: Hierarchy) -> bool:
+    """Whether instances' device rules are enforced here (cgroup v1's devices files)."""
+    return hierarchy.version == 1 and DEVICES in hierarchy.bases
+
+
+def devices_note(hierarchy: Hierarchy) -> str | None:
+    """Said once when GPUs are divided where their devices cannot be denied."""
+    if denies_devices(hierarchy):
+        return None
+    if hierarchy.version == 2:
+        why = "on cgroup v2 that takes a BPF device program, which shipyard does not load yet"
+    elif hierarchy.version == 1:
+        why = "this machine mounts no cgroup v1 devices controller"
+    else:
+        why = "instances have no cgroups here"
+    return (
+        "GPUs are divided by CUDA_VISIBLE_DEVICES only: an instance could still open "
+        f"another instance's /dev/nvidia* ({why})"
+    )
 
 
 REAPER_SCRIPT = """
@@ -471,8 +500,11 @@ def create(job: str, limits: dict[str, Limits], hierarchy: Hierarchy | None = No
     launch = next(_LAUNCHES)  # a retry's cgroups are new ones: an old reaper never sees them
     job_dirs: dict[str, str] = {}
     made = JobCgroups(hierarchy, [], {})
+    bases = dict(hierarchy.bases)
+    if not any(lim.denied_devices for lim in limits.values()):
+        bases.pop(DEVICES, None)  # one cgroup fewer per instance when nothing is denied
     try:
-        for controller, base in hierarchy.bases.items():
+        for controller, base in bases.items():
             job_dirs[controller] = _job_dir(hierarchy, controller, base, job, launch)
             made.job_dirs.append(job_dirs[controller])
         for host, lim in limits.items():

@@ -1,30 +1,50 @@
 """What the job's processes see of this machine's filesystem (built by shipyard.sandbox.init).
 
-A pure function of the instance's configuration and the agent's Python: which
-directories are hidden (``$SHIPYARD_HOME``: other jobs' trees and secrets, a server's
-store; ``/root`` and ``/home``), which paths under them stay reachable (the job's own
-directory read-write; the Python environment, shipyard itself and local channel
-sources read-only), which directories get a throw-away writable layer (``/etc``) and
-which are read-only (the Python environment). Kept apart from the mounting so it is
-tested as data.
+A pure function of the instance's configuration and the agent's Python, kept apart from
+the mounting so it is tested as data:
+
+* the whole system read-only with a writable layer thrown away with the instance (an
+  overlay over the host's root, ``root_overlay``; where the kernel refuses one, the
+  ``overlay`` fallback gives the usual writable places such a layer): scripts writing
+  ``~/.keras``, ``/etc/...`` or ``/usr/local/...`` run, nothing lands on the host;
+* hidden (``mask``, an empty tmpfs each): ``$SHIPYARD_HOME`` (other jobs' trees and
+  secrets, a server's store), ``/root``, ``/home``, the user's home; and a private
+  ``/tmp`` and ``/dev/shm`` (``private_tmp``, ``sticky``: mode 1777), as a container's;
+* reachable again (``keep_rw``, ``keep_ro``): the job's own directory, its shared and
+  checkpoint directories and the host paths the job's spec names under ``/tmp`` or a
+  hidden directory (its environment and hyperparameters: scripts are handed such paths,
+  and two instances may share one) read-write; the Python environment, shipyard itself,
+  and local channel sources read-only (the source directory is not: the agent copies
+  it to ``/opt/ml/code``, the only place a script finds its code on SageMaker);
+* ``read_only``: the Python environment, bound read-only over itself (a write fails
+  rather than vanishing: a script that ``pip install``s learns it at once);
+* ``devices``: what the instance's own ``/dev`` holds of the host's (no disks);
+* ``writable``: the instance's own mounts the read-only pass leaves alone (``/opt/ml``,
+  ``/etc/hosts``, ``/etc/resolv.conf``, ``/dev``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
 
 MASKED_HOMES = ("/root", "/home")
-# an instance's own shared memory (as a container's): with a PID namespace per instance,
-# ranks of two jobs' algo-1 have the same pids, and Open MPI's shared-memory transport
-# names its segments in /dev/shm after them: one job's ranks wrote into the other's
-# segments and both crashed (SIGSEGV in mca_btl_sm_poll_handle_frag)
+# an instance's own shared memory and /tmp (as a container's): with a PID namespace per
+# instance, ranks of two jobs' algo-1 have the same pids, and Open MPI names its
+# shared-memory segments (/dev/shm) and PMIx session directories (/tmp) after them: one
+# job's ranks wrote into the other's segments and both crashed
 PRIVATE_SHM = ("/dev/shm",)
-OVERLAID = ("/etc",)
-# bound by the agent into its own mount namespace (shipyard.sandbox.instance): bound
-# again on top of the /etc overlay, which shows the host's files underneath
-REBOUND = ("/etc/hosts", "/etc/resolv.conf")
+PRIVATE_TMP = "/tmp"
+# where the kernel refuses an overlay root: the places scripts usually write
+OVERLAID = ("/etc", "/usr/local", "/var", "/srv")
+# the instance's own files, bound by the agent (shipyard.sandbox.instance), and its own
+# /dev: left writable
+OWN_MOUNTS = ("/opt/ml", "/etc/hosts", "/etc/resolv.conf", "/dev")
+# the host's devices an instance's /dev holds (glob patterns): no disks; the GPUs (the
+# device cgroup, where there is one, denies those of other instances), InfiniBand
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "nvidia*", "infiniband")
 
 
 def python_paths() -> list[str]:
@@ -39,7 +59,7 @@ def python_paths() -> list[str]:
     return sorted(os.path.realpath(p) for p in paths)
 
 
-def view(config: Any, python: list[str] | None = None) -> dict[str, list[str]]:
+def view(config: Any, python: list[str] | None = None) -> dict[str, Any]:
     """The view for an instance of the job ``config`` (an AgentConfig)."""
     job_dir = os.path.dirname(os.path.abspath(config.instances_dir))
     jobs = os.path.dirname(job_dir)  # <home>/jobs/<job>/instances
@@ -59,21 +79,63 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, list[str]]:
     # the job's framework environment (shipyard.environments), under the masked home
     framework_env = framework_environment(config)
     keep_ro = sorted({*prefixes, *config.extra_python_path, *local_channels, *framework_env})
-    mask = [*home, *MASKED_HOMES, *PRIVATE_SHM]
+    secret = [*home, *MASKED_HOMES]
     user_home = os.environ.get("HOME")
     if user_home and user_home != "/":
-        mask.append(user_home)
+        secret.append(user_home)
+    # under the private /tmp a home is not there anyway
+    mask = [m for m in _outermost([*secret, *PRIVATE_SHM]) if not _inside(m, PRIVATE_TMP)]
+    # a path under /tmp the spec names, unless it is a home or holds one (the job's own
+    # directory in $SHIPYARD_HOME is kept already)
+    keep_rw += [
+        p
+        for p in named_paths(config)
+        if _inside(p, PRIVATE_TMP) and not any(_nested(p, s) or _nested(s, p) for s in secret)
+    ]
     return {
+        "root_overlay": True,
         "overlay": list(OVERLAID),
-        "rebind": list(REBOUND),
-        "mask": _outermost(mask),
-        "sticky": list(PRIVATE_SHM),  # masks every user writes to: mode 1777
-        "keep_rw": [os.path.realpath(p) for p in keep_rw],
-        "keep_ro": [os.path.realpath(p) for p in keep_ro],
+        "mask": mask,
+        "private_tmp": [PRIVATE_TMP],
+        "sticky": [*PRIVATE_SHM, PRIVATE_TMP],  # masks every user writes to: mode 1777
+        "keep_rw": sorted({os.path.realpath(p) for p in keep_rw}),
+        "keep_ro": sorted({os.path.realpath(p) for p in keep_ro} - {"/"}),
         "read_only": sorted(
             {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, *framework_env)}
         ),
+        "writable": list(OWN_MOUNTS),
+        "devices": list(DEVICES),
     }
+
+
+def named_paths(config: Any) -> list[str]:
+    """Host paths the job's spec hands its processes (values of its environment and
+    hyperparameters that name an existing absolute path; hyperparameters arrive
+    JSON-encoded). A list such as ``PATH`` is not one path and is left out."""
+    values = list(getattr(config, "environment", {}).values())
+    for value in getattr(config, "hyperparameters", {}).values():
+        try:
+            decoded = json.loads(value)
+        except (TypeError, ValueError):
+            decoded = value
+        values.append(decoded)
+    return sorted(
+        {
+            os.path.abspath(v)
+            for v in values
+            if isinstance(v, str) and v.startswith("/") and ":" not in v and os.path.exists(v)
+        }
+    )
+
+
+def _nested(path: str, top: str) -> bool:
+    """``path`` is ``top`` or below it."""
+    return path == top or _inside(path, top)
+
+
+def _inside(path: str, top: str) -> bool:
+    """``path`` is strictly below ``top`` (``top`` itself is never bound back)."""
+    return os.path.abspath(path).startswith(top.rstrip("/") + "/")
 
 
 def framework_environment(config: Any) -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -58,6 +59,29 @@ def _smi_devices() -> tuple[str, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     return tuple(line.strip() for line in out.splitlines() if line.strip())
+
+
+NVIDIA_MAJOR = 195  # the character devices /dev/nvidia<minor>
+
+
+def device_rules(gpus: list[str], dev_dir: str = "/dev") -> list[str]:
+    """cgroup device rules that deny ``gpus`` (``nvidia-smi`` indexes): each one's
+    ``/dev/nvidia<index>``, by the numbers the node has where there is one (major 195,
+    minor = index otherwise). ``nvidiactl`` and ``nvidia-uvm`` stay allowed: every CUDA
+    process needs them, and they give no access to a GPU of their own."""
+    rules = []
+    for gpu in gpus:
+        if not gpu.isdigit():
+            continue  # a UUID or MIG name has no node of its own to deny
+        major, minor = NVIDIA_MAJOR, int(gpu)
+        try:
+            st = os.stat(os.path.join(dev_dir, f"nvidia{gpu}"))
+            if stat.S_ISCHR(st.st_mode):
+                major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+        except OSError:
+            pass
+        rules.append(f"c {major}:{minor} rwm")
+    return rules
 
 
 def sharing_policy() -> str:

@@ -92,18 +92,24 @@ class ProcessNamespace:
 
     def enter_argv(self, argv: list[str], cwd: str | None) -> list[str]:
         """``argv`` run in init's mount namespace (the PID namespace it is born in), in
-        ``cwd`` (entering a mount namespace resets the working directory)."""
-        nsenter = tools.find("nsenter")
-        if nsenter is None:  # checked by start(); kept for the type checker
-            raise OSError("util-linux `nsenter` is not installed")
-        return [nsenter, f"--mount={self.mount_ns}", f"--wd={cwd or os.getcwd()}", "--", *argv]
+        ``cwd`` (entering a mount namespace resets the working directory).
+
+        The directory is changed to inside the namespace (coreutils ``env --chdir``), not
+        by ``nsenter --wd``: nsenter opens that directory before it enters, so the process
+        would start in a directory of the agent's mount namespace, from which ``..``
+        walks to the host's root, around the whole filesystem view."""
+        nsenter, env = tools.find("nsenter"), tools.find("env")
+        if nsenter is None or env is None:  # checked by start(); kept for the type checker
+            raise OSError("util-linux `nsenter` or coreutils `env` is not installed")
+        where = cwd or os.getcwd()
+        return [nsenter, f"--mount={self.mount_ns}", "--", env, f"--chdir={where}", "--", *argv]
 
 
 def start(view: dict | None = None) -> tuple[ProcessNamespace | None, list[str]]:
     """The instance's PID namespace and its init (which builds ``view``), or None; and
     the protections that are missing, each with why (the job still runs)."""
-    if tools.find("nsenter") is None:
-        return None, ["no PID namespace: util-linux `nsenter` is not installed"]
+    if tools.find("nsenter") is None or tools.find("env") is None:
+        return None, ["no PID namespace: util-linux `nsenter` or coreutils `env` is not installed"]
     from shipyard.runtime.lifeline import death_signal_argv
 
     try:

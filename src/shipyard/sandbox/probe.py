@@ -123,7 +123,8 @@ def isolation_gaps() -> list[tuple[str, str]]:
     if not overlay:
         gaps.append(
             (
-                "no overlayfs: files an instance writes to /etc reach the host's /etc",
+                "no overlayfs: an instance's system directories are read-only, not a "
+                "throw-away writable layer (a script writing /etc or /usr/local fails)",
                 "modprobe overlay",
             )
         )

@@ -127,3 +127,110 @@ def test_two_instances_as_an_unprivileged_user(unprivileged_user):
             assert work not in fh.read()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+PROBE = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+def attempt(fn):
+    try:
+        return fn()
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+def setns(path):
+    fd = os.open(path, os.O_RDONLY)
+    return "entered" if libc.setns(fd, 0x40000000) == 0 else errno.errorcode[ctypes.get_errno()]
+def write(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write("probe")
+    return "written"
+out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+out["me"] = os.getpid()
+out["host_pid"] = attempt(lambda: os.kill(int(os.environ["HOST_PID"]), 0))
+out["setns_init"] = attempt(lambda: setns("/proc/1/ns/net"))
+out["setns_host"] = attempt(lambda: setns(f"/proc/{os.environ['HOST_PID']}/ns/net"))
+path = lambda name: os.environ[name].split("=", 1)[1]
+out["other_job"] = attempt(lambda: open(path("OTHER_JOB")).read())
+out["home_secret"] = attempt(lambda: open(path("HOME_SECRET")).read())
+out["etc"] = attempt(lambda: write(os.environ["ETC_PROBE"]))
+out["usr_local"] = attempt(lambda: write(os.environ["USR_PROBE"]))
+out["keras"] = attempt(lambda: write(os.path.expanduser("~/.keras/probe.json")))
+with open("/opt/ml/model/probe.json", "w") as fh:
+    json.dump(out, fh)
+"""
+
+SUBMIT_PROBE = r"""
+import json, sys, shipyard
+work = sys.argv[1]
+env = json.loads(sys.argv[2])
+e = shipyard.Estimator(entry_point="probe.py", source_dir=work + "/src", instance_count=1,
+                       instance_type="local", environment=env,
+                       session=shipyard.Session(home=work + "/home"))
+e.fit(job_name="rootless-probe")
+print("MODEL", e.model_data)
+print("MISSING", json.dumps(e.latest_training_job.describe()["Shipyard"]["MissingProtections"]))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_isolation_holds_for_an_unprivileged_user(unprivileged_user):
+    """Rootless (a user namespace of the job's own): /proc lists only the instance's
+    processes, setns() into the instance's or a host namespace fails, the user's home
+    and $SHIPYARD_HOME beyond the job are not there, writes to ~ run and vanish, and
+    writes to /etc and /usr/local never reach the host."""
+    import uuid
+
+    work = tempfile.mkdtemp(prefix="shipyard-rootless-")
+    tag = uuid.uuid4().hex[:8]
+    etc_probe, usr_probe = f"/etc/shipyard-probe-{tag}", f"/usr/local/shipyard-probe-{tag}"
+    try:
+        os.makedirs(f"{work}/src")
+        os.makedirs(f"{work}/.interpreter")
+        os.makedirs(f"{work}/home/jobs/other")
+        with open(f"{work}/home/jobs/other/agent.json", "w") as fh:
+            fh.write('{"job_secret": "s3cret"}')
+        with open(f"{work}/secret.txt", "w") as fh:
+            fh.write("the user's own")
+        with open(f"{work}/src/probe.py", "w") as fh:
+            fh.write(PROBE)
+        with open(f"{work}/submit.py", "w") as fh:
+            fh.write(SUBMIT_PROBE)
+        for d, _, files in os.walk(work):
+            for p in [d] + [os.path.join(d, f) for f in files]:
+                os.chown(p, unprivileged_user.pw_uid, unprivileged_user.pw_gid)
+        os.chmod(work, 0o700)
+        env = {
+            "HOST_PID": str(os.getpid()),
+            # not path-like: paths the spec names are kept in the view on purpose
+            "OTHER_JOB": f"path={work}/home/jobs/other/agent.json",
+            "HOME_SECRET": f"path={work}/secret.txt",
+            "ETC_PROBE": etc_probe,
+            "USR_PROBE": usr_probe,
+        }
+        argv = _as_user(unprivileged_user, work)
+        argv.append(json.dumps(env))
+        done = subprocess.run(argv, capture_output=True, text=True)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out
+        assert "instance sandbox off" not in out, out
+        assert json.loads(out.split("MISSING ", 1)[1].splitlines()[0]) == [], out
+        model = out.split("MODEL ", 1)[1].split()[0].removeprefix("file://")
+        with tarfile.open(model) as tar:
+            rec = json.load(tar.extractfile("probe.json"))
+        assert 1 in rec["pids"] and rec["me"] in rec["pids"] and len(rec["pids"]) < 6, rec
+        assert rec["host_pid"] == "ESRCH", rec
+        assert rec["setns_init"] in ("EPERM", "EACCES"), rec  # setns, or opening the ns file
+        assert rec["setns_host"] == "ENOENT", rec  # no such pid in the instance's /proc
+        assert rec["other_job"] == "ENOENT" and rec["home_secret"] == "ENOENT", rec
+        # the host's /etc is root's: written into the throw-away layer where the kernel
+        # lets the user write (as root), refused otherwise; never on the host either way
+        assert rec["etc"] in ("written", "EACCES") and rec["usr_local"] in ("written", "EACCES")
+        assert not os.path.exists(etc_probe) and not os.path.exists(usr_probe)
+        assert rec["keras"] == "written" and not os.path.exists(f"{work}/.keras"), rec
+    finally:
+        for path in (etc_probe, usr_probe):
+            if os.path.exists(path):
+                os.unlink(path)
+        shutil.rmtree(work, ignore_errors=True)
