@@ -204,13 +204,13 @@ def sandboxed_specs(
     return confined, services, namespace.spawn if namespace is not None else _start
 
 
-def instance_view(config: AgentConfig, view: dict[str, list[str]]) -> dict[str, list[str]]:
+def instance_view(config: AgentConfig, view: dict[str, Any]) -> dict[str, Any]:
     """The filesystem view (shipyard.sandbox.fsview) with what the sandbox plan adds: its
     ``hidden`` directories masked (a Ray node's work dir, the submitter's home) and, where
     the instance's listeners go through the bind shim, the shim itself kept readable (it
     is built under the user's cache, in the masked home)."""
     plan = config.sandbox
-    view = {key: list(value) for key, value in view.items()}
+    view = {key: list(v) if isinstance(v, list) else v for key, v in view.items()}
     view["mask"] = view.get("mask", []) + [
         p for p in map(os.path.realpath, plan.hidden) if p not in view.get("mask", [])
     ]
