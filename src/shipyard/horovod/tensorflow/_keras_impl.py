@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import Any
 
 import numpy as np
 
@@ -200,7 +201,7 @@ _CALLBACKS: dict[int, dict[str, type]] = {}
 
 def make_callbacks(keras_module) -> types.SimpleNamespace:
     """Horovod's Keras callbacks, subclassing ``keras_module.callbacks.Callback``."""
-    Callback = keras_module.callbacks.Callback
+    Callback: Any = keras_module.callbacks.Callback  # the flavour's own base class
 
     class BroadcastGlobalVariablesCallback(Callback):
         """Make every rank hold ``root_rank``'s model and optimizer variables.

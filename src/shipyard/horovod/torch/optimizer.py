@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+from typing import Any
 
 import torch
 
@@ -82,6 +83,8 @@ class _Bucket:
 class _DistributedOptimizer:
     """Mixed into a dynamic subclass of the wrapped optimizer's class (as Horovod does), so
     ``isinstance(opt, torch.optim.SGD)`` and LR schedulers keep working."""
+
+    param_groups: list[dict[str, Any]]  # torch.optim.Optimizer's, the class this is mixed into
 
     def _hvd_setup(
         self,
@@ -271,9 +274,9 @@ class _DistributedOptimizer:
             work = buf
         arr = work.numpy()
         if op == Adasum:
-            eng._adasum_flat(ctx, arr, b.desc, b.segments)
+            eng.executor.adasum_flat(ctx, arr, b.desc, b.segments)
         else:
-            eng._reduce_flat(
+            eng.executor.reduce_flat(
                 ctx,
                 arr,
                 b.desc,
