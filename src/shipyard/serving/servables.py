@@ -136,8 +136,9 @@ class TFServable(Servable):
     def _direct_call(self, key: str) -> _DirectCall | None:
         """The signature's direct call when it checks out against ``fn(**inputs)``."""
         sig = self.signatures[key]
-        samples = {k: _sample(spec, i) for i, (k, spec) in enumerate(sig.inputs.items())}
-        if any(v is None for v in samples.values()):
+        maybe = {k: _sample(spec, i) for i, (k, spec) in enumerate(sig.inputs.items())}
+        samples = {k: v for k, v in maybe.items() if v is not None}
+        if len(samples) != len(maybe):
             return None
         try:
             direct = _DirectCall(self._functions[key], list(sig.inputs), list(sig.outputs))
