@@ -255,7 +255,7 @@ class Engine:
             out = np.empty_like(a)
             src = a.reshape(-1)
         desc = _allreduce_desc(name, out, op, prescale_factor, postscale_factor)
-        self.run(
+        self.runner.run(
             lambda ctx: self.executor.reduce_flat(
                 ctx,
                 out.reshape(-1),
@@ -282,7 +282,7 @@ class Engine:
         if src.shape != out.shape or src.dtype != out.dtype:
             raise ValueError("allreduce_into: src and out must have the same shape and dtype")
         desc = _allreduce_desc(name, out, op, prescale_factor, postscale_factor)
-        self.run(
+        self.runner.run(
             lambda ctx: self.executor.reduce_flat(
                 ctx,
                 out.reshape(-1),
@@ -303,7 +303,7 @@ class Engine:
             raise TypeError("allreduce_ needs a numpy array (it works in place)")
         work = arr if arr.flags.c_contiguous else np.asarray(arr, order="C")
         desc = _allreduce_desc(name, work, op, prescale_factor, postscale_factor)
-        self.run(
+        self.runner.run(
             lambda ctx: self.executor.reduce_flat(
                 ctx, work.reshape(-1), desc, op, prescale_factor, postscale_factor, name or ""
             )
@@ -323,7 +323,7 @@ class Engine:
     ) -> list[np.ndarray]:
         arrays = [np.asarray(a, order="C") for a in arrs]
         names = list(names) if names is not None else [None] * len(arrays)
-        return self.run(
+        return self.runner.run(
             lambda ctx: self.fuser.grouped_reduce(
                 ctx, arrays, names, op, prescale_factor, postscale_factor, inplace
             )
@@ -343,7 +343,7 @@ class Engine:
         fast concatenation. Negotiated as one grouped op."""
         desc = self._fused_desc(flat, shapes, names, op, prescale_factor, postscale_factor)
         label = _label(tuple(names) if names else None, len(shapes))
-        self.run(
+        self.runner.run(
             lambda ctx: self.executor.reduce_flat(
                 ctx,
                 flat,
@@ -382,7 +382,7 @@ class Engine:
             )
             return flat
 
-        return self.submit(work, label)
+        return self.runner.submit(work, label)
 
     @staticmethod
     def _fused_desc(flat, shapes, names, op, pre, post) -> tuple:
@@ -397,15 +397,15 @@ class Engine:
 
     def allgather(self, arr, name=None) -> np.ndarray:
         a = np.asarray(arr)
-        return self.run(lambda ctx: self.executor.allgather(ctx, a, name))
+        return self.runner.run(lambda ctx: self.executor.allgather(ctx, a, name))
 
     def broadcast(self, arr, root_rank: int, name=None) -> np.ndarray:
         out = np.array(np.asarray(arr), order="C", copy=True)
-        return self.run(lambda ctx: self.executor.broadcast_(ctx, out, root_rank, name))
+        return self.runner.run(lambda ctx: self.executor.broadcast_(ctx, out, root_rank, name))
 
     def broadcast_(self, arr: np.ndarray, root_rank: int, name=None) -> np.ndarray:
         work = arr if arr.flags.c_contiguous else np.asarray(arr, order="C")
-        self.run(lambda ctx: self.executor.broadcast_(ctx, work, root_rank, name))
+        self.runner.run(lambda ctx: self.executor.broadcast_(ctx, work, root_rank, name))
         if work is not arr:
             arr[...] = work
         return arr
@@ -417,21 +417,23 @@ class Engine:
             raise ValueError("grouped_broadcast_ needs C-contiguous numpy arrays")
         arrays = list(arrays)
         names = list(names) if names is not None else [None] * len(arrays)
-        self.run(lambda ctx: self.fuser.grouped_broadcast_(ctx, arrays, root_rank, names))
+        self.runner.run(lambda ctx: self.fuser.grouped_broadcast_(ctx, arrays, root_rank, names))
         return arrays
 
     def alltoall(self, arr, splits=None, name=None):
         a = np.asarray(arr)
-        return self.run(lambda ctx: self.executor.alltoall(ctx, a, splits, name))
+        return self.runner.run(lambda ctx: self.executor.alltoall(ctx, a, splits, name))
 
     def broadcast_object(self, obj, root_rank: int = 0, name=None):
-        return self.run(lambda ctx: self.executor.broadcast_object(ctx, obj, root_rank, name))
+        return self.runner.run(
+            lambda ctx: self.executor.broadcast_object(ctx, obj, root_rank, name)
+        )
 
     def allgather_object(self, obj, name=None) -> list:
-        return self.run(lambda ctx: self.executor.allgather_object(ctx, obj, name))
+        return self.runner.run(lambda ctx: self.executor.allgather_object(ctx, obj, name))
 
     def barrier(self) -> None:
-        self.run(self.executor.barrier)
+        self.runner.run(self.executor.barrier)
 
     def join(self) -> int:
         """Horovod's join: this rank has no more data. It keeps answering the other ranks'
@@ -440,9 +442,9 @@ class Engine:
         at = int(time.time() * 1e6)
         serve = self.negotiator.serve_joined
         if self.runner.bg is self.runner.main:
-            return self.submit(lambda ctx: serve(ctx, at), "join").wait()
-        bg = self.submit(lambda ctx: serve(ctx, at), "join")
-        last = self.run(lambda ctx: serve(ctx, at))
+            return self.runner.submit(lambda ctx: serve(ctx, at), "join").wait()
+        bg = self.runner.submit(lambda ctx: serve(ctx, at), "join")
+        last = self.runner.run(lambda ctx: serve(ctx, at))
         bg.wait()
         return last
 
@@ -462,7 +464,7 @@ class Engine:
             )
             return out
 
-        return self.submit(work, name or "allreduce")
+        return self.runner.submit(work, name or "allreduce")
 
     def grouped_allreduce_async(
         self, arrs, names=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, inplace=False
@@ -473,7 +475,7 @@ class Engine:
         if not inplace:
             arrays = [np.asarray(a, order="C") for a in arrays]
         names = list(names) if names is not None else [None] * len(arrays)
-        return self.submit(
+        return self.runner.submit(
             lambda ctx: self.fuser.grouped_reduce(
                 ctx, arrays, names, op, prescale_factor, postscale_factor, inplace
             ),
@@ -482,20 +484,22 @@ class Engine:
 
     def allgather_async(self, arr, name=None) -> Handle:
         a = np.array(np.asarray(arr), order="C", copy=True)
-        return self.submit(lambda ctx: self.executor.allgather(ctx, a, name), name or "allgather")
+        return self.runner.submit(
+            lambda ctx: self.executor.allgather(ctx, a, name), name or "allgather"
+        )
 
     def broadcast_async(self, arr, root_rank: int, name=None, inplace=False) -> Handle:
         a = np.asarray(arr)
         if inplace and not a.flags.c_contiguous:
             raise ValueError("in-place async broadcast needs a C-contiguous array")
         out = a if inplace else np.array(a, order="C", copy=True)
-        return self.submit(
+        return self.runner.submit(
             lambda ctx: self.executor.broadcast_(ctx, out, root_rank, name), name or "broadcast"
         )
 
     def alltoall_async(self, arr, splits=None, name=None) -> Handle:
         a = np.array(np.asarray(arr), order="C", copy=True)
-        return self.submit(
+        return self.runner.submit(
             lambda ctx: self.executor.alltoall(ctx, a, splits, name), name or "alltoall"
         )
 
