@@ -60,5 +60,6 @@ def test_accumulation_without_the_hook_is_refused_naming_the_supported_keras() -
 
 def test_the_installed_keras_optimizers_have_the_hook() -> None:
     import keras
+
     assert keras.__version__ == keras_hooks.KERAS_TESTED
     assert hasattr(keras.optimizers.SGD, "_clip_gradients")
