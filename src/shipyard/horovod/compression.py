@@ -5,7 +5,7 @@ so each framework module builds its ``Compression`` from those two functions."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 
 class Compressor:
@@ -34,8 +34,8 @@ class CompressionNamespace:
     """What a framework's ``Compression`` holds (Horovod's two compressors), declared so
     ``hvd.Compression.fp16`` is known to type checkers."""
 
-    none: type[Compressor] = NoneCompressor
-    fp16: type[Compressor]
+    none: ClassVar[type[Compressor]] = NoneCompressor
+    fp16: ClassVar[type[Compressor]]  # each framework's own (``compression_for``)
 
 
 def compression_for(

@@ -31,6 +31,30 @@ def test_no_class_in_horovod_or_serving_is_over_400_lines() -> None:
     assert not big, big
 
 
+def _hand_declared(cls: ast.ClassDef) -> list[str]:
+    """Attributes a class annotates without a value (not ClassVar): state it expects some
+    other class to set, the mark of a mixin sharing hand-declared state."""
+    return [
+        s.target.id
+        for s in cls.body
+        if isinstance(s, ast.AnnAssign)
+        and s.value is None
+        and isinstance(s.target, ast.Name)
+        and "ClassVar" not in ast.unparse(s.annotation)
+    ]
+
+
+def test_no_class_in_horovod_declares_state_it_does_not_set() -> None:
+    found = [
+        f"{path}:{node.name} {_hand_declared(node)}"
+        for path, node in _classes(HOROVOD)
+        if not any("dataclass" in ast.unparse(d) for d in node.decorator_list)
+        and not any(ast.unparse(b) in ("Protocol", "NamedTuple") for b in node.bases)
+        and _hand_declared(node)
+    ]
+    assert not found, found
+
+
 def test_the_engine_composes_its_parts() -> None:
     from shipyard.horovod import engine
 

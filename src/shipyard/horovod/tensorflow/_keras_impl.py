@@ -103,7 +103,7 @@ def wrap_optimizer(
         config["name"] = name
     cls = _subclass(mixin, optimizer.__class__)
     wrapped = cls.from_config(config)
-    wrapped._hvd_settings = settings
+    wrapped._hvd_init(settings)
     return wrapped
 
 
@@ -120,7 +120,7 @@ def wrap_in_place(optimizer, compression=None, **kw):
         check_keras(keras_version(), optimizer.__class__, 1)
         mixin = Keras3Hooks
     optimizer.__class__ = _subclass(mixin, optimizer.__class__)
-    optimizer._hvd_settings = settings
+    optimizer._hvd_init(settings)
     return optimizer
 
 

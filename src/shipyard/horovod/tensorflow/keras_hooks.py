@@ -81,11 +81,16 @@ def _reduce(grads: Any, settings: dict[str, Any]) -> list[Any]:
     )
 
 
-class Keras3Hooks:
-    """Mixed in front of a Keras 3 optimizer class. ``_hvd_settings`` is set by the wrapper
-    (``_keras_impl.wrap_optimizer``) right after the object is made."""
+class _Settings:
+    """What both hooks read: the reduction's settings, given by the wrapper right after the
+    optimizer object is made (Keras builds the object itself, from its config)."""
 
-    _hvd_settings: dict[str, Any]
+    def _hvd_init(self, settings: dict[str, Any]) -> None:
+        self._hvd_settings = settings
+
+
+class Keras3Hooks(_Settings):
+    """Mixed in front of a Keras 3 optimizer class."""
 
     def apply(self, grads, trainable_variables=None):
         if self._hvd_settings["bpps"] == 1:
@@ -98,10 +103,8 @@ class Keras3Hooks:
         return super()._clip_gradients(grads)
 
 
-class TFKerasHooks:
+class TFKerasHooks(_Settings):
     """Mixed in front of a tf_keras optimizer class (public ``apply_gradients`` only)."""
-
-    _hvd_settings: dict[str, Any]
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         gv = list(grads_and_vars)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from typing import Any
+from typing import cast
 
 import torch
 
@@ -83,8 +83,6 @@ class _Bucket:
 class _DistributedOptimizer:
     """Mixed into a dynamic subclass of the wrapped optimizer's class (as Horovod does), so
     ``isinstance(opt, torch.optim.SGD)`` and LR schedulers keep working."""
-
-    param_groups: list[dict[str, Any]]  # torch.optim.Optimizer's, the class this is mixed into
 
     def _hvd_setup(
         self,
@@ -359,7 +357,8 @@ class _DistributedOptimizer:
                     p.grad = view
         # Parameters outside the buckets (requires_grad=False now, ...) keep torch's behaviour.
         bucketed = self._hvd_where
-        for g in self.param_groups:
+        # self is also the wrapped torch optimizer (this class is mixed in front of its class)
+        for g in cast(torch.optim.Optimizer, self).param_groups:
             for p in g["params"]:
                 if id(p) not in bucketed and p.grad is not None:
                     if set_to_none:
