@@ -1,8 +1,8 @@
-"""Running ops: synchronously on the caller's thread (main channel, under the engine
-lock) or queued FIFO for the communication thread (bg channel), whose results come back
-through Handles.
+"""Running ops: synchronously on the caller's thread (main channel, under a lock) or queued
+FIFO for the communication thread (bg channel), whose results come back through Handles.
 
-``AsyncQueue`` is a mixin of ``Engine``.
+``Runner`` owns the two channel contexts, the lock, the queue and the thread; what an op
+does is the callable it is given (the engine's executor and fuser build those).
 """
 
 from __future__ import annotations
@@ -13,24 +13,38 @@ from collections.abc import Callable
 from typing import Any
 
 from . import errors
+from .handles import Handle, Waiters, _Ctx
 
-# Row kinds.
-from .handles import Handle, _Ctx
+_Work = tuple[Handle, Callable[[_Ctx], Any]] | None
 
 
-class AsyncQueue:
-    def run(self, fn: Callable[[_Ctx], Any]):
+class Runner:
+    """Where and on which thread an op runs. With ``thread_level_multiple`` False the MPI
+    library allows one thread in MPI at a time: then ``main`` is ``bg`` and synchronous ops
+    go through the communication thread too."""
+
+    def __init__(self, main: _Ctx, bg: _Ctx, waiters: Waiters, thread_level_multiple: bool) -> None:
+        self.main = main
+        self.bg = bg
+        self.lock = threading.RLock()
+        self.thread_level_multiple = thread_level_multiple
+        self._waiters = waiters
+        self._queue: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.closed = False
+
+    def run(self, fn: Callable[[_Ctx], Any]) -> Any:
         """Run ``fn(ctx)`` synchronously on the main channel."""
-        if self._closed:
+        if self.closed:
             raise errors.NotInitializedError()
         if not self.thread_level_multiple:
             return self.submit(fn).wait()
-        with self._lock:
-            return fn(self._main)
+        with self.lock:
+            return fn(self.main)
 
     def submit(self, fn: Callable[[_Ctx], Any], name: str = "") -> Handle:
         """Queue ``fn(ctx)`` for the communication thread (bg channel); FIFO."""
-        if self._closed:
+        if self.closed:
             raise errors.NotInitializedError()
         if self._thread is None:
             self._start_thread()
@@ -38,18 +52,25 @@ class AsyncQueue:
         self._queue.put((h, fn))
         return h
 
+    def close(self) -> None:
+        """Refuse new ops; let the communication thread finish what is queued (30 s at most:
+        a thread stuck in a collective must not block the process's exit)."""
+        self.closed = True
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(timeout=30)
+
     def _start_thread(self) -> None:
-        with self._lock:
+        with self.lock:
             if self._thread is not None:
                 return
-            self._queue = queue.SimpleQueue()
-            self._thread = threading.Thread(
-                target=self._loop, name="shipyard-hvd-comm", daemon=True
-            )
-            self._thread.start()
+            thread = threading.Thread(target=self._loop, name="shipyard-hvd-comm", daemon=True)
+            self._thread = thread
+            thread.start()
 
     def _loop(self) -> None:
-        ctx = self._bg
+        ctx = self.bg
         q = self._queue
         while True:
             item = q.get()

@@ -5,7 +5,7 @@ so each framework module builds its ``Compression`` from those two functions."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 
 class Compressor:
@@ -30,9 +30,17 @@ class NoneCompressor(Compressor):
         return tensor
 
 
+class CompressionNamespace:
+    """What a framework's ``Compression`` holds (Horovod's two compressors), declared so
+    ``hvd.Compression.fp16`` is known to type checkers."""
+
+    none: ClassVar[type[Compressor]] = NoneCompressor
+    fp16: ClassVar[type[Compressor]]  # each framework's own (``compression_for``)
+
+
 def compression_for(
     is_float: Callable[[Any], bool], cast: Callable[[Any, Any], Any], half: Any
-) -> type:
+) -> type[CompressionNamespace]:
     """A ``Compression`` namespace whose fp16 compressor sends floating-point tensors (other
     than ``half`` ones) as ``half`` and casts them back to their dtype afterwards."""
 
@@ -49,8 +57,7 @@ def compression_for(
         def decompress(tensor, ctx):
             return tensor if ctx is None else cast(tensor, ctx)
 
-    class Compression:
-        none = NoneCompressor
+    class Compression(CompressionNamespace):
         fp16 = FP16Compressor
 
     return Compression

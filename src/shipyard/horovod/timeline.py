@@ -38,6 +38,17 @@ def now_us() -> float:
     return time.time() * 1e6
 
 
+class TimelineSlot:
+    """The engine's current timeline (or None), one object shared by the parts that record
+    into it: ``hvd.start_timeline`` / ``stop_timeline`` swap what it holds while the
+    negotiator, executor and fuser keep the same slot (an attribute read per op, no call)."""
+
+    __slots__ = ("current",)
+
+    def __init__(self) -> None:
+        self.current: Timeline | None = None
+
+
 class Timeline:
     def __init__(
         self, path: str | os.PathLike, rank: int, size: int, hostname: str, origin_us: float

@@ -74,18 +74,25 @@ def local_facts(env: Mapping[str, str] | None = None, hostname: str | None = Non
     )
 
 
+def _pairs(facts: Sequence[RankFacts], a: str, b: str) -> list[tuple[int, int]] | None:
+    """Every rank's (``a``, ``b``) facts, or None when some rank lacks one of them."""
+    pairs = [(getattr(f, a), getattr(f, b)) for f in facts]
+    if any(x is None or y is None for x, y in pairs):
+        return None
+    return pairs
+
+
 def derive_topology(rank: int, facts: Sequence[RankFacts]) -> Topology:
     """The topology of ``rank`` given every rank's facts (index = rank)."""
     size = len(facts)
     me = facts[rank]
 
-    if all(f.local_rank is not None and f.local_size is not None for f in facts):
-        local = [(f.local_rank, f.local_size) for f in facts]
-        source = "horovod-env"
-    elif all(f.ompi_local_rank is not None and f.ompi_local_size is not None for f in facts):
-        local = [(f.ompi_local_rank, f.ompi_local_size) for f in facts]
+    local: list[tuple[int, int]] | None = _pairs(facts, "local_rank", "local_size")
+    source = "horovod-env"
+    if local is None:
+        local = _pairs(facts, "ompi_local_rank", "ompi_local_size")
         source = "ompi-env"
-    else:
+    if local is None:
         by_host: dict[str, list[int]] = {}
         for r, f in enumerate(facts):
             by_host.setdefault(f.host, []).append(r)
@@ -95,8 +102,9 @@ def derive_topology(rank: int, facts: Sequence[RankFacts]) -> Topology:
                 local[r] = (i, len(ranks))
         source = "hosts"
 
-    if all(f.cross_rank is not None and f.cross_size is not None for f in facts):
-        cross_rank, cross_size = me.cross_rank, me.cross_size
+    cross = _pairs(facts, "cross_rank", "cross_size")
+    if cross is not None:
+        cross_rank, cross_size = cross[rank]
     else:
         my_local = local[rank][0]
         peers = [r for r in range(size) if local[r][0] == my_local]

@@ -1,22 +1,87 @@
 """Never a silent hang: the stall watchdog, peers' "exiting" notices and the abort of
 the whole job on an uncaught exception (see engine.py's docstring).
 
-``Watchdog`` is a mixin of ``Engine``.
+``Watchdog`` is given what it watches (the channel contexts, the control channel, the
+limits) when the engine builds it; it holds no engine. The uncaught-exception hook gets
+the process-wide engine as a callable (engine.py imports this module, not the reverse).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-# Row kinds.
+from .channel import MPIChannel, SelfChannel
+from .handles import _Ctx
+
+_EXIT_TAG = 7707
+
+
+def stall_limits(env: Mapping[str, str] | None = None) -> tuple[float, float]:
+    """Horovod's stall check: (warn after, abort after) seconds in one collective; 0 = never.
+    HOROVOD_STALL_CHECK_TIME_SECONDS (60), HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0),
+    HOROVOD_STALL_CHECK_DISABLE."""
+    env = os.environ if env is None else env
+    check = float(env.get("HOROVOD_STALL_CHECK_TIME_SECONDS", "60") or 0)
+    shutdown = float(env.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0") or 0)
+    if env.get("HOROVOD_STALL_CHECK_DISABLE", "").lower() in ("1", "true", "yes"):
+        check = 0
+    return check, shutdown
 
 
 class Watchdog:
+    """A daemon thread that looks, once a second, at what each channel context waits in."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        contexts: Sequence[_Ctx],
+        ctl: MPIChannel | SelfChannel,
+        mpi: Any,
+        probe_ok: bool,
+        exit_grace: float,
+        stall_check: float,
+        stall_shutdown: float,
+    ) -> None:
+        """``probe_ok``: the MPI library allows this thread in MPI beside the others
+        (MPI_THREAD_MULTIPLE); without it peers' exit notices are not read."""
+        self.rank = rank
+        self._contexts = list({id(c): c for c in contexts}.values())
+        self._ctl = ctl
+        self._mpi = mpi
+        self._probe_ok = probe_ok
+        self._exit_grace = exit_grace
+        self._stall_check = stall_check
+        self._stall_shutdown = stall_shutdown
+        self._stop = threading.Event()
+        self._exit_reqs: list[Any] = []
+        self._exit_notice: np.ndarray | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="shipyard-hvd-watchdog", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def announce_exit(self, size: int) -> None:
+        """Tell every peer this rank is leaving (nonblocking sends on the control channel):
+        a peer stuck in a collective this rank will never join then aborts the job."""
+        if not isinstance(self._ctl, MPIChannel):
+            return
+        notice = np.array([self.rank], np.int64)
+        comm = self._ctl.comm
+        self._exit_reqs = [
+            comm.Isend(notice, dest=r, tag=_EXIT_TAG) for r in range(size) if r != self.rank
+        ]
+        self._exit_notice = notice  # keep the buffer alive until MPI_Finalize
+
     def _abort(self, message: str) -> None:
         sys.stderr.write(message.rstrip("\n") + "\n")
         sys.stderr.flush()
@@ -24,9 +89,9 @@ class Watchdog:
 
     def _peer_exit_notice(self) -> int | None:
         """The rank of a peer that announced it is exiting, if any (control communicator)."""
-        if not self.thread_level_multiple or self.MPI is None:
+        if not self._probe_ok or self._mpi is None or not isinstance(self._ctl, MPIChannel):
             return None
-        MPI = self.MPI
+        MPI = self._mpi
         status = MPI.Status()
         if self._ctl.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_EXIT_TAG, status=status):
             buf = np.zeros(1, np.int64)
@@ -34,11 +99,11 @@ class Watchdog:
             return int(buf[0])
         return None
 
-    def _watchdog(self) -> None:
-        warned: set = set()
+    def _run(self) -> None:
+        warned: set[tuple[int, float]] = set()
         exited: set[int] = set()
-        while not self._watchdog_stop.wait(1.0):
-            for ctx in {id(self._main): self._main, id(self._bg): self._bg}.values():
+        while not self._stop.wait(1.0):
+            for ctx in self._contexts:
                 cur = ctx.inflight
                 if cur is None:
                     continue
@@ -75,10 +140,18 @@ class Watchdog:
                     )
 
 
-_EXIT_TAG = 7707
+class _Abortable(Protocol):
+    """What the uncaught-exception hook needs of an engine."""
+
+    rank: int
+
+    @property
+    def closed(self) -> bool: ...
+
+    def abort_job(self) -> None: ...
 
 
-def _install_abort_on_uncaught(eng: Any, current: Callable[[], Any]) -> None:
+def _install_abort_on_uncaught(eng: _Abortable, current: Callable[[], object]) -> None:
     """An uncaught exception on one rank aborts the whole job (after printing the traceback),
     as ``python -m mpi4py`` does: otherwise the other ranks wait in collectives forever and
     this one waits for them in MPI_Finalize. SHIPYARD_HOROVOD_ABORT_ON_ERROR=0 turns it off.
@@ -90,12 +163,12 @@ def _install_abort_on_uncaught(eng: Any, current: Callable[[], Any]) -> None:
         try:
             previous(exc_type, exc, tb)
         finally:
-            if current() is eng and not eng._closed:
+            if current() is eng and not eng.closed:
                 sys.stderr.write(
                     f"shipyard.horovod: uncaught {exc_type.__name__} on rank {eng.rank}; "
                     "aborting the job so the other ranks do not wait forever\n"
                 )
                 sys.stderr.flush()
-                eng._ctl.abort(1)
+                eng.abort_job()
 
     sys.excepthook = hook

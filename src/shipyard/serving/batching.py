@@ -185,7 +185,8 @@ class BatchingRunner(DirectRunner):
                     finally:
                         timer.cancel()
                         queue.waiter = None
-                batch, rows = [], 0
+                batch: list[_Item] = []
+                rows = 0
                 while queue.items and (
                     not batch or rows + queue.items[0].rows <= self.max_batch_size
                 ):

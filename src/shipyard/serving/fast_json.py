@@ -63,8 +63,8 @@ def fit(sig: Signature) -> Fit | None:
     shape = spec.shape
     if spec.dtype == "string" or shape is None or not shape:
         return None
-    row = shape[1:]
-    if any(d is None for d in row) or math.prod(row) == 0:  # type: ignore[arg-type]
+    row = tuple(d for d in shape[1:] if d is not None)
+    if len(row) != len(shape) - 1 or math.prod(row) == 0:  # a free or empty row dimension
         return None
     try:
         dtype = np.dtype(spec.dtype)
@@ -72,7 +72,7 @@ def fit(sig: Signature) -> Fit | None:
         return None
     if dtype.kind not in "iuf":
         return None
-    return name, tuple(row), dtype, shape[0]  # type: ignore[return-value]
+    return name, row, dtype, shape[0]
 
 
 def instances(body: bytes, fitted: Fit) -> dict[str, np.ndarray] | None:

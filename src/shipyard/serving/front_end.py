@@ -409,8 +409,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         cycle writes the head and the body apart: two send() calls, and under
         TCP_NODELAY two packets for the client to wake up for)."""
         head = [STATUS_LINE[response.status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
+        for default_name, default_value in self.server_state.default_headers:
+            head += [default_name, b": ", default_value, b"\r\n"]
         content_type = response.content_type.encode("latin-1")
         if HEADER_VALUE_RE.search(content_type):
             raise ValueError(f"content type {response.content_type!r} has a control character")

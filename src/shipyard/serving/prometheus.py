@@ -182,7 +182,8 @@ class Metrics:
             batch[1] += snap["batch"][1]
 
         def buckets(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
-            out, running = [], 0
+            out: list[tuple[str, float]] = []
+            running = 0
             for bound, count in zip((*bounds, float("inf")), counts):
                 running += count
                 out.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))

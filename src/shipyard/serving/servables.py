@@ -7,7 +7,6 @@ is loaded, so a PyTorch endpoint never imports TensorFlow and vice versa.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 from shipyard import settings
 from shipyard.serving.errors import BadRequest, ModelLoadError, NotFound
 from shipyard.serving.protocol import Signature, TensorSpec
+from shipyard.serving.tf_eager import DirectCall, warn_if_untested
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -54,46 +54,6 @@ def _tf_spec(name: str, spec: Any) -> TensorSpec:
     return TensorSpec(name, _tf_dtype(spec.dtype), shape)
 
 
-class _DirectCall:
-    """A signature's function called one level below ``fn(**inputs)``: one TF eager
-    execute of the traced function, inputs wrapped as eager tensors in the signature's
-    flat order (inputs sorted by name, as ``tf.nest`` flattens the keyword arguments),
-    outputs read back in the same order.
-
-    Why: ``fn(**inputs)`` spends most of a small model's call in Python (argument
-    binding, structure checks, nest packing; ~340 us per batch-8 call of the digits CNN
-    here against ~190 us this way), and that Python holds the GIL the worker's event
-    loop needs. It leans on TensorFlow internals (``_inference_function``, eager
-    ``quick_execute``), so ``TFServable`` builds it only after checking it returns
-    exactly what ``fn(**inputs)`` returns on a sample, and falls back to ``fn`` for any
-    request it fails on (which also gives that request TF's own error message).
-    """
-
-    def __init__(self, fn: Any, inputs: list[str], outputs: list[str]) -> None:
-        from tensorflow.python.eager import context, execute
-        from tensorflow.python.framework import ops
-
-        ctx = context.context()
-        ctx.ensure_initialized()
-        self._ctx = ctx
-        self._execute = execute.quick_execute
-        self._tensor = ops.EagerTensor
-        self._name = fn._inference_function.name
-        self._captured = list(fn.captured_inputs)
-        # the call options TF's own call passes (executor type, session config), read once
-        self._attrs = tuple(itertools.chain(*ctx.function_call_options.as_attrs().items()))
-        self.inputs = inputs
-        self.outputs = outputs
-
-    def __call__(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        device = self._ctx.device_name
-        flat = [self._tensor(arrays[k], device, None) for k in self.inputs]
-        out = self._execute(
-            self._name, len(self.outputs), flat + self._captured, self._attrs, self._ctx
-        )
-        return {k: t._numpy() for k, t in zip(self.outputs, out)}
-
-
 def _sample(spec: TensorSpec, index: int) -> np.ndarray | None:
     """A one-row input for ``spec`` (unknown dimensions 1) filled with a value of its own
     (``index + 1``, so that two inputs swapped would show), or None when the input has no
@@ -109,6 +69,7 @@ class TFServable(Servable):
     def __init__(self, name: str, version: int, path: str) -> None:
         import tensorflow as tf
 
+        warn_if_untested(tf.__version__)
         self._tf = tf
         try:
             loaded = tf.saved_model.load(path)
@@ -133,14 +94,15 @@ class TFServable(Servable):
         super().__init__(name, version, sigs)
         self._direct = {key: d for key in sigs if (d := self._direct_call(key)) is not None}
 
-    def _direct_call(self, key: str) -> _DirectCall | None:
+    def _direct_call(self, key: str) -> DirectCall | None:
         """The signature's direct call when it checks out against ``fn(**inputs)``."""
         sig = self.signatures[key]
-        samples = {k: _sample(spec, i) for i, (k, spec) in enumerate(sig.inputs.items())}
-        if any(v is None for v in samples.values()):
+        maybe = {k: _sample(spec, i) for i, (k, spec) in enumerate(sig.inputs.items())}
+        samples = {k: v for k, v in maybe.items() if v is not None}
+        if len(samples) != len(maybe):
             return None
         try:
-            direct = _DirectCall(self._functions[key], list(sig.inputs), list(sig.outputs))
+            direct = DirectCall(self._functions[key], list(sig.inputs), list(sig.outputs))
             got = direct(samples)
             want = self._call(key, samples)
         except Exception:  # noqa: BLE001 - TF internals moved, or an odd signature: the plain call

@@ -163,7 +163,7 @@ class Service:
         versions = self.registry.models.get(name)
         if not versions or (version is not None and version not in versions):
             self.registry.resolve(name, version)  # raises TF Serving's 404
-        chosen = [version] if version is not None else sorted(versions, reverse=True)
+        chosen = [version] if version is not None else sorted(versions or (), reverse=True)
         return {
             "model_version_status": [
                 {
@@ -350,7 +350,9 @@ class TFService(Service):
             data = io.BytesIO(req.body)
             if self.handler:
                 return self.handler(data, context)
-            return self.output_handler(call_model(self.input_handler(data, context)), context)
+            pre, post = self.input_handler, self.output_handler
+            assert pre is not None and post is not None  # tf_handlers: both or neither
+            return post(call_model(pre(data, context)), context)
 
         result = await self.in_handler_pool(run)
         return _user_reply(result, context.accept_header)
@@ -484,6 +486,7 @@ class PythonService(Service):
             prediction = await self.in_handler_pool(self.user_predict, data, self.model)
         else:
             arr = to_numpy(data)
+            assert self.servable is not None  # no transform_fn: a predict function exists
             prediction = (await self.runner.run(self.servable, DEFAULT_SIGNATURE, {"input": arr}))[
                 "output"
             ]

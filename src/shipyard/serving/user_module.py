@@ -51,6 +51,8 @@ def load(model_dir: str, program: str | None) -> ModuleType | None:
         if os.path.isdir(extra) and extra not in sys.path:
             sys.path.insert(0, extra)
     spec = importlib.util.spec_from_file_location(os.path.splitext(name)[0], path)
+    if spec is None or spec.loader is None:
+        raise ModelLoadError(f"{name} is not a Python module Python can import (from {path})")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)

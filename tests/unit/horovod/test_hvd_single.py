@@ -105,6 +105,40 @@ def test_timeline_written_by_single_rank(tmp_path, monkeypatch):
     assert ("NEGOTIATE_ALLREDUCE", None, 0) in names
 
 
+def test_grouped_ops_with_an_unnamed_first_tensor(tmp_path, monkeypatch):
+    """A fused batch is labelled by its first tensor's name: an unnamed first tensor among
+    named ones is labelled "grouped" (it was ``None + " +1"``, a TypeError, before). The
+    public API names all tensors or none; the engine's callers may mix them."""
+    from shipyard.horovod import engine
+
+    monkeypatch.setenv("SHIPYARD_HOROVOD_BACKEND", "self")
+    path = tmp_path / "timeline.json"
+    monkeypatch.setenv("HOROVOD_TIMELINE", str(path))
+    hvd.init()
+    a, b = np.ones(3, np.float32), np.full(2, 2.0, np.float32)
+    out = engine.get().grouped_allreduce([a, b], [None, "b"], op=hvd.Sum)
+    assert [o.tolist() for o in out] == [[1.0] * 3, [2.0] * 2]
+    engine.get().grouped_broadcast_([a, b], 0, [None, "b"])
+    hvd.shutdown()
+    events = json.loads(path.read_text())
+    labels = {
+        (e["name"], e["args"]["tensor"])
+        for e in events
+        if e.get("name") in ("ALLREDUCE", "BROADCAST")
+    }
+    assert {("ALLREDUCE", "grouped +1"), ("BROADCAST", "grouped")} <= labels
+
+
+def test_basics_lists_what_it_re_exports():
+    """``from shipyard.horovod.basics import *`` gives every framework module the neutral
+    API: the list is written out (type checkers read it), so it must match the imports."""
+    from shipyard.horovod import basics
+
+    public = {n for n in vars(basics) if not n.startswith("_")}
+    assert set(basics.__all__) == public
+    assert all(getattr(basics, n) is getattr(hvd, n) for n in basics.__all__)
+
+
 def test_mpi_built_reflects_mpi4py():
     try:
         import mpi4py  # noqa: F401

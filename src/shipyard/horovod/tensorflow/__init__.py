@@ -490,3 +490,7 @@ def DistributedOptimizer(
         gradient_predivide_factor=gradient_predivide_factor,
         average_aggregated_gradients=average_aggregated_gradients,
     )
+
+
+# TF1 estimator / MonitoredTrainingSession scripts: hvd.BroadcastGlobalVariablesHook(0)
+from .hooks import BroadcastGlobalVariablesHook  # noqa: E402,F401 - Horovod's public name

@@ -4,7 +4,8 @@ Keras 3: the wrapper is a subclass of the optimizer's class (rebuilt ``from_conf
 ``apply(grads, variables)`` (what ``fit`` and ``apply_gradients`` call) reduces the
 gradients first. With ``backward_passes_per_step=k > 1`` it uses Keras' own
 ``gradient_accumulation_steps=k`` and reduces in ``_clip_gradients``, which Keras calls
-only on the update step with the averaged accumulated gradients, so the allreduce runs
+only on the update step with the averaged accumulated gradients (the hooks, and the check
+of the Keras release they are tested with, live in keras_hooks.py), so the allreduce runs
 once per k passes (Keras averages the k passes: ``average_aggregated_gradients`` is implied).
 
 tf_keras (``TF_USE_LEGACY_KERAS=1``; both the new and the legacy optimizer classes):
@@ -18,54 +19,20 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import Any
 
 import numpy as np
 
 from .. import engine as _engine
 from ..errors import UnsupportedError
 from ..ops import Average, Min
-
-
-def _is_keras3_optimizer(opt) -> bool:
-    try:
-        import keras
-    except ImportError:
-        return False
-    return keras.__version__.split(".")[0] >= "3" and isinstance(opt, keras.optimizers.Optimizer)
-
-
-def _reduce(grads, settings):
-    from . import _reduce_gradients
-
-    if _engine.get().size == 1:
-        return list(grads)
-    return _reduce_gradients(
-        list(grads),
-        settings["op"],
-        settings["compression"],
-        settings["sparse_as_dense"],
-        settings["prescale"],
-        settings["postscale"],
-    )
-
-
-class _Keras3Mixin:
-    def apply(self, grads, trainable_variables=None):
-        if self._hvd_settings["bpps"] == 1:
-            grads = _reduce(grads, self._hvd_settings)
-        return super().apply(grads, trainable_variables)
-
-    def _clip_gradients(self, grads):
-        if self._hvd_settings["bpps"] > 1:
-            grads = _reduce(grads, self._hvd_settings)
-        return super()._clip_gradients(grads)
-
-
-class _TFKerasMixin:
-    def apply_gradients(self, grads_and_vars, *args, **kwargs):
-        gv = list(grads_and_vars)
-        grads = _reduce([g for g, _ in gv], self._hvd_settings)
-        return super().apply_gradients(list(zip(grads, [v for _, v in gv])), *args, **kwargs)
+from .keras_hooks import (
+    Keras3Hooks,
+    TFKerasHooks,
+    check_keras,
+    is_keras3_optimizer,
+    keras_version,
+)
 
 
 def _subclass(mixin, base):
@@ -115,8 +82,10 @@ def wrap_optimizer(
     if getattr(optimizer, "_hvd_settings", None) is not None:
         raise ValueError("the optimizer is already a DistributedOptimizer")
     config = optimizer.get_config()
-    if _is_keras3_optimizer(optimizer):
-        mixin = _Keras3Mixin
+    mixin: type
+    if is_keras3_optimizer(optimizer):
+        check_keras(keras_version(), optimizer.__class__, settings["bpps"])
+        mixin = Keras3Hooks
         if settings["bpps"] > 1:
             if config.get("gradient_accumulation_steps") not in (None, settings["bpps"]):
                 raise ValueError(
@@ -124,7 +93,7 @@ def wrap_optimizer(
                 )
             config["gradient_accumulation_steps"] = settings["bpps"]
     else:
-        mixin = _TFKerasMixin
+        mixin = TFKerasHooks
         if settings["bpps"] > 1:
             raise UnsupportedError(
                 "backward_passes_per_step > 1 with tf_keras optimizers is not supported by shipyard.horovod; "
@@ -134,7 +103,7 @@ def wrap_optimizer(
         config["name"] = name
     cls = _subclass(mixin, optimizer.__class__)
     wrapped = cls.from_config(config)
-    wrapped._hvd_settings = settings
+    wrapped._hvd_init(settings)
     return wrapped
 
 
@@ -146,9 +115,12 @@ def wrap_in_place(optimizer, compression=None, **kw):
     settings = _settings(
         compression or Compression.none, kw.get("sparse_as_dense", False), 1, Average, 1.0
     )
-    mixin = _Keras3Mixin if _is_keras3_optimizer(optimizer) else _TFKerasMixin
+    mixin: type = TFKerasHooks
+    if is_keras3_optimizer(optimizer):
+        check_keras(keras_version(), optimizer.__class__, 1)
+        mixin = Keras3Hooks
     optimizer.__class__ = _subclass(mixin, optimizer.__class__)
-    optimizer._hvd_settings = settings
+    optimizer._hvd_init(settings)
     return optimizer
 
 
@@ -200,7 +172,7 @@ _CALLBACKS: dict[int, dict[str, type]] = {}
 
 def make_callbacks(keras_module) -> types.SimpleNamespace:
     """Horovod's Keras callbacks, subclassing ``keras_module.callbacks.Callback``."""
-    Callback = keras_module.callbacks.Callback
+    Callback: Any = keras_module.callbacks.Callback  # the flavour's own base class
 
     class BroadcastGlobalVariablesCallback(Callback):
         """Make every rank hold ``root_rank``'s model and optimizer variables.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from typing import Any
 
 import numpy as np
 import torch
@@ -73,7 +74,7 @@ def ensure_group() -> None:
         _ready = True
 
 
-_TORCH_TO_NP = {
+_TORCH_TO_NP: dict[Any, np.dtype] = {
     torch.float16: np.dtype(np.float16),
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),
@@ -85,6 +86,12 @@ _TORCH_TO_NP = {
     torch.bool: np.dtype(np.bool_),
     torch.bfloat16: np.dtype(np.float32),  # signature stand-in only
 }
+
+
+def _dcode(dtype: Any) -> int:
+    """The negotiation row's dtype code of a torch dtype (0: none numpy knows)."""
+    np_dtype = _TORCH_TO_NP.get(dtype)
+    return 0 if np_dtype is None else _engine._DTYPE_CODES.get(np_dtype, 0)
 
 
 def _red_op(op: int):
@@ -101,15 +108,17 @@ def allreduce_(
     if op == Adasum or not use_nccl():
         host = tensor.detach().cpu().contiguous()
         arr = host.float().numpy() if host.dtype == torch.bfloat16 else host.numpy()
-        desc = ("allreduce", name, str(arr.dtype), tuple(tensor.shape), (("op", op),))
+        desc: tuple = ("allreduce", name, str(arr.dtype), tuple(tensor.shape), (("op", op),))
         if ctx is None:
             eng.run(
-                lambda c: eng._reduce_flat(
+                lambda c: eng.executor.reduce_flat(
                     c, arr.reshape(-1), desc, op, prescale, postscale, name or ""
                 )
             )
         else:
-            eng._reduce_flat(ctx, arr.reshape(-1), desc, op, prescale, postscale, name or "")
+            eng.executor.reduce_flat(
+                ctx, arr.reshape(-1), desc, op, prescale, postscale, name or ""
+            )
         tensor.copy_(torch.from_numpy(arr).to(tensor.dtype))
         return tensor
     if ctx is None:
@@ -117,10 +126,10 @@ def allreduce_(
     elif not _ready:
         raise RuntimeError("NCCL process group not initialized (DistributedOptimizer creates it)")
     desc = ("allreduce", name, str(tensor.dtype), tuple(tensor.shape), (("op", op), ("cuda", True)))
-    dcode = _engine._DTYPE_CODES.get(_TORCH_TO_NP.get(tensor.dtype), 0)
+    dcode = _dcode(tensor.dtype)
 
     def negotiate(c):
-        eng._negotiate(c, _engine.K_ALLREDUCE, desc, dcode, tensor.numel(), op=op)
+        eng.negotiator.negotiate(c, _engine.K_ALLREDUCE, desc, dcode, tensor.numel(), op=op)
 
     if ctx is None:
         eng.run(negotiate)
@@ -148,9 +157,9 @@ def allgather(tensor: torch.Tensor, name) -> torch.Tensor:
     t = tensor if tensor.dim() else tensor.reshape(1)
     rest = tuple(t.shape[1:])
     desc = ("allgather", name, str(t.dtype), rest, (("cuda", True),))
-    dcode = _engine._DTYPE_CODES.get(_TORCH_TO_NP.get(t.dtype), 0)
+    dcode = _dcode(t.dtype)
     table = eng.run(
-        lambda c: eng._negotiate(
+        lambda c: eng.negotiator.negotiate(
             c, _engine.K_ALLGATHER, desc, dcode, int(np.prod(rest)), dim0=t.shape[0]
         ).copy()
     )
@@ -178,9 +187,11 @@ def broadcast_(tensor: torch.Tensor, root: int, name) -> torch.Tensor:
         tuple(tensor.shape),
         (("root", root), ("cuda", True)),
     )
-    dcode = _engine._DTYPE_CODES.get(_TORCH_TO_NP.get(tensor.dtype), 0)
+    dcode = _dcode(tensor.dtype)
     eng.run(
-        lambda c: eng._negotiate(c, _engine.K_BROADCAST, desc, dcode, tensor.numel(), root=root)
+        lambda c: eng.negotiator.negotiate(
+            c, _engine.K_BROADCAST, desc, dcode, tensor.numel(), root=root
+        )
     )
     torch.distributed.broadcast(tensor, src=root)
     return tensor

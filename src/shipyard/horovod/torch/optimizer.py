@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+from typing import cast
 
 import torch
 
@@ -271,9 +272,9 @@ class _DistributedOptimizer:
             work = buf
         arr = work.numpy()
         if op == Adasum:
-            eng._adasum_flat(ctx, arr, b.desc, b.segments)
+            eng.executor.adasum_flat(ctx, arr, b.desc, b.segments)
         else:
-            eng._reduce_flat(
+            eng.executor.reduce_flat(
                 ctx,
                 arr,
                 b.desc,
@@ -356,7 +357,8 @@ class _DistributedOptimizer:
                     p.grad = view
         # Parameters outside the buckets (requires_grad=False now, ...) keep torch's behaviour.
         bucketed = self._hvd_where
-        for g in self.param_groups:
+        # self is also the wrapped torch optimizer (this class is mixed in front of its class)
+        for g in cast(torch.optim.Optimizer, self).param_groups:
             for p in g["params"]:
                 if id(p) not in bucketed and p.grad is not None:
                     if set_to_none:

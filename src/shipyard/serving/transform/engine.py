@@ -11,6 +11,7 @@ with its file and 1-based position, its output line left empty (with
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -70,7 +71,7 @@ def input_files(data: str) -> list[tuple[str, Callable[[], bytes]]]:
 
         store = store_for(parse(data))
         return [
-            (obj.relative, lambda o=obj: _read_all(store.open(o.location)))
+            (obj.relative, functools.partial(_read_store, store, obj.location))
             for obj in list_channel(data)
         ]
     path = local_path(data)
@@ -80,7 +81,7 @@ def input_files(data: str) -> list[tuple[str, Callable[[], bytes]]]:
         base, prefix = path, ""
     else:
         base, prefix = os.path.dirname(path), os.path.basename(path)
-    files = []
+    files: list[tuple[str, Callable[[], bytes]]] = []
     if os.path.isdir(base):
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()
@@ -88,10 +89,14 @@ def input_files(data: str) -> list[tuple[str, Callable[[], bytes]]]:
                 full = os.path.join(dirpath, name)
                 rel = os.path.relpath(full, base)
                 if rel.startswith(prefix):
-                    files.append((rel, lambda f=full: _read_file(f)))
+                    files.append((rel, functools.partial(_read_file, full)))
     if not files:
         raise ValidationError(f"transform data {data!r} matches no file")
     return files
+
+
+def _read_store(store: Any, location: Any) -> bytes:
+    return _read_all(store.open(location))
 
 
 def _read_file(path: str) -> bytes:
@@ -202,7 +207,7 @@ def transform_file(
         if status < 300:
             split = records_mod.per_record_outputs(body, end - start)
             if split is not None:
-                return split
+                return list[bytes | None](split)
             if end - start == 1:
                 return [body]
             status, body = (

@@ -65,7 +65,7 @@ def _tfrecord(data: bytes) -> Iterator[bytes]:
 
 
 def mini_batches(
-    records: list[bytes], strategy: str, max_payload: int, split_type: str | None
+    records: list[bytes], strategy: str | None, max_payload: int, split_type: str | None
 ) -> list[tuple[int, int]]:
     """Record index ranges [start, end) for each request, each under ``max_payload``
     bytes when it can be (a single larger record goes alone; the server judges it)."""

@@ -1,6 +1,3 @@
-# shipyard.horovod.tensorflow re-exports its basics with star imports, which mypy does not
-# follow for a package it does not check (horovod is outside the mypy files list):
-# mypy: disable-error-code="attr-defined"
 """``smdistributed.dataparallel.tensorflow``: SMDDP's TensorFlow 2 API on shipyard.horovod.
 
 SageMaker's data-parallel library shipped a TensorFlow client from TF 2.3 to 2.11, "designed
