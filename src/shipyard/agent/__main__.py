@@ -211,9 +211,19 @@ def instance_view(config: AgentConfig, view: dict[str, Any]) -> dict[str, Any]:
     is built under the user's cache, in the masked home)."""
     plan = config.sandbox
     view = {key: list(v) if isinstance(v, list) else v for key, v in view.items()}
-    view["mask"] = view.get("mask", []) + [
-        p for p in map(os.path.realpath, plan.hidden) if p not in view.get("mask", [])
-    ]
+    hidden = [os.path.realpath(p) for p in plan.hidden]
+    view["mask"] = view.get("mask", []) + [p for p in hidden if p not in view.get("mask", [])]
+    # hidden wins over a path the spec names (a probe handed the submitter's home, say);
+    # the instance's own tree inside the node's hidden work dir stays
+    from shipyard.sandbox import fsview
+
+    named = {os.path.realpath(p) for p in fsview.named_paths(config)}
+    for key in ("keep_rw", "keep_ro"):
+        view[key] = [
+            p
+            for p in view.get(key, [])
+            if not any(_below(h, p) or (p in named and _below(p, h)) for h in hidden)
+        ]
     if plan.node_address:
         from shipyard.sandbox import bindshim
 
@@ -221,6 +231,11 @@ def instance_view(config: AgentConfig, view: dict[str, Any]) -> dict[str, Any]:
         if shim is not None:
             view["keep_ro"] = view.get("keep_ro", []) + [os.path.realpath(shim)]
     return view
+
+
+def _below(path: str, top: str) -> bool:
+    """``path`` is ``top`` or inside it."""
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def _without(env: dict[str, str], name: str) -> dict[str, str]:
