@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
@@ -63,6 +61,11 @@ def installable_versions(filenames: Iterable[str], tags: Iterable[Any] | None = 
 
 def fetch_filenames(package: str, index: str) -> list[str]:
     """The file names the index lists for ``package`` (PEP 691 JSON)."""
+    # imported here: urllib.request costs every job's submission ~35 ms, and only a job
+    # that asks for a framework version not built yet queries an index
+    import urllib.error
+    import urllib.request
+
     url = f"{index}/{package}/"
     req = urllib.request.Request(url, headers={"Accept": ACCEPT})
     try:
