@@ -26,4 +26,3 @@ def test_no_class_is_over_400_lines():
         if node.end_lineno - node.lineno + 1 > LIMIT
     ]
     assert big == [], "split these by responsibility:\n" + "\n".join(big)
-
