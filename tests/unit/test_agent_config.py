@@ -98,3 +98,30 @@ def test_a_ray_nodes_view_also_hides_what_its_plan_names_and_keeps_the_bind_shim
     local = local_config(str(instances), {"algo-1": "10.0.0.7"}, sandbox=SandboxPlan(JOB_NETWORK))
     plain = fsview.view(local, python=["/srv/venv"])
     assert instance_view(local, plain) == plain  # the local backend's view, unchanged
+
+
+def test_a_path_the_spec_names_does_not_bring_back_what_a_ray_plan_hides(tmp_path, monkeypatch):
+    """A job handed the submitter's home (or a directory holding it) through its environment
+    must not get it bound back into the private /tmp: hidden wins over named paths, while
+    the instance's own tree inside the hidden work dir stays."""
+    from shipyard.agent.__main__ import instance_view
+    from shipyard.sandbox import bindshim, fsview
+
+    monkeypatch.setattr(bindshim, "build", lambda: bindshim.Shim(None))
+    home = tmp_path / "submitter-home"
+    (home / "jobs").mkdir(parents=True)
+    workdir = tmp_path / "ray-work"
+    instances = workdir / "job" / "instances"
+    instances.mkdir(parents=True)
+    plan = SandboxPlan(NODE_NETWORK, node_address="10.0.0.7", hidden=(str(workdir), str(home)))
+    config = local_config(
+        str(instances),
+        {"algo-1": "10.0.0.7"},
+        sandbox=plan,
+        environment={"PROBE_HOME": str(home), "PROBE_PARENT": str(tmp_path)},
+    )
+    view = instance_view(config, fsview.view(config, python=["/srv/venv"]))
+    kept = view["keep_rw"] + view["keep_ro"]
+    assert str(home) not in kept and str(tmp_path) not in kept
+    assert str(home) in view["mask"]
+    assert str(workdir / "job") in view["keep_rw"]
