@@ -48,13 +48,18 @@ def counts(text: str, option: str = "--instances", most: int = 4096) -> list[int
         out = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValidationError(
-            f"{option} {text[:60]!r}: give instance counts separated by commas, e.g. 2,4,8"
+            f"{_named(option, text)}: give instance counts separated by commas, e.g. 2,4,8"
         ) from None
     if not out or min(out) < 1 or max(out) > most:
         raise ValidationError(
-            f"{option} {text[:60]!r}: give instance counts, each 1..{most}, e.g. 2,4,8"
+            f"{_named(option, text)}: give instance counts, each 1..{most}, e.g. 2,4,8"
         )
     return sorted(set(out))
+
+
+def _named(option: str, text: str) -> str:
+    """``--instances '2,x'`` on the command line, ``instances='2,x'`` in a query."""
+    return f"{option}{text[:60]!r}" if option.endswith("=") else f"{option} {text[:60]!r}"
 
 
 def finite(row: dict[str, Any]) -> dict[str, Any]:
