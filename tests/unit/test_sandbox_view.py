@@ -50,16 +50,17 @@ def test_view_hides_the_home_and_keeps_the_job_its_python_and_local_channels(tmp
 
 def test_paths_the_spec_names_under_tmp_are_kept_writable_and_nothing_else(tmp_path):
     """A script handed a host path under /tmp (pytest's tmp_path, a marker directory two
-    instances share) still finds it in its private /tmp; a list such as PATH, a path that
-    does not exist, /tmp itself, and the shipyard home or a directory holding it are not
+    instances share) still finds it in its private /tmp, and one that does not exist yet is
+    reachable through its nearest existing directory; a list such as PATH, /tmp itself, and the shipyard home or a directory holding it are not
     bound (the view would reveal other jobs)."""
     import json
 
     home = tmp_path / "home"
     (home / "jobs" / "j" / "instances").mkdir(parents=True)
-    markers, named = tmp_path / "markers", tmp_path / "named"
+    markers, named, outs = tmp_path / "markers", tmp_path / "named", tmp_path / "outs"
     markers.mkdir()
     named.mkdir()
+    outs.mkdir()
     config = Config(instances_dir=str(home / "jobs" / "j" / "instances"))
     config.environment = {  # type: ignore[attr-defined]
         "MARKER_DIR": str(markers),
@@ -69,10 +70,13 @@ def test_paths_the_spec_names_under_tmp_are_kept_writable_and_nothing_else(tmp_p
         "HOME_OF_ALL": str(home),
         "ABOVE_HOME": str(tmp_path),
         "ETC": "/etc",
+        "NOT_YET": str(outs / "run-1" / "out"),  # created by the job: its nearest directory
     }
     config.hyperparameters = {"out": json.dumps(str(named)), "lr": "0.1"}  # type: ignore[attr-defined]
     view = fsview.view(config, python=["/srv/venv"])
-    assert view["keep_rw"] == sorted([str(home / "jobs" / "j"), str(markers), str(named)])
+    assert view["keep_rw"] == sorted(
+        [str(home / "jobs" / "j"), str(markers), str(named), str(outs)]
+    )
     assert str(home) not in view["mask"]  # under the private /tmp: not there anyway
 
 

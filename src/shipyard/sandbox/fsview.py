@@ -110,8 +110,10 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, Any]:
 
 def named_paths(config: Any) -> list[str]:
     """Host paths the job's spec hands its processes (values of its environment and
-    hyperparameters that name an existing absolute path; hyperparameters arrive
-    JSON-encoded). A list such as ``PATH`` is not one path and is left out."""
+    hyperparameters that are absolute paths; hyperparameters arrive JSON-encoded). A path
+    that does not exist yet (an output something else will create while the job runs)
+    stands for its nearest existing directory, so it is reachable once it appears. A list
+    such as ``PATH`` is not one path and is left out."""
     values = list(getattr(config, "environment", {}).values())
     for value in getattr(config, "hyperparameters", {}).values():
         try:
@@ -121,11 +123,19 @@ def named_paths(config: Any) -> list[str]:
         values.append(decoded)
     return sorted(
         {
-            os.path.abspath(v)
+            _existing(v)
             for v in values
-            if isinstance(v, str) and v.startswith("/") and ":" not in v and os.path.exists(v)
+            if isinstance(v, str) and v.startswith("/") and ":" not in v and "\n" not in v
         }
     )
+
+
+def _existing(path: str) -> str:
+    """``path``, or its nearest ancestor that exists."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
 
 
 def _nested(path: str, top: str) -> bool:

@@ -65,6 +65,10 @@ def free_port() -> int:
 def test_summaries_synced_during_and_after_and_served(session, write_script, tmp_path, monkeypatch):
     monkeypatch.setenv("SHIPYARD_TENSORBOARD_SYNC_SECONDS", "0.3")
     out = tmp_path / "tb"
+    # the script looks at the host's copy from inside its instance: a path it is handed
+    # under /tmp is bound into its private /tmp from the nearest directory that exists
+    # (tmp_path holds the shipyard home, which is never bound)
+    out.mkdir()
     synced = out / "tb-job" / "tensorboard-output"
     est = shipyard.Estimator(
         entry_point="train.py",
