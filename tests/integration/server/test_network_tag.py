@@ -15,6 +15,9 @@ from tests.integration.server.test_boto3 import (  # noqa: F401 (module fixtures
     wait_for,
 )
 
+# test_boto3's request names a pytorch 2.3.0 image: run it on the installed torch, as there
+SERVER_ENV = {"SHIPYARD_FRAMEWORK_ENVS": "off"}
+
 
 def test_network_tag_through_the_sagemaker_api(server, sm, staged):  # noqa: F811
     req = training_request("boto-shaped", staged)
