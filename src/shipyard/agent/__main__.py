@@ -222,7 +222,7 @@ def instance_view(config: AgentConfig, view: dict[str, Any]) -> dict[str, Any]:
         view[key] = [
             p
             for p in view.get(key, [])
-            if not any(_below(h, p) or (p in named and _below(p, h)) for h in hidden)
+            if not any(fsview.nested(h, p) or (p in named and fsview.nested(p, h)) for h in hidden)
         ]
     if plan.node_address:
         from shipyard.sandbox import bindshim
@@ -231,11 +231,6 @@ def instance_view(config: AgentConfig, view: dict[str, Any]) -> dict[str, Any]:
         if shim is not None:
             view["keep_ro"] = view.get("keep_ro", []) + [os.path.realpath(shim)]
     return view
-
-
-def _below(path: str, top: str) -> bool:
-    """``path`` is ``top`` or inside it."""
-    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def _without(env: dict[str, str], name: str) -> dict[str, str]:

@@ -90,7 +90,7 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, Any]:
     keep_rw += [
         p
         for p in named_paths(config)
-        if _inside(p, PRIVATE_TMP) and not any(_nested(p, s) or _nested(s, p) for s in secret)
+        if _inside(p, PRIVATE_TMP) and not any(nested(p, s) or nested(s, p) for s in secret)
     ]
     return {
         "root_overlay": True,
@@ -138,7 +138,7 @@ def _existing(path: str) -> str:
     return path
 
 
-def _nested(path: str, top: str) -> bool:
+def nested(path: str, top: str) -> bool:
     """``path`` is ``top`` or below it."""
     return path == top or _inside(path, top)
 

@@ -16,16 +16,11 @@ import pytest
 import shipyard
 from shipyard.environments import builder, resolver
 from shipyard.environments import job as framework_envs
+from tests.integration.environments.test_first_phase import SIX_AS_TENSORFLOW
 
 pytest.importorskip("uv")
 pytestmark = [pytest.mark.timeout(400)]
 
-SIX_AS_TENSORFLOW = resolver.Framework(
-    display="TensorFlow (six)",
-    package="six",
-    generations=(resolver.Generation("six 1", (1, 0), (1, 99)),),
-    supported=((1, 14), (1, 17)),
-)
 SCRIPT = """
 import json, os, sys
 import six
