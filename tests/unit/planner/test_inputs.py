@@ -42,9 +42,9 @@ def test_tbf_commands():
     args = shaping.tbf_args("eth0", shaping.Shape(50e6))
     assert args[:6] == ["qdisc", "add", "dev", "eth0", "root", "tbf"]
     assert args[args.index("rate") + 1] == "50000000bit"
-    assert int(args[args.index("burst") + 1]) == 65536  # 10 ms at 50 Mbit is below the floor
+    assert int(args[args.index("burst") + 1]) == 16384  # 1 ms at 50 Mbit is below the floor
     fast = shaping.tbf_args("eth0", shaping.Shape(10e9), parent="1:1")
-    assert fast[4:6] == ["parent", "1:1"] and int(fast[fast.index("burst") + 1]) == 12_500_000
+    assert fast[4:6] == ["parent", "1:1"] and int(fast[fast.index("burst") + 1]) == 1_250_000
 
 
 def _desc(**over):
