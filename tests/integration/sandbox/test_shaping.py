@@ -197,6 +197,8 @@ def test_an_idle_link_lets_no_burst_through(session, write_script):
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:
         times = json.load(tar.extractfile("times.json"))["times"]
     implied = MESSAGE * 8 / 10e6
-    print(f"128 KiB after 200 ms idle at 10 Mbit/s: {[round(t, 3) for t in times]} s, rate implies {implied:.3f}s")
+    print(
+        f"128 KiB after 200 ms idle at 10 Mbit/s: {[round(t, 3) for t in times]} s, rate implies {implied:.3f}s"
+    )
     # 1 ms bucket (16 KiB floor): at least 0.92 of the implied time; 64 KiB: 0.54
     assert min(times) > 0.8 * implied, (times, implied)
