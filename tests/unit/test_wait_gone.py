@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import psutil
 
@@ -53,3 +54,28 @@ def test_own_children_are_reaped_and_running_ones_reported():
     finally:
         running.kill()
         running.wait()
+
+
+def test_descendants_reads_proc_as_psutil_does():
+    """The agent's teardown finds what is left of an instance from /proc and imports
+    psutil only when something is (a no-op instance ends without its 20 ms)."""
+    import os
+
+    from shipyard.agent.processes import descendants
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; "
+         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"]
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while len(psutil.Process().children(recursive=True)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        expected = {p.pid for p in psutil.Process().children(recursive=True)}
+        assert child.pid in expected and len(expected) >= 2
+        assert set(descendants(os.getpid())) == expected
+    finally:
+        for proc in psutil.Process(child.pid).children(recursive=True):
+            proc.kill()
+        child.kill()
+        child.wait()

@@ -100,18 +100,40 @@ MIGRATIONS: tuple[Sequence[str], ...] = (_V1, _V2, _V3)
 VERSION = len(MIGRATIONS)
 
 
-@contextmanager
-def connect(path: str) -> Iterator[sqlite3.Connection]:
-    """One short-lived connection in autocommit mode (transactions are explicit), WAL."""
-    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+def open_connection(path: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL."""
+    db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=True)
     try:
         _wal(db)
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=30000")
-        db.row_factory = sqlite3.Row
+    except BaseException:
+        db.close()
+        raise
+    db.row_factory = sqlite3.Row
+    return db
+
+
+@contextmanager
+def connect(path: str) -> Iterator[sqlite3.Connection]:
+    """One short-lived connection (``open_connection``)."""
+    db = open_connection(path)
+    try:
         yield db
     finally:
         db.close()
+
+
+@contextmanager
+def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction on ``db`` that takes the lock up front (no upgrade deadlocks)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 def _wal(db: sqlite3.Connection, patience: float = 30.0) -> None:
@@ -132,15 +154,9 @@ def _wal(db: sqlite3.Connection, patience: float = 30.0) -> None:
 
 @contextmanager
 def transaction(path: str) -> Iterator[sqlite3.Connection]:
-    """A write transaction that takes the lock up front (no upgrade deadlocks)."""
-    with connect(path) as db:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+    """A write transaction on a short-lived connection."""
+    with connect(path) as db, immediate(db) as tx:
+        yield tx
 
 
 def version(db: sqlite3.Connection) -> int:

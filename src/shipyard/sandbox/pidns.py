@@ -105,17 +105,30 @@ class ProcessNamespace:
         return [nsenter, f"--mount={self.mount_ns}", "--", env, f"--chdir={where}", "--", *argv]
 
 
-def start(view: dict | None = None) -> tuple[ProcessNamespace | None, list[str]]:
-    """The instance's PID namespace and its init (which builds ``view``), or None; and
-    the protections that are missing, each with why (the job still runs)."""
+@dataclass
+class Starting:
+    """An init on its way (``begin``): it builds its view while the agent stages the
+    instance; ``finish`` waits for its answer."""
+
+    init: subprocess.Popen | None
+    spawner: Spawner | None
+    missing: list[str]
+
+
+def begin(view: dict | None = None) -> Starting:
+    """Start the instance's PID namespace and its init (which builds ``view``) without
+    waiting for it. Its mount namespace is a copy of the agent's as it is now: a mount
+    the agent makes later (a FastFile channel) is not in it, so such jobs begin after
+    their mounts."""
     if tools.find("nsenter") is None or tools.find("env") is None:
-        return None, ["no PID namespace: util-linux `nsenter` or coreutils `env` is not installed"]
+        missing = ["no PID namespace: util-linux `nsenter` or coreutils `env` is not installed"]
+        return Starting(None, None, missing)
     from shipyard.runtime.lifeline import death_signal_argv
 
     try:
         spawner = Spawner()
     except OSError as exc:
-        return None, [f"no PID namespace: the kernel refused one ({exc.strerror})"]
+        return Starting(None, None, [f"no PID namespace: the kernel refused one ({exc.strerror})"])
     init = spawner.call(
         lambda: subprocess.Popen(
             death_signal_argv([sys.executable, "-S", INIT]),
@@ -130,6 +143,15 @@ def start(view: dict | None = None) -> tuple[ProcessNamespace | None, list[str]]
             close_fds=True,
         )
     )
+    return Starting(init, spawner, [])
+
+
+def finish(starting: Starting) -> tuple[ProcessNamespace | None, list[str]]:
+    """The instance's PID namespace once its init is ready, or None; and the protections
+    that are missing, each with why (the job still runs)."""
+    init, spawner = starting.init, starting.spawner
+    if init is None or spawner is None:
+        return None, starting.missing
     answer = _answer(init)
     word, _, rest = answer.partition(" ")
     if word != "ready":
@@ -137,6 +159,11 @@ def start(view: dict | None = None) -> tuple[ProcessNamespace | None, list[str]]
         init.wait()
         return None, [f"no PID namespace: the instance's init could not start ({answer})"]
     return ProcessNamespace(init, spawner), [f"filesystem: {m}" for m in json.loads(rest or "[]")]
+
+
+def start(view: dict | None = None) -> tuple[ProcessNamespace | None, list[str]]:
+    """``begin`` then ``finish``: the namespace and its init, ready."""
+    return finish(begin(view))
 
 
 def _answer(init: subprocess.Popen) -> str:

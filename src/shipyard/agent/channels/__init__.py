@@ -129,6 +129,15 @@ def _stage(source: ChannelSource, target: str, log: Log) -> None:
         )
 
 
+def mounts_anything(config: AgentConfig, host: str) -> bool:
+    """Whether ``prepare`` may mount a filesystem (a FastFile channel of a remote
+    source): a mount namespace copied before it would miss that mount."""
+    return any(
+        source.mode == "FastFile" and source.remote
+        for source in (ChannelSource.of(config, host, name) for name in config.channel_sources)
+    )
+
+
 def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> ChannelSession:
     session = ChannelSession(paths, log)
     os.makedirs(paths.agent_dir, exist_ok=True)
