@@ -125,3 +125,32 @@ def test_a_path_the_spec_names_does_not_bring_back_what_a_ray_plan_hides(tmp_pat
     assert str(home) not in kept and str(tmp_path) not in kept
     assert str(home) in view["mask"]
     assert str(workdir / "job") in view["keep_rw"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "uri", "mounts"),
+    [
+        ("FastFile", "s3://bucket/train", True),  # a FUSE mount made after the agent starts
+        ("FastFile", "file:///data/train", False),  # a local source is linked, not mounted
+        ("File", "s3://bucket/train", False),
+        ("Pipe", "s3://bucket/train", False),
+    ],
+)
+def test_the_instance_init_starts_early_unless_a_channel_mounts(monkeypatch, mode, uri, mounts):
+    """The init copies the agent's mounts when it starts: it begins while the code is
+    staged only where no channel will mount something after that (FastFile from S3)."""
+    from shipyard.agent import __main__ as agent
+    from shipyard.agent import channels
+    from shipyard.sandbox import pidns
+
+    config = local_config(
+        "/jobs/j/instances",
+        {"algo-1": "10.1.2.1"},
+        input_data_config={"train": {"TrainingInputMode": mode}},
+        channel_sources={"train": uri},
+    )
+    assert channels.mounts_anything(config, "algo-1") is mounts
+    begun: list[dict] = []
+    monkeypatch.setattr(pidns, "begin", lambda view: begun.append(view) or "starting")
+    assert agent.early_init(config, "algo-1") == (None if mounts else "starting")
+    assert len(begun) == (0 if mounts else 1)
