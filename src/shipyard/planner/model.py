@@ -31,7 +31,11 @@ otherwise).
   leaves its core to the others. The cores then do at most ``C / compute`` worker steps
   per second between them: a worker's step is at least ``W * compute / C``, and the
   row's step is ``max(compute + communication, W * compute / C)`` (the busiest resource
-  paces a pipeline), bottleneck ``host CPU`` when the second wins. A real cluster's
+  paces a pipeline), bottleneck ``host CPU`` when the second wins. A synchronous
+  collective (allreduce, SageMaker's library) is no pipeline: every rank computes, then
+  all communicate, so the sharing stretches only the compute phase and the step is
+  ``max(compute, W * compute / C) + communication`` (measured: Horovod on 3 instances at
+  1 Gbit/s ran 240 ms per step, the max form said 211 ms, this one 230 ms). A real cluster's
   instances each have their own cores, so this applies only to predicting a run on the
   machine that measured (``shipyard plan --shared-host CORES``, the accuracy benchmark).
 """
@@ -213,27 +217,53 @@ def shared_host_step(compute_s: float, workers: int, host_cores: float | None) -
 MIN_COMPUTE_SHARE = 0.02
 
 
-def compute_of(step_s: float, comm_s: float, workers: int, host_cores: float | None) -> float:
+def collective(distribution: str) -> bool:
+    """Whether every rank waits for the others each step (a synchronous allreduce)."""
+    return distribution in ALLREDUCE or distribution == SMDDP
+
+
+def compute_of(
+    step_s: float,
+    comm_s: float,
+    workers: int,
+    host_cores: float | None,
+    collective: bool = False,
+) -> float:
     """The compute per step that explains a measured ``step_s``: the inverse of
-    ``max(compute + comm, workers * compute / cores)``. Both terms grow with compute, so
-    the compute is the smaller of the two that each alone would explain (never below
-    ``MIN_COMPUTE_SHARE`` of the step: a communication estimate above the measured step
-    is the model's error, not a step without compute)."""
+    ``max(compute + comm, workers * compute / cores)`` or, for a synchronous collective,
+    of ``max(compute, workers * compute / cores) + comm`` (see ``_row``). In the first
+    both terms grow with compute, so the compute is the smaller of the two that each
+    alone would explain (never below ``MIN_COMPUTE_SHARE`` of the step: a communication
+    estimate above the measured step is the model's error, not a step without compute)."""
+    floor = step_s * MIN_COMPUTE_SHARE
+    stretch = workers / host_cores if host_cores and workers > host_cores else 1.0
+    if collective:
+        return max((step_s - comm_s) / stretch, floor)
     candidates = [step_s - comm_s]
-    if host_cores and workers > host_cores:
-        candidates.append(step_s * host_cores / workers)
-    return max(min(candidates), step_s * MIN_COMPUTE_SHARE)
+    if stretch > 1.0:
+        candidates.append(step_s / stretch)
+    return max(min(candidates), floor)
 
 
-def _row(profile: Profile, link: Link, n: int, comm: float, busiest: float, bottleneck: str) -> Row:
+def _row(
+    profile: Profile,
+    link: Link,
+    n: int,
+    comm: float,
+    busiest: float,
+    bottleneck: str,
+    collective: bool = False,
+) -> Row:
+    """One row; ``collective``: every rank waits for the others each step (a synchronous
+    allreduce), so a shared host stretches the compute phase, not the whole step."""
     hidden = min(comm * profile.overlap, profile.compute_s)
     workers = n * profile.processes_per_host
     alone = profile.compute_s + comm - hidden
     host = shared_host_step(profile.compute_s, workers, profile.host_cores)
-    step = max(alone, host)
+    step = max(profile.compute_s, host) + comm - hidden if collective else max(alone, host)
     rate = workers / step
     name = bottleneck if comm - hidden > profile.compute_s else "compute"
-    if host > alone:
+    if host > alone or (collective and host > profile.compute_s and host > comm - hidden):
         name = "host CPU"
     return Row(
         instance_type=link.name,
@@ -257,17 +287,20 @@ def allreduce(profile: Profile, link: Link, n: int) -> Row:
     if fusion is None:
         fusion = DEFAULT_FUSION_BYTES.get(profile.distribution, 0)
     if profile.allreduce == "reduce_bcast":
-        # a reduce to rank 0, then a broadcast from it, one after the other: rank 0's NIC
-        # receives (N-1) S, then sends (N-1) S (intra-instance ranks reduce for free)
+        # a reduce to rank 0, then a broadcast from it, one after the other (intra-
+        # instance ranks reduce for free): rank 0's NIC receives (N-1) S, then the
+        # broadcast's binomial tree sends S in each of its ceil(log2 N) rounds. Measured at
+        # 100 Mbit/s: 2, 4 and 4.9 gradients' time at N = 2, 3, 4 (2(N-1) = 6 at N = 4)
         per_nic = (n - 1) * size
-        comm = link.seconds(2 * per_nic, 2 * buffers(size, fusion) if n > 1 else 0)
-        return _row(profile, link, n, comm, per_nic, "nic")
+        rounds = math.ceil(math.log2(n)) if n > 1 else 0
+        comm = link.seconds(per_nic + rounds * size, 2 * buffers(size, fusion) if n > 1 else 0)
+        return _row(profile, link, n, comm, per_nic, "nic", collective=True)
     if profile.allreduce != "ring":
         raise ValueError(f"allreduce {profile.allreduce!r}: use ring or reduce_bcast")
     per_nic = ring_bytes(size, ranks) if n > 1 else 0.0
     hops = 2 * (ranks - 1) * buffers(size, fusion) if n > 1 else 0
     comm = link.seconds(per_nic, hops)
-    return _row(profile, link, n, comm, per_nic, "nic")
+    return _row(profile, link, n, comm, per_nic, "nic", collective=True)
 
 
 def smddp(profile: Profile, link: Link, n: int) -> Row:
@@ -281,7 +314,7 @@ def smddp(profile: Profile, link: Link, n: int) -> Row:
     size = profile.gradient_bytes
     per_nic = ring_bytes(size, n)
     phases = 2 * buffers(size, DEFAULT_FUSION_BYTES[SMDDP]) if n > 1 else 0
-    return _row(profile, link, n, link.seconds(per_nic, phases), per_nic, "nic")
+    return _row(profile, link, n, link.seconds(per_nic, phases), per_nic, "nic", collective=True)
 
 
 def nic_loads(

@@ -225,7 +225,9 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         compute, sources["compute_time"] = given.compute_s, "given (--compute-time)"
     else:
         comm = model.predict(base, link, instances).comm_s if link else 0.0
-        compute = model.compute_of(step_s, comm, workers, given.host_cores)
+        compute = model.compute_of(
+            step_s, comm, workers, given.host_cores, model.collective(base.distribution)
+        )
         sources["compute_time"] = (
             f"measured here: step time {step_s:.4g}s"
             + (f" less {comm:.4g}s of predicted communication" if comm else "")

@@ -45,10 +45,15 @@ def test_latency_counts_every_hop_of_every_fused_buffer():
 
 
 def test_reduce_then_broadcast_goes_through_rank_0():
-    # Open MPI's default for few ranks: rank 0 receives 3 x 10 MB, then sends 3 x 10 MB
+    # Open MPI's default for few ranks: rank 0 receives 3 x 10 MB, then its binomial
+    # broadcast sends 10 MB in each of ceil(log2 4) = 2 rounds: 5 x 10 MB at 1e8 B/s
     prof = Profile("horovod", 0.1, (10 * MB,), allreduce="reduce_bcast")
     row = model.predict(prof, Link("x", 1e8, 0.0), 4)
-    assert row.comm_s == pytest.approx(0.6)
+    assert row.comm_s == pytest.approx(0.5)
+    assert row.busiest_bytes == pytest.approx(30 * MB)  # what rank 0 receives
+    # 2 and 3 instances: 1 + 1 and 2 + 2 gradients (as the linear count said)
+    assert model.predict(prof, Link("x", 1e8, 0.0), 2).comm_s == pytest.approx(0.2)
+    assert model.predict(prof, Link("x", 1e8, 0.0), 3).comm_s == pytest.approx(0.4)
     assert model.predict(prof, Link("x", 1e8, 0.0), 1).comm_s == 0.0
     with pytest.raises(ValueError, match="reduce_bcast"):
         model.predict(Profile("horovod", 0.1, (1,), allreduce="tree"), Link("x", 1e8), 2)
@@ -197,22 +202,27 @@ def test_a_shared_host_s_cores_pace_more_workers_than_it_has():
     assert two.step_s == pytest.approx(0.21)
     assert two.bottleneck == "compute"
     # n=4: the ring alone would be 0.2 + 2*3/4*10 MB / 1e9 = 0.215 s, but 4 workers x 0.2 s
-    # of CPU on 2 cores is 0.4 s per worker step: the host's CPU paces it
+    # of CPU on 2 cores stretch the compute phase to 0.4 s; an allreduce waits for every
+    # rank, so its 0.015 s follow: 0.415 s, and the host's CPU paces it
     four = model.predict(prof, link, 4)
-    assert four.step_s == pytest.approx(0.4)
-    assert four.steps_per_s == pytest.approx(4 / 0.4)
+    assert four.step_s == pytest.approx(0.415)
+    assert four.steps_per_s == pytest.approx(4 / 0.415)
     assert four.comm_s == pytest.approx(0.015)
-    assert four.efficiency == pytest.approx(0.2 / 0.4)
+    assert four.efficiency == pytest.approx(0.2 / 0.415)
     assert four.bottleneck == "host CPU"
     assert model.predict(replace(prof, host_cores=None), link, 4).step_s == pytest.approx(0.215)
     # processes per host count as workers: 2 instances x 2 ranks on 2 cores
     pph = model.predict(replace(prof, processes_per_host=2), link, 2)
-    assert pph.step_s == pytest.approx(0.4) and pph.bottleneck == "host CPU"
-    # a slow network still paces: 3 workers, 1.5 x 0.2 = 0.3 s of CPU per step, but the
-    # ring moves 2*2/3*10 MB at 1e7 B/s = 1.333 s
+    assert pph.step_s == pytest.approx(0.415) and pph.bottleneck == "host CPU"
+    # a slow network still paces: 3 workers stretch the compute to 0.3 s, then the ring
+    # moves 2*2/3*10 MB at 1e7 B/s = 1.333 s
     slow = model.predict(prof, Link("80mbit", 1e7, 0.0), 3)
-    assert slow.step_s == pytest.approx(0.2 + 4 / 3)
+    assert slow.step_s == pytest.approx(0.3 + 4 / 3)
     assert slow.bottleneck == "nic"
+    # parameter servers are a pipeline: a worker waiting on the network leaves its core
+    # to the others, so the busiest resource paces: max(0.2 + comm, 4 x 0.2 / 2)
+    ps = model.predict(Profile("shipyard_ps", 0.2, (10 * MB,), host_cores=2), link, 4)
+    assert ps.step_s == pytest.approx(0.4) and ps.bottleneck == "host CPU"
     # the advice says why and that real instances would not share the cores
     row = model.plan(prof, [link], [4])[0]
     assert "4 workers share this machine's 2 cores" in row.advice
@@ -231,9 +241,14 @@ def test_shared_host_step_and_its_inverse():
     # communication is 36 ms of compute (a floor of a tenth made it 87 ms)
     assert model.compute_of(0.873, 0.837, 2, None) == pytest.approx(0.036)
     assert model.compute_of(0.4, 0.41, 2, None) == pytest.approx(0.008)  # floor: 2%
-    # round trip: the compute found predicts the measured step again
-    prof = Profile("horovod", model.compute_of(0.4, 0.015, 4, 2), (10 * MB,), host_cores=2)
+    # a collective's inverse: 0.415 s = max(c, 4c/2) + 0.015 s, so c = 0.2 s
+    assert model.compute_of(0.415, 0.015, 4, 2, collective=True) == pytest.approx(0.2)
+    assert model.compute_of(0.4, 0.015, 2, 2, collective=True) == pytest.approx(0.385)
+    # round trips: the compute found predicts the measured step again
+    prof = Profile("horovod", model.compute_of(0.4, 0.015, 4, 2, True), (10 * MB,), host_cores=2)
     assert model.predict(prof, Link("1gbit", 1e9, 0.0), 4).step_s == pytest.approx(0.4)
+    ps = Profile("shipyard_ps", model.compute_of(0.4, 0.001, 4, 2), (10 * MB,), host_cores=2)
+    assert model.predict(ps, Link("1gbit", 1e9, 0.0), 4).step_s == pytest.approx(0.4)
 
 
 def test_tcp_framing_counts_the_headers_a_nic_carries():
