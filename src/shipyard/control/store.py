@@ -109,6 +109,10 @@ class InstanceRecord:
     ended_at: float | None
 
 
+# connections a forked child inherited from its parent (``Store._connection``)
+_INHERITED: builtins.list[sqlite3.Connection] = []
+
+
 class Store:
     """The job records. Each thread keeps one connection for as long as the store lives:
     opening one per transaction cost 2 ms per write (the last connection's close
@@ -123,8 +127,12 @@ class Store:
 
     def _connection(self) -> sqlite3.Connection:
         held = getattr(self._local, "db", None)
-        if held is not None and held[0] == os.getpid():
-            return held[1]
+        if held is not None:
+            if held[0] == os.getpid():
+                return held[1]
+            # a parent's, inherited through a fork: neither used nor closed here (its
+            # close could checkpoint the parent's WAL); kept referenced for good
+            _INHERITED.append(held[1])
         db = schema.open_connection(self.path)
         self._local.db = (os.getpid(), db)
         return db
