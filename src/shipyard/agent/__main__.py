@@ -178,9 +178,7 @@ def sandboxed_specs(
 
     from shipyard.sandbox import confine, datanet, fsview, pidns
 
-    if starting is None:
-        starting = pidns.begin(instance_view(config, fsview.view(config)))
-    namespace, missing = pidns.finish(starting)
+    namespace, missing = pidns.finish(starting or begin_init(config))
     for note in missing:
         log(f"{host}: protection missing: {note}")
     box.missing.extend(missing)
@@ -208,10 +206,13 @@ def sandboxed_specs(
 
 
 def early_init(config: AgentConfig, host: str) -> Any:
-    """The instance's init begun now (``pidns.begin``), or None where a channel will
-    mount something the view must hold (FastFile): ``sandboxed_specs`` begins it then."""
-    if channels.mounts_anything(config, host):
-        return None
+    """The instance's init begun now, or None where a channel will mount something the
+    view must hold (FastFile): ``sandboxed_specs`` begins it then."""
+    return None if channels.mounts_anything(config, host) else begin_init(config)
+
+
+def begin_init(config: AgentConfig) -> Any:
+    """The instance's init on its way (``pidns.begin``), building the job's view."""
     from shipyard.sandbox import fsview, pidns
 
     return pidns.begin(instance_view(config, fsview.view(config)))

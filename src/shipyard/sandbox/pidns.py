@@ -161,11 +161,6 @@ def finish(starting: Starting) -> tuple[ProcessNamespace | None, list[str]]:
     return ProcessNamespace(init, spawner), [f"filesystem: {m}" for m in json.loads(rest or "[]")]
 
 
-def start(view: dict | None = None) -> tuple[ProcessNamespace | None, list[str]]:
-    """``begin`` then ``finish``: the namespace and its init, ready."""
-    return finish(begin(view))
-
-
 def _answer(init: subprocess.Popen) -> str:
     assert init.stdout is not None
     ready, _, _ = select.select([init.stdout], [], [], READY_TIMEOUT_S)

@@ -22,10 +22,24 @@ pytestmark = pytest.mark.skipif(
     reason=f"no instance sandbox or no tc here: {probe.support().reason}",
 )
 
-NBYTES = 10_000_000  # 1.6 s at 50 Mbit/s
-SEND = r"""
+# what both scripts start with: algo-2 listens, algo-1 connects to it
+PRELUDE = r"""
 import json, os, socket, time
 host = json.load(open("/opt/ml/input/config/resourceconfig.json"))["current_host"]
+def connect():
+    deadline = time.time() + 60
+    while True:
+        try:
+            return socket.create_connection(("algo-2", 9999), timeout=5)
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+"""
+NBYTES = 10_000_000  # 1.6 s at 50 Mbit/s
+SEND = (
+    PRELUDE
+    + r"""
 n = int(os.environ["NBYTES"])
 if host == "algo-2":
     srv = socket.create_server(("0.0.0.0", 9999))
@@ -39,15 +53,7 @@ if host == "algo-2":
     conn.sendall(b"k")
     conn.close()
 else:
-    deadline = time.time() + 60
-    while True:
-        try:
-            s = socket.create_connection(("algo-2", 9999), timeout=5)
-            break
-        except OSError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.05)
+    s = connect()
     payload = b"x" * (1 << 20)
     start = time.perf_counter()
     left = n
@@ -58,6 +64,7 @@ else:
     os.makedirs("/opt/ml/model", exist_ok=True)
     json.dump({"elapsed": elapsed}, open("/opt/ml/model/elapsed.json", "w"))
 """
+)
 
 
 def _host_qdiscs() -> list[str]:
@@ -141,9 +148,9 @@ def test_cli_network_flag_is_the_tag(home, write_script):
 
 
 MESSAGE = 128 * 1024  # 105 ms at 10 Mbit/s
-BURSTS = r"""
-import json, os, socket, time
-host = json.load(open("/opt/ml/input/config/resourceconfig.json"))["current_host"]
+BURSTS = (
+    PRELUDE
+    + r"""
 size, reps = int(os.environ["MESSAGE"]), int(os.environ["REPS"])
 def take(conn, n):
     while n > 0:
@@ -156,15 +163,7 @@ if host == "algo-2":
         take(conn, size)
         conn.sendall(b"k")
 else:
-    deadline = time.time() + 60
-    while True:
-        try:
-            s = socket.create_connection(("algo-2", 9999), timeout=5)
-            break
-        except OSError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.05)
+    s = connect()
     times = []
     for _ in range(reps):
         time.sleep(0.2)  # the link idles, as during a step's compute
@@ -175,6 +174,7 @@ else:
     os.makedirs("/opt/ml/model", exist_ok=True)
     json.dump({"times": times}, open("/opt/ml/model/times.json", "w"))
 """
+)
 
 
 def test_an_idle_link_lets_no_burst_through(session, write_script):

@@ -132,10 +132,7 @@ def _stage(source: ChannelSource, target: str, log: Log) -> None:
 def mounts_anything(config: AgentConfig, host: str) -> bool:
     """Whether ``prepare`` may mount a filesystem (a FastFile channel of a remote
     source): a mount namespace copied before it would miss that mount."""
-    return any(
-        source.mode == "FastFile" and source.remote
-        for source in (ChannelSource.of(config, host, name) for name in config.channel_sources)
-    )
+    return any(ChannelSource.of(config, host, name).mounts for name in config.channel_sources)
 
 
 def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> ChannelSession:
@@ -153,7 +150,7 @@ def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> C
                         os.remove(os.path.join(paths.input_data, entry))
                 make_fifo(fifo_path(paths.input_data, name, 0))
                 session.pipes.append(source)
-            elif source.mode == "FastFile" and source.remote:
+            elif source.mounts:
                 reason = fuse.usable()
                 if reason is None:
                     store, objects = source.objects()

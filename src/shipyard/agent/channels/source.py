@@ -45,6 +45,11 @@ class ChannelSource:
         return storage.is_remote(self.uri)
 
     @property
+    def mounts(self) -> bool:
+        """Whether staging it mounts a filesystem (FastFile from a remote store)."""
+        return self.mode == "FastFile" and self.remote
+
+    @property
     def sharded(self) -> bool:
         return self.options.get("S3DistributionType") == "ShardedByS3Key" and len(self.hosts) > 1
 
