@@ -93,7 +93,7 @@ def test_a_ray_nodes_view_also_hides_what_its_plan_names_and_keeps_the_bind_shim
     config = local_config(str(instances), {"algo-1": "10.0.0.7"}, sandbox=plan)
     view = instance_view(config, fsview.view(config, python=["/srv/venv"]))
     assert str(workdir) in view["mask"]
-    assert str(workdir / "job") in view["keep_rw"]  # its own job, bound back by init
+    assert str(instances) in view["keep_rw"]  # its own trees, bound back by init
     assert str(shim) in view["keep_ro"]
     local = local_config(str(instances), {"algo-1": "10.0.0.7"}, sandbox=SandboxPlan(JOB_NETWORK))
     plain = fsview.view(local, python=["/srv/venv"])
@@ -124,7 +124,7 @@ def test_a_path_the_spec_names_does_not_bring_back_what_a_ray_plan_hides(tmp_pat
     kept = view["keep_rw"] + view["keep_ro"]
     assert str(home) not in kept and str(tmp_path) not in kept
     assert str(home) in view["mask"]
-    assert str(workdir / "job") in view["keep_rw"]
+    assert str(instances) in view["keep_rw"]
 
 
 @pytest.mark.parametrize(

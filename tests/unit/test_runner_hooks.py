@@ -8,6 +8,7 @@ import pytest
 
 from shipyard import distribution as d
 from shipyard.agent.__main__ import own_failure_text
+from shipyard.agent.layout import InstancePaths
 from shipyard.agent.processes import Supervisor
 from shipyard.agent.runners.api import ProcessSpec
 from shipyard.errors import DistributionError
@@ -68,6 +69,7 @@ def test_a_critical_process_that_dies_fails_the_instance(tmp_path):
 def test_a_process_may_write_its_own_failure_text(tmp_path):
     own = tmp_path / "rank-3.failure"
     spec = _spec("mpirun", "", tmp_path, failure_file=str(own))
-    assert own_failure_text(spec) is None
+    paths = InstancePaths(str(tmp_path))
+    assert own_failure_text(spec, paths) is None
     own.write_text("ValueError: rank 3 saw shape (2,) where rank 0 has (3,)\n")
-    assert own_failure_text(spec).startswith("ValueError: rank 3")
+    assert own_failure_text(spec, paths).startswith("ValueError: rank 3")

@@ -35,7 +35,9 @@ def test_view_hides_the_home_and_keeps_the_job_its_python_and_local_channels(tmp
     assert str(home) in view["mask"] and "/root" in view["mask"] and "/home" in view["mask"]
     assert "/dev/shm" in view["mask"] and view["private_tmp"] == ["/tmp"]
     assert view["sticky"] == ["/dev/shm", "/tmp"]  # its own, mode 1777
-    assert view["keep_rw"] == [str(home / "jobs" / "j"), str(home / "jobs" / "j" / "shared")]
+    # the instances' trees and the shared dir, never the job's records beside them
+    jobdir = home / "jobs" / "j"
+    assert view["keep_rw"] == [str(jobdir / "instances"), str(jobdir / "shared")]
     assert view["keep_ro"] == sorted(
         {"/root/.pyenv/versions/3.11", "/srv/venv", "/opt/deps", str(data)}
     )
@@ -75,7 +77,7 @@ def test_paths_the_spec_names_under_tmp_are_kept_writable_and_nothing_else(tmp_p
     config.hyperparameters = {"out": json.dumps(str(named)), "lr": "0.1"}  # type: ignore[attr-defined]
     view = fsview.view(config, python=["/srv/venv"])
     assert view["keep_rw"] == sorted(
-        [str(home / "jobs" / "j"), str(markers), str(named), str(outs)]
+        [str(home / "jobs" / "j" / "instances"), str(markers), str(named), str(outs)]
     )
     assert str(home) not in view["mask"]  # under the private /tmp: not there anyway
 

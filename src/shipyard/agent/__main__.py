@@ -25,7 +25,7 @@ from shipyard.agent.environment import process_env
 from shipyard.agent.layout import InstancePaths, build_tree, paths_for
 from shipyard.agent.processes import Outcome, Supervisor
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
-from shipyard.runtime import failure
+from shipyard.runtime import failure, safepath
 from shipyard.runtime.lifeline import arm_death_signal
 
 OPT_ML = "/opt/ml"
@@ -61,19 +61,21 @@ def stage_code(submit_directory: str, code_dir: str) -> None:
         tar.extractall(code_dir, filter="data")
 
 
-def write_file(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+def write_file(paths: InstancePaths, path: str, text: str) -> None:
+    """Replace a file of the instance's tree, which the job writes too: no link the job
+    planted there is followed (shipyard.runtime.safepath)."""
+    safepath.write_text(paths.base, path, text)
 
 
-def own_failure_text(spec: ProcessSpec | None) -> str | None:
-    """The failure text a process wrote itself (ProcessSpec.failure_file), if any."""
-    if spec is None or not spec.failure_file or not os.path.isfile(spec.failure_file):
+def own_failure_text(spec: ProcessSpec | None, paths: InstancePaths) -> str | None:
+    """The failure text a process wrote itself (ProcessSpec.failure_file), if any: read
+    from the instance's tree without following a link the job planted there."""
+    if spec is None or not spec.failure_file:
         return None
-    with open(spec.failure_file, encoding="utf-8", errors="replace") as fh:
-        text = fh.read().strip()
+    try:
+        text = safepath.read_text(paths.base, spec.failure_file, failure.LIMIT * 4).strip()
+    except (OSError, ValueError):  # absent, a link, or not in the tree
+        return None
     return text[: failure.LIMIT] or None
 
 
@@ -329,7 +331,7 @@ def _run(
         if box.missing:
             import json
 
-            write_file(paths.missing_protections_file, json.dumps(box.missing))
+            write_file(paths, paths.missing_protections_file, json.dumps(box.missing))
     specs += services
     for note in ctx.notes:
         log(note)
@@ -343,7 +345,7 @@ def _run(
         """Before teardown (which may take the stop grace): the failure text, then the
         time its process ended, so the control plane can tell which host failed first."""
         failed = outcome.failed
-        text = own_failure_text(failed)
+        text = own_failure_text(failed, paths)
         if text is None:
             output = failure.read_tail(log_path) if log_path else ""
             text = failure.failure_text(
@@ -351,7 +353,7 @@ def _run(
             )
         if failed is not None and not failed.user_facing:
             text = f"{failed.name} failed: " + text
-        write_file(paths.failure_file, text)
+        write_file(paths, paths.failure_file, text)
         record_failure_time(outcome.at)
         recorded.append(True)
 
@@ -360,9 +362,12 @@ def _run(
     def record_failure_time(at: float) -> None:
         """From the exit watcher (at once) or the poll loop: the first time stands."""
         with time_lock:
-            if not os.path.exists(paths.failure_time_file):
+            if not safepath.exists(paths.base, paths.failure_time_file):
                 os.makedirs(paths.agent_dir, exist_ok=True)
-                write_file(paths.failure_time_file, repr(at))
+                try:
+                    write_file(paths, paths.failure_time_file, repr(at))
+                except OSError as exc:  # a link the job planted: refused, said
+                    log(f"{host}: could not record the failure time: {exc}")
 
     supervisor = Supervisor(
         specs,
@@ -378,7 +383,7 @@ def _run(
     signal.signal(signal.SIGINT, supervisor.request_stop)
     outcome = supervisor.run()
     if outcome.ok:
-        write_file(paths.success_file, "")
+        write_file(paths, paths.success_file, "")
         return 0
     if outcome.stopped:
         log(f"{host}: stopped by signal {outcome.exit_code - 128}")
@@ -416,8 +421,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - the agent's own failure: recorded like the toolkit's Framework Error
         text = "Framework Error: \n" + traceback.format_exc()
         paths = InstancePaths(os.path.join(config.instances_dir, args.host))
-        os.makedirs(paths.output, exist_ok=True)
-        write_file(paths.failure_file, text[-failure.LIMIT :])
+        try:
+            os.makedirs(paths.output, exist_ok=True)
+            job_dir = os.path.dirname(config.instances_dir)  # not the job's to rename
+            safepath.write_text(job_dir, paths.failure_file, text[-failure.LIMIT :])
+        except OSError as exc:  # a link the job planted in its tree: refused
+            sys.stdout.write(f"[shipyard-agent] could not write the failure file: {exc}\n")
         sys.stdout.write(text)
         return 1
     log(f"{args.host}: finished with status {code} in {time.monotonic() - started:.2f}s")

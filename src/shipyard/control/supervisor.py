@@ -42,6 +42,7 @@ from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
 from shipyard.observe.utilization import Instance, Sampler
+from shipyard.runtime import safepath
 
 POLL_SECONDS = 0.02
 STOP_CHECK_SECONDS = 0.25
@@ -58,13 +59,35 @@ class AttemptResult:
     host: str | None = None
 
 
-def failure_time(paths: InstancePaths) -> float | None:
-    """When the instance's agent recorded its failure (the root cause is the earliest)."""
+def failure_time(job_dir: str, paths: InstancePaths) -> float | None:
+    """When the instance's agent recorded its failure (the root cause is the earliest).
+    Read from the instance's tree, which the job writes: no link in it is followed."""
     try:
-        with open(paths.failure_time_file, encoding="utf-8") as fh:
-            return float(fh.read().strip())
+        return float(safepath.read_text(job_dir, paths.failure_time_file, 64).strip())
     except (OSError, ValueError):
         return None
+
+
+def read_plan(path: str, missing_ok: bool = False) -> bytes:
+    """agent.json's bytes, never through a link (b"" when absent and ``missing_ok``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if missing_ok:
+            return b""
+        raise
+    except OSError:  # a link where the plan was
+        if missing_ok:
+            return b""
+        raise
+    with open(fd, "rb") as fh:
+        return fh.read()
+
+
+def write_plan(path: str, data: bytes) -> None:
+    """agent.json replaced whole (0600: it holds the job's secret)."""
+    directory = os.path.dirname(path)
+    safepath.write_text(directory, path, data.decode("utf-8"), mode=0o600)
 
 
 class StopRequested(Exception):
@@ -108,7 +131,11 @@ class JobSupervisor:
         if hasattr(self.backend, "should_stop"):  # ends a launch waiting for GPUs
             self.backend.should_stop = self._should_stop
         self.end = JobEnd(home, store, self.record, stream, self._first_log)
-        config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
+        # the job's plan, read once: every attempt launches from this copy, never from
+        # what is on disk by then (_secure_plan)
+        self.plan_path = os.path.join(self.record.job_dir, "agent.json")
+        self.plan_bytes = read_plan(self.plan_path)
+        config = AgentConfig.from_json(self.plan_bytes.decode("utf-8"))
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
         )
@@ -141,9 +168,8 @@ class JobSupervisor:
 
     def _failure_reason(self, host: str, code: int) -> str:
         path = self.paths(host).failure_file
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read().strip()
+        try:  # the instance's tree is the job's: a link there is refused, not read through
+            text = safepath.read_text(self.record.job_dir, path, 4 * 1024).strip()
         except OSError:
             text = ""
         if not text:
@@ -162,6 +188,7 @@ class JobSupervisor:
         env = dict(os.environ)
         env["SHIPYARD_ATTEMPT"] = str(attempt)
         env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.max_retry_attempts)
+        self._secure_plan()
         specs = []
         for host in self.hosts:
             log_path = self.home.log_path(self.name, host)
@@ -198,6 +225,19 @@ class JobSupervisor:
             self.tailer.add(h.host, h.log_path)
         if self.sampler is not None:
             self.sampler.start([self._sampled(h) for h in self.handles], attempt)
+
+    def _secure_plan(self) -> None:
+        """agent.json as the supervisor read it, before each launch: the backend and the
+        agents read it from disk, and a retry must run the job that was submitted, not one
+        rewritten meanwhile (it lies outside every instance's view; this holds even if a
+        future view or a host user changes it)."""
+        if read_plan(self.plan_path, missing_ok=True) == self.plan_bytes:
+            return
+        self.end.say(
+            "[shipyard] agent.json changed since the job started; "
+            "restored from the supervisor's copy before this launch"
+        )
+        write_plan(self.plan_path, self.plan_bytes)
 
     def _sampled(self, handle: InstanceHandle) -> Instance:
         """What the utilization sampler needs of an instance: its cgroup (the backend's),
@@ -320,7 +360,10 @@ class JobSupervisor:
                 else:
                     self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
             time.sleep(0.01)
-        times = {h: t for h in self.hosts if (t := failure_time(self.paths(h))) is not None}
+        job_dir = self.record.job_dir
+        times = {
+            h: t for h in self.hosts if (t := failure_time(job_dir, self.paths(h))) is not None
+        }
         if not times:
             return seen
         root = min(times, key=lambda h: times[h])
@@ -423,7 +466,7 @@ class JobSupervisor:
         for, prepared before any instance starts. The record when it ended the job."""
         if envphase.pending(self.record.job_dir) is None:
             return None
-        config = AgentConfig.load(os.path.join(self.record.job_dir, "agent.json"))
+        config = AgentConfig.from_json(self.plan_bytes.decode("utf-8"))
         outcome = envphase.run(
             self.record.job_dir,
             framework_envs.root(self.home.root),

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from shipyard.errors import ValidationError
 from shipyard.observe.logs import attribute
+from shipyard.runtime import safepath
 
 CHUNK = 256 * 1024  # bytes read from one file in one poll
 TAIL = 128 * 1024  # how far before each file's end a first poll starts
@@ -74,7 +75,7 @@ def _read_file(
 ) -> tuple[int, list[tuple[str, str]], bool, int]:
     """(next offset, lines, more left, bytes skipped) for one file."""
     try:
-        with open(path, "rb") as fh:
+        with safepath.open_record(path, "rb") as fh:  # a link at the name: refused
             size = os.fstat(fh.fileno()).st_size
             tail = start is None
             offset = max(0, size - TAIL) if start is None else start

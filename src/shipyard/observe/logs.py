@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from shipyard import settings
+from shipyard.runtime import safepath
 
 RANK_TAG = re.compile(r"^\[(algo-\d+) rank (\d+)\] ?")
 
@@ -111,7 +112,7 @@ class LogTailer:
         lines: list[tuple[str, str]] = []
         for host, path in self.files.items():
             try:
-                with open(path, "rb") as fh:
+                with safepath.open_record(path, "rb") as fh:  # a link: refused
                     fh.seek(self.offsets[host])
                     data = fh.read()
             except OSError:

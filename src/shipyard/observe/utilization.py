@@ -32,6 +32,7 @@ from typing import Any
 import psutil
 
 from shipyard import settings
+from shipyard.runtime import safepath
 
 UTILIZATION_NAME = "utilization.jsonl"
 INTERVAL_S = 5.0
@@ -183,7 +184,8 @@ class Sampler:
                 if point is not None:
                     points.append(point)
         if points:
-            with open(self.path, "a", encoding="utf-8") as fh:
+            # appended as root every few seconds: never through a link at the name
+            with safepath.open_record(self.path, "a", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(p, sort_keys=True) + "\n" for p in points)
         return points
 

@@ -17,8 +17,11 @@ _TAIL_BYTES = 64 * 1024
 
 
 def read_tail(path: str, nbytes: int = _TAIL_BYTES) -> str:
+    """The end of an instance's log. The log lives in the job's records, out of the job's
+    reach; O_NOFOLLOW all the same: a link there is never read through as root."""
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - nbytes))
@@ -161,8 +164,8 @@ def claim(path: str, text: str) -> bool:
     """Write ``text`` to the failure file at ``path`` unless someone already did (O_EXCL:
     among ranks or hosts failing together, the first writer's cause is the job's);
     returns whether this call wrote it."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:  # O_EXCL with O_CREAT never follows a link at the name (it fails: EEXIST)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
         return False
     with os.fdopen(fd, "w", encoding="utf-8") as fh:

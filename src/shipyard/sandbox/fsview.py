@@ -64,7 +64,10 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, Any]:
     job_dir = os.path.dirname(os.path.abspath(config.instances_dir))
     jobs = os.path.dirname(job_dir)  # <home>/jobs/<job>/instances
     home = [os.path.dirname(jobs)] if os.path.basename(jobs) == "jobs" else []
-    keep_rw = [job_dir]
+    # the instances' trees (a runner hands a peer's tree to its processes: TF's ps tasks,
+    # mpi's run dir), not the job's records beside them: agent.json, logs/, utilization
+    # are read and written by the host as root, out of the job's reach (issue 37)
+    keep_rw = [os.path.abspath(config.instances_dir)]
     if config.shared_dir:
         keep_rw.append(os.path.abspath(config.shared_dir))
     checkpoints = getattr(config, "checkpoint_local_path", None)

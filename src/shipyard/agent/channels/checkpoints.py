@@ -16,6 +16,7 @@ from collections.abc import Callable
 from shipyard import settings, storage
 from shipyard.agent.channels.file import download_objects
 from shipyard.errors import StorageError
+from shipyard.runtime import safepath
 
 
 class CheckpointSync:
@@ -42,6 +43,7 @@ class CheckpointSync:
             else settings.number("SHIPYARD_CHECKPOINT_SYNC_SECONDS")
         )
         self.uploaded: dict[str, tuple[int, int]] = {}
+        self.refused: set[str] = set()  # links said once each
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -74,25 +76,40 @@ class CheckpointSync:
         return len(objects)
 
     def sync_once(self) -> int:
-        """Upload new or changed files; returns how many were uploaded."""
+        """Upload new or changed files; returns how many were uploaded.
+
+        The directory is the job's: it is walked without following links (its own top
+        included, checked from the directory above it), a link is never uploaded (one out
+        of the tree is said once), and each file is uploaded from the descriptor that was
+        checked (``/proc/self/fd/N``), not reopened by name."""
         count = 0
+        top = os.path.dirname(os.path.abspath(self.local_dir))
         with self._lock:
-            for dirpath, _, files in os.walk(self.local_dir):
-                for name in sorted(files):
-                    if name.startswith(".shipyard-"):
-                        continue
-                    path = os.path.join(dirpath, name)
-                    rel = os.path.relpath(path, self.local_dir).replace(os.sep, "/")
-                    try:
-                        st = os.stat(path)
-                    except FileNotFoundError:
-                        continue
-                    stamp = (st.st_size, st.st_mtime_ns)
-                    if self.uploaded.get(rel) == stamp:
-                        continue
-                    self.store.upload(path, self.base.child(rel))
-                    self.uploaded[rel] = stamp
-                    count += 1
+            for entry in safepath.walk(top, self.local_dir):
+                name = entry.rel.rsplit("/", 1)[-1]
+                if name.startswith(".shipyard-") or entry.kind == "dir":
+                    continue
+                if entry.kind == "link":
+                    if entry.rel not in self.refused:
+                        self.refused.add(entry.rel)
+                        self.log(
+                            f"{self.what}: not uploading {entry.rel}: a link "
+                            f"({entry.target}), not a file of the instance"
+                        )
+                    continue
+                stamp = (entry.size, entry.mtime_ns)
+                if self.uploaded.get(entry.rel) == stamp:
+                    continue
+                try:
+                    fd = safepath.open_file(top, os.path.join(self.local_dir, entry.rel))
+                except OSError:  # gone or replaced meanwhile: the next pass sees it
+                    continue
+                try:
+                    self.store.upload(f"/proc/self/fd/{fd}", self.base.child(entry.rel))
+                finally:
+                    os.close(fd)
+                self.uploaded[entry.rel] = stamp
+                count += 1
         return count
 
     def start(self) -> None:

@@ -1,0 +1,160 @@
+"""shipyard.runtime.safepath: the host opens a job's tree without following its links.
+
+Each case runs twice: through openat2 (the kernel's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
+and through the O_NOFOLLOW-per-component fallback used where openat2 is refused."""
+
+from __future__ import annotations
+
+import errno
+import os
+import tarfile
+
+import pytest
+
+from shipyard.control import artifacts
+from shipyard.runtime import safepath
+
+
+@pytest.fixture(params=["openat2", "components"])
+def mode(request, monkeypatch):
+    if request.param == "components":
+        monkeypatch.setattr(safepath, "_openat2_ok", False)
+    else:
+        monkeypatch.setattr(safepath, "_openat2_ok", None)
+    return request.param
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A job's tree (``tree/``) and a host file outside it the job must not reach."""
+    (tmp_path / "tree" / "output").mkdir(parents=True)
+    victim = tmp_path / "host" / "secret"
+    victim.parent.mkdir()
+    victim.write_text("HOST FILE\n")
+    return tmp_path / "tree", victim
+
+
+def test_a_plain_file_below_the_root_is_read_and_written(tree, mode):
+    root, _ = tree
+    safepath.write_text(str(root), str(root / "output" / "failure"), "boom")
+    assert safepath.read_text(str(root), "output/failure") == "boom"
+    assert (root / "output" / "failure").read_text() == "boom"
+    assert safepath.read_text(str(root), "output/failure", limit=2, tail=True) == "om"
+    if mode == "openat2":
+        assert safepath._openat2_ok is True  # this kernel has it: the fast path was taken
+
+
+def test_a_link_at_the_name_is_never_read_through(tree, mode):
+    root, victim = tree
+    os.symlink(victim, root / "output" / "failure")
+    with pytest.raises(OSError) as err:
+        safepath.read_text(str(root), str(root / "output" / "failure"))
+    assert err.value.errno == errno.ELOOP
+
+
+def test_a_link_in_a_directory_component_is_never_crossed(tree, mode):
+    root, victim = tree
+    os.symlink(victim.parent, root / "agent")
+    with pytest.raises(OSError):
+        safepath.read_text(str(root), str(root / "agent" / "secret"))
+    with pytest.raises(OSError):
+        safepath.write_text(str(root), str(root / "agent" / "secret"), "job text")
+    assert victim.read_text() == "HOST FILE\n"
+
+
+def test_a_write_replaces_a_planted_link_and_its_temporary_name(tree, mode):
+    """failure.tmp -> host file was the escape: the write goes to a fresh O_EXCL file and
+    renames over the name, so neither a link at the name nor one at any temporary name is
+    written through."""
+    root, victim = tree
+    os.symlink(victim, root / "output" / "failure")
+    os.symlink(victim, root / "output" / "failure.tmp")
+    os.symlink(victim, root / "output" / f".failure.{os.getpid()}.tmp")
+    safepath.write_text(str(root), str(root / "output" / "failure"), "the job's text")
+    assert victim.read_text() == "HOST FILE\n"
+    assert not os.path.islink(root / "output" / "failure")
+    assert (root / "output" / "failure").read_text() == "the job's text"
+
+
+def test_append_refuses_a_link_and_a_fifo(tree, mode):
+    root, victim = tree
+    os.symlink(victim, root / "utilization.jsonl")
+    with pytest.raises(OSError):
+        safepath.append_bytes(str(root), "utilization.jsonl", b"{}\n")
+    os.mkfifo(root / "fifo")
+    with pytest.raises(OSError):
+        safepath.read_text(str(root), "fifo")  # never blocks on a FIFO the job made
+    assert victim.read_text() == "HOST FILE\n"
+
+
+def test_paths_outside_the_root_are_refused(tree):
+    root, victim = tree
+    for bad in (str(victim), "../host/secret", "output/../../host/secret"):
+        with pytest.raises(ValueError):
+            safepath.relative(str(root), bad)
+
+
+def test_walk_reports_links_without_entering_them(tree, mode):
+    root, victim = tree
+    model = root / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "sub" / "w.bin").write_bytes(b"w" * 10)
+    (model / "empty").mkdir()
+    os.symlink(victim, model / "stolen")
+    os.symlink(victim.parent, model / "hostdir")
+    os.symlink("sub/w.bin", model / "inside")
+    entries = {e.rel: e for e in safepath.walk(str(root), str(model))}
+    assert set(entries) == {"sub/w.bin", "empty", "stolen", "hostdir", "inside"}
+    assert entries["sub/w.bin"].kind == "file" and entries["sub/w.bin"].size == 10
+    assert entries["empty"].kind == "dir"
+    assert {entries[k].kind for k in ("stolen", "hostdir", "inside")} == {"link"}
+    assert safepath.link_leaves("stolen", str(victim))
+    assert safepath.link_leaves("a/b", "../../x") and not safepath.link_leaves("a/b", "../x")
+    assert not safepath.link_leaves("inside", "sub/w.bin")
+
+
+def test_the_top_of_a_walk_being_a_link_yields_nothing(tree, mode):
+    root, victim = tree
+    os.symlink(victim.parent, root / "model")
+    assert list(safepath.walk(str(root), str(root / "model"))) == []
+
+
+def test_archive_skips_links_out_of_the_tree_and_reads_no_host_file(tree, mode):
+    """model.tar.gz from a tree the job salted with links: the host file's content is in
+    no member, the links out are named in ``skipped``, a link inside stays a link."""
+    root, victim = tree
+    model = root / "instances" / "algo-1" / "model"
+    model.mkdir(parents=True)
+    (model / "weights").write_text("trained")
+    os.symlink(victim, model / "stolen")
+    os.symlink("weights", model / "alias")
+    out = root.parent / "out" / "model.tar.gz"
+    result = artifacts.archive_dirs([("algo-1", str(model))], str(out), root=str(root))
+    assert result.skipped == [f"algo-1: stolen -> {victim}"]
+    with tarfile.open(out) as tar:
+        names = {m.name: m for m in tar.getmembers()}
+        assert set(names) == {"weights", "alias"}
+        assert names["alias"].issym() and names["alias"].linkname == "weights"
+        data = tar.extractfile("weights")
+        assert data is not None and data.read() == b"trained"
+
+
+def test_archive_refuses_a_model_dir_that_is_a_link(tree, mode):
+    root, victim = tree
+    (root / "instances" / "algo-1").mkdir(parents=True)
+    os.symlink(victim.parent, root / "instances" / "algo-1" / "model")
+    out = root.parent / "out" / "model.tar.gz"
+    model = str(root / "instances" / "algo-1" / "model")
+    result = artifacts.archive_dirs([("algo-1", model)], str(out), root=str(root))
+    assert result.files == 0 and "is a link" in result.skipped[0]
+
+
+def test_open_record_refuses_a_link_at_the_name(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("x")
+    os.symlink(target, tmp_path / "algo-1.log")
+    with pytest.raises(OSError):
+        safepath.open_record(str(tmp_path / "algo-1.log"), "rb")
+    with pytest.raises(OSError):
+        safepath.open_record(str(tmp_path / "algo-1.log"), "a", encoding="utf-8")
+    assert target.read_text() == "x"
