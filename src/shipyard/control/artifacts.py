@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from shipyard.control import staging
 from shipyard.control.staging import local_path
 from shipyard.observe import progress
+from shipyard.runtime import safepath
 
 PARTIAL_PREFIX = ".shipyard-partial-"
 SCRATCH_DIR = "upload-scratch"
@@ -34,19 +36,39 @@ class ArchiveResult:
     uri: str
     files: int
     conflicts: list[str] = field(default_factory=list)
+    # links the job left that point out of its tree: not archived (what they name is the
+    # host's, read as root), each "host: path -> target"
+    skipped: list[str] = field(default_factory=list)
 
 
-def _walk(root: str) -> list[str]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):
-            out.append(os.path.relpath(os.path.join(dirpath, name), root))
-        for name in dirnames:
-            full = os.path.join(dirpath, name)
-            if not os.listdir(full):
-                out.append(os.path.relpath(full, root) + os.sep)
-    return out
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _add(tar: tarfile.TarFile, root: str, directory: str, entry: safepath.Entry) -> int:
+    """One entry of an instance's tree into the archive, read through an fd opened without
+    following links (the tree is the job's): what is archived is what was checked. Returns
+    the bytes archived."""
+    info = tarfile.TarInfo(entry.rel)
+    info.mtime = entry.mtime_ns // 1_000_000_000
+    info.mode = entry.mode
+    if entry.kind == "dir":
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+        return 0
+    if entry.kind == "link":
+        info.type = tarfile.SYMTYPE
+        info.linkname = entry.target
+        tar.addfile(info)
+        return 0
+    fd = safepath.open_file(root, os.path.join(directory, entry.rel))
+    with os.fdopen(fd, "rb") as fh:
+        info.size = os.fstat(fh.fileno()).st_size
+        tar.addfile(info, fh)
+    return info.size
 
 
 def tree_bytes(sources: list[tuple[str, str]]) -> int:
@@ -58,6 +80,7 @@ def archive_dirs(
     sources: list[tuple[str, str]],
     dest_path: str,
     on_file: Callable[[int], None] | None = None,
+    root: str | None = None,
 ) -> ArchiveResult:
     """Merge ``[(host, dir), ...]`` (first wins) into a gzip tar at ``dest_path``;
     ``on_file(nbytes)`` after each file (progress)."""
@@ -70,28 +93,36 @@ def archive_dirs(
     os.close(fd)
     seen: dict[str, str] = {}
     conflicts: list[str] = []
+    skipped: list[str] = []
     try:
         with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
             for host, directory in sources:
-                if not os.path.isdir(directory):
+                # ``root``: the trusted directory above the instances' trees (the job's);
+                # below it nothing is followed, the tree's own top included
+                top = root or directory
+                found = safepath.lstat(top, directory) if root else _lstat(directory)
+                if found is None or not stat.S_ISDIR(found.st_mode):
+                    if found is not None and stat.S_ISLNK(found.st_mode):
+                        skipped.append(f"{host}: {directory} is a link (not followed)")
                     continue
-                for rel in _walk(directory):
-                    if rel in seen:
-                        conflicts.append(f"{rel} (kept {seen[rel]}'s, ignored {host}'s)")
+                for entry in safepath.walk(top, directory):
+                    if entry.kind == "link" and safepath.link_leaves(entry.rel, entry.target):
+                        skipped.append(f"{host}: {entry.rel} -> {entry.target}")
                         continue
-                    seen[rel] = host
-                    tar.add(
-                        os.path.join(directory, rel.rstrip(os.sep)),
-                        arcname=rel.rstrip(os.sep),
-                        recursive=False,
-                    )
+                    if entry.rel in seen:
+                        conflicts.append(
+                            f"{entry.rel} (kept {seen[entry.rel]}'s, ignored {host}'s)"
+                        )
+                        continue
+                    seen[entry.rel] = host
+                    size = _add(tar, top, directory, entry)
                     if on_file is not None:
-                        on_file(_size(os.path.join(directory, rel.rstrip(os.sep))))
+                        on_file(size)
         os.replace(tmp, dest_path)
     except BaseException:
         os.unlink(tmp)
         raise
-    return ArchiveResult(dest_path, "file://" + dest_path, len(seen), conflicts)
+    return ArchiveResult(dest_path, "file://" + dest_path, len(seen), conflicts, skipped)
 
 
 def _size(path: str) -> int:
@@ -107,12 +138,13 @@ def _archive_both(
     model_dest: str,
     output_dest: str,
     description: str,
+    root: str | None = None,
 ) -> tuple[ArchiveResult, ArchiveResult]:
     """Both archives under one bar: bytes of the instances' files archived of all."""
     total = tree_bytes(model_dirs) + tree_bytes(output_dirs)
     with progress.transfer(description, total) as advance:
-        model = archive_dirs(model_dirs, model_dest, advance)
-        output = archive_dirs(output_dirs, output_dest, advance)
+        model = archive_dirs(model_dirs, model_dest, advance, root)
+        output = archive_dirs(output_dirs, output_dest, advance, root)
     return model, output
 
 
@@ -126,6 +158,7 @@ def save(
     model_dirs: list[tuple[str, str]],
     output_dirs: list[tuple[str, str]],
     scratch_root: str | None = None,
+    root: str | None = None,
 ) -> tuple[ArchiveResult, ArchiveResult]:
     """Write model.tar.gz and output.tar.gz under ``<output_path>/<job>/output/``.
 
@@ -141,6 +174,7 @@ def save(
             os.path.join(prefix, "model.tar.gz"),
             os.path.join(prefix, "output.tar.gz"),
             f"Writing model.tar.gz and output.tar.gz to {prefix}",
+            root,
         )
     from shipyard import storage
 
@@ -156,13 +190,18 @@ def save(
             os.path.join(scratch, "model.tar.gz"),
             os.path.join(scratch, "output.tar.gz"),
             "Archiving model.tar.gz and output.tar.gz",
+            root,
         )
         for result in archives:
             target = base.child(os.path.basename(result.path))
             size = os.path.getsize(result.path)
             with progress.transfer(f"Uploading {target.uri}", size) as advance:
                 store.upload(result.path, target, callback=advance)
-            results.append(ArchiveResult(target.uri, target.uri, result.files, result.conflicts))
+            results.append(
+                ArchiveResult(
+                    target.uri, target.uri, result.files, result.conflicts, result.skipped
+                )
+            )
     return results[0], results[1]
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from typing import TextIO
 
@@ -26,8 +25,11 @@ from shipyard.agent.layout import InstancePaths
 from shipyard.control import artifacts
 from shipyard.control.home import Home
 from shipyard.control.store import JobRecord, Store
+from shipyard.runtime import safepath
 
 REPORT_NAME = "distribution-report.json"
+RECORD_LIMIT = 1 << 20  # an agent's record in the instance's tree: lost processes, protections
+REPORT_LIMIT = 64 << 20  # a distribution report (every variable's placement and traffic)
 WARNINGS_NAME = "warnings.json"
 EMPTY_MODEL_WARNING = (
     "No model artifact was saved under /opt/ml/model (SM_MODEL_DIR) on any instance: "
@@ -46,14 +48,15 @@ def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
     out = []
     for host in hosts:
         path = instance_paths(job_dir, host).lost_file
-        if not os.path.isfile(path):
+        try:  # the instance's tree is the job's: read without following its links
+            text = safepath.read_text(job_dir, path, RECORD_LIMIT)
+        except OSError:
             continue
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    out.append(dict(json.loads(line), host=host))
-                except ValueError:
-                    continue
+        for line in text.splitlines():
+            try:
+                out.append(dict(json.loads(line), host=host))
+            except (ValueError, TypeError):
+                continue
     return out
 
 
@@ -63,8 +66,8 @@ def missing_protections(job_dir: str, hosts: list[str]) -> list[dict]:
     for host in hosts:
         path = instance_paths(job_dir, host).missing_protections_file
         try:
-            with open(path, encoding="utf-8") as fh:
-                out += [{"Host": host, "Missing": str(m)} for m in json.load(fh)]
+            text = safepath.read_text(job_dir, path, RECORD_LIMIT)
+            out += [{"Host": host, "Missing": str(m)} for m in json.loads(text)]
         except (OSError, ValueError, TypeError):
             continue
     return out
@@ -110,7 +113,9 @@ class JobEnd:
         path = self.first_log()
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "a", encoding="utf-8") as fh:
+            # the job's records are out of its reach; a link at the name is refused all the same
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            with open(fd, "a", encoding="utf-8") as fh:
                 fh.write(text)
         except OSError:
             pass
@@ -130,12 +135,12 @@ class JobEnd:
         job_dir = self.record.job_dir
         for host in self.hosts:
             report = instance_paths(job_dir, host).report_file
-            if os.path.isfile(report):
-                target = os.path.join(job_dir, REPORT_NAME)
-                tmp = target + ".tmp"
-                shutil.copyfile(report, tmp)
-                os.replace(tmp, target)
-                break
+            try:  # from the job's tree: no link followed, a regular file only
+                data = safepath.read_text(job_dir, report, REPORT_LIMIT)
+            except OSError:
+                continue
+            safepath.write_text(job_dir, os.path.join(job_dir, REPORT_NAME), data)
+            break
         lost = lost_processes(job_dir, self.hosts)
         if lost and self.stream is not None:
             self.stream.write(
@@ -156,8 +161,15 @@ class JobEnd:
             [(h, p.model) for h, p in zip(self.hosts, paths)],
             [(h, p.output_data) for h, p in zip(self.hosts, paths)],
             scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
+            root=self.record.job_dir,  # below it, the instances' trees: links not followed
         )
         self.store.update(self.record.name, model_artifact=model.uri, output_artifact=output.uri)
+        for result in (model, output):
+            for link in result.skipped:
+                self.say(
+                    f"[shipyard] not archived in {os.path.basename(result.path)}: a link "
+                    f"out of the instance's tree ({link})"
+                )
         if model.files == 0:
             self.warn(EMPTY_MODEL_WARNING)
         if self.stream is not None and model.conflicts:
