@@ -464,6 +464,12 @@ SETTINGS: tuple[Setting, ...] = (
     _internal(
         "SHIPYARD_INIT_VIEW", "The filesystem view an instance's init builds (JSON, fsview)."
     ),
+    _internal("SHIPYARD_LAUNCH", "How the launcher starts a job's process (JSON, confine)."),
+    _internal(
+        "SHIPYARD_JOB_ENV",
+        "Prefix (``SHIPYARD_JOB_ENV:NAME``) of a job's variables on their way through the "
+        "launcher, applied only at the job's own exec (sandbox/launch.py).",
+    ),
     _internal("SHIPYARD_INSTANCE_DIR", "This instance's tree on the host (/opt/ml in a sandbox)."),
     _internal("SHIPYARD_JOB_SECRET", "Per-job secret of TF servers' traffic counters."),
     _internal("SHIPYARD_DDP_SECRET", "Per-job secret of the DDP port announcement."),

@@ -172,13 +172,13 @@ def sandboxed_specs(
 ) -> tuple[list[ProcessSpec], list[ProcessSpec], Any]:
     """The job's processes in the instance's own PID namespace (shipyard.sandbox.pidns;
     its init joins ``spare``: it outlives the teardown; the third value is what the
-    supervisor starts each process through) and without privileges
-    (shipyard.sandbox.confine); with network isolation the Pipe feeders run in the
+    supervisor starts each process through), without privileges and under the seccomp
+    filter (shipyard.sandbox.confine.launch); with network isolation the Pipe feeders run in the
     agent's data network (shipyard.sandbox.datanet), where S3 is, and the job's processes
     in the instance's, where it is not."""
     from dataclasses import replace
 
-    from shipyard.sandbox import confine, datanet, fsview, pidns
+    from shipyard.sandbox import confine, datanet, fsview, pidns, seccomp
 
     namespace, missing = pidns.finish(starting or begin_init(config))
     for note in missing:
@@ -193,15 +193,17 @@ def sandboxed_specs(
     )
     tmp = {} if own_tmp else {"TMPDIR": private_tmp(InstancePaths(OPT_ML))}
     specs = [replace(s, env={**_without(s.env, "TMPDIR"), **tmp}) for s in specs]
+    # one launcher exec per process: the view, no privileges, the seccomp filter, and
+    # the job's environment only at the job's own exec (shipyard.sandbox.launch)
+    bpf, lacking = seccomp.build()
+    if lacking:
+        log(f"{host}: protection missing: {lacking}")
+        box.missing.append(lacking)
+    mount_ns = namespace.mount_ns if namespace is not None else None
     confined: list[ProcessSpec] = []
     for spec in specs:
-        argv, lacking = confine.confined_argv(spec.argv)
-        if lacking and not confined:
-            log(f"{host}: protection missing: {lacking}")
-            box.missing.append(lacking)
-        if namespace is not None:
-            argv = namespace.enter_argv(argv, spec.cwd)
-        confined.append(replace(spec, argv=argv))
+        argv, env = confine.launch(spec.argv, spec.env, spec.cwd, mount_ns, bpf)
+        confined.append(replace(spec, argv=argv, env=env))
     if box.data_net is not None:
         services = [replace(s, argv=datanet.enter_argv(box.data_net, s.argv)) for s in services]
     return confined, services, namespace.spawn if namespace is not None else _start

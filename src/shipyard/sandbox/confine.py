@@ -14,11 +14,24 @@ instance's data transfers); a capability-less process cannot trace it or read it
 since the kernel refuses ptrace access to a process holding capabilities its caller lacks.
 
 Measured: the extra ``setpriv`` exec costs about a millisecond per process.
+
+``launch`` is what the agent uses for a job's processes (issue 37): one exec of
+shipyard.sandbox.launch that enters the instance's view, drops every privilege, loads
+the seccomp filter and only then applies the job's environment, so nothing privileged
+ever runs with a variable the job chose (``LD_PRELOAD``). ``confined_argv`` stays for
+processes whose environment is shipyard's own.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
 from shipyard.sandbox import tools
+
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.py")
+PLAN = "SHIPYARD_LAUNCH"  # read by the launcher (stdlib only), carried here
+ENV_PREFIX = "SHIPYARD_JOB_ENV:"  # shipyard.sandbox.launch.ENV_PREFIX
 
 DROP_ALL = [
     "--no-new-privs",
@@ -54,3 +67,41 @@ def confined(argv: list[str]) -> bool:
     """Whether ``argv`` drops every privilege somewhere along its chain of execs."""
     width = len(DROP_ALL)
     return any(argv[i : i + width] == DROP_ALL for i in range(len(argv) - width + 1))
+
+
+def launcher_argv() -> list[str]:
+    """The launcher, run by the agent's interpreter: isolated (``-I``: no ``PYTHON*``
+    variable, no user site, not the working directory on ``sys.path``), no site."""
+    return [sys.executable, "-I", "-S", LAUNCHER]
+
+
+def with_binds(argv: list[str], binds: list[tuple[str, str]]) -> list[str]:
+    """``argv`` launched in a mount namespace of its own where each (source, target) is
+    bound: the privileged step happens in the launcher, before it drops privileges."""
+    flags = [word for source, target in binds for word in ("--bind", source, target)]
+    return [*launcher_argv(), *flags, "--", *argv]
+
+
+def launch(
+    argv: list[str],
+    env: dict[str, str] | None,
+    cwd: str | None,
+    mount_ns: str | None,
+    seccomp_bpf: bytes | None,
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that start ``argv`` as a job's process: through the
+    launcher, in ``mount_ns`` (None: the agent's own), in ``cwd``, without privileges,
+    under the seccomp filter ``seccomp_bpf`` (None: none), with ``env`` (None: the
+    agent's) applied at its exec only. The returned environment is fixed and minimal
+    (``PATH``, the plan) plus the job's variables under a prefix nothing interprets."""
+    prefix = launcher_argv()
+    if argv[: len(prefix)] != prefix:  # not already launched with binds (with_binds)
+        argv = [*prefix, "--", *argv]
+    import json
+
+    plan = {"mnt": mount_ns, "cwd": cwd or os.getcwd()}
+    if seccomp_bpf:
+        plan["seccomp"] = seccomp_bpf.hex()
+    job_env = dict(os.environ) if env is None else env
+    carried = {ENV_PREFIX + name: value for name, value in job_env.items()}
+    return list(argv), {"PATH": os.defpath, PLAN: json.dumps(plan), **carried}

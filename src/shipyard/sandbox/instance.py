@@ -20,6 +20,7 @@ job network, and the job's processes reach neither the host nor the S3 endpoint.
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
@@ -200,7 +201,7 @@ def enter(box: InstanceSandbox) -> None:
             os.close(user_fd)
     job_net = os.open(f"{holder}/net", os.O_RDONLY)
     try:
-        kernel.unshare(kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS | kernel.CLONE_NEWNET)
+        unshare_with_ipc(box, kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS | kernel.CLONE_NEWNET)
         own_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             _attach(box, job_net, own_net)
@@ -228,11 +229,35 @@ def enter_without_network(box: InstanceSandbox) -> None:
     instances join the holder's instead)."""
     if box.rootless:
         uid, gid = os.getuid(), os.getgid()
-        kernel.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS)
+        kernel.unshare(kernel.CLONE_NEWUSER)
         kernel.map_root_to(uid, gid)
-    else:
-        kernel.unshare(kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS)
+    unshare_with_ipc(box, kernel.CLONE_NEWNS | kernel.CLONE_NEWUTS)
     _name_and_mount(box)
+
+
+IPC_MISSING = (
+    "no IPC namespace ({why}): the job's processes share this machine's System V "
+    "shared memory, semaphores and message queues"
+)
+
+
+def unshare_with_ipc(box: InstanceSandbox, flags: int) -> None:
+    """Unshare ``flags`` and an IPC namespace of the instance's own: its System V shared
+    memory, semaphores, message queues and POSIX message queues are the instance's (the
+    ranks of one instance share them, as Open MPI's shared memory needs), gone with it,
+    and the host's are out of reach. A kernel without IPC namespaces gets the rest,
+    with the missing protection named."""
+    try:
+        kernel.unshare(flags | kernel.CLONE_NEWIPC)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSPC, errno.EPERM):
+            raise
+        why = os.strerror(exc.errno)
+    kernel.unshare(flags)
+    note = IPC_MISSING.format(why=why)
+    box.missing.append(note)  # describe's protections
+    box.notes.append(f"protection missing: {note}")  # the instance's log
 
 
 def _name_and_mount(box: InstanceSandbox) -> None:

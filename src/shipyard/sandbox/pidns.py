@@ -9,8 +9,8 @@ agent's supervisor starts (the script, MPI ranks, TF and PS servers, Pipe feeder
 born in that PID namespace: they are all started by one spawner thread, the only one
 whose children go there (a thread whose children land in another PID namespace cannot
 start threads, and rootless the agent could not switch back to the host's); the job's
-processes also join init's mount namespace (util-linux
-``nsenter --mount``), so their ``/proc`` lists the instance's processes only, and a host
+processes also join init's mount namespace (their launcher, shipyard.sandbox.launch,
+enters ``mount_ns``), so their ``/proc`` lists the instance's processes only, and a host
 pid names nothing they can signal.
 
 Why the agent stays outside: it keeps the host's ``/proc`` (its own ``/proc/self``, the
@@ -91,7 +91,9 @@ class ProcessNamespace:
         return f"/proc/{self.init.pid}/ns/mnt"
 
     def enter_argv(self, argv: list[str], cwd: str | None) -> list[str]:
-        """``argv`` run in init's mount namespace (the PID namespace it is born in), in
+        """``argv`` run in init's mount namespace through util-linux ``nsenter`` (kept
+        for processes whose environment is shipyard's own; a job's go through
+        shipyard.sandbox.confine.launch) (the PID namespace it is born in), in
         ``cwd`` (entering a mount namespace resets the working directory).
 
         The directory is changed to inside the namespace (coreutils ``env --chdir``), not
@@ -99,7 +101,7 @@ class ProcessNamespace:
         would start in a directory of the agent's mount namespace, from which ``..``
         walks to the host's root, around the whole filesystem view."""
         nsenter, env = tools.find("nsenter"), tools.find("env")
-        if nsenter is None or env is None:  # checked by start(); kept for the type checker
+        if nsenter is None or env is None:
             raise OSError("util-linux `nsenter` or coreutils `env` is not installed")
         where = cwd or os.getcwd()
         return [nsenter, f"--mount={self.mount_ns}", "--", env, f"--chdir={where}", "--", *argv]
@@ -120,9 +122,6 @@ def begin(view: dict | None = None) -> Starting:
     waiting for it. Its mount namespace is a copy of the agent's as it is now: a mount
     the agent makes later (a FastFile channel) is not in it, so such jobs begin after
     their mounts."""
-    if tools.find("nsenter") is None or tools.find("env") is None:
-        missing = ["no PID namespace: util-linux `nsenter` or coreutils `env` is not installed"]
-        return Starting(None, None, missing)
     from shipyard.runtime.lifeline import death_signal_argv
 
     try:

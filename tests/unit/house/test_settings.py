@@ -72,6 +72,7 @@ READ_EXEMPT = {
     "runtime/_site/sitecustomize.py",
     "tf/_hook/sitecustomize.py",
     "sandbox/init.py",  # an instance's pid 1, run with `python -S`: stdlib only, by design
+    "sandbox/launch.py",  # a job process's launcher, `python -I -S`: stdlib only, by design
 }
 
 

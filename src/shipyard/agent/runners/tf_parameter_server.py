@@ -24,7 +24,6 @@ Keras: ParameterServerStrategy needs tf_keras (Keras 2), so the tf2 layout sets
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -71,27 +70,19 @@ def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
 
 
 def with_chief_model_dir(ctx: InstanceContext, argv: list[str]) -> list[str]:
-    """A ps task that sees the chief's model dir at /opt/ml/model (its own mount namespace,
-    util-linux ``unshare`` + ``mount --bind``).
+    """A ps task that sees the chief's model dir at /opt/ml/model (a mount namespace of
+    its own, made by the launcher before it drops privileges: shipyard.sandbox.launch).
 
     The chief's ``model.save('/opt/ml/model/1')`` makes every ps task write its variables'
     shard under that path on its own instance. Without sandboxes the path was the chief's
     tree on the one shared disk; in a sandbox each instance has its own /opt/ml, so the ps
     tasks (only they) get the chief's model dir there, and the SavedModel is whole.
     Found by three concurrent sandboxed jobs: algo-2's ps task started before algo-1's
-    agent had created its tree, and the bind mount failed."""
-    unshare = shutil.which("unshare") or "/usr/bin/unshare"
+    agent had created its tree, and the bind mount failed (the launcher creates it)."""
     chief_model = os.path.join(ctx.config.instances_dir, ctx.config.hosts[0], "model")
-    # the chief's agent may not have built its tree yet (agents start concurrently):
-    # build_tree makes it with exist_ok, so creating it first here is safe
-    script = 'mkdir -p "$0" && mount --bind "$0" /opt/ml/model && exec "$@"'
-    # the mount needs the agent's privileges; the ps task itself runs without any
-    from shipyard.sandbox.confine import confined_argv
+    from shipyard.sandbox.confine import with_binds
 
-    return [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script] + [
-        chief_model,
-        *confined_argv(argv)[0],
-    ]
+    return with_binds(argv, [(chief_model, "/opt/ml/model")])
 
 
 def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) -> list[ProcessSpec]:
