@@ -139,3 +139,46 @@ def test_a_keras_3_api_difference_is_named(exc_line, code, named):
 def test_an_unrelated_list_not_callable_gets_no_hint():
     log = "Traceback (most recent call last):\n  File \"t.py\", line 1\n    x()\nTypeError: 'list' object is not callable\n"
     assert "Hint" not in failure_text(1, ["python", "t.py"], log)
+
+
+# TensorFlow 2.21's output for a label out of range in Keras fit (trimmed frames; the shape of
+# the message is TensorFlow's: the cause comes after the node's frames, then the node line)
+GRAPH_ERROR_LOG = """Traceback (most recent call last):
+  File "/opt/ml/code/train.py", line 4, in <module>
+    m.fit(x, y, epochs=1, verbose=0)
+  File "/venv/lib/python3.11/site-packages/keras/src/utils/traceback_utils.py", line 122, in error_handler
+    raise e.with_traceback(filtered_tb) from None
+  File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py", line 53, in quick_execute
+    tensors = pywrap_tfe.TFE_Py_Execute(ctx._handle, device_name, op_name,
+tensorflow.python.framework.errors_impl.InvalidArgumentError: Graph execution error:
+
+Detected at node compile_loss/sparse_categorical_crossentropy/SparseSoftmaxCrossEntropyWithLogits defined at (most recent call last):
+  File "/opt/ml/code/train.py", line 4, in <module>
+
+  File "/venv/lib/python3.11/site-packages/keras/src/backend/tensorflow/trainer.py", line 399, in fit
+
+  File "/venv/lib/python3.11/site-packages/keras/src/backend/tensorflow/nn.py", line 1438, in sparse_categorical_crossentropy
+
+Received a label value of 10 which is outside the valid range of [0, 10).  Label values: 4 2 2 3 10 1 3 1
+\t [[{{node compile_loss/sparse_categorical_crossentropy/SparseSoftmaxCrossEntropyWithLogits}}]] [Op:__inference_multi_step_on_iterator_209]
+[shipyard-agent] algo-1: finished with status 1 in 9.1s"""
+
+
+def test_a_tensorflow_graph_execution_error_names_its_cause():
+    text = failure_text(1, ["python", "train.py"], GRAPH_ERROR_LOG)
+    message = text.splitlines()[2]
+    assert message.startswith(
+        'ErrorMessage "tensorflow.python.framework.errors_impl.InvalidArgumentError'
+    )
+    assert (
+        "Graph execution error: Received a label value of 10 which is outside the valid range"
+        in message
+    )
+    assert len(text) <= LIMIT
+    assert text.rstrip().endswith("[Op:__inference_multi_step_on_iterator_209]")
+
+
+def test_a_graph_execution_error_cut_off_before_its_node_line_keeps_its_exception_line():
+    cut = GRAPH_ERROR_LOG.split("Received a label")[0]
+    text = failure_text(1, ["python", "train.py"], cut)
+    assert text.splitlines()[2].endswith('InvalidArgumentError: Graph execution error:"')

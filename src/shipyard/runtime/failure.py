@@ -62,6 +62,8 @@ def error_excerpt(output: str) -> tuple[str, str]:
     end += 1
     if exc_line.endswith(USER_CODE):
         return _user_code_error(exc_line, lines, start, end)
+    if exc_line.endswith(GRAPH_ERROR):
+        return _graph_error(exc_line, lines, start, end)
     while end < len(lines) and lines[end].startswith((" ", "\t")) and lines[end].strip():
         end += 1  # the message's continuation lines (TF errors indent them)
     return exc_line, "\n".join(lines[start:end])
@@ -89,6 +91,35 @@ def _user_code_error(exc_line: str, lines: list[str], start: int, end: int) -> t
             last = end + 1
         end += 1
     return (inner or exc_line), "\n".join(lines[start:last])
+
+
+GRAPH_ERROR = "Graph execution error:"
+# how far past the exception line TensorFlow's graph error may run (its node's frames)
+_GRAPH_ERROR_SPAN = 400
+
+
+def _graph_error(exc_line: str, lines: list[str], start: int, end: int) -> tuple[str, str]:
+    """TensorFlow's ``InvalidArgumentError: Graph execution error:`` says its cause further
+    down: a blank line, ``Detected at node ... defined at (most recent call last):``, the
+    node's frames (indented, blank lines between), then the cause on an unindented line
+    (``Received a label value of 10 which is outside the valid range of [0, 10).``) and the
+    node line (``[[{{node ...}}]] [Op:...]``). The exception line gains the cause, and the
+    excerpt runs to the node line, so the FailureReason says what went wrong. Without a node
+    line in reach (the message was cut off) the excerpt stays as it was."""
+    cause = None
+    for j in range(end, min(len(lines), end + _GRAPH_ERROR_SPAN)):
+        stripped = lines[j].strip()
+        if stripped.startswith(("[[{{node", "[Op:")):
+            if cause is None:
+                return exc_line, "\n".join(lines[start:end])
+            return f"{exc_line} {cause}", "\n".join(lines[start : j + 1])
+        if (
+            stripped
+            and not lines[j].startswith((" ", "\t"))
+            and not stripped.startswith("Detected at node")
+        ):
+            cause = stripped
+    return exc_line, "\n".join(lines[start:end])
 
 
 def describe_exit(code: int) -> str:
