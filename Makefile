@@ -11,18 +11,23 @@ EXTRAS := dev,torch,tensorflow,ps,mpi,s3,serve,ray,docs
 .PHONY: demo test test-fast lint format venv clean bench bench-env browser sandbox-tools docs docs-serve bytecode
 
 # Instance sandboxes need iproute2 (`ip`, `ss`), util-linux (`setpriv`, `nsenter`), passt
-# (`pasta`, the instances' outbound network) and a C compiler (`cc`: Ray nodes build the
-# bind shim, shipyard/sandbox/bindshim.c): installed when missing, as root with apt-get;
+# (`pasta`, the instances' outbound network), a C compiler (`cc`: Ray nodes build the
+# bind shim, shipyard/sandbox/bindshim.c) and libseccomp (the seccomp filter): installed when missing, as root with apt-get;
 # elsewhere `shipyard doctor` names what is missing (jobs still run, without sandboxes,
 # outbound traffic or the shim).
 # A busy package manager (another install holds its lock) is waited for up to APT_WAIT
 # seconds; then `make demo`/`make test` go on without the tools and say which.
 APT_WAIT ?= 300
 SANDBOX_TOOLS := ip:iproute2 ss:iproute2 setpriv:util-linux nsenter:util-linux pasta:passt cc:gcc
+# libraries (file name:package): libseccomp builds the instances' seccomp filter
+SANDBOX_LIBS := libseccomp.so.2:libseccomp2
 sandbox-tools:
 	@missing=""; for t in $(SANDBOX_TOOLS); do \
 	  command -v $${t%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${t%%:*} ] || [ -x /sbin/$${t%%:*} ] \
 	    || missing="$$missing $${t##*:}"; done; \
+	for l in $(SANDBOX_LIBS); do \
+	  ls /lib/*/$${l%%:*} /usr/lib/*/$${l%%:*} /lib/$${l%%:*} /usr/lib/$${l%%:*} 2>/dev/null \
+	    | grep -q . || missing="$$missing $${l##*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  scripts/apt-install "jobs run without instance sandboxes, see shipyard doctor" $(APT_WAIT) $$missing; fi
 
