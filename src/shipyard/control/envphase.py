@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from shipyard.agent.config import AgentConfig
+from shipyard.control.reading import FRAMEWORK_ENV_NAME  # describe reads it from there
 from shipyard.environments import job as framework_envs
 from shipyard.environments import node
 from shipyard.environments.builder import BuildCancelled, EnvironmentBuildError
 from shipyard.errors import ShipyardError
 
 REQUEST_NAME = "framework-environment.request.json"
-FRAMEWORK_ENV_NAME = "framework-environment.json"
 REASON_LIMIT = 1024
 
 
@@ -139,6 +139,24 @@ def node_failure(exc: BaseException) -> str | None:
     text = str(original if isinstance(original, EnvironmentBuildError) else cause)
     reason = f"ClientError: the framework environment could not be built on a node: {text}"
     return reason[:REASON_LIMIT]
+
+
+def substitution_note(job_dir: str) -> str | None:
+    """One line for a failed job's FailureReason when its framework version was not the one
+    asked (the nearest of the same API generation ran): the script may have failed for that
+    very difference, and the reason is what most users read, not the log or describe."""
+    try:
+        with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), encoding="utf-8") as fh:
+            env = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(env, dict) or env.get("Exact") is not False or not env.get("Version"):
+        return None
+    return (
+        f"Framework: {env.get('Framework')} {env['Version']} ran, not the asked "
+        f"framework_version {env.get('Asked')!r} (the nearest with the same API that installs "
+        "here; describe's Shipyard.FrameworkEnvironment says why)"
+    )
 
 
 def _point_agents(job_dir: str, python: str | None, recipe: dict | None = None) -> None:

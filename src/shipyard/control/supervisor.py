@@ -181,6 +181,9 @@ class JobSupervisor:
         verdict = why(handle) if why is not None and handle is not None else None
         if verdict:
             text = f"{verdict}\n{text}"
+        note = envphase.substitution_note(self.record.job_dir)
+        if note:  # kept whole: the traceback's tail gives way to it
+            return f"[{host}] {text}"[: 1024 - len(note) - 1] + "\n" + note
         return f"[{host}] {text}"[:1024]
 
     # -- one attempt ----------------------------------------------------------------------
