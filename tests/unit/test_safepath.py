@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import tarfile
 
 import pytest
@@ -158,3 +159,93 @@ def test_open_record_refuses_a_link_at_the_name(tmp_path):
     with pytest.raises(OSError):
         safepath.open_record(str(tmp_path / "algo-1.log"), "a", encoding="utf-8")
     assert target.read_text() == "x"
+
+
+def test_a_download_into_the_tree_removes_links_an_earlier_attempt_left(tmp_path):
+    """A retried attempt downloads again into a tree the first attempt's processes could
+    write: a link at the channel, at a directory inside it or at an object's name is
+    removed and said, and the object lands in the tree, not in the host directory."""
+    from shipyard import storage
+    from shipyard.agent.channels.file import download_objects
+
+    src = tmp_path / "bucket"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.bin").write_bytes(b"a")
+    (src / "sub" / "b.bin").write_bytes(b"b")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "a.bin").write_text("HOST")
+    channel = tmp_path / "tree" / "input" / "data"
+    channel.mkdir(parents=True)
+    os.symlink(host, channel / "train")  # the channel itself
+    lines: list[str] = []
+    objects = storage.list_channel(str(src))
+    download_objects(
+        storage.store_for(str(src)), objects, str(channel / "train"), "t", lines.append
+    )
+    assert not os.path.islink(channel / "train")
+    assert (host / "a.bin").read_text() == "HOST" and sorted(os.listdir(host)) == ["a.bin"]
+    assert (channel / "train" / "sub" / "b.bin").read_bytes() == b"b"
+    # links inside the channel: a directory and a file name
+    shutil.rmtree(channel / "train" / "sub")
+    os.symlink(host, channel / "train" / "sub")
+    os.remove(channel / "train" / "a.bin")
+    os.symlink(host / "a.bin", channel / "train" / "a.bin")
+    download_objects(
+        storage.store_for(str(src)), objects, str(channel / "train"), "t", lines.append
+    )
+    assert (host / "a.bin").read_text() == "HOST" and sorted(os.listdir(host)) == ["a.bin"]
+    assert (channel / "train" / "a.bin").read_bytes() == b"a"
+    assert (channel / "train" / "sub" / "b.bin").read_bytes() == b"b"
+    assert sum("removed a link the job left" in line for line in lines) == 3
+
+
+def test_the_config_jsons_of_a_retried_tree_are_not_written_through_links(tmp_path):
+    from shipyard.agent.config import AgentConfig
+    from shipyard.agent.layout import build_tree, paths_for
+
+    victim = tmp_path / "victim"
+    victim.write_text("HOST")
+    config = AgentConfig(
+        job_name="j",
+        hosts=["algo-1"],
+        addresses={"algo-1": "127.0.0.1"},
+        instance_type="local",
+        num_cpus=1,
+        num_gpus=0,
+        hyperparameters={"lr": "0.1"},
+        input_data_config={},
+        channel_sources={},
+        submit_directory=str(tmp_path),
+        entry_point="train.py",
+        instances_dir=str(tmp_path / "job" / "instances"),
+    )
+    paths = build_tree(config, "algo-1")
+    for name in ("hyperparameters.json", "hyperparameters.json.tmp"):
+        target = os.path.join(paths.input_config, name)
+        if os.path.exists(target):
+            os.remove(target)
+        os.symlink(victim, target)
+    build_tree(config, "algo-1", paths_for(config, "algo-1"))
+    assert victim.read_text() == "HOST"
+    with open(os.path.join(paths.input_config, "hyperparameters.json")) as fh:
+        assert fh.read() == '{"lr": "0.1"}'
+
+
+def test_checkpoint_sync_uploads_files_and_never_a_link(tmp_path):
+    from shipyard.agent.channels.checkpoints import CheckpointSync
+
+    secret = tmp_path / "host-secret"
+    secret.write_text("HOST")
+    local = tmp_path / "tree" / "checkpoints"
+    local.mkdir(parents=True)
+    (local / "step-1.pt").write_text("ckpt")
+    os.symlink(secret, local / "stolen")
+    os.symlink(tmp_path, local / "hostdir")
+    lines: list[str] = []
+    sync = CheckpointSync(f"file://{tmp_path / 'bucket'}", str(local), None, lines.append)
+    assert sync.sync_once() == 1
+    assert sync.sync_once() == 0
+    assert sorted(os.listdir(tmp_path / "bucket")) == ["step-1.pt"]
+    assert (tmp_path / "bucket" / "step-1.pt").read_text() == "ckpt"
+    assert sum("not uploading" in line for line in lines) == 2  # each link said once

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipyard.agent.config import AgentConfig
+from shipyard.runtime import safepath
 
 GROUP_NAME = "homogeneousCluster"
 
@@ -124,11 +125,10 @@ def resource_config(config: AgentConfig, host: str) -> dict[str, Any]:
     }
 
 
-def _write_json(path: str, obj: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh)
-    os.replace(tmp, path)
+def _write_json(paths: InstancePaths, path: str, obj: Any) -> None:
+    """A config JSON of the tree, which an earlier attempt's processes could write: no
+    link left there is followed (shipyard.runtime.safepath)."""
+    safepath.write_text(paths.base, path, json.dumps(obj))
 
 
 def build_tree(config: AgentConfig, host: str, paths: InstancePaths | None = None) -> InstancePaths:
@@ -152,7 +152,7 @@ def build_tree(config: AgentConfig, host: str, paths: InstancePaths | None = Non
     for stale in (paths.success_file, paths.failure_file, paths.failure_time_file):
         if os.path.exists(stale):  # a retried attempt starts clean
             os.remove(stale)
-    _write_json(paths.config_file("hyperparameters.json"), config.hyperparameters)
-    _write_json(paths.config_file("resourceconfig.json"), resource_config(config, host))
-    _write_json(paths.config_file("inputdataconfig.json"), config.input_data_config)
+    _write_json(paths, paths.config_file("hyperparameters.json"), config.hyperparameters)
+    _write_json(paths, paths.config_file("resourceconfig.json"), resource_config(config, host))
+    _write_json(paths, paths.config_file("inputdataconfig.json"), config.input_data_config)
     return paths

@@ -53,17 +53,44 @@ def link_objects(objects: list[ObjectInfo], target: str) -> None:
         os.symlink(obj.location.path, dest)
 
 
+def unlinked(path: str, log: Callable[[str], None], top: str | None = None) -> None:
+    """Make sure a download into the job's tree lands in the tree: a link the job left
+    at ``path`` or at a directory between ``top`` and it (an earlier attempt's processes
+    could write the tree; none runs while the agent prepares the next) is removed, never
+    written through, and said. Without ``top``, ``path`` is the channel's directory."""
+    parts = [path] if top is None else _between(top, path)
+    for part in parts:
+        if os.path.islink(part):
+            log(f"removed a link the job left at {part} (-> {os.readlink(part)}): not followed")
+            os.remove(part)
+            if part != path:
+                os.makedirs(part, exist_ok=True)
+    if top is None and os.path.realpath(path) != os.path.abspath(path):
+        raise ValueError(f"{path} resolves through a link ({os.path.realpath(path)}): refused")
+
+
+def _between(top: str, path: str) -> list[str]:
+    """The directories below ``top`` down to ``path`` itself, outermost first."""
+    out = []
+    while path != top and path.startswith(top.rstrip(os.sep) + os.sep):
+        out.append(path)
+        path = os.path.dirname(path)
+    return out[::-1]
+
+
 def download_objects(
     store: Store, objects: list[ObjectInfo], target: str, label: str, log: Callable[[str], None]
 ) -> Progress:
     """Fetch every object into ``target`` in parallel; objects already there with the
     right size (an earlier attempt) are kept."""
     os.makedirs(target, exist_ok=True)
+    unlinked(target, log)
     progress = Progress(label, len(objects), sum(o.size for o in objects), log)
     log(f"{label}: downloading {len(objects)} objects, {progress.total_bytes / 1e6:.1f} MB")
 
     def fetch(obj: ObjectInfo) -> None:
         dest = safe_join(target, obj.relative)
+        unlinked(dest, log, top=target)
         if not (os.path.isfile(dest) and os.path.getsize(dest) == obj.size):
             store.download(obj, dest)
         progress.add(obj.size)
