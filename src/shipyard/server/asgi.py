@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -307,9 +307,15 @@ async def _send(
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": resp.status, "headers": headers})
     if method == "HEAD" or not resp.file:
+        if resp.handle is not None:
+            resp.handle.close()
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else resp.body})
         return
-    fh = await loop.run_in_executor(pool, open, resp.file, "rb")
+    fh: BinaryIO
+    if resp.handle is not None:  # opened by the handler: the bytes its headers describe
+        fh = resp.handle
+    else:
+        fh = await loop.run_in_executor(pool, open, resp.file, "rb")
     try:
         await loop.run_in_executor(pool, fh.seek, resp.offset)
         left = resp.length

@@ -9,6 +9,10 @@
   ``AWS_DATA_PATH`` before its own data; ``aws_data`` writes an STS rule set there
   that resolves to this server whatever URL was given. Data, not code: no import hook,
   no patched SDK, and every other service keeps botocore's own rules.
+- SigV4 for S3: a default boto3 client in us-east-1 presigns S3 URLs with SigV2, which
+  the server refuses (as S3 does in every region opened since 2014). boto3 takes the
+  signature version from the shared config file only, so ``AWS_CONFIG_FILE`` names one
+  that says ``s3 = signature_version = s3v4`` (the profile is unset beside it).
 - Telemetry: the SDK's config file (``SAGEMAKER_USER_CONFIG_OVERRIDE``) with
   ``TelemetryOptOut: true``, so nothing is sent to a public URL after ``fit()``.
 - Local mode: ``PATH`` starts with a directory holding ``docker`` and ``docker-compose``
@@ -29,6 +33,12 @@ from shipyard.server import credentials
 DEFAULT_PORT = 8765
 DEFAULT_REGION = "us-east-1"
 STS_VERSION = "2011-06-15"
+AWS_CONFIG = """\
+# written by `shipyard server env`: S3 requests and presigned URLs signed with SigV4
+[default]
+s3 =
+    signature_version = s3v4
+"""
 SAGEMAKER_CONFIG = """\
 SchemaVersion: '1.0'
 SageMaker:
@@ -113,9 +123,15 @@ def write_client_files(home: str, url: str) -> dict[str, str]:
         _atomic(os.path.join(sts_dir, "endpoint-rule-set-1.json"), json.dumps(sts_rule_set(url)))
         config = os.path.join(root, "sagemaker-config.yaml")
         _atomic(config, SAGEMAKER_CONFIG)
+        aws_config = os.path.join(root, "aws-config")
+        _atomic(aws_config, AWS_CONFIG)
     finally:
         os.umask(mask)
-    return {"AWS_DATA_PATH": data, "SAGEMAKER_USER_CONFIG_OVERRIDE": config}
+    return {
+        "AWS_DATA_PATH": data,
+        "SAGEMAKER_USER_CONFIG_OVERRIDE": config,
+        "AWS_CONFIG_FILE": aws_config,
+    }
 
 
 def _atomic(path: str, text: str) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from shipyard import settings
-from shipyard.server import sigv4
+from shipyard.server import s3_checks, sigv4
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request
 
@@ -165,6 +165,8 @@ def authorize(req: Request, keys: Mapping[str, str], names: Names) -> str:
     check_host(req.headers, names, service)
     check_origin(req.method, req.headers, names, service)
     if sc is None:
+        if service == "s3":
+            s3_checks.refuse_sigv2(req.headers, req.query)
         raise denied(
             service,
             "MissingAuthenticationToken",

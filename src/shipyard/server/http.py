@@ -89,6 +89,7 @@ class Response:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     file: str | None = None  # stream this file's [offset, offset+length) instead of body
+    handle: BinaryIO | None = None  # ``file`` opened already (S3: one version's bytes)
     offset: int = 0
     length: int = 0
 

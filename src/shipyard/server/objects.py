@@ -25,6 +25,7 @@ from typing import BinaryIO
 from shipyard.server.errors import ApiError
 from shipyard.server.local_db import LocalDb
 from shipyard.server.s3_checks import Digests
+from shipyard.server.s3_conditions import Precondition
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS buckets (name TEXT PRIMARY KEY, region TEXT, created REAL);
@@ -175,14 +176,13 @@ class ObjectStore:
         etag: str,
         content_type: str | None,
         meta: dict[str, str],
-        only_new: bool = False,
+        cond: Precondition | None = None,
         parts: list[int] | None = None,
-        replaces: str | None = None,
     ) -> Obj:
-        """Move a finished temporary file into place as (bucket, key); with ``only_new``
-        (If-None-Match: *) only if no object has the key, with ``replaces`` (If-Match) only
-        if the object still has that ETag: checked in the same transaction as the write,
-        so of two racing conditional writes exactly one wins."""
+        """Move a finished temporary file into place as (bucket, key), only if ``cond``
+        (If-None-Match: *, If-Match) holds for the object it replaces: checked in the same
+        transaction as the write, so of two racing conditional writes exactly one wins and
+        a refused write changes nothing."""
         try:
             self.bucket_region(bucket)
         except ApiError:
@@ -200,22 +200,11 @@ class ObjectStore:
             db.execute("BEGIN IMMEDIATE")
             try:
                 old = db.execute(
-                    "SELECT file, etag FROM objects WHERE bucket=? AND key=?",
+                    "SELECT file, etag, modified, size FROM objects WHERE bucket=? AND key=?",
                     (bucket, key.encode()),
                 ).fetchone()
-                if old and only_new:
-                    raise ApiError(
-                        "PreconditionFailed",
-                        f"If-None-Match: * and the object {key!r} exists; nothing was written",
-                        412,
-                    )
-                if replaces is not None and (not old or old[1] != replaces):
-                    raise ApiError(
-                        "PreconditionFailed",
-                        f"If-Match: the object {key!r} changed while this write was received; "
-                        "nothing was written",
-                        412,
-                    )
+                if cond:
+                    cond.check(key, old and (old[1], old[2], old[3]), early=False)
                 db.execute(
                     "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?)",
                     (bucket, key.encode(), final, size, etag, now, content_type, json.dumps(meta)),
@@ -241,15 +230,35 @@ class ObjectStore:
             raise ApiError("NoSuchKey", f"no object s3://{bucket}/{key}", 404)
         return Obj(bucket, key, row[0], row[1], row[2], row[3], row[4], json.loads(row[5] or "{}"))
 
-    def delete(self, bucket: str, key: str) -> None:
+    def delete(self, bucket: str, key: str, cond: Precondition | None = None) -> None:
+        """Remove (bucket, key) (nothing to remove is no error, as in S3), only if ``cond``
+        (If-Match, last-modified time, size) holds: checked in the delete's transaction."""
         self.bucket_region(bucket)
         with self._db() as db:
-            row = db.execute(
-                "SELECT file FROM objects WHERE bucket=? AND key=?", (bucket, key.encode())
-            ).fetchone()
-            db.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, key.encode()))
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute(
+                    "SELECT file, etag, modified, size FROM objects WHERE bucket=? AND key=?",
+                    (bucket, key.encode()),
+                ).fetchone()
+                if cond:
+                    cond.check(key, row and (row[1], row[2], row[3]), early=True)
+                db.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, key.encode()))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
         if row:
             _unlink_object(row[0])
+
+    def current(self, bucket: str, key: str) -> tuple[str, float, int] | None:
+        """(etag, modified, size) of (bucket, key), or None: what a precondition reads."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT etag, modified, size FROM objects WHERE bucket=? AND key=?",
+                (bucket, key.encode()),
+            ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
 
     def scan(
         self, bucket: str, prefix: str, start_after: str, limit: int
@@ -308,11 +317,18 @@ class ObjectStore:
             fh.write(md5)
 
     def complete_upload(
-        self, upload_id: str, bucket: str, key: str, parts: list[tuple[int, str]]
+        self,
+        upload_id: str,
+        bucket: str,
+        key: str,
+        parts: list[tuple[int, str]],
+        cond: Precondition | None = None,
     ) -> Obj:
-        """Concatenate the parts into the object. A Complete repeated after success (a
-        client retrying a response it lost) answers the object it made, as S3 does, while
-        that object is still the one the upload wrote."""
+        """Concatenate the parts into the object, only if ``cond`` (If-None-Match: *,
+        If-Match) holds: checked before the parts are read and again as the object is
+        committed; a refused Complete keeps the upload, as S3 does. A Complete repeated
+        after success (a client retrying a response it lost) answers the object it made, as
+        S3 does, while that object is still the one the upload wrote."""
         try:
             content_type, meta = self._upload(upload_id, bucket, key)
         except ApiError as err:
@@ -320,6 +336,8 @@ class ObjectStore:
             if done is None:
                 raise err from None
             return done
+        if cond:
+            cond.check(key, self.current(bucket, key), early=True)
         part_dir = os.path.join(self.root, "uploads", upload_id)
         if not parts or [n for n, _ in parts] != sorted({n for n, _ in parts}):
             raise ApiError("InvalidPartOrder", "list the parts once each, in ascending order")
@@ -351,7 +369,7 @@ class ObjectStore:
             _unlink(tmp)
             raise
         etag = f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"
-        obj = self.commit(bucket, key, tmp, etag, content_type, meta, parts=sizes)
+        obj = self.commit(bucket, key, tmp, etag, content_type, meta, cond, parts=sizes)
         now = time.time()
         with self._db() as db:
             db.execute("DELETE FROM completed WHERE created < ?", (now - COMPLETED_KEPT,))

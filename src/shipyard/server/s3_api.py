@@ -9,6 +9,7 @@ flexible checksums) are decoded on the way; a signed payload hash is checked.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import email.header
 import email.utils
 import hashlib
@@ -26,12 +27,20 @@ from shipyard.server import s3_listings as listings
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, tag, xml_response
 from shipyard.server.objects import Obj, ObjectStore, part_sizes
-from shipyard.server.s3_checks import MAX_DELETE_KEYS, Digests, check_key, check_sub_resources
+from shipyard.server.s3_checks import (
+    MAX_DELETE_KEYS,
+    Digests,
+    check_headers,
+    check_key,
+    check_sub_resources,
+)
+from shipyard.server.s3_conditions import Precondition, write_precondition
 from shipyard.server.s3_listings import NS
 from shipyard.server.s3_listings import int_arg as _int_arg
 from shipyard.server.s3_listings import iso as _iso
 
 MAX_OBJECT = 5 << 30
+CHECKSUM = "x-amz-checksum-"  # an object's stored checksums: meta keys by this prefix
 MAX_XML_BODY = 8 << 20  # a DeleteObjects of 1,000 keys of 1,024 bytes fits
 CHUNK_READ = 1 << 20
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -210,6 +219,7 @@ class S3Api:
                 "changed)",
                 501,
             )
+        check_headers(route, req.headers)  # what is not served changes nothing
         return getattr(self, route)(req, bucket, key)
 
     def head_bucket(self, req: Request, bucket: str, key: str) -> Response:
@@ -235,7 +245,9 @@ class S3Api:
         return Response(204)
 
     def delete_object(self, req: Request, bucket: str, key: str) -> Response:
-        self.store.delete(bucket, key)
+        """DeleteObject, conditional on If-Match (and the last-modified time and size S3
+        also takes), evaluated in the delete's own transaction."""
+        self.store.delete(bucket, key, write_precondition(req.headers, delete=True))
         return Response(204)
 
     # -- buckets --------------------------------------------------------------------------
@@ -266,26 +278,45 @@ class S3Api:
             root = ET.fromstring(req.body)
         except ET.ParseError:
             raise ApiError("MalformedXML", "the Delete body is not XML") from None
-        keys = [node.text or "" for node in root.iter(f"{{{NS}}}Key")]
-        if len(keys) > MAX_DELETE_KEYS:
+        if "if-match" in req.headers or "if-none-match" in req.headers:
+            raise ApiError(
+                "NotImplemented",
+                "DeleteObjects takes its conditions per object (ETag in the body), not as "
+                "If-Match/If-None-Match headers; nothing was deleted",
+                501,
+            )
+        entries = [_delete_entry(node) for node in root if _local(node.tag) == "Object"]
+        if len(entries) > MAX_DELETE_KEYS:
             raise ApiError(
                 "MalformedXML",
-                f"one DeleteObjects names at most {MAX_DELETE_KEYS} keys, not {len(keys)}; "
+                f"one DeleteObjects names at most {MAX_DELETE_KEYS} keys, not {len(entries)}; "
                 "nothing was deleted",
             )
         self.store.bucket_region(bucket)
         quiet = (root.findtext(f"{{{NS}}}Quiet") or "").strip().lower() == "true"
         done = []
-        for key in keys:
-            self.store.delete(bucket, key)
+        for key, cond in entries:
+            try:
+                self.store.delete(bucket, key, cond)
+            except ApiError as err:  # this entry's condition: reported, the others go on
+                done.append(
+                    "<Error>"
+                    + tag("Key", key)
+                    + tag("Code", err.code)
+                    + tag("Message", err.message)
+                    + "</Error>"
+                )
+                continue
             if not quiet:
                 done.append(f"<Deleted>{tag('Key', key)}</Deleted>")
         return xml_response("DeleteResult", "".join(done), ns=NS)
 
     # -- objects --------------------------------------------------------------------------
-    def _receive(self, req: Request) -> tuple[str, str]:
-        """The request body into a temporary file: (path, md5 hex). Its signed SHA-256,
-        Content-MD5 and x-amz-checksum-* are checked; a mismatch stores nothing."""
+    def _receive(self, req: Request) -> tuple[str, str, dict[str, str]]:
+        """The request body into a temporary file: (path, md5 hex, the x-amz-checksum-*
+        it was sent with, to keep). Its signed SHA-256, Content-MD5 and x-amz-checksum-*
+        (headers, or trailers after an aws-chunked body, read to its end) are checked; a
+        mismatch stores nothing."""
         if req.length > MAX_OBJECT:
             raise ApiError("EntityTooLarge", "an object (or part) is at most 5 GiB", 400)
         sha_header = req.headers.get("x-amz-content-sha256", "")
@@ -303,64 +334,47 @@ class S3Api:
                     "MissingContentLength",
                     "an aws-chunked body needs x-amz-decoded-content-length (a whole number)",
                 )
-            stream: BinaryIO = _Chunked(req.stream, digests)  # type: ignore[assignment]
+            raw = req.stream if req._body is None else io.BytesIO(req._body)  # read: signed
+            stream: BinaryIO = _Chunked(raw, digests)  # type: ignore[assignment]
             if req.length < 0:
                 raise ApiError("InvalidRequest", "aws-chunked inside Transfer-Encoding: chunked")
         elif req._body is not None:  # read (and checked) already, with the signature
             length, stream = len(req._body), io.BytesIO(req._body)
         else:
             length, stream = req.length, req.stream
-        tmp, md5, sha = self.store.write_temp(stream, length, digests)
+        if chunked:  # to the last chunk and its trailers, then the size declared
+            tmp, md5, sha = self.store.write_temp(stream, -1, digests)
+            if os.path.getsize(tmp) != length:
+                os.unlink(tmp)
+                raise ApiError(
+                    "IncompleteBody",
+                    f"the aws-chunked body holds {os.path.getsize(tmp)} bytes, not the "
+                    f"x-amz-decoded-content-length {length}",
+                )
+        else:
+            tmp, md5, sha = self.store.write_temp(stream, length, digests)
         if re.fullmatch(r"[0-9a-f]{64}", sha_header) and sha_header != sha:
             os.unlink(tmp)
             raise ApiError(
                 "XAmzContentSHA256Mismatch", "the body does not match its signed SHA-256"
             )
-        return tmp, md5
+        return tmp, md5, digests.checksums()
 
     def put_object(self, req: Request, bucket: str, key: str) -> Response:
+        cond = self._precondition(req, bucket, key)  # refused before the body is read
+        tmp, md5, checksums = self._receive(req)
+        meta = _meta(req) | checksums
+        obj = self.store.commit(bucket, key, tmp, md5, req.headers.get("content-type"), meta, cond)
+        return Response(200, b"", {"ETag": f'"{obj.etag}"'} | checksums)
+
+    def _precondition(self, req: Request, bucket: str, key: str) -> Precondition:
+        """A write's If-None-Match: * / If-Match, checked now (so a doomed upload is
+        refused before its body is read) and again where the store commits the write."""
         self.store.bucket_region(bucket)
-        only_new = _if_none_match(req)
-        if only_new:
-            self._absent(bucket, key)  # refuse before reading the body
-        replaces = self._if_match(req, bucket, key)
-        tmp, md5 = self._receive(req)
-        obj = self.store.commit(
-            bucket,
-            key,
-            tmp,
-            md5,
-            req.headers.get("content-type"),
-            _meta(req),
-            only_new,
-            replaces=replaces,
-        )
-        return Response(200, b"", {"ETag": f'"{obj.etag}"'})
-
-    def _if_match(self, req: Request, bucket: str, key: str) -> str | None:
-        """If-Match on a write (S3's conditional write): the ETag the object must still
-        have when the new one replaces it (checked again as it is committed), or None."""
-        wanted = req.headers.get("if-match")
-        if wanted is None:
-            return None
-        current = self.store.get(bucket, key)  # NoSuchKey (404) when there is none, as S3
-        if not s3_conditions.etag_matches(wanted, current.etag):
-            raise ApiError(
-                "PreconditionFailed",
-                f"If-Match {wanted!r} and the object's ETag is {current.etag!r}; nothing "
-                "was written",
-                412,
-            )
-        return current.etag
-
-    def _absent(self, bucket: str, key: str) -> None:
-        try:
-            self.store.get(bucket, key)
-        except ApiError as err:
-            if err.code == "NoSuchKey":
-                return
-            raise
-        raise precondition_failed(key)
+        cond = write_precondition(req.headers)
+        if cond:
+            cond.check(key, self.store.current(bucket, key), early=True)
+        return cond
 
     def _source(self, req: Request) -> Obj:
         raw = req.headers["x-amz-copy-source"]
@@ -388,14 +402,13 @@ class S3Api:
                 "MetadataDirective=REPLACE with the new metadata",
             )
         content_type, meta = src.content_type, src.meta
-        if directive == "REPLACE":
-            content_type, meta = req.headers.get("content-type"), _meta(req)
-        only_new = _if_none_match(req)
-        if only_new:
-            self._absent(bucket, key)
+        if directive == "REPLACE":  # new metadata; the checksums stay the bytes' own
+            content_type = req.headers.get("content-type")
+            meta = _meta(req) | {k: v for k, v in src.meta.items() if k.startswith(CHECKSUM)}
+        cond = self._precondition(req, bucket, key)  # the destination's conditions
         with open(src.file, "rb") as fh:
             tmp, _, _ = self.store.write_temp(fh, src.size)
-        obj = self.store.commit(bucket, key, tmp, src.etag, content_type, meta, only_new)
+        obj = self.store.commit(bucket, key, tmp, src.etag, content_type, meta, cond)
         inner = tag("ETag", f'"{obj.etag}"') + tag("LastModified", _iso(obj.modified))
         return xml_response("CopyObjectResult", inner, ns=NS)
 
@@ -439,9 +452,46 @@ class S3Api:
         return listings.parts(self.store, req, bucket, key)
 
     def get_object(self, req: Request, bucket: str, key: str) -> Response:
-        obj = self.store.get(bucket, key)
-        s3_conditions.check(req.headers, obj.etag, obj.modified)
-        headers = _object_headers(obj)
+        """GetObject and HeadObject. A GET opens the object's file before it answers: the
+        headers and the bytes are then one version's, whatever an overwrite or delete does
+        meanwhile (each version is its own file, and an open file outlives its unlink)."""
+        handle: BinaryIO | None = None
+        for _ in range(8):  # an overwrite between the lookup and the open: look again
+            obj = self.store.get(bucket, key)
+            if req.method == "HEAD":
+                break
+            try:
+                handle = open(obj.file, "rb")  # noqa: SIM115 - the HTTP layer closes it
+                break
+            except FileNotFoundError:
+                continue
+        else:
+            raise ApiError("SlowDown", f"s3://{bucket}/{key} is being rewritten; retry", 503)
+        try:
+            response = self._answer(req, obj)
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            raise
+        if response.file is not None and handle is not None:
+            response.handle = handle
+        elif handle is not None:
+            handle.close()
+        return response
+
+    def _answer(self, req: Request, obj: Obj) -> Response:
+        """The answer to a GET or HEAD of ``obj``: its headers and which of its bytes."""
+        try:
+            s3_conditions.check(req.headers, obj.etag, obj.modified)
+        except ApiError as err:
+            if err.status != 304:
+                raise
+            kept = ("ETag", "Last-Modified", "Cache-Control", "Expires")
+            unchanged = {k: v for k, v in _object_headers(obj).items() if k in kept}
+            return Response(304, b"", unchanged)  # S3 names the version the caller has
+        whole = req.arg("partNumber") is None and not req.headers.get("range")
+        wants = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
+        headers = _object_headers(obj, checksums=wants and whole)
         for param, header in RESPONSE_OVERRIDES.items():
             value = req.arg(param)
             if value is not None:
@@ -493,9 +543,9 @@ class S3Api:
 
     def upload_part(self, req: Request, bucket: str, key: str) -> Response:
         number = _part_number(req)
-        tmp, md5 = self._receive(req)
+        tmp, md5, checksums = self._receive(req)
         self.store.put_part(req.arg("uploadId") or "", bucket, key, number, tmp, md5)
-        return Response(200, b"", {"ETag": f'"{md5}"'})
+        return Response(200, b"", {"ETag": f'"{md5}"'} | checksums)
 
     def complete_upload(self, req: Request, bucket: str, key: str) -> Response:
         try:
@@ -510,7 +560,8 @@ class S3Api:
             if not number.isdigit():
                 raise ApiError("MalformedXML", f"PartNumber {number[:20]!r} is not a number")
             parts.append((int(number), etag))
-        obj = self.store.complete_upload(req.arg("uploadId") or "", bucket, key, parts)
+        cond = write_precondition(req.headers)
+        obj = self.store.complete_upload(req.arg("uploadId") or "", bucket, key, parts, cond)
         inner = tag("Bucket", bucket) + tag("Key", key) + tag("ETag", f'"{obj.etag}"')
         return xml_response("CompleteMultipartUploadResult", inner, ns=NS)
 
@@ -525,24 +576,6 @@ def _part_number(req: Request) -> int:
     if not 1 <= number <= 10000:
         raise ApiError("InvalidArgument", "partNumber must be a whole number from 1 to 10000")
     return number
-
-
-def _if_none_match(req: Request) -> bool:
-    """If-None-Match: * -- write only if no object has the key (S3's conditional write)."""
-    value = req.headers.get("if-none-match")
-    if value is None:
-        return False
-    if value.strip() != "*":
-        raise ApiError("NotImplemented", "a write's If-None-Match may only be '*'", 501)
-    return True
-
-
-def precondition_failed(key: str) -> ApiError:
-    return ApiError(
-        "PreconditionFailed",
-        f"If-None-Match: * and the object {key!r} exists; nothing was written",
-        412,
-    )
 
 
 def _meta(req: Request) -> dict[str, str]:
@@ -584,7 +617,9 @@ def _meta_header(value: str) -> str:
     return "=?UTF-8?B?" + base64.b64encode(value.encode("utf-8")).decode() + "?="
 
 
-def _object_headers(obj: Obj) -> dict[str, str]:
+def _object_headers(obj: Obj, checksums: bool = False) -> dict[str, str]:
+    """An object's headers; its stored x-amz-checksum-* only with ``checksums`` (a whole
+    object asked with x-amz-checksum-mode: ENABLED, as S3 answers them)."""
     headers = {
         "ETag": f'"{obj.etag}"',
         "Last-Modified": _http_date(obj.modified),
@@ -594,9 +629,30 @@ def _object_headers(obj: Obj) -> dict[str, str]:
     for name, value in obj.meta.items():
         if name in STORED_HEADERS:
             headers[STORED_HEADERS[name]] = value
+        elif name.startswith(CHECKSUM):
+            if checksums:
+                headers[name] = value
+                headers["x-amz-checksum-type"] = "FULL_OBJECT"
         else:
             headers[name] = _meta_header(value)
     return headers
+
+
+def _delete_entry(node: ET.Element) -> tuple[str, Precondition | None]:
+    """One DeleteObjects <Object>: its key and the conditions S3 evaluates per object
+    (ETag, LastModifiedTime, Size)."""
+    fields = {_local(child.tag): (child.text or "") for child in node}
+    etag, when, size = fields.get("ETag"), fields.get("LastModifiedTime"), fields.get("Size")
+    if etag is None and when is None and size is None:
+        return fields.get("Key", ""), None
+    try:
+        modified = dt.datetime.fromisoformat(when.strip()).timestamp() if when else None
+        length = int(size) if size is not None else None
+    except ValueError:
+        raise ApiError(
+            "MalformedXML", "an Object's LastModifiedTime or Size is malformed"
+        ) from None
+    return fields.get("Key", ""), Precondition(False, etag, modified, length)
 
 
 def sha256_hex(data: bytes) -> str:

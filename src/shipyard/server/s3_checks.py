@@ -144,6 +144,12 @@ class Digests:
             if name == "x-amz-checksum-sha1" and self.sha1 is None:
                 raise ApiError("NotImplemented", "declare a SHA1 trailer in its header", 501)
 
+    def checksums(self) -> dict[str, str]:
+        """The x-amz-checksum-* the body came with (header or trailer), as sent: what the
+        object keeps and a GET with x-amz-checksum-mode: ENABLED answers. Call after
+        :meth:`verify`."""
+        return {f"x-amz-checksum-{k}": v for k, v in self.expected.items() if k != "md5"}
+
     def verify(self) -> None:
         got = {
             "md5": self.md5.digest(),
@@ -171,3 +177,69 @@ def _b64(value: str, header: str, size: int) -> str:
             "InvalidDigest", f"{header} {value!r} is not a base64 digest of {size} bytes"
         )
     return base64.b64encode(raw).decode()
+
+
+# Request headers asking for a feature this server does not provide. Accepting one and
+# ignoring it lies to the caller (a "locked" object deletes at once; an SSE-C object comes
+# back to a GET without its key), so each is refused with S3's NotImplemented, nothing
+# changed. header -> (what it asks for, values that ask for nothing and are accepted)
+NOT_SERVED_HEADERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "x-amz-object-lock-mode": ("object lock retention", ()),
+    "x-amz-object-lock-retain-until-date": ("object lock retention", ()),
+    "x-amz-object-lock-legal-hold": ("an object lock legal hold", ("off",)),
+    "x-amz-tagging": ("object tagging", ("",)),
+    "x-amz-storage-class": ("storage classes other than STANDARD", ("standard",)),
+    "x-amz-website-redirect-location": ("website redirects", ("",)),
+    "x-amz-server-side-encryption-aws-kms-key-id": ("encryption with a KMS key", ()),
+    "x-amz-server-side-encryption-context": ("encryption with a KMS key", ()),
+    "x-amz-server-side-encryption-bucket-key-enabled": ("S3 Bucket Keys", ("false",)),
+    # SSE-S3 and SSE-KMS with the AWS-managed key: the SageMaker SDK asks for aws:kms on
+    # every code bundle and repacked model by default (encrypt_repacked_artifacts); both
+    # name a key the service manages, and objects here rest in the owner's private home
+    "x-amz-server-side-encryption": ("server-side encryption", ("aes256", "aws:kms")),
+}
+SSE_C = (
+    "x-amz-server-side-encryption-customer-",
+    "x-amz-copy-source-server-side-encryption-customer-",
+)
+WRITES = frozenset({"put_object", "copy_object", "start_upload"})
+
+
+def check_headers(route: str, headers: Mapping[str, str]) -> None:
+    """NotImplemented (501, nothing changed) for a request whose headers ask for what is
+    not served: object lock (on CreateBucket and on writes), tagging, storage classes, website
+    redirects, KMS keys and SSE-C (customer-provided keys, on any object request)."""
+    asked: str | None = None
+    if any(name.startswith(SSE_C) for name in headers):
+        asked = "server-side encryption with customer-provided keys (SSE-C)"
+    elif route == "create_bucket":
+        if headers.get("x-amz-bucket-object-lock-enabled", "").strip().lower() == "true":
+            asked = "object lock"
+    elif route in WRITES:
+        for name, (what, harmless) in NOT_SERVED_HEADERS.items():
+            value = headers.get(name)
+            if value is not None and value.strip().lower() not in harmless:
+                asked = f"{what} ({name}: {value[:64]})"
+                break
+    if asked is not None:
+        raise ApiError(
+            "NotImplemented",
+            f"{asked} is not implemented by shipyard server; nothing was changed",
+            501,
+        )
+
+
+def refuse_sigv2(headers: Mapping[str, str], query: Mapping[str, list[str]]) -> None:
+    """S3's own answer to a SigV2 request (``Authorization: AWS key:signature``, or a URL
+    presigned with ``AWSAccessKeyId``/``Signature``/``Expires``, what a default boto3 client
+    in us-east-1 presigns): 400 InvalidRequest naming the mechanism to use, as S3 answers in
+    every region opened since 2014, rather than "not signed", which sends the user looking
+    for a missing key. ``shipyard server env`` configures clients for SigV4."""
+    v2_header = headers.get("authorization", "").startswith("AWS ")
+    v2_query = "AWSAccessKeyId" in query and "Signature" in query
+    if v2_header or v2_query:
+        raise ApiError(
+            "InvalidRequest",
+            "The authorization mechanism you have provided is not supported. Please use "
+            "AWS4-HMAC-SHA256.",
+        )

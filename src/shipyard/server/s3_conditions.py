@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from shipyard.server.errors import ApiError
 
@@ -79,3 +80,87 @@ def _unchanged(prefix: str, header: str) -> ApiError:
     if prefix:  # a copy whose source the caller asked not to copy
         return _failed(prefix, header, "the source is the one named")
     return ApiError("NotModified", "Not Modified", 304)
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """What a write or a delete requires of the object it replaces or removes (S3's
+    conditional writes and deletes): ``If-None-Match: *`` (no object has the key),
+    ``If-Match`` (the object has one of these ETags, or any with ``*``) and, on deletes,
+    ``x-amz-if-match-last-modified-time`` and ``x-amz-if-match-size``.
+
+    Why a value and not a check done once: the store evaluates it inside the transaction
+    that writes or deletes (:meth:`ObjectStore.commit`, ``delete``), so a concurrent writer
+    cannot slip between the check and the change; the S3 layer also evaluates it before it
+    reads a body or concatenates parts (``early``), so a doomed upload is refused at once.
+    """
+
+    if_none_match: bool = False
+    if_match: str | None = None
+    modified: float | None = None
+    size: int | None = None
+
+    @property
+    def needs_object(self) -> bool:
+        return self.if_match is not None or self.modified is not None or self.size is not None
+
+    def __bool__(self) -> bool:
+        return self.if_none_match or self.needs_object
+
+    def check(self, key: str, current: tuple[str, float, int] | None, early: bool) -> None:
+        """Raise S3's answer unless ``current`` ((etag, modified, size) or None) satisfies
+        this. Missing object: NoSuchKey when found missing up front, 409
+        ConditionalRequestConflict when it went away while the request was under way (S3's
+        answer to a delete racing a conditional write); any other mismatch is 412."""
+        if current is None:
+            if not self.needs_object:
+                return
+            if early:
+                raise ApiError("NoSuchKey", f"no object {key!r} (the request's If-Match)", 404)
+            raise ApiError(
+                "ConditionalRequestConflict",
+                f"the object {key!r} was deleted while this conditional request was under "
+                "way; nothing was changed (retry it)",
+                409,
+            )
+        etag, modified, size = current
+        if self.if_none_match:
+            raise ApiError(
+                "PreconditionFailed",
+                f"If-None-Match: * and the object {key!r} exists; nothing was written",
+                412,
+            )
+        why = ""
+        if self.if_match is not None and not etag_matches(self.if_match, etag):
+            why = f"If-Match {self.if_match!r} and the object's ETag is {etag!r}"
+        elif self.modified is not None and int(modified) != int(self.modified):
+            why = "x-amz-if-match-last-modified-time is not the object's Last-Modified"
+        elif self.size is not None and size != self.size:
+            why = f"x-amz-if-match-size {self.size} and the object has {size} bytes"
+        if why:
+            raise ApiError(
+                "PreconditionFailed", f"{why} (object {key!r}); nothing was changed", 412
+            )
+
+
+def write_precondition(headers: Mapping[str, str], delete: bool = False) -> Precondition:
+    """A write's (PutObject, CopyObject's destination, CompleteMultipartUpload) or a
+    delete's preconditions from its headers. ``If-None-Match`` on a write takes only
+    ``*``, and a delete takes none (S3 answers NotImplemented for both, as here)."""
+    if_none = headers.get("if-none-match")
+    if if_none is not None and (delete or if_none.strip() != "*"):
+        raise ApiError(
+            "NotImplemented",
+            "If-None-Match on a delete, or other than '*' on a write, is not a condition S3 "
+            "evaluates; nothing was changed",
+            501,
+        )
+    modified = size = None
+    if delete:
+        modified = _date(headers.get("x-amz-if-match-last-modified-time"))
+        if "x-amz-if-match-size" in headers:
+            try:
+                size = int(headers["x-amz-if-match-size"])
+            except ValueError:
+                raise ApiError("InvalidArgument", "x-amz-if-match-size is not a number") from None
+    return Precondition(if_none is not None, headers.get("if-match"), modified, size)
