@@ -249,3 +249,26 @@ def test_checkpoint_sync_uploads_files_and_never_a_link(tmp_path):
     assert sorted(os.listdir(tmp_path / "bucket")) == ["step-1.pt"]
     assert (tmp_path / "bucket" / "step-1.pt").read_text() == "ckpt"
     assert sum("not uploading" in line for line in lines) == 2  # each link said once
+
+
+def test_the_pipe_feeder_never_writes_channel_data_through_a_link(tmp_path):
+    """The feeder (root, the host's filesystem) writes into the FIFO the job reads: a job
+    that replaced it by a link to a host file, or by a file, gets a refusal, and the host
+    file keeps its content."""
+    from shipyard.agent.channels.pipe import open_writer
+
+    tree = tmp_path / "tree"
+    data = tree / "input" / "data"
+    data.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("HOST")
+    os.symlink(victim, data / "train_0")
+    with pytest.raises(OSError):
+        open_writer(str(data / "train_0"), root=str(tree))
+    with pytest.raises(OSError):
+        open_writer(str(data / "train_0"))
+    os.remove(data / "train_0")
+    (data / "train_0").write_text("a file, not a FIFO")
+    with pytest.raises(OSError, match="not the channel's FIFO"):
+        open_writer(str(data / "train_0"), root=str(tree))
+    assert victim.read_text() == "HOST"

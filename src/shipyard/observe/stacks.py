@@ -30,6 +30,7 @@ import psutil
 
 from shipyard import settings
 from shipyard.errors import SettingError, ShipyardError
+from shipyard.runtime import safepath
 
 
 class StacksUnavailableError(ShipyardError):
@@ -265,12 +266,12 @@ class SilenceWatch:
                     "(SHIPYARD_STACKS_ON_SILENCE): the stack of every process follows"
                 ]
                 text += [f"[shipyard-stacks] {ln}" for ln in format_stacks(group)]
-                with open(log_files[host], "a", encoding="utf-8") as fh:
+                with safepath.open_record(log_files[host], "a", encoding="utf-8") as fh:
                     fh.write("\n".join(text) + "\n")
             self.dumps += 1
         except Exception as exc:  # noqa: BLE001 - a failed dump must not fail the job
             for path in list(log_files.values())[:1]:
-                with open(path, "a", encoding="utf-8") as fh:
+                with safepath.open_record(path, "a", encoding="utf-8") as fh:
                     fh.write(f"[shipyard-stacks] stack dump failed: {exc}\n")
         finally:
             self.last = self.clock()

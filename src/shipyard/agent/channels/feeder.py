@@ -5,10 +5,12 @@ shipyard.agent.channels.feeder --source pipe-X.json --input-data DIR [--failure-
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from shipyard.agent.channels.pipe import feed
 from shipyard.agent.channels.source import ChannelSource
+from shipyard.runtime import safepath
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,9 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - any failure fails the instance, named
         text = f"channel {source.name!r} (Pipe): {exc}"
         log(text)
-        if args.failure_file:
-            with open(args.failure_file, "w", encoding="utf-8") as fh:
-                fh.write(text[:1024])
+        if args.failure_file:  # in the job's tree: written without following its links
+            tree = os.path.dirname(os.path.dirname(os.path.abspath(args.input_data)))
+            try:
+                safepath.write_text(tree, args.failure_file, text[:1024])
+            except (OSError, ValueError) as err:
+                log(f"could not write the failure file {args.failure_file}: {err}")
         return 1
     return 0
 

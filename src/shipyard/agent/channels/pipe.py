@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import time
 import zlib
 from collections.abc import Iterator
 
 from shipyard.data import recordio
 from shipyard.errors import ShipyardError
+from shipyard.runtime import safepath
 from shipyard.storage import ObjectInfo, Store
 
 RECORDIO_TYPES = ("application/x-recordio", "application/x-recordio-protobuf")
@@ -101,16 +103,26 @@ def _gunzip(inflate, data: bytes):
     return b"".join(out), inflate
 
 
-def open_writer(path: str, poll: float = 0.02) -> int:
-    """Wait for a reader of the FIFO, then return a blocking write descriptor."""
+def open_writer(path: str, poll: float = 0.02, root: str | None = None) -> int:
+    """Wait for a reader of the FIFO, then return a blocking write descriptor.
+
+    The FIFO is in the job's tree and the feeder writes as root in the host's filesystem:
+    it is opened below ``root`` (the tree) without following a link, and anything but a
+    FIFO there (the job replaced it with a link or a file) is refused, never written."""
     while True:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            if root is not None:
+                fd = safepath.open_beneath(root, path, os.O_WRONLY | os.O_NONBLOCK)
+            else:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError as exc:
             if exc.errno != errno.ENXIO:  # ENXIO: nobody has it open for reading yet
                 raise
             time.sleep(poll)
             continue
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not the channel's FIFO (replaced by the job?)", path)
         os.set_blocking(fd, True)
         return fd
 
@@ -137,7 +149,7 @@ def feed(
     make_fifo(fifo_path(input_data, channel, 0))
     while epochs is None or epoch < epochs:
         path = fifo_path(input_data, channel, epoch)
-        fd = open_writer(path)
+        fd = open_writer(path, root=os.path.dirname(os.path.dirname(input_data)))
         written = 0
         try:
             for obj in objects:
