@@ -30,6 +30,8 @@ import os
 import sys
 from typing import Any
 
+from shipyard.sandbox import masks
+
 MASKED_HOMES = ("/root", "/home")
 # an instance's own shared memory and /tmp (as a container's): with a PID namespace per
 # instance, ranks of two jobs' algo-1 have the same pids, and Open MPI names its
@@ -108,6 +110,8 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, Any]:
         ),
         "writable": list(OWN_MOUNTS),
         "devices": list(DEVICES),
+        # masked /proc paths, host secrets, the instance's own /run (shipyard.sandbox.masks)
+        **masks.view_keys(),
     }
 
 

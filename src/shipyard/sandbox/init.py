@@ -36,6 +36,7 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -47,7 +48,12 @@ OLD_ROOT = ".shipyard-old-root"
 # mounts that stay writable in the instance: its own /proc (its sysctls excepted), its
 # ptys (the tmpfs it was given are named in the view)
 NEVER_READ_ONLY = ("proc", "devpts", "mqueue")
-PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")  # when the view names none
+# filesystems no layer goes over (the kernel's, bound as they are and made read-only)
+NOT_LAYERED = frozenset(
+    "proc sysfs devtmpfs devpts mqueue cgroup cgroup2 securityfs debugfs tracefs bpf "
+    "pstore configfs fusectl binfmt_misc autofs hugetlbfs efivarfs nsfs".split()
+)
 DEV_LINKS = (
     ("fd", "/proc/self/fd"),
     ("stdin", "/proc/self/fd/0"),
@@ -115,10 +121,11 @@ def _outermost(points: list[str]) -> list[str]:
 def build(view: dict) -> list[str]:
     """The view (see the module docstring); returns what could not be done, with why."""
     missing: list[str] = []
-    private = [*view.get("mask", []), *view.get("private_tmp", [])]
+    fresh = view.get("fresh", [])  # /run, /var/run: the instance's own, empty
+    private = [*view.get("mask", []), *view.get("private_tmp", []), *fresh]
     writable = [*view.get("keep_rw", []), *private, *view.get("writable", [])]
     keep = sorted(
-        [(p, False) for p in view.get("keep_rw", [])]
+        [(p, False) for p in [*view.get("keep_rw", []), *view.get("keep_own", [])]]
         + [(p, True) for p in view.get("keep_ro", [])],
         key=lambda item: item[0].count("/"),  # a path before the paths inside it
     )
@@ -132,7 +139,7 @@ def build(view: dict) -> list[str]:
     layers: list[str] = []
     if view.get("root_overlay"):
         try:
-            old_root, layers = _new_root()
+            old_root, layers = _new_root(as_is=view.get("writable", []), notes=missing)
         except (Refused, OSError) as exc:
             missing.append(
                 f"/ is the host's ({exc}): only {', '.join(view.get('overlay', []))} get a "
@@ -152,6 +159,9 @@ def build(view: dict) -> list[str]:
         try:
             mode = "1777" if top in view.get("sticky", []) else "0755"  # /tmp: everyone's
             _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
+            if top in fresh:  # /run/lock, as a distribution's /run has it
+                os.mkdir(f"{top}/lock")
+                os.chmod(f"{top}/lock", 0o1777)
         except Refused as exc:
             missing.append(f"{top} is visible: {exc}")
             private = [p for p in private if p != top]
@@ -177,31 +187,38 @@ def build(view: dict) -> list[str]:
     if old_root is not None:
         missing += _detach(old_root)
         missing += _host_mounts_read_only(writable, layers)
-    missing += _kernel_settings_read_only()
+    missing += _kernel_settings_read_only(view.get("proc_read_only", PROC_READ_ONLY))
+    missing += _masks(view.get("proc_mask", []), view.get("secrets", []))
     return missing
 
 
-def _new_root(scratch: str = "/tmp") -> tuple[str, list[str]]:
+def _new_root(
+    scratch: str = "/tmp", as_is: list[str] | None = None, notes: list[str] | None = None
+) -> tuple[str, list[str]]:
     """Make this mount namespace's root a tmpfs whose every top-level directory is an
     overlay: the host's directory below, a writable layer in memory above (thrown away
-    with the instance). Mounts below a directory (``/etc/hosts``, ``/opt/ml``) are bound
-    again on top of its overlay; a directory that is a mount of its own (``/proc``,
-    ``/sys``, ``/dev``, another disk), or one the kernel will not overlay (rootless, one
-    holding mounts made outside the user namespace: the kernel will not copy those apart)
-    is bound as it is, and made read-only later. Not one overlay of ``/``: rootless the
-    kernel refuses that (``/`` holds such mounts). Returns where the old root now is
-    (detached by the caller, once the kept paths are bound from it) and the directories
-    that got a writable layer."""
-    points = [p for p, _ in _mount_points() if p != "/"]
+    with the instance). A host mount point inside (or as) such a directory gets a layer
+    of its own the same way, so no host Unix socket is reachable anywhere in the view
+    (an overlay's socket inode is not the socket's: ``connect()`` is refused), while a
+    read-only bind would have left ``/run/docker.sock`` or D-Bus answering; a socket
+    bound as a mount point of its own is left out. The instance's own mounts
+    (``as_is``: ``/etc/hosts``, ``/opt/ml``) and the kernel's filesystems (``/proc``,
+    ``/sys``, ``/dev``) are bound as they are, and made read-only later (the kernel's);
+    a mount point the kernel will not layer (rootless, a file system overlayfs cannot
+    sit on) is bound as it is and named in ``notes``. Not one overlay of ``/``:
+    rootless the kernel refuses that (``/`` holds mounts made outside the user
+    namespace). Returns where the old root now is (detached by the caller, once the
+    kept paths are bound from it) and the directories that got a writable layer."""
+    mounts = [(p, t) for p, t in _mount_points() if p != "/"]
+    place = _Placer(scratch, [p for p, _ in mounts], dict(mounts), as_is or [], notes)
     _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
     new = f"{scratch}/root"
-    layers: list[str] = []
     try:
         os.mkdir(new)
         _mount("tmpfs", new, "tmpfs", MS_NODEV, "mode=0755")
+        place.new = new
         for name in sorted(os.listdir("/")):
-            if _place(f"/{name}", new, scratch, points):
-                layers.append(f"/{name}")
+            place.top(f"/{name}")
         os.mkdir(f"{new}/{OLD_ROOT}")
         os.chdir(new)
         if libc.syscall(SYS_PIVOT_ROOT, b".", os.fsencode(OLD_ROOT)):
@@ -211,41 +228,84 @@ def _new_root(scratch: str = "/tmp") -> tuple[str, list[str]]:
         libc.umount2(os.fsencode(scratch), MNT_DETACH)  # the host's root stays as it was
         raise
     os.chdir("/")
-    return "/" + OLD_ROOT, layers
+    return "/" + OLD_ROOT, place.layers
 
 
-def _place(path: str, new: str, scratch: str, points: list[str]) -> bool:
-    """One top-level entry of the host's root in the new root (see _new_root); True
-    when it got a writable layer."""
-    target = new + path
-    if os.path.islink(path):
-        os.symlink(os.readlink(path), target)
-        return False
-    if not os.path.isdir(path):
-        open(target, "w").close()
+class _Placer:
+    """The host's root, entry by entry, into the new root (see _new_root)."""
+
+    def __init__(
+        self,
+        scratch: str,
+        points: list[str],
+        fstypes: dict[str, str],
+        as_is: list[str],
+        notes: list[str] | None,
+    ) -> None:
+        self.scratch, self.points, self.fstypes = scratch, points, fstypes
+        self.as_is, self.notes = as_is, notes if notes is not None else []
+        self.new = ""
+        self.layers: list[str] = []
+
+    def top(self, path: str) -> None:
+        """One top-level entry of the host's root."""
+        target = self.new + path
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), target)
+            return
+        if not os.path.isdir(path):
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                open(target, "w").close()
+                _mount(path, target, None, MS_BIND | MS_REC)
+            return
+        os.mkdir(target)
+        os.chmod(target, os.stat(path).st_mode & 0o7777)
+        if path != self.scratch:  # the private /tmp goes there
+            self.directory(path, target)
+
+    def directory(self, path: str, target: str) -> None:
+        """A directory (a mount point or not) layered, with the mount points inside it
+        placed in turn; or bound as it is, with everything below it."""
+        if self._layerable(path):
+            layer = f"{self.scratch}/layers/{len(self.layers)}"
+            os.makedirs(f"{layer}/upper")
+            os.mkdir(f"{layer}/work")
+            options = f"lowerdir={path},upperdir={layer}/upper,workdir={layer}/work"
+            try:
+                _mount("overlay", target, "overlay", MS_NODEV, options)
+            except Refused as exc:
+                if path in self.points:
+                    self.notes.append(
+                        f"{path} is the host's mount as it is (no layer: {exc}): "
+                        "Unix sockets under it are reachable"
+                    )
+            else:
+                self.layers.append(path)
+                inside = [p for p in self.points if p != path and _under(p, path)]
+                for point in _outermost(list(dict.fromkeys(inside))):
+                    self.mount_point(point)
+                return
         _mount(path, target, None, MS_BIND | MS_REC)
-        return False
-    os.mkdir(target)
-    os.chmod(target, os.stat(path).st_mode & 0o7777)
-    if path == scratch:  # the private /tmp goes there
-        return False
-    if path not in points:
-        below = _outermost(list(dict.fromkeys(p for p in points if _under(p, path))))
-        layer = f"{scratch}/layers{path}"
-        os.makedirs(f"{layer}/upper")
-        os.mkdir(f"{layer}/work")
-        options = f"lowerdir={path},upperdir={layer}/upper,workdir={layer}/work"
+
+    def mount_point(self, point: str) -> None:
+        """A mount point inside a layered directory."""
+        target = self.new + point
         try:
-            _mount("overlay", target, "overlay", MS_NODEV, options)
-        except Refused:
-            pass  # bound as it is below, read-only later
+            mode = os.stat(point).st_mode
+        except OSError:
+            return
+        if stat.S_ISSOCK(mode):  # a host daemon's socket bound here: left out
+            return
+        _mount_point(point, target)
+        if stat.S_ISDIR(mode):
+            self.directory(point, target)
         else:
-            for point in below:
-                _mount_point(point, new + point)
-                _mount(point, new + point, None, MS_BIND | MS_REC)
-            return True
-    _mount(path, target, None, MS_BIND | MS_REC)
-    return False
+            _mount(point, target, None, MS_BIND | MS_REC)
+
+    def _layerable(self, path: str) -> bool:
+        if any(_under(path, own) or _under(own, path) for own in self.as_is):
+            return path not in self.points  # /etc holds /etc/hosts: layered, not /opt/ml
+        return self.fstypes.get(path) not in NOT_LAYERED
 
 
 def _mount_point(source: str, target: str) -> None:
@@ -322,18 +382,37 @@ def _host_mounts_read_only(writable: list[str], layers: list[str]) -> list[str]:
     return missing
 
 
-def _kernel_settings_read_only() -> list[str]:
-    """``/proc/sys`` and ``/proc/sysrq-trigger`` read-only (as a container's): uid 0 may
-    write most sysctls by file permission alone, without any capability."""
+def _kernel_settings_read_only(paths: list[str] | tuple[str, ...]) -> list[str]:
+    """runc's read-only paths (``/proc/sys``, ``/proc/sysrq-trigger``, ``/proc/irq``,
+    ``/proc/bus``, ``/proc/fs``) read-only: uid 0 may write most of them by file
+    permission alone, without any capability."""
     missing = []
-    for path in PROC_READ_ONLY:
+    for path in paths:
         if not os.path.exists(path):  # a kernel without magic SysRq
             continue
         try:
-            _mount(path, path, None, MS_BIND)
+            _mount(path, path, None, MS_BIND | MS_REC)
             _read_only(path)
         except (Refused, OSError) as exc:
             missing.append(f"{path} is writable: {exc}")
+    return missing
+
+
+def _masks(proc: list[str], secrets: list[str]) -> list[str]:
+    """runc's masked paths and the host's secrets (shipyard.sandbox.masks): a directory
+    covered by an empty read-only tmpfs, a file by ``/dev/null``, read-only."""
+    missing = []
+    paths = [*proc, *(p for pattern in secrets for p in sorted(glob.glob(pattern)))]
+    for path in paths:
+        try:
+            if os.path.isdir(path):
+                _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0")
+            elif os.path.exists(path):  # reads as empty, as runc's masks do
+                _mount("/dev/null", path, None, MS_BIND)
+                kept = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+        except (Refused, OSError) as exc:
+            missing.append(f"{path} is visible: {exc}")
     return missing
 
 
