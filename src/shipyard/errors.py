@@ -14,6 +14,8 @@ keeps catching them.
     │   └── AgentConfigError              an agent.json whose fields are missing or mistyped
     ├── StagingError                      code could not be staged (git clone, requirements, ...)
     ├── StorageError                      an s3:// or file:// location could not be read or written
+    │   ├── StorageUnavailableError       the store did not answer (worth retrying)
+    │   └── NoSpaceError                  a disk filled while shipyard wrote to it
     ├── JobNotFoundError (KeyError)       no such job in the store
     ├── BackendError                      instances could not be started or supervised
     ├── JobFailedError                    a waited-for job ended Failed (carries the FailureReason)
@@ -54,6 +56,16 @@ class ChannelError(ValidationError):
 
 class StorageError(ShipyardError):
     """An object store location is missing, refuses the credentials or does not answer."""
+
+
+class StorageUnavailableError(StorageError):
+    """The store did not answer (connection refused or reset, a timeout, a 5xx): a state
+    that passes (a restarted ``shipyard server``), so a caller with time retries."""
+
+
+class NoSpaceError(StorageError):
+    """A disk filled while shipyard wrote to it (ENOSPC or a quota); the message names the
+    path, the size being written and the space left, in one line."""
 
 
 class StagingError(ShipyardError):

@@ -243,6 +243,14 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=0,
     ),
     _user(
+        "SHIPYARD_UPLOAD_PATIENCE",
+        "3600",
+        "Seconds a finished job's artifact upload keeps retrying an S3 endpoint that does not "
+        "answer (a restarted `shipyard server`), at most the job's max_run.",
+        kind="float",
+        minimum=0,
+    ),
+    _user(
         "SHIPYARD_S3_MULTIPART_THRESHOLD",
         str(64 << 20),
         "Bytes above which S3 uploads/downloads move in parts (also the part size, min 5 MiB).",

@@ -8,10 +8,17 @@ an s3:// output_path gets them uploaded whole. Temporary names all start with
 ``PARTIAL_PREFIX`` and s3 scratch lives under the job's directory, so when the supervisor
 dies mid-upload :func:`discard_partial` (run by the reconcile that marks the job) finds
 and removes every piece.
+
+Two faults end in one line, never a traceback (issue 37): a disk that fills while an
+archive is written is a ``NoSpaceError`` naming the path, the bytes written and the space
+left (the partial archive removed); an S3 endpoint that is away (a restarted ``shipyard
+server``) is waited for with backoff as long as the caller's ``Patience`` allows
+(``storage.retry``), since the archives are built and only the store is missing.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import shutil
@@ -20,11 +27,18 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from shipyard.control import staging
 from shipyard.control.staging import local_path
+from shipyard.errors import NoSpaceError, StorageError
 from shipyard.observe import progress
 from shipyard.runtime import safepath
+from shipyard.storage.retry import Patience, patiently
+
+if TYPE_CHECKING:
+    from shipyard.storage.s3 import S3Store
+    from shipyard.storage.uri import Location
 
 PARTIAL_PREFIX = ".shipyard-partial-"
 SCRATCH_DIR = "upload-scratch"
@@ -83,14 +97,20 @@ def archive_dirs(
     root: str | None = None,
 ) -> ArchiveResult:
     """Merge ``[(host, dir), ...]`` (first wins) into a gzip tar at ``dest_path``;
-    ``on_file(nbytes)`` after each file (progress)."""
-    os.makedirs(os.path.dirname(dest_path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=os.path.dirname(dest_path),
-        prefix=PARTIAL_PREFIX + os.path.basename(dest_path) + ".",
-        suffix=".tmp",
-    )
-    os.close(fd)
+    ``on_file(nbytes)`` after each file (progress). A full disk is a NoSpaceError and
+    leaves nothing behind."""
+    try:
+        os.makedirs(os.path.dirname(dest_path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            dir=os.path.dirname(dest_path),
+            prefix=PARTIAL_PREFIX + os.path.basename(dest_path) + ".",
+            suffix=".tmp",
+        )
+        os.close(fd)
+    except OSError as exc:
+        if _full(exc):
+            raise _no_space(exc, dest_path, sources, 0) from None
+        raise
     seen: dict[str, str] = {}
     conflicts: list[str] = []
     skipped: list[str] = []
@@ -119,10 +139,40 @@ def archive_dirs(
                     if on_file is not None:
                         on_file(size)
         os.replace(tmp, dest_path)
-    except BaseException:
+    except BaseException as exc:
+        written = _size(tmp)
         os.unlink(tmp)
+        if isinstance(exc, OSError) and _full(exc):
+            raise _no_space(exc, dest_path, sources, written) from None
         raise
     return ArchiveResult(dest_path, "file://" + dest_path, len(seen), conflicts, skipped)
+
+
+def _full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _no_space(
+    exc: OSError, dest_path: str, sources: list[tuple[str, str]], written: int
+) -> NoSpaceError:
+    """One line for a disk that filled while writing ``dest_path``: the path, what was
+    written of what there was to write, and the space left where it was going."""
+    why = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+    try:
+        stat = os.statvfs(os.path.dirname(dest_path))
+        free = f"{_mb(stat.f_bavail * stat.f_frsize)} free of {_mb(stat.f_blocks * stat.f_frsize)}"
+    except OSError:
+        free = "free space unknown"
+    return NoSpaceError(
+        f"{why} writing {dest_path}: {_mb(written)} of the archive written, from "
+        f"{_mb(tree_bytes(sources))} of the instances' files; {free} there. Free space "
+        "there (or choose another output_path) and run the job again; the partial archive "
+        "was removed"
+    )
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.1f} MiB"
 
 
 def _size(path: str) -> int:
@@ -158,13 +208,15 @@ def save(
     model_dirs: list[tuple[str, str]],
     output_dirs: list[tuple[str, str]],
     scratch_root: str | None = None,
+    patience: Patience | None = None,
     root: str | None = None,
 ) -> tuple[ArchiveResult, ArchiveResult]:
     """Write model.tar.gz and output.tar.gz under ``<output_path>/<job>/output/``.
 
     For an s3:// output_path the archives are built in a scratch directory (under
     ``scratch_root``, the job's directory, when given) and uploaded; an object appears
-    only when its upload completes, so the bucket never holds half of one.
+    only when its upload completes, so the bucket never holds half of one. An endpoint
+    that is away is retried as ``patience`` allows (none: botocore's retries only).
     """
     if not output_path.startswith("s3://"):
         prefix = output_prefix(output_path, job_name)
@@ -177,6 +229,7 @@ def save(
             root,
         )
     from shipyard import storage
+    from shipyard.storage.s3 import S3Store
 
     base = storage.parse(output_path).child(f"{job_name}/output")
     store = storage.store_for(base)
@@ -195,14 +248,32 @@ def save(
         for result in archives:
             target = base.child(os.path.basename(result.path))
             size = os.path.getsize(result.path)
-            with progress.transfer(f"Uploading {target.uri}", size) as advance:
-                store.upload(result.path, target, callback=advance)
+
+            def upload(
+                path: str = result.path, target: Location = target, size: int = size
+            ) -> None:
+                # a bar per try: a retried upload starts again from its first byte
+                with progress.transfer(f"Uploading {target.uri}", size) as advance:
+                    store.upload(path, target, callback=advance)
+
+            patiently(f"uploading {target.uri}", upload, patience or Patience(0))
             results.append(
                 ArchiveResult(
                     target.uri, target.uri, result.files, result.conflicts, result.skipped
                 )
             )
+    if patience is not None and isinstance(store, S3Store):
+        _abort_leftover_parts(store, base)
     return results[0], results[1]
+
+
+def _abort_leftover_parts(store: S3Store, base: Location) -> None:
+    """A try cut off by the endpoint going away may leave a multipart upload it could not
+    abort; once every archive is in, nothing under the job's prefix is still uploading."""
+    try:
+        store.abort_incomplete_uploads(base.child(""))
+    except StorageError:
+        pass  # best effort: the archives are in; discard_partial tries again if needed
 
 
 def discard_partial(output_path: str, job_name: str, job_dir: str) -> list[str]:
@@ -219,7 +290,6 @@ def discard_partial(output_path: str, job_name: str, job_dir: str) -> list[str]:
                 pass
     else:
         from shipyard import storage
-        from shipyard.errors import StorageError
         from shipyard.storage.s3 import S3Store
 
         base = storage.parse(output_path).child(f"{job_name}/output/")

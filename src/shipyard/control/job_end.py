@@ -7,7 +7,10 @@ for different reasons: the ending rules follow SageMaker's lifecycle, while thes
 follow what describe and the dashboard show:
 
 * the model and output artifacts (``artifacts.save``), uploaded when the job completed or
-  ran out of time, with a warning when no instance saved a model;
+  ran out of time, with a warning when no instance saved a model; an S3 endpoint that is
+  away is waited for (the job's log and StatusMessage say so) for the job's max_run, at
+  most ``SHIPYARD_UPLOAD_PATIENCE``, and what still cannot be saved is one line for the
+  FailureReason (issue 37);
 * warnings, said where a user looks: the attached console, algo-1's log and describe
   (``warnings.json`` in the job directory);
 * the distribution report (algo-1's first) copied to the job directory, and the
@@ -21,11 +24,15 @@ import os
 from collections.abc import Callable
 from typing import TextIO
 
+from shipyard import settings
 from shipyard.agent.layout import InstancePaths
 from shipyard.control import artifacts
 from shipyard.control.home import Home
+from shipyard.control.lifecycle import Event, IllegalTransition
 from shipyard.control.store import JobRecord, Store
+from shipyard.errors import StorageError
 from shipyard.runtime import safepath
+from shipyard.storage.retry import Patience
 
 REPORT_NAME = "distribution-report.json"
 RECORD_LIMIT = 1 << 20  # an agent's record in the instance's tree: lost processes, protections
@@ -150,19 +157,50 @@ class JobEnd:
                 + "\n"
             )
 
-    def upload(self) -> None:
-        """Archive every instance's model and output directories and upload them."""
+    def patience(self, should_stop: Callable[[], bool]) -> Patience:
+        """How long the upload waits for a store that is away: the job's max_run, at most
+        SHIPYARD_UPLOAD_PATIENCE; each wait said in the log and as the StatusMessage."""
+        cap = settings.number("SHIPYARD_UPLOAD_PATIENCE")
+        max_run = self.record.spec.max_run
+        return Patience(
+            min(float(max_run), cap),
+            f"the job's max_run={max_run} s, at most SHIPYARD_UPLOAD_PATIENCE={cap:g} s",
+            self.waiting,
+            should_stop,
+        )
+
+    def waiting(self, message: str) -> None:
+        """A wait for the store, said in algo-1's log and as the job's StatusMessage."""
+        self.say(f"[shipyard] {message}")
+        try:
+            self.store.transition(self.record.name, Event.UPLOADING, message[:1024])
+        except IllegalTransition:
+            pass  # ended meanwhile: the log has it
+
+    def upload(self, should_stop: Callable[[], bool] = lambda: False) -> str | None:
+        """Archive every instance's model and output directories and upload them; None
+        when saved, else the one-line reason (a full disk, a store away past the job's
+        patience, a bucket gone) for the FailureReason, never a traceback."""
         paths = [instance_paths(self.record.job_dir, h) for h in self.hosts]
         spec = self.record.spec
         # artifacts.save shows its own bars (bytes archived, then uploaded)
-        model, output = artifacts.save(
-            spec.output_path or self.home.default_output_path,
-            self.record.name,
-            [(h, p.model) for h, p in zip(self.hosts, paths)],
-            [(h, p.output_data) for h, p in zip(self.hosts, paths)],
-            scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
-            root=self.record.job_dir,  # below it, the instances' trees: links not followed
-        )
+        try:
+            model, output = artifacts.save(
+                spec.output_path or self.home.default_output_path,
+                self.record.name,
+                [(h, p.model) for h, p in zip(self.hosts, paths)],
+                [(h, p.output_data) for h, p in zip(self.hosts, paths)],
+                scratch_root=os.path.join(self.record.job_dir, artifacts.SCRATCH_DIR),
+                root=self.record.job_dir,  # below it, the instances' trees: links not followed
+                patience=self.patience(should_stop),
+            )
+        except StorageError as exc:
+            reason = (
+                f"the model artifacts could not be saved: {exc} (every instance's model/ and "
+                f"output/data/ are kept under {os.path.join(self.record.job_dir, 'instances')})"
+            )
+            self.say(f"[shipyard] ERROR: {reason}")
+            return reason[:1024]
         self.store.update(self.record.name, model_artifact=model.uri, output_artifact=output.uri)
         for result in (model, output):
             for link in result.skipped:
@@ -177,3 +215,4 @@ class JobEnd:
                 "shipyard: several instances wrote the same model file; kept "
                 "algo-1's: " + "; ".join(model.conflicts[:5]) + "\n"
             )
+        return None

@@ -501,19 +501,35 @@ class JobSupervisor:
         self.end.collect_agent_records()
         if result.kind is AttemptKind.SUCCEEDED:
             self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
-            self.end.upload()
+            unsaved = self.end.upload(self._should_stop)
+            if unsaved is not None:
+                return self._not_saved(unsaved)
             return self.store.transition(self.name, Event.SUCCEEDED, "Training job completed")
         if result.kind is AttemptKind.FAILED:
             return self.store.transition(
                 self.name, Event.FAILED, "Training job failed", failure_reason=result.reason
             )
         if result.kind is AttemptKind.MAX_RUNTIME:
-            self.end.upload()
+            unsaved = self.end.upload(self._should_stop)
+            if unsaved is not None:
+                return self._not_saved(unsaved)
             return self.store.transition(
                 self.name, Event.MAX_RUNTIME, result.reason or "", failure_reason=result.reason
             )
         self.store.transition(self.name, Event.STOP_REQUESTED, "Stop requested")
         return self.store.transition(self.name, Event.STOPPED, "Training job stopped")
+
+    def _not_saved(self, reason: str) -> JobRecord:
+        """The artifacts could not be saved (a full disk, a store away past the job's
+        patience): the one-line reason, Stopped if a stop ended the wait, else Failed."""
+        if self._should_stop():
+            self._safe_transition(Event.STOP_REQUESTED, "Stop requested")
+            return self.store.transition(
+                self.name, Event.STOPPED, "Training job stopped", failure_reason=reason
+            )
+        return self.store.transition(
+            self.name, Event.FAILED, "Artifacts could not be saved", failure_reason=reason
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,9 @@ from zero on a dropped connection).
 Every call goes through ``_call`` so the three failures users hit -- a bucket or key
 that does not exist, credentials the endpoint refuses, an endpoint that does not
 answer -- become one StorageError each with the endpoint named, after botocore's
-bounded retries (``standard`` mode, 3 attempts, short connect timeout).
+bounded retries (``standard`` mode, 3 attempts, short connect timeout). An endpoint that
+is away (no connection, a dropped one, a timeout, a 5xx) is a ``StorageUnavailableError``,
+which a caller with time to spare retries (``storage.retry``: a finished job's artifacts).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO, TypeVar
 
 from shipyard import settings
-from shipyard.errors import StorageError
+from shipyard.errors import StorageError, StorageUnavailableError
 from shipyard.storage.api import ObjectInfo
 from shipyard.storage.uri import Location, endpoint_url
 
@@ -28,6 +30,7 @@ T = TypeVar("T")
 MIN_PART = 5 << 20  # S3's smallest part (all but the last)
 _CLIENTS: dict[tuple[str | None, int], Any] = {}
 _LOCK = threading.Lock()
+_UNAVAILABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "503"}
 _CREDENTIAL_CODES = {
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
@@ -88,23 +91,28 @@ class S3Store:
 
     def _call(self, what: str, location: Location, fn: Callable[[], T]) -> T:
         from boto3.exceptions import S3UploadFailedError
-        from botocore.exceptions import (
-            ClientError,
-            ConnectTimeoutError,
-            EndpointConnectionError,
-            NoCredentialsError,
-            ReadTimeoutError,
-        )
+        from botocore.exceptions import ClientError, HTTPClientError, NoCredentialsError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
 
         try:
             return fn()
         except S3UploadFailedError as exc:
+            if _unavailable(exc.__context__):
+                raise StorageUnavailableError(
+                    f"the S3 endpoint {self._where()} did not answer ({what} "
+                    f"{location.uri}; the multipart upload was aborted): {exc}"
+                ) from None
             raise StorageError(
                 f"{what} {location.uri} failed at {self._where()} (the multipart upload was "
                 f"aborted, nothing was written): {exc}"
             ) from None
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
+            if _unavailable(exc):
+                raise StorageUnavailableError(
+                    f"the S3 endpoint {self._where()} answered {code} ({what} {location.uri}) "
+                    "after retries: it is not serving requests now"
+                ) from None
             if code in ("NoSuchBucket",):
                 raise StorageError(
                     f"bucket {location.bucket!r} does not exist at "
@@ -129,8 +137,8 @@ class S3Store:
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any value for "
                 "a local S3 server)"
             ) from None
-        except (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError) as exc:
-            raise StorageError(
+        except (BotoConnectionError, HTTPClientError) as exc:
+            raise StorageUnavailableError(
                 f"the S3 endpoint {self._where()} did not answer ({what} "
                 f"{location.uri}) after retries: {exc}"
             ) from None
@@ -267,6 +275,21 @@ class S3Store:
                 return False
             raise
         return True
+
+
+def _unavailable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says the endpoint is away rather than that the request is wrong: no
+    connection, a dropped one, a timeout, or a 5xx answer (a server starting or stopping)."""
+    from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    if isinstance(exc, (BotoConnectionError, HTTPClientError)):
+        return True
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        return int(status) >= 500 or code in _UNAVAILABLE_CODES
+    return False
 
 
 def _base_of(prefix: str, keys: list[str]) -> str:
