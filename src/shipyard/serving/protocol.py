@@ -34,6 +34,10 @@ class TensorSpec:
     name: str
     dtype: str  # numpy dtype name, or "string"
     shape: tuple[int | None, ...] | None  # None: unknown rank
+    # whether a value of another shape is refused before the model runs: a TF1 graph is fed
+    # as TF Serving feeds it, through the C++ session, which checks no declared shape (the
+    # model's own ops refuse what they cannot compute)
+    strict: bool = True
 
     def describe(self) -> str:
         dims = (
@@ -234,9 +238,13 @@ def to_array(value: Any, spec: TensorSpec, sig: Signature) -> np.ndarray:
                 arr = arr.astype(spec.dtype, copy=False)
         except (ValueError, TypeError, OverflowError) as exc:
             raise bad(f"cannot be read as {spec.dtype} ({exc})") from None
-    if spec.shape is not None and (
-        arr.ndim != len(spec.shape)
-        or any(d is not None and d != n for d, n in zip(spec.shape, arr.shape))
+    if (
+        spec.strict
+        and spec.shape is not None
+        and (
+            arr.ndim != len(spec.shape)
+            or any(d is not None and d != n for d, n in zip(spec.shape, arr.shape))
+        )
     ):
         raise bad(f"shape {list(arr.shape)} does not match")
     return arr

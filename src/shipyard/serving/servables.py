@@ -211,13 +211,13 @@ class TF1Servable(Servable):
             except (KeyError, ValueError):
                 shape = tf.TensorShape(None)
         dims = None if shape.rank is None else tuple(shape.as_list())
-        return TensorSpec(name, _tf_dtype(tf.dtypes.as_dtype(info.dtype)), dims)
+        return TensorSpec(name, _tf_dtype(tf.dtypes.as_dtype(info.dtype)), dims, strict=False)
 
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tf = self._tf
         feeds = self._feeds[signature]
         try:
-            return self._session.run(
+            return self._run_as_tf_serving(
                 self._fetches[signature], {feeds[k]: v for k, v in inputs.items()}
             )
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
@@ -226,6 +226,34 @@ class TF1Servable(Servable):
                 f"{msg.strip().splitlines()[0][:300]}; expected "
                 f"{self.signatures[signature].describe()}"
             ) from None
+
+    def _run_as_tf_serving(
+        self, fetches: dict[str, str], feeds: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """One run through the C++ session, as TF Serving runs it. Python's ``Session.run``
+        first refuses a value whose shape differs from the fed tensor's static shape; TF
+        Serving's C++ session does not, and models rely on it: the SageMaker SDK's
+        ``half_plus_three`` declares ``x`` as ``[-1, 1]`` (an identity over parsed
+        examples) and answers ``{"instances": [1.0, 2.0, 5.0]}`` with ``[3.5, 4.0, 5.5]``.
+        ``_call_tf_sessionrun`` is the client's own C++ call (TensorFlow 1.5 to 2.21);
+        where a TensorFlow lacks it, the checked public ``run``."""
+        session = self._session
+        call = getattr(session, "_call_tf_sessionrun", None)
+        if call is None:
+            return session.run(fetches, feeds)
+        graph = session.graph
+        feed_outputs = {}
+        for name, value in feeds.items():
+            tensor = graph.get_tensor_by_name(name)
+            if not graph.is_feedable(tensor):
+                raise ValueError(f"Tensor {name} may not be fed.")
+            feed_outputs[tensor._as_tf_output()] = np.asarray(  # noqa: SLF001
+                value, dtype=tensor.dtype.as_numpy_dtype
+            )
+        keys = list(fetches)
+        fetch_outputs = [graph.get_tensor_by_name(fetches[k])._as_tf_output() for k in keys]  # noqa: SLF001
+        results = call(None, feed_outputs, fetch_outputs, [], None)
+        return dict(zip(keys, results))
 
 
 def load_tf(name: str, version: int, path: str) -> Servable:

@@ -83,12 +83,41 @@ def export_half_plus_three(export_dir: str, declared: bool) -> None:
         builder.save()
 
 
+def export_sdk_half_plus_three(export_dir: str) -> None:
+    """The SageMaker SDK's own TF Serving test model, built as TF Serving's
+    ``saved_model_half_plus_two.py`` builds it: ``x`` is an identity over parsed
+    tf.Examples, so its signature declares ``[-1, 1]``; TF Serving feeds ``[3]`` to it all
+    the same (its C++ session checks no declared shape) and answers three scalars."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as sess:
+        a = v1.get_variable("a", initializer=tf.constant(0.5))
+        b = v1.get_variable("b", initializer=tf.constant(3.0))
+        serialized = v1.placeholder(tf.string, [None], name="tf_example")
+        parsed = v1.parse_example(serialized, {"x": v1.FixedLenFeature([1], tf.float32)})
+        x = tf.identity(parsed["x"], name="x")
+        y = tf.add(tf.multiply(a, x), b, name="y")
+        sess.run(v1.global_variables_initializer())
+        x_info, y_info = v1.saved_model.build_tensor_info(x), v1.saved_model.build_tensor_info(y)
+        assert [d.size for d in x_info.tensor_shape.dim] == [-1, 1]
+        signature = v1.saved_model.signature_def_utils.build_signature_def(
+            {"x": x_info}, {"y": y_info}, v1.saved_model.signature_constants.PREDICT_METHOD_NAME
+        )
+        builder = v1.saved_model.Builder(export_dir)
+        builder.add_meta_graph_and_variables(
+            sess, [v1.saved_model.tag_constants.SERVING], {"serving_default": signature}
+        )
+        builder.save()
+
+
 @pytest.fixture(scope="module")
 def addr(tmp_path_factory):
     root = tmp_path_factory.mktemp("tf1models")
     export_tf1_model(os.path.join(str(root), "legacy", "1"))
     export_half_plus_three(os.path.join(str(root), "half_plus_three", "123"), declared=False)
     export_half_plus_three(os.path.join(str(root), "any_shape", "1"), declared=True)
+    export_sdk_half_plus_three(os.path.join(str(root), "sdk_half_plus_three", "1"))
     with server(str(root), str(tmp_path_factory.mktemp("srv"))) as a:
         yield a
 
@@ -175,3 +204,18 @@ def test_an_input_of_no_declared_shape_takes_any_shape(addr, model):
     assert json.loads(body) == {"outputs": [[3.5], [4.5]]}
     status, _, body = call(addr, "POST", f"/v1/models/{model}:predict", {"instances": 2.0})
     assert status == 400 and "non-empty list" in json.loads(body)["error"], body
+
+
+def test_a_declared_shape_is_fed_as_tf_serving_feeds_it(addr):
+    """Issue 38: ``x`` declared ``[-1, 1]`` refused ``{"instances": [1.0, 2.0, 5.0]}`` with
+    "shape [3] does not match"; TF Serving answers ``[3.5, 4.0, 5.5]``. The declared shape
+    itself still takes ``[[1.0], [3.0]]``, and what the graph cannot compute is a 400."""
+    model = "/v1/models/sdk_half_plus_three:predict"
+    status, _, body = call(addr, "POST", model, {"instances": [1.0, 2.0, 5.0]})
+    assert status == 200, body
+    assert json.loads(body) == {"predictions": [3.5, 4.0, 5.5]}
+    status, _, body = call(addr, "POST", model, {"instances": [[1.0], [3.0]]})
+    assert status == 200, body
+    assert json.loads(body) == {"predictions": [[3.5], [4.5]]}
+    status, _, body = call(addr, "POST", model, {"instances": ["a", "b"]})
+    assert status == 400, body
