@@ -101,14 +101,27 @@ def drop_privileges() -> None:
             last = int(fh.read())
     except (OSError, ValueError):
         pass
+    # a user other than root holding no capability has none to drop and gets none at
+    # exec (no_new_privs keeps file capabilities out): the kernel's EPERM is no failure
+    powerless = os.getuid() != 0 and _permitted() == 0
     for cap in range(last + 1):
-        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == 22 or (powerless and ctypes.get_errno() == 1):
+                continue  # EINVAL: a capability this kernel does not have
             _check(-1, f"prctl(PR_CAPBSET_DROP, {cap})")
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before 4.3
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(libc.capset(ctypes.byref(header), data), "capset (drop all)")
+
+
+def _permitted() -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("CapPrm:"):
+                return int(line.split()[1], 16)
+    return 0
 
 
 def load_filter(bpf: bytes) -> None:

@@ -1,0 +1,158 @@
+"""The seccomp filter's rules (shipyard.sandbox.seccomp), the launcher that loads it
+(shipyard.sandbox.launch) and the environment it is handed (shipyard.sandbox.confine).
+
+The rules are checked as data, and the built filter on a real process: a child loads it
+with the launcher's own code and tries what a job would."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from shipyard.sandbox import confine, launch, masks, seccomp
+
+# what issue 37 names: the calls a container runtime's default profile refuses
+MUST_DENY = """
+setns mount umount2 pivot_root move_mount open_tree fsopen fsmount fsconfig fspick
+mount_setattr keyctl add_key request_key init_module finit_module delete_module kexec_load
+kexec_file_load bpf perf_event_open clock_settime settimeofday adjtimex clock_adjtime stime
+swapon swapoff reboot acct quotactl userfaultfd lookup_dcookie open_by_handle_at iopl ioperm
+create_module get_kernel_syms query_module nfsservctl vm86 uselib ustat sysfs _sysctl
+""".split()
+
+
+def test_the_rule_list_refuses_what_container_runtimes_refuse():
+    denied = seccomp.denied_syscalls()
+    assert set(MUST_DENY) <= set(denied), sorted(set(MUST_DENY) - set(denied))
+    # allowed, as in Docker's profile on current kernels: debuggers, py-spy in the job
+    assert "ptrace" not in denied and "name_to_handle_at" not in denied
+    by_name = {rule.syscall: rule for rule in seccomp.RULES}
+    assert by_name["clone3"].error == errno.ENOSYS  # glibc falls back to clone
+    assert by_name["clone3"].masks == ()
+    unshare = {mask for mask, _ in by_name["unshare"].masks}
+    assert seccomp.CLONE_NEWUSER in unshare and seccomp.CLONE_NEWTIME in unshare
+    clone = {mask for mask, _ in by_name["clone"].masks}
+    assert clone == set(seccomp.CLONE_NAMESPACES)  # not 0x80: clone's exit signal byte
+    # personality: the unsafe flags only, never the query 0xffffffff
+    for mask, value in by_name["personality"].masks:
+        assert 0xFFFFFFFF & mask != value
+
+
+def test_without_seccomp_in_the_kernel_the_job_runs_and_says_so(monkeypatch):
+    monkeypatch.setattr(seccomp, "kernel_has_seccomp", lambda: False)
+    assert seccomp.build() == (None, seccomp.MISSING_KERNEL)
+
+
+CHILD = r"""
+import ctypes, errno, json, os, sys, threading
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import launch
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(*args):
+    r = libc.syscall(*args)
+    return "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]
+launch.drop_privileges()
+launch.load_filter(bytes.fromhex(sys.stdin.read()))
+out = {}
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno())
+out["unshare_user"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+out["unshare_fs"] = "ok" if libc.unshare(0x200) == 0 else errno.errorcode[ctypes.get_errno()]
+out["clone3"] = call(435, None, 0)
+out["keyctl"] = call(250, 0, -4, 0)
+out["mount"] = call(165, b"none", b"/mnt", b"tmpfs", 0, None)
+out["bpf"] = call(321, 0, None, 0)
+out["personality_query"] = call(135, 0xFFFFFFFF)
+out["personality_rie"] = call(135, 0x0400000)
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+out["thread"] = "ok"
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+def test_the_built_filter_refuses_on_a_real_process_and_leaves_the_rest(tmp_path):
+    bpf, missing = seccomp.build()
+    if bpf is None:
+        pytest.skip(missing or "no filter")
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", CHILD, launch.__file__],
+        input=bpf.hex(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["unshare_user"] == errno.EPERM
+    assert out["unshare_fs"] == "ok"  # no namespace flag: allowed
+    assert out["clone3"] == "ENOSYS"
+    assert out["keyctl"] == "EPERM" and out["mount"] == "EPERM" and out["bpf"] == "EPERM"
+    assert out["personality_query"] == "ok" and out["personality_rie"] == "EPERM"
+    assert out["thread"] == "ok"
+
+
+def test_the_launch_environment_carries_the_jobs_variables_inert():
+    argv, env = confine.launch(
+        ["python", "train.py"],
+        {"LD_PRELOAD": "/x.so", "PYTHONPATH": "/evil", "PATH": "/job/bin"},
+        "/opt/ml/code",
+        "/proc/7/ns/mnt",
+        b"\x00" * 8,
+    )
+    assert argv == [*confine.launcher_argv(), "--", "python", "train.py"]
+    assert argv[1:3] == ["-I", "-S"]  # no PYTHON* variable, no site
+    # nothing a loader, libc or interpreter reads: only PATH, the plan and the carried
+    assert "LD_PRELOAD" not in env and "PYTHONPATH" not in env and env["PATH"] == os.defpath
+    assert set(env) == {"PATH", confine.PLAN} | {
+        launch.ENV_PREFIX + n for n in ("LD_PRELOAD", "PYTHONPATH", "PATH")
+    }
+    plan = json.loads(env[confine.PLAN])
+    assert plan == {"mnt": "/proc/7/ns/mnt", "cwd": "/opt/ml/code", "seccomp": "00" * 8}
+    # the launcher gives the job exactly its variables back, plus its process name
+    back = launch.job_environment({**env, "SHIPYARD_PROCESS_NAME": "user"})
+    assert back == {
+        "LD_PRELOAD": "/x.so",
+        "PYTHONPATH": "/evil",
+        "PATH": "/job/bin",
+        "SHIPYARD_PROCESS_NAME": "user",
+    }
+    assert confine.PLAN == launch.PLAN and confine.ENV_PREFIX == launch.ENV_PREFIX
+
+
+def test_a_bind_is_made_by_the_launcher_and_kept_when_launched():
+    argv = confine.with_binds(["ps-task"], [("/jobs/j/instances/algo-1/model", "/opt/ml/model")])
+    launched, _ = confine.launch(argv, {}, "/", None, None)
+    assert launched == argv  # not wrapped twice
+    binds, program = launch.parse(launched[len(confine.launcher_argv()) :])
+    assert binds == [("/jobs/j/instances/algo-1/model", "/opt/ml/model")]
+    assert program == ["ps-task"]
+    with pytest.raises(ValueError, match="usage"):
+        launch.parse(["ps-task"])
+
+
+def test_the_launcher_says_what_failed_and_exits_125(tmp_path):
+    env = {confine.PLAN: json.dumps({"cwd": str(tmp_path / "missing")}), "PATH": os.defpath}
+    done = subprocess.run(
+        [*confine.launcher_argv(), "--", "true"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 125
+    assert "cannot change directory to" in done.stderr and "missing" in done.stderr
+
+
+def test_masks_follow_runc_and_keep_the_instances_own_files():
+    keys = masks.view_keys()
+    for path in ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"):
+        assert path in keys["proc_mask"]
+    for path in ("/proc/irq", "/proc/bus", "/proc/fs", "/proc/sys", "/proc/sysrq-trigger"):
+        assert path in keys["proc_read_only"]
+    assert "/etc/shadow" in keys["secrets"] and "/etc/gshadow" in keys["secrets"]
+    assert all(not os.path.islink(p) for p in keys["fresh"])  # /var/run -> /run: once
+    assert all(any(masks._under(p, top) for top in keys["fresh"]) for p in keys["keep_own"])
