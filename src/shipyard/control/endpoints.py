@@ -1,11 +1,13 @@
 """Endpoints: model servers that outlive the process that created them.
 
-An endpoint is a detached ``python -m shipyard.serving`` process (its own session,
-so Ctrl-C in a notebook does not take it down) recorded in the ``endpoints`` table of
+An endpoint is a detached model server (its own session, so Ctrl-C in a notebook does
+not take it down), started through ``shipyard.control.endpoint_box``: its workers, which
+import the inference code, run in an instance sandbox of the endpoint's instance type, recorded in the ``endpoints`` table of
 the job store's SQLite file. Its model directory lives under
 ``$SHIPYARD_HOME/endpoints/<name>/model``: model_data extracted safely, the inference
 code (entry_point/source_dir) copied into ``model/code`` as the SageMaker SDK repacks
-it, and ``code/requirements.txt`` installed in staging's cached environment.
+it, and ``code/requirements.txt`` installed in staging's cached environment. What the
+workers could not be given is in describe's ``Shipyard.MissingProtections``.
 
 The server writes its status to ``state.json``; ``get`` reconciles the record with it
 and with the process (a dead server is Failed). ``delete`` stops the server and its
@@ -71,7 +73,17 @@ class EndpointRecord:
         return os.path.join(self.endpoint_dir, "server.log")
 
     def describe(self) -> dict[str, Any]:
-        """DescribeEndpoint's shape, with where it listens."""
+        """DescribeEndpoint's shape, with where it listens, what its workers got of the
+        machine and the protections they run without."""
+        extra: dict[str, Any] = {}
+        state = _read_json(self.state_file)
+        if state.get("missing_protections"):
+            extra["MissingProtections"] = list(state["missing_protections"])
+        from shipyard.backends.resources import read_record
+
+        limits = read_record(self.endpoint_dir)
+        if limits is not None:
+            extra["Resources"] = limits
         return {
             "EndpointName": self.name,
             "EndpointStatus": self.status,
@@ -84,8 +96,18 @@ class EndpointRecord:
                 "ModelData": self.model_data,
                 "Log": self.log_path,
                 **self.config,
+                **extra,
             },
         }
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -186,8 +208,14 @@ class Endpoints:
         batch_size: int = 0,
         batch_wait_ms: float = 2.0,
         max_payload_mb: float = 6.0,
+        instance_type: str | None = "local",
     ) -> EndpointRecord:
-        """Prepare the model and start the detached server; returns at once (Creating)."""
+        """Prepare the model and start the detached server; returns at once (Creating).
+        ``instance_type``: the sandbox its workers get (CPUs, memory, GPUs of the type)."""
+        instance_type = instance_type or "local"
+        from shipyard import instance_types
+
+        instance_types.resolve(instance_type)  # an unknown type: ValidationError, before all
         self._check_new(name, host, port)
         source = self.resolve_model_data(model_data)
         edir = self._reserve_dir(name)
@@ -210,10 +238,12 @@ class Endpoints:
                 "BatchWaitMs": batch_wait_ms,
                 "Program": program,
                 "MaxPayloadInMB": max_payload_mb,
+                "InstanceType": instance_type,
             }
             record = self._insert(name, model_data, edir, host, port or free_port(host), config)
             proc = self._launch(
                 record,
+                instance_type,
                 model_dir,
                 framework,
                 program,
@@ -368,6 +398,7 @@ class Endpoints:
     def _launch(
         self,
         record: EndpointRecord,
+        instance_type: str,
         model_dir: str,
         framework: str,
         program: str | None,
@@ -378,10 +409,20 @@ class Endpoints:
         env: dict[str, str],
         paths: builtins.list[str],
     ) -> subprocess.Popen:
+        from shipyard.control import endpoint_box
+
         cmd = [
             sys.executable,
             "-m",
-            "shipyard.serving",
+            "shipyard.control.endpoint_box",
+            "--endpoint-dir",
+            record.endpoint_dir,
+            "--home",
+            self.home.root,
+            "--instance-type",
+            instance_type,
+            *(arg for path in paths for arg in ("--python-path", path)),
+            "--",
             model_dir,
             "--port",
             str(record.port),
@@ -402,11 +443,9 @@ class Endpoints:
         ]
         if program:
             cmd += ["--program", program]
-        full_env = dict(os.environ, **env, SHIPYARD_ENDPOINT=record.name)
-        if paths:
-            full_env["PYTHONPATH"] = os.pathsep.join(
-                paths + [p for p in [full_env.get("PYTHONPATH")] if p]
-            )
+        # the model's environment reaches only the workers, at their last exec
+        endpoint_box.write_env_file(record.endpoint_dir, dict(env, SHIPYARD_ENDPOINT=record.name))
+        full_env = dict(os.environ, SHIPYARD_ENDPOINT=record.name)
         with open(record.log_path, "ab") as log:
             return subprocess.Popen(
                 cmd,

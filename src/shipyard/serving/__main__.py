@@ -9,7 +9,8 @@ from shipyard.serving.config import ServerConfig
 from shipyard.serving.server import serve
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> ServerConfig:
+    """The server's command line (also an endpoint launcher's, shipyard.control.endpoint_box)."""
     p = argparse.ArgumentParser(prog="python -m shipyard.serving")
     p.add_argument("model_dir")
     p.add_argument("--port", type=int, default=8080)
@@ -23,21 +24,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--state-file", default=None)
     a = p.parse_args(argv)
-    return serve(
-        ServerConfig(
-            model_dir=a.model_dir,
-            port=a.port,
-            host=a.host,
-            workers=a.workers,
-            framework=a.framework,
-            program=a.program,
-            max_payload_mb=a.max_payload_mb,
-            batch_size=a.batch_size,
-            batch_wait_ms=a.batch_wait_ms,
-            threads=a.threads,
-            state_file=a.state_file,
-        )
+    return ServerConfig(
+        model_dir=a.model_dir,
+        port=a.port,
+        host=a.host,
+        workers=a.workers,
+        framework=a.framework,
+        program=a.program,
+        max_payload_mb=a.max_payload_mb,
+        batch_size=a.batch_size,
+        batch_wait_ms=a.batch_wait_ms,
+        threads=a.threads,
+        state_file=a.state_file,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(parse(argv))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 The master binds the port itself (so "port in use" is a clear, immediate failure),
 sets TCP_NODELAY on it (accepted sockets inherit it; small responses must not wait
 for Nagle's algorithm: 23 vs 1233 req/s on this kind of machine), and hands it to the
-workers, which share it. It records the server's status in a JSON state file
+workers, which share it. How a worker is started is the caller's (``Launch``): a plain
+child here; an endpoint's launcher (shipyard.control.endpoint_box) starts each one in the
+endpoint's instance sandbox instead, which serving itself must not import (a floor
+beside it). It records the server's status in a JSON state file
 (Creating -> InService | Failed, with the reason) for the control plane, restarts a
 worker that dies after it was ready, and on SIGTERM stops every worker before exiting.
 """
@@ -20,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shipyard.serving import prometheus
@@ -27,6 +31,15 @@ from shipyard.serving.config import CONFIG_ENV, ServerConfig
 
 log = logging.getLogger("shipyard.serving")
 READY_TIMEOUT = float(os.environ.get("SAGEMAKER_STARTUP_TIMEOUT", "600"))
+# (argv, env, fds to pass) -> the started worker: how the master starts each worker
+Launch = Callable[[list[str], dict[str, str], tuple[int, ...]], subprocess.Popen]
+
+
+def plain_launch(
+    argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...]
+) -> subprocess.Popen:
+    """A worker as a plain child of the master (``python -m shipyard.serving``)."""
+    return subprocess.Popen(argv, env=env, pass_fds=pass_fds, stdin=subprocess.DEVNULL)
 
 
 def write_state(path: str | None, **state: Any) -> None:
@@ -62,9 +75,26 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class Master:
-    def __init__(self, config: ServerConfig, sock: socket.socket) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        sock: socket.socket,
+        launch: Launch = plain_launch,
+        base_env: Mapping[str, str] | None = None,
+        metrics_dir: str | None = None,
+        label: str | None = None,
+        missing: list[str] | None = None,
+    ) -> None:
+        """``base_env``: what workers start from (default: this process's environment);
+        ``label``: the path in each worker's argv (``ps`` and the control plane's
+        leftover sweep find an endpoint's workers by it; default the model directory);
+        ``missing``: the protections the workers run without, for the state file."""
         self.config = config
         self.sock = sock
+        self.launch = launch
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.label = label or config.model_dir
+        self.missing = list(missing or [])
         self.read_fd, self.write_fd = os.pipe()
         os.set_inheritable(self.write_fd, True)
         self.workers: dict[int, subprocess.Popen] = {}
@@ -73,11 +103,12 @@ class Master:
         self.stopping = False
         self.restarts: list[float] = []
         self.buffer = b""
-        self.metrics_dir = prometheus.make_dir()  # the workers' shared /metrics samples
+        # the workers' shared /metrics samples
+        self.metrics_dir = metrics_dir or prometheus.make_dir()
 
     def spawn(self) -> None:
         env = dict(
-            os.environ,
+            self.base_env,
             **{
                 CONFIG_ENV: self.config.to_json(),
                 "SHIPYARD_SERVING_FD": str(self.sock.fileno()),
@@ -86,11 +117,10 @@ class Master:
             },
         )
         # the model directory in argv: `ps` shows what each worker serves
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "shipyard.serving.worker", self.config.model_dir],
-            env=env,
-            pass_fds=(self.sock.fileno(), self.write_fd),
-            stdin=subprocess.DEVNULL,
+        proc = self.launch(
+            [sys.executable, "-m", "shipyard.serving.worker", self.label],
+            env,
+            (self.sock.fileno(), self.write_fd),
         )
         self.workers[proc.pid] = proc
 
@@ -101,6 +131,7 @@ class Master:
             failure_reason=reason,
             port=self.sock.getsockname()[1],
             workers=sorted(self.workers),
+            missing_protections=self.missing,
         )
 
     def read_reports(self, timeout: float) -> None:
@@ -112,11 +143,21 @@ class Master:
         for raw in lines:
             kind, _, rest = raw.decode().partition(" ")
             if kind == "ready":
-                self.ready.add(int(rest))
+                self.ready.add(self._host_pid(int(rest)))
             elif kind == "failed" and self.failure is None:
                 self.failure = json.loads(rest)
                 log.error("model failed to load: %s", self.failure)
                 self.state("Failed", self.failure)
+
+    def _host_pid(self, reported: int) -> int:
+        """The worker that said ``ready <pid>``: a worker in a PID namespace of its own
+        (an endpoint's sandbox) knows its pid there, the kernel's ``NSpid`` maps it."""
+        if reported in self.workers:
+            return reported
+        for pid in self.workers:
+            if _innermost_pid(pid) == reported:
+                return pid
+        return reported
 
     def reap(self) -> None:
         for pid, proc in list(self.workers.items()):
@@ -193,6 +234,18 @@ class Master:
             prometheus.remove_dir(self.metrics_dir)
             self.state("Deleted", self.failure)
         return 0
+
+
+def _innermost_pid(pid: int) -> int | None:
+    """``pid``'s number in its own PID namespace (the last of /proc's ``NSpid``)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def serve(config: ServerConfig) -> int:
