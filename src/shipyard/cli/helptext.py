@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import click
+import typer
 from typer.core import TyperGroup
 
 
@@ -22,14 +22,18 @@ def _commands(command: Any) -> Iterator[Any]:
         yield from _commands(sub)
 
 
+def tidy_flags(command: Any) -> None:
+    """Give every flag of ``command`` itself (``--help`` too) no type label."""
+    help_option = command.get_help_option(typer.Context(command))
+    for param in [*command.params, help_option]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
 def untyped_flags(root: Any) -> None:
     """Give every flag of ``root`` and its subcommands (``--help`` too) no type label."""
     for command in _commands(root):
-        params = list(command.params)
-        help_option = command.get_help_option(click.Context(command))
-        for param in [*params, help_option]:
-            if getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = ""
+        tidy_flags(command)
 
 
 class FlagsGroup(TyperGroup):

@@ -28,9 +28,13 @@ def _fail(message: str, code: int) -> None:
 
 
 def _control():
-    from shipyard.control.client import ControlPlane
+    """The store's reader, records as stored: these commands show jobs, they never run one,
+    so they start without pydantic (a spec is validated where one is used: tensorboard)."""
+    from shipyard.control.reading import JobReader
 
-    return ControlPlane()
+    reader = JobReader()
+    reader.validate = False
+    return reader
 
 
 def metrics(
@@ -59,9 +63,10 @@ def metrics(
     def matched() -> list:
         return [] if usage else control.store.metrics(job)
 
-    if usage or (not record.spec.metric_definitions and (used() or not record.terminal)):
+    defined = record.spec_data.get("metric_definitions")
+    if usage or (not defined and (used() or not record.terminal)):
         usage = True
-    elif not record.spec.metric_definitions:
+    elif not defined:
         _fail(
             f"job {job!r} has no metric_definitions, so no metrics were recorded, and no "
             "utilization was sampled; pass metric_definitions=[{'Name': ..., 'Regex': ...}] "

@@ -26,7 +26,6 @@ from typing import TextIO
 
 from shipyard import settings
 from shipyard.agent.layout import InstancePaths
-from shipyard.control import artifacts
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event, IllegalTransition
 from shipyard.control.store import JobRecord, Store
@@ -181,6 +180,10 @@ class JobEnd:
         """Archive every instance's model and output directories and upload them; None
         when saved, else the one-line reason (a full disk, a store away past the job's
         patience, a bucket gone) for the FailureReason, never a traceback."""
+        # here, not at the top: describe reads this module's records without staging's
+        # and pydantic's start-up (issue 40)
+        from shipyard.control import artifacts
+
         paths = [instance_paths(self.record.job_dir, h) for h in self.hosts]
         spec = self.record.spec
         # artifacts.save shows its own bars (bytes archived, then uploaded)

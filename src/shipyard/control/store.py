@@ -8,7 +8,10 @@ change appends to the transitions table (SecondaryStatusTransitions in describe)
 The tables and their versions live in control.schema. What goes in is a JobSpec and
 what comes out is one again, validated on the way out: a record another shipyard
 wrote in a shape this one does not understand fails loudly here, naming the job,
-instead of deep inside the supervisor or describe.
+instead of deep inside the supervisor or describe. Readers that only show a record
+(``shipyard jobs``, ``describe``, ``logs``: issue 40) ask for it unvalidated
+(``validate=False``) and read ``spec_data``, the spec as stored, so that they start
+without pydantic; ``record.spec`` still validates on first use.
 """
 
 from __future__ import annotations
@@ -21,10 +24,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, TypedDict, cast
-
-from pydantic import ValidationError as PydanticError
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from shipyard.control import schema
 from shipyard.control.lifecycle import (
@@ -36,7 +37,9 @@ from shipyard.control.lifecycle import (
     step,
 )
 from shipyard.errors import CorruptRecordError, JobExistsError, JobNotFoundError
-from shipyard.spec import JobSpec
+
+if TYPE_CHECKING:  # imported where a record is validated: pydantic is 0.1-0.2 s to start
+    from shipyard.spec import JobSpec
 
 
 class Transition(TypedDict):
@@ -65,7 +68,7 @@ class MetricPoint(TypedDict):
 @dataclass
 class JobRecord:
     name: str
-    spec: JobSpec
+    spec_json: str  # the spec as stored (JobSpec.model_dump_json)
     hyperparameters: dict[str, str]
     status: JobStatus
     secondary_status: SecondaryStatus
@@ -84,6 +87,24 @@ class JobRecord:
     output_artifact: str | None
     # when the supervising process started (its pid may be reused once it is gone)
     supervisor_started: float | None = None
+    _spec: JobSpec | None = field(default=None, repr=False, compare=False)
+    _spec_data: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def spec(self) -> JobSpec:
+        """The validated JobSpec (validated when the record was read, or here on first use
+        for a record read with ``validate=False``): CorruptRecordError if it does not."""
+        if self._spec is None:
+            self._spec = _validated_spec(self.name, self.spec_json)
+        return self._spec
+
+    @property
+    def spec_data(self) -> dict[str, Any]:
+        """The spec as stored, plain JSON (every field, defaults included: it was dumped
+        from a JobSpec), for readers that only show it and so start without pydantic."""
+        if self._spec_data is None:
+            self._spec_data = cast(dict[str, Any], json.loads(self.spec_json))
+        return self._spec_data
 
     @property
     def state(self) -> JobState:
@@ -215,19 +236,21 @@ class Store:
         with self._connect() as db:
             return db.execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone() is not None
 
-    def get(self, name: str) -> JobRecord:
+    def get(self, name: str, validate: bool = True) -> JobRecord:
+        """The job's record, its spec validated (``validate=False``: on first use of
+        ``record.spec``; ``record.spec_data`` reads it as stored)."""
         with self._connect() as db:
             row = db.execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
         if row is None:
             raise JobNotFoundError(f"no training job named {name!r} (see `shipyard jobs`)")
-        return _job(row)
+        return _job(row, validate)
 
-    def list(self, limit: int = 100) -> builtins.list[JobRecord]:
+    def list(self, limit: int = 100, validate: bool = True) -> builtins.list[JobRecord]:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?", (limit,)
             ).fetchall()
-        return [_job(r) for r in rows]
+        return [_job(r, validate) for r in rows]
 
     def subnets_in_use(self) -> set[str]:
         with self._connect() as db:
@@ -414,28 +437,44 @@ def _host_index(host: str) -> int:
         return 0
 
 
-def _job(row: sqlite3.Row) -> JobRecord:
+def _job(row: sqlite3.Row, validate: bool = True) -> JobRecord:
     data = dict(row)
+    data["spec_json"] = data.pop("spec")
     try:
-        data["spec"] = JobSpec.model_validate_json(data["spec"])
         data["hyperparameters"] = json.loads(data["hyperparameters"])
         data["status"] = JobStatus(data["status"])
         data["secondary_status"] = SecondaryStatus(data["secondary_status"])
-    except (PydanticError, ValueError) as exc:
-        raise CorruptRecordError(
-            f"the stored record of training job {data['name']!r} does not read back as a "
-            f"valid job ({_first_line(exc)}); it was written by an incompatible shipyard or "
-            "edited by hand: run this job again under another name"
-        ) from None
+    except ValueError as exc:
+        raise _corrupt(data["name"], str(exc)) from None
     data["stop_requested"] = bool(data["stop_requested"])
-    return JobRecord(**data)
+    record = JobRecord(**data)
+    if validate:
+        record._spec = _validated_spec(record.name, record.spec_json)
+    return record
 
 
-def _first_line(exc: Exception) -> str:
-    if isinstance(exc, PydanticError) and exc.errors():
-        err = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']}"
-    return str(exc)
+def _validated_spec(name: str, spec_json: str) -> JobSpec:
+    from pydantic import ValidationError as PydanticError
+
+    from shipyard.spec import JobSpec
+
+    try:
+        return JobSpec.model_validate_json(spec_json)
+    except PydanticError as exc:
+        if exc.errors():
+            err = exc.errors()[0]
+            raise _corrupt(
+                name, f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']}"
+            ) from None
+        raise _corrupt(name, str(exc)) from None
+
+
+def _corrupt(name: str, why: str) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"the stored record of training job {name!r} does not read back as a "
+        f"valid job ({why}); it was written by an incompatible shipyard or "
+        "edited by hand: run this job again under another name"
+    )
 
 
 def _subnets_in_use(db: sqlite3.Connection) -> set[str]:
