@@ -80,6 +80,31 @@ def test_a_keras_2_script_asking_for_2_4_1_runs_on_the_nearest_keras_2_release(
     assert phase, desc["SecondaryStatusTransitions"]
 
 
+def test_a_job_failing_on_a_substituted_version_names_the_version_that_ran(
+    session, write_script, monkeypatch, shared_envs
+):
+    """The FailureReason, what most users read, names the version that ran (2.13.1, the
+    environment the first test built) beside the one the notebook asked for."""
+    from shipyard.errors import JobFailedError
+
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)
+    monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", shared_envs)
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=write_script("train.py", "raise SystemExit('fails on purpose')\n"),
+        instance_count=1,
+        instance_type="local",
+        framework_version="2.4.1",
+        py_version="py37",
+        session=session,
+    )
+    with pytest.raises(JobFailedError):
+        est.fit(job_name="fails-on-2-13")
+    reason = est.latest_training_job.describe()["FailureReason"]
+    assert "fails on purpose" in reason
+    assert "Framework: tensorflow 2.13.1 ran, not the asked framework_version '2.4.1'" in reason
+
+
 def test_the_same_script_on_the_installed_keras_3_fails_naming_the_api_difference(
     session, write_script, monkeypatch
 ):
