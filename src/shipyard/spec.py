@@ -77,6 +77,48 @@ def host_names(instance_count: int) -> list[str]:
 
 
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
+# the instance's own tree, as its processes see it, and SageMaker's checkpoint directory
+INSTANCE_TREE = "/opt/ml"
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+
+
+def in_instance_tree(path: str) -> bool:
+    """``path`` (absolute, normalized) is a directory of the instance's own ``/opt/ml``."""
+    return path.startswith(INSTANCE_TREE + "/")
+
+
+def check_local_path(what: str, value: str, host_paths: bool) -> str:
+    """A local path of a spec (CheckpointConfig.LocalPath, TensorBoardOutputConfig.LocalPath)
+    is a path *inside* the instance, as on SageMaker (default ``/opt/ml/checkpoints``).
+    Absolute and normalized, so what it names cannot be argued about; never the tree's top
+    or its input (a sync would upload the job's data and configuration). Outside
+    ``/opt/ml`` only where ``host_paths`` (the SDK and CLI, whose user may name a
+    directory of this machine for the instances to share); a request to ``shipyard
+    server`` never reaches the host's files. Returns it without a trailing slash."""
+    problem = None
+    parts = value.split("/") if isinstance(value, str) else []
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value or "\n" in value:
+        problem = "must be an absolute path"
+    elif any(p in (".", "..") for p in parts):
+        problem = "must be normalized (no '.' or '..' components)"
+    elif value.rstrip("/") in ("", INSTANCE_TREE) or nested_in(
+        value.rstrip("/"), INSTANCE_TREE + "/input"
+    ):
+        problem = "must be a directory of its own, not /, /opt/ml or under /opt/ml/input"
+    elif not host_paths and not in_instance_tree(value):
+        problem = (
+            "must be inside the instance's tree (/opt/ml/..., SageMaker's default is "
+            f"{CHECKPOINT_LOCAL_PATH}): it names a directory inside the training container, "
+            "and a request never gets a directory of this machine bound into a job"
+        )
+    if problem:
+        raise ValueError(f"{what} {value!r} {problem}")
+    return value.rstrip("/")
+
+
+def nested_in(path: str, top: str) -> bool:
+    """``path`` is ``top`` or below it (both absolute and normalized)."""
+    return path == top or path.startswith(top + "/")
 
 
 class TensorBoardSpec(_Model):
@@ -123,6 +165,11 @@ class JobSpec(_Model):
     # enforced where instances run in sandboxes (shipyard.sandbox).
     enable_network_isolation: bool = False
     backend: Literal["local"] = "local"
+    # Whether the spec may name directories of this machine (a checkpoint_local_path
+    # outside /opt/ml, host paths in its hyperparameters and environment bound into the
+    # instances): True for the SDK and CLI, whose user owns those paths; False for a job
+    # created through `shipyard server`'s API, whose requests never reach the host's files.
+    host_paths: bool = True
 
     @field_validator("job_name")
     @classmethod
@@ -177,6 +224,16 @@ class JobSpec(_Model):
             if not key or "=" in key or "\0" in key:
                 raise ValueError(f"environment variable name {key!r} is not valid")
         return value
+
+    @model_validator(mode="after")
+    def _checkpoint_local_path(self) -> JobSpec:
+        if self.checkpoint_local_path is not None:
+            self.checkpoint_local_path = check_local_path(
+                "checkpoint_local_path (CheckpointConfig.LocalPath)",
+                self.checkpoint_local_path,
+                self.host_paths,
+            )
+        return self
 
     @model_validator(mode="after")
     def _channels_unique(self) -> JobSpec:

@@ -35,7 +35,12 @@ class AgentConfig:
     network_interface_name: str = "lo"
     extra_python_path: list[str] = field(default_factory=list)
     python_package: bool = False
+    # /opt/ml/... (the instance's own tree) or, from the SDK or CLI, a directory of this
+    # machine the instances share (control.plan.checkpoint_local_path)
     checkpoint_local_path: str | None = None
+    # whether the spec may name directories of this machine that the instances then see
+    # (JobSpec.host_paths): False for jobs created through `shipyard server`'s API
+    host_paths: bool = True
     region: str = "us-east-1"
     log_level: int = 20
     shared_dir: str | None = None

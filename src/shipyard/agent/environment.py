@@ -138,10 +138,13 @@ def sm_env_vars(config: AgentConfig, host: str, paths: InstancePaths) -> dict[st
 def process_env(
     config: AgentConfig, host: str, paths: InstancePaths, base: dict[str, str] | None = None
 ) -> dict[str, str]:
-    """The full environment of the user process: inherited < user's < SageMaker's."""
+    """The full environment of the user process: inherited < user's < SageMaker's. What
+    is inherited of the agent's own environment is only the essentials
+    (shipyard.agent.inherited): never the submitter's keys."""
+    from shipyard.agent.inherited import essentials
     from shipyard.runtime import resolver, sitehooks  # local: keeps the pure part import-light
 
-    env = dict(os.environ if base is None else base)
+    env = essentials(os.environ if base is None else base)
     env.update(config.environment)
     sm_hps, _ = mapping.split_hyperparameters(
         mapping.decode_hyperparameters(config.hyperparameters)

@@ -125,6 +125,19 @@ def resource_config(config: AgentConfig, host: str) -> dict[str, Any]:
     }
 
 
+def checkpoint_dir(config: AgentConfig, paths: InstancePaths) -> str:
+    """Where this instance's checkpoints are, as the agent reaches them: the instance's
+    own ``checkpoints/``, a ``checkpoint_local_path`` in ``/opt/ml`` mapped into this
+    instance's tree (never the host's /opt/ml), or the host directory the SDK's or CLI's
+    user named for the instances to share (control.plan.checkpoint_local_path)."""
+    path = config.checkpoint_local_path
+    if not path:
+        return paths.checkpoints
+    if path.startswith("/opt/ml/"):
+        return os.path.join(paths.base, path[len("/opt/ml/") :])
+    return path
+
+
 def _write_json(paths: InstancePaths, path: str, obj: Any) -> None:
     """A config JSON of the tree, which an earlier attempt's processes could write: no
     link left there is followed (shipyard.runtime.safepath)."""
@@ -145,10 +158,7 @@ def build_tree(config: AgentConfig, host: str, paths: InstancePaths | None = Non
         paths.output_intermediate,
     ):
         os.makedirs(directory, exist_ok=True)
-    if config.checkpoint_local_path:
-        os.makedirs(config.checkpoint_local_path, exist_ok=True)
-    else:
-        os.makedirs(paths.checkpoints, exist_ok=True)
+    os.makedirs(checkpoint_dir(config, paths), exist_ok=True)
     for stale in (paths.success_file, paths.failure_file, paths.failure_time_file):
         if os.path.exists(stale):  # a retried attempt starts clean
             os.remove(stale)

@@ -20,7 +20,12 @@ from shipyard.agent.config_sandbox import SandboxPlan
 from shipyard.control.home import Home
 from shipyard.control.staging import StagedCode
 from shipyard.errors import ValidationError
-from shipyard.spec import JobSpec, json_encode_hyperparameters
+from shipyard.spec import (
+    CHECKPOINT_LOCAL_PATH,
+    JobSpec,
+    in_instance_tree,
+    json_encode_hyperparameters,
+)
 
 FRAMEWORK_MODULES = {
     "tensorflow": "sagemaker_tensorflow_container.training:main",
@@ -129,7 +134,11 @@ def agent_config(
     channel_sources: dict[str, str],
     sandbox: SandboxPlan | None = None,
     python: str | None = None,
+    identity: dict[str, str] | None = None,
 ) -> AgentConfig:
+    """What every agent of the job reads. The job's environment is its spec's and what
+    shipyard gives it (``identity``: a credential of its own from `shipyard server`),
+    never the submitter's: the agent adds only the essentials (shipyard.agent.inherited)."""
     res = instance_types.resolve(spec.instance_type)
     dist = spec.dist
     return AgentConfig(
@@ -148,12 +157,13 @@ def agent_config(
         runner=dist.runner_for(spec.framework),
         runner_options=dict(dist.options, kind=dist.kind),
         framework_module=FRAMEWORK_MODULES.get(spec.framework or ""),
-        environment=dict(spec.environment),
+        environment={**spec.environment, **(identity or {})},
         # in a sandbox the instance's interface on the job network is eth0, as on SageMaker
         network_interface_name="eth0" if sandbox is not None and sandbox.sandboxed else "lo",
         extra_python_path=list(staged.extra_python_path),
         python_package=staged.python_package,
-        checkpoint_local_path=spec.checkpoint_local_path,
+        checkpoint_local_path=checkpoint_local_path(spec, home),
+        host_paths=spec.host_paths,
         region=region(),
         log_level=spec.container_log_level,
         shared_dir=os.path.join(home.job_dir(spec.job_name), "shared"),
@@ -161,6 +171,34 @@ def agent_config(
         data=data_config(spec),
         sandbox=sandbox or SandboxPlan(),
         python=python,
+    )
+
+
+def checkpoint_local_path(spec: JobSpec, home: Home) -> str | None:
+    """The job's checkpoint directory for its agents: a path in the instance's tree
+    (``/opt/ml/...``, each instance's own), or a directory of this machine the SDK's or
+    CLI's user named for the instances to share, unless the instances may not see it (a
+    shipyard home, the users' homes: shipyard.sandbox.fsview.hidden); then None, and each
+    instance checkpoints to its own ``/opt/ml/checkpoints`` (``checkpoint_note`` says so)."""
+    from shipyard.sandbox import fsview
+
+    path = spec.checkpoint_local_path
+    if path is None or in_instance_tree(path):
+        return path
+    if not spec.host_paths or fsview.hidden(path, [home.root]):
+        return None
+    return path
+
+
+def checkpoint_note(spec: JobSpec, home: Home) -> str | None:
+    """Why a named checkpoint_local_path is not the host directory the instances share."""
+    path = spec.checkpoint_local_path
+    if path is None or in_instance_tree(path) or checkpoint_local_path(spec, home) is not None:
+        return None
+    return (
+        f"checkpoint_local_path {path} is hidden from instances (a shipyard home or a "
+        "user's home, or holds one): it is not bound into them; each instance checkpoints "
+        f"to its own {CHECKPOINT_LOCAL_PATH}. Name a directory of its own to share one."
     )
 
 

@@ -72,8 +72,17 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, Any]:
     keep_rw = [os.path.abspath(config.instances_dir)]
     if config.shared_dir:
         keep_rw.append(os.path.abspath(config.shared_dir))
+    # paths the spec names are bound only where the spec may name this machine's
+    # directories (the SDK and CLI; never a job created through the server's API), and
+    # never one the instances may not see (``hidden``: issue 37)
+    host_paths = getattr(config, "host_paths", True)
     checkpoints = getattr(config, "checkpoint_local_path", None)
-    if checkpoints and not os.path.abspath(checkpoints).startswith("/opt/ml"):
+    if (
+        checkpoints
+        and host_paths
+        and not os.path.abspath(checkpoints).startswith("/opt/ml")
+        and not hidden(checkpoints, home)
+    ):
         keep_rw.append(os.path.abspath(checkpoints))  # shared by the job's instances
     local_channels = [
         source.removeprefix("file://")
@@ -94,8 +103,8 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, Any]:
     # directory in $SHIPYARD_HOME is kept already)
     keep_rw += [
         p
-        for p in named_paths(config)
-        if _inside(p, PRIVATE_TMP) and not any(nested(p, s) or nested(s, p) for s in secret)
+        for p in (named_paths(config) if host_paths else [])
+        if _inside(p, PRIVATE_TMP) and not hidden(p, secret)
     ]
     return {
         "root_overlay": True,
@@ -110,6 +119,8 @@ def view(config: Any, python: list[str] | None = None) -> dict[str, Any]:
         ),
         "writable": list(OWN_MOUNTS),
         "devices": list(DEVICES),
+        # the job's SHIPYARD_HOME: its own trees inside are reached, nothing is listed
+        "sealed": sorted({os.path.realpath(h) for h in home}),
         # masked /proc paths, host secrets, the instance's own /run (shipyard.sandbox.masks)
         **masks.view_keys(),
     }
@@ -134,6 +145,34 @@ def named_paths(config: Any) -> list[str]:
             for v in values
             if isinstance(v, str) and v.startswith("/") and ":" not in v and "\n" not in v
         }
+    )
+
+
+# what marks a directory holding shipyard's state (a SHIPYARD_HOME: its jobs' records,
+# a server's store and keys), found where a spec names a path, above it or one level below
+STATE_MARKS = ("shipyard.db", ".private", "server/credentials.json", "jobs/*/agent.json")
+
+
+def hidden(path: str, secret: list[str] | tuple[str, ...] = ()) -> bool:
+    """Whether the instances may never see ``path`` because a spec names it: it is,
+    is inside or holds a home (``secret``, the users' homes, ``$HOME``) or a directory
+    holding shipyard's state (another ``SHIPYARD_HOME``, by its ``STATE_MARKS``)."""
+    import glob
+
+    path = os.path.realpath(path)
+    homes = [*secret, *MASKED_HOMES, os.environ.get("HOME") or "/"]
+    tops = {os.path.realpath(h) for h in homes if h and os.path.realpath(h) != "/"}
+    if any(nested(path, t) or nested(t, path) for t in tops):
+        return True
+    places = [path, *glob.glob(os.path.join(glob.escape(path), "*", ""))]
+    above = path
+    while os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+        places.append(above)
+    return any(
+        glob.glob(os.path.join(glob.escape(place), mark))
+        for place in places
+        for mark in STATE_MARKS
     )
 
 

@@ -174,6 +174,9 @@ def build(view: dict) -> list[str]:
                 _bind(fds[path], path, read_only)
             except (Refused, OSError) as exc:
                 missing.append(f"{path} is not reachable: {exc}")
+    for top in view.get("sealed", []):
+        if any(_under(top, m) for m in private):  # never a directory of the host's
+            missing += _seal(top, [p for p, _ in keep])
     for path in view.get("read_only", []):
         if not os.path.isdir(path):
             continue
@@ -190,6 +193,31 @@ def build(view: dict) -> list[str]:
     missing += _kernel_settings_read_only(view.get("proc_read_only", PROC_READ_ONLY))
     missing += _masks(view.get("proc_mask", []), view.get("secrets", []))
     return missing
+
+
+def _seal(top: str, kept: list[str]) -> list[str]:
+    """A masked directory that holds kept paths (the job's own trees inside its
+    ``SHIPYARD_HOME``): passed through, never listed or changed. Every directory from
+    ``top`` down to a kept path is mode 0111 and ``top`` is bound read-only over itself
+    (its kept mounts carried along, still writable), so a job sees no name the host
+    keeps there, not even its own job's records' (issue 37)."""
+    inside = [p for p in kept if p != top and _under(p, top)]
+    if not inside or not os.path.isdir(top):
+        return []
+    dirs = {top}
+    for path in inside:
+        parent = os.path.dirname(path)
+        while parent != top and _under(parent, top):
+            dirs.add(parent)
+            parent = os.path.dirname(parent)
+    try:
+        for directory in dirs:
+            os.chmod(directory, 0o111)
+        _mount(top, top, None, MS_BIND | MS_REC)
+        _read_only(top)
+    except (Refused, OSError) as exc:
+        return [f"{top} can be listed: {exc}"]
+    return []
 
 
 def _new_root(

@@ -19,11 +19,11 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shipyard.control.home import Home
-from shipyard.server import asgi, credentials
+from shipyard.server import asgi, credentials, job_policy
 from shipyard.server.errors import ApiError
 from shipyard.server.guard import MONITORING_PATH, Names, authorize
 from shipyard.server.http import (
@@ -33,6 +33,8 @@ from shipyard.server.http import (
     tag,
     xml_response,
 )
+from shipyard.server.job_creds import CREDENTIALS_PATH, container_credentials
+from shipyard.server.job_keys import KeyTable
 
 log = logging.getLogger("shipyard.server")
 REST_JSON = ("sagemaker-runtime",)
@@ -70,9 +72,9 @@ class ApiServer:
     signature's service name and answers errors in that service's shape. Called from a
     worker thread for each request (asgi.py owns sockets, limits and the event loop)."""
 
-    def __init__(self, host: str, services: dict[str, Any], keys: dict[str, str]):
+    def __init__(self, host: str, services: dict[str, Any], keys: Mapping[str, str]):
         self.services = services
-        self.keys = keys
+        self.keys = keys  # the server's key and, in a KeyTable, every job's (job_keys)
         self.names = Names.from_env(host)
         if not is_loopback(host) and not credentials.configured():
             raise ValueError(
@@ -88,7 +90,12 @@ class ApiServer:
             runtime = self.services.get("sagemaker-runtime")
             if runtime is not None:  # an invocation's body is read with its endpoint's limit
                 runtime.preread(req)
+            if req.raw_path == CREDENTIALS_PATH and isinstance(self.keys, KeyTable):
+                return container_credentials(req, self.keys, self.names)
             service = authorize(req, self.keys, self.names)
+            grant = self.keys.grant(req.access_key) if isinstance(self.keys, KeyTable) else None
+            if grant is not None:  # a job's own key: what its role allows, nothing else
+                job_policy.check(grant, service, req, self._s3_split)
             # -- routing ----------------------------------------------------------------------
             if service == "sagemaker" and "x-amz-target" not in headers:
                 service = "sagemaker-runtime"  # it signs as "sagemaker" too
@@ -109,6 +116,12 @@ class ApiServer:
             return self._error(
                 service, req, ApiError("InternalFailure", f"internal error: {exc}", 500)
             )
+
+    def _s3_split(self, req: Request) -> tuple[str, str]:
+        s3 = self.services.get("s3")
+        if s3 is None:
+            return "", ""
+        return s3._split(req)
 
     def error_for(self, req: Request, status: int, code: str, message: str) -> Response:
         return self._error(req.service or "s3", req, ApiError(code, message, status))
@@ -144,7 +157,8 @@ def serve(
     os.umask(0o077)  # every file the server and its jobs write is the user's alone
     Home(home).ensure_private()
     access, secret = credentials.load(home)
-    server = ApiServer(host, {}, {access: secret})
+    keys = KeyTable(os.path.join(home, "server", "job-keys"), {access: secret})
+    server = ApiServer(host, {}, keys)
     sock = bind(host, port)
     bound = sock.getsockname()[1]
     values = env_mod.variables(home, host, bound)
@@ -152,7 +166,7 @@ def serve(
         os.environ.pop(name, None)
     os.environ.update(values)
     hosts = tuple(h for h in {host, "localhost", "127.0.0.1"} if h not in ("", "0.0.0.0"))
-    server.services = build(home, backend, hosts)
+    server.services = build(home, backend, hosts, keys, values["AWS_ENDPOINT_URL"])
     log.info("shipyard server listening on %s (SHIPYARD_HOME=%s)", values["AWS_ENDPOINT_URL"], home)
     http = asgi.Server(server)
     if on_bound is not None:

@@ -175,6 +175,7 @@ def authorize(req: Request, keys: Mapping[str, str], names: Names) -> str:
             "the server's key)",
         )
     req.region = sc.region
+    req.access_key = sc.access_key
     sigv4.verify(
         sc,
         req.method,

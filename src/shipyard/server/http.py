@@ -27,6 +27,7 @@ class Request:
     length: int
     service: str = ""
     region: str = "us-east-1"
+    access_key: str = ""  # who signed it (set once the signature's scope is read)
     _body: bytes | None = None
 
     @property

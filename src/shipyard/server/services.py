@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -10,6 +11,7 @@ from shipyard.control.endpoints import Endpoints
 from shipyard.server.hosting import HostingApi
 from shipyard.server.identity import IamApi, StsApi
 from shipyard.server.invocations import RuntimeApi
+from shipyard.server.job_keys import KeyTable
 from shipyard.server.logs import ENDPOINTS, TRAINING, TRANSFORM, LogsApi
 from shipyard.server.monitoring import MonitoringApi, sources
 from shipyard.server.objects import ObjectStore
@@ -20,7 +22,15 @@ from shipyard.server.training import TrainingApi
 from shipyard.server.transform_jobs import TransformApi
 
 
-def build(home: str, backend: str = "local", hosts: tuple[str, ...] = ()) -> dict[str, Any]:
+def build(
+    home: str,
+    backend: str = "local",
+    hosts: tuple[str, ...] = (),
+    keys: KeyTable | None = None,
+    url: str | None = None,
+) -> dict[str, Any]:
+    """Every service over ``home``; ``keys`` (the server's KeyTable) mints each job a
+    credential of its own for reaching the server at ``url``, revoked when its job ends."""
     root = os.path.join(home, "server")
     os.makedirs(os.path.join(root, "staging"), exist_ok=True)
     objects = ObjectStore(os.path.join(home, "s3"))
@@ -28,7 +38,11 @@ def build(home: str, backend: str = "local", hosts: tuple[str, ...] = ()) -> dic
     records = Records(os.path.join(root, "api.db"))
     control = ControlPlane(home=home, backend=backend)
     endpoints = Endpoints(home=home)
-    training = TrainingApi(control, objects, records, os.path.join(root, "staging"))
+    if keys is not None:
+        keys.ended = functools.partial(_ended, control)
+    training = TrainingApi(
+        control, objects, records, os.path.join(root, "staging"), keys=keys, url=url
+    )
     hosting = HostingApi(endpoints, objects, records)
     transform = TransformApi(hosting, endpoints, records, os.path.join(root, "transform"))
 
@@ -57,3 +71,11 @@ def build(home: str, backend: str = "local", hosts: tuple[str, ...] = ()) -> dic
         "sts": StsApi(),
         "iam": IamApi(),
     }
+
+
+def _ended(control: ControlPlane, job: str) -> str | None:
+    """A job's terminal status (its key is revoked then); None while it may still run."""
+    if not control.store.exists(job):
+        return "no such job any more"
+    record = control.store.get(job)
+    return str(getattr(record.status, "value", record.status)) if record.terminal else None

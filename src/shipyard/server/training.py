@@ -28,9 +28,11 @@ from shipyard.errors import JobExistsError, JobNotFoundError, ShipyardError
 from shipyard.server import images
 from shipyard.server.errors import ApiError, in_use, limit_exceeded, validation
 from shipyard.server.identity import ACCOUNT
+from shipyard.server.job_creds import grants_for, job_environment
+from shipyard.server.job_keys import KeyTable
 from shipyard.server.objects import ObjectStore
 from shipyard.server.records import Records
-from shipyard.spec import TENSORBOARD_LOCAL_PATH, validated
+from shipyard.spec import TENSORBOARD_LOCAL_PATH, check_local_path, validated
 
 log = logging.getLogger("shipyard.server")
 # instances of unfinished jobs at once (SageMaker's per-account quota; one machine's sense)
@@ -110,12 +112,20 @@ def distribution_from(hps: dict[str, Any]) -> dict[str, Any]:
 
 class TrainingApi:
     def __init__(
-        self, control: ControlPlane, objects: ObjectStore, records: Records, staging: str
+        self,
+        control: ControlPlane,
+        objects: ObjectStore,
+        records: Records,
+        staging: str,
+        keys: KeyTable | None = None,
+        url: str | None = None,
     ) -> None:
         self.control = control
         self.objects = objects
         self.records = records
         self.staging = staging
+        self.keys = keys  # mints each job its own credential (job_keys); None: none given
+        self.url = url  # where a job reaches this server
 
     # -- create ---------------------------------------------------------------------------
     def create_training_job(self, req: dict[str, Any], region: str) -> dict[str, Any]:
@@ -133,7 +143,13 @@ class TrainingApi:
             # the image's version is the job's: it runs in a framework environment of it
             spec = self.spec_from_request(req, framework, work, version, images.py_version(image))
             note = _gpu_note(spec.instance_type, spec.dist.kind)
-            self.control.submit(spec, log=log.info)
+            identity = self._identity(spec, region)
+            try:
+                self.control.submit(spec, log=log.info, identity=identity)
+            except BaseException:
+                if identity and self.keys is not None:
+                    self.keys.discard(name)  # refused: no key of it is left
+                raise
             self.records.put("training-job", name, {"Request": req})
         except JobExistsError as exc:
             raise in_use(str(exc)) from None
@@ -147,6 +163,16 @@ class TrainingApi:
             log.warning("%s: %s", name, note)
         self.control.start(name)
         return {"TrainingJobArn": arn(region, "training-job", name)}
+
+    def _identity(self, spec: Any, region: str) -> dict[str, str]:
+        """The environment that lets the job reach this server as itself: a credential
+        minted for it alone (job_keys, job_creds). None with EnableNetworkIsolation: as on
+        SageMaker, an isolated container is given no credentials."""
+        if self.keys is None or not self.url or spec.enable_network_isolation:
+            return {}
+        read, write = grants_for(spec)
+        grant = self.keys.mint(spec.job_name, read, write)
+        return job_environment(grant, self.url, region)
 
     def _check_quota(self, req: dict[str, Any]) -> None:
         """SageMaker's per-account instance quota, here: instances of unfinished jobs."""
@@ -180,6 +206,13 @@ class TrainingApi:
             raise validation(
                 "HyperParameters must name the script in sagemaker_program (the SDK's "
                 "Framework estimators write it from entry_point)"
+            )
+        if submit is not None and not (isinstance(submit, str) and submit.startswith("s3://")):
+            raise validation(
+                f"HyperParameters.sagemaker_submit_directory {submit!r} must be an s3:// "
+                "location on this server's S3 (the SDK uploads sourcedir.tar.gz there): a "
+                "request never names a directory or file of the server's machine (local "
+                "code runs with instance_type='local', or the shipyard SDK and CLI)"
             )
         source_dir = self._unpack_code(submit, work) if submit else None
         try:
@@ -231,6 +264,9 @@ class TrainingApi:
             )
         checkpoint = req.get("CheckpointConfig") or {}
         stopping = req.get("StoppingCondition") or {}
+        _s3_only("InputDataConfig.S3Uri", [ch["uri"] for ch in channels])
+        _s3_only("OutputDataConfig.S3OutputPath", [output.get("S3OutputPath")])
+        _s3_only("CheckpointConfig.S3Uri", [checkpoint.get("S3Uri")])
         return validated(
             job_name=name,
             framework=framework,
@@ -256,6 +292,7 @@ class TrainingApi:
             tags=req.get("Tags") or [],
             role=req.get("RoleArn"),
             container_log_level=int(hps.get("sagemaker_container_log_level") or 20),
+            host_paths=False,  # a request never reaches this machine's files
         )
 
     @staticmethod
@@ -269,27 +306,28 @@ class TrainingApi:
                 "TensorBoardOutputConfig needs S3OutputPath (an s3:// location on this "
                 "server's S3), and optionally LocalPath"
             )
+        _s3_only("TensorBoardOutputConfig.S3OutputPath", [config.get("S3OutputPath")])
+        local = config.get("LocalPath")
+        if local is not None:
+            try:
+                check_local_path("TensorBoardOutputConfig.LocalPath", local, host_paths=False)
+            except ValueError as exc:
+                raise validation(str(exc)) from None
         return tensorboard_spec(config)
 
     def _unpack_code(self, submit: Any, work: str) -> str:
-        """The SDK's sourcedir.tar.gz (s3:// on this server, or a local path) unpacked."""
+        """The SDK's sourcedir.tar.gz (s3:// on this server) unpacked."""
         if not isinstance(submit, str):
             raise validation(f"sagemaker_submit_directory {submit!r} must be a string")
         dest = os.path.join(work, "source")
-        if submit.startswith("s3://"):
-            bucket, _, key = submit[len("s3://") :].partition("/")
-            try:
-                obj = self.objects.get(bucket, key)
-            except ApiError:
-                raise validation(
-                    f"sagemaker_submit_directory {submit} does not exist on this server's S3"
-                ) from None
-            archive = obj.file
-        else:
-            path = submit.removeprefix("file://")
-            if os.path.isdir(path):
-                return path
-            archive = path
+        bucket, _, key = submit[len("s3://") :].partition("/")
+        try:
+            obj = self.objects.get(bucket, key)
+        except ApiError:
+            raise validation(
+                f"sagemaker_submit_directory {submit} does not exist on this server's S3"
+            ) from None
+        archive = obj.file
         try:
             with tarfile.open(archive, "r:*") as tar:
                 tar.extractall(dest, filter=_private_member)
@@ -382,6 +420,17 @@ class TrainingApi:
         if start + limit < len(summaries):
             out["NextToken"] = str(start + limit)
         return out
+
+
+def _s3_only(member: str, values: list[Any]) -> None:
+    """A location from a request is on S3: a file:// or bare path would name a file of
+    the server's machine, which a request never reaches."""
+    for value in values:
+        if value is not None and not (isinstance(value, str) and value.startswith("s3://")):
+            raise validation(
+                f"{member} {value!r} must be an s3:// location on this server's S3: a "
+                "request never names a directory or file of the server's machine"
+            )
 
 
 def _epoch(req: dict[str, Any], member: str) -> float | None:

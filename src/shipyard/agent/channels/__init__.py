@@ -21,7 +21,7 @@ from shipyard.agent.channels.checkpoints import CheckpointSync
 from shipyard.agent.channels.pipe import fifo_path, make_fifo
 from shipyard.agent.channels.source import ChannelSource
 from shipyard.agent.config import AgentConfig
-from shipyard.agent.layout import InstancePaths
+from shipyard.agent.layout import InstancePaths, checkpoint_dir
 from shipyard.agent.runners.api import ProcessSpec
 
 Log = Callable[[str], None]
@@ -172,7 +172,7 @@ def prepare(config: AgentConfig, host: str, paths: InstancePaths, log: Log) -> C
                 _stage(source, target, log)
         uri = config.data.get("checkpoint_uri")
         if uri:
-            local = config.checkpoint_local_path or paths.checkpoints
+            local = checkpoint_dir(config, paths)
             session.checkpoints = CheckpointSync(uri, local, config.data.get("endpoint_url"), log)
             count = session.checkpoints.restore()
             log(f"checkpoints: {count} object(s) copied in from {uri} to {local}")

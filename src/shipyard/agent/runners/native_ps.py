@@ -30,6 +30,7 @@ import os
 import sys
 from typing import Any
 
+from shipyard.agent import layout
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
 
@@ -56,7 +57,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     addresses = [config.addresses[h] for h in hosts]
     endpoints = [opts.shard_endpoint(i, addresses) for i in range(opts.num_shards)]
     num_workers = len(hosts) * opts.workers_per_host
-    checkpoint_dir = config.checkpoint_local_path or ctx.paths.checkpoints
+    checkpoint_dir = layout.checkpoint_dir(config, ctx.paths)
     secret = {"SHIPYARD_PS_SECRET": config.job_secret}
     if opts.mac:
         secret["SHIPYARD_PS_MAC"] = opts.mac
