@@ -26,7 +26,6 @@ from typing import TextIO
 
 from shipyard import instance_types, settings
 from shipyard.agent import runners
-from shipyard.agent.config import AgentConfig
 from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
@@ -36,6 +35,7 @@ from shipyard.control.home import Home
 from shipyard.control.job_end import JobEnd
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
 from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.control.submitted_plan import SubmittedPlan
 from shipyard.environments import job as framework_envs
 from shipyard.errors import BackendError
 from shipyard.observe.logs import LogTailer, print_lines
@@ -59,35 +59,61 @@ class AttemptResult:
     host: str | None = None
 
 
-def failure_time(job_dir: str, paths: InstancePaths) -> float | None:
+def _job_dir(paths: InstancePaths) -> str:
+    """The job's directory above an instance's tree (<job>/instances/algo-k): the root
+    below which the supervisor follows no link (the trees are the job's)."""
+    return os.path.dirname(os.path.dirname(paths.base))
+
+
+def failure_time(paths: InstancePaths) -> float | None:
     """When the instance's agent recorded its failure (the root cause is the earliest).
     Read from the instance's tree, which the job writes: no link in it is followed."""
     try:
-        return float(safepath.read_text(job_dir, paths.failure_time_file, 64).strip())
+        return float(safepath.read_text(_job_dir(paths), paths.failure_time_file, 64).strip())
     except (OSError, ValueError):
         return None
 
 
-def read_plan(path: str, missing_ok: bool = False) -> bytes:
-    """agent.json's bytes, never through a link (b"" when absent and ``missing_ok``)."""
+def failure_text(paths: InstancePaths) -> str:
+    """What the instance's failure file says, read without following a link the job
+    planted in its tree ("" when there is none)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if missing_ok:
-            return b""
-        raise
-    except OSError:  # a link where the plan was
-        if missing_ok:
-            return b""
-        raise
-    with open(fd, "rb") as fh:
-        return fh.read()
+        return safepath.read_text(_job_dir(paths), paths.failure_file, 4 * 1024).strip()
+    except OSError:
+        return ""
 
 
-def write_plan(path: str, data: bytes) -> None:
-    """agent.json replaced whole (0600: it holds the job's secret)."""
-    directory = os.path.dirname(path)
-    safepath.write_text(directory, path, data.decode("utf-8"), mode=0o600)
+def failure_reason(
+    paths: InstancePaths, host: str, code: int, verdict: str | None, job_dir: str
+) -> str:
+    """An instance's FailureReason: its failure file, after the kernel's word first
+    (``verdict``: memory or process limit; the script's own error is only the consequence,
+    "Killed", a BlockingIOError from fork), within 1024 characters."""
+    text = failure_text(paths)
+    if not text:
+        text = f"instance exited with status {code} without writing a failure reason"
+    if verdict:
+        text = f"{verdict}\n{text}"
+    note = envphase.substitution_note(job_dir)
+    if note:  # kept whole: the traceback's tail gives way to it
+        return f"[{host}] {text}"[: 1024 - len(note) - 1] + "\n" + note
+    return f"[{host}] {text}"[:1024]
+
+
+def sampled(backend: Backend, job_dir: str, handle: InstanceHandle) -> Instance:
+    """What the utilization sampler needs of an instance: its cgroup (the backend's),
+    its memory limit and GPUs (the launch's resources record)."""
+    cgroup = getattr(backend, "instance_cgroup", lambda h: None)(handle)
+    share = (read_resources(job_dir) or {}).get("Instances", {})
+    mine = share.get(handle.host, {})
+    return Instance(
+        handle.host,
+        handle.pid,
+        os.path.join(job_dir, "instances", handle.host),
+        cgroup,
+        mine.get("MemoryBytes"),
+        tuple(mine.get("Gpus") or ()),
+    )
 
 
 class StopRequested(Exception):
@@ -131,11 +157,8 @@ class JobSupervisor:
         if hasattr(self.backend, "should_stop"):  # ends a launch waiting for GPUs
             self.backend.should_stop = self._should_stop
         self.end = JobEnd(home, store, self.record, stream, self._first_log)
-        # the job's plan, read once: every attempt launches from this copy, never from
-        # what is on disk by then (_secure_plan)
-        self.plan_path = os.path.join(self.record.job_dir, "agent.json")
-        self.plan_bytes = read_plan(self.plan_path)
-        config = AgentConfig.from_json(self.plan_bytes.decode("utf-8"))
+        self.plan = SubmittedPlan(os.path.join(self.record.job_dir, "agent.json"))
+        config = self.plan.config()
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
         )
@@ -167,31 +190,18 @@ class JobSupervisor:
         self.store.add_metrics(self.name, self.metrics.extract(lines))
 
     def _failure_reason(self, host: str, code: int) -> str:
-        path = self.paths(host).failure_file
-        try:  # the instance's tree is the job's: a link there is refused, not read through
-            text = safepath.read_text(self.record.job_dir, path, 4 * 1024).strip()
-        except OSError:
-            text = ""
-        if not text:
-            text = f"instance exited with status {code} without writing a failure reason"
-        # the kernel's word first (memory or process limit): the script's own error is
-        # only the consequence ("Killed", a BlockingIOError from fork)
         handle = next((h for h in self.handles if h.host == host), None)
         why = getattr(self.backend, "resource_failure", None)
         verdict = why(handle) if why is not None and handle is not None else None
-        if verdict:
-            text = f"{verdict}\n{text}"
-        note = envphase.substitution_note(self.record.job_dir)
-        if note:  # kept whole: the traceback's tail gives way to it
-            return f"[{host}] {text}"[: 1024 - len(note) - 1] + "\n" + note
-        return f"[{host}] {text}"[:1024]
+        return failure_reason(self.paths(host), host, code, verdict, self.record.job_dir)
 
     # -- one attempt ----------------------------------------------------------------------
     def _launch(self, attempt: int) -> None:
         env = dict(os.environ)
         env["SHIPYARD_ATTEMPT"] = str(attempt)
         env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.max_retry_attempts)
-        self._secure_plan()
+        if self.plan.restore():  # a retry runs the job that was submitted
+            self.end.say("[shipyard] agent.json had changed; restored as submitted")
         specs = []
         for host in self.hosts:
             log_path = self.home.log_path(self.name, host)
@@ -227,35 +237,8 @@ class JobSupervisor:
         for h in self.handles:
             self.tailer.add(h.host, h.log_path)
         if self.sampler is not None:
-            self.sampler.start([self._sampled(h) for h in self.handles], attempt)
-
-    def _secure_plan(self) -> None:
-        """agent.json as the supervisor read it, before each launch: the backend and the
-        agents read it from disk, and a retry must run the job that was submitted, not one
-        rewritten meanwhile (it lies outside every instance's view; this holds even if a
-        future view or a host user changes it)."""
-        if read_plan(self.plan_path, missing_ok=True) == self.plan_bytes:
-            return
-        self.end.say(
-            "[shipyard] agent.json changed since the job started; "
-            "restored from the supervisor's copy before this launch"
-        )
-        write_plan(self.plan_path, self.plan_bytes)
-
-    def _sampled(self, handle: InstanceHandle) -> Instance:
-        """What the utilization sampler needs of an instance: its cgroup (the backend's),
-        its memory limit and GPUs (the launch's resources record)."""
-        cgroup = getattr(self.backend, "instance_cgroup", lambda h: None)(handle)
-        share = (read_resources(self.record.job_dir) or {}).get("Instances", {})
-        mine = share.get(handle.host, {})
-        return Instance(
-            handle.host,
-            handle.pid,
-            self.paths(handle.host).base,
-            cgroup,
-            mine.get("MemoryBytes"),
-            tuple(mine.get("Gpus") or ()),
-        )
+            job_dir, backend = self.record.job_dir, self.backend
+            self.sampler.start([sampled(backend, job_dir, h) for h in self.handles], attempt)
 
     def _addresses(self) -> dict[str, str]:
         subnet = self.record.subnet
@@ -363,10 +346,7 @@ class JobSupervisor:
                 else:
                     self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
             time.sleep(0.01)
-        job_dir = self.record.job_dir
-        times = {
-            h: t for h in self.hosts if (t := failure_time(job_dir, self.paths(h))) is not None
-        }
+        times = {h: t for h in self.hosts if (t := failure_time(self.paths(h))) is not None}
         if not times:
             return seen
         root = min(times, key=lambda h: times[h])
@@ -469,7 +449,7 @@ class JobSupervisor:
         for, prepared before any instance starts. The record when it ended the job."""
         if envphase.pending(self.record.job_dir) is None:
             return None
-        config = AgentConfig.from_json(self.plan_bytes.decode("utf-8"))
+        config = self.plan.config()
         outcome = envphase.run(
             self.record.job_dir,
             framework_envs.root(self.home.root),
@@ -488,6 +468,7 @@ class JobSupervisor:
                 "Framework environment could not be prepared",
                 failure_reason=outcome.failure,
             )
+        self.plan = SubmittedPlan(self.plan.path)  # the phase's plan (no instance ran yet)
         return None
 
     def _safe_transition(self, event: Event, message: str, reason: str | None = None) -> None:

@@ -227,5 +227,5 @@ def test_a_retry_runs_the_plan_that_was_submitted(session, write_script, tmp_pat
     probe_line = next(ln for ln in second.splitlines() if ln.startswith("PROBE 2 "))
     assert int(probe_line.split()[2], 16) == 0, probe_line  # no capabilities: confined
     first = (logs / "algo-1.log").read_text()
-    assert "agent.json changed since the job started" in first + second
+    assert "agent.json had changed; restored as submitted" in first + second
     assert json.loads(agent_json.read_text())["sandbox"]["mode"] != "off"  # restored
