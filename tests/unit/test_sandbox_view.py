@@ -124,6 +124,7 @@ def test_describe_lists_each_instances_missing_protections(tmp_path):
     import json
 
     from shipyard.agent.layout import InstancePaths
+    from shipyard.control.disk_full import NO_VOLUME
     from shipyard.control.job_end import missing_protections
 
     for host, missing in (("algo-1", ["no PID namespace: the kernel refused one (EPERM)"]),):
@@ -132,7 +133,9 @@ def test_describe_lists_each_instances_missing_protections(tmp_path):
         with open(path, "w") as fh:
             json.dump(missing, fh)
     assert missing_protections(str(tmp_path), ["algo-1", "algo-2"]) == [
-        {"Host": "algo-1", "Missing": "no PID namespace: the kernel refused one (EPERM)"}
+        {"Host": "algo-1", "Missing": NO_VOLUME},
+        {"Host": "algo-1", "Missing": "no PID namespace: the kernel refused one (EPERM)"},
+        {"Host": "algo-2", "Missing": NO_VOLUME},
     ]
 
 

@@ -26,6 +26,7 @@ from typing import TextIO
 
 from shipyard import settings
 from shipyard.agent.layout import InstancePaths
+from shipyard.control import disk_full
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event, IllegalTransition
 from shipyard.control.store import JobRecord, Store
@@ -67,9 +68,11 @@ def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
 
 
 def missing_protections(job_dir: str, hosts: list[str]) -> list[dict]:
-    """The sandbox protections each instance ran without, and why (issue 31)."""
+    """The sandbox protections each instance ran without, and why (issue 31); no
+    instance has a disk of VolumeSizeInGB (control.disk_full)."""
     out = []
     for host in hosts:
+        out.append({"Host": host, "Missing": disk_full.NO_VOLUME})
         path = instance_paths(job_dir, host).missing_protections_file
         try:
             text = safepath.read_text(job_dir, path, RECORD_LIMIT)
@@ -175,6 +178,20 @@ class JobEnd:
             self.store.transition(self.record.name, Event.UPLOADING, message[:1024])
         except IllegalTransition:
             pass  # ended meanwhile: the log has it
+
+    def not_saved(self, reason: str, stopping: bool) -> JobRecord:
+        """The job's end when its artifacts could not be saved (``upload``'s reason):
+        Stopped when a stop ended the wait for the store, else Failed."""
+        name = self.record.name
+        if stopping:
+            if not self.store.get(name).terminal:
+                self.store.transition(name, Event.STOP_REQUESTED, "Stop requested")
+            return self.store.transition(
+                name, Event.STOPPED, "Training job stopped", failure_reason=reason
+            )
+        return self.store.transition(
+            name, Event.FAILED, "Artifacts could not be saved", failure_reason=reason
+        )
 
     def upload(self, should_stop: Callable[[], bool] = lambda: False) -> str | None:
         """Archive every instance's model and output directories and upload them; None

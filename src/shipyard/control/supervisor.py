@@ -30,7 +30,7 @@ from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
 from shipyard.backends.resources import read_record as read_resources
-from shipyard.control import envphase, plan
+from shipyard.control import disk_full, envphase, plan
 from shipyard.control.home import Home
 from shipyard.control.job_end import JobEnd
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
@@ -92,6 +92,7 @@ def failure_reason(
     text = failure_text(paths)
     if not text:
         text = f"instance exited with status {code} without writing a failure reason"
+    verdict = verdict or disk_full.verdict(text, paths.base)
     if verdict:
         text = f"{verdict}\n{text}"
     note = envphase.substitution_note(job_dir)
@@ -484,7 +485,7 @@ class JobSupervisor:
             self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
             unsaved = self.end.upload(self._should_stop)
             if unsaved is not None:
-                return self._not_saved(unsaved)
+                return self.end.not_saved(unsaved, self._should_stop())
             return self.store.transition(self.name, Event.SUCCEEDED, "Training job completed")
         if result.kind is AttemptKind.FAILED:
             return self.store.transition(
@@ -493,24 +494,12 @@ class JobSupervisor:
         if result.kind is AttemptKind.MAX_RUNTIME:
             unsaved = self.end.upload(self._should_stop)
             if unsaved is not None:
-                return self._not_saved(unsaved)
+                return self.end.not_saved(unsaved, self._should_stop())
             return self.store.transition(
                 self.name, Event.MAX_RUNTIME, result.reason or "", failure_reason=result.reason
             )
         self.store.transition(self.name, Event.STOP_REQUESTED, "Stop requested")
         return self.store.transition(self.name, Event.STOPPED, "Training job stopped")
-
-    def _not_saved(self, reason: str) -> JobRecord:
-        """The artifacts could not be saved (a full disk, a store away past the job's
-        patience): the one-line reason, Stopped if a stop ended the wait, else Failed."""
-        if self._should_stop():
-            self._safe_transition(Event.STOP_REQUESTED, "Stop requested")
-            return self.store.transition(
-                self.name, Event.STOPPED, "Training job stopped", failure_reason=reason
-            )
-        return self.store.transition(
-            self.name, Event.FAILED, "Artifacts could not be saved", failure_reason=reason
-        )
 
 
 def main(argv: list[str] | None = None) -> int:
