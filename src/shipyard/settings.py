@@ -421,6 +421,21 @@ SETTINGS: tuple[Setting, ...] = (
         "<SHIPYARD_HOME>/environments); homes, and Ray nodes, pointing at one directory share "
         "one build.",
     ),
+    _user(
+        "SHIPYARD_FRAMEWORK_EXACT",
+        "0",
+        "`1`: a job runs the framework_version it asks for or fails naming why; never the "
+        "nearest release of the same API nor the installed one in its place (the default says "
+        "which ran in the log, describe and the FailureReason).",
+        kind="flag",
+    ),
+    _user(
+        "SHIPYARD_PYTORCH_INDEX_URL",
+        "https://download.pytorch.org/whl/cpu",
+        "The package index PyTorch framework environments install from (its CPU builds: "
+        "PyPI's Linux torch pulls several GB of CUDA packages); a mirror of it where that "
+        "index cannot be reached.",
+    ),
     _user("SHIPYARD_PS_MAC", None, "shipyard.ps message authentication (default aes-gmac)."),
     _user("SHIPYARD_PS_POLICY", None, "shipyard.ps placement policy when none is given."),
     _user(

@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import tarfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from typing import Any
 
@@ -173,21 +173,55 @@ def remembered(req: Request, cache_root: str) -> Resolution | None:
 def resolution(req: Request, cache_root: str | None = None) -> Resolution:
     """The version that runs: the one an earlier job asking the same was built with (in
     ``cache_root``), else the registry query's; EnvironmentRefused when none can."""
-    if cache_root is not None:
-        known = remembered(req, cache_root)
-        if known is not None:
-            return known
+    known = remembered(req, cache_root) if cache_root is not None else None
+    found = known if known is not None else _resolve(req)
+    if not found.exact and exact_required():
+        raise EnvironmentRefused(
+            f"{found.reason}; SHIPYARD_FRAMEWORK_EXACT=1 runs only the version asked for: "
+            "ask for one this machine can install, or unset it to run the nearest"
+        )
+    return found
+
+
+def _resolve(req: Request) -> Resolution:
+    """The registry's answer for ``req`` (or, out of its reach, the installed release)."""
     fw = FRAMEWORKS[req.framework]
-    found = resolve(
-        req.framework,
-        req.asked,
-        registry.available(fw.package, fw.index_url),
-        installed_version(req.framework),
-        _python(),
-    )
+    index = index_of(req.framework)
+    installed = installed_version(req.framework)
+    try:
+        found = resolve(
+            req.framework, req.asked, registry.available(fw.package, index), installed, _python()
+        )
+    except registry.RegistryError as exc:
+        if installed is None:
+            raise
+        # the installed release when it has the asked API generation (PyTorch's CPU index
+        # is out of reach from many machines, and PyPI's torch is a CUDA build of GBs)
+        found = resolve(req.framework, req.asked, [], installed, _python(), unreachable=str(exc))
+        if found.version is None or not found.installed:
+            raise
     if found.version is None:
         raise EnvironmentRefused(found.reason or f"framework_version {req.asked!r}")
+    if found.index_url is not None:
+        found = replace(found, index_url=index)
     return found
+
+
+def index_of(framework: str) -> str | None:
+    """The index a framework's environments install from: PyTorch's is a setting (its CPU
+    index, or a mirror of it); the others' the registry's default."""
+    from shipyard import settings
+
+    if framework == "pytorch":
+        return settings.get("SHIPYARD_PYTORCH_INDEX_URL")
+    return FRAMEWORKS[framework].index_url
+
+
+def exact_required() -> bool:
+    """SHIPYARD_FRAMEWORK_EXACT: no substitute for the asked version, ever."""
+    from shipyard import settings
+
+    return bool(settings.flag("SHIPYARD_FRAMEWORK_EXACT"))
 
 
 def requirements_of(found: Resolution) -> tuple[str, ...]:
@@ -206,7 +240,7 @@ def build_args(found: Resolution) -> tuple[tuple[str, ...], tuple[str, ...], str
     return (
         requirements_of(found),
         builder.RUNTIME_DEPS + builder.pinned_installed(PINNED),
-        found.index_url or FRAMEWORKS[found.framework].index_url,
+        found.index_url or index_of(found.framework),
     )
 
 

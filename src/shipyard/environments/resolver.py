@@ -114,6 +114,7 @@ def resolve(
     available: Iterable[str],
     installed: str | None,
     python: str,
+    unreachable: str | None = None,
 ) -> Resolution:
     """The version of ``framework`` a job asking for ``asked`` runs.
 
@@ -123,6 +124,8 @@ def resolve(
     one when it matches; the exact version (``2.13`` means its newest patch); the nearest
     minor release of the same API generation within shipyard's supported range (ties: the
     newer); nothing (refused, naming the generation and what the registry has).
+    ``unreachable``: why the registry could not say what it has (``available`` is then
+    empty): the installed release of the same API generation runs, and the reason says why.
     """
     fw = FRAMEWORKS.get(framework)
     if fw is None or asked is None:
@@ -154,7 +157,9 @@ def resolve(
     if exact:
         return _chosen(fw, framework, asked, exact[-1], have, exact=True, reason=None)
 
-    if any(_matches(want, v) for v in offered):
+    if unreachable:
+        why = unreachable
+    elif any(_matches(want, v) for v in offered):
         why = f"outside shipyard's supported {fw.display} {_span(lo, hi)}"
     else:
         why = f"the registry has no {fw.package} {asked} for Python {python}"

@@ -63,3 +63,32 @@ def test_the_cache_is_the_homes_unless_set(monkeypatch, tmp_path):
     assert job.root("/h") == "/h/environments"
     monkeypatch.setenv(job.DIR_SETTING, str(tmp_path))
     assert job.root("/h") == str(tmp_path)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound, never listening: a connect is refused at once
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pytorch_out_of_its_index_reach_runs_the_installed_torch_and_says_why(
+    installed, monkeypatch, tmp_path
+):
+    index = f"http://127.0.0.1:{_closed_port()}/simple"
+    monkeypatch.setenv("SHIPYARD_PYTORCH_INDEX_URL", index)
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_EXACT", raising=False)
+    found = job.resolution(job.Request("pytorch", "2.1"), str(tmp_path))
+    assert (found.version, found.installed, found.exact) == ("2.13.0", True, False)
+    assert (
+        found.reason is not None and f"the registry at {index} could not be reached" in found.reason
+    )
+    assert "running PyTorch 2.13.0" in found.reason
+
+
+def test_the_exactness_setting_refuses_any_substitute(installed, monkeypatch, tmp_path):
+    monkeypatch.setenv("SHIPYARD_PYTORCH_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/simple")
+    monkeypatch.setenv("SHIPYARD_FRAMEWORK_EXACT", "1")
+    with pytest.raises(job.EnvironmentRefused, match="SHIPYARD_FRAMEWORK_EXACT=1 runs only"):
+        job.resolution(job.Request("pytorch", "2.1"), str(tmp_path))

@@ -123,3 +123,20 @@ def test_parse():
     assert parse("2.4.1") == (2, 4, 1)
     assert parse("2.21.0+cpu") == (2, 21, 0)
     assert parse("2.22.0rc0") is None and parse("x") is None
+
+
+def test_an_unreachable_registry_runs_the_installed_release_of_the_same_generation():
+    """PyTorch's CPU index is out of reach from many machines: a notebook's '2.1' runs on the
+    installed 2.13.0 (PyTorch 2), and the reason names the registry's answer."""
+    why = "torch: the registry at http://127.0.0.1:9/simple could not be reached (refused)"
+    r = resolve("pytorch", "2.1", [], "2.13.0", "3.11", unreachable=why)
+    assert (r.version, r.installed, r.exact) == ("2.13.0", True, False)
+    assert r.reason is not None and r.reason.startswith(f"framework_version '2.1' asked: {why}")
+    assert (
+        "running PyTorch 2.13.0, the nearest with the same API generation (PyTorch 2)" in r.reason
+    )
+
+
+def test_an_unreachable_registry_never_substitutes_another_generation():
+    r = resolve("pytorch", "1.13", [], "2.13.0", "3.11", unreachable="unreachable")
+    assert r.version is None and r.reason is not None and "unreachable" in r.reason
