@@ -30,6 +30,9 @@ BUCKET = "restart-upload"
 
 
 def _stage(s3) -> None:
+    """The bucket and the code, once per module (each test may run alone)."""
+    if BUCKET in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+        return
     s3.create_bucket(Bucket=BUCKET)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -49,16 +52,9 @@ def _until(what: str, check, seconds: float):
     pytest.fail(f"{what} did not happen within {seconds:.0f} s")
 
 
-@pytest.mark.timeout(300)
-def test_server_restart_during_upload_completes_the_job(server):
-    import boto3
-
-    from shipyard.control.client import ControlPlane
-
-    s3, sm = boto3.client("s3"), boto3.client("sagemaker")
-    _stage(s3)
+def _create(sm, name: str) -> None:
     sm.create_training_job(
-        TrainingJobName=JOB,
+        TrainingJobName=name,
         RoleArn=ROLE,
         AlgorithmSpecification={"TrainingImage": IMAGE, "TrainingInputMode": "File"},
         HyperParameters={
@@ -69,26 +65,43 @@ def test_server_restart_during_upload_completes_the_job(server):
         ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 2, "VolumeSizeInGB": 30},
         StoppingCondition={"MaxRuntimeInSeconds": 600},
     )
+
+
+def _kill_while_training(server, sm, name: str) -> list[str]:
+    """SIGKILL the server once ``name`` trains; the StatusMessages saying the job waits."""
+    from shipyard.control.client import ControlPlane
+
     _until(
         "the job training",
-        lambda: sm.describe_training_job(TrainingJobName=JOB)["SecondaryStatus"] == "Training",
+        lambda: sm.describe_training_job(TrainingJobName=name)["SecondaryStatus"] == "Training",
         120,
     )
     server.proc.kill()  # SIGKILL: nothing of the server gets to say goodbye
     server.proc.wait()
     server.proc = None
-
     store = ControlPlane(home=server.home).store
-    waiting = _until(
+    return _until(
         "the supervisor waiting for the store",
         lambda: [
             t["message"]
-            for t in store.transitions(JOB)
+            for t in store.transitions(name)
             if "waiting for the store" in (t["message"] or "")
         ],
         120,
     )
-    assert store.get(JOB).status == "InProgress"
+
+
+@pytest.mark.timeout(300)
+def test_server_restart_during_upload_completes_the_job(server):
+    import boto3
+
+    from shipyard.control.client import ControlPlane
+
+    s3, sm = boto3.client("s3"), boto3.client("sagemaker")
+    _stage(s3)
+    _create(sm, JOB)
+    waiting = _kill_while_training(server, sm, JOB)
+    assert ControlPlane(home=server.home).store.get(JOB).status == "InProgress"
     assert "S3 endpoint" in waiting[0] and "max_run=600" in waiting[0], waiting
 
     server.start()  # the same home and port
@@ -109,3 +122,23 @@ def test_server_restart_during_upload_completes_the_job(server):
     log = open(ControlPlane(home=server.home).log_files(JOB)["algo-1"]).read()
     assert "[shipyard] waiting for the store" in log, log[-2000:]
     assert "the store answered again" in log, log[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_a_stop_ends_the_wait_for_the_store(server):
+    """``shipyard stop`` while the upload waits: Stopped at once, the reason says why."""
+    import boto3
+
+    from shipyard.control.client import ControlPlane
+
+    sm = boto3.client("sagemaker")
+    _stage(boto3.client("s3"))
+    _create(sm, "restart-stop")
+    try:
+        _kill_while_training(server, sm, "restart-stop")
+        record = ControlPlane(home=server.home).stop("restart-stop", timeout=60)
+        assert record.status == "Stopped", record
+        assert "a stop was requested" in (record.failure_reason or ""), record.failure_reason
+        assert "\n" not in record.failure_reason
+    finally:
+        server.start()
