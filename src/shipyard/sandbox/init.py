@@ -274,6 +274,7 @@ class _Placer:
         self.as_is, self.notes = as_is, notes if notes is not None else []
         self.new = ""
         self.layers: list[str] = []
+        self.tried = 0
 
     def top(self, path: str) -> None:
         """One top-level entry of the host's root."""
@@ -295,7 +296,8 @@ class _Placer:
         """A directory (a mount point or not) layered, with the mount points inside it
         placed in turn; or bound as it is, with everything below it."""
         if self._layerable(path):
-            layer = f"{self.scratch}/layers/{len(self.layers)}"
+            self.tried += 1  # a refused layer leaves its directories: never reused
+            layer = f"{self.scratch}/layers/{self.tried}"
             os.makedirs(f"{layer}/upper")
             os.mkdir(f"{layer}/work")
             options = f"lowerdir={path},upperdir={layer}/upper,workdir={layer}/work"
