@@ -139,7 +139,7 @@ def build(view: dict) -> list[str]:
     layers: list[str] = []
     if view.get("root_overlay"):
         try:
-            old_root, layers = _new_root(as_is=view.get("writable", []), notes=missing)
+            old_root, layers = _new_root(view.get("writable", []), private, missing)
         except (Refused, OSError) as exc:
             missing.append(
                 f"/ is the host's ({exc}): only {', '.join(view.get('overlay', []))} get a "
@@ -221,7 +221,10 @@ def _seal(top: str, kept: list[str]) -> list[str]:
 
 
 def _new_root(
-    scratch: str = "/tmp", as_is: list[str] | None = None, notes: list[str] | None = None
+    as_is: list[str] | None = None,
+    covered: list[str] | None = None,
+    notes: list[str] | None = None,
+    scratch: str = "/tmp",
 ) -> tuple[str, list[str]]:
     """Make this mount namespace's root a tmpfs whose every top-level directory is an
     overlay: the host's directory below, a writable layer in memory above (thrown away
@@ -230,7 +233,8 @@ def _new_root(
     (an overlay's socket inode is not the socket's: ``connect()`` is refused), while a
     read-only bind would have left ``/run/docker.sock`` or D-Bus answering; a socket
     bound as a mount point of its own is left out. The instance's own mounts
-    (``as_is``: ``/etc/hosts``, ``/opt/ml``) and the kernel's filesystems (``/proc``,
+    (``as_is``: ``/etc/hosts``, ``/opt/ml``), what a tmpfs will cover (``covered``:
+    ``/run``, the homes) and the kernel's filesystems (``/proc``,
     ``/sys``, ``/dev``) are bound as they are, and made read-only later (the kernel's);
     a mount point the kernel will not layer (rootless, a file system overlayfs cannot
     sit on) is bound as it is and named in ``notes``. Not one overlay of ``/``:
@@ -239,6 +243,7 @@ def _new_root(
     kept paths are bound from it) and the directories that got a writable layer."""
     mounts = [(p, t) for p, t in _mount_points() if p != "/"]
     place = _Placer(scratch, [p for p, _ in mounts], dict(mounts), as_is or [], notes)
+    place.covered = covered or []
     _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
     new = f"{scratch}/root"
     try:
@@ -275,6 +280,7 @@ class _Placer:
         self.new = ""
         self.layers: list[str] = []
         self.tried = 0
+        self.covered: list[str] = []  # masked later: never layered
 
     def top(self, path: str) -> None:
         """One top-level entry of the host's root."""
@@ -333,6 +339,8 @@ class _Placer:
             _mount(point, target, None, MS_BIND | MS_REC)
 
     def _layerable(self, path: str) -> bool:
+        if any(_under(path, top) for top in self.covered):
+            return False
         if any(_under(path, own) or _under(own, path) for own in self.as_is):
             return path not in self.points  # /etc holds /etc/hosts: layered, not /opt/ml
         return self.fstypes.get(path) not in NOT_LAYERED
