@@ -29,8 +29,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import psutil
-
 from shipyard import settings
 from shipyard.runtime import safepath
 
@@ -67,6 +65,8 @@ class Instance:
 
 def _tree_usage(pid: int) -> tuple[float, int] | None:
     """CPU seconds and resident bytes of a process and its descendants."""
+    import psutil  # here: describe and `shipyard metrics` read samples without it (issue 40)
+
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
