@@ -34,6 +34,7 @@ HEAVY = (
     "shipyard.control.client",
     "shipyard.serving",
     "shipyard.sdk",
+    "psutil",  # only for a job still running (is its supervisor alive?)
 )
 
 
