@@ -42,6 +42,10 @@ def attempt(name, call):
     except Exception as exc:
         out[name] = type(exc).__name__ + ": " + str(exc)[:300]
 
+try:  # a directory of the server's machine named in a hyperparameter is not bound
+    out["named_host_dir"] = sorted(os.listdir(os.environ["SM_HP_HOSTDIR"]))
+except OSError as exc:
+    out["named_host_dir"] = type(exc).__name__
 attempt("read_channel", lambda: s3.get_object(Bucket=bucket, Key="data/train/rows.csv"))
 attempt("write_own_output", lambda: s3.put_object(Bucket=bucket, Key=f"output/{job}/note", Body=b"x"))
 attempt("list_own_output", lambda: s3.list_objects_v2(Bucket=bucket, Prefix=f"output/{job}/"))
@@ -107,10 +111,13 @@ def staged(s3):
 
 
 @pytest.fixture(scope="module")
-def probed(server, s3, sm, staged):
+def probed(server, s3, sm, staged, tmp_path_factory):
     """The probe job, run to completion: what it saw and could do (its identity.json)."""
     req = training_request("identity-probe", staged)
     req["HyperParameters"]["bucket"] = json.dumps(staged)
+    host_dir = tmp_path_factory.mktemp("server-side")
+    (host_dir / "private.txt").write_text("the server's")
+    req["HyperParameters"]["hostdir"] = json.dumps(str(host_dir))
     req["CheckpointConfig"] = {
         "S3Uri": f"s3://{staged}/checkpoints/identity-probe",
         "LocalPath": "/opt/ml/checkpoints",
@@ -133,6 +140,8 @@ def test_the_job_environment_holds_no_key_of_the_servers(probed):
     assert not [k for k, v in env.items() if server_secret in v], "the server's secret leaked"
     assert "AWS_SECRET_ACCESS_KEY" not in env and "AWS_ACCESS_KEY_ID" not in env
     assert "SHIPYARD_HOME" not in env
+    # a request names no directory of the server's machine into the job
+    assert probed["named_host_dir"] == "FileNotFoundError", probed["named_host_dir"]
     assert env["AWS_CONTAINER_CREDENTIALS_FULL_URI"].endswith("/_shipyard/credentials")
     # the credential boto3 found is the job's own, not the server's
     access, secret, token = probed["credential"]
