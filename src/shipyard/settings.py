@@ -487,7 +487,7 @@ SETTINGS: tuple[Setting, ...] = (
     _internal(
         "SHIPYARD_INIT_VIEW", "The filesystem view an instance's init builds (JSON, fsview)."
     ),
-    _internal("SHIPYARD_LAUNCH", "How the launcher starts a job's process (JSON, confine)."),
+    _internal("SHIPYARD_LAUNCH", "How the launcher starts a job's process (sandbox/launch.py)."),
     _internal(
         "SHIPYARD_JOB_ENV",
         "Prefix (``SHIPYARD_JOB_ENV:NAME``) of a job's variables on their way through the "

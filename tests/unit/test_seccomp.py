@@ -114,8 +114,8 @@ def test_the_launch_environment_carries_the_jobs_variables_inert():
     assert set(env) == {"PATH", confine.PLAN} | {
         launch.ENV_PREFIX + n for n in ("LD_PRELOAD", "PYTHONPATH", "PATH")
     }
-    plan = json.loads(env[confine.PLAN])
-    assert plan == {"mnt": "/proc/7/ns/mnt", "cwd": "/opt/ml/code", "seccomp": "00" * 8}
+    plan = launch.decode_plan(env[confine.PLAN])
+    assert plan == {"mnt": b"/proc/7/ns/mnt", "cwd": b"/opt/ml/code", "seccomp": b"\0" * 8}
     # the launcher gives the job exactly its variables back, plus its process name
     back = launch.job_environment({**env, "SHIPYARD_PROCESS_NAME": "user"})
     assert back == {
@@ -139,7 +139,8 @@ def test_a_bind_is_made_by_the_launcher_and_kept_when_launched():
 
 
 def test_the_launcher_says_what_failed_and_exits_125(tmp_path):
-    env = {confine.PLAN: json.dumps({"cwd": str(tmp_path / "missing")}), "PATH": os.defpath}
+    plan = launch.encode_plan({"cwd": os.fsencode(tmp_path / "missing")})
+    env = {confine.PLAN: plan, "PATH": os.defpath}
     done = subprocess.run(
         [*confine.launcher_argv(), "--", "true"], env=env, capture_output=True, text=True
     )

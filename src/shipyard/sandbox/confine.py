@@ -97,11 +97,13 @@ def launch(
     prefix = launcher_argv()
     if argv[: len(prefix)] != prefix:  # not already launched with binds (with_binds)
         argv = [*prefix, "--", *argv]
-    import json
+    from shipyard.sandbox.launch import encode_plan
 
-    plan = {"mnt": mount_ns, "cwd": cwd or os.getcwd()}
+    plan = {"cwd": os.fsencode(cwd or os.getcwd())}
+    if mount_ns:
+        plan["mnt"] = os.fsencode(mount_ns)
     if seccomp_bpf:
-        plan["seccomp"] = seccomp_bpf.hex()
+        plan["seccomp"] = seccomp_bpf
     job_env = dict(os.environ) if env is None else env
     carried = {ENV_PREFIX + name: value for name, value in job_env.items()}
-    return list(argv), {"PATH": os.defpath, PLAN: json.dumps(plan), **carried}
+    return list(argv), {"PATH": os.defpath, PLAN: encode_plan(plan), **carried}
