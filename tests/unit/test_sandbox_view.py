@@ -112,12 +112,15 @@ def test_without_setpriv_the_job_runs_and_the_note_says_so(monkeypatch):
 
 
 def test_doctor_names_each_missing_protection_with_its_fix(monkeypatch):
-    from shipyard.sandbox import probe
+    from shipyard.sandbox import probe, seccomp
 
-    monkeypatch.setattr(probe.tools, "find", lambda name: None)
+    monkeypatch.setattr(seccomp, "build", lambda: (None, seccomp.MISSING_LIBRARY))
     gaps = dict(probe.isolation_gaps())
-    assert any("setpriv" in what for what in gaps) and any("nsenter" in what for what in gaps)
-    assert set(gaps.values()) >= {"apt-get install util-linux"}
+    assert gaps[seccomp.MISSING_LIBRARY] == "apt-get install libseccomp2 && pip install pyseccomp"
+    monkeypatch.undo()
+    monkeypatch.setattr(seccomp, "kernel_has_seccomp", lambda: False)
+    gaps = dict(probe.isolation_gaps())
+    assert gaps[seccomp.MISSING_KERNEL] == "a kernel with CONFIG_SECCOMP_FILTER"
 
 
 def test_describe_lists_each_instances_missing_protections(tmp_path):

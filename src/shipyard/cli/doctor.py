@@ -68,7 +68,8 @@ def checks() -> list[Check]:
                 "instance isolation",
                 not gaps,
                 "; ".join(what for what, _ in gaps)
-                or "own PID namespace and /proc, no capabilities, host hidden, throw-away /etc",
+                or "own PID and IPC namespaces and /proc, no capabilities, a seccomp filter, "
+                "host hidden, throw-away /etc",
                 " && ".join(dict.fromkeys(fix for _, fix in gaps)),
             )
         )

@@ -86,33 +86,42 @@ def support(network: bool = True) -> Support:
 
 
 def isolation_gaps() -> list[tuple[str, str]]:
-    """Which of an instance's protections (issue 31) this machine cannot give, each with
-    the command that fixes it: its own PID namespace and /proc (util-linux ``nsenter``,
-    the kernel), no capabilities (util-linux ``setpriv``), the throw-away /etc layer
-    (overlayfs). Empty when every protection holds; jobs run either way."""
+    """Which of an instance's protections (issues 31, 37) this machine cannot give, each
+    with the command that fixes it: its own PID namespace and /proc, its own IPC
+    namespace (the kernel), the seccomp filter (the kernel, libseccomp and pyseccomp),
+    the throw-away /etc layer (overlayfs). Capabilities are dropped by shipyard's own
+    launcher, which needs nothing installed. Empty when every protection holds; jobs
+    run either way."""
+    from shipyard.sandbox import seccomp
+
     gaps: list[tuple[str, str]] = []
-    if tools.find("setpriv") is None:
-        gaps.append(
-            ("no setpriv: instances keep the agent's capabilities", "apt-get install util-linux")
+    _, no_filter = seccomp.build()
+    if no_filter is not None:
+        fix = (
+            "a kernel with CONFIG_SECCOMP_FILTER"
+            if no_filter == seccomp.MISSING_KERNEL
+            else "apt-get install libseccomp2 && pip install pyseccomp"
         )
-    if tools.find("nsenter") is None:
-        gaps.append(
-            (
-                "no nsenter: instances share this machine's PID namespace",
-                "apt-get install util-linux",
-            )
-        )
-    elif sys.platform.startswith("linux"):
+        gaps.append((no_filter, fix))
+    if sys.platform.startswith("linux"):
         rootless = os.geteuid() != 0
-        code = _trial_flags(
-            kernel.CLONE_NEWPID | kernel.CLONE_NEWNS | (kernel.CLONE_NEWUSER if rootless else 0)
-        )
+        user = kernel.CLONE_NEWUSER if rootless else 0
+        code = _trial_flags(kernel.CLONE_NEWPID | kernel.CLONE_NEWNS | user)
         if code:
             gaps.append(
                 (
                     f"the kernel refused a PID namespace ({errno.errorcode.get(code, code)}): "
                     "instances see this machine's processes",
                     "sysctl -w user.max_pid_namespaces=10000",
+                )
+            )
+        code = _trial_flags(kernel.CLONE_NEWIPC | user)
+        if code:
+            gaps.append(
+                (
+                    f"the kernel refused an IPC namespace ({errno.errorcode.get(code, code)}): "
+                    "instances share this machine's System V shared memory and queues",
+                    "sysctl -w user.max_ipc_namespaces=10000",
                 )
             )
     try:
