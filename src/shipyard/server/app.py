@@ -10,6 +10,9 @@ Security (``guard``): every request, loopback included, must name this server as
 Host, carry no foreign Origin when it changes state, and be SigV4-signed with the server's
 key (``credentials``: configured, else made once per home; ``shipyard server env`` prints
 it) within five minutes of the server's clock. Off loopback the key must be configured.
+A training job signs with a key of its own instead (``job_keys``, fetched from
+``/_shipyard/credentials`` by ``job_creds``), and ``job_policy`` allows it only what the
+job's role would: its prefixes, its logs, its metrics, until the job ends.
 """
 
 from __future__ import annotations
