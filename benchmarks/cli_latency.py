@@ -52,8 +52,18 @@ def finished_job(home: str, env: dict[str, str]) -> None:
     with open(os.path.join(src, "train.py"), "w") as fh:
         fh.write("print('epoch 1 loss=0.5')\nprint('done')\n")
     subprocess.run(
-        [sys.executable, "-m", "shipyard.cli", "-q", "train", "train.py", "--source-dir", src,
-         "--job-name", JOB],
+        [
+            sys.executable,
+            "-m",
+            "shipyard.cli",
+            "-q",
+            "train",
+            "train.py",
+            "--source-dir",
+            src,
+            "--job-name",
+            JOB,
+        ],
         check=True,
         env=env,
         stdout=subprocess.DEVNULL,

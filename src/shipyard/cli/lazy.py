@@ -65,8 +65,9 @@ class LazyCommands(MutableMapping[str, Any]):
         self.loaded[name] = command
 
     def __delitem__(self, name: str) -> None:
-        self.entries.pop(name, None)
-        del self.loaded[name]
+        if self.entries.pop(name, None) is None and name not in self.loaded:
+            raise KeyError(name)
+        self.loaded.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(dict.fromkeys([*self.entries, *self.loaded]))
@@ -194,7 +195,12 @@ def plain_parameters(command: Any) -> None:
     help_option = command.get_help_option(typer.Context(command))  # one per command, kept
     for param in [*command.params, help_option]:
         desc = getattr(param, "type_descriptor", None)
-        if param is None or desc is None or not hasattr(param, "_runtime_param") or param._runtime_param:
+        if (
+            param is None
+            or desc is None
+            or not hasattr(param, "_runtime_param")
+            or param._runtime_param
+        ):
             continue
         info = desc.parameter_info
         if (
