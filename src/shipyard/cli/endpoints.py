@@ -60,6 +60,9 @@ def serve(
     batch_size: int = typer.Option(0, "--batch-size", help="dynamic batching: max rows per call"),
     batch_wait_ms: float = typer.Option(2.0, "--batch-wait-ms", help="dynamic batching: max wait"),
     detach: bool = typer.Option(False, "--detach", "-d", help="return once InService"),
+    instance_type: str = typer.Option(
+        "local", "--instance-type", help="the workers' sandbox: CPUs, memory, GPUs of this type"
+    ),
 ) -> None:
     """Serve a model on /ping, /invocations and the TF Serving REST API."""
     from shipyard.sdk.naming import name_from_base
@@ -77,6 +80,7 @@ def serve(
             workers=workers,
             batch_size=batch_size,
             batch_wait_ms=batch_wait_ms,
+            instance_type=instance_type,
         )
         try:
             record = eps.wait(name)

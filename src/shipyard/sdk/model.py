@@ -114,6 +114,7 @@ class Model:
             workers=workers,
             batch_size=batch_size,
             batch_wait_ms=batch_wait_ms,
+            instance_type=instance_type,  # the sandbox its workers get (issue 37)
         )
         self.endpoint_name = name
         if wait:

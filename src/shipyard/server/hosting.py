@@ -193,6 +193,7 @@ class HostingApi:
                     env=dict(container.get("Environment") or {}),
                     workers=max(1, int(variant.get("InitialInstanceCount") or 1)),
                     max_payload_mb=payload_limit_mb(container),
+                    instance_type=variant.get("InstanceType") or "local",
                 )
             except (ShipyardError, OSError) as exc:
                 self._errors[name] = f"the model server could not be created: {exc}"
