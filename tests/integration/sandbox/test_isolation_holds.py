@@ -341,7 +341,8 @@ def test_the_filesystem_view_hides_the_host_and_throws_writes_away(session, writ
     with tarfile.open(est.model_data.removeprefix("file://")) as tar:
         record = json.load(tar.extractfile("fs.json"))
     assert record["other_job"] == "FileNotFoundError:2", record
-    assert record["home_listing"] == ["jobs"] and record["jobs_listing"] == ["fs-view"], record
+    # its own home is sealed: passed through to its trees, never listed (issue 37)
+    assert record["home_listing"] == record["jobs_listing"] == "PermissionError:13", record
     assert record["root_canary"] == "FileNotFoundError:2", record
     assert record["python_env"] == "OSError:30", record  # EROFS
     assert record["etc"] == "written" and record["home_dir"] == "written", record
