@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 
 from shipyard.sandbox import probe, shaping
+from tests.lazy import needs
 
-pytest.importorskip("torch")
+pytestmark = needs("torch")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 

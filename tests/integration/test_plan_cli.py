@@ -10,8 +10,9 @@ import pytest
 
 import shipyard
 from tests.integration.test_cli import cli
+from tests.lazy import needs
 
-pytest.importorskip("torch")
+pytestmark = needs("torch")
 
 SCRIPT = """
 import os, time

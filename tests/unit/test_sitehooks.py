@@ -62,32 +62,6 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path):
     assert done.stdout.strip() == "ran"
 
 
-def test_gloo_workers_are_seen_by_the_exit_guard_and_the_rank_exits_cleanly(tmp_path):
-    """The guard keys on torch's gloo worker threads: a process with a gloo group has them
-    (so the guard waits for them at exit), one without torch has none (no wait)."""
-    done = run_python(
-        f"""
-        import sys
-        import torch
-        import torch.distributed as dist
-        dist.init_process_group(
-            "gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1
-        )
-        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
-        model(torch.ones(2, 4)).sum().backward()
-        dist.barrier()
-        dist.destroy_process_group()
-        print(sys.modules["sitecustomize"]._gloo_workers())
-        """,
-        {},
-    )
-    assert done.returncode == 0, done.stderr
-    assert int(done.stdout.split()[-1]) >= 1
-    plain = run_python("import sys; print(sys.modules['sitecustomize']._gloo_workers())", {})
-    assert plain.returncode == 0, plain.stderr
-    assert plain.stdout.strip() == "0"
-
-
 def test_every_job_process_gets_the_site_dir_and_the_resolver_only_without_a_sandbox(tmp_path):
     from shipyard.agent.config_sandbox import JOB_NETWORK, SandboxPlan
 

@@ -30,10 +30,10 @@ from tests.integration.dashboard.test_dashboard import (
     serve_ui,
 )
 from tests.integration.test_plan_cli import SCRIPT as PS_SCRIPT
+from tests.lazy import needs
 
 SHOTS = ARTIFACTS / "usage-plan"  # (test_dashboard counts the screenshots beside it)
-pytestmark = [pytest.mark.timeout(300), pytest.mark.torch]
-pytest.importorskip("torch")
+pytestmark = [pytest.mark.timeout(300), pytest.mark.torch, needs("torch")]
 SECRET = "s3cret-of-the-plan-test"
 RUNNING = """
 import time

@@ -18,11 +18,14 @@ import socket
 import sys
 
 import pytest
-import torch
 
 import shipyard
 from shipyard.errors import JobFailedError
 from tests.conftest import job_processes
+from tests.lazy import lazy, needs
+
+pytestmark = needs("torch")
+torch = lazy("torch")
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 TORCHRUN_KEYS = (

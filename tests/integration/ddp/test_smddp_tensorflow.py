@@ -16,9 +16,9 @@ import pytest
 import shipyard
 from shipyard.errors import DistributionError
 from tests.conftest import job_processes
+from tests.lazy import needs
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("mpi4py")
+pytestmark = needs("tensorflow", "mpi4py")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMDDP_2x2 = {"smdistributed": {"dataparallel": {"enabled": True, "processes_per_host": 2}}}

@@ -11,9 +11,9 @@ import socket
 import pytest
 
 import shipyard
+from tests.lazy import needs
 
-pytest.importorskip("torch")
-pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(300), needs("torch")]
 
 SCRIPT = "import torch\nprint('torch', torch.__version__, flush=True)\n"
 

@@ -4,8 +4,9 @@ DistributedOptimizer + callbacks, a DistributedGradientTape loop, and tf_keras (
 from __future__ import annotations
 
 import pytest
+from tests.lazy import needs
 
-pytest.importorskip("tensorflow")
+pytestmark = needs("tensorflow")
 
 COMMON = r"""
 import os

@@ -3,9 +3,9 @@ DistributedOptimizer gives the parameters one process gets on the combined batch
 
 from __future__ import annotations
 
-import pytest
+from tests.lazy import needs
 
-pytest.importorskip("torch")
+pytestmark = needs("torch")
 
 SCRIPT = r"""
 import numpy as np

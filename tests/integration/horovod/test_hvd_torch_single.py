@@ -1,17 +1,50 @@
-"""shipyard.horovod.torch in one process (size 1): the optimizer's bucket mechanics."""
+"""shipyard.horovod.torch in one process (size 1): the optimizer's bucket mechanics, and the
+size-1 engine's answers that ask torch (nccl_built, cuda_built). Real torch, so not in the
+unit tier (tests/unit/horovod holds the engine's other single-rank tests)."""
 
 from __future__ import annotations
 
 import pytest
+from tests.lazy import lazy, needs
 
-torch = pytest.importorskip("torch")
+import shipyard.horovod as hvd_engine
 
-import shipyard.horovod.torch as hvd
+pytestmark = needs("torch")
+torch = lazy("torch")
+hvd = lazy("shipyard.horovod.torch")  # imports torch
+
+
+@pytest.fixture
+def single_rank(monkeypatch):
+    """An initialized single-rank engine (no MPI launcher variables, no timeline): as
+    tests/unit/horovod/conftest.py's."""
+    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "HOROVOD_TIMELINE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SHIPYARD_HOROVOD_BACKEND", "self")
+    hvd_engine.init()
+    yield
+    hvd_engine.shutdown()
 
 
 @pytest.fixture
 def single(single_rank):
     return hvd
+
+
+def test_basics_single_rank(single_rank):
+    """From tests/unit/horovod/test_hvd_single.py: nccl_built and cuda_built import torch."""
+    hvd = hvd_engine
+    assert (
+        hvd.size(),
+        hvd.rank(),
+        hvd.local_rank(),
+        hvd.local_size(),
+        hvd.cross_rank(),
+        hvd.cross_size(),
+    ) == (1, 0, 0, 1, 0, 1)
+    assert hvd.is_initialized() and hvd.is_homogeneous()
+    assert hvd.mpi_enabled() is False and hvd.gloo_enabled() is False
+    assert isinstance(hvd.nccl_built(), bool) and isinstance(hvd.cuda_built(), bool)
 
 
 def _model(seed=0):

@@ -3,7 +3,9 @@
 the same one, another Keras is named in a warning when an optimizer is wrapped, and an
 optimizer without the hook refuses accumulation instead of training each rank alone.
 
-The version is faked at the adapter's seam (``check_keras`` takes it), so no Keras import."""
+The version is faked at the adapter's seam (``check_keras`` takes it), so no Keras import
+but the last test's; the adapter's package (shipyard.horovod.tensorflow) imports TensorFlow,
+so these run in the integration tier, and the module is imported by the first test."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ import re
 import warnings
 
 import pytest
+from tests.lazy import lazy, needs
 
 from shipyard.horovod.errors import UnsupportedError
-from shipyard.horovod.tensorflow import keras_hooks
+
+pytestmark = [pytest.mark.tensorflow, needs("tensorflow", "keras")]
+keras_hooks = lazy("shipyard.horovod.tensorflow.keras_hooks")  # imports TensorFlow
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 

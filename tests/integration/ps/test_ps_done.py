@@ -17,8 +17,10 @@ import os
 import pytest
 
 import shipyard
+from tests.lazy import lazy, needs
 
-torch = pytest.importorskip("torch")
+pytestmark = needs("torch")
+torch = lazy("torch")
 
 SCRIPT = """
 import os, time

@@ -19,8 +19,10 @@ import pytest
 
 import shipyard
 from shipyard.errors import DistributionError, JobFailedError
+from tests.lazy import lazy, needs
 
-torch = pytest.importorskip("torch")
+pytestmark = needs("torch")
+torch = lazy("torch")
 
 SCRIPT = """
 import argparse, os, signal, sys, time

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-
 from shipyard.ps.client import PSClient
 from shipyard.ps.core import ServerConfig, ServerCore
 from shipyard.ps.errors import PSConfigError
-from shipyard.ps.torch import DistributedOptimizer, server_optimizer_config
 from shipyard.ps.transport import LocalNetwork
+from tests.lazy import lazy, needs
+
+pytestmark = needs("torch")
+torch = lazy("torch")
+ps_torch = lazy("shipyard.ps.torch")  # imports torch
 
 SECRET = "torch-secret"
 
@@ -76,7 +78,7 @@ def test_matches_plain_torch_training(kind, overlap):
     sched = torch.optim.lr_scheduler.StepLR(
         inner, step_size=3, gamma=0.5
     )  # on the wrapped optimizer
-    opt = DistributedOptimizer(
+    opt = ps_torch.DistributedOptimizer(
         inner,
         named_parameters=model.named_parameters(),
         client=local_client(net),
@@ -101,10 +103,10 @@ def test_matches_plain_torch_training(kind, overlap):
 def test_other_ranks_start_from_rank0_values():
     net = LocalNetwork([ServerCore(ServerConfig(index=0, num_shards=1), SECRET)])
     m0, m1 = make_model(seed=0), make_model(seed=99)
-    DistributedOptimizer(
+    ps_torch.DistributedOptimizer(
         torch.optim.SGD(m0.parameters(), lr=0.1), m0.named_parameters(), client=local_client(net, 0)
     )
-    DistributedOptimizer(
+    ps_torch.DistributedOptimizer(
         torch.optim.SGD(m1.parameters(), lr=0.1), m1.named_parameters(), client=local_client(net, 1)
     )
     for p, q in zip(m0.parameters(), m1.parameters()):
@@ -115,8 +117,8 @@ def test_unsupported_optimizer_and_double_backward():
     net = LocalNetwork([ServerCore(ServerConfig(index=0, num_shards=1), SECRET)])
     m = make_model()
     with pytest.raises(PSConfigError, match="RMSprop has no server-side implementation"):
-        DistributedOptimizer(torch.optim.RMSprop(m.parameters()), client=local_client(net))
-    assert server_optimizer_config(
+        ps_torch.DistributedOptimizer(torch.optim.RMSprop(m.parameters()), client=local_client(net))
+    assert ps_torch.server_optimizer_config(
         torch.optim.Adam(m.parameters(), lr=0.5, betas=(0.8, 0.9)),
         torch.optim.Adam(m.parameters(), lr=0.5, betas=(0.8, 0.9)).param_groups[0],
     ) == {
@@ -128,7 +130,7 @@ def test_unsupported_optimizer_and_double_backward():
         "amsgrad": False,
         "maximize": False,
     }
-    DistributedOptimizer(
+    ps_torch.DistributedOptimizer(
         torch.optim.SGD(m.parameters(), lr=0.1), m.named_parameters(), client=local_client(net)
     )
     x, y = data()
@@ -141,7 +143,7 @@ def test_small_gradients_wait_in_a_bucket_big_ones_go_during_backward():
     net = LocalNetwork([ServerCore(ServerConfig(index=i, num_shards=2), SECRET) for i in range(2)])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(200, 100), torch.nn.Tanh(), torch.nn.Linear(100, 3))
-    opt = DistributedOptimizer(
+    opt = ps_torch.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1),
         named_parameters=model.named_parameters(),
         client=local_client(net),

@@ -16,7 +16,7 @@ from shipyard.agent.channels import fuse
 from shipyard.agent.channels.pipe import FeedError, feed
 from shipyard.agent.channels.sharding import shard
 from shipyard.data import pipe as pipe_reader
-from shipyard.data import recordio, tfrecord
+from shipyard.data import recordio
 from shipyard.errors import StorageError
 from shipyard.storage.s3 import _base_of
 
@@ -43,21 +43,6 @@ def test_recordio_round_trip_multipart_and_corruption():
         list(recordio.read(io.BytesIO(b"\0" * 16)))
     with pytest.raises(recordio.RecordIOError, match="ends inside a record"):
         list(recordio.read(io.BytesIO(recordio.wrap(b"abcdef")[:-3])))
-
-
-def test_tfrecord_framing_matches_tensorflow(tmp_path):
-    records = [os.urandom(n) for n in (0, 1, 100, 5000)]
-    ours = b"".join(tfrecord.encode(r) for r in records)
-    tf = pytest.importorskip("tensorflow")
-    path = str(tmp_path / "t.tfrecord")
-    with tf.io.TFRecordWriter(path) as writer:
-        for r in records:
-            writer.write(r)
-    with open(path, "rb") as fh:
-        assert fh.read() == ours
-    assert list(tfrecord.read(io.BytesIO(ours), chunk=5, verify=True)) == records
-    with pytest.raises(tfrecord.TFRecordError, match="corrupt TFRecord length"):
-        list(tfrecord.read(io.BytesIO(b"\x05" + ours[1:])))
 
 
 def test_prefix_rules_follow_sagemaker():

@@ -28,20 +28,6 @@ def test_not_initialized_is_a_value_error():
     assert not hvd.is_initialized()
 
 
-def test_basics_single_rank(single):
-    assert (
-        hvd.size(),
-        hvd.rank(),
-        hvd.local_rank(),
-        hvd.local_size(),
-        hvd.cross_rank(),
-        hvd.cross_size(),
-    ) == (1, 0, 0, 1, 0, 1)
-    assert hvd.is_initialized() and hvd.is_homogeneous()
-    assert hvd.mpi_enabled() is False and hvd.gloo_enabled() is False
-    assert isinstance(hvd.nccl_built(), bool) and isinstance(hvd.cuda_built(), bool)
-
-
 def test_collectives_are_identity_with_right_types(single):
     x = np.arange(12, dtype=np.int64).reshape(3, 4)
     out = hvd.allreduce(x, op=hvd.Sum)
