@@ -16,13 +16,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from shipyard.control.endpoints import (
-    EndpointError,
-    EndpointNotFoundError,
-    Endpoints,
-    EndpointStatus,
-)
 from shipyard.errors import ValidationError
+
+# control.endpoints (the model data, staging and pydantic with it) is imported in the
+# commands' bodies: `serve --help` and `endpoints --help` never start it (issue 40)
 
 console = Console(stderr=True, highlight=False)
 endpoints_app = typer.Typer(
@@ -65,6 +62,7 @@ def serve(
     ),
 ) -> None:
     """Serve a model on /ping, /invocations and the TF Serving REST API."""
+    from shipyard.control.endpoints import EndpointError, Endpoints, EndpointStatus
     from shipyard.sdk.naming import name_from_base
 
     eps = Endpoints()
@@ -120,6 +118,8 @@ def endpoints(
     """List endpoints, newest first."""
     if ctx.invoked_subcommand is not None:
         return
+    from shipyard.control.endpoints import Endpoints, EndpointStatus
+
     records = Endpoints().list()
     if as_json:
         typer.echo(json.dumps([r.describe() for r in records], indent=1))
@@ -143,6 +143,8 @@ def endpoints(
 @endpoints_app.command("delete")
 def delete(name: str = typer.Argument(..., help="the endpoint's name")) -> None:
     """Stop an endpoint's server and workers and forget it."""
+    from shipyard.control.endpoints import EndpointNotFoundError, Endpoints
+
     try:
         Endpoints().delete(name)
     except EndpointNotFoundError as exc:
