@@ -1,4 +1,4 @@
-"""The CLI starts only what a command runs (issue 40): ``--help`` and the read-only commands
+"""The CLI starts only what a command runs (issue 40): every ``--help`` and the read-only commands
 never import pydantic, the spec, staging, the endpoints or the model server; the help line
 ``--help`` lists for each command is the one the command itself has; parameters read
 without pydantic come out as pydantic reads them; describe from the stored spec equals
@@ -75,6 +75,8 @@ def test_read_only_commands_and_help_import_nothing_heavy(tmp_path) -> None:
                 ["describe", "read-me", "--json"], ["logs", "read-me"], ["stop", "read-me"],
                 ["metrics", "read-me", "--json"], ["stop", "--help"], ["logs", "--help"],
                 ["metrics", "--help"], ["--version"]]
+        runs += [[name, "--help"] for name in {list(COMMANDS)!r}]
+        runs += [["endpoints", "delete", "--help"], ["server", "env", "--help"]]
         codes, outs = [], []
         for args in runs:
             out = io.StringIO()
@@ -94,12 +96,12 @@ def test_read_only_commands_and_help_import_nothing_heavy(tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout.splitlines()[-1])
-    assert found["codes"] == [0] * 12, found
+    assert found["codes"] == [0] * (14 + len(COMMANDS)), found
     outs = found["outs"]
     assert "read-me" in outs[1] and "Failed" in outs[1]
     assert json.loads(outs[4])["FailureReason"] == "AlgorithmError: boom"
     assert "read-me: Failed" in outs[6]
-    assert outs[-1].strip().startswith("shipyard ")
+    assert outs[11].strip().startswith("shipyard ")
     assert found["heavy"] == [], f"imported by a read-only command: {found['heavy']}"
 
 
