@@ -198,7 +198,8 @@ def checkpoint_note(spec: JobSpec, home: Home) -> str | None:
     return (
         f"checkpoint_local_path {path} is hidden from instances (a shipyard home or a "
         "user's home, or holds one): it is not bound into them; each instance checkpoints "
-        f"to its own {CHECKPOINT_LOCAL_PATH}. Name a directory of its own to share one."
+        f"to its own {CHECKPOINT_LOCAL_PATH}. To keep checkpoints across jobs, give "
+        "checkpoint_s3_uri (a file:// directory works), as on SageMaker."
     )
 
 
