@@ -1,25 +1,26 @@
 """An instance's processes hold no privilege: no capability, no way to gain one.
 
-Every process the agent starts for the job (the script, MPI ranks, TF and PS servers)
-runs under util-linux ``setpriv`` with an empty capability bounding set, empty
-inheritable and ambient sets and ``no_new_privs``. For root that matters most: a uid-0
-process whose bounding set is empty gets no capability back at ``execve`` (the kernel
-grants root's full set only within the bounding set), and ``no_new_privs`` keeps set-uid
-binaries and file capabilities from handing any back. Without ``CAP_SYS_ADMIN`` the
-script cannot ``setns()`` into a host namespace (the one it would use to leave network
-isolation), mount or remount; without ``CAP_SYS_PTRACE``/``CAP_SYS_MODULE``/
-``CAP_NET_ADMIN`` it cannot trace host processes, load modules or rewire the instance's
-network. The agent keeps its own capabilities (it set the sandbox up and does the
-instance's data transfers); a capability-less process cannot trace it or read its fds,
-since the kernel refuses ptrace access to a process holding capabilities its caller lacks.
+Every process the agent starts for the job (the script, MPI launchers, TF and PS
+servers; their children inherit it) goes through ``launch``: one exec of the launcher
+(shipyard.sandbox.launch) that enters the instance's view, empties every capability set
+(bounding, inheritable, ambient, effective, permitted), sets ``no_new_privs``, loads the
+seccomp filter (shipyard.sandbox.seccomp) and only then applies the job's environment,
+so nothing privileged ever runs with a variable the job chose (``LD_PRELOAD``: issue
+37). For root that matters most: a uid-0 process whose bounding set is empty gets no
+capability back at ``execve`` (the kernel grants root's full set only within the
+bounding set), and ``no_new_privs`` keeps set-uid binaries and file capabilities from
+handing any back. Without ``CAP_SYS_ADMIN`` the script cannot ``setns()`` into a host
+namespace (the one it would use to leave network isolation), mount or remount; without
+``CAP_SYS_PTRACE``/``CAP_SYS_MODULE``/``CAP_NET_ADMIN`` it cannot trace host processes,
+load modules or rewire the instance's network. The agent keeps its own capabilities (it
+set the sandbox up and does the instance's data transfers); a capability-less process
+cannot trace it or read its fds, since the kernel refuses ptrace access to a process
+holding capabilities its caller lacks.
 
-Measured: the extra ``setpriv`` exec costs about a millisecond per process.
-
-``launch`` is what the agent uses for a job's processes (issue 37): one exec of
-shipyard.sandbox.launch that enters the instance's view, drops every privilege, loads
-the seccomp filter and only then applies the job's environment, so nothing privileged
-ever runs with a variable the job chose (``LD_PRELOAD``). ``confined_argv`` stays for
-processes whose environment is shipyard's own.
+Measured: the launcher costs about 12 ms more per process than the util-linux chain it
+replaced (the interpreter's start; docs/decisions.md). ``confined_argv`` (util-linux
+``setpriv``, about a millisecond) stays for processes whose environment is shipyard's
+own.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Entering an instance's sandbox: called first thing by the instance's agent.
 
 The agent (single-threaded at this point, as setns on a user namespace requires) joins
-the job's user namespace when rootless, unshares mount, UTS and network namespaces,
+the job's user namespace when rootless, unshares mount, UTS, network and IPC namespaces,
 attaches its new network namespace to the job's bridge with a veth pair, names itself
 ``algo-k`` and mounts its tree at ``/opt/ml`` and the job's hosts file at ``/etc/hosts``.
 Everything it creates belongs to its namespaces: when the instance's last process ends,
