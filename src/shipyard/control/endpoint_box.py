@@ -218,45 +218,70 @@ def main(argv: list[str] | None = None) -> int:
     log_path = os.path.join(args.endpoint_dir, "server.log")
     host_model_dir = config.model_dir
     sandboxed = _enter(args.endpoint_dir, host_model_dir, missing)  # single-threaded here
+    metrics_dir = prometheus.make_dir()  # kept writable in the view: made before it
+    starting = None
+    if sandboxed:  # the init builds the view while the cgroup is made
+        tree = os.path.join(args.endpoint_dir, TREE)
+        view = endpoint_view(tree, args.home, [metrics_dir], args.python_path)
+        starting = pidns.begin(view)
     allotment = _allot(args, log_path, missing)
-    base = {k: v for k, v in os.environ.items() if k != "TMPDIR"}  # TMPDIR: a host path
-    base.update(env)
-    if args.python_path:
-        base["PYTHONPATH"] = os.pathsep.join(
-            [*args.python_path, *[p for p in [base.get("PYTHONPATH")] if p]]
-        )
-    if allotment is not None:
-        base = allotment.env(HOST, base)
-    if "SAGEMAKER_STARTUP_TIMEOUT" in env:
-        server.READY_TIMEOUT = float(env["SAGEMAKER_STARTUP_TIMEOUT"])
-    metrics_dir = prometheus.make_dir()
-    namespace = None
-    if sandboxed:
-        view = endpoint_view(
-            os.path.join(args.endpoint_dir, TREE), args.home, [metrics_dir], args.python_path
-        )
-        namespace, lacking = pidns.finish(pidns.begin(view))
-        missing.extend(lacking)
-        config.model_dir = MODEL_DIR
-        if namespace is not None and allotment is not None:
-            allotment.join(HOST, namespace.init.pid)
-    missing.append(NETWORK_NOTE)
-    for note in missing:
-        log.warning("protection missing: %s", note)
-    master = server.Master(
-        config,
-        sock,
-        launch=Workers(namespace, allotment, missing),
-        base_env=base,
-        metrics_dir=metrics_dir,
-        label=host_model_dir,
-        missing=missing,
-    )
     try:
+        namespace = None
+        if starting is not None:
+            namespace, lacking = pidns.finish(starting)
+            missing.extend(lacking)
+            config.model_dir = MODEL_DIR
+            if namespace is not None and allotment is not None:
+                allotment.join(HOST, namespace.init.pid)
+        missing.append(NETWORK_NOTE)
+        for note in missing:
+            log.warning("protection missing: %s", note)
+        _startup_timeout(env)
+        master = server.Master(
+            config,
+            sock,
+            launch=Workers(namespace, allotment, missing),
+            base_env=_worker_env(env, args.python_path, allotment),
+            metrics_dir=metrics_dir,
+            label=host_model_dir,
+            missing=missing,
+        )
         return master.run()
     finally:
+        prometheus.remove_dir(metrics_dir)
         if allotment is not None:
             allotment.release()
+
+
+def _worker_env(
+    env: dict[str, str], python_path: list[str], allotment: resources.Allotment | None
+) -> dict[str, str]:
+    """What the workers start from: this process's environment without ``TMPDIR`` (a host
+    directory the view does not have), the model's, its requirements on ``PYTHONPATH``,
+    and the GPUs of its instance type."""
+    base = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
+    base.update(env)
+    if python_path:
+        base["PYTHONPATH"] = os.pathsep.join(
+            [*python_path, *[p for p in [base.get("PYTHONPATH")] if p]]
+        )
+    return allotment.env(HOST, base) if allotment is not None else base
+
+
+def _startup_timeout(env: dict[str, str]) -> None:
+    """SageMaker's SAGEMAKER_STARTUP_TIMEOUT in the model's environment (read by the
+    master, which does not get that environment)."""
+    value = env.get("SAGEMAKER_STARTUP_TIMEOUT")
+    if value is None:
+        return
+    try:
+        server.READY_TIMEOUT = float(value)
+    except ValueError:
+        log.warning(
+            "SAGEMAKER_STARTUP_TIMEOUT=%r is not a number of seconds; using %.0f",
+            value,
+            server.READY_TIMEOUT,
+        )
 
 
 if __name__ == "__main__":

@@ -140,3 +140,17 @@ def test_workers_are_in_the_instance_types_cgroup(outside_home, tmp_path):
     assert not [
         line for line in open("/proc/self/mountinfo", encoding="utf-8") if "endpoint-typed" in line
     ]
+
+
+def test_sandbox_off_still_serves_and_says_what_is_missing(outside_home, tmp_path, monkeypatch):
+    monkeypatch.setenv("SHIPYARD_SANDBOX", "off")
+    eps = Endpoints(outside_home)
+    eps.create("open", _model(str(tmp_path)), framework="python")
+    record = eps.wait("open", timeout=120)
+    seen = _ask(record.url, {"home": outside_home, "marker": "/nonexistent"})
+    assert seen["model_dir"].endswith("/endpoints/open/model")  # the host's path, as before
+    assert int(seen["cap_eff"], 16) == 0  # setpriv still drops the capabilities
+    missing = eps.get("open").describe()["Shipyard"]["MissingProtections"]
+    assert any("instance sandbox off (SHIPYARD_SANDBOX=off)" in m for m in missing)
+    with open(record.log_path, encoding="utf-8") as fh:
+        assert "protection missing: instance sandbox off" in fh.read()
