@@ -1,0 +1,75 @@
+"""The test suite's own house rules (issue 36): collecting it imports no framework, and the
+unit tier's time guard (tests/unit/conftest.py) fails an unmarked test over its budget.
+
+A framework import at a test module's top costs every run that collects it, the edit-test
+loop included (TensorFlow alone: 10-30 s); ``tests/lazy.py`` is how a module names one
+without importing it."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.unit import conftest as guard
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+FRAMEWORKS = ("tensorflow", "torch", "ray", "keras", "tf_keras", "jax")
+
+PROBE = """
+import json, sys
+import pytest
+rc = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider", "tests"])
+print("LOADED " + json.dumps([rc, sorted(m for m in {frameworks!r} if m in sys.modules)]))
+"""
+
+
+@pytest.mark.slow("collects the whole suite in a fresh interpreter (about 7 s of CPU)")
+def test_collecting_the_suite_imports_no_framework() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(frameworks=FRAMEWORKS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    lines = [x for x in done.stdout.splitlines() if x.startswith("LOADED ")]
+    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
+    rc, loaded = json.loads(lines[-1].removeprefix("LOADED "))
+    assert rc == 0, done.stdout[-3000:]
+    assert loaded == [], (
+        f"collecting tests/ imported {loaded}: a test module imports a framework at its top "
+        "(use tests/lazy.py's needs() and lazy(), or import it inside the test)"
+    )
+
+
+def _slow(*args: object) -> pytest.Mark:
+    return pytest.mark.slow(*args).mark
+
+
+def test_an_unmarked_test_over_the_budget_fails_naming_the_way_out() -> None:
+    budget = guard.CALL_BUDGET_S
+    assert guard.over_budget(budget * 0.9, None, 1.0) is None
+    reason = guard.over_budget(budget + 0.5, None, 1.0)
+    assert reason is not None
+    assert f"{budget + 0.5:.1f} s" in reason and "tests/integration" in reason
+    assert '@pytest.mark.slow("why")' in reason
+
+
+def test_the_budget_grows_with_the_machines_load() -> None:
+    budget = guard.CALL_BUDGET_S
+    assert guard.over_budget(budget * 3, None, 4.0) is None  # four times slower: allowed
+    reason = guard.over_budget(budget * 5, None, 4.0)
+    assert reason is not None and "load factor 4.0" in reason
+    assert guard.load_factor() >= 1.0
+
+
+def test_a_slow_mark_exempts_a_test_only_when_it_says_why() -> None:
+    assert guard.over_budget(1000.0, _slow("starts a real interpreter"), 1.0) is None
+    for bare in (_slow(), _slow(""), _slow(3)):
+        reason = guard.over_budget(0.0, bare, 1.0)
+        assert reason is not None and "says why" in reason
