@@ -140,7 +140,10 @@ class ControlPlane(JobReader):
         if matched is not None:
             return matched, None
         return installed, framework_envs.request(
-            spec.framework, spec.framework_version, spec.py_version
+            spec.framework,
+            spec.framework_version,
+            spec.py_version,
+            runner=spec.dist.runner_for(spec.framework),
         )
 
     def submit(

@@ -99,7 +99,11 @@ def run(
                 log(found.reason)
             if on_nodes and not (found.installed and reqs is None):
                 _point_agents(
-                    job_dir, None, node.recipe(*framework_envs.build_args(found), reqs is not None)
+                    job_dir,
+                    None,
+                    node.recipe(
+                        *framework_envs.build_args(found), reqs is not None, python=found.python
+                    ),
                 )
                 _write_json(
                     os.path.join(job_dir, FRAMEWORK_ENV_NAME),

@@ -111,12 +111,14 @@ def env_key(
     deps: Sequence[str],
     index_url: str | None,
     user_requirements: str | None = None,
+    python: str | None = None,
 ) -> str:
-    """The cache key: this Python, the platform, what is installed and from where, and the
-    hash of the job's requirements.txt when it has one."""
+    """The cache key: the Python (this one, or the minor version ``python`` names), the
+    platform, what is installed and from where, and the hash of the job's requirements.txt
+    when it has one."""
     blob = json.dumps(
         {
-            "python": sys.version.split()[0],
+            "python": sys.version.split()[0] if python is None else python,
             "platform": sysconfig.get_platform(),
             "requirements": sorted(requirements),
             "deps": sorted(deps),
@@ -125,15 +127,34 @@ def env_key(
         },
         sort_keys=True,
     )
-    name = "-".join(r.replace("==", "-") for r in requirements)[:60] or "env"
+    name = "-".join(r.replace("==", "-") for r in requirements if "==" in r)[:60] or "env"
+    if python is not None:
+        name += f"-py{python}"
     if user_requirements:
         name += "-req"
     return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def _site_packages(env: str) -> str:
-    v = sys.version_info
-    return os.path.join(env, "lib", f"python{v.major}.{v.minor}", "site-packages")
+def _site_packages(env: str, python: str | None = None) -> str:
+    minor = python or f"{sys.version_info.major}.{sys.version_info.minor}"
+    return os.path.join(env, "lib", f"python{minor}", "site-packages")
+
+
+def interpreter(python: str | None) -> str:
+    """The interpreter an environment is made from: this one, or one of CPython ``python``
+    (``"3.7"``) on this machine (EnvironmentBuildError naming how to get one)."""
+    if python is None:
+        return sys.executable
+    from shipyard.environments import interpreters
+
+    found = interpreters.find(python)
+    if found is None:
+        raise EnvironmentBuildError(
+            f"Python {python} is not on this machine (looked in pyenv's versions, uv's "
+            f"managed Pythons and PATH): install it (`uv python install {python}` or `pyenv "
+            f"install {python}`), or ask for a framework_version built for this Python"
+        )
+    return found
 
 
 def _run(
@@ -203,6 +224,7 @@ def build(
     user_requirements: str | None = None,
     should_stop: ShouldStop | None = None,
     uv_env: dict[str, str] | None = None,
+    python: str | None = None,
 ) -> Environment:
     """The environment holding ``requirements`` (+ ``deps``, shipyard, and the job's
     ``requirements.txt`` at the path ``user_requirements``, resolved relative to its
@@ -211,22 +233,23 @@ def build(
     ``should_stop``: polled while waiting for the lock and while uv runs; when it turns
     true the build is abandoned (BuildCancelled) and leaves nothing in the cache.
     ``uv_env``: uv's configuration (``UV_*``) to build with instead of this process's
-    (a Ray node builds with the submitting machine's index settings)."""
+    (a Ray node builds with the submitting machine's index settings). ``python``: the
+    CPython minor version to build in (``"3.7"``), when not this interpreter's."""
     t0 = time.monotonic()
     digest = None
     if user_requirements is not None:
         with open(user_requirements, "rb") as fh:
             digest = requirements_digest(fh.read())
-    key = env_key(requirements, deps, index_url, digest)
+    key = env_key(requirements, deps, index_url, digest, python=python)
     path = os.path.join(root, key)
-    python = os.path.join(path, "bin", "python")
+    env_python = os.path.join(path, "bin", "python")
     if os.path.isfile(os.path.join(path, READY)):
-        return Environment(path, python, key, built=False, seconds=time.monotonic() - t0)
+        return Environment(path, env_python, key, built=False, seconds=time.monotonic() - t0)
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, f".{key}.lock"), "w") as lock:
         _lock(lock, should_stop)  # another job building the same key: wait for it
         if os.path.isfile(os.path.join(path, READY)):
-            return Environment(path, python, key, built=False, seconds=time.monotonic() - t0)
+            return Environment(path, env_python, key, built=False, seconds=time.monotonic() - t0)
         # what an earlier build of this key left when it was killed (we hold its lock)
         for name in os.listdir(root):
             if name.startswith(_BUILDING + key + "."):
@@ -234,13 +257,15 @@ def build(
         shutil.rmtree(path, ignore_errors=True)  # an unfinished build of an older shipyard
         tmp = tempfile.mkdtemp(prefix=f"{_BUILDING}{key}.", dir=root)
         try:
-            _build_into(tmp, requirements, deps, index_url, user_requirements, should_stop, uv_env)
-            _write_ready(tmp, requirements, deps, index_url, digest, time.monotonic() - t0)
+            _build_into(
+                tmp, requirements, deps, index_url, user_requirements, should_stop, uv_env, python
+            )
+            _write_ready(tmp, requirements, deps, index_url, digest, time.monotonic() - t0, python)
             os.rename(tmp, path)  # complete, or not there at all
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return Environment(path, python, key, built=True, seconds=time.monotonic() - t0)
+    return Environment(path, env_python, key, built=True, seconds=time.monotonic() - t0)
 
 
 def _build_into(
@@ -251,7 +276,9 @@ def _build_into(
     user_requirements: str | None,
     should_stop: ShouldStop | None,
     uv_env: dict[str, str] | None = None,
+    python: str | None = None,
 ) -> None:
+    base = interpreter(python)
     uv = uv_binary()
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
@@ -259,10 +286,11 @@ def _build_into(
         env = {k: v for k, v in env.items() if not k.startswith(UV_PREFIX)}
         env.update(uv_env)
     what = " ".join(requirements) or "the environment"
-    # the same interpreter as the installed environment: no Python download, same ABI;
-    # relocatable: built in a temporary directory, then renamed into the cache
+    # the installed environment's interpreter (no Python download, same ABI), or the one
+    # of the Python the release was built for; relocatable: built in a temporary
+    # directory, then renamed into the cache
     _run(
-        [uv, "venv", "--quiet", "--relocatable", "--python", sys.executable, tmp],
+        [uv, "venv", "--quiet", "--relocatable", "--python", base, tmp],
         f"creating {what}",
         env,
         should_stop=should_stop,
@@ -288,7 +316,7 @@ def _build_into(
     import shipyard
 
     package = os.path.dirname(os.path.abspath(shipyard.__file__))
-    os.symlink(package, os.path.join(_site_packages(tmp), "shipyard"))
+    os.symlink(package, os.path.join(_site_packages(tmp, python), "shipyard"))
 
 
 def _write_ready(
@@ -298,6 +326,7 @@ def _write_ready(
     index_url: str | None,
     user_requirements: str | None,
     seconds: float,
+    python: str | None = None,
 ) -> None:
     tmp = os.path.join(path, READY + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -307,7 +336,7 @@ def _write_ready(
                 "deps": list(deps),
                 "index_url": index_url,
                 "user_requirements_sha256": user_requirements,
-                "python": sys.version.split()[0],
+                "python": python or sys.version.split()[0],
                 "build_seconds": round(seconds, 1),
             },
             fh,

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from typing import Any
 
-from shipyard.environments import builder, registry
-from shipyard.environments.resolver import FRAMEWORKS, Resolution, resolve
+from shipyard.environments import builder, interpreters, registry
+from shipyard.environments.resolver import FRAMEWORKS, Resolution, parse, resolve
 from shipyard.errors import ValidationError
 
 SWITCH = "SHIPYARD_FRAMEWORK_ENVS"
@@ -51,13 +51,21 @@ class Request:
     framework: str
     asked: str
     py_version: str | None = None
+    # the oldest Python the job's in-instance parts run in (the mpi runner and Horovod
+    # need mpi4py, whose wheels begin with 3.8); None: any
+    min_python: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Request:
-        return cls(str(data["framework"]), str(data["asked"]), data.get("py_version"))
+        return cls(
+            str(data["framework"]),
+            str(data["asked"]),
+            data.get("py_version"),
+            data.get("min_python"),
+        )
 
     def describe(self) -> dict[str, str | bool | None]:
         """describe's ``Shipyard.FrameworkEnvironment`` until the first phase has run."""
@@ -86,6 +94,9 @@ class Prepared:
             "Version": r.version if r else None,
             "Exact": r.exact if r else None,
             "Python": self.python,  # None: the installed environment
+            # the interpreter's version: another than shipyard's when the release has no
+            # wheel for it (TensorFlow 1.13 runs in 3.7)
+            "PythonVersion": (r.python if r and r.python else interpreters.this_python()),
             "Note": self.note,
         }
 
@@ -133,15 +144,29 @@ def installed_match(framework: str | None, framework_version: str | None) -> Pre
     return None
 
 
+# runners whose in-instance parts import mpi4py (mpirun's ranks, Horovod's engine), which
+# has no wheel for Python 3.7 and older
+MPI4PY_RUNNERS = frozenset({"mpi"})
+MPI4PY_PYTHON = "3.8"
+
+
+def min_python(runner: str) -> str | None:
+    """The oldest Python a job of ``runner`` can run its in-instance parts in."""
+    return MPI4PY_PYTHON if runner in MPI4PY_RUNNERS else None
+
+
 def request(
-    framework: str | None, framework_version: str | None, py_version: str | None = None
+    framework: str | None,
+    framework_version: str | None,
+    py_version: str | None = None,
+    runner: str = "plain",
 ) -> Request | None:
     """At submission: the environment this job needs prepared before it starts, or None
     (nothing asked, the installed version asked, an unknown framework, or the switch off)."""
     if not enabled() or installed_match(framework, framework_version) is not None:
         return None
     assert framework is not None and framework_version
-    return Request(framework, framework_version, py_version)
+    return Request(framework, framework_version, py_version, min_python(runner))
 
 
 def _remembered_path(cache_root: str, req: Request) -> str:
@@ -174,6 +199,8 @@ def resolution(req: Request, cache_root: str | None = None) -> Resolution:
     """The version that runs: the one an earlier job asking the same was built with (in
     ``cache_root``), else the registry query's; EnvironmentRefused when none can."""
     known = remembered(req, cache_root) if cache_root is not None else None
+    if known is not None and known.python and interpreters.find(known.python) is None:
+        known = None  # its Python left this machine: resolve again (the nearest may run)
     found = known if known is not None else _resolve(req)
     if not found.exact and exact_required():
         raise EnvironmentRefused(
@@ -189,8 +216,27 @@ def _resolve(req: Request) -> Resolution:
     index = index_of(req.framework)
     installed = installed_version(req.framework)
     try:
+        files = registry.fetch_filenames(fw.package, registry.index_url(index))
+        want = parse(req.asked)
+        package = fw.package_for(want) if want is not None else fw.package
+        if package != fw.package:  # TensorFlow 1.x and 2.0: published as `tensorflow`
+            asked_files = registry.fetch_filenames(package, registry.index_url(index))
+        else:
+            asked_files = files
+        oldest = tuple(int(p) for p in (req.min_python or "3.0").split("."))
+        elsewhere = {
+            py: registry.installable_versions(asked_files, registry.tags_for(py))
+            for py in interpreters.available()
+            if py != _python() and tuple(int(p) for p in py.split(".")) >= oldest
+        }
         found = resolve(
-            req.framework, req.asked, registry.available(fw.package, index), installed, _python()
+            req.framework,
+            req.asked,
+            registry.installable_versions(files),
+            installed,
+            _python(),
+            elsewhere=elsewhere,
+            py_asked=interpreters.from_py_version(req.py_version),
         )
     except registry.RegistryError as exc:
         if installed is None:
@@ -239,9 +285,20 @@ def build_args(found: Resolution) -> tuple[tuple[str, ...], tuple[str, ...], str
     submitting machine and every Ray node compute the same cache key."""
     return (
         requirements_of(found),
-        builder.RUNTIME_DEPS + builder.pinned_installed(PINNED),
+        builder.RUNTIME_DEPS + _pinned(found.python),
         found.index_url or index_of(found.framework),
     )
+
+
+def _pinned(python: str | None) -> tuple[str, ...]:
+    """The installed mpi4py and Open MPI, pinned (mpi4py must match the installed mpirun's
+    Open MPI). In Python 3.7 only Open MPI: no mpi4py release has a wheel for it (a source
+    build needs the MPI headers, which the Open MPI wheel does not ship), so what needs
+    mpi4py in a job there is said missing rather than failing the build."""
+    pins = builder.pinned_installed(PINNED)
+    if python is not None and tuple(int(p) for p in python.split(".")) < (3, 8):
+        pins = tuple(p for p in pins if not p.startswith("mpi4py=="))
+    return pins
 
 
 def requirements_from_bundle(bundle_path: str | None, scratch: str) -> str | None:
@@ -270,7 +327,9 @@ def prepare(
     if found.installed and user_requirements is None:
         return Prepared(None, found.reason, found)
     requirements, deps, index = build_args(found)
-    env = builder.build(cache_root, requirements, deps, index, user_requirements, should_stop)
+    env = builder.build(
+        cache_root, requirements, deps, index, user_requirements, should_stop, python=found.python
+    )
     what = found.reason or f"framework_version {found.asked!r}: {found.framework} {found.version}"
     how = f"built in {env.seconds:.0f} s" if env.built else "cached"
     return Prepared(env.python, f"{what} (environment {env.key}, {how})", found)
@@ -282,5 +341,5 @@ def is_cached(found: Resolution, cache_root: str, user_requirements: str | None)
     if user_requirements is not None:
         with open(user_requirements, "rb") as fh:
             digest = builder.requirements_digest(fh.read())
-    key = builder.env_key(*build_args(found), digest)
+    key = builder.env_key(*build_args(found), digest, python=found.python)
     return os.path.isfile(os.path.join(cache_root, key, builder.READY))

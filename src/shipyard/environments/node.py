@@ -38,6 +38,7 @@ def recipe(
     index_url: str | None,
     user: bool,
     uv_env: Mapping[str, str] | None = None,
+    python: str | None = None,
 ) -> dict[str, Any]:
     """What the agent config carries for the nodes (AgentConfig.framework_env): what to
     install, and uv's configuration on the submitting machine (``UV_*``: its index or
@@ -50,6 +51,7 @@ def recipe(
         "index_url": index_url,
         "user_requirements": user,
         "uv_env": dict(uv_env),
+        "python": python,  # the CPython minor version to build in; None: the node's own
     }
 
 
@@ -74,5 +76,6 @@ def on_node(config: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
             wanted.get("index_url"),
             user,
             uv_env=wanted.get("uv_env"),
+            python=wanted.get("python"),
         )
     return dict(config, python=env.python)

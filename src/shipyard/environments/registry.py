@@ -59,6 +59,21 @@ def installable_versions(filenames: Iterable[str], tags: Iterable[Any] | None = 
     return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
+def tags_for(minor: str) -> list[Any]:
+    """The wheel tags a CPython ``minor`` (``"3.7"``) interpreter on this platform supports,
+    computed here without starting it (its ABI is ``cp37m`` up to 3.7, ``cp38`` after)."""
+    from packaging.tags import compatible_tags, cpython_tags, platform_tags
+
+    major, minor_n = (int(p) for p in minor.split("."))
+    version = (major, minor_n)
+    abi = f"cp{major}{minor_n}" + ("m" if version < (3, 8) else "")
+    platforms = list(platform_tags())
+    return [
+        *cpython_tags(version, abis=[abi], platforms=platforms),
+        *compatible_tags(version, platforms=platforms),
+    ]
+
+
 def fetch_filenames(package: str, index: str) -> list[str]:
     """The file names the index lists for ``package`` (PEP 691 JSON)."""
     # imported here: urllib.request costs every job's submission ~35 ms, and only a job

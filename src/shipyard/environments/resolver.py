@@ -13,7 +13,7 @@ generation decides first, and only then the distance in versions.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 Version = tuple[int, ...]
@@ -42,6 +42,26 @@ class Framework:
     # report) are tested with; outside it a job is refused rather than run untested
     supported: tuple[tuple[int, int], tuple[int, int]]
     index_url: str | None = None  # None: the default registry
+    # releases before ``legacy_below`` are published under ``legacy_package`` (TensorFlow 1.x
+    # and 2.0 as ``tensorflow``, CPU-only then: ``tensorflow-cpu`` begins with 2.1)
+    legacy_package: str | None = None
+    legacy_below: tuple[int, int] = (0, 0)
+    # what a release older than the bound needs pinned beside it, which its own metadata
+    # does not say: TensorFlow before 2.10 imports with protobuf 3 only
+    pins: tuple[tuple[tuple[int, int], str], ...] = ()
+
+    def package_for(self, v: Version) -> str:
+        """The distribution a release ``v`` is published as."""
+        if self.legacy_package and (v[0], v[1] if len(v) > 1 else 0) < self.legacy_below:
+            return self.legacy_package
+        return self.package
+
+    def requirements_for(self, v: Version) -> tuple[str, ...]:
+        """What an environment of release ``v`` installs: the release and its pins."""
+        mm = (v[0], v[1] if len(v) > 1 else 0)
+        return (f"{self.package_for(v)}=={_show(v)}",) + tuple(
+            pin for below, pin in self.pins if mm < below
+        )
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -49,10 +69,14 @@ FRAMEWORKS: dict[str, Framework] = {
         display="TensorFlow",
         package="tensorflow-cpu",
         generations=(
+            Generation("TensorFlow 1: graphs, sessions, tf.contrib", (1, 0), (1, 15)),
             Generation("Keras 2 as tf.keras", (2, 0), (2, 15)),
             Generation("Keras 3 as tf.keras", (2, 16), (2, 99)),
         ),
         supported=((2, 13), (2, 21)),
+        legacy_package="tensorflow",
+        legacy_below=(2, 1),
+        pins=(((2, 10), "protobuf<3.21"),),
     ),
     "pytorch": Framework(
         display="PyTorch",
@@ -79,6 +103,9 @@ class Resolution:
     reason: str | None = None
     requirements: tuple[str, ...] = field(default_factory=tuple)
     index_url: str | None = None
+    # the CPython minor version (``"3.8"``) the environment is built in, when not shipyard's
+    # own: the release has no wheel for it, and runs in the Python it was built for
+    python: str | None = None
 
 
 _VERSION = re.compile(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\+[\w.]+)?\s*$")
@@ -115,6 +142,8 @@ def resolve(
     installed: str | None,
     python: str,
     unreachable: str | None = None,
+    elsewhere: Mapping[str, Iterable[str]] | None = None,
+    py_asked: str | None = None,
 ) -> Resolution:
     """The version of ``framework`` a job asking for ``asked`` runs.
 
@@ -126,6 +155,9 @@ def resolve(
     newer); nothing (refused, naming the generation and what the registry has).
     ``unreachable``: why the registry could not say what it has (``available`` is then
     empty): the installed release of the same API generation runs, and the reason says why.
+    ``elsewhere``: the versions installable in the other Pythons of this machine (``"3.8"``
+    -> versions); the exact version in one of those comes before any substitute (the one
+    SageMaker's ``py_version`` names first, ``py_asked``, else the newest Python).
     """
     fw = FRAMEWORKS.get(framework)
     if fw is None or asked is None:
@@ -156,6 +188,23 @@ def resolve(
     exact = [v for v in pool if _matches(want, v)]
     if exact:
         return _chosen(fw, framework, asked, exact[-1], have, exact=True, reason=None)
+    other = _exact_elsewhere(want, elsewhere or {}, py_asked)
+    if other is not None:
+        py, v = other
+        return Resolution(
+            framework,
+            asked,
+            _show(v),
+            installed=False,
+            exact=True,
+            reason=(
+                f"framework_version {asked!r}: {fw.package_for(v)} {_show(v)} has no wheel "
+                f"for Python {python}; running it in Python {py}, which it was built for"
+            ),
+            requirements=fw.requirements_for(v),
+            index_url=fw.index_url,
+            python=py,
+        )
 
     if unreachable:
         why = unreachable
@@ -212,6 +261,27 @@ def resolve(
     )
 
 
+def _minor_key(py: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in py.split("."))
+
+
+def _exact_elsewhere(
+    want: Version, elsewhere: Mapping[str, Iterable[str]], py_asked: str | None
+) -> tuple[str, Version] | None:
+    """(Python, release) of the asked version in another interpreter of this machine."""
+    order = sorted(elsewhere, key=_minor_key, reverse=True)
+    if py_asked is not None and py_asked in elsewhere:
+        order.remove(py_asked)
+        order.insert(0, py_asked)
+    for py in order:
+        found = sorted(
+            v for s in elsewhere[py] if (v := parse(s)) is not None and _matches(want, v)
+        )
+        if found:
+            return py, found[-1]
+    return None
+
+
 def _chosen(
     fw: Framework,
     framework: str,
@@ -231,6 +301,6 @@ def _chosen(
         installed=False,
         exact=exact,
         reason=reason,
-        requirements=(f"{fw.package}=={shown}",),
+        requirements=fw.requirements_for(version),
         index_url=fw.index_url,
     )

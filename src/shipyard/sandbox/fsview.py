@@ -200,7 +200,19 @@ def framework_environment(config: Any) -> list[str]:
     python = getattr(config, "python", None)
     if not python:
         return []
-    return [os.path.dirname(os.path.dirname(os.path.abspath(python)))]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    # and the interpreter the environment was made from (pyvenv.cfg's ``home``): for a
+    # release built for another Python (TensorFlow 1.13 in 3.7) it is not the agent's, and
+    # pyenv keeps it under a masked home
+    try:
+        with open(os.path.join(root, "pyvenv.cfg"), encoding="utf-8") as fh:
+            home = next(
+                (v.strip() for k, _, v in (ln.partition("=") for ln in fh) if k.strip() == "home"),
+                "",
+            )
+    except OSError:
+        home = ""
+    return [root, os.path.dirname(home)] if os.path.isabs(home) else [root]
 
 
 def _outermost(paths: list[str]) -> list[str]:

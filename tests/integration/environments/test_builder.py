@@ -55,3 +55,27 @@ def test_a_requirement_the_registry_lacks_names_it_and_leaves_nothing(tmp_path):
     text = str(err.value)
     assert "shipyard-no-such-package-28" in text and "uv exited with" in text
     assert [n for n in os.listdir(root) if not n.startswith(".")] == []
+
+
+def test_an_environment_in_another_python_of_this_machine(tmp_path):
+    """A release built for another Python (TensorFlow 1.13 for 3.7) gets its environment
+    there: the interpreter pyenv keeps, shipyard linked into that Python's site-packages,
+    its own cache key."""
+    from shipyard.environments import interpreters
+
+    if interpreters.find("3.8") is None:
+        pytest.skip("no Python 3.8 on this machine (pyenv install 3.8)")
+    root = str(tmp_path / "envs")
+    env = builder.build(root, ["six==1.16.0"], deps=(), python="3.8")
+    assert env.built and "-py3.8-" in env.key
+    assert _python(env, "import sys; print('%d.%d' % sys.version_info[:2])") == "3.8"
+    assert _python(env, "import shipyard.runtime, six; print(six.__version__)") == "1.16.0"
+    mine = builder.build(root, ["six==1.16.0"], deps=())
+    assert mine.key != env.key
+
+
+def test_a_python_this_machine_lacks_is_named_with_how_to_get_it(tmp_path):
+    root = str(tmp_path / "envs")
+    with pytest.raises(builder.EnvironmentBuildError, match=r"Python 3\.99 is not on this machine"):
+        builder.build(root, ["six==1.16.0"], deps=(), python="3.99")
+    assert [n for n in os.listdir(root) if not n.startswith(".")] == []

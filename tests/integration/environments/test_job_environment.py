@@ -8,6 +8,9 @@ SHIPYARD_ENVIRONMENTS_DIR (and cached by uv after the first run on a machine).""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 import shipyard
@@ -23,10 +26,12 @@ def shared_envs(tmp_path_factory):
 
 
 KERAS2_SCRIPT = r"""
+import sys
+
 import numpy as np
 import tensorflow as tf
 
-print("tensorflow", tf.__version__, flush=True)
+print("tensorflow", tf.__version__, "python", sys.version.split()[0], flush=True)
 model = tf.keras.Sequential([tf.keras.layers.Dense(4, input_shape=(3,)), tf.keras.layers.Dense(1)])
 opt = tf.keras.optimizers.Adam(lr=0.01)                 # Keras 3: "Argument(s) not recognized"
 model.compile(optimizer=opt, loss="mse")
@@ -40,8 +45,123 @@ print("KERAS2 OK", flush=True)
 """
 
 
-def test_a_keras_2_script_asking_for_2_4_1_runs_on_the_nearest_keras_2_release(
+@pytest.fixture
+def no_other_pythons(monkeypatch, tmp_path):
+    """A machine with shipyard's Python only: no pyenv versions, no uv-managed Pythons,
+    no ``pythonX.Y`` on PATH but the system's (which has none of 3.6-3.10 here)."""
+    empty = tmp_path / "no-pythons"
+    empty.mkdir()
+    monkeypatch.setenv("PYENV_ROOT", str(empty))
+    monkeypatch.setenv("UV_PYTHON_INSTALL_DIR", str(empty))
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:/usr/sbin:/usr/bin:/sbin:/bin")
+    from shipyard.environments import interpreters
+
+    assert set(interpreters.available()) - {interpreters.this_python()} <= {"3.11"}
+
+
+# the workshop's optimizer: `decay` was refused by Keras' optimizers from TensorFlow 2.11 on
+# ("decay is deprecated in the new Keras optimizer"), so only 2.4.1 itself runs it
+KERAS24_SCRIPT = KERAS2_SCRIPT.replace("Adam(lr=0.01)", "Adam(lr=0.001, decay=1e-6)")
+
+
+def test_a_keras_2_script_asking_for_2_4_1_runs_on_tensorflow_2_4_1_in_python_3_7(
     session, write_script, monkeypatch, capsys, caplog, shared_envs
+):
+    """The TF 2.4 workshop's script (``Adam(lr=...)``, py_version='py37') on the very
+    version it asks for, in the Python its py_version names (SageMaker's 2.4.1 image is
+    py37): TensorFlow 2.4.1 has no wheel for this Python, and pyenv's 3.7 is here."""
+    import logging
+
+    from shipyard.environments import interpreters
+
+    if interpreters.find("3.7") is None:
+        pytest.skip("no Python 3.7 on this machine (pyenv install 3.7 or uv python install 3.7)")
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)  # the default: auto
+    monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", shared_envs)
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=write_script("train.py", KERAS24_SCRIPT),
+        instance_count=1,
+        instance_type="local",
+        framework_version="2.4.1",
+        py_version="py37",
+        environment={"TF_CPP_MIN_LOG_LEVEL": "3"},
+        session=session,
+    )
+    with caplog.at_level(logging.INFO, logger="shipyard"):
+        est.fit(job_name="keras2-on-2-4-1")
+    desc = est.latest_training_job.describe()
+    assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
+    out, _ = capsys.readouterr()
+    assert "tensorflow 2.4.1 python 3.7." in out and "KERAS2 OK" in out
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    env = desc["Shipyard"]["FrameworkEnvironment"]
+    assert (env["Asked"], env["Version"], env["Exact"], env["PythonVersion"]) == (
+        "2.4.1",
+        "2.4.1",
+        True,
+        "3.7",
+    )
+    assert env["Python"].startswith(shared_envs) and env["Python"].endswith("/bin/python")
+    assert "framework_version '2.4.1' (tensorflow): its environment is prepared" in said
+    assert "tensorflow-cpu 2.4.1 has no wheel for Python 3.11; running it in Python 3.7" in out
+    phase = [
+        t["StatusMessage"]
+        for t in desc["SecondaryStatusTransitions"]
+        if t["Status"] == "Downloading" and "tensorflow-cpu==2.4.1" in t["StatusMessage"]
+    ]
+    assert phase, desc["SecondaryStatusTransitions"]
+
+
+TF1_SCRIPT = r"""
+import sys
+import tensorflow as tf
+
+tf.logging.set_verbosity(tf.logging.INFO)                  # TensorFlow 1 only
+x = tf.placeholder(tf.float32, [None, 1])
+y = tf.matmul(x, tf.Variable([[2.0]]))
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    print("tensorflow", tf.__version__, "python", sys.version.split()[0], sess.run(y, {x: [[3.0]]}))
+model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
+model.compile(optimizer="sgd", loss="mse")
+tf.contrib.saved_model.save_keras_model(model, "/opt/ml/model/export")  # the tutorial's export
+print("TF1 OK", flush=True)
+"""
+
+
+def test_a_tensorflow_1_script_runs_on_tensorflow_1_13_in_python_3_7(
+    session, write_script, monkeypatch, capsys, shared_envs
+):
+    """The tf-distribution-options notebook's framework_version='1.13': tf.logging, sessions
+    and tf.contrib run on TensorFlow 1.13 (published as ``tensorflow``) in Python 3.7."""
+    from shipyard.environments import interpreters
+
+    if interpreters.find("3.7") is None:
+        pytest.skip("no Python 3.7 on this machine (pyenv install 3.7 or uv python install 3.7)")
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)
+    monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", shared_envs)
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=write_script("train.py", TF1_SCRIPT),
+        instance_count=1,
+        instance_type="local",
+        framework_version="1.13",
+        py_version="py3",
+        environment={"TF_CPP_MIN_LOG_LEVEL": "3"},
+        session=session,
+    )
+    est.fit(job_name="tf1-13")
+    desc = est.latest_training_job.describe()
+    assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
+    out, _ = capsys.readouterr()
+    assert "tensorflow 1.13." in out and "python 3.7." in out and "TF1 OK" in out
+    env = desc["Shipyard"]["FrameworkEnvironment"]
+    assert env["Version"].startswith("1.13.") and env["PythonVersion"] == "3.7"
+
+
+def test_with_no_python_for_2_4_1_the_script_runs_on_the_nearest_keras_2_release(
+    session, write_script, monkeypatch, capsys, caplog, shared_envs, no_other_pythons
 ):
     import logging
 
@@ -63,25 +183,17 @@ def test_a_keras_2_script_asking_for_2_4_1_runs_on_the_nearest_keras_2_release(
     assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
     out, _ = capsys.readouterr()
     assert "tensorflow 2.13.1" in out and "KERAS2 OK" in out
-    said = "\n".join(r.getMessage() for r in caplog.records)
     env = desc["Shipyard"]["FrameworkEnvironment"]
     assert (env["Asked"], env["Version"], env["Exact"]) == ("2.4.1", "2.13.1", False)
     assert "Keras 2 as tf.keras" in env["Note"] and env["Python"].endswith("/bin/python")
     assert env["Python"].startswith(shared_envs)
     assert "the job's processes run in the framework environment" in out
-    assert "framework_version '2.4.1' (tensorflow): its environment is prepared" in said
     assert "no tensorflow-cpu 2.4.1 for Python 3.11" in out
     assert "running TensorFlow 2.13.1, the nearest with the same API generation" in out
-    phase = [
-        t["StatusMessage"]
-        for t in desc["SecondaryStatusTransitions"]
-        if t["Status"] == "Downloading" and "tensorflow-cpu==2.13.1" in t["StatusMessage"]
-    ]
-    assert phase, desc["SecondaryStatusTransitions"]
 
 
 def test_a_job_failing_on_a_substituted_version_names_the_version_that_ran(
-    session, write_script, monkeypatch, shared_envs
+    session, write_script, monkeypatch, shared_envs, no_other_pythons
 ):
     """The FailureReason, what most users read, names the version that ran (2.13.1, the
     environment the first test built) beside the one the notebook asked for."""
@@ -127,11 +239,13 @@ def test_the_same_script_on_the_installed_keras_3_fails_naming_the_api_differenc
 
 
 def test_shipyards_in_instance_parts_run_at_the_low_end_of_the_range(
-    session, tmp_path, monkeypatch, shared_envs
+    session, tmp_path, monkeypatch, shared_envs, no_other_pythons
 ):
-    """TensorFlow 2.13 (Keras 2), the supported range's low end: the mpi runner, the
-    horovod engine and the smdistributed.dataparallel.tensorflow shim run there (the high
-    end, 2.21, is what every other test runs)."""
+    """TensorFlow 2.13 (Keras 2), the supported range's low end in shipyard's own Python:
+    the mpi runner, the horovod engine and the smdistributed.dataparallel.tensorflow shim
+    run there (the high end, 2.21, is what every other test runs). The data-parallel
+    library's TensorFlow client takes 2.3-2.11, so the job asks for 2.4.1, which with no
+    other Python here runs on 2.13.1."""
     from tests.integration.ddp.test_smddp_tensorflow import (
         _source,
         assert_trained_identically,

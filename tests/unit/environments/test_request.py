@@ -92,3 +92,10 @@ def test_the_exactness_setting_refuses_any_substitute(installed, monkeypatch, tm
     monkeypatch.setenv("SHIPYARD_FRAMEWORK_EXACT", "1")
     with pytest.raises(job.EnvironmentRefused, match="SHIPYARD_FRAMEWORK_EXACT=1 runs only"):
         job.resolution(job.Request("pytorch", "2.1"), str(tmp_path))
+
+
+def test_a_job_whose_runner_needs_mpi4py_asks_for_python_3_8_or_newer(installed):
+    assert job.request("tensorflow", "2.4.1", "py37", runner="mpi").min_python == "3.8"
+    assert job.request("tensorflow", "2.4.1", "py37", runner="plain").min_python is None
+    back = job.Request.from_json(job.request("tensorflow", "2.4.1", runner="mpi").to_json())
+    assert back.min_python == "3.8"

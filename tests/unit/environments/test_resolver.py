@@ -96,10 +96,54 @@ def test_a_generation_with_nothing_installable_is_refused_naming_what_is():
     assert "Keras 2 as tf.keras" in r.reason and "2.16.1, 2.21.0" in r.reason
 
 
-@pytest.mark.parametrize("asked", ["1.15.5", "3.0"])
-def test_an_unknown_generation_is_refused_with_the_supported_range(asked):
-    r = tf(asked)
+def test_an_unknown_generation_is_refused_with_the_supported_range():
+    r = tf("3.0")
     assert r.version is None and "TensorFlow 2.13-2.21" in r.reason
+
+
+def test_tensorflow_1_with_no_python_to_run_it_is_refused_naming_its_generation():
+    r = tf("1.15.5")
+    assert r.version is None
+    assert "TensorFlow 1: graphs, sessions, tf.contrib" in r.reason and "2.21.0" in r.reason
+
+
+# what the registry offers the other Pythons of a machine (pyenv's 3.7 and 3.8 here)
+ELSEWHERE = {"3.7": ["1.13.1", "1.15.5", "2.1.0", "2.2.0"], "3.8": ["2.2.0", "2.4.1"]}
+
+
+def test_the_exact_version_runs_in_the_python_it_was_built_for():
+    r = resolve("tensorflow", "1.13", TF_PY311, "2.21.0", "3.11", elsewhere=ELSEWHERE)
+    assert (r.version, r.exact, r.installed, r.python) == ("1.13.1", True, False, "3.7")
+    # TensorFlow 1.x is published as `tensorflow` (CPU-only then), and imports with protobuf 3
+    assert r.requirements == ("tensorflow==1.13.1", "protobuf<3.21")
+    assert (
+        "has no wheel for Python 3.11; running it in Python 3.7, which it was built for" in r.reason
+    )
+    r = resolve("tensorflow", "2.4.1", TF_PY311, "2.21.0", "3.11", elsewhere=ELSEWHERE)
+    assert (r.version, r.python, r.requirements) == (
+        "2.4.1",
+        "3.8",
+        ("tensorflow-cpu==2.4.1", "protobuf<3.21"),
+    )
+
+
+def test_the_asked_py_version_comes_first_then_the_newest_python():
+    r = resolve("tensorflow", "2.2", TF_PY311, "2.21.0", "3.11", elsewhere=ELSEWHERE)
+    assert r.python == "3.8"
+    r = resolve(
+        "tensorflow", "2.2", TF_PY311, "2.21.0", "3.11", elsewhere=ELSEWHERE, py_asked="3.7"
+    )
+    assert r.python == "3.7"
+
+
+def test_a_version_this_python_has_never_moves_to_another():
+    r = resolve("tensorflow", "2.13.1", TF_PY311, "2.21.0", "3.11", elsewhere={"3.10": ["2.13.1"]})
+    assert (r.version, r.python) == ("2.13.1", None)
+
+
+def test_with_no_python_holding_the_exact_version_the_nearest_of_its_generation_runs():
+    r = resolve("tensorflow", "2.4.1", TF_PY311, "2.21.0", "3.11", elsewhere={"3.7": ["1.15.5"]})
+    assert (r.version, r.exact, r.python) == ("2.13.1", False, None)
 
 
 @pytest.mark.parametrize("asked", ["latest", "2.4.1rc0", ""])
