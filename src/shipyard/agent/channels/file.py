@@ -28,18 +28,23 @@ def safe_join(root: str, relative: str) -> str:
 
 
 def link_directory(source: str, target: str) -> None:
-    """The whole local source as input/data/<channel> (a single file: a dir holding it)."""
+    """The whole local source as input/data/<channel> (a single file: a dir holding it).
+
+    The link names the source's resolved path: the instance's view holds the path a
+    channel resolves to, not a link on the way (``fit({"training": "data"})`` where
+    ``data`` links elsewhere, under a /tmp that is private in the instance)."""
     if os.path.islink(target):
         os.remove(target)
     elif os.path.isdir(target):
         return  # materialized by an earlier attempt
-    if os.path.isdir(source):
-        os.symlink(os.path.abspath(source), target, target_is_directory=True)
+    real = os.path.realpath(source)
+    if os.path.isdir(real):
+        os.symlink(real, target, target_is_directory=True)
     else:
         os.makedirs(target, exist_ok=True)
         link = os.path.join(target, os.path.basename(source))
         if not os.path.lexists(link):
-            os.symlink(os.path.abspath(source), link)
+            os.symlink(real, link)
 
 
 def link_objects(objects: list[ObjectInfo], target: str) -> None:
@@ -50,7 +55,7 @@ def link_objects(objects: list[ObjectInfo], target: str) -> None:
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if os.path.lexists(dest):
             os.remove(dest)
-        os.symlink(obj.location.path, dest)
+        os.symlink(os.path.realpath(obj.location.path), dest)  # what the view holds
 
 
 def unlinked(path: str, log: Callable[[str], None], top: str | None = None) -> None:
