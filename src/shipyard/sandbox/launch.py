@@ -71,7 +71,10 @@ class _SockFprog(ctypes.Structure):
 def enter(mount_ns: str | None, cwd: str, binds: list[tuple[str, str]]) -> None:
     """Steps 1 and 2 of the module docstring."""
     if mount_ns:
-        fd = os.open(mount_ns, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fd = os.open(mount_ns, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:  # the instance's init is gone: the instance is ending
+            raise OSError(exc.errno, f"cannot open {mount_ns}: {exc.strerror}") from None
         try:
             _check(libc.setns(fd, CLONE_NEWNS), f"setns {mount_ns}")
         finally:
