@@ -85,7 +85,13 @@ def test_s3_output_code_location_and_checkpoints(session, write_script, bucket, 
         output_path=bucket.uri("out"),
         code_location=bucket.uri("code"),
         checkpoint_s3_uri=bucket.uri("ckpt"),
-        environment={"CKPT_BUCKET": bucket.name},
+        # the script's own boto3 calls: a job inherits no key from the notebook's process
+        # (issue 37), it is given one, as a role would give it on SageMaker
+        environment={
+            "CKPT_BUCKET": bucket.name,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+        },
     )
     est.fit(job_name="s3-artifacts")
     desc = est.latest_training_job.describe()
