@@ -67,7 +67,7 @@ docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -x tests/unit
+	$(PY) -m pytest -q -p no:cacheprovider -x -n 2 tests/unit
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples docs/_hooks
