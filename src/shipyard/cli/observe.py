@@ -15,6 +15,9 @@ from shipyard.errors import JobNotFoundError
 console = Console(stderr=True, highlight=False)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NOT_FOUND = 1, 2, 3
 
+# beside `shipyard server` (8765), which the README starts first: both run with their defaults
+DASHBOARD_PORT = 8766
+
 
 def _out() -> Console:
     from shipyard.cli.output import out_console
@@ -213,7 +216,9 @@ def stacks(
 
 def ui(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
-    port: int = typer.Option(8765, "--port", help="the dashboard's port"),
+    port: int = typer.Option(
+        DASHBOARD_PORT, "--port", help="the dashboard's port (shipyard server's is 8765)"
+    ),
 ) -> None:
     """The web dashboard: jobs, live logs, metric plots, placement and traffic, endpoints."""
     from shipyard.observe.tensorboard import port_free

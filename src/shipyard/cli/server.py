@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import sys
@@ -34,7 +35,18 @@ def server(
     signal.signal(signal.SIGTERM, _interrupt)  # close the socket as Ctrl-C does
     try:
         serve(host, port, default_home(), backend=settings.text("SHIPYARD_BACKEND"))
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            print(
+                f"error: port {port} on {host} is in use (another shipyard server, or a "
+                "program of its own): pass another --port, and the same --port to "
+                "`shipyard server env`",
+                file=sys.stderr,
+            )
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
