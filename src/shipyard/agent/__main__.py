@@ -25,7 +25,7 @@ from shipyard.agent.environment import process_env
 from shipyard.agent.layout import InstancePaths, build_tree, paths_for
 from shipyard.agent.processes import Outcome, Supervisor
 from shipyard.agent.runners.api import InstanceContext, ProcessSpec
-from shipyard.runtime import failure, safepath
+from shipyard.runtime import commandline, failure, safepath
 from shipyard.runtime.lifeline import arm_death_signal
 
 OPT_ML = "/opt/ml"
@@ -340,7 +340,7 @@ def _run(
     if config.python:
         log(f"{host}: the job's processes run in the framework environment {config.python}")
     for spec in specs:
-        log(f"{host}: starting {spec.name} ({spec.role}): {' '.join(spec.argv)}")
+        log(f"{host}: starting {spec.name} ({spec.role}): {commandline.shown(spec.argv)}")
     recorded: list[bool] = []
 
     def record_failure(outcome: Outcome) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import signal
+
+from shipyard.runtime import commandline
 
 LIMIT = 1024
 _TAIL_BYTES = 64 * 1024
@@ -138,7 +139,7 @@ def failure_text(exit_code: int, command: list[str], output: str) -> str:
         "AlgorithmError: ExecuteUserScriptError:\n"
         f"ExitCode {describe_exit(exit_code)}\n"
         f'ErrorMessage "{exc_line}"\n'
-        f'Command "{shlex.join(command)}"'
+        f'Command "{commandline.shown(command)}"'
     )
     hint = api_hint(exc_line, traceback)
     if hint:
