@@ -7,6 +7,7 @@ without importing it."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import pathlib
 import subprocess
@@ -14,6 +15,7 @@ import sys
 
 import pytest
 
+from tests.lazy import lazy, needs
 from tests.unit import conftest as guard
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -73,3 +75,25 @@ def test_a_slow_mark_exempts_a_test_only_when_it_says_why() -> None:
     for bare in (_slow(), _slow(""), _slow(3)):
         reason = guard.over_budget(0.0, bare, 1.0)
         assert reason is not None and "says why" in reason
+
+
+def test_a_lazy_module_is_imported_by_its_first_use_not_by_collection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    stand_in = lazy("colorsys")
+    # what pytest and inspect ask of every module-level name while collecting
+    for attr in ("__test__", "__bases__", "__wrapped__", "_mock_name", "_pytestfixturefunction"):
+        assert getattr(stand_in, attr, None) is None
+    assert inspect.unwrap(stand_in) is stand_in
+    assert "colorsys" not in sys.modules
+    assert stand_in.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+    assert "colorsys" in sys.modules
+
+
+def test_a_missing_package_skips_at_collection_and_on_first_use() -> None:
+    assert needs("json").args == (False,)
+    missing = needs("json", "no_such_package_of_shipyards")
+    assert missing.args == (True,) and "no_such_package_of_shipyards" in missing.kwargs["reason"]
+    with pytest.raises(pytest.skip.Exception):
+        lazy("no_such_package_of_shipyards").anything  # noqa: B018 - the access is the test
