@@ -31,13 +31,16 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from shipyard.errors import SettingError
 
-Audience = Literal["user", "internal"]
-Kind = Literal["text", "int", "float", "flag", "choice"]
-Source = Literal["env", "default", "unset"]
+if TYPE_CHECKING:  # typing.Literal is 3.8+; job processes may run in Python 3.7
+    from typing import Literal
+
+    Audience = Literal["user", "internal"]
+    Kind = Literal["text", "int", "float", "flag", "choice"]
+    Source = Literal["env", "default", "unset"]
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")

@@ -10,12 +10,15 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import errors
 from .handles import Handle, Waiters, _Ctx
 
-_Work = tuple[Handle, Callable[[_Ctx], Any]] | None
+if TYPE_CHECKING:  # aliases are strings: job processes may run in Python 3.7/3.8
+    from typing import TypeAlias
+
+_Work: TypeAlias = "tuple[Handle, Callable[[_Ctx], Any]] | None"
 
 
 class Runner:

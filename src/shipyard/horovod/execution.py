@@ -9,7 +9,8 @@ threads (the engine's runner picks the context).
 
 from __future__ import annotations
 
-import math
+import functools
+import operator
 import time
 from typing import Any
 
@@ -35,6 +36,12 @@ from .rows import (
     _dtype_error,
 )
 from .timeline import TimelineSlot, now_us
+
+
+def _prod(dims: tuple[int, ...]) -> int:
+    """``math.prod`` of a shape (1 for ``()``): math.prod is Python 3.8+, and this module
+    runs in framework environments down to Python 3.7."""
+    return functools.reduce(operator.mul, dims, 1)
 
 
 def _scale_(flat: np.ndarray, factor: float) -> None:
@@ -150,7 +157,7 @@ class Executor:
             arr = arr.reshape(1)
         arr = np.asarray(arr, order="C")
         rest = arr.shape[1:]
-        row_numel = int(math.prod(rest))
+        row_numel = _prod(rest)
         desc = ("allgather", name, _dname(arr.dtype), rest, ())
         ctx.inflight = ("allgather", name, time.monotonic())
         try:
@@ -258,7 +265,7 @@ class Executor:
                 err = f"splits {send_splits.tolist()} must have {size} non-negative entries summing to {dim0}"
                 send_splits = np.zeros(size, np.int64)
         rest = arr.shape[1:]
-        row_numel = int(math.prod(rest))
+        row_numel = _prod(rest)
         desc = ("alltoall", name, _dname(arr.dtype), rest, ())
         ctx.inflight = ("alltoall", name, time.monotonic())
         try:

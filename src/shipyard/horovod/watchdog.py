@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -140,15 +140,18 @@ class Watchdog:
                     )
 
 
-class _Abortable(Protocol):
-    """What the uncaught-exception hook needs of an engine."""
+if TYPE_CHECKING:  # typing.Protocol is 3.8+; this module runs in Python 3.7 environments too
+    from typing import Protocol
 
-    rank: int
+    class _Abortable(Protocol):
+        """What the uncaught-exception hook needs of an engine."""
 
-    @property
-    def closed(self) -> bool: ...
+        rank: int
 
-    def abort_job(self) -> None: ...
+        @property
+        def closed(self) -> bool: ...
+
+        def abort_job(self) -> None: ...
 
 
 def _install_abort_on_uncaught(eng: _Abortable, current: Callable[[], object]) -> None:

@@ -7,12 +7,17 @@ the same one-dimensional byte view of them; the view must never copy a payload.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .errors import PSConfigError
 
+if TYPE_CHECKING:  # aliases are strings: job processes may run in Python 3.7/3.8
+    from typing import TypeAlias
+
 #: what a frame may be: bytes, a writable buffer, a view, or a (C-contiguous) array
-Buffer = bytes | bytearray | memoryview | np.ndarray
+Buffer: TypeAlias = "bytes | bytearray | memoryview | np.ndarray"
 
 
 def array_view(arr: np.ndarray) -> memoryview:

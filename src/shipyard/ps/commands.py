@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import wire
 from .consistency import SYNC, WorkerTable
@@ -28,6 +28,9 @@ from .requests import Pending
 from .shard import DEFAULT_GROUP, Shard
 from .shard_config import ServerConfig
 from .wire import Message, MsgType
+
+if TYPE_CHECKING:  # aliases are strings: job processes may run in Python 3.7/3.8
+    from typing import TypeAlias
 
 FEATURES = ("push_pull_many",)  # announced in HELLO; clients use only what every shard has
 
@@ -167,7 +170,7 @@ class Commands:
         return [self.replies.json(peer, msg.header, {"shutdown": True})]
 
 
-Handler = Callable[[Commands, bytes, Message, float], list[Outgoing]]
+Handler: TypeAlias = "Callable[[Commands, bytes, Message, float], list[Outgoing]]"
 HANDLERS: dict[MsgType, Handler] = {
     MsgType.HELLO: Commands._hello,
     MsgType.REGISTER: Commands._register,

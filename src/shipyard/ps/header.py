@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +134,11 @@ def code_dtype(code: int) -> np.dtype:
         raise MalformedFrameError(f"unknown dtype code {code}") from None
 
 
-@dataclass(slots=True)
+#: dataclass(slots=True) is Python 3.10+; older framework environments get a plain dataclass
+_SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
+
+
+@dataclass(**_SLOTS)
 class Header:
     """The fixed-size message header. ``shape`` is only meaningful for tensors.
 

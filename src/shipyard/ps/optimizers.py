@@ -19,14 +19,18 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from .errors import PSConfigError
 
-State = dict[str, Any]  # arrays (checkpointed as arrays) and the int "step"
-Scratch = Callable[[int], np.ndarray]  # scratch(i) -> an array shaped like the parameter
+if TYPE_CHECKING:  # aliases are strings: job processes may run in Python 3.7/3.8
+    from typing import TypeAlias
+
+State: TypeAlias = "dict[str, Any]"  # arrays (checkpointed as arrays) and the int "step"
+# scratch(i) -> an array shaped like the parameter
+Scratch: TypeAlias = "Callable[[int], np.ndarray]"
 
 
 class Optimizer(ABC):

@@ -25,20 +25,30 @@ everything on one is n).
 
 from __future__ import annotations
 
+import functools
 import heapq
-import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import PSConfigError
 from .options import AUTO, GREEDY_BYTES, POLICIES, ROUND_ROBIN, SLICED, check_policy
 
+if TYPE_CHECKING:  # aliases are strings: job processes may run in Python 3.7/3.8
+    from typing import TypeAlias
+
 DEFAULT_CHUNK_BYTES = (
     2 << 20
 )  # 2 MiB: small enough to balance and pipeline, big enough to amortize a message
+
+
+def _prod(dims: tuple[int, ...]) -> int:
+    """``math.prod`` of a shape (1 for ``()``): math.prod is Python 3.8+, and this module
+    runs in framework environments down to Python 3.7."""
+    return functools.reduce(operator.mul, dims, 1)
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,7 @@ class TensorSpec:
 
     @property
     def size(self) -> int:
-        return int(math.prod(self.shape))
+        return _prod(self.shape)
 
     @property
     def itemsize(self) -> int:
@@ -184,7 +194,7 @@ def imbalance(shard_bytes: Sequence[int]) -> float:
     return max(shard_bytes) / (total / len(shard_bytes))
 
 
-SpecsLike = Sequence[TensorSpec] | Mapping[str, Any]
+SpecsLike: TypeAlias = "Sequence[TensorSpec] | Mapping[str, Any]"
 
 
 def as_specs(params: SpecsLike | Iterable[tuple[str, Any]]) -> list[TensorSpec]:

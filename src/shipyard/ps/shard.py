@@ -15,7 +15,8 @@ parameters to a spare buffer if the current one is still in flight
 
 from __future__ import annotations
 
-import math
+import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,12 @@ from .errors import ErrorCode, RemoteError, ShapeMismatchError, UnknownKeyError
 from .optimizers import SCRATCH_SLOTS, Optimizer, State, make_optimizer
 
 DEFAULT_GROUP = "default"
+
+
+def _prod(dims: tuple[int, ...]) -> int:
+    """``math.prod`` of a shape (1 for ``()``): math.prod is Python 3.8+, and this module
+    runs in framework environments down to Python 3.7."""
+    return functools.reduce(operator.mul, dims, 1)
 
 
 class RegistrationConflict(RemoteError):
@@ -61,7 +68,7 @@ class Slot:
 
     @property
     def nbytes(self) -> int:
-        return int(math.prod(self.shape)) * self.dtype.itemsize
+        return _prod(self.shape) * self.dtype.itemsize
 
     @property
     def initialized(self) -> bool:

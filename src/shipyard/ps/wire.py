@@ -37,6 +37,7 @@ import dataclasses
 import hmac
 import json
 import struct
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,7 +116,11 @@ __all__ = [
 ]  # fmt: skip
 
 
-@dataclass(slots=True)
+#: dataclass(slots=True) is Python 3.10+; older framework environments get a plain dataclass
+_SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
+
+
+@dataclass(**_SLOTS)
 class Message:
     """A decoded, authenticated message: header plus zero-copy payload views."""
 

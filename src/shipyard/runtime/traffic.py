@@ -106,7 +106,7 @@ class PeerNamer:
 
 
 def _ipv4(ip: str) -> str:
-    return ip.removeprefix("::ffff:")
+    return ip[7:] if ip.startswith("::ffff:") else ip  # str.removeprefix: 3.9+
 
 
 def _hex_address(text: str) -> str:

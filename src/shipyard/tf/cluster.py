@@ -29,9 +29,12 @@ import json
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shipyard.errors import DistributionError
+
+if TYPE_CHECKING:  # aliases are strings: job processes may run in Python 3.7/3.8
+    from typing import TypeAlias
 
 LAYOUTS = ("tf2", "sagemaker")
 DEFAULT_LAYOUT = "tf2"
@@ -175,4 +178,4 @@ def free_port(address: str = "0.0.0.0") -> int:
         return sock.getsockname()[1]
 
 
-PortPicker = Callable[[], int]
+PortPicker: TypeAlias = "Callable[[], int]"

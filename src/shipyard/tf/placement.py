@@ -25,9 +25,13 @@ from shipyard.tf import postimport
 
 PLACEMENT_ENV = "SHIPYARD_TF_PLACEMENT_FILE"
 _PS_TASK = re.compile(r"/job:ps(?:/replica:\d+)?/task:(\d+)")
+#: module -> the classes whose constructors to wrap, first found wins (TensorFlow before
+#: 1.14 has ResourceVariable and no BaseResourceVariable; RefVariable lived in variables.py
+#: until ref_variable.py took it over in TF 2.x)
 _TARGETS = {
-    "tensorflow.python.ops.resource_variable_ops": ("BaseResourceVariable",),
+    "tensorflow.python.ops.resource_variable_ops": ("BaseResourceVariable", "ResourceVariable"),
     "tensorflow.python.ops.ref_variable": ("RefVariable",),
+    "tensorflow.python.ops.variables": ("RefVariable",),
 }
 _SKIP_CLASSES = {"_UnreadVariable"}  # transient read handles of an existing variable
 
@@ -78,6 +82,8 @@ class Recorder:
 
 def _wrap(cls: type, recorder: Recorder) -> None:
     original = cls.__init__  # type: ignore[misc]
+    if getattr(original, "_shipyard_placement", False):  # one class reached by two names
+        return
 
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
@@ -85,6 +91,7 @@ def _wrap(cls: type, recorder: Recorder) -> None:
             recorder.record(self)
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__._shipyard_placement = True  # type: ignore[attr-defined]
     cls.__init__ = __init__  # type: ignore[misc]
 
 
@@ -95,6 +102,7 @@ def _wrap_targets(recorder: Recorder) -> dict[str, postimport.Hook]:
                 cls = getattr(module, cls_name, None)
                 if isinstance(cls, type):
                     _wrap(cls, recorder)
+                    return
 
         return hook
 

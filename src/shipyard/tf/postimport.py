@@ -14,8 +14,12 @@ import importlib.abc
 import sys
 from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-Hook = Callable[[ModuleType], None]
+if TYPE_CHECKING:  # aliases are strings: job processes may run in Python 3.7/3.8
+    from typing import TypeAlias
+
+Hook: TypeAlias = "Callable[[ModuleType], None]"
 
 
 class _Watcher(importlib.abc.MetaPathFinder):

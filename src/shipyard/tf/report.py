@@ -54,7 +54,7 @@ NO_PS_WARNING = no_ps_warning("tf2")  # the default layout's
 
 
 def _key(name: str) -> str:
-    return name.removesuffix(":0")
+    return name[:-2] if name.endswith(":0") else name  # str.removesuffix: 3.9+
 
 
 def placement_entries(variables: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
