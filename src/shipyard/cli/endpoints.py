@@ -124,6 +124,13 @@ def endpoints(
     if as_json:
         typer.echo(json.dumps([r.describe() for r in records], indent=1))
         return
+    if not records:
+        _out().print(
+            "no endpoints yet; serve a trained model with `shipyard serve JOB` "
+            "(or a model.tar.gz; `shipyard serve --help` shows how)",
+            highlight=False,
+        )
+        return
     table = Table("name", "status", "url", "pid", "model data", "reason")
     for r in records:
         color = {EndpointStatus.IN_SERVICE: "green", EndpointStatus.FAILED: "red"}.get(

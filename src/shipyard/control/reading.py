@@ -77,7 +77,7 @@ class JobReader:
         from shipyard.observe.logs import LogTailer, print_lines, select
 
         stream = stream or sys.stdout
-        tailer = LogTailer({})
+        tailer = LogTailer({}, index=False)  # the supervisor keeps the times
         while True:
             record = self.reconcile(self.store.get(name, self.validate))
             for key, path in self.log_files(name).items():
@@ -309,6 +309,10 @@ def _shipyard_section(cp: JobReader, record: JobRecord, samples: bool) -> dict[s
     section: dict[str, Any] = {
         "JobDir": record.job_dir,
         "Backend": record.backend,
+        # describe's human form leads with these (cli/describe_view.py)
+        "Framework": spec.get("framework"),
+        "FrameworkVersion": spec.get("framework_version"),
+        "PyVersion": spec.get("py_version"),
         "Distribution": dict(spec.get("distribution", {})),
         "Attempts": [
             dict(a, started_at=_ts(a["started_at"]), ended_at=_ts(a["ended_at"]))

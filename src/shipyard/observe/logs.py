@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable
 from typing import TextIO
 
@@ -88,10 +89,31 @@ def host_matches(label: str, host: str) -> bool:
     return base == host or base.split("#", 1)[0] == host
 
 
-class LogTailer:
-    """Incremental reader of several log files; returns only complete lines, attributed."""
+TIMES_SUFFIX = ".times"
 
-    def __init__(self, files: dict[str, str], from_start: bool = True) -> None:
+
+def note_seen(path: str, offset: int, at: float | None = None) -> None:
+    """Append ``offset time`` to ``path``'s sidecar ``path.times`` (observe.logtimes reads
+    it): the log's first ``offset`` bytes had been written by ``at`` (now by default). A
+    sidecar that cannot be written costs only the times, never the log: errors dropped."""
+    try:
+        with safepath.open_record(path + TIMES_SUFFIX, "a") as fh:
+            fh.write(f"{offset} {time.time() if at is None else at:.3f}\n")
+    except OSError:
+        pass
+
+
+class LogTailer:
+    """Incremental reader of several log files; returns only complete lines, attributed.
+
+    ``index``: also note, beside each file, when its new bytes were first seen
+    (``note_seen``; ``observe.logtimes`` reads it: the per-line times of ``shipyard logs``).
+    On by default because the tailer of the job's supervisor, the one reader that sees
+    every byte as it comes, keeps the index; readers that only show a log (``shipyard
+    logs``, attach) pass ``index=False``."""
+
+    def __init__(self, files: dict[str, str], from_start: bool = True, index: bool = True) -> None:
+        self.index = index
         self.files = dict(files)
         self.offsets = {host: 0 for host in files}
         self.partial = {host: b"" for host in files}
@@ -109,7 +131,12 @@ class LogTailer:
             self.partial[host] = b""
 
     def poll(self, flush: bool = False) -> list[tuple[str, str]]:
-        lines: list[tuple[str, str]] = []
+        return [(label, line) for _, label, line, _ in self.poll_ends(flush)]
+
+    def poll_ends(self, flush: bool = False) -> list[tuple[str, str, str, int]]:
+        """``(file key, label, line, offset just past the line)`` for each new complete
+        line, file by file: the offset is what ``observe.logtimes`` finds a line's time by."""
+        lines: list[tuple[str, str, str, int]] = []
         for host, path in self.files.items():
             try:
                 with safepath.open_record(path, "rb") as fh:  # a link: refused
@@ -119,16 +146,20 @@ class LogTailer:
                 continue
             if not data and not (flush and self.partial[host]):
                 continue
+            start = self.offsets[host] - len(self.partial[host])
             self.offsets[host] += len(data)
+            if self.index and data:
+                note_seen(path, self.offsets[host])
             buf = self.partial[host] + data
             *complete, rest = buf.split(b"\n")
             if flush and rest:
                 complete.append(rest)
                 rest = b""
             self.partial[host] = rest
-            lines.extend(
-                attribute(host, ln.decode("utf-8", "replace").rstrip("\r")) for ln in complete
-            )
+            for ln in complete:
+                start += len(ln) + 1
+                label, text = attribute(host, ln.decode("utf-8", "replace").rstrip("\r"))
+                lines.append((host, label, text, min(start, self.offsets[host])))
         return lines
 
 
