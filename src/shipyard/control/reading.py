@@ -358,4 +358,10 @@ def _shipyard_section(cp: JobReader, record: JobRecord, samples: bool) -> dict[s
         with open(report_path, encoding="utf-8") as fh:
             section["DistributionReport"] = json.load(fh)
         section["DistributionReportPath"] = report_path
+    # each timed worker's steps (Keras fit, shipyard.ps), warm-up kept apart (planner.steps)
+    from shipyard.control.job_end import instance_paths
+    from shipyard.planner import steps
+
+    agent_dirs = {h: instance_paths(record.job_dir, h).agent_dir for h in hosts}
+    section["StepTiming"] = steps.summarize(steps.read(record.job_dir, agent_dirs))
     return section

@@ -10,7 +10,14 @@ What shipyard records and what is read from it:
   start-up);
 - the ``shipyard:network`` tag: the network the job was measured on (a shaped job's
   communication time is subtracted from its step time to get its compute time);
-- a step-time metric from ``metric_definitions`` when the job declared one.
+- a step-time metric from ``metric_definitions`` when the job declared one;
+- the step times shipyard measured itself (``Shipyard.StepTiming``, ``planner/steps.py``:
+  Keras ``fit``, the shipyard.ps client), warm-up excluded: used ahead of the job's wall
+  time, after a declared metric or ``--step-time``.
+
+A Failed or Stopped job is planned from the steps it ran when at least
+``steps.MIN_STEPS`` of them were timed after warm-up (said in the sources); otherwise the
+refusal says why in one line.
 
 What was not measured is given by the caller (``Inputs``), and every value says where it
 came from. A job that cannot be planned raises :class:`PlanInputError` naming what is
@@ -25,6 +32,7 @@ from typing import Any
 
 from shipyard.errors import ValidationError
 from shipyard.planner import model
+from shipyard.planner import steps as step_files
 from shipyard.sandbox import shaping
 
 STEP_TIME_METRICS = ("step_time", "sec_per_step", "time_per_step", "step_seconds")
@@ -143,14 +151,8 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
     """The profile of a finished job (``ControlPlane.describe``'s dict)."""
     given = given or Inputs()
     name = desc.get("TrainingJobName", "?")
-    status = desc.get("TrainingJobStatus")
-    if status != "Completed":
-        raise PlanInputError(
-            f"job {name!r} is {status}: plan needs a job that completed (its step times "
-            f"and traffic are only final then); wait with `shipyard logs -f {name}` or "
-            "plan another job"
-        )
     section = desc.get("Shipyard") or {}
+    timing = _step_timing(desc, given)
     instances = int((desc.get("ResourceConfig") or {}).get("InstanceCount") or 1)
     instance_type = str((desc.get("ResourceConfig") or {}).get("InstanceType") or "local")
     kind, per_host = distribution_of(desc)
@@ -180,11 +182,16 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         )
     workers = instances * per_host
     steps = given.steps or _report_steps(report, workers)
-    step_s = given.step_s or _metric_step_time(desc)
+    metric = _metric_step_time(desc)
+    step_s = given.step_s or metric
     if given.step_s:
-        sources["step_time"] = "given (--step-time)"
+        sources["step_time"] = "given (--step-time)" + _unused(timing)
     elif step_s:
-        sources["step_time"] = "the job's step-time metric"
+        sources["step_time"] = "the job's step-time metric" + _unused(timing)
+    elif timing:
+        step_s = float(timing["MedianStepSeconds"])
+        sources["step_time"] = "measured by shipyard: " + step_files.describe_line(timing)
+        steps = steps or max(1, int(timing["StepsRun"]) // max(1, int(timing["Workers"])))
     elif steps:
         span = _training_span(report)
         where = "the traffic timeline's training span"
@@ -197,9 +204,15 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
             sources["step_time"] = f"{where} / {steps} steps ({origin})"
     if not step_s or step_s <= 0:
         raise PlanInputError(
-            f"job {name!r} measured no step time: log one and declare it in "
-            "metric_definitions (Name 'step_time', seconds per step), or give --step-time "
-            "SECONDS or --steps N (steps per worker the job ran)"
+            f"job {name!r} measured no step time (shipyard times Keras fit and shipyard.ps "
+            "steps itself): log one and declare it in metric_definitions (Name 'step_time', "
+            "seconds per step), or give --step-time SECONDS or --steps N (steps per worker "
+            "the job ran)"
+        )
+    if desc.get("TrainingJobStatus") != "Completed":
+        sources["job_status"] = (
+            f"{desc.get('TrainingJobStatus')}: planned from the steps it ran"
+            + (f" ({timing['Steps']} timed after warm-up)" if timing else "")
         )
     link, link_source = measured_link(desc)
     sources["measured_network"] = link_source
@@ -240,6 +253,45 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         )
     profile = replace(base, compute_s=compute, compute_source=sources["compute_time"])
     return Measured(profile, instances, instance_type, step_s, sources)
+
+
+def _step_timing(desc: Mapping[str, Any], given: Inputs) -> dict[str, Any]:
+    """The job's measured steps (``Shipyard.StepTiming``, {} if none), once it has ended.
+
+    A Failed or Stopped job is planned from the steps it ran when enough were timed (or
+    a step time is given or logged); otherwise one line says why not."""
+    name = desc.get("TrainingJobName", "?")
+    status = desc.get("TrainingJobStatus")
+    timing = dict((desc.get("Shipyard") or {}).get("StepTiming") or {})
+    if status not in ("Completed", "Failed", "Stopped"):
+        raise PlanInputError(
+            f"job {name!r} is {status}: plan needs a job that has ended (its step times "
+            f"and traffic are only final then); wait with `shipyard logs -f {name}` or "
+            "plan another job"
+        )
+    if status == "Completed" or given.step_s or _metric_step_time(desc):
+        return timing
+    timed = int(timing.get("Steps") or 0)
+    if timed >= step_files.MIN_STEPS:
+        return timing
+    if timing:
+        why = (
+            f"only {timed} step(s) were timed after warm-up (of {timing.get('StepsRun')} it "
+            f"ran; plan needs {step_files.MIN_STEPS})"
+        )
+    else:
+        why = "shipyard timed none of its steps (it ended before training, or ran no Keras fit or shipyard.ps steps)"
+    raise PlanInputError(
+        f"job {name!r} is {status} and cannot be planned: {why}; give --step-time SECONDS "
+        "or plan a job that ran longer"
+    )
+
+
+def _unused(timing: Mapping[str, Any]) -> str:
+    """What the step time given or logged won over, said."""
+    if not timing:
+        return ""
+    return f" (wins over shipyard's measured {float(timing['MedianStepSeconds']):.4g}s)"
 
 
 def _placement(report: Mapping[str, Any]) -> str:

@@ -49,6 +49,7 @@ import numpy as np
 
 from shipyard import settings
 from shipyard.errors import SettingError
+from shipyard.runtime import steptiming
 
 from . import wire
 from .client_data import BUCKET_BYTES, DataPath
@@ -189,6 +190,12 @@ class PSClient:
         self._requests = RequestBuilder(self._state, self._learn_sessions)
         self._exchange = Exchange(self._state, self.transport, self._learn_sessions)
         self._data = DataPath(self._state, self._requests, self._exchange)
+        # inside a job: each step's time and its push/pull time, for describe and the planner
+        timing_path = steptiming.path_beside(settings.get("SHIPYARD_REPORT_PATH"))
+        if timing_path:
+            self._data.recorder = steptiming.StepRecorder(
+                timing_path, "shipyard.ps client", settings.get("SHIPYARD_CURRENT_HOST")
+            )
         self.shard_info: list[dict[str, Any]] = []
         self.report: PlacementReport | None = None
         self._servers_down = False

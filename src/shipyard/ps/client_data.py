@@ -9,10 +9,13 @@ small ones held back in a bucket so they still share messages.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+
+from shipyard.runtime.steptiming import StepRecorder
 
 from . import wire
 from .buffers import array_view
@@ -73,6 +76,8 @@ class DataPath:
         self._bucket_bytes = 0
         self.open: list[int] = []  # a split-phase push_pull in progress: its request ids
         self._open_result: dict[str, np.ndarray] = {}
+        # this worker's step times (runtime/steptiming.py), when the client records them
+        self.recorder: StepRecorder | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -102,7 +107,9 @@ class DataPath:
 
     def push_all(self, grads: Mapping[str, ArrayLike]) -> None:
         """Send several gradients at once (pipelined over all shards)."""
+        t0 = time.perf_counter()
         self._exchange.exchange(self.send_reqs(grads, MsgType.PUSH))
+        self._timed(t0)
 
     def pull(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
         """Current value of ``key`` (waits as the consistency mode requires)."""
@@ -118,14 +125,36 @@ class DataPath:
         for name in names:
             kp = self.placement(name)
             reqs.extend(self._pull_reqs(kp, None, MsgType.PULL, result, (outs or {}).get(name)))
+        t0 = time.perf_counter()
         self._exchange.exchange(reqs)
+        self._timed(t0)
         return {n: result[n] for n in names}
+
+    def _stepped(self, comm_s: float) -> None:
+        """A step ended: its communication seconds (with any push/pull since the last
+        step) go to the step recorder, which times the step from the previous one."""
+        if self.recorder is not None:
+            self.recorder.comm(comm_s)
+            self.recorder.mark()
+
+    def _timed(self, t0: float) -> None:
+        """Communication since ``t0`` that does not end a step (push, pull, begin)."""
+        if self.recorder is not None:
+            self.recorder.comm(time.perf_counter() - t0)
 
     def push_pull(
         self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
         """Push every gradient and get back the updated values in one round trip per
         chunk, then advance ``step``. Keys without a gradient are not pulled."""
+        t0 = time.perf_counter()
+        result = self._push_pull(grads, outs)
+        self._stepped(time.perf_counter() - t0)
+        return result
+
+    def _push_pull(
+        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None
+    ) -> dict[str, np.ndarray]:
         if len(grads) == 1 and not (self._exchange.busy or self.bucket):
             one = self._push_pull_one(grads, outs)
             if one is not None:
@@ -202,6 +231,13 @@ class DataPath:
         GROUP_MAX_BYTES wait until BUCKET_BYTES of them gather or ``push_pull_end``
         comes, then go one message per shard. The arrays must stay unchanged until
         ``push_pull_end``."""
+        t0 = time.perf_counter()
+        self._push_pull_begin(grads, outs)
+        self._timed(t0)
+
+    def _push_pull_begin(
+        self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None
+    ) -> None:
         reqs = []
         for name, g in grads.items():
             kp = self.placement(name)
@@ -236,16 +272,19 @@ class DataPath:
     def push_pull_end(self) -> dict[str, np.ndarray]:
         """Split-phase push_pull, part 2: wait for every reply since the last end,
         advance ``step`` and return the updated values."""
+        t0 = time.perf_counter()
         self._flush_bucket()
         rids, self.open = self.open, []
         result, self._open_result = self._open_result, {}
         self._exchange.wait(rids)
         self._state.step += 1
+        self._stepped(time.perf_counter() - t0)
         return result
 
     def next_step(self) -> int:
         """Advance this worker's step counter (after a manual push/pull sequence)."""
         self._state.step += 1
+        self._stepped(0.0)
         return self._state.step
 
     def _pull_reqs(

@@ -116,7 +116,11 @@ def test_steps_from_push_counts_and_the_given_inputs():
 @pytest.mark.parametrize(
     ("desc", "given", "match"),
     [
-        (_desc(TrainingJobStatus="Failed"), Inputs(), "is Failed: plan needs a job that completed"),
+        (
+            _desc(TrainingJobStatus="InProgress"),
+            Inputs(),
+            "is InProgress: plan needs a job that has ended",
+        ),
         (
             _desc(Shipyard={"Distribution": {"kind": "mpi", "options": {}}}),
             Inputs(),

@@ -6,7 +6,9 @@ set by the runners:
 * ``SHIPYARD_TF_PLACEMENT_FILE`` (parameter_server chief): record TensorFlow's
   variable placement (shipyard/tf/placement.py);
 * ``SHIPYARD_KERAS_MWMS_COMPAT`` (multi_worker_mirrored_strategy): make Keras 3
-  ``model.fit`` work with more than one worker (shipyard/tf/keras_compat.py).
+  ``model.fit`` work with more than one worker (shipyard/tf/keras_compat.py);
+* ``SHIPYARD_REPORT_PATH`` (every job process): time Keras ``fit``'s training steps into
+  a file beside the report (shipyard/tf/steptiming.py).
 
 Chains on to the next ``sitecustomize`` on sys.path (skipping that one and this
 one) so a user's own customization still runs.
@@ -19,13 +21,18 @@ import sys as _sys
 def _install() -> None:
     placement_file = _os.environ.get("SHIPYARD_TF_PLACEMENT_FILE")
     keras_compat = _os.environ.get("SHIPYARD_KERAS_MWMS_COMPAT")
-    if not placement_file and not keras_compat:
+    report_path = _os.environ.get("SHIPYARD_REPORT_PATH")
+    if not placement_file and not keras_compat and not report_path:
         return
     try:
+        from shipyard.runtime import steptiming as _files
         from shipyard.tf import keras_compat as _compat
         from shipyard.tf import placement
+        from shipyard.tf import steptiming as _steps
     except ImportError:
         return
+    if report_path:
+        _steps.install(_files.path_beside(report_path))
     if placement_file:
         placement.install(placement_file)
     if keras_compat:

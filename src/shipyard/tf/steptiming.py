@@ -1,0 +1,76 @@
+"""Keras ``fit``'s step times, recorded with no change to the script.
+
+Loaded by shipyard's TensorFlow ``sitecustomize`` (``tf/_hook``) in the processes that run
+the user's script; it imports neither TensorFlow nor Keras: when ``keras`` (Keras 2 or 3)
+or ``tf_keras`` (what ``TF_USE_LEGACY_KERAS=1`` makes ``tf.keras``) is imported, its
+``Model.fit`` is wrapped to add one callback that times each training batch
+(``on_train_batch_begin``/``end``) into a :class:`~shipyard.runtime.steptiming.StepRecorder`.
+The callback declares ``_supports_tf_logs`` so Keras does not turn each batch's logs into
+numbers for it (under ParameterServerStrategy that would wait for every step: a
+coordinator schedules steps ahead). A ``fit`` whose callbacks are passed positionally
+is left alone. Python 3.7-compatible: jobs may run old frameworks.
+"""
+
+import os
+
+from shipyard.runtime.steptiming import StepRecorder
+from shipyard.tf import postimport
+
+MODULES = ("keras", "tf_keras")
+_recorder = None
+
+
+def _callback_class(module):
+    """A ``Callback`` subclass of this Keras (each Keras checks its own base class)."""
+    base = module.callbacks.Callback
+
+    class ShipyardStepTimes(base):
+        _supports_tf_logs = True
+
+        def __init__(self, recorder):
+            super().__init__()
+            self._shipyard_recorder = recorder
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._shipyard_recorder.begin()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._shipyard_recorder.end()
+
+        def on_train_end(self, logs=None):
+            self._shipyard_recorder.flush()
+
+    return ShipyardStepTimes
+
+
+def _patch(module):
+    """Wrap ``module.Model.fit`` to add the step-time callback."""
+    model = getattr(module, "Model", None)
+    fit = getattr(model, "fit", None)
+    if fit is None or getattr(fit, "_shipyard_steps", False) or _recorder is None:
+        return
+    try:
+        cls = _callback_class(module)
+    except AttributeError:
+        return
+
+    def timed_fit(self, *args, **kwargs):
+        if len(args) < 6:  # callbacks not passed positionally
+            callbacks = list(kwargs.get("callbacks") or [])
+            callbacks.append(cls(_recorder))
+            kwargs["callbacks"] = callbacks
+        return fit(self, *args, **kwargs)
+
+    timed_fit._shipyard_steps = True
+    timed_fit.__doc__ = fit.__doc__
+    timed_fit.__name__ = "fit"
+    model.fit = timed_fit
+
+
+def install(path):
+    """Record every Keras ``fit``'s training steps of this process into ``path``."""
+    global _recorder
+    if _recorder is not None:
+        return
+    _recorder = StepRecorder(path, "keras fit", os.environ.get("CURRENT_HOST"))
+    postimport.when_imported({name: _patch for name in MODULES})
