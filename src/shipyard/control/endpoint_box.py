@@ -34,16 +34,20 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shipyard.backends import resources
 from shipyard.sandbox import confine, fsview, kernel, pidns, probe
 from shipyard.sandbox.instance import OPT_ML, InstanceSandbox, enter_without_network
-from shipyard.serving import prometheus, server
+from shipyard.serving import server
 from shipyard.serving.__main__ import parse
+
+if TYPE_CHECKING:
+    from shipyard.backends import resources
 
 log = logging.getLogger("shipyard.serving")
 HOST = "algo-1"
@@ -183,6 +187,8 @@ def _enter(endpoint_dir: str, model_dir: str, missing: list[str]) -> bool:
 def _allot(
     args: argparse.Namespace, log_path: str, missing: list[str]
 ) -> resources.Allotment | None:
+    from shipyard.backends import resources  # here: the init builds the view meanwhile
+
     name = os.path.basename(os.path.normpath(args.endpoint_dir))
     try:
         allotment = resources.allot(
@@ -204,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args, serving_args = _args(argv)
     config = parse(serving_args)
     logging.basicConfig(level=logging.INFO, format="shipyard-serve: %(message)s")
+    env = _read_env_file(args.endpoint_dir)  # read (and removed) whatever happens next
     try:  # first, in this machine's network namespace: a taken port fails at once
         sock = server.bind(config.host, config.port)
     except OSError as exc:
@@ -213,12 +220,22 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc.strerror or exc)
         return 2
     config.port = sock.getsockname()[1]
-    env = _read_env_file(args.endpoint_dir)
     missing: list[str] = []
     log_path = os.path.join(args.endpoint_dir, "server.log")
     host_model_dir = config.model_dir
-    sandboxed = _enter(args.endpoint_dir, host_model_dir, missing)  # single-threaded here
-    metrics_dir = prometheus.make_dir()  # kept writable in the view: made before it
+    try:
+        sandboxed = _enter(args.endpoint_dir, host_model_dir, missing)  # single-threaded here
+    except OSError as exc:  # the machine said it could, then refused: say so, serve nothing
+        reason = (
+            f"the endpoint's instance sandbox could not be set up ({exc}); "
+            "SHIPYARD_SANDBOX=off serves it without one"
+        )
+        server.write_state(config.state_file, status="Failed", failure_reason=reason)
+        log.error("%s", reason)
+        return 2
+    # the workers' /metrics samples (prometheus.make_dir's, without importing asyncio
+    # before the init has begun): kept writable in the view, so made before it
+    metrics_dir = tempfile.mkdtemp(prefix="shipyard-metrics-")
     starting = None
     if sandboxed:  # the init builds the view while the cgroup is made
         tree = os.path.join(args.endpoint_dir, TREE)
@@ -248,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return master.run()
     finally:
-        prometheus.remove_dir(metrics_dir)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
         if allotment is not None:
             allotment.release()
 

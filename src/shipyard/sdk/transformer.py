@@ -31,6 +31,11 @@ logger = logging.getLogger("shipyard.sdk")
 
 
 class Transformer:
+    """Batch transform (``sagemaker.transformer.Transformer``): ``transform(data)`` serves
+    the model on a temporary endpoint, sends every record of the input files and writes
+    ``<output_path>/<file>.out``. Made by ``Model.transformer`` or
+    ``estimator.transformer``."""
+
     def __init__(
         self,
         model_name: str,
@@ -50,6 +55,30 @@ class Transformer:
         volume_kms_key: str | None = None,
         model: Any = None,
     ) -> None:
+        """Configure a batch transform; nothing runs until ``transform``.
+
+        Args:
+            model_name: The model's name; also the default prefix of transform job names.
+            instance_count: Worker processes of the model server.
+            instance_type: The instance type whose share of the machine the server gets.
+            strategy: ``'MultiRecord'`` (default: as many records per request as fit in
+                ``max_payload``) or ``'SingleRecord'``.
+            assemble_with: ``'Line'``: one output line per input record (a failed record
+                leaves its line empty); None: outputs concatenated.
+            output_path: Where ``<input file>.out`` files go (``s3://``, ``file://`` or a
+                path); default under ``SHIPYARD_HOME/transform/<job>``.
+            output_kms_key: An AWS KMS key; accepted and ignored.
+            accept: The content type asked of the model server.
+            max_concurrent_transforms: Requests in flight at once (default the server's
+                ``/execution-parameters``, else 1).
+            max_payload: The largest request body in MB (default 6, as on SageMaker).
+            tags: SageMaker's tags; accepted and ignored.
+            env: Environment variables of the model server.
+            base_transform_job_name: The prefix of generated transform job names.
+            sagemaker_session: The shipyard.Session whose home is used.
+            volume_kms_key: An AWS KMS key; accepted and ignored.
+            model: The Model to serve (``Model.transformer`` passes itself). Required.
+        """
         if strategy not in (None, "MultiRecord", "SingleRecord"):
             raise ValidationError(f"strategy {strategy!r}: use 'MultiRecord' or 'SingleRecord'")
         if assemble_with not in (None, "None", "Line"):
@@ -92,6 +121,30 @@ class Transformer:
         logs: bool = True,
         **kwargs: Any,
     ) -> None:
+        """Run a batch transform job over ``data``; outputs are written atomically.
+
+        Args:
+            data: The input: an ``s3://`` or ``file://`` URI or a local path, naming a
+                file, a directory or a key prefix.
+            data_type: ``'S3Prefix'`` (the only kind here).
+            content_type: The Content-Type of the requests (default
+                ``application/octet-stream``).
+            compression_type: None: uncompressed input (the only kind here).
+            split_type: How a file splits into records: None (whole file), ``'Line'``,
+                ``'RecordIO'`` or ``'TFRecord'``.
+            job_name: The transform job's name; default the prefix plus a timestamp.
+            input_filter: A JSONPath picking the part of each record sent (``'Line'``
+                only).
+            output_filter: A JSONPath picking the part of each output kept.
+            join_source: ``'Input'``: each output is joined with its input record.
+            wait: Block until the job ends (False: run in the background; ``wait()``).
+            logs: SageMaker's argument; progress is logged either way.
+            **kwargs: Other SageMaker options; accepted and ignored.
+
+        Raises:
+            TransformError: some records failed; it lists each with its file and position
+            (the others were still written).
+        """
         if data_type != "S3Prefix":
             raise ValidationError(
                 f"data_type {data_type!r}: only 'S3Prefix' (a file, a "
@@ -136,6 +189,11 @@ class Transformer:
         self._thread.start()
 
     def wait(self, logs: bool = True) -> None:
+        """Wait for a ``transform(..., wait=False)`` to end, raising its error if it failed.
+
+        Args:
+            logs: SageMaker's argument; accepted.
+        """
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -174,6 +232,7 @@ class Transformer:
             env={**model.env, **env},
             workers=max(1, self.instance_count),
             max_payload_mb=max(self.max_payload, 6) if self.max_payload else 1024,
+            instance_type=self.instance_type,  # the model server's sandbox (issue 37)
         )
         try:
             record = endpoints.wait(job)

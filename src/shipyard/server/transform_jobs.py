@@ -106,6 +106,7 @@ class TransformApi:
                     env=env,
                     workers=max(1, int(resources.get("InstanceCount") or 1)),
                     max_payload_mb=max(max_payload, 6),
+                    instance_type=resources.get("InstanceType") or "local",
                 )
                 try:
                     record = self.endpoints.wait(server)

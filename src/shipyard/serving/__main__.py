@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from shipyard.serving.config import ServerConfig
-from shipyard.serving.server import serve
 
 
 def parse(argv: list[str] | None = None) -> ServerConfig:
@@ -40,6 +39,8 @@ def parse(argv: list[str] | None = None) -> ServerConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from shipyard.serving.server import serve
+
     return serve(parse(argv))
 
 

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,11 +27,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shipyard.serving import prometheus
 from shipyard.serving.config import CONFIG_ENV, ServerConfig
 
 log = logging.getLogger("shipyard.serving")
 READY_TIMEOUT = float(os.environ.get("SAGEMAKER_STARTUP_TIMEOUT", "600"))
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # shipyard.serving.prometheus.ENV
 # (argv, env, fds to pass) -> the started worker: how the master starts each worker
 Launch = Callable[[list[str], dict[str, str], tuple[int, ...]], subprocess.Popen]
 
@@ -104,7 +105,11 @@ class Master:
         self.restarts: list[float] = []
         self.buffer = b""
         # the workers' shared /metrics samples
-        self.metrics_dir = metrics_dir or prometheus.make_dir()
+        if metrics_dir is None:
+            from shipyard.serving import prometheus  # asyncio: not before a launcher needs it
+
+            metrics_dir = prometheus.make_dir()
+        self.metrics_dir = metrics_dir
 
     def spawn(self) -> None:
         env = dict(
@@ -113,7 +118,7 @@ class Master:
                 CONFIG_ENV: self.config.to_json(),
                 "SHIPYARD_SERVING_FD": str(self.sock.fileno()),
                 "SHIPYARD_SERVING_REPORT_FD": str(self.write_fd),
-                prometheus.ENV: self.metrics_dir,
+                METRICS_ENV: self.metrics_dir,
             },
         )
         # the model directory in argv: `ps` shows what each worker serves
@@ -231,7 +236,7 @@ class Master:
                     self.state("Failed", self.failure)
         finally:
             self.stop()
-            prometheus.remove_dir(self.metrics_dir)
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
             self.state("Deleted", self.failure)
         return 0
 
