@@ -21,42 +21,36 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TextIO
 
-from shipyard import instance_types, settings
+from shipyard import instance_types
 from shipyard.agent import runners
 from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
-from shipyard.backends.resources import read_record as read_resources
 from shipyard.control import disk_full, envphase, plan
 from shipyard.control.home import Home
+from shipyard.control.hooks import (
+    Artifacts,
+    EnvironmentPhase,
+    HangWatch,
+    Hook,
+    LogPump,
+    Utilization,
+)
 from shipyard.control.job_end import JobEnd
 from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
+from shipyard.control.policies import AttemptResult, Policies
 from shipyard.control.store import InstanceRecord, JobRecord, Store
 from shipyard.control.submitted_plan import SubmittedPlan
-from shipyard.environments import job as framework_envs
 from shipyard.errors import BackendError
-from shipyard.observe.logs import LogTailer, print_lines
 from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
-from shipyard.observe.utilization import Instance, Sampler
+from shipyard.observe.utilization import Sampler
 from shipyard.runtime import safepath
 
 POLL_SECONDS = 0.02
-STOP_CHECK_SECONDS = 0.25
-# After the first failure is seen, how long the other agents get to record theirs: a peer
-# failing a few ms later (its connection dropped) may be *seen* first; the earliest
-# recorded failure time names the root cause (torch elastic's rule).
-ROOT_CAUSE_SETTLE_SECONDS = 0.5
-
-
-@dataclass
-class AttemptResult:
-    kind: AttemptKind
-    reason: str | None = None
-    host: str | None = None
 
 
 def _job_dir(paths: InstancePaths) -> str:
@@ -101,27 +95,46 @@ def failure_reason(
     return f"[{host}] {text}"[:1024]
 
 
-def sampled(backend: Backend, job_dir: str, handle: InstanceHandle) -> Instance:
-    """What the utilization sampler needs of an instance: its cgroup (the backend's),
-    its memory limit and GPUs (the launch's resources record)."""
-    cgroup = getattr(backend, "instance_cgroup", lambda h: None)(handle)
-    share = (read_resources(job_dir) or {}).get("Instances", {})
-    mine = share.get(handle.host, {})
-    return Instance(
-        handle.host,
-        handle.pid,
-        os.path.join(job_dir, "instances", handle.host),
-        cgroup,
-        mine.get("MemoryBytes"),
-        tuple(mine.get("Gpus") or ()),
-    )
-
-
 class StopRequested(Exception):
     """Raised inside the monitor loop by a signal handler of a detached supervisor."""
 
 
+def standard_hooks(sup: JobSupervisor) -> list[Hook]:
+    """The hooks every real job runs with, in their calling order: the environment phase,
+    the log pump, then (local backend: this machine's processes) utilization and the hang
+    watch, and the artifacts last."""
+    record, spec = sup.record, sup.spec
+    local = record.backend == "local"
+    silence = SilenceWatch.from_environment(dict(spec.environment)) if local else None
+    metrics = MetricExtractor(m.model_dump() for m in spec.metric_definitions)
+    hooks: list[Hook] = [
+        EnvironmentPhase(
+            sup.home,
+            sup.store,
+            sup.name,
+            record.job_dir,
+            lambda: sup.plan.config().submit_directory,
+            sup.end.say,
+            sup.should_stop,
+            on_nodes=not local,
+        ),
+        LogPump(sup.store, sup.name, sup.stream, metrics, silence.activity if silence else None),
+    ]
+    if local:
+        sampler = Sampler(record.job_dir, instance_types.machine_memory())
+        hooks.append(Utilization(sampler, sup.backend, record.job_dir))
+    if silence is not None:
+        hooks.append(HangWatch(silence))
+    hooks.append(Artifacts(sup.end, sup.policies.uploads, sup.should_stop))
+    return hooks
+
+
 class JobSupervisor:
+    """Runs one job: its attempts on a backend, decided by ``policies`` (control.policies;
+    the spec's own by default), with ``hooks`` (control.hooks; ``standard_hooks`` by
+    default) called around them. Every status change goes through the store's
+    ``transition``, i.e. the pure ``lifecycle.step``."""
+
     def __init__(
         self,
         home: Home,
@@ -129,6 +142,8 @@ class JobSupervisor:
         name: str,
         stream: TextIO | None = None,
         backend: Backend | None = None,
+        policies: Policies | None = None,
+        hooks: Sequence[Hook] | None = None,
     ) -> None:
         self.home = home
         self.store = store
@@ -137,35 +152,23 @@ class JobSupervisor:
         self.record = store.get(name)
         self.spec = self.record.spec
         self.backend = backend or get_backend(self.record.backend)
+        self.policies = policies or Policies.for_spec(self.spec)
         self.handles: list[InstanceHandle] = []
-        self.metrics = MetricExtractor(m.model_dump() for m in self.spec.metric_definitions)
-        self.tailer = LogTailer({})
-        # stacks are read from this machine's processes: the local backend's instances
-        self.silence = (
-            SilenceWatch.from_environment(dict(self.spec.environment))
-            if self.record.backend == "local"
-            else None
-        )
-        # per-instance CPU, memory, disk, network, GPU: read from this machine (local)
-        self.sampler = (
-            Sampler(self.record.job_dir, instance_types.machine_memory())
-            if self.record.backend == "local"
-            else None
-        )
-        self.deadline = time.monotonic() + self.spec.max_run
         self.signalled = False
         self.failed_hosts: set[str] = set()
         if hasattr(self.backend, "should_stop"):  # ends a launch waiting for GPUs
-            self.backend.should_stop = self._should_stop
+            self.backend.should_stop = self.should_stop
         self.end = JobEnd(home, store, self.record, stream, self._first_log)
         self.plan = SubmittedPlan(os.path.join(self.record.job_dir, "agent.json"))
         config = self.plan.config()
         self.deciding = set(
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
         )
+        self.hooks: list[Hook] = standard_hooks(self) if hooks is None else list(hooks)
 
     # -- helpers --------------------------------------------------------------------------
-    def _should_stop(self) -> bool:
+    def should_stop(self) -> bool:
+        """A signal reached this process, or a stop was requested through the store."""
         return self.signalled or self.store.get(self.name).stop_requested
 
     @property
@@ -180,16 +183,6 @@ class JobSupervisor:
         handle = next((h for h in self.handles if h.host == self.hosts[0]), None)
         return handle.log_path if handle else self.home.log_path(self.name, self.hosts[0])
 
-    def _pump_logs(self, flush: bool = False) -> None:
-        lines = self.tailer.poll(flush=flush)
-        if not lines:
-            return
-        if self.silence is not None:
-            self.silence.activity()
-        if self.stream is not None:
-            print_lines(lines, self.stream)
-        self.store.add_metrics(self.name, self.metrics.extract(lines))
-
     def _failure_reason(self, host: str, code: int) -> str:
         handle = next((h for h in self.handles if h.host == host), None)
         why = getattr(self.backend, "resource_failure", None)
@@ -203,20 +196,16 @@ class JobSupervisor:
         env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.max_retry_attempts)
         if self.plan.restore():  # a retry runs the job that was submitted
             self.end.say("[shipyard] agent.json had changed; restored as submitted")
+        config_path = os.path.join(self.record.job_dir, "agent.json")
         specs = []
         for host in self.hosts:
             log_path = self.home.log_path(self.name, host)
             if attempt > 1:
                 log_path = log_path[:-4] + f".attempt{attempt}.log"
-            specs.append(
-                LaunchSpec(
-                    self.name, host, os.path.join(self.record.job_dir, "agent.json"), log_path, env
-                )
-            )
+            specs.append(LaunchSpec(self.name, host, config_path, log_path, env))
         self.failed_hosts = set()
         self.handles = self.backend.launch(specs)
-        now = time.time()
-        addresses = self._addresses()
+        addresses, now = self._addresses(), time.time()
         self.store.record_instances(
             [
                 InstanceRecord(
@@ -235,11 +224,8 @@ class JobSupervisor:
                 for h in self.handles
             ]
         )
-        for h in self.handles:
-            self.tailer.add(h.host, h.log_path)
-        if self.sampler is not None:
-            job_dir, backend = self.record.job_dir, self.backend
-            self.sampler.start([sampled(backend, job_dir, h) for h in self.handles], attempt)
+        for hook in self.hooks:
+            hook.on_attempt_start(attempt, list(self.handles))
 
     def _addresses(self) -> dict[str, str]:
         subnet = self.record.subnet
@@ -256,13 +242,12 @@ class JobSupervisor:
         status: InstanceStatus,
         reason: str | None,
     ) -> None:
-        addresses = self._addresses()
         self.store.record_instance(
             InstanceRecord(
                 self.name,
                 attempt,
                 handle.host,
-                addresses.get(handle.host),
+                self._addresses().get(handle.host),
                 handle.pid,
                 status,
                 code,
@@ -273,84 +258,67 @@ class JobSupervisor:
             )
         )
 
+    def _exited(self, handle: InstanceHandle, attempt: int, code: int) -> None:
+        """Record an instance that exited by itself: Failed (with its reason) or Completed."""
+        if code != 0:
+            self.failed_hosts.add(handle.host)
+            reason = self._failure_reason(handle.host, code)
+            self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
+        else:
+            self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
+
     def _monitor(self, attempt: int) -> AttemptResult:
         done: dict[str, int] = {}
         next_stop_check = 0.0
         delay = 0.002
         while True:
-            self._pump_logs()
-            if self.sampler is not None:
-                self.sampler.maybe_sample(h.host for h in self.handles if h.host not in done)
+            running = [h for h in self.handles if h.host not in done]
+            for hook in self.hooks:
+                hook.on_poll(running)
             progressed = False
-            for handle in self.handles:
-                if handle.host in done:
-                    continue
+            for handle in running:
                 code = self.backend.poll(handle)
                 if code is None:
                     continue
                 progressed = True
                 done[handle.host] = code
+                self._exited(handle, attempt, code)
                 if code != 0:
-                    reason = self._failure_reason(handle.host, code)
-                    self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
-                    self.failed_hosts.add(handle.host)
                     root = self._root_cause(handle.host, attempt, done)
                     return AttemptResult(AttemptKind.FAILED, self._failure_reason(root, code), root)
-                self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
             if len(done) == len(self.handles):
                 return AttemptResult(AttemptKind.SUCCEEDED)
             if progressed and self.deciding.issubset(done):
                 self._release_servers(attempt, done)
                 return AttemptResult(AttemptKind.SUCCEEDED)
             now = time.monotonic()
-            if now >= self.deadline:
-                return AttemptResult(
-                    AttemptKind.MAX_RUNTIME,
-                    f"MaxRuntimeExceeded: the job ran longer than max_run="
-                    f"{self.spec.max_run} seconds",
-                )
+            if self.policies.max_run.exceeded(now):
+                return self.policies.max_run.result()
             if self.signalled:
                 return AttemptResult(AttemptKind.STOPPED)
-            if self.silence is not None:
-                self.silence.check(
-                    {h.host: h.pid for h in self.handles if h.host not in done},
-                    {h.host: h.log_path for h in self.handles},
-                )
             if now >= next_stop_check:
-                next_stop_check = now + STOP_CHECK_SECONDS
+                next_stop_check = now + self.policies.stop.check_seconds
                 if self.store.get(self.name).stop_requested:
                     return AttemptResult(AttemptKind.STOPPED)
             time.sleep(delay if not progressed else 0)
             delay = min(delay * 2, POLL_SECONDS)
 
     def _root_cause(self, seen: str, attempt: int, done: dict[str, int]) -> str:
-        """The host whose failure came first: let the other agents record theirs for a
-        moment, then compare the times they recorded (not the order we noticed them)."""
-        settle = time.monotonic() + ROOT_CAUSE_SETTLE_SECONDS
+        """The host whose failure came first (the failure policy's choice): the other
+        agents get the policy's settle window to record theirs, then the times they
+        recorded are compared (not the order we noticed them)."""
+        settle = self.policies.failure.settle_until()
         while time.monotonic() < settle and len(done) < len(self.handles):
             for handle in self.handles:
                 if handle.host in done:
                     continue
                 code = self.backend.poll(handle)
-                if code is None:
-                    continue
-                done[handle.host] = code
-                if code != 0:
-                    self.failed_hosts.add(handle.host)
-                    self._finish_instance(
-                        handle,
-                        attempt,
-                        code,
-                        InstanceStatus.FAILED,
-                        self._failure_reason(handle.host, code),
-                    )
-                else:
-                    self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
+                if code is not None:
+                    done[handle.host] = code
+                    self._exited(handle, attempt, code)
             time.sleep(0.01)
-        times = {h: t for h in self.hosts if (t := failure_time(self.paths(h))) is not None}
-        if not times:
-            return seen
-        root = min(times, key=lambda h: times[h])
+        times = {h: failure_time(self.paths(h)) for h in self.hosts}
+        root = self.policies.failure.root_cause(seen, times)
         self.failed_hosts.add(root)
         return root
 
@@ -362,31 +330,34 @@ class JobSupervisor:
                 f"shipyard: {', '.join(sorted(self.deciding))} finished; "
                 f"stopping {', '.join(h.host for h in serving)}\n"
             )
-        self.backend.stop(serving, grace=settings.number("SHIPYARD_STOP_GRACE"))
+        self.backend.stop(serving, grace=self.policies.stop.grace_seconds())
         for handle in serving:
             self._finish_instance(
                 handle, attempt, self.backend.poll(handle) or 0, InstanceStatus.COMPLETED, None
             )
 
-    def _stop_instances(
-        self, attempt: int, status: InstanceStatus = InstanceStatus.STOPPED
-    ) -> None:
+    def _stop_instances(self, attempt: int) -> None:
+        """The stop policy's stop of every instance still running; one that failed first
+        but was seen later keeps its failure, the others are Stopped."""
         running = [h for h in self.handles if self.backend.poll(h) is None]
-        self.backend.stop(self.handles, grace=settings.number("SHIPYARD_STOP_GRACE"))
+        self.backend.stop(self.handles, grace=self.policies.stop.grace_seconds())
         for handle in running:
             code = self.backend.poll(handle) or -15
             if handle.host in self.failed_hosts:  # failed first, seen later
                 reason = self._failure_reason(handle.host, code)
                 self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
             else:
-                self._finish_instance(handle, attempt, code, status, None)
+                self._finish_instance(handle, attempt, code, InstanceStatus.STOPPED, None)
+
+    def _attempt_ended(self, attempt: int, result: AttemptResult) -> None:
+        for hook in self.hooks:
+            hook.on_attempt_end(attempt, result)
 
     # -- the whole job --------------------------------------------------------------------
     def run(self) -> JobRecord:
-        attempts_allowed = 1 + self.spec.max_retry_attempts
         attempt = self.record.attempt
         try:
-            ended = self._environment_phase()
+            ended = self._start()
             if ended is not None:
                 return ended
             while True:
@@ -395,20 +366,10 @@ class JobSupervisor:
                 try:
                     self._launch(attempt)
                 except BackendError as exc:
-                    refused = envphase.node_failure(exc)  # a Ray node could not build it
-                    if refused is not None:
-                        self.store.record_attempt(self.name, attempt, started, time.time(), refused)
-                        return self.store.transition(
-                            self.name,
-                            Event.FAILED,
-                            "Framework environment could not be prepared",
-                            failure_reason=refused,
-                        )
-                    if not self._should_stop():
+                    ended = self._launch_refused(exc, attempt, started)
+                    if ended is None:
                         raise
-                    # stopped before its instances started (waiting for GPUs): Stopped
-                    self.store.record_attempt(self.name, attempt, started, time.time(), None)
-                    return self._conclude(AttemptResult(AttemptKind.STOPPED))
+                    return ended
                 self.store.transition(
                     self.name,
                     Event.TRAINING,
@@ -417,22 +378,21 @@ class JobSupervisor:
                 result = self._monitor(attempt)
                 if result.kind is not AttemptKind.SUCCEEDED:
                     self._stop_instances(attempt)
-                self._pump_logs(flush=True)
+                self._attempt_ended(attempt, result)
                 self.store.record_attempt(self.name, attempt, started, time.time(), result.reason)
-                if result.kind is AttemptKind.FAILED and attempt < attempts_allowed:
-                    attempt += 1
-                    self.store.update(self.name, attempt=attempt)
-                    self.store.transition(
-                        self.name,
-                        Event.RESTARTING,
-                        f"Attempt {attempt - 1} failed on {result.host}; "
-                        f"restarting all instances (attempt {attempt})",
-                    )
-                    continue
-                return self._conclude(result)
+                if not self.policies.retry.should_retry(result, attempt):
+                    return self._conclude(result)
+                attempt += 1
+                self.store.update(self.name, attempt=attempt)
+                self.store.transition(
+                    self.name,
+                    Event.RESTARTING,
+                    f"Attempt {attempt - 1} failed on {result.host}; "
+                    f"restarting all instances (attempt {attempt})",
+                )
         except KeyboardInterrupt:
             self._stop_instances(attempt)
-            self._pump_logs(flush=True)
+            self._attempt_ended(attempt, AttemptResult(AttemptKind.STOPPED))
             self._safe_transition(Event.STOP_REQUESTED, "Stop requested (interrupted)")
             self._safe_transition(Event.STOPPED, "Training job stopped")
             raise
@@ -445,32 +405,41 @@ class JobSupervisor:
             )
             raise
 
-    def _environment_phase(self) -> JobRecord | None:
-        """The job's first phase (control.envphase): the framework environment it asked
-        for, prepared before any instance starts. The record when it ended the job."""
-        if envphase.pending(self.record.job_dir) is None:
-            return None
-        config = self.plan.config()
-        outcome = envphase.run(
-            self.record.job_dir,
-            framework_envs.root(self.home.root),
-            config.submit_directory,
-            status=lambda message: self.store.transition(self.name, Event.DOWNLOADING, message),
-            log=lambda line: self.end.say(f"[shipyard] {line}"),
-            should_stop=self._should_stop,
-            on_nodes=self.record.backend != "local",  # Ray: each node builds it
-        )
-        if outcome.stopped:
-            return self._conclude(AttemptResult(AttemptKind.STOPPED))
-        if outcome.failure:
+    def _start(self) -> JobRecord | None:
+        """The hooks' first phase (the framework environment), before any instance
+        starts; the record when it ended the job."""
+        for hook in self.hooks:
+            outcome = hook.on_job_start()
+            if outcome is None:
+                continue
+            if outcome.stopped:
+                return self._conclude(AttemptResult(AttemptKind.STOPPED))
+            if outcome.failure:
+                return self.store.transition(
+                    self.name,
+                    Event.FAILED,
+                    "Framework environment could not be prepared",
+                    failure_reason=outcome.failure,
+                )
+            self.plan = SubmittedPlan(self.plan.path)  # the phase's plan (no instance ran yet)
+        return None
+
+    def _launch_refused(self, exc: BackendError, attempt: int, started: float) -> JobRecord | None:
+        """The job's end when a launch failed for a known reason (a Ray node could not
+        build the environment; a stop while it waited for GPUs), else None."""
+        refused = envphase.node_failure(exc)
+        if refused is not None:
+            self.store.record_attempt(self.name, attempt, started, time.time(), refused)
             return self.store.transition(
                 self.name,
                 Event.FAILED,
                 "Framework environment could not be prepared",
-                failure_reason=outcome.failure,
+                failure_reason=refused,
             )
-        self.plan = SubmittedPlan(self.plan.path)  # the phase's plan (no instance ran yet)
-        return None
+        if not self.should_stop():
+            return None
+        self.store.record_attempt(self.name, attempt, started, time.time(), None)
+        return self._conclude(AttemptResult(AttemptKind.STOPPED))
 
     def _safe_transition(self, event: Event, message: str, reason: str | None = None) -> None:
         try:
@@ -480,21 +449,23 @@ class JobSupervisor:
             pass
 
     def _conclude(self, result: AttemptResult) -> JobRecord:
-        self.end.collect_agent_records()
+        """The job's final status; the hooks' end first (the artifacts, uploaded when the
+        policies keep them: a line from a hook that could not do its part ends the job
+        otherwise)."""
         if result.kind is AttemptKind.SUCCEEDED:
             self.store.transition(self.name, Event.UPLOADING, "Uploading generated training model")
-            unsaved = self.end.upload(self._should_stop)
-            if unsaved is not None:
-                return self.end.not_saved(unsaved, self._should_stop())
+        unsaved = None
+        for hook in self.hooks:
+            unsaved = hook.on_job_end(result) or unsaved
+        if unsaved is not None:
+            return self.end.not_saved(unsaved, self.should_stop())
+        if result.kind is AttemptKind.SUCCEEDED:
             return self.store.transition(self.name, Event.SUCCEEDED, "Training job completed")
         if result.kind is AttemptKind.FAILED:
             return self.store.transition(
                 self.name, Event.FAILED, "Training job failed", failure_reason=result.reason
             )
         if result.kind is AttemptKind.MAX_RUNTIME:
-            unsaved = self.end.upload(self._should_stop)
-            if unsaved is not None:
-                return self.end.not_saved(unsaved, self._should_stop())
             return self.store.transition(
                 self.name, Event.MAX_RUNTIME, result.reason or "", failure_reason=result.reason
             )

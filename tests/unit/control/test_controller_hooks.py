@@ -1,0 +1,73 @@
+"""The supervisor's hooks on the in-process backend: the log pump (console, metrics), and
+the order of the five calls every hook gets."""
+
+from __future__ import annotations
+
+import io
+
+from shipyard.backends.inprocess import InProcessBackend, Script
+from shipyard.control.hooks import Hook
+from shipyard.control.lifecycle import JobStatus
+
+FAIL = Script(exit_code=1, seconds=0.01, failure="boom")
+OK = Script(seconds=0.01, logs=("epoch 1 loss=0.50", "epoch 2 loss=0.25"))
+
+
+def test_the_log_pump_prints_each_line_with_its_host_and_extracts_metrics(make_job):
+    job = make_job(hosts=1, metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}])
+    console = io.StringIO()
+    record = job.supervisor(InProcessBackend({"algo-1": OK}), stream=console).run()
+    assert record.status is JobStatus.COMPLETED
+    assert "algo-1" in console.getvalue() and "epoch 2 loss=0.25" in console.getvalue()
+    assert [m["value"] for m in job.store.metrics(job.name)] == [0.5, 0.25]
+
+
+class Calls(Hook):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def on_job_start(self):
+        self.calls.append("job_start")
+
+    def on_attempt_start(self, attempt, handles):
+        self.calls.append(f"attempt_start {attempt} {[h.host for h in handles]}")
+
+    def on_poll(self, running):
+        if not self.calls[-1].startswith("poll"):
+            self.calls.append("poll")
+
+    def on_attempt_end(self, attempt, result):
+        self.calls.append(f"attempt_end {attempt} {result.kind}")
+
+    def on_job_end(self, result):
+        self.calls.append(f"job_end {result.kind}")
+
+
+def test_every_hook_is_called_at_the_five_points_in_order(make_job):
+    job = make_job(hosts=1)
+    calls = Calls()
+    backend = InProcessBackend({"algo-1": [FAIL, Script(seconds=0.01)]})
+    record = job.supervisor(backend, retries=1, hooks=[calls]).run()
+    assert record.status is JobStatus.COMPLETED
+    assert calls.calls == [
+        "job_start",
+        "attempt_start 1 ['algo-1']",
+        "poll",
+        "attempt_end 1 failed",
+        "attempt_start 2 ['algo-1']",
+        "poll",
+        "attempt_end 2 succeeded",
+        "job_end succeeded",
+    ]
+
+
+def test_a_hook_that_could_not_do_its_part_ends_the_job_failed(make_job):
+    job = make_job(hosts=1)
+
+    class Unsaved(Hook):
+        def on_job_end(self, result):
+            return "the model artifacts could not be saved: disk full"
+
+    record = job.supervisor(InProcessBackend(), hooks=[Unsaved()]).run()
+    assert record.status is JobStatus.FAILED
+    assert record.failure_reason == "the model artifacts could not be saved: disk full"
