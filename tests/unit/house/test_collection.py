@@ -24,7 +24,8 @@ FRAMEWORKS = ("tensorflow", "torch", "ray", "keras", "tf_keras", "jax")
 PROBE = """
 import json, sys
 import pytest
-rc = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider", "tests"])
+args = ["--collect-only", "-qq", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
+rc = pytest.main([*args, "tests"])
 print("LOADED " + json.dumps([rc, sorted(m for m in {frameworks!r} if m in sys.modules)]))
 """
 
@@ -42,7 +43,9 @@ def test_collecting_the_suite_imports_no_framework() -> None:
     lines = [x for x in done.stdout.splitlines() if x.startswith("LOADED ")]
     assert lines, done.stdout[-3000:] + done.stderr[-3000:]
     rc, loaded = json.loads(lines[-1].removeprefix("LOADED "))
-    assert rc == 0, done.stdout[-3000:]
+    # a module that fails to import is its own tests' failure; this test asks only what the
+    # modules that do import bring with them (3, 4: pytest itself could not run)
+    assert rc not in (3, 4), done.stdout[-3000:] + done.stderr[-3000:]
     assert loaded == [], (
         f"collecting tests/ imported {loaded}: a test module imports a framework at its top "
         "(use tests/lazy.py's needs() and lazy(), or import it inside the test)"
