@@ -21,7 +21,7 @@ from .. import engine as _engine
 from ..errors import UnsupportedError
 
 #: The Keras release the ``_clip_gradients`` hook is written and tested against
-#: (constraints.txt pins exactly this one; tests/unit/horovod/test_keras_hooks.py checks).
+#: (constraints.txt pins exactly this one; tests/integration/horovod/test_keras_hooks.py checks).
 KERAS_TESTED = "3.15.1"
 _PRIVATE_HOOK = "_clip_gradients"
 
