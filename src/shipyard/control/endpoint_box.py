@@ -41,6 +41,7 @@ import tempfile
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from shipyard.agent import inherited
 from shipyard.sandbox import confine, fsview, kernel, pidns, probe
 from shipyard.sandbox.instance import OPT_ML, InstanceSandbox, enter_without_network
 from shipyard.serving import server
@@ -273,10 +274,12 @@ def main(argv: list[str] | None = None) -> int:
 def _worker_env(
     env: dict[str, str], python_path: list[str], allotment: resources.Allotment | None
 ) -> dict[str, str]:
-    """What the workers start from: this process's environment without ``TMPDIR`` (a host
-    directory the view does not have), the model's, its requirements on ``PYTHONPATH``,
-    and the GPUs of its instance type."""
-    base = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
+    """What the workers start from: the essentials of this process's environment (as a
+    training job's: never the keys of the process that created the endpoint, `shipyard
+    server`'s among them; agent.inherited), without ``TMPDIR`` (a host directory the view
+    does not have), the model's environment, its requirements on ``PYTHONPATH``, and the
+    GPUs of its instance type."""
+    base = {k: v for k, v in inherited.essentials(os.environ).items() if k != "TMPDIR"}
     base.update(env)
     if python_path:
         base["PYTHONPATH"] = os.pathsep.join(

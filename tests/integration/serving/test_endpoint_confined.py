@@ -53,6 +53,7 @@ PROBE = textwrap.dedent(
             "model_dir": model_dir,
             "model": sorted(os.listdir("/opt/ml/model")) if os.path.isdir("/opt/ml/model") else None,
             "env": os.environ.get("PROBE_VAR"),
+            "creator_key": os.environ.get("AWS_SECRET_ACCESS_KEY"),
         }
     """
 )
@@ -93,8 +94,10 @@ def _ask(url: str, body: dict) -> dict:
 
 
 def test_inference_code_runs_without_privileges_in_its_own_pid_namespace_and_view(
-    outside_home, tmp_path
+    outside_home, tmp_path, monkeypatch
 ):
+    # the creating process's key (shipyard server's, a notebook user's): never the code's
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "creator-secret")
     marker = tmp_path / "host-tmp-marker"  # under the host's /tmp
     marker.write_text("host")
     eps = Endpoints(outside_home)
@@ -112,6 +115,7 @@ def test_inference_code_runs_without_privileges_in_its_own_pid_namespace_and_vie
     assert seen["model_dir"] == "/opt/ml/model"
     assert seen["model"] == ["code", "weights.txt"]
     assert seen["env"] == "v"  # the model's environment reaches the worker ...
+    assert seen["creator_key"] is None  # ... the creating process's keys do not
     master = psutil.Process(record.pid)
     assert "PROBE_VAR" not in master.environ()  # ... and not the privileged master
     described = eps.get("confined").describe()["Shipyard"]
