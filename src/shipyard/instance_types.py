@@ -276,6 +276,39 @@ def machine_cpus() -> int:
         return os.cpu_count() or 1
 
 
+# SageMaker's CPU training families (its "Amazon SageMaker pricing" list); the GPU ones are
+# the names of _GPU_TYPES. An unknown family is refused at submission as SageMaker refuses it
+# (check_family), unless SHIPYARD_CUSTOM_INSTANCE_FAMILIES allows it.
+CPU_FAMILIES = frozenset(
+    {"m4", "m5", "m5d", "m6id", "c4", "c5", "c5d", "c5n", "c6id", "c6in", "r5", "r5d", "r6id"}
+    | {"t2", "t3", "trn1", "trn1n"}
+    | _GEN6_FAMILIES
+)
+
+
+def known_families() -> list[str]:
+    """Every instance family SageMaker trains on: the CPU ones and the GPU ones."""
+    gpu = {n.split(".")[1] for n in _GPU_TYPES}
+    return sorted(CPU_FAMILIES | gpu)
+
+
+def check_family(instance_type: str, custom: frozenset[str] = frozenset()) -> None:
+    """Refuse an ``ml.<family>.<size>`` of a family SageMaker does not have (``ml.q9``),
+    naming the known ones, rather than run it on a guessed shape. ``custom``: families
+    allowed anyway (sized as an ``m`` family: 4 GiB per vCPU)."""
+    match = _ML_NAME.match(instance_type)
+    if match is None or instance_type in _GPU_TYPES:
+        return  # local / local_gpu / a known GPU type; other names: nominal's error
+    family = match.group(1)
+    if family in CPU_FAMILIES or family in custom or family.startswith(("p", "g")):
+        return  # a p/g name that is not a GPU type gets nominal's list of GPU types
+    raise ValidationError(
+        f"instance_type {instance_type!r}: SageMaker has no instance family {family!r}; "
+        f"known families: {', '.join(known_families())}. A custom type: allow its family "
+        f"with SHIPYARD_CUSTOM_INSTANCE_FAMILIES={family}"
+    )
+
+
 def nominal(instance_type: str) -> tuple[int, int]:
     """(vCPUs, GPUs) SageMaker gives an instance of this type; raises on unknown names."""
     if instance_type == "local":

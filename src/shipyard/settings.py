@@ -192,6 +192,12 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("auto", "plain", "off"),
     ),
     _user(
+        "SHIPYARD_CUSTOM_INSTANCE_FAMILIES",
+        "",
+        "Instance families beyond SageMaker's to accept (comma-separated, e.g. `q9,z2`); "
+        "sized as an ml.m family. Others (`ml.q9.xlarge`) are refused at submission.",
+    ),
+    _user(
         "SHIPYARD_LOG_NOISE",
         "hide",
         "`show` to print framework noise (TF C++ INFO, cuInit, NCCL INFO) with job logs; "

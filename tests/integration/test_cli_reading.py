@@ -139,3 +139,18 @@ def test_jobs_filters(env, failed_job):
     assert failed_job in cli(env, "jobs", "--since", "1h").stdout
     bad = cli(env, "jobs", "--status", "Sleeping")
     assert bad.returncode == 2 and "InProgress" in bad.stderr
+
+
+def test_unknown_instance_family_is_refused_unless_allowed(env):
+    src = env[1] / "q9"
+    src.mkdir()
+    (src / "ok.py").write_text("print('ran on q9')\n")
+    args = ("train", "ok.py", "--source-dir", str(src), "--instance-type", "ml.q9.xlarge")
+    refused = cli(env, *args)
+    assert refused.returncode == 2
+    assert "no instance family 'q9'" in refused.stderr and "m5" in refused.stderr
+    assert "SHIPYARD_CUSTOM_INSTANCE_FAMILIES" in refused.stderr
+    allowed_env = (dict(env[0], SHIPYARD_CUSTOM_INSTANCE_FAMILIES="q9"), env[1])
+    ran = cli(allowed_env, *args, "--job-name", "custom-q9")
+    assert ran.returncode == 0, ran.stderr
+    assert "[algo-1] ran on q9" in ran.stdout

@@ -42,3 +42,5 @@ def test_no_command_labels_a_flag_with_a_type() -> None:
         assert "<bool>" not in result.output, (path, result.output)
     train = runner.invoke(app, ["train", "--help"], terminal_width=120).output
     assert "<int>" in train  # options that take a value keep their type
+    # a repeatable option names what to pass, not a Python type (issue 41)
+    assert "<list[str]>" not in train and "NAME=VALUE" in train and "KEY=VALUE" in train

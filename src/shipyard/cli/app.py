@@ -25,7 +25,9 @@ COMMANDS: dict[str, Entry] = {
         "shipyard.cli.jobs", "Describe a job (DescribeTrainingJob shape with --json)."
     ),
     "logs": Entry(
-        "shipyard.cli.jobs", "Print a job's logs, each line prefixed with its host (and MPI rank)."
+        "shipyard.cli.jobs",
+        "Print a job's logs, each line prefixed with its host (and MPI rank), all hosts\n"
+        "merged in the order the lines were written.",
     ),
     "stop": Entry(
         "shipyard.cli.jobs", "Stop a running job: SIGTERM, a grace period, then SIGKILL."

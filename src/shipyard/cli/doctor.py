@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from shipyard import settings
@@ -193,7 +193,8 @@ def table(found: list[Check]) -> Table:
     """The checks as a table. Names, details and fixes go in as plain ``Text``, never as
     rich markup: ``pip install 'shipyard[tensorflow]'`` read as markup loses its
     ``[tensorflow]`` (a style tag to rich), and the advice then installs nothing."""
-    out = Table("check", "", "detail", "fix")
+    # long words (a path, a pip line) fold inside their cell instead of ending in "…"
+    out = Table("check", "", Column("detail", overflow="fold"), Column("fix", overflow="fold"))
     for check in found:
         out.add_row(
             Text(check.name),
@@ -215,7 +216,10 @@ def doctor(
     if show_settings:
         print_settings()
         return
-    Console(highlight=False).print(table(checks()))
+    # a terminal: the table wraps to its width; a pipe: one line per check, nothing cut
+    from shipyard.cli.output import out_console
+
+    out_console().print(table(checks()))
 
 
 def print_settings() -> None:

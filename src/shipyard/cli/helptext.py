@@ -23,11 +23,17 @@ def _commands(command: Any) -> Iterator[Any]:
 
 
 def tidy_flags(command: Any) -> None:
-    """Give every flag of ``command`` itself (``--help`` too) no type label."""
+    """Give every flag of ``command`` itself (``--help`` too) no type label, and every
+    repeatable option without a metavar of its own its name, repeatable (``TAG...``),
+    where typer prints the Python type ``<list[str]>`` (issue 41)."""
     help_option = command.get_help_option(typer.Context(command))
     for param in [*command.params, help_option]:
-        if getattr(param, "is_flag", False) and param.metavar is None:
+        if param is None or param.metavar is not None:
+            continue
+        if getattr(param, "is_flag", False):
             param.metavar = ""
+        elif getattr(param, "multiple", False):
+            param.metavar = f"{(param.name or 'value').upper()}..."
 
 
 def untyped_flags(root: Any) -> None:

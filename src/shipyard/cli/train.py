@@ -47,20 +47,31 @@ def train(
         "local", "--instance-type", help="an ml.* instance type, or local / local_gpu"
     ),
     hyperparameter: list[str] = typer.Option(
-        [], "--hyperparameter", "-H", help="k=v; v is parsed as JSON when it can be (2 -> int)"
+        [],
+        "--hyperparameter",
+        "-H",
+        metavar="NAME=VALUE",
+        help="k=v; v is parsed as JSON when it can be (2 -> int)",
     ),
     channel: list[str] = typer.Option(
-        [], "--channel", "-c", help="name=uri (local path or file://)"
+        [], "--channel", "-c", metavar="NAME=URI", help="name=uri (local path or file://)"
     ),
     distribution: str | None = typer.Option(
         None, "--distribution", help='JSON, e.g. \'{"mpi": {"enabled": true}}\''
     ),
     framework: str | None = typer.Option(None, "--framework", help="tensorflow | pytorch"),
     dependency: list[str] = typer.Option(
-        [], "--dependency", help="a directory shipped beside the code and put on PYTHONPATH"
+        [],
+        "--dependency",
+        metavar="DIR",
+        help="a directory shipped beside the code and put on PYTHONPATH",
     ),
-    env: list[str] = typer.Option([], "--env", "-e", help="K=V for the training processes"),
-    metric: list[str] = typer.Option([], "--metric", help="Name=Regex (first group is the value)"),
+    env: list[str] = typer.Option(
+        [], "--env", "-e", metavar="KEY=VALUE", help="K=V for the training processes"
+    ),
+    metric: list[str] = typer.Option(
+        [], "--metric", metavar="NAME=REGEX", help="Name=Regex (first group is the value)"
+    ),
     job_name: str | None = typer.Option(None, "--job-name", help="the job's exact name"),
     base_job_name: str | None = typer.Option(
         None, "--base-job-name", help="name prefix; a timestamp is appended"
@@ -76,7 +87,9 @@ def train(
     max_retry_attempts: int = typer.Option(
         0, "--max-retry-attempts", help="restarts of every instance after a failed attempt"
     ),
-    tag: list[str] = typer.Option([], "--tag", help="Key=Value training job tag"),
+    tag: list[str] = typer.Option(
+        [], "--tag", metavar="KEY=VALUE", help="Key=Value training job tag"
+    ),
     network: str | None = typer.Option(
         None,
         "--network",

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from typing import TextIO
 
-from shipyard import backends, instance_types
+from shipyard import backends, instance_types, settings
 from shipyard import distribution as dist_mod
 from shipyard.agent import runners
 from shipyard.control import envphase, legacy_mode, plan, staging, versions
@@ -41,6 +41,8 @@ __all__ = ["ControlPlane", "JobReader", "describe", "check_runner"]  # describe:
 def check_runner(spec: JobSpec) -> None:
     """Refuse, at submission, a distribution this build cannot run or options its runner
     rejects (each runner's optional ``validate``), so nothing is half-started."""
+    custom = settings.text("SHIPYARD_CUSTOM_INSTANCE_FAMILIES").replace(",", " ").split()
+    instance_types.check_family(spec.instance_type, frozenset(custom))  # ml.q9.*: refused
     runner = spec.dist.runner_for(spec.framework)
     if spec.dist.kind == dist_mod.SMDDP and spec.framework == "tensorflow":
         refusal = dist_mod.smddp_tensorflow_refusal(spec.framework_version)

@@ -103,7 +103,7 @@ class TimedReader:
         for key in {k for k, _, _, _ in ends}:
             self.indexes[key].refresh()
         order = {key: i for i, key in enumerate(self.tailer.files)}
-        stamped = []
+        stamped: list[tuple[float, int, int, TimedLine]] = []
         for key, label, text, end in ends:
             at = self.indexes[key].time_of(end)
             if at is None:
