@@ -18,8 +18,10 @@ has no entry.
 
 from __future__ import annotations
 
+import html
 import inspect
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -66,9 +68,14 @@ def _option_row(param: Any) -> str:
         names = f"`{(param.name or '').upper()}` (argument)"
     help_text = getattr(param, "help", None) or ""
     default = param.default
-    shown = "" if default in (None, (), [], False) or callable(default) else f"`{default}`"
+    # only "no default" is left blank: 0 and False are defaults a reader needs to see
+    # (``0 in (None, False)`` is true, so the test is by identity and type, not ``in``)
+    absent = (
+        default is None or callable(default) or (isinstance(default, (list, tuple)) and not default)
+    )
+    shown = "" if absent else f"`{default}`"
     if getattr(param, "is_flag", False):
-        shown = "flag"
+        shown = f"`{bool(default)}` (a flag)"
     required = " (required)" if param.required else ""
     return f"| {names}{required} | {shown} | {_cell(help_text)} |"
 
@@ -97,6 +104,31 @@ def cli_reference() -> str:
 
 # ---------------------------------------------------------------- the SDK
 
+# The page's reading order: the names a notebook meets first come first. A name exported by
+# ``shipyard`` but missing here still gets its section, under "Other names".
+SDK_GROUPS = {
+    "Training": ["Estimator", "TensorFlow", "PyTorch", "EstimatorBase", "Framework"],
+    "Inputs and sessions": [
+        "TrainingInput",
+        "s3_input",
+        "Session",
+        "LocalSession",
+        "get_execution_role",
+        "TrainingJobAnalytics",
+    ],
+    "Hosting and batch transform": [
+        "Model",
+        "TensorFlowModel",
+        "PyTorchModel",
+        "Predictor",
+        "TensorFlowPredictor",
+        "PyTorchPredictor",
+        "Transformer",
+    ],
+}
+_SECTION = re.compile(r"^(Args|Arguments|Returns|Raises|Forwards):\s*(.*)$")
+_ENTRY = re.compile(r"^(\*{0,2}\w+)(?:\s*\(([^)]*)\))?:\s*(.*)$")
+
 
 def sdk_objects() -> Iterator[tuple[str, Any]]:
     """``(name, object)`` for every public name ``shipyard`` exports."""
@@ -106,43 +138,295 @@ def sdk_objects() -> Iterator[tuple[str, Any]]:
         yield name, getattr(shipyard, name)
 
 
+def _own_doc(obj: Any) -> str:
+    """The object's own docstring, never one inherited from a base class (a subclass
+    without one would otherwise show its base's text as if it were its own)."""
+    raw = obj.__dict__.get("__doc__") if inspect.isclass(obj) else getattr(obj, "__doc__", None)
+    return inspect.cleandoc(raw) if isinstance(raw, str) else ""
+
+
+def parse_doc(doc: str) -> tuple[str, dict[str, tuple[str, str]], dict[str, str]]:
+    """A Google-style docstring split into its prose, its ``Args:`` entries (name ->
+    (type written in the docstring, meaning)) and its other sections (``Returns:``,
+    ``Raises:``, ``Forwards:``) as one line of text each."""
+    prose: list[str] = []
+    args: dict[str, tuple[str, str]] = {}
+    sections: dict[str, str] = {}
+    section = ""
+    current = ""
+    for line in doc.splitlines():
+        head = _SECTION.match(line)
+        if head:
+            section, current = head.group(1).replace("Arguments", "Args"), ""
+            if head.group(2):
+                sections[section] = head.group(2).strip()
+            continue
+        if section and line and not line[0].isspace():
+            section = ""  # a line back at the margin ends the section
+        if not section:
+            prose.append(line)
+            continue
+        text = line.strip()
+        if not text:
+            continue
+        entry = _ENTRY.match(text) if section == "Args" and line[4:5] != " " else None
+        if entry:
+            current = entry.group(1).lstrip("*")
+            args[current] = (entry.group(2) or "", entry.group(3))
+        elif section == "Args" and current:
+            kind, meaning = args[current]
+            args[current] = (kind, f"{meaning} {text}")
+        else:
+            sections[section] = f"{sections.get(section, '')} {text}".strip()
+    return "\n".join(prose).strip(), args, sections
+
+
+def _bases_with(cls: Any, method: str) -> list[Any]:
+    """The same-named function of every class of ``cls``'s MRO that defines it."""
+    return [vars(c)[method] for c in cls.__mro__ if method in vars(c)]
+
+
+def _forwarded(owner: Any, doc: str) -> list[Any]:
+    """The functions named in a docstring's ``Forwards:`` section (``Model.deploy``): a
+    method that takes ``*args, **kwargs`` and passes them on documents theirs."""
+    import shipyard
+
+    _, _, sections = parse_doc(doc)
+    found = []
+    for ref in re.findall(r"`?(\w+)\.(\w+)`?", sections.get("Forwards", "")):
+        target = getattr(getattr(shipyard, ref[0], None), ref[1], None)
+        if target is not None:
+            found.append(target)
+    return found
+
+
+def sdk_arguments(owner: Any, func: Any, method: str) -> list[dict[str, str]]:
+    """Every argument ``func`` takes: its own, then what ``**kwargs`` stands for (the base
+    class's ``__init__`` arguments, or a ``Forwards:`` target's), each with type, default
+    and meaning. A meaning comes from the function's ``Args:`` section, else from the same
+    method's docstring up the class hierarchy."""
+    related = [func]
+    if owner is not None:
+        related += [f for f in _bases_with(owner, method) if f is not func]
+    related += _forwarded(owner, _own_doc(func))
+    meanings: dict[str, tuple[str, str]] = {}
+    for f in reversed(related):
+        meanings.update(parse_doc(_own_doc(f))[1])
+    rows: dict[str, dict[str, str]] = {}
+    sources = [func]
+    try:
+        kinds = {p.kind for p in inspect.signature(func).parameters.values()}
+    except (TypeError, ValueError):
+        kinds = set()
+    takes_more = inspect.Parameter.VAR_KEYWORD in kinds
+    # what *args, **kwargs stand for may be given by position; what **kwargs alone stands
+    # for only by keyword
+    keyword_only = "" if inspect.Parameter.VAR_POSITIONAL in kinds else "yes"
+    if takes_more:
+        sources += related[1:]
+    for source in sources:
+        try:
+            params = inspect.signature(source).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        for p in params:
+            if p.name in ("self", "cls") or p.name in rows:
+                continue
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            kind = p.annotation if p.annotation is not p.empty else ""
+            rows[p.name] = {
+                "inherited": keyword_only if source is not func else "",
+                "name": p.name,
+                "type": str(kind),
+                "default": "required" if p.default is p.empty else repr(p.default),
+                "meaning": meanings.get(p.name, ("", ""))[1],
+            }
+        if not takes_more:
+            break
+    for name, (kind, meaning) in parse_doc(_own_doc(func))[1].items():
+        if name not in rows and not name.startswith("kwargs"):  # documented, passed on
+            rows[name] = {
+                "inherited": "yes",  # taken from **kwargs: by keyword only
+                "name": name,
+                "type": f"{kind} | None" if kind and "None" not in kind else kind,
+                "default": "None",
+                "meaning": meaning,
+            }
+    return list(rows.values())
+
+
 def sdk_parameters(obj: Any) -> list[str]:
     """The documented parameters of a class (its ``__init__``) or function."""
-    target = obj.__init__ if inspect.isclass(obj) else obj
-    try:
-        sig = inspect.signature(target)
-    except (TypeError, ValueError):
+    if inspect.isclass(obj):
+        return [r["name"] for r in sdk_arguments(obj, obj.__init__, "__init__")]
+    return [r["name"] for r in sdk_arguments(None, obj, obj.__name__)]
+
+
+def sdk_methods(cls: Any) -> Iterator[tuple[str, Any, Any]]:
+    """``(name, function or property, defining class)`` for each public method and
+    property of ``cls``, its own first, then those inherited from shipyard's classes."""
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("shipyard"):
+            continue
+        for name, member in vars(klass).items():
+            if name.startswith("_") or name in seen:
+                continue
+            if isinstance(member, (classmethod, staticmethod)):
+                member = member.__func__
+            if inspect.isfunction(member) or isinstance(member, property):
+                seen.add(name)
+                yield name, member, klass
+
+
+def _anchor(*parts: str) -> str:
+    return "-".join(parts)
+
+
+def _signature(title: str, rows: list[dict[str, str]], more: bool) -> list[str]:
+    args: list[str] = []
+    for r in rows:
+        if r["inherited"] and "*" not in args:
+            args.append("*")  # what **kwargs stands for: keyword arguments
+        args.append(
+            r["name"]
+            + (f": {r['type']}" if r["type"] else "")
+            + ("" if r["default"] == "required" else f" = {r['default']}")
+        )
+    if more:
+        args.append("**kwargs")
+    one = f"{title}({', '.join(args)})"
+    if len(one) > 88:
+        one = f"{title}(\n" + "".join(f"    {a},\n" for a in args) + ")"
+    return ["```python", one, "```", ""]
+
+
+def _code(text: str) -> str:
+    """Inline code safe inside a Markdown table cell (a type's ``|`` is no column break)."""
+    return f"<code>{html.escape(text).replace('|', '&#124;')}</code>"
+
+
+def _argument_table(rows: list[dict[str, str]]) -> list[str]:
+    if not rows:
         return []
+    lines = ["| argument | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        kind = _code(r["type"]) if r["type"] else ""
+        default = "*required*" if r["default"] == "required" else _code(r["default"])
+        lines.append(f"| {_code(r['name'])} | {kind} | {default} | {_cell(r['meaning'])} |")
+    return [*lines, ""]
+
+
+def _doc_text(doc: str) -> list[str]:
+    """A docstring's prose, and where its arguments are another function's, a link there."""
+    prose, _, sections = parse_doc(doc)
+    lines = [prose, ""] if prose else []
+    refs = re.findall(r"(\w+)\.(\w+)", sections.get("Forwards", ""))
+    if refs:
+        links = ", ".join(f"[`{c}.{m}`](#{_anchor(c, m)})" for c, m in refs)
+        lines += [f"Takes the arguments of {links} too (listed below).", ""]
+    return lines
+
+
+def _doc_tail(doc: str) -> list[str]:
+    """A docstring's ``Returns:`` and ``Raises:``, after the argument table."""
+    _, _, sections = parse_doc(doc)
     return [
-        p.name
-        for p in sig.parameters.values()
-        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        line
+        for name in ("Returns", "Raises")
+        if name in sections
+        for line in (f"**{name}:** {sections[name]}", "")
     ]
+
+
+def _takes_kwargs(func: Any) -> bool:
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _class_section(name: str, cls: Any) -> list[str]:
+    bases = [b.__name__ for b in cls.__bases__ if b.__module__.startswith("shipyard")]
+    kind = "class" + (f", a `{bases[0]}`" if bases else "")
+    lines = [f"### `shipyard.{name}` {{#{name}}}", "", f"*{kind}* from `{cls.__module__}`", ""]
+    init = cls.__init__
+    rows = sdk_arguments(cls, init, "__init__")
+    lines += _signature(name, rows, _takes_kwargs(_bases_with(cls, "__init__")[-1]))
+    lines += _doc_text(_own_doc(cls))
+    own_init = _own_doc(init) if "__init__" in vars(cls) else ""
+    lines += _doc_text(own_init) + _argument_table(rows) + _doc_tail(own_init)
+    inherited: dict[str, list[str]] = {}
+    for method, member, owner in sdk_methods(cls):
+        if owner is not cls and owner.__name__ in _exported():
+            inherited.setdefault(owner.__name__, []).append(method)
+            continue
+        lines += [f"#### `{name}.{method}` {{#{_anchor(name, method)}}}", ""]
+        if isinstance(member, property):
+            lines += ["*property*", ""] + _doc_text(_own_doc(member.fget))
+            continue
+        rows = sdk_arguments(cls, member, method)
+        lines += _signature(f"{name}.{method}", rows, _takes_kwargs(member))
+        doc = _own_doc(member)
+        lines += _doc_text(doc) + _argument_table(rows) + _doc_tail(doc)
+    for owner_name, methods in inherited.items():
+        links = ", ".join(f"[`{m}`](#{_anchor(owner_name, m)})" for m in methods)
+        lines += [f"Inherited from [`shipyard.{owner_name}`](#{owner_name}): {links}.", ""]
+    return lines
+
+
+def _exported() -> set[str]:
+    import shipyard
+
+    return {
+        getattr(shipyard, n).__name__
+        for n in shipyard.__all__
+        if getattr(shipyard, n).__name__ == n
+    }
+
+
+def _function_section(name: str, func: Any) -> list[str]:
+    lines = [f"### `shipyard.{name}` {{#{name}}}", "", f"*function* from `{func.__module__}`", ""]
+    rows = sdk_arguments(None, func, name)
+    lines += _signature(name, rows, _takes_kwargs(func))
+    doc = _own_doc(func)
+    return lines + _doc_text(doc) + _argument_table(rows) + _doc_tail(doc)
 
 
 def sdk_reference() -> str:
+    objects = dict(sdk_objects())
     lines = [
         "# Python SDK",
         "",
-        "The public names of `import shipyard` (as `import sagemaker` offers them), with "
-        "their arguments and docstrings, generated from the code.",
+        "The public names of `import shipyard` (as `import sagemaker` offers them), generated "
+        "from the code: each class's constructor and public methods with every argument's "
+        "type, default and meaning. Arguments the SageMaker SDK accepts that mean nothing "
+        "without AWS (`role`, `volume_size`, `subnets`, ...) are accepted and ignored.",
         "",
     ]
-    for name, obj in sdk_objects():
-        kind = "class" if inspect.isclass(obj) else "function"
-        lines += [f"## `shipyard.{name}`", "", f"*{kind}* from `{obj.__module__}`", ""]
-        target = obj.__init__ if inspect.isclass(obj) else obj
-        try:
-            sig = str(inspect.signature(target)).replace("(self, ", "(").replace("(self)", "()")
-            lines += ["```python", f"{name}{sig}", "```", ""]
-        except (TypeError, ValueError):
-            pass
-        doc = inspect.getdoc(obj) or ""
-        if doc:
-            lines += [doc, ""]
-        params = sdk_parameters(obj)
-        if params:
-            lines += ["Arguments: " + ", ".join(f"`{p}`" for p in params), ""]
+    placed = [n for names in SDK_GROUPS.values() for n in names]
+    groups = {**SDK_GROUPS, "Other names": [n for n in objects if n not in placed]}
+    for group, names in groups.items():
+        names = [n for n in names if n in objects]
+        if not names:
+            continue
+        lines += [f"## {group}", ""]
+        for name in names:
+            obj = objects[name]
+            if getattr(obj, "__name__", name) != name:  # an alias: LocalSession = Session
+                lines += [
+                    f"### `shipyard.{name}` {{#{name}}}",
+                    "",
+                    f"The same {'class' if inspect.isclass(obj) else 'function'} as "
+                    f"[`shipyard.{obj.__name__}`](#{obj.__name__}) (SageMaker's name for it).",
+                    "",
+                ]
+            elif inspect.isclass(obj):
+                lines += _class_section(name, obj)
+            else:
+                lines += _function_section(name, obj)
     return "\n".join(lines)
 
 

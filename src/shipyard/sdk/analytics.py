@@ -15,7 +15,8 @@ from shipyard.control.client import ControlPlane
 
 
 class TrainingJobAnalytics:
-    """Metric history of one training job (``metric_names`` narrows it)."""
+    """Metric history of one training job (``sagemaker.analytics.TrainingJobAnalytics``):
+    every value the job's ``metric_definitions`` matched, with its time and host."""
 
     def __init__(
         self,
@@ -27,6 +28,18 @@ class TrainingJobAnalytics:
         period: int | None = None,
         control: ControlPlane | None = None,
     ) -> None:
+        """Read a job's metrics (lazily, on the first ``dataframe`` or ``rows``).
+
+        Args:
+            training_job_name: The job's name.
+            metric_names: Only these metrics; default all.
+            sagemaker_session: The shipyard.Session whose home holds the job.
+            start_time: CloudWatch's window on SageMaker; accepted and ignored.
+            end_time: CloudWatch's window on SageMaker; accepted and ignored.
+            period: CloudWatch's aggregation period on SageMaker; accepted and ignored.
+            control: The control plane to read from (shipyard's own; default the
+                session's).
+        """
         if control is None:
             control = sagemaker_session.control if sagemaker_session is not None else None
         self.control = control or ControlPlane()
@@ -35,6 +48,11 @@ class TrainingJobAnalytics:
         self._rows: list[dict[str, Any]] | None = None
 
     def rows(self, force_refresh: bool = False) -> list[dict[str, Any]]:
+        """The metric values as dicts (``timestamp``, ``metric_name``, ``value``, ``host``).
+
+        Args:
+            force_refresh: Read the store again (a running job has new values).
+        """
         if self._rows is None or force_refresh:
             record = self.control.get(self.name)
             start = record.start_time or record.created_at
@@ -51,6 +69,11 @@ class TrainingJobAnalytics:
         return self._rows
 
     def dataframe(self, force_refresh: bool = False) -> Any:
+        """The metric values as a pandas DataFrame (a list of row dicts without pandas).
+
+        Args:
+            force_refresh: Read the store again (a running job has new values).
+        """
         rows = self.rows(force_refresh)
         try:
             import pandas as pd
@@ -59,6 +82,11 @@ class TrainingJobAnalytics:
         return pd.DataFrame(rows, columns=["timestamp", "metric_name", "value", "host"])
 
     def export_csv(self, filename: str) -> None:
+        """Write the metric values to a CSV file with a header row.
+
+        Args:
+            filename: The file to write.
+        """
         with open(filename, "w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, ["timestamp", "metric_name", "value", "host"])
             writer.writeheader()

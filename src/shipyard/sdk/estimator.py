@@ -99,7 +99,10 @@ def _renamed(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 class EstimatorBase:
-    """Common to every estimator: builds a JobSpec and hands it to the control plane."""
+    """What every estimator shares (``sagemaker.estimator.EstimatorBase``): the job's
+    configuration, ``fit`` to run it, and ``deploy``/``transformer`` for the trained model.
+    It builds a JobSpec and hands it to the control plane; it never runs processes itself.
+    """
 
     _framework: str | None = None
     _default_base_job_name = "shipyard-training"
@@ -133,6 +136,61 @@ class EstimatorBase:
         session: Session | None = None,
         **kwargs: Any,
     ) -> None:
+        """Describe a training job; nothing runs until ``fit``. A bad value is refused here.
+
+        Args:
+            entry_point: The training script (``train.py``), relative to ``source_dir`` when
+                that is given. Required: shipyard runs scripts (script mode).
+            source_dir: A directory with the script and the code it imports; it becomes the
+                instances' ``/opt/ml/code``. A ``requirements.txt`` in it is installed.
+            hyperparameters: Passed to the script as ``--key value`` (sorted; single letters
+                as ``-k``), in ``hyperparameters.json`` and as ``SM_HP_<KEY>``.
+            instance_count: How many instances (hosts ``algo-1`` .. ``algo-N``). Required.
+            instance_type: A SageMaker type (``'ml.p2.xlarge'``: its CPUs, memory, GPUs and
+                network), or ``'local'``/``'local_gpu'`` for the whole machine. Required.
+            distribution: How the instances train together, as the SageMaker SDK writes it:
+                ``{'parameter_server': {'enabled': True}}``, ``{'mpi': {...}}``,
+                ``{'torch_distributed': {...}}``, ``{'pytorchddp': {...}}``,
+                ``{'smdistributed': {'dataparallel': {...}}}`` or
+                ``{'multi_worker_mirrored_strategy': {...}}``. None: one process per instance.
+            dependencies: Extra directories or files copied next to the script in
+                ``/opt/ml/code``.
+            git_config: Take the code from a git repository: ``{'repo': ..., 'branch': ...,
+                'commit': ...}``; ``entry_point`` and ``source_dir`` are then inside it.
+            model_dir: The ``--model_dir`` the script receives (framework estimators).
+            base_job_name: The prefix of generated job names (a timestamp is appended);
+                default the framework's, e.g. ``tensorflow-training``.
+            tags: ``[{'Key': ..., 'Value': ...}]``, kept with the job and shown by describe.
+            output_path: Where ``model.tar.gz`` and ``output.tar.gz`` go: an ``s3://`` or
+                ``file://`` URI or a local path; default under ``SHIPYARD_HOME``.
+            code_location: Where the code bundle is staged; default beside ``output_path``.
+            environment: Environment variables set in every instance.
+            max_run: Seconds the job may run before it is stopped (``MaxRuntimeExceeded``);
+                24 hours by default, as on SageMaker.
+            input_mode: ``'File'``, ``'FastFile'`` or ``'Pipe'`` for every channel (a
+                TrainingInput's ``input_mode`` overrides it for its channel).
+            metric_definitions: ``[{'Name': ..., 'Regex': ...}]``: metrics read from the
+                log lines (the regex's first group is the value), shown by ``shipyard
+                metrics`` and ``training_job_analytics``.
+            checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced during the job and
+                restored from when a job starts (spot-style resumption).
+            checkpoint_local_path: The instances' checkpoint directory, if not
+                ``/opt/ml/checkpoints``.
+            max_retry_attempts: How many times a failed job is run again (SageMaker's
+                ``RetryStrategy``); 0 when None.
+            framework_version: The framework version the job runs in (an environment of it
+                is built and cached); None: the installed one.
+            py_version: SageMaker's ``'py3x'`` tag; accepted for compatibility.
+            container_log_level: The ``logging`` level the toolkit logs at inside the job
+                (``SM_LOG_LEVEL``).
+            enable_network_isolation: No outbound traffic from the instances, as on
+                SageMaker (sandboxed instances only).
+            session: The shipyard.Session (home and backend) the job goes to; default
+                ``Session()``. ``sagemaker_session=`` is accepted too.
+            **kwargs: SageMaker SDK v1 names (``train_instance_count``, ...) with a
+                DeprecationWarning; options that only mean something on AWS (``role``,
+                ``volume_size``, ``subnets``, ...) are accepted and ignored.
+        """
         kwargs = _renamed(dict(kwargs))
         instance_count = kwargs.pop("instance_count", instance_count)
         instance_type = kwargs.pop("instance_type", instance_type)
@@ -205,6 +263,7 @@ class EstimatorBase:
         return json_encode_hyperparameters(self._hyperparameters)
 
     def set_hyperparameters(self, **kwargs: Any) -> None:
+        """Add or replace hyperparameters (``set_hyperparameters(epochs=5)``) before ``fit``."""
         self._hyperparameters.update(kwargs)
 
     def _job_spec(self, inputs: Any, job_name: str | None) -> JobSpec:
@@ -249,8 +308,24 @@ class EstimatorBase:
         job_name: str | None = None,
         experiment_config: Any = None,
     ) -> None:
-        """Run a training job. With ``wait`` it returns when the job ends (raising
-        JobFailedError if it failed); Ctrl-C stops the job."""
+        """Run a training job. With ``wait`` it returns when the job ends; Ctrl-C stops it.
+
+        Args:
+            inputs: The channels: ``{'train': 's3://bucket/train', 'eval':
+                TrainingInput(...)}``, or one URI or TrainingInput (the ``training``
+                channel). A value is an ``s3://`` or ``file://`` URI or a local path. None:
+                no channels.
+            wait: Block until the job ends (False: return once it is submitted; follow it
+                with ``logs()`` or ``shipyard logs``).
+            logs: Stream every instance's log lines, each prefixed by its host, while
+                waiting (``'None'`` or False: quiet).
+            job_name: The job's name; default ``base_job_name`` plus a timestamp.
+            experiment_config: SageMaker Experiments' settings; accepted and ignored.
+
+        Raises:
+            JobFailedError: the job failed; its message is the failure reason (the first
+            failing host's error). ValidationError: a bad input, before anything runs.
+        """
         control = self.session.control
         spec = self._submit(control, inputs, job_name)
         self._current_job_name = spec.job_name
@@ -286,6 +361,8 @@ class EstimatorBase:
         self._require_job().logs()
 
     def stop_training_job(self) -> None:
+        """Stop the latest job: every instance gets SIGTERM, then SIGKILL after the grace
+        period (``SHIPYARD_STOP_GRACE``); the job ends Stopped."""
         self._require_job().stop()
 
     def latest_job_tensorboard_artifacts_path(self) -> str | None:
@@ -312,18 +389,55 @@ class EstimatorBase:
 
     # -- hosting (issue #8): the model of the latest job, served or batch-transformed ----
     def create_model(self, **kwargs: Any) -> Any:
+        """The latest job's trained model as a Model of the framework's class
+        (TensorFlowModel, PyTorchModel or Model), ready to ``deploy`` or ``transformer``.
+
+        Args:
+            entry_point (str): An inference script for the model server; default the
+                training script for PyTorch and the generic estimator, none for TensorFlow.
+            source_dir (str): The inference script's directory.
+            dependencies (list[str]): Extra code copied beside the inference script.
+            env (dict[str, str]): Environment variables of the model server.
+            name (str): The model's name.
+            predictor_cls (type): The Predictor class ``deploy`` returns.
+            model_server_workers (int): Worker processes of the model server.
+        """
         from shipyard.sdk.model import model_for_estimator
 
         return model_for_estimator(self, **kwargs)
 
     def deploy(self, *args: Any, **kwargs: Any) -> Any:
-        """Serve the trained model on an endpoint; returns a Predictor once it is healthy."""
+        """Serve the latest job's model on an endpoint; returns a Predictor once /ping
+        answers (``create_model`` then ``Model.deploy``).
+
+        Args:
+            model_name (str): The model's (and default endpoint's) name.
+            entry_point (str): An inference script (``inference.py``) for the model server;
+                default the training script for PyTorch and the generic estimator, none
+                for TensorFlow (the SavedModel is served as it is).
+            source_dir (str): The inference script's directory.
+            dependencies (list[str]): Extra code copied beside the inference script.
+            env (dict[str, str]): Environment variables of the model server.
+            predictor_cls (type): The Predictor class returned; default the framework's.
+            model_server_workers (int): Worker processes of the model server.
+
+        Forwards: Model.deploy
+        """
         from shipyard.sdk.model import deploy_from_estimator
 
         return deploy_from_estimator(self, *args, **kwargs)
 
     def transformer(self, *args: Any, **kwargs: Any) -> Any:
-        """A batch Transformer over the trained model."""
+        """A batch Transformer over the latest job's model (``create_model`` then
+        ``Model.transformer``); ``transform()`` on it runs the batch job.
+
+        Args:
+            model_name (str): The model's name (and the transform jobs' name prefix).
+            entry_point (str): An inference script for the model server.
+            env (dict[str, str]): Environment variables of the model server.
+
+        Forwards: Model.transformer
+        """
         from shipyard.sdk.model import transformer_from_estimator
 
         return transformer_from_estimator(self, *args, **kwargs)
@@ -335,7 +449,20 @@ class EstimatorBase:
         sagemaker_session: Session | None = None,
         model_channel_name: str = "model",
     ) -> EstimatorBase:
-        """Re-attach to an existing job; blocks until it ends, as the SageMaker SDK does."""
+        """An estimator for a job that already exists (submitted by a notebook, the CLI or
+        ``shipyard server``), with its configuration; blocks until the job ends, as the
+        SageMaker SDK does.
+
+        Args:
+            training_job_name: The job's name (``shipyard jobs`` lists them).
+            sagemaker_session: The shipyard.Session whose home holds the job; default
+                ``Session()``.
+            model_channel_name: SageMaker's argument; accepted for compatibility.
+
+        Raises:
+            JobNotFoundError: no job of that name in the session's home.
+            JobFailedError: the job failed.
+        """
         session = sagemaker_session or Session()
         record = session.control.get(training_job_name)
         spec = record.spec
@@ -368,11 +495,13 @@ class EstimatorBase:
 
 
 class Estimator(EstimatorBase):
-    """The generic estimator (sagemaker.estimator.Estimator) for any framework."""
+    """The generic estimator (``sagemaker.estimator.Estimator``): any script in the
+    installed Python, no framework conventions (no ``--model_dir``)."""
 
 
 class Framework(EstimatorBase):
-    """Base of the framework estimators: script mode with a framework's conventions."""
+    """Base of the framework estimators (``TensorFlow``, ``PyTorch``): script mode with a
+    framework's conventions and its ``framework_version``."""
 
     @classmethod
     def _attach_kwargs(cls, spec: JobSpec) -> dict[str, Any]:

@@ -24,6 +24,10 @@ def _check(name: str, value: Any, allowed: tuple) -> None:
 
 
 class TrainingInput:
+    """One channel's data and how it reaches the instances
+    (``sagemaker.inputs.TrainingInput``): ``fit({'train': TrainingInput(...)})``. A value
+    SageMaker does not accept is refused here, with the ones it does."""
+
     def __init__(
         self,
         s3_data: str,
@@ -39,6 +43,26 @@ class TrainingInput:
         shuffle_config: Any = None,
         **_unused: Any,
     ) -> None:
+        """Describe a channel.
+
+        Args:
+            s3_data: The data: an ``s3://`` URI (any S3 API), a ``file://`` URI or a local
+                path, naming a prefix, a directory or a file. Required.
+            distribution: ``'FullyReplicated'`` (default: every instance gets all of it) or
+                ``'ShardedByS3Key'`` (each instance a share of the files).
+            compression: ``'Gzip'`` for gzipped input in Pipe mode; None otherwise.
+            content_type: The channel's MIME type, passed to the script in
+                ``inputdataconfig.json``.
+            record_wrapping: ``'RecordIO'`` to wrap each record in Pipe mode.
+            s3_data_type: ``'S3Prefix'`` (default) or ``'ManifestFile'`` (a JSON list of
+                keys under a prefix).
+            instance_groups: Heterogeneous clusters on SageMaker; refused (one group).
+            input_mode: ``'File'``, ``'FastFile'`` or ``'Pipe'`` for this channel; default
+                the estimator's.
+            attribute_names: Augmented manifests; refused.
+            target_attribute_name: Augmented manifests; refused.
+            shuffle_config: Shuffling on SageMaker; refused.
+        """
         _check("input_mode", input_mode, (None, "File", "FastFile", "Pipe"))
         _check("distribution", distribution, (None, "FullyReplicated", "ShardedByS3Key"))
         _check("compression", compression, (None, "Gzip"))
@@ -87,6 +111,11 @@ class TrainingInput:
             self.config["InputMode"] = input_mode
 
     def to_channel(self, name: str) -> dict[str, Any]:
+        """This input as the channel ``name`` of a JobSpec (what ``fit`` builds).
+
+        Args:
+            name: The channel's name (``train``, ...): ``SM_CHANNEL_<NAME>``.
+        """
         return dict(
             name=name,
             uri=self.s3_data,
@@ -133,7 +162,13 @@ __all__ = ["TrainingInput", "ChannelSpec", "channels_from_inputs"]
 
 
 def s3_input(s3_data: str, **kwargs: Any) -> TrainingInput:
-    """SageMaker SDK v1's ``s3_input`` (``sagemaker.session.s3_input``): a TrainingInput."""
+    """SageMaker SDK v1's ``s3_input`` (``sagemaker.session.s3_input``): a TrainingInput,
+    with a DeprecationWarning.
+
+    Args:
+        s3_data: As TrainingInput's.
+        **kwargs: TrainingInput's other arguments.
+    """
     import warnings
 
     warnings.warn(

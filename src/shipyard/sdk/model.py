@@ -26,6 +26,11 @@ def _name(base: str) -> str:
 
 
 class Model:
+    """A trained model to serve (``sagemaker.model.Model``): ``deploy`` starts an endpoint
+    (a model server on this machine) and returns a Predictor; ``transformer`` runs batch
+    transform over files. The generic class serves with an ``inference.py``
+    (``model_fn``/``input_fn``/``predict_fn``/``output_fn``)."""
+
     _framework = "python"
     _default_name = "shipyard-model"
 
@@ -44,6 +49,26 @@ class Model:
         model_server_workers: int | None = None,
         **kwargs: Any,
     ) -> None:
+        """Name a model; nothing starts until ``deploy`` or ``transformer``.
+
+        Args:
+            model_data: The model: a ``model.tar.gz`` (``s3://``, ``file://`` or a path), a
+                model directory, or a training job's name. Required.
+            image_uri: A container image on SageMaker; accepted and ignored.
+            role: An IAM role on SageMaker; accepted and ignored.
+            entry_point: The inference script (``inference.py``) with the handlers that
+                load the model and turn requests into predictions.
+            source_dir: The inference script's directory (a ``requirements.txt`` in it is
+                installed).
+            predictor_cls: The Predictor class ``deploy`` returns; default the framework's.
+            env: Environment variables of the model server.
+            name: The model's name, also the default endpoint name.
+            sagemaker_session: The shipyard.Session whose home records the endpoint.
+            dependencies: Extra code copied beside the inference script.
+            model_server_workers: Worker processes of the model server (default 1, or
+                ``SAGEMAKER_MODEL_SERVER_WORKERS`` in ``env``).
+            **kwargs: Other SageMaker options; accepted and ignored.
+        """
         if model_data is None:
             raise ValidationError(
                 "model_data is required: a model.tar.gz, a model directory or a training job name"
@@ -82,9 +107,30 @@ class Model:
         batch_wait_ms: float = 2.0,
         **kwargs: Any,
     ) -> Any:
-        """Start an endpoint serving this model; with ``wait`` (default) return once it is
-        InService. ``workers``/``batch_size``/``batch_wait_ms`` are shipyard's knobs
-        (worker processes; dynamic batching of concurrent requests)."""
+        """Start an endpoint serving this model and return its Predictor; with ``wait``
+        (default) once it is InService (``/ping`` answers 200). An endpoint that fails to
+        start is removed, leaving no process behind.
+
+        Args:
+            initial_instance_count: SageMaker's instance count; one model server (with
+                ``workers`` processes) serves the endpoint on this machine.
+            instance_type: The instance type whose share of the machine the server gets;
+                ``'local'``: the whole machine.
+            serializer: How ``predict`` encodes its data (default the predictor's own:
+                JSON for TensorFlow, NumPy for PyTorch, raw bytes otherwise).
+            deserializer: How ``predict`` decodes the answer.
+            endpoint_name: The endpoint's name; default the model's name or a generated one.
+            wait: Return only once the endpoint answers (False: at once, Creating).
+            port: The server's port on 127.0.0.1; default a free one.
+            workers: Worker processes of the server (shipyard's knob).
+            batch_size: Dynamic batching: up to this many concurrent requests are run as
+                one batch (0: off).
+            batch_wait_ms: How long a batch waits for more requests before it runs.
+            **kwargs: Other SageMaker options; accepted and ignored.
+
+        Raises:
+            EndpointError: the server did not start; the message has its log's tail.
+        """
         if instance_type is not None and instance_type not in _LOCAL_TYPES:
             from shipyard import instance_types
 
@@ -146,6 +192,27 @@ class Model:
         max_payload: int | None = None,
         **kwargs: Any,
     ) -> Any:
+        """A Transformer for batch transform with this model; ``transform(data)`` on it
+        runs the job.
+
+        Args:
+            instance_count: Worker processes of the transform's model server.
+            instance_type: The instance type whose share of the machine the server gets.
+            strategy: ``'MultiRecord'`` (default: as many records per request as fit in
+                ``max_payload``) or ``'SingleRecord'``.
+            assemble_with: ``'Line'``: one output line per input record; None: outputs
+                concatenated.
+            output_path: Where ``<input file>.out`` files go (``s3://``, ``file://`` or a
+                path); default under ``SHIPYARD_HOME/transform``.
+            output_kms_key: An AWS KMS key; accepted and ignored.
+            accept: The content type asked of the model server.
+            env: Environment variables of the model server, over the model's.
+            max_concurrent_transforms: Requests in flight at once (default the server's
+                ``/execution-parameters``, else 1).
+            max_payload: The largest request body in MB (default 6, as on SageMaker).
+            **kwargs: The Transformer's other arguments (``tags``,
+                ``base_transform_job_name``, ...).
+        """
         from shipyard.sdk.transformer import Transformer
 
         return Transformer(
@@ -165,10 +232,15 @@ class Model:
         )
 
     def delete_model(self) -> None:
-        """Nothing is registered apart from endpoints."""
+        """SageMaker's call; nothing to delete here (models are not registered apart from
+        their endpoints)."""
 
 
 class TensorFlowModel(Model):
+    """A TensorFlow SavedModel served with the TF Serving REST API and SageMaker's
+    ``/invocations`` (``sagemaker.tensorflow.TensorFlowModel``); an ``inference.py`` with
+    ``input_handler``/``output_handler`` (or ``handler``) pre- and post-processes."""
+
     _framework = "tensorflow"
     _default_name = "tensorflow-inference"
 
@@ -180,6 +252,15 @@ class TensorFlowModel(Model):
         framework_version: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """Name a TensorFlow model.
+
+        Args:
+            model_data: The SavedModel: a ``model.tar.gz``, a directory or a job's name.
+            role: An IAM role on SageMaker; accepted and ignored.
+            entry_point: An ``inference.py`` with ``input_handler``/``output_handler``.
+            framework_version: The TensorFlow version the server runs.
+            **kwargs: Model's other arguments (``source_dir``, ``env``, ``name``, ...).
+        """
         super().__init__(model_data, role=role, entry_point=entry_point, **kwargs)
         self.framework_version = framework_version
 
@@ -189,6 +270,9 @@ class TensorFlowModel(Model):
 
 
 class PyTorchModel(Model):
+    """A PyTorch model served with an ``inference.py`` (``model_fn``, ``input_fn``,
+    ``predict_fn``, ``output_fn``), as ``sagemaker.pytorch.PyTorchModel``."""
+
     _framework = "pytorch"
     _default_name = "pytorch-inference"
 
@@ -201,6 +285,16 @@ class PyTorchModel(Model):
         py_version: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """Name a PyTorch model.
+
+        Args:
+            model_data: The model: a ``model.tar.gz``, a directory or a job's name.
+            role: An IAM role on SageMaker; accepted and ignored.
+            entry_point: The ``inference.py`` whose ``model_fn`` loads the model.
+            framework_version: The PyTorch version the server runs.
+            py_version: SageMaker's ``'py3x'`` tag; accepted for compatibility.
+            **kwargs: Model's other arguments (``source_dir``, ``env``, ``name``, ...).
+        """
         super().__init__(model_data, role=role, entry_point=entry_point, **kwargs)
         self.framework_version = framework_version
 

@@ -26,6 +26,11 @@ CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 
 
 class Predictor:
+    """Sends requests to an endpoint by name (``sagemaker.predictor.Predictor``): what
+    ``deploy`` returns, or made for an endpoint that already runs
+    (``Predictor('my-endpoint')``). Raw bytes in and out unless a serializer and
+    deserializer say otherwise."""
+
     def __init__(
         self,
         endpoint_name: str,
@@ -35,6 +40,17 @@ class Predictor:
         component_name: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """Address an endpoint; the connection opens on the first ``predict``.
+
+        Args:
+            endpoint_name: The endpoint's name (``shipyard endpoints`` lists them).
+            sagemaker_session: The shipyard.Session whose home records the endpoint.
+            serializer: Encodes ``predict``'s data (``JSONSerializer()``,
+                ``CSVSerializer()``, ``NumpySerializer()``, ...); default bytes as given.
+            deserializer: Decodes the answer (``JSONDeserializer()``, ...); default bytes.
+            component_name: An inference component on SageMaker; kept, not used.
+            **kwargs: Other SageMaker options; accepted and ignored.
+        """
         self.endpoint_name = endpoint_name
         self.sagemaker_session = sagemaker_session
         self.serializer = serializer or IdentitySerializer()
@@ -47,10 +63,12 @@ class Predictor:
 
     @property
     def content_type(self) -> str:
+        """The Content-Type requests are sent with (the serializer's)."""
         return self.serializer.content_type
 
     @property
     def accept(self) -> tuple[str, ...]:
+        """The content types asked for in answers (the deserializer's)."""
         return self.deserializer.accept
 
     def _connection(self) -> http.client.HTTPConnection:
@@ -94,7 +112,25 @@ class Predictor:
         custom_attributes: str | None = None,
         component_name: str | None = None,
     ) -> Any:
-        """Serialize ``data``, POST it to /invocations, deserialize the answer."""
+        """One inference: ``data`` is serialized, sent to the endpoint's ``/invocations``
+        and the answer deserialized (SageMaker's InvokeEndpoint).
+
+        Args:
+            data: What the serializer encodes (a list, an array, a string, bytes, ...).
+            initial_args: InvokeEndpoint's fields: ``ContentType``, ``Accept``,
+                ``CustomAttributes`` or a ready ``Body`` (sent as it is).
+            target_model: The model of a multi-model endpoint
+                (``X-Amzn-SageMaker-Target-Model``).
+            target_variant: A production variant on SageMaker; accepted and ignored.
+            inference_id: SageMaker's data-capture id; accepted and ignored.
+            custom_attributes: Passed to the model server as
+                ``X-Amzn-SageMaker-Custom-Attributes``.
+            component_name: An inference component on SageMaker; accepted and ignored.
+
+        Raises:
+            ModelError: the model server answered an error (its status and message).
+            EndpointError: the endpoint is not InService.
+        """
         args = dict(initial_args or {})
         raw = args.pop("Body", None)
         if raw is None:
@@ -115,7 +151,13 @@ class Predictor:
         return self.deserializer.deserialize(io.BytesIO(payload), ctype)
 
     def delete_endpoint(self, delete_endpoint_config: bool = True) -> None:
-        """Stop the endpoint's server and forget it (nothing is left running)."""
+        """Stop the endpoint's model server and forget the endpoint; nothing is left
+        running.
+
+        Args:
+            delete_endpoint_config: SageMaker's argument; there is no separate endpoint
+                configuration here.
+        """
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -126,6 +168,7 @@ class Predictor:
         """Models are not kept apart from endpoints here; nothing to delete."""
 
     def describe(self) -> dict[str, Any]:
+        """The endpoint as DescribeEndpoint shapes it (``EndpointStatus``, ...)."""
         return self._endpoints.get(self.endpoint_name).describe()
 
 
@@ -156,6 +199,19 @@ class TensorFlowPredictor(Predictor):
         component_name: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """Address a TensorFlow Serving endpoint; JSON in and out unless told otherwise.
+
+        Args:
+            endpoint_name: The endpoint's name.
+            sagemaker_session: The shipyard.Session whose home records the endpoint.
+            serializer: Default ``JSONSerializer()``.
+            deserializer: Default ``JSONDeserializer()``.
+            model_name: The TF Serving model to ask (``tfs-model-name``), for an endpoint
+                serving several.
+            model_version: The model version to ask (``tfs-model-version``).
+            component_name: An inference component on SageMaker; kept, not used.
+            **kwargs: Other SageMaker options; accepted and ignored.
+        """
         super().__init__(
             endpoint_name,
             sagemaker_session,
@@ -170,9 +226,19 @@ class TensorFlowPredictor(Predictor):
         )
 
     def classify(self, data: Any) -> Any:
+        """TF Serving's ``:classify``; JSON requests only.
+
+        Args:
+            data: The request, ``{'signature_name': ..., 'examples': [...]}``.
+        """
         return self._classify_or_regress(data, "classify")
 
     def regress(self, data: Any) -> Any:
+        """TF Serving's ``:regress``; JSON requests only.
+
+        Args:
+            data: The request, ``{'signature_name': ..., 'examples': [...]}``.
+        """
         return self._classify_or_regress(data, "regress")
 
     def _classify_or_regress(self, data: Any, method: str) -> Any:
@@ -183,6 +249,10 @@ class TensorFlowPredictor(Predictor):
     def predict(  # type: ignore[override]  # forwards SageMaker's optional keywords as given
         self, data: Any, initial_args: dict[str, str] | None = None, **kwargs: Any
     ) -> Any:
+        """As Predictor.predict, asking the model and version given to the constructor.
+
+        Forwards: Predictor.predict
+        """
         args = dict(initial_args or {})
         if self._model_attributes:
             args["CustomAttributes"] = ",".join(
@@ -203,6 +273,16 @@ class PyTorchPredictor(Predictor):
         component_name: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """Address a PyTorch endpoint; NumPy arrays in and out unless told otherwise.
+
+        Args:
+            endpoint_name: The endpoint's name.
+            sagemaker_session: The shipyard.Session whose home records the endpoint.
+            serializer: Default ``NumpySerializer()``.
+            deserializer: Default ``NumpyDeserializer()``.
+            component_name: An inference component on SageMaker; kept, not used.
+            **kwargs: Other SageMaker options; accepted and ignored.
+        """
         from shipyard.sdk.deserializers import NumpyDeserializer
         from shipyard.sdk.serializers import NumpySerializer
 

@@ -22,9 +22,22 @@ EXECUTION_ROLE = f"arn:aws:iam::{LOCAL_ACCOUNT}:role/ShipyardExecutionRole"
 
 
 class Session:
+    """Where jobs and endpoints go (``sagemaker.Session``): a shipyard home (its job store,
+    artifacts and endpoints) and a backend (this machine, or a Ray cluster)."""
+
     def __init__(
         self, backend: str | None = None, home: str | None = None, address: str | None = None
     ) -> None:
+        """Open a session; nothing starts.
+
+        Args:
+            backend: ``'local'`` (instances on this machine) or ``'ray'`` (a Ray cluster);
+                default ``SHIPYARD_BACKEND``, else ``'local'``.
+            home: The shipyard home directory; default ``SHIPYARD_HOME`` (``~/.shipyard``).
+            address: The Ray cluster (``host:port``, ``ray://host:port`` or ``auto``);
+                ``backend='ray'`` only. Default ``SHIPYARD_RAY_ADDRESS``, then
+                ``RAY_ADDRESS``, then ``auto``.
+        """
         self.backend = backend or settings.text("SHIPYARD_BACKEND")
         if self.backend not in BACKENDS:
             raise ValidationError(
@@ -45,14 +58,17 @@ class Session:
 
     @property
     def home(self) -> str:
+        """The session's shipyard home directory."""
         return self.control.home.root
 
     def default_output_path(self) -> str:
+        """Where a job's artifacts go when its estimator names no ``output_path``."""
         return self.control.home.default_output_path
 
     # -- the SageMaker notebook helpers -----------------------------------------------------
     @property
     def boto_region_name(self) -> str:
+        """``AWS_REGION``, else ``AWS_DEFAULT_REGION``, else ``us-east-1`` (names only)."""
         return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
     def default_bucket(self) -> str:
@@ -73,7 +89,13 @@ class Session:
 
     def upload_data(self, path: str, bucket: str | None = None, key_prefix: str = "data") -> str:
         """Upload a file or directory as ``sagemaker.Session.upload_data`` does; returns its
-        s3:// URI (an S3 endpoint is configured) or file:// URI (local store)."""
+        s3:// URI (an S3 endpoint is configured) or file:// URI (local store).
+
+        Args:
+            path: The local file or directory.
+            bucket: The bucket; default ``default_bucket()``.
+            key_prefix: The key prefix the files go under.
+        """
         from shipyard import storage
 
         if not os.path.exists(path):
@@ -102,7 +124,11 @@ class Session:
 
 def get_execution_role(sagemaker_session: Session | None = None) -> str:
     """The execution role ARN a SageMaker notebook asks for; with shipyard it is only a name
-    (jobs run as the user) -- the same one ``shipyard server`` answers for."""
+    (jobs run as the user) -- the same one ``shipyard server`` answers for.
+
+    Args:
+        sagemaker_session: SageMaker's argument; accepted.
+    """
     return EXECUTION_ROLE
 
 

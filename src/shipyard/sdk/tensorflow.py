@@ -15,6 +15,16 @@ from shipyard.sdk.estimator import Framework
 
 
 class TensorFlow(Framework):
+    """A TensorFlow training script (``sagemaker.tensorflow.TensorFlow``): Keras or
+    ``tf.distribute`` scripts, with parameter servers (``distribution={'parameter_server':
+    {'enabled': True}}``), Horovod (``{'mpi': {...}}``) or MultiWorkerMirroredStrategy.
+
+    As on SageMaker, the script receives ``--model_dir``: a directory shared by all the
+    job's instances unless ``model_dir`` says otherwise; the model to keep is what the
+    script saves under ``SM_MODEL_DIR`` (``/opt/ml/model``), which becomes model.tar.gz.
+    Every other argument is the estimator's (below, after ``*``).
+    """
+
     _framework = "tensorflow"
     _default_base_job_name = "tensorflow-training"
 
@@ -28,6 +38,25 @@ class TensorFlow(Framework):
         script_mode: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        """Describe a TensorFlow job; nothing runs until ``fit``.
+
+        Args:
+            entry_point: The training script, relative to ``source_dir`` when given.
+            framework_version: The TensorFlow version the job runs in (``'2.16'``); an
+                environment of it is built and cached. None: the installed TensorFlow.
+            py_version: SageMaker's ``'py3x'`` tag; accepted for compatibility.
+            model_dir: The ``--model_dir`` passed to the script: None for a directory
+                shared by the job's instances, a path or URI of your own, or False to pass
+                none.
+            distribution: ``{'parameter_server': {'enabled': True}}``, ``{'mpi':
+                {'enabled': True, 'processes_per_host': N}}``,
+                ``{'multi_worker_mirrored_strategy': {'enabled': True}}`` or
+                ``{'smdistributed': {'dataparallel': {'enabled': True}}}``.
+            script_mode: SageMaker SDK v1's flag: True is the only mode (a
+                DeprecationWarning says to remove it); False is refused.
+            **kwargs: The estimator's arguments (``instance_count``, ``instance_type``,
+                ``hyperparameters``, ...), as for shipyard.Estimator.
+        """
         if script_mode is not None:
             # SDK v1's flag: script mode is the only mode since v2 (and shipyard's)
             warnings.warn(

@@ -47,7 +47,9 @@ def test_every_sdk_class_and_argument_has_an_entry(reference) -> None:
     page = reference.sdk_reference()
     missing = [n for n in shipyard.__all__ if f"`shipyard.{n}`" not in page]
     for name, obj in reference.sdk_objects():
-        missing += [f"{name}({p})" for p in reference.sdk_parameters(obj) if f"`{p}`" not in page]
+        missing += [
+            f"{name}({p})" for p in reference.sdk_parameters(obj) if f"<code>{p}</code>" not in page
+        ]
     assert missing == []
     # the estimator's SageMaker arguments are among them
     assert {"entry_point", "instance_count", "distribution"} <= set(
@@ -82,3 +84,99 @@ def test_every_cli_option_says_what_it_does(reference) -> None:
         if param.name != "help" and not getattr(param, "help", None)
     ]
     assert silent == [], "options without help text: " + ", ".join(silent)
+
+
+def _public_callables(reference):
+    """``(where, arguments)`` for every exported class's constructor, public method and
+    function, as the generated page documents them."""
+    import inspect
+
+    for name, obj in reference.sdk_objects():
+        if not inspect.isclass(obj):
+            yield name, reference.sdk_arguments(None, obj, name)
+            continue
+        yield name, reference.sdk_arguments(obj, obj.__init__, "__init__")
+        for method, member, _ in reference.sdk_methods(obj):
+            if not isinstance(member, property):
+                yield f"{name}.{method}", reference.sdk_arguments(obj, member, method)
+
+
+def test_every_sdk_argument_has_a_type_default_and_meaning(reference) -> None:
+    """A row with an empty meaning is no reference (issue 41: the page listed names only)."""
+    silent = [
+        f"{where}({row['name']})"
+        for where, rows in _public_callables(reference)
+        for row in rows
+        if not row["meaning"] or not row["default"]
+    ]
+    assert silent == [], "SDK arguments without a meaning in an Args: section: " + ", ".join(silent)
+
+
+def test_every_sdk_class_and_method_has_its_own_docstring(reference) -> None:
+    import inspect
+
+    bare = []
+    for name, obj in reference.sdk_objects():
+        if not reference._own_doc(obj):
+            bare.append(name)
+        if inspect.isclass(obj):
+            for method, member, _ in reference.sdk_methods(obj):
+                func = member.fget if isinstance(member, property) else member
+                if not reference._own_doc(func):
+                    bare.append(f"{name}.{method}")
+    assert bare == [], "without a docstring: " + ", ".join(bare)
+
+
+def test_the_sdk_methods_users_call_are_documented_with_their_arguments(reference) -> None:
+    page = reference.sdk_reference()
+    wanted = {
+        "EstimatorBase.fit": {"inputs", "wait", "logs", "job_name"},
+        "EstimatorBase.deploy": {"initial_instance_count", "instance_type", "endpoint_name"},
+        "EstimatorBase.attach": {"training_job_name", "sagemaker_session"},
+        "EstimatorBase.logs": set(),
+        "EstimatorBase.transformer": {"instance_count", "strategy", "output_path"},
+        "Model.deploy": {"initial_instance_count", "serializer", "wait"},
+        "Predictor.predict": {"data", "initial_args", "custom_attributes"},
+        "Predictor.delete_endpoint": {"delete_endpoint_config"},
+        "Transformer.transform": {"data", "split_type", "join_source"},
+    }
+    for where, arguments in wanted.items():
+        heading = f"#### `{where}` {{#{where.replace('.', '-')}}}"
+        assert heading in page, where
+        section = page.split(heading, 1)[1].split("\n#### ", 1)[0]
+        missing = [a for a in arguments if f"| <code>{a}</code> |" not in section]
+        assert missing == [], f"{where}: {missing}"
+
+
+def test_a_framework_estimator_shows_its_own_text_and_the_estimators_arguments(
+    reference,
+) -> None:
+    """``shipyard.TensorFlow`` showed Framework's docstring and hid instance_count and
+    instance_type in ``**kwargs``: its section has its own text and the base's arguments,
+    with the base signature's type and default, marked keyword-only."""
+    import shipyard
+
+    page = reference.sdk_reference()
+    section = page.split("### `shipyard.TensorFlow`", 1)[1].split("\n### ", 1)[0]
+    assert reference._own_doc(shipyard.TensorFlow).splitlines()[0] in section
+    assert reference._own_doc(shipyard.Framework).splitlines()[0] not in section
+    rows = {
+        r["name"]: r
+        for r in reference.sdk_arguments(
+            shipyard.TensorFlow, shipyard.TensorFlow.__init__, "__init__"
+        )
+    }
+    assert rows["instance_type"]["type"] == "str | None"
+    assert rows["instance_type"]["default"] == "None"
+    assert rows["instance_type"]["meaning"].startswith("A SageMaker type")
+    assert rows["max_run"]["default"] == "86400"
+    assert "| <code>instance_count</code> |" in section
+    assert "    *,\n" in section  # the estimator's arguments come after a bare *
+
+
+def test_the_cli_reference_shows_zero_and_false_defaults(reference) -> None:
+    """``0 in (None, False)`` is true: the old filter dropped every 0 default."""
+    page = reference.cli_reference()
+    assert "| `--max-retry-attempts` | `0` |" in page
+    assert "| `--batch-size` | `0` |" in page
+    assert "| `--detach`, `-d` | `False` (a flag) |" in page
