@@ -5,8 +5,12 @@ the built site, each read from the definition the product itself uses:
 
 - ``reference/cli.md``: every ``shipyard`` command and option, from the Typer app's click
   commands (what ``--help`` prints);
-- ``reference/sdk.md``: the SDK's public classes and functions (``shipyard.__all__``), their
-  signatures and docstrings;
+- ``reference/sdk.md``: the SDK's public classes and functions (``shipyard.__all__``): each
+  constructor and public method with a table of its arguments (type and default from the
+  signature, meaning from the docstring's Google-style ``Args:`` section). What ``**kwargs``
+  stands for is listed too: a base class's ``__init__`` arguments, or those of the function a
+  ``Forwards: Model.deploy`` line in the docstring names. Inherited methods are written out
+  once, under the class that defines them, and linked from its subclasses;
 - ``reference/settings.md``: every ``SHIPYARD_*`` setting with its default and meaning, from
   ``shipyard.settings``;
 - ``reference/api.md``: the SageMaker API operations ``shipyard server`` routes, from the

@@ -102,6 +102,8 @@ class EstimatorBase:
     """What every estimator shares (``sagemaker.estimator.EstimatorBase``): the job's
     configuration, ``fit`` to run it, and ``deploy``/``transformer`` for the trained model.
     It builds a JobSpec and hands it to the control plane; it never runs processes itself.
+    After ``fit`` or ``attach``, ``latest_training_job`` is the job's handle:
+    ``describe()`` (DescribeTrainingJob's dict), ``wait()``, ``logs()``, ``stop()``.
     """
 
     _framework: str | None = None
