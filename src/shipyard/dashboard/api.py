@@ -15,6 +15,10 @@
 * ``GET /api/jobs/{name}/plan?instance_type=A,B&instances=2,4``: ``shipyard plan``'s
   prediction for a finished job (see ``plan``), or ``plannable: false`` with the
   planner's message saying what the job lacks and how to get it;
+* ``POST /api/jobs/{name}/stop``: asks a running job to stop (``shipyard stop``'s
+  request; the answer does not wait for it to end), 409 for a job that has ended;
+* ``POST /api/jobs/{name}/tensorboard``: starts (or finds) TensorBoard over the job's
+  event files and answers its ``port`` (see ``boards``);
 * ``GET /api/endpoints``: endpoints with their request counts and latency from their
   own ``/metrics``.
 
@@ -33,6 +37,7 @@ from shipyard.control.client import ControlPlane
 from shipyard.dashboard import plan as planning
 from shipyard.dashboard import usageread
 from shipyard.dashboard.logread import format_cursor, read_page
+from shipyard.errors import ShipyardError
 from shipyard.observe.logs import is_noise, select
 from shipyard.observe.metrics import history
 
@@ -101,6 +106,26 @@ def logs(
         "more": page.more,
         "skipped": page.skipped,
         "terminal": record.terminal,
+    }
+
+
+class JobEndedError(ShipyardError):
+    """A write that needs a running job (stop) was asked of one that has ended."""
+
+
+def stop(control: ControlPlane, name: str) -> dict[str, Any]:
+    """Ask a running job to stop, as ``shipyard stop --no-wait`` does: the supervisor
+    ends its instances and the job ends Stopped; the page's poll shows that."""
+    record = control.get(name)
+    if record.terminal:
+        raise JobEndedError(
+            f"job {name!r} has already ended ({record.status}): there is nothing to stop"
+        )
+    record = control.stop(name, wait=False)
+    return {
+        "TrainingJobName": name,
+        "TrainingJobStatus": record.status,
+        "SecondaryStatus": record.secondary_status,
     }
 
 

@@ -12,7 +12,10 @@ the other pages' polls.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from starlette.applications import Starlette
@@ -23,7 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from shipyard.control.client import ControlPlane
-from shipyard.dashboard import api, usageread
+from shipyard.dashboard import api, boards, usageread
 from shipyard.dashboard import plan as planning
 from shipyard.dashboard.guard import Guard
 from shipyard.dashboard.logread import CursorError, parse_cursor
@@ -42,13 +45,27 @@ def _json(payload: Any, status: int = 200) -> Response:
     return JSONResponse(payload, status_code=status, headers=SECURITY_HEADERS)
 
 
-def _page(name: str) -> Response:
-    return FileResponse(os.path.join(STATIC, name), headers=SECURITY_HEADERS)
+def _page(name: str, status: int = 200) -> Response:
+    return FileResponse(os.path.join(STATIC, name), status_code=status, headers=SECURITY_HEADERS)
+
+
+def _ends(tensorboards: boards.Boards) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the TensorBoards it started end with it (no orphans)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await run_in_threadpool(tensorboards.close)
+
+    return lifespan
 
 
 def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
     """The app behind its guard; ``bind`` is the address it listens on (its own name)."""
     control = ControlPlane(home)
+    tensorboards = boards.Boards(control, bind)
 
     def not_found(exc: JobNotFoundError) -> Response:
         return _json({"error": str(exc)}, 404)
@@ -126,8 +143,40 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
     async def index(request: Request) -> Response:
         return _page("index.html")
 
+    def known(joined: str) -> bool:
+        try:
+            for name in joined.split(","):
+                control.get(name)
+        except JobNotFoundError:
+            return False
+        return True
+
     async def job_page(request: Request) -> Response:
-        return _page("job.html")
+        """A job's page (or several, comma-separated, compared); 404 and a page that
+        says so when a name is no job (the page alone would poll an API that 404s)."""
+        joined = ",".join(n for n in request.path_params["name"].split(",") if n)
+        found: bool = bool(joined) and await run_in_threadpool(known, joined)
+        if found:
+            return _page("job.html")
+        return _page("notfound.html", 404)
+
+    async def stop_job(request: Request) -> Response:
+        try:
+            return _json(await run_in_threadpool(api.stop, control, request.path_params["name"]))
+        except JobNotFoundError as exc:
+            return not_found(exc)
+        except api.JobEndedError as exc:
+            return _json({"error": str(exc)}, 409)
+
+    async def job_tensorboard(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            board = await run_in_threadpool(tensorboards.open, name)
+        except JobNotFoundError as exc:
+            return not_found(exc)
+        except boards.TensorBoardUnavailableError as exc:
+            return _json({"error": str(exc)}, 409)
+        return _json({"job": name, "port": board.port, "logdir": board.logdir})
 
     async def endpoints_page(request: Request) -> Response:
         return _page("endpoints.html")
@@ -147,9 +196,12 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
             Route("/api/jobs/{name}/metrics", job_metrics),
             Route("/api/jobs/{name}/utilization", job_utilization),
             Route("/api/jobs/{name}/plan", job_plan),
+            Route("/api/jobs/{name}/stop", stop_job, methods=["POST"]),
+            Route("/api/jobs/{name}/tensorboard", job_tensorboard, methods=["POST"]),
             Route("/api/endpoints", list_endpoints),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
-        ]
+        ],
+        lifespan=_ends(tensorboards),
     )
     return Guard(app, bind)
 

@@ -56,39 +56,78 @@ function setChildren(node, ...children) {
   node.replaceChildren(...children.filter((c) => c !== null && c !== undefined));
 }
 
-// A line plot: series = [{name, points: [[x, y], ...]}]; opts.unit names x's unit
-// ("s" by default), opts.xFormat / opts.yFormat turn a value into its label ("12.5 %")
+// Axis ticks (issue 41): a "nice" step (1, 2 or 5 times a power of ten) and the range
+// widened to whole steps. A range narrower than a tenth of its magnitude is widened to
+// that tenth (a 0.02 % wobble of a flat line is not drawn as a spike); opts.zero puts
+// zero on the axis (usage: CPU, memory, disk, rates are amounts from nothing); a range
+// in [0, 1] (accuracy, a ratio) is never widened past 1 or below 0.
+function niceStep(span, count) {
+  const raw = span / Math.max(1, count);
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const norm = raw / mag;
+  return (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
+}
+
+function decimalsOf(step) { return Math.max(0, Math.min(12, -Math.floor(Math.log10(step) + 1e-9))); }
+
+function axis(lo, hi, opts) {
+  const o = opts || {};
+  const dataLo = lo, dataHi = hi;
+  if (o.zero) { lo = Math.min(lo, 0); hi = Math.max(hi, 0); }
+  const minSpan = 0.1 * Math.max(Math.abs(lo), Math.abs(hi)) || 1;
+  if (hi - lo < minSpan) {
+    const mid = (lo + hi) / 2;
+    [lo, hi] = [mid - minSpan / 2, mid + minSpan / 2];
+    if (dataLo >= 0 && lo < 0) [lo, hi] = [0, hi - lo];
+    if (dataHi <= 1 && hi > 1 && dataLo >= 0) [lo, hi] = [Math.max(0, lo - (hi - 1)), 1];
+  }
+  let step = niceStep(hi - lo, o.count || 4);
+  if (o.integer) step = Math.max(1, Math.round(step));
+  const first = Math.floor(lo / step + 1e-9), last = Math.ceil(hi / step - 1e-9);
+  const d = decimalsOf(step);
+  const ticks = [];
+  for (let k = first; k <= last; k++) ticks.push(Number((k * step).toFixed(d)));
+  if (ticks.length < 2) ticks.push(Number(((last + 1) * step).toFixed(d)));
+  return { lo: ticks[0], hi: ticks[ticks.length - 1], ticks, decimals: d };
+}
+
+// A line plot: series = [{name, points: [[x, y], ...]}] with ticked axes; opts.unit
+// names x's unit ("s" by default), opts.xFormat / opts.yFormat turn a value into its
+// label ("12.5 %"), opts.zero puts zero on the y axis, opts.xTicks gives x's ticks.
 function linePlot(series, opts) {
-  const W = (opts && opts.width) || 480, H = (opts && opts.height) || 200, P = 36;
-  const yLabel = (opts && opts.yFormat) || ((y) => y.toPrecision(4));
+  const o = opts || {};
+  const W = o.width || 480, H = o.height || 200, B = 26;
   const all = series.flatMap((s) => s.points);
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", class: "plot" });
   if (!all.length) return root;
   const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
-  let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
-  const oneX = x1 === x0;
-  if (oneX) { x0 -= 1; x1 += 1; }  // one time (or step): drawn in the middle
-  if (y1 === y0) {  // one value: a band of 10% around it, not crossing zero
-    const pad = Math.abs(y0) * 0.1 || 1;
-    [y0, y1] = [y0 - pad, y1 + pad];
-    if (ys[0] > 0 && y0 < 0) y0 = 0;
+  const unit = o.unit || "s";
+  let xa;
+  if (o.xTicks) xa = { lo: Math.min(...o.xTicks), hi: Math.max(...o.xTicks), ticks: o.xTicks, decimals: 0 };
+  else {
+    let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+    if (x1 === x0) { x0 = Math.max(0, x0 - 1); x1 += 1; }  // one time (or step)
+    xa = axis(Math.min(0, x0), x1, { count: 5, integer: unit === "#" });
   }
-  // the left margin fits the longer y label ("1234.5 MiB" is wider than "0.5500")
-  const L = Math.max(P, 6.5 * Math.max(yLabel(y0).length, yLabel(y1).length) + 4);
-  const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - 10);
-  const Y = (y) => H - P + 10 - ((y - y0) / (y1 - y0)) * (H - P - 10);
-  root.appendChild(svg("line", { x1: L, y1: H - P + 10, x2: W - 10, y2: H - P + 10, stroke: "#9ca3af" }));
-  root.appendChild(svg("line", { x1: L, y1: 0, x2: L, y2: H - P + 10, stroke: "#9ca3af" }));
-  root.appendChild(svg("text", { x: 2, y: 12, class: "y-label" }, yLabel(y1)));
-  root.appendChild(svg("text", { x: 2, y: H - P + 8, class: "y-label" }, yLabel(y0)));
-  const unit = (opts && opts.unit) || "s";
-  const xLabel = (opts && opts.xFormat) || ((x) => `${x.toFixed(unit === "s" ? 1 : 0)} ${unit}`);
-  if (oneX) {
-    root.appendChild(svg("text", { x: X(xs[0]) - 14, y: H - 8, class: "x-label" }, xLabel(xs[0])));
-  } else {
-    root.appendChild(svg("text", { x: L, y: H - 8, class: "x-label" }, xLabel(x0)));
-    root.appendChild(svg("text", { x: W - 10, y: H - 8, class: "x-label", "text-anchor": "end" }, xLabel(x1)));
+  const ya = axis(Math.min(...ys), Math.max(...ys), { zero: o.zero, count: 4 });
+  const yLabel = o.yFormat || ((y) => y.toFixed(ya.decimals));
+  const xLabel = o.xFormat || (unit === "#" ? (x) => `#${x}` : (x) => `${x.toFixed(xa.decimals)} ${unit}`);
+  // the left margin fits the longest y label ("1234.5 MiB" is wider than "0.55")
+  const L = Math.max(30, 6.5 * Math.max(...ya.ticks.map((t) => yLabel(t).length)) + 8);
+  const R = 14, T = 8;
+  const X = (x) => L + ((x - xa.lo) / (xa.hi - xa.lo)) * (W - L - R);
+  const Y = (y) => H - B - ((y - ya.lo) / (ya.hi - ya.lo)) * (H - B - T);
+  for (const t of ya.ticks) {
+    root.appendChild(svg("line", { x1: L, y1: Y(t), x2: W - R, y2: Y(t), stroke: "#e5e7eb", class: "grid" }));
+    root.appendChild(svg("text", { x: L - 4, y: Y(t) + 4, "text-anchor": "end", class: "y-label" }, yLabel(t)));
   }
+  root.appendChild(svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#9ca3af", class: "x-axis" }));
+  root.appendChild(svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#9ca3af", class: "y-axis" }));
+  xa.ticks.forEach((t, i) => {
+    const anchor = i === 0 && xa.ticks.length > 1 ? "start" : i === xa.ticks.length - 1 && xa.ticks.length > 1 ? "end" : "middle";
+    root.appendChild(svg("line", { x1: X(t), y1: H - B, x2: X(t), y2: H - B + 4, stroke: "#9ca3af" }));
+    root.appendChild(svg("text", { x: X(t), y: H - 8, "text-anchor": anchor, class: "x-label" }, xLabel(t)));
+  });
   series.forEach((s, i) => {
     if (!s.points.length) return;  // (its colour stays its own: s.color, else its place)
     const color = COLORS[(s.color ?? i) % COLORS.length];
@@ -99,7 +138,7 @@ function linePlot(series, opts) {
     if (s.points.length <= 60) {  // few points: each one drawn, so a single value shows
       for (const p of s.points) {
         const dot = svg("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5, fill: color, class: "point" });
-        dot.appendChild(svg("title", {}, `${s.name}: ${(opts && opts.yFormat) ? yLabel(p[1]) : p[1]}`));
+        dot.appendChild(svg("title", {}, `${s.name}: ${o.yFormat ? yLabel(p[1]) : p[1]}`));
         root.appendChild(dot);
       }
     }
@@ -147,10 +186,21 @@ function drawReport(report) {
   return box;
 }
 
+// A heat-map cell is HEAT at alpha a over the white card; its label is white or black,
+// whichever has the higher contrast (WCAG's relative luminance: the two cross at 0.179,
+// where either has 4.58:1, so every label reads at least that)
+const HEAT = [30, 64, 175];
+function onDark(a) {
+  const lin = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+  const [r, g, b] = HEAT.map((c) => lin(255 - a * (255 - c)));
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.179;
+}
+
 function heatMap(rows, cols, to, from) {
   const C = 90, R = 26, L = 110, T = 22;
   const W = L + C * cols.length + 10, H = T + R * rows.length + 6;
-  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: Math.min(W, 720), class: "heatmap", role: "img" });
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", class: "heatmap", role: "img" });
+  root.style.maxWidth = `${Math.min(W, 720)}px`;  // CSSOM: allowed by the page's CSP
   const max = Math.max(1, ...to.flat());
   cols.forEach((c, j) => root.appendChild(svg("text", { x: L + j * C + 6, y: 14 }, c)));
   rows.forEach((r, i) => {
@@ -158,10 +208,11 @@ function heatMap(rows, cols, to, from) {
     cols.forEach((c, j) => {
       const v = (to[i] || [])[j] || 0, back = ((from[i] || [])[j]) || 0;
       const a = 0.08 + 0.92 * (v / max);
-      const cell = svg("rect", { x: L + j * C, y: T + i * R, width: C - 3, height: R - 3, fill: `rgba(37,99,235,${a.toFixed(3)})`, class: "cell" });
+      const cell = svg("rect", { x: L + j * C, y: T + i * R, width: C - 3, height: R - 3, fill: `rgba(${HEAT.join(",")},${a.toFixed(3)})`, class: "cell" });
       cell.appendChild(svg("title", {}, `${r} -> ${c}: ${human(v)} sent, ${human(back)} received`));
       root.appendChild(cell);
-      root.appendChild(svg("text", { x: L + j * C + 5, y: T + i * R + 16, fill: a > 0.55 ? "#fff" : "#111" }, human(v)));
+      // a class, not a fill attribute: the stylesheet's "svg text" fill beats an attribute
+      root.appendChild(svg("text", { x: L + j * C + 5, y: T + i * R + 16, class: onDark(a) ? "cell-label on-dark" : "cell-label" }, human(v)));
     });
   });
   return root;

@@ -18,14 +18,24 @@ function summary(d) {
 
 function timeline(d) {
   const steps = d.SecondaryStatusTransitions || [];
-  if (!steps.length) return el("p", { class: "muted" }, "no transitions yet");
+  if (!steps.length) return el("p", { class: "muted" }, d.TrainingJobStatus === "InProgress" ? "no transitions yet" : "no transitions were recorded");
   const t0 = Date.parse(steps[0].StartTime);
   const end = Math.max(...steps.map((s) => Date.parse(s.EndTime || s.StartTime)), t0 + 1, Date.now() * (d.TrainingJobStatus === "InProgress" ? 1 : 0));
-  const W = 700, R = 22;
-  const root = svg("svg", { viewBox: `0 0 ${W} ${R * steps.length + 10}`, width: "100%", class: "timeline" });
+  const W = 700, R = 22, A = 24, L = 160;
+  const H = R * steps.length + 6;
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H + A}`, width: "100%", class: "timeline" });
+  // the time axis: seconds since the first transition, on whole ticks
+  const ax = axis(0, (end - t0) / 1000, { count: 6 });
+  const TX = (sec) => L + (W - L - 14) * (sec / ax.hi);
+  root.appendChild(svg("line", { x1: L, y1: H, x2: W - 14, y2: H, stroke: "#9ca3af", class: "x-axis" }));
+  ax.ticks.forEach((t, i) => {
+    root.appendChild(svg("line", { x1: TX(t), y1: 0, x2: TX(t), y2: H + 4, stroke: i ? "#eef0f3" : "#9ca3af" }));
+    const anchor = i === 0 ? "start" : i === ax.ticks.length - 1 ? "end" : "middle";
+    root.appendChild(svg("text", { x: TX(t), y: H + 18, "text-anchor": anchor, class: "t-label" }, `${t.toFixed(ax.decimals)} s`));
+  });
   steps.forEach((s, i) => {
     const a = Date.parse(s.StartTime), b = Date.parse(s.EndTime || new Date().toISOString());
-    const x = 160 + (W - 170) * (a - t0) / (end - t0), w = Math.max(2, (W - 170) * (b - a) / (end - t0));
+    const x = TX((a - t0) / 1000), w = Math.max(2, TX((b - t0) / 1000) - x);
     root.appendChild(svg("text", { x: 2, y: i * R + 15 }, s.Status));
     const bar = svg("rect", { x, y: i * R + 4, width: w, height: R - 8, fill: COLORS[i % COLORS.length] });
     bar.appendChild(svg("title", {}, `${s.Status}: ${s.StatusMessage} (${((b - a) / 1000).toFixed(2)} s)`));
@@ -34,7 +44,7 @@ function timeline(d) {
   return root;
 }
 
-function metricPlots(points, start) {
+function metricPlots(points, start, ended) {
   const byName = new Map();
   for (const p of points) {
     if (!byName.has(p.MetricName)) byName.set(p.MetricName, new Map());
@@ -43,7 +53,10 @@ function metricPlots(points, start) {
     const at = typeof p.Timestamp === "number" ? p.Timestamp : Date.parse(p.Timestamp) / 1000;
     hosts.get(p.Host).push([at - start, p.Value]);
   }
-  if (!byName.size) return [el("p", { class: "muted" }, "no metric matched (metric_definitions) yet")];
+  if (!byName.size) {
+    return [el("p", { class: "muted" }, ended ? "no metric: no log line matched the job's metric_definitions"
+      : "no metric matched (metric_definitions) yet")];
+  }
   return [...byName.entries()].map(([name, hosts]) => {
     const xs = [...hosts.values()].flat().map((p) => p[0]);
     // values printed faster than the log is read share a time: plot them by their order
@@ -126,7 +139,8 @@ async function refreshSingle() {
     for (let i = 1; i <= d.ResourceConfig.InstanceCount; i++) select.appendChild(el("option", { value: `algo-${i}` }, `algo-${i}`));
   }
   const start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
-  setChildren(document.getElementById("metrics"), ...metricPlots(d.Shipyard.MetricHistory || [], start));
+  setChildren(document.getElementById("metrics"), ...metricPlots(d.Shipyard.MetricHistory || [], start, d.TrainingJobStatus !== "InProgress"));
+  actions.update(d.TrainingJobStatus);
   setChildren(document.getElementById("report"), drawReport(d.Shipyard.DistributionReport));
   setChildren(document.getElementById("timeline"), timeline(d));
   if (!envShown) setChildren(document.getElementById("environment"), environment(d));
@@ -140,18 +154,23 @@ async function refreshSingle() {
 
 async function refreshCompare() {
   document.getElementById("single").remove();
+  document.getElementById("overlay-section").hidden = false;
   document.getElementById("title").textContent = `Compare: ${names.join(" vs ")}`;
-  const cols = [];
+  const cols = [], described = [];
   for (const name of names) {
     const d = await getJSON(`/api/jobs/${encodeURIComponent(name)}`);
     const start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
     cols.push(el("div", { class: "card job-column", "data-job": name },
       el("h2", {}, el("a", { href: "/jobs/" + encodeURIComponent(name) }, name)),
       ...summary(d), drawReport(d.Shipyard.DistributionReport),
-      ...metricPlots(d.Shipyard.MetricHistory || [], start)));
+      ...metricPlots(d.Shipyard.MetricHistory || [], start, d.TrainingJobStatus !== "InProgress")));
+    described.push(d);
   }
   setChildren(document.getElementById("compare"), ...cols);
+  overlay(described);
 }
+
+const actions = new Actions(names[0], document.getElementById("actions"));
 
 if (names.length > 1) {
   refreshCompare().catch((e) => console.warn(e.message));

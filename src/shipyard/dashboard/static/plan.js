@@ -13,7 +13,14 @@ const PLAN_FIELDS = [
 ];
 
 // the plot's x axis is log2(instances): 1, 2, 4 ... 64 evenly spaced
-const instancesLabel = (x) => (Math.round(2 ** x) === 1 ? "1 instance" : `${Math.round(2 ** x)} instances`);
+// the x axis is log2 of the instance count: a tick at each power of two, labelled with the count
+const instancesLabel = (x) => String(Math.round(2 ** x));
+function log2Ticks(rows) {
+  const ks = rows.map((r) => Math.log2(r.instances));
+  const out = [];
+  for (let k = Math.floor(Math.min(...ks)); k <= Math.ceil(Math.max(...ks)); k++) out.push(k);
+  return out.length > 1 ? out : [out[0], out[0] + 1];
+}
 
 // (status, body) of a GET, error answers included: their {"error"} is what the page shows
 async function fetchAnswer(url) {
@@ -99,8 +106,8 @@ class Plan {
       lines.get(name).push([Math.log2(r.instances), r.steps_per_s]);
     }
     const series = [...lines.entries()].map(([name, points]) => ({ name, points }));
-    const plot = el("div", { class: "card plan-plot" }, el("strong", {}, "predicted steps/s against instances"),
-      linePlot(series, { xFormat: instancesLabel, yFormat: (y) => `${y.toPrecision(3)}/s` }),
+    const plot = el("div", { class: "card plan-plot" }, el("strong", {}, "predicted steps/s against instances (log scale)"),
+      linePlot(series, { xFormat: instancesLabel, xTicks: log2Ticks(plan.rows), yFormat: (y) => `${Number(y.toPrecision(3))}/s`, zero: true }),
       legend([...lines.keys()]));
     return [head, sources, plot, table];
   }

@@ -38,6 +38,7 @@ class Usage {
     this.busy = false;
     this.drawnAt = null;  // (samples seen, start) of the last drawing
     this.seen = 0;
+    this.terminal = false;  // the job has ended: no sample is coming
   }
 
   // The pages after the cursor (a few per tick while the server says more are left).
@@ -52,6 +53,7 @@ class Usage {
           this.byHost.get(s.Host).push(s);
         }
         this.seen += data.samples.length;
+        this.terminal = data.terminal;
         this.cursor = data.cursor;
         if (!data.more) return;
       }
@@ -82,7 +84,9 @@ class Usage {
     if (!measured.length) return null;  // not sampled for this job (no GPU, no own network)
     const series = hosts.map((h, i) => ({ name: h, color: i, points: this.points(spec, this.byHost.get(h), start) }));
     const box = el("div", { class: "card usage", "data-usage": spec.key }, el("strong", {}, spec.title));
-    if (series.some((s) => s.points.length)) box.appendChild(linePlot(series, { yFormat: spec.format }));
+    // zero on the axis: these are amounts from nothing (a 0.02 % disk wobble stays flat)
+    if (series.some((s) => s.points.length)) box.appendChild(linePlot(series, { yFormat: spec.format, zero: true }));
+    else if (this.terminal) box.appendChild(el("p", { class: "muted" }, "no rate: a rate needs two samples of an instance, and this job ended after one"));
     else box.appendChild(el("p", { class: "muted" }, "a rate needs two samples of an instance: the next one comes in a few seconds"));
     box.appendChild(legend(hosts));
     if (spec.rate) {
@@ -90,19 +94,21 @@ class Usage {
         const last = this.byHost.get(h).filter((s) => s[spec.key] !== undefined).pop();
         return `${h} ${decimal(last[spec.key])}`;
       });
-      box.appendChild(el("p", { class: "muted totals" }, `so far this attempt: ${totals.join(", ")}`));
+      const said = this.terminal ? "in all, last attempt" : "so far this attempt";
+      box.appendChild(el("p", { class: "muted totals" }, `${said}: ${totals.join(", ")}`));
     }
     return box;
   }
 
   // Redrawn only when samples arrived (or the start moved): a finished job's plots stay put.
   draw(box, start) {
-    const key = `${this.seen}@${start}`;
+    const key = `${this.seen}@${start}@${this.terminal}`;
     if (this.drawnAt === key) return;
     this.drawnAt = key;
     if (!this.seen) {
-      setChildren(box, el("p", { class: "muted" },
-        "no utilization sampled yet: each instance's CPU, memory, disk, network and GPU are sampled every few seconds while it runs"));
+      setChildren(box, el("p", { class: "muted" }, this.terminal
+        ? "no utilization was sampled: the job ended before its instances' first sample"
+        : "no utilization sampled yet: each instance's CPU, memory, disk, network and GPU are sampled every few seconds while it runs"));
       return;
     }
     setChildren(box, ...USAGE_PLOTS.map((spec) => this.card(spec, start)));
