@@ -141,8 +141,7 @@ class EstimatorBase:
         """Describe a training job; nothing runs until ``fit``. A bad value is refused here.
 
         Args:
-            entry_point: The training script (``train.py``), relative to ``source_dir`` when
-                that is given. Required: shipyard runs scripts (script mode).
+            entry_point: The training script (``train.py``), in ``source_dir`` if given.
             source_dir: A directory with the script and the code it imports; it becomes the
                 instances' ``/opt/ml/code``. A ``requirements.txt`` in it is installed.
             hyperparameters: Passed to the script as ``--key value`` (sorted; single letters
@@ -150,45 +149,35 @@ class EstimatorBase:
             instance_count: How many instances (hosts ``algo-1`` .. ``algo-N``). Required.
             instance_type: A SageMaker type (``'ml.p2.xlarge'``: its CPUs, memory, GPUs and
                 network), or ``'local'``/``'local_gpu'`` for the whole machine. Required.
-            distribution: How the instances train together, as the SageMaker SDK writes it:
-                ``{'parameter_server': {'enabled': True}}``, ``{'mpi': {...}}``,
-                ``{'torch_distributed': {...}}``, ``{'pytorchddp': {...}}``,
-                ``{'smdistributed': {'dataparallel': {...}}}`` or
-                ``{'multi_worker_mirrored_strategy': {...}}``. None: one process per instance.
+            distribution: How the instances train together, as SageMaker writes it
+                (``{'parameter_server': {'enabled': True}}``, ``{'mpi': {...}}``, ...: see
+                the framework estimators). None: one process per instance.
             dependencies: Extra directories or files copied next to the script in
                 ``/opt/ml/code``.
-            git_config: Take the code from a git repository: ``{'repo': ..., 'branch': ...,
-                'commit': ...}``; ``entry_point`` and ``source_dir`` are then inside it.
+            git_config: ``{'repo': ..., 'branch': ..., 'commit': ...}``: the code from git.
             model_dir: The ``--model_dir`` the script receives (framework estimators).
-            base_job_name: The prefix of generated job names (a timestamp is appended);
-                default the framework's, e.g. ``tensorflow-training``.
+            base_job_name: The prefix of generated job names (``tensorflow-training``...).
             tags: ``[{'Key': ..., 'Value': ...}]``, kept with the job and shown by describe.
             output_path: Where ``model.tar.gz`` and ``output.tar.gz`` go: an ``s3://`` or
                 ``file://`` URI or a local path; default under ``SHIPYARD_HOME``.
             code_location: Where the code bundle is staged; default beside ``output_path``.
             environment: Environment variables set in every instance.
-            max_run: Seconds the job may run before it is stopped (``MaxRuntimeExceeded``);
-                24 hours by default, as on SageMaker.
+            max_run: Seconds the job may run before it is stopped (``MaxRuntimeExceeded``).
             input_mode: ``'File'``, ``'FastFile'`` or ``'Pipe'`` for every channel (a
                 TrainingInput's ``input_mode`` overrides it for its channel).
             metric_definitions: ``[{'Name': ..., 'Regex': ...}]``: metrics read from the
-                log lines (the regex's first group is the value), shown by ``shipyard
-                metrics`` and ``training_job_analytics``.
+                log lines (the regex's first group), shown by ``shipyard metrics``.
             checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced during the job and
                 restored from when a job starts (spot-style resumption).
             checkpoint_local_path: The instances' checkpoint directory, if not
                 ``/opt/ml/checkpoints``.
-            max_retry_attempts: How many times a failed job is run again (SageMaker's
-                ``RetryStrategy``); 0 when None.
-            framework_version: The framework version the job runs in (an environment of it
-                is built and cached); None: the installed one.
+            max_retry_attempts: How many times a failed job is run again (0 when None).
+            framework_version: The framework version the job runs in; None: the installed.
             py_version: SageMaker's ``'py3x'`` tag; accepted for compatibility.
             container_log_level: The ``logging`` level the toolkit logs at inside the job
                 (``SM_LOG_LEVEL``).
-            enable_network_isolation: No outbound traffic from the instances, as on
-                SageMaker (sandboxed instances only).
-            session: The shipyard.Session (home and backend) the job goes to; default
-                ``Session()``. ``sagemaker_session=`` is accepted too.
+            enable_network_isolation: No outbound traffic from the (sandboxed) instances.
+            session: The shipyard.Session the job goes to (or ``sagemaker_session=``).
             **kwargs: SageMaker SDK v1 names (``train_instance_count``, ...) with a
                 DeprecationWarning; options that only mean something on AWS (``role``,
                 ``volume_size``, ``subnets``, ...) are accepted and ignored.
