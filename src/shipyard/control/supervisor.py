@@ -12,6 +12,11 @@ the job's status after submission, and the only place that decides:
 * ``max_run`` reached: instances stopped, artifacts kept, Stopped/MaxRuntimeExceeded;
 * a stop request (``shipyard stop``, Ctrl-C, SIGTERM): Stopped;
 * with ``max_retry_attempts`` a failed attempt restarts every instance.
+
+These rules are injected policies (``control/policies.py``); what happens besides (the
+environment phase, logs, utilization, the hang watch, artifacts) is hooks
+(``control/hooks.py``); one attempt's launch, watch and stop is ``control/attempt.py``.
+This module keeps the job's order: environment, attempts, retries, the end.
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ from typing import TextIO
 
 from shipyard import instance_types
 from shipyard.agent import runners
-from shipyard.agent.layout import InstancePaths
 from shipyard.backends import get as get_backend
-from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
-from shipyard.control import disk_full, envphase, plan
+from shipyard.backends.api import Backend
+from shipyard.control import envphase
+from shipyard.control.attempt import Attempt, JobContext
 from shipyard.control.home import Home
 from shipyard.control.hooks import (
     Artifacts,
@@ -40,59 +45,14 @@ from shipyard.control.hooks import (
     Utilization,
 )
 from shipyard.control.job_end import JobEnd
-from shipyard.control.lifecycle import AttemptKind, Event, InstanceStatus, JobStatus
+from shipyard.control.lifecycle import AttemptKind, Event, JobStatus
 from shipyard.control.policies import AttemptResult, Policies
-from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.control.store import JobRecord, Store
 from shipyard.control.submitted_plan import SubmittedPlan
 from shipyard.errors import BackendError
 from shipyard.observe.metrics import MetricExtractor
 from shipyard.observe.stacks import SilenceWatch
 from shipyard.observe.utilization import Sampler
-from shipyard.runtime import safepath
-
-POLL_SECONDS = 0.02
-
-
-def _job_dir(paths: InstancePaths) -> str:
-    """The job's directory above an instance's tree (<job>/instances/algo-k): the root
-    below which the supervisor follows no link (the trees are the job's)."""
-    return os.path.dirname(os.path.dirname(paths.base))
-
-
-def failure_time(paths: InstancePaths) -> float | None:
-    """When the instance's agent recorded its failure (the root cause is the earliest).
-    Read from the instance's tree, which the job writes: no link in it is followed."""
-    try:
-        return float(safepath.read_text(_job_dir(paths), paths.failure_time_file, 64).strip())
-    except (OSError, ValueError):
-        return None
-
-
-def failure_text(paths: InstancePaths) -> str:
-    """What the instance's failure file says, read without following a link the job
-    planted in its tree ("" when there is none)."""
-    try:
-        return safepath.read_text(_job_dir(paths), paths.failure_file, 4 * 1024).strip()
-    except OSError:
-        return ""
-
-
-def failure_reason(
-    paths: InstancePaths, host: str, code: int, verdict: str | None, job_dir: str
-) -> str:
-    """An instance's FailureReason: its failure file, after the kernel's word first
-    (``verdict``: memory or process limit; the script's own error is only the consequence,
-    "Killed", a BlockingIOError from fork), within 1024 characters."""
-    text = failure_text(paths)
-    if not text:
-        text = f"instance exited with status {code} without writing a failure reason"
-    verdict = verdict or disk_full.verdict(text, paths.base)
-    if verdict:
-        text = f"{verdict}\n{text}"
-    note = envphase.substitution_note(job_dir)
-    if note:  # kept whole: the traceback's tail gives way to it
-        return f"[{host}] {text}"[: 1024 - len(note) - 1] + "\n" + note
-    return f"[{host}] {text}"[:1024]
 
 
 class StopRequested(Exception):
@@ -153,9 +113,8 @@ class JobSupervisor:
         self.spec = self.record.spec
         self.backend = backend or get_backend(self.record.backend)
         self.policies = policies or Policies.for_spec(self.spec)
-        self.handles: list[InstanceHandle] = []
         self.signalled = False
-        self.failed_hosts: set[str] = set()
+        self.current: Attempt | None = None  # the attempt whose instances last launched
         if hasattr(self.backend, "should_stop"):  # ends a launch waiting for GPUs
             self.backend.should_stop = self.should_stop
         self.end = JobEnd(home, store, self.record, stream, self._first_log)
@@ -165,6 +124,17 @@ class JobSupervisor:
             runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
         )
         self.hooks: list[Hook] = standard_hooks(self) if hooks is None else list(hooks)
+        self.job = JobContext(
+            home,
+            store,
+            self.record,
+            self.backend,
+            self.policies,
+            self.hooks,  # the same list: a hook added before run() is called
+            self.deciding,
+            stream,
+            lambda: self.signalled,
+        )
 
     # -- helpers --------------------------------------------------------------------------
     def should_stop(self) -> bool:
@@ -175,183 +145,27 @@ class JobSupervisor:
     def hosts(self) -> list[str]:
         return self.spec.hosts
 
-    def paths(self, host: str) -> InstancePaths:
-        return InstancePaths(os.path.join(self.record.job_dir, "instances", host))
-
     def _first_log(self) -> str:
         """algo-1's log: this attempt's once its instances run, the job's first before."""
-        handle = next((h for h in self.handles if h.host == self.hosts[0]), None)
+        handles = self.current.handles if self.current is not None else []
+        handle = next((h for h in handles if h.host == self.hosts[0]), None)
         return handle.log_path if handle else self.home.log_path(self.name, self.hosts[0])
 
-    def _failure_reason(self, host: str, code: int) -> str:
-        handle = next((h for h in self.handles if h.host == host), None)
-        why = getattr(self.backend, "resource_failure", None)
-        verdict = why(handle) if why is not None and handle is not None else None
-        return failure_reason(self.paths(host), host, code, verdict, self.record.job_dir)
-
-    # -- one attempt ----------------------------------------------------------------------
-    def _launch(self, attempt: int) -> None:
+    def _launch(self, number: int) -> None:
+        """Start attempt ``number``: the submitted plan put back first (a retry runs the
+        job that was submitted), then its instances."""
         env = dict(os.environ)
-        env["SHIPYARD_ATTEMPT"] = str(attempt)
+        env["SHIPYARD_ATTEMPT"] = str(number)
         env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.max_retry_attempts)
-        if self.plan.restore():  # a retry runs the job that was submitted
+        if self.plan.restore():
             self.end.say("[shipyard] agent.json had changed; restored as submitted")
-        config_path = os.path.join(self.record.job_dir, "agent.json")
-        specs = []
-        for host in self.hosts:
-            log_path = self.home.log_path(self.name, host)
-            if attempt > 1:
-                log_path = log_path[:-4] + f".attempt{attempt}.log"
-            specs.append(LaunchSpec(self.name, host, config_path, log_path, env))
-        self.failed_hosts = set()
-        self.handles = self.backend.launch(specs)
-        addresses, now = self._addresses(), time.time()
-        self.store.record_instances(
-            [
-                InstanceRecord(
-                    self.name,
-                    attempt,
-                    h.host,
-                    addresses.get(h.host),
-                    h.pid,
-                    InstanceStatus.RUNNING,
-                    None,
-                    None,
-                    h.log_path,
-                    now,
-                    None,
-                )
-                for h in self.handles
-            ]
-        )
-        for hook in self.hooks:
-            hook.on_attempt_start(attempt, list(self.handles))
+        attempt = Attempt(self.job, number)
+        attempt.launch(env)
+        self.current = attempt
 
-    def _addresses(self) -> dict[str, str]:
-        subnet = self.record.subnet
-        table = plan.addresses(self.hosts, subnet) if subnet else {}
-        # a backend that placed instances on real nodes (Ray) reports their addresses
-        table.update({h.host: h.address for h in self.handles if h.address})
-        return table
-
-    def _finish_instance(
-        self,
-        handle: InstanceHandle,
-        attempt: int,
-        code: int,
-        status: InstanceStatus,
-        reason: str | None,
-    ) -> None:
-        self.store.record_instance(
-            InstanceRecord(
-                self.name,
-                attempt,
-                handle.host,
-                self._addresses().get(handle.host),
-                handle.pid,
-                status,
-                code,
-                reason,
-                handle.log_path,
-                None,
-                time.time(),
-            )
-        )
-
-    def _exited(self, handle: InstanceHandle, attempt: int, code: int) -> None:
-        """Record an instance that exited by itself: Failed (with its reason) or Completed."""
-        if code != 0:
-            self.failed_hosts.add(handle.host)
-            reason = self._failure_reason(handle.host, code)
-            self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
-        else:
-            self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
-
-    def _monitor(self, attempt: int) -> AttemptResult:
-        done: dict[str, int] = {}
-        next_stop_check = 0.0
-        delay = 0.002
-        while True:
-            running = [h for h in self.handles if h.host not in done]
-            for hook in self.hooks:
-                hook.on_poll(running)
-            progressed = False
-            for handle in running:
-                code = self.backend.poll(handle)
-                if code is None:
-                    continue
-                progressed = True
-                done[handle.host] = code
-                self._exited(handle, attempt, code)
-                if code != 0:
-                    root = self._root_cause(handle.host, attempt, done)
-                    return AttemptResult(AttemptKind.FAILED, self._failure_reason(root, code), root)
-            if len(done) == len(self.handles):
-                return AttemptResult(AttemptKind.SUCCEEDED)
-            if progressed and self.deciding.issubset(done):
-                self._release_servers(attempt, done)
-                return AttemptResult(AttemptKind.SUCCEEDED)
-            now = time.monotonic()
-            if self.policies.max_run.exceeded(now):
-                return self.policies.max_run.result()
-            if self.signalled:
-                return AttemptResult(AttemptKind.STOPPED)
-            if now >= next_stop_check:
-                next_stop_check = now + self.policies.stop.check_seconds
-                if self.store.get(self.name).stop_requested:
-                    return AttemptResult(AttemptKind.STOPPED)
-            time.sleep(delay if not progressed else 0)
-            delay = min(delay * 2, POLL_SECONDS)
-
-    def _root_cause(self, seen: str, attempt: int, done: dict[str, int]) -> str:
-        """The host whose failure came first (the failure policy's choice): the other
-        agents get the policy's settle window to record theirs, then the times they
-        recorded are compared (not the order we noticed them)."""
-        settle = self.policies.failure.settle_until()
-        while time.monotonic() < settle and len(done) < len(self.handles):
-            for handle in self.handles:
-                if handle.host in done:
-                    continue
-                code = self.backend.poll(handle)
-                if code is not None:
-                    done[handle.host] = code
-                    self._exited(handle, attempt, code)
-            time.sleep(0.01)
-        times = {h: failure_time(self.paths(h)) for h in self.hosts}
-        root = self.policies.failure.root_cause(seen, times)
-        self.failed_hosts.add(root)
-        return root
-
-    def _release_servers(self, attempt: int, done: dict[str, int]) -> None:
-        """The deciding instances succeeded: stop the ones that only serve them."""
-        serving = [h for h in self.handles if h.host not in done]
-        if self.stream is not None:
-            self.stream.write(
-                f"shipyard: {', '.join(sorted(self.deciding))} finished; "
-                f"stopping {', '.join(h.host for h in serving)}\n"
-            )
-        self.backend.stop(serving, grace=self.policies.stop.grace_seconds())
-        for handle in serving:
-            self._finish_instance(
-                handle, attempt, self.backend.poll(handle) or 0, InstanceStatus.COMPLETED, None
-            )
-
-    def _stop_instances(self, attempt: int) -> None:
-        """The stop policy's stop of every instance still running; one that failed first
-        but was seen later keeps its failure, the others are Stopped."""
-        running = [h for h in self.handles if self.backend.poll(h) is None]
-        self.backend.stop(self.handles, grace=self.policies.stop.grace_seconds())
-        for handle in running:
-            code = self.backend.poll(handle) or -15
-            if handle.host in self.failed_hosts:  # failed first, seen later
-                reason = self._failure_reason(handle.host, code)
-                self._finish_instance(handle, attempt, code, InstanceStatus.FAILED, reason)
-            else:
-                self._finish_instance(handle, attempt, code, InstanceStatus.STOPPED, None)
-
-    def _attempt_ended(self, attempt: int, result: AttemptResult) -> None:
-        for hook in self.hooks:
-            hook.on_attempt_end(attempt, result)
+    def _stop_instances(self) -> None:
+        if self.current is not None:
+            self.current.stop()
 
     # -- the whole job --------------------------------------------------------------------
     def run(self) -> JobRecord:
@@ -375,10 +189,11 @@ class JobSupervisor:
                     Event.TRAINING,
                     f"Training with {len(self.hosts)} instance(s), attempt {attempt}",
                 )
-                result = self._monitor(attempt)
+                assert self.current is not None
+                result = self.current.monitor()
                 if result.kind is not AttemptKind.SUCCEEDED:
-                    self._stop_instances(attempt)
-                self._attempt_ended(attempt, result)
+                    self.current.stop()
+                self.current.end(result)
                 self.store.record_attempt(self.name, attempt, started, time.time(), result.reason)
                 if not self.policies.retry.should_retry(result, attempt):
                     return self._conclude(result)
@@ -391,13 +206,14 @@ class JobSupervisor:
                     f"restarting all instances (attempt {attempt})",
                 )
         except KeyboardInterrupt:
-            self._stop_instances(attempt)
-            self._attempt_ended(attempt, AttemptResult(AttemptKind.STOPPED))
+            self._stop_instances()
+            if self.current is not None:
+                self.current.end(AttemptResult(AttemptKind.STOPPED))
             self._safe_transition(Event.STOP_REQUESTED, "Stop requested (interrupted)")
             self._safe_transition(Event.STOPPED, "Training job stopped")
             raise
         except BaseException as exc:
-            self._stop_instances(attempt)
+            self._stop_instances()
             self._safe_transition(
                 Event.FAILED,
                 "Internal error",
