@@ -64,7 +64,10 @@ def test_plan_of_a_measured_parameter_server_job(ps_job):
     measured = plan["measured"]
     # the model's two Linear layers: (256x512 + 512 + 512x8 + 8) float32
     assert measured["gradient_bytes"] == 4 * (256 * 512 + 512 + 512 * 8 + 8)
-    assert measured["sources"]["step_time"] == "the job's step-time metric"
+    # the declared metric wins over the step time shipyard measured, and says so
+    assert measured["sources"]["step_time"].startswith(
+        "the job's step-time metric (wins over shipyard's measured "
+    )
     rows = {(r["instance_type"], r["instances"]): r for r in plan["rows"]}
     assert len(rows) == 6
     assert rows[("ml.p3.16xlarge", 1)]["efficiency"] == 1.0

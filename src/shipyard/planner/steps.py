@@ -81,6 +81,9 @@ def summarize(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for doc in docs:
         steps = [(float(s[0]), None if s[1] is None else float(s[1])) for s in doc["steps"]]
         skip = warmup_steps(len(steps))
+        known = doc.get("warmup_steps")  # the source knows its warm-up (a first epoch)
+        if isinstance(known, int) and 0 < known < len(steps):
+            skip = known
         mine = steps[skip:]
         kept.extend(mine)
         warm += skip

@@ -52,6 +52,7 @@ class StepRecorder:
         self._begin = None
         self._last = None
         self._comm = None
+        self._warmup = None  # steps the source knows are warm-up (else the reader decides)
         self._flushed = 0.0
         self._dirty = False
         atexit.register(self.flush)
@@ -75,6 +76,17 @@ class StepRecorder:
         else:
             self._comm = None
         self._last = now
+
+    def add_group(self, seconds, count, warmup=False):
+        """``count`` steps that took ``seconds`` together (an asynchronous coordinator
+        sees only an epoch's end); ``warmup``: they are start-up, kept apart."""
+        if count <= 0:
+            return
+        if warmup:
+            self._warmup = (self._warmup or 0) + count
+        for _ in range(count):
+            self._comm = None
+            self._add(seconds / count)
 
     def comm(self, seconds):
         """Add ``seconds`` of communication to the step in progress."""
@@ -106,6 +118,7 @@ class StepRecorder:
                 "first_step_at": self._first_step_at,
                 "count": self._count,
                 "total_s": round(self._total_s, 6),
+                "warmup_steps": self._warmup,
                 "steps": [list(s) for s in self._steps],
             }
 

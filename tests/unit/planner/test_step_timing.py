@@ -84,6 +84,23 @@ def test_summary_excludes_warm_up_and_splits_compute_from_comm(tmp_path):
     assert steps.summarize([]) == {}
 
 
+def test_a_coordinator_s_epochs_are_grouped_and_its_first_is_warm_up(tmp_path):
+    a1 = str(tmp_path / "instances/algo-1/agent")
+    rec = _worker(a1, 31, [], source="keras fit")
+    rec.add_group(4.0, 8, warmup=True)  # the first epoch: tracing, connections
+    rec.add_group(0.4, 8)
+    rec.add_group(0.5, 0)  # an empty epoch adds nothing
+    rec.flush()
+    t = steps.summarize(steps.read(str(tmp_path), {"algo-1": a1}))
+    assert (t["StepsRun"], t["WarmupStepsExcluded"], t["Steps"]) == (16, 8, 8)
+    assert t["MedianStepSeconds"] == pytest.approx(0.05) and t["WarmupSeconds"] == 4.0
+    one = str(tmp_path / "instances/algo-2/agent")
+    only = _worker(one, 32, [], source="keras fit")
+    only.add_group(1.0, 10, warmup=True)  # one epoch only: the usual first 10% go
+    only.flush()
+    assert steps.summarize(steps.read(str(tmp_path), {"algo-2": one}))["Steps"] == 8
+
+
 def test_keras_steps_have_no_communication_split(tmp_path):
     a1 = str(tmp_path / "instances/algo-1/agent")
     _worker(a1, 21, [5.0, 0.3, 0.2, 0.2, 0.2, 0.2], source="keras fit")

@@ -1,0 +1,132 @@
+"""Step times shipyard measures with no change to the script (issue 39), one real job per
+measured source: the project's own unmodified examples, 2 instances, a few steps.
+
+* shipyard.ps (``examples/pytorch/ps_cnn.py``): the client times each step and its
+  push/pull; the plan uses that step time, not the job's wall time over its steps.
+* Keras ``fit`` under TensorFlow's ParameterServerStrategy
+  (``examples/tensorflow/cifar10_ps.py``): the TF hook adds a callback timing each batch;
+  ``shipyard plan --json`` plans it from that.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+import shipyard
+from tests.integration.test_cli import cli
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def _load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """One SHIPYARD_HOME for the module's jobs (each job runs once, several tests read it)."""
+    path = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHIPYARD_HOME", str(path))
+        mp.setenv("AWS_REGION", "us-east-1")
+        yield path
+
+
+@pytest.fixture(scope="module")
+def ps_job(home, tmp_path_factory):
+    pytest.importorskip("torch")
+    digits = tmp_path_factory.mktemp("digits")
+    _load("make_digits", os.path.join(EXAMPLES, "data", "make_digits.py")).write_digits(str(digits))
+    est = shipyard.PyTorch(
+        entry_point="ps_cnn.py",
+        source_dir=os.path.join(EXAMPLES, "pytorch"),
+        instance_count=2,
+        instance_type="local",
+        distribution={"parameter_server": {"enabled": True}},
+        session=shipyard.Session(home=str(home)),
+    )
+    est.fit({"training": str(digits)}, job_name="ps-cnn", logs=False)
+    return est.latest_training_job.describe()
+
+
+@pytest.fixture(scope="module")
+def keras_ps_job(home, tmp_path_factory):
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("tf_keras")
+    cifar = tmp_path_factory.mktemp("cifar")
+    make = _load("make_cifar", os.path.join(EXAMPLES, "data", "make_cifar_tfrecords.py"))
+    for split, n, seed in (("train", 128, 1), ("eval", 32, 2)):
+        os.makedirs(cifar / split)
+        make.write(str(cifar / split / f"{split}.tfrecords"), n, seed)
+    est = shipyard.TensorFlow(
+        entry_point="cifar10_ps.py",
+        source_dir=os.path.join(EXAMPLES, "tensorflow"),
+        instance_count=2,
+        instance_type="local",
+        hyperparameters={"epochs": 2, "steps_per_epoch": 8, "batch_size": 16},
+        distribution={"parameter_server": {"enabled": True}},
+        session=shipyard.Session(home=str(home)),
+    )
+    est.fit({"train": str(cifar / "train"), "eval": str(cifar / "eval")}, job_name="k-ps")
+    return est.latest_training_job.describe()
+
+
+@pytest.mark.timeout(240)
+def test_shipyard_ps_steps_are_timed_and_planned_from(ps_job):
+    assert ps_job["TrainingJobStatus"] == "Completed", ps_job.get("FailureReason")
+    timing = ps_job["Shipyard"]["StepTiming"]
+    assert timing["Source"] == "shipyard.ps client" and timing["Workers"] == 2
+    assert timing["StepsRun"] >= 2 * 10 and timing["WarmupStepsExcluded"] >= 4
+    assert timing["Steps"] == timing["StepsRun"] - timing["WarmupStepsExcluded"]
+    # the client times its push/pull: communication and compute are apart
+    assert 0 < timing["CommSeconds"] < timing["MedianStepSeconds"]
+    assert timing["ComputeSeconds"] > 0
+    # the steps, not the job's wall time (start-up, data, uploads) over its steps
+    steps_per_worker = timing["StepsRun"] / 2
+    assert timing["MedianStepSeconds"] < ps_job["TrainingTimeInSeconds"] / steps_per_worker / 2
+    res = cli("plan", "ps-cnn", "--instance-type", "ml.p3.2xlarge", "--instances", "1,2", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["measured"]["step_s"] == pytest.approx(timing["MedianStepSeconds"])
+    assert plan["measured"]["sources"]["step_time"].startswith("measured by shipyard: ")
+    assert "shipyard.ps client" in plan["measured"]["sources"]["step_time"]
+    # given still wins, and says over what
+    given = cli("plan", "ps-cnn", "--instance-type", "1gbit", "--step-time", "0.5", "--json")
+    assert given.returncode == 0, given.stderr
+    assert json.loads(given.stdout)["measured"]["sources"]["step_time"].startswith(
+        "given (--step-time) (wins over shipyard's measured "
+    )
+
+
+@pytest.mark.tensorflow
+@pytest.mark.timeout(420)
+def test_keras_fit_under_parameter_servers_is_timed_and_planned(keras_ps_job):
+    assert keras_ps_job["TrainingJobStatus"] == "Completed", keras_ps_job.get("FailureReason")
+    timing = keras_ps_job["Shipyard"]["StepTiming"]
+    # the chief (the coordinator) runs fit: 2 epochs x 8 steps; it schedules steps ahead,
+    # so whole epochs are timed (each step an eighth of its epoch), the first is warm-up
+    assert timing["Source"] == "keras fit" and timing["Workers"] == 1
+    assert (timing["StepsRun"], timing["WarmupStepsExcluded"], timing["Steps"]) == (16, 8, 8)
+    assert timing["P90StepSeconds"] == timing["MedianStepSeconds"]
+    assert timing["MedianStepSeconds"] > 0 and timing["CommSeconds"] is None
+    res = cli(
+        "plan",
+        "k-ps",
+        "--instance-type",
+        "ml.c5.xlarge,ml.p3.2xlarge",
+        "--instances",
+        "2,4",
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["measured"]["step_s"] == pytest.approx(timing["MedianStepSeconds"])
+    assert "keras fit" in plan["measured"]["sources"]["step_time"]
+    assert len(plan["rows"]) == 4
