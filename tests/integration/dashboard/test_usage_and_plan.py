@@ -162,7 +162,10 @@ def test_plan_api_rows_messages_and_bad_options(jobs, ui):
     assert plan["instances"] == [1, 2, 4, 8, 16, 32, 64] and len(plan["rows"]) == 14
     measured = plan["measured"]
     assert measured["gradient_bytes"] == 4 * (256 * 512 + 512 + 512 * 8 + 8)
-    assert measured["sources"]["step_time"] == "the job's step-time metric"
+    # the declared metric wins over the step time shipyard measured, and says so
+    assert measured["sources"]["step_time"].startswith(
+        "the job's step-time metric (wins over shipyard's measured "
+    )
     assert measured["distribution"] == "shipyard_ps" and "horovod" in plan["known_distributions"]
     assert SECRET not in json.dumps(plan)
 
