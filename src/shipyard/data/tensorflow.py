@@ -51,9 +51,16 @@ def _make(
         if benchmark:
             _report(channel, count, nbytes, started)
 
-    ds = tf.data.Dataset.from_generator(
-        batches, output_signature=tf.TensorSpec(shape=(None,), dtype=tf.string)
-    )
+    try:
+        ds = tf.data.Dataset.from_generator(
+            batches, output_signature=tf.TensorSpec(shape=(None,), dtype=tf.string)
+        )
+    except TypeError:  # TensorFlow before 2.4 (1.13 of the py37 tutorials): no output_signature
+        ds = tf.data.Dataset.from_generator(
+            batches, output_types=tf.string, output_shapes=tf.TensorShape([None])
+        )
+    if not hasattr(ds, "unbatch"):  # TensorFlow 1.x before 1.15
+        return ds.apply(tf.data.experimental.unbatch())
     return ds.unbatch()
 
 
