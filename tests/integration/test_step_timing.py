@@ -130,3 +130,7 @@ def test_keras_fit_under_parameter_servers_is_timed_and_planned(keras_ps_job):
     assert plan["measured"]["step_s"] == pytest.approx(timing["MedianStepSeconds"])
     assert "keras fit" in plan["measured"]["sources"]["step_time"]
     assert len(plan["rows"]) == 4
+    shown = cli("describe", "k-ps")
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())  # as a person reads it, whatever the wrapping
+    assert "step timing: " in text and "(keras fit); 8 warm-up step(s) excluded" in text

@@ -181,6 +181,10 @@ def describe(
         for m in desc["FinalMetricDataList"]:
             metrics.add_row(m["MetricName"], f"{m['Value']:g}")
         out.print(metrics)
+    if desc["Shipyard"].get("StepTiming"):  # measured by shipyard (planner/steps.py)
+        from shipyard.planner.steps import describe_line
+
+        out.print("step timing:", describe_line(desc["Shipyard"]["StepTiming"]), highlight=False)
     if desc["Shipyard"].get("DistributionReport"):
         from shipyard.observe.report_view import render
 

@@ -130,8 +130,8 @@ def describe_line(timing: Mapping[str, Any]) -> str:
     line = (
         f"{timing['MedianStepSeconds']:.4g}s per step (median; p90 "
         f"{timing['P90StepSeconds']:.4g}s) over {timing['Steps']} steps of "
-        f"{timing['Workers']} worker(s), measured by shipyard ({timing['Source']}); the "
-        f"first {timing['WarmupStepsExcluded']} warm-up step(s) excluded"
+        f"{timing['Workers']} worker(s), measured by shipyard ({timing['Source']}); "
+        f"{timing['WarmupStepsExcluded']} warm-up step(s) excluded"
     )
     if timing.get("CommSeconds") is not None:
         line += (

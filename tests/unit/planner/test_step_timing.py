@@ -183,3 +183,16 @@ def test_an_ended_job_with_too_few_steps_is_refused_in_one_line():
 def test_a_running_job_is_asked_to_finish_first():
     with pytest.raises(PlanInputError, match="is InProgress: plan needs a job that has ended"):
         from_describe(_timed_desc(TrainingJobStatus="InProgress"))
+
+
+def test_the_dashboard_plan_card_plans_a_failed_job_or_says_why_in_one_line():
+    from shipyard.dashboard import plan as card
+
+    ok = card.predict(_timed_desc(TrainingJobStatus="Failed"), card.Query(instances="1,2"))
+    assert ok["plannable"] and ok["measured"]["step_s"] == pytest.approx(0.065)
+    assert ok["measured"]["sources"]["job_status"].startswith("Failed: planned from the steps")
+    failed = _desc(TrainingJobStatus="Failed")
+    failed["Shipyard"]["MetricHistory"] = []
+    with pytest.raises(PlanInputError) as err:
+        card.predict(failed, card.Query())
+    assert "\n" not in str(err.value) and "logs -f" not in str(err.value)
