@@ -121,7 +121,7 @@ def summarize(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
     if len(comms) == len(kept):
         summary["CommSeconds"] = _r(_quantile(comms, 0.5))
-        summary["ComputeSeconds"] = _r(_quantile([s - c for s, c in kept], 0.5))
+        summary["ComputeSeconds"] = _r(_quantile([s - (c or 0.0) for s, c in kept], 0.5))
     return summary
 
 
