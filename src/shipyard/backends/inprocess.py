@@ -77,11 +77,13 @@ class _Instance:
             self._write(os.path.join(self.paths.model, name), text)
         deadline = None if script.seconds is None else time.monotonic() + script.seconds
         while deadline is None or time.monotonic() < deadline:
-            if self.kill.is_set():
-                self.code = SIGKILL_STATUS
-                return
+            # SIGTERM first: it came before the kill, even when this thread is scheduled only
+            # after both (a loaded machine); only an instance deaf to it dies of the kill
             if self.term.is_set() and not script.ignores_stop:
                 self.code = SIGTERM_STATUS
+                return
+            if self.kill.is_set():
+                self.code = SIGKILL_STATUS
                 return
             wait = 0.005 if deadline is None else min(0.005, max(0.0, deadline - time.monotonic()))
             time.sleep(wait)

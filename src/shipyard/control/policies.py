@@ -69,12 +69,12 @@ class FailurePolicy:
         return time.monotonic() + self.settle_seconds
 
     def root_cause(self, seen: str, times: dict[str, float | None]) -> str:
-        """The host with the earliest recorded failure time; ``seen`` (the first failure
-        polled) when no host recorded one."""
+        """The host with the earliest recorded failure time (``times`` in host order);
+        ``seen`` (the first failure polled) when no host recorded one."""
         known = {host: t for host, t in times.items() if t is not None}
         if not known:
             return seen
-        return min(known, key=lambda host: (known[host], host))
+        return min(known, key=lambda host: known[host])  # a tie: the first in host order
 
 
 @dataclass(frozen=True)

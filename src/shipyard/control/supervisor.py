@@ -159,9 +159,10 @@ class JobSupervisor:
         env["SHIPYARD_MAX_RETRY_ATTEMPTS"] = str(self.spec.max_retry_attempts)
         if self.plan.restore():
             self.end.say("[shipyard] agent.json had changed; restored as submitted")
-        attempt = Attempt(self.job, number)
-        attempt.launch(env)
-        self.current = attempt
+        # current before its launch: an error after the backend started the instances
+        # (recording them) still stops them
+        self.current = Attempt(self.job, number)
+        self.current.launch(env)
 
     def _stop_instances(self) -> None:
         if self.current is not None:

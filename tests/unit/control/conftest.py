@@ -66,7 +66,7 @@ class Job:
 
 @pytest.fixture
 def make_job(tmp_path) -> Callable[..., Job]:
-    def make(hosts: int = 2, **fields: Any) -> Job:
+    def make(hosts: int = 2, runner: str = "plain", **fields: Any) -> Job:
         home = Home(str(tmp_path / "home"))
         os.makedirs(home.root, exist_ok=True)
         store = Store(home.db_path)
@@ -93,6 +93,7 @@ def make_job(tmp_path) -> Callable[..., Job]:
             submit_directory=str(tmp_path),
             entry_point="train.py",
             instances_dir=os.path.join(job_dir, "instances"),
+            runner=runner,
         )
         with open(os.path.join(job_dir, "agent.json"), "w", encoding="utf-8") as fh:
             fh.write(config.to_json())

@@ -68,4 +68,5 @@ def test_root_cause_choice_alone():
     policy = FailurePolicy(settle_seconds=0)
     assert policy.root_cause("algo-2", {"algo-1": 5.0, "algo-2": 6.0, "algo-3": None}) == "algo-1"
     assert policy.root_cause("algo-2", {"algo-1": None, "algo-2": None}) == "algo-2"
-    assert policy.root_cause("algo-3", {"algo-1": 5.0, "algo-2": 5.0}) == "algo-1"  # a tie: by name
+    tie = {"algo-2": 5.0, "algo-10": 5.0}  # a tie: the first in host order, not by name
+    assert policy.root_cause("algo-10", tie) == "algo-2"

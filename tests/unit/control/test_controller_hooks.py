@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from shipyard.backends.inprocess import InProcessBackend, Script
 from shipyard.control.hooks import Hook
 from shipyard.control.lifecycle import JobStatus
@@ -71,3 +73,21 @@ def test_a_hook_that_could_not_do_its_part_ends_the_job_failed(make_job):
     record = job.supervisor(InProcessBackend(), hooks=[Unsaved()]).run()
     assert record.status is JobStatus.FAILED
     assert record.failure_reason == "the model artifacts could not be saved: disk full"
+
+
+def test_an_error_after_the_launch_stops_the_instances_and_fails_the_job(make_job):
+    job = make_job(hosts=2)
+
+    class Broken(Hook):
+        def on_attempt_start(self, attempt, handles):
+            raise RuntimeError("sampler exploded")
+
+    backend = InProcessBackend({"algo-1": Script(seconds=None), "algo-2": Script(seconds=None)})
+    sup = job.supervisor(backend, hooks=[Broken()])
+    with pytest.raises(RuntimeError, match="sampler exploded"):  # raised after the bookkeeping
+        sup.run()
+    record = job.store.get(job.name)
+    assert record.status is JobStatus.FAILED
+    assert record.failure_reason == "InternalServerError: RuntimeError: sampler exploded"
+    assert job.instances() == {"algo-1": ("Stopped", -15), "algo-2": ("Stopped", -15)}
+    assert all(backend.poll(h) is not None for h in sup.current.handles)  # no instance left
