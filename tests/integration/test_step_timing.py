@@ -3,6 +3,9 @@ measured source: the project's own unmodified examples, 2 instances, a few steps
 
 * shipyard.ps (``examples/pytorch/ps_cnn.py``): the client times each step and its
   push/pull; the plan uses that step time, not the job's wall time over its steps.
+* Horovod with PyTorch (``examples/horovod/pytorch_mnist.py``, unmodified ``import
+  horovod.torch``): each rank's ``DistributedOptimizer.step`` marks a step and the time
+  it waited for the gradients' allreduce.
 * Keras ``fit`` under TensorFlow's ParameterServerStrategy
   (``examples/tensorflow/cifar10_ps.py``): the TF hook adds a callback timing each batch;
   ``shipyard plan --json`` plans it from that.
@@ -40,10 +43,8 @@ def home(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def ps_job(home, tmp_path_factory):
+def ps_job(home, digits):
     pytest.importorskip("torch")
-    digits = tmp_path_factory.mktemp("digits")
-    _load("make_digits", os.path.join(EXAMPLES, "data", "make_digits.py")).write_digits(str(digits))
     est = shipyard.PyTorch(
         entry_point="ps_cnn.py",
         source_dir=os.path.join(EXAMPLES, "pytorch"),
@@ -52,7 +53,31 @@ def ps_job(home, tmp_path_factory):
         distribution={"parameter_server": {"enabled": True}},
         session=shipyard.Session(home=str(home)),
     )
-    est.fit({"training": str(digits)}, job_name="ps-cnn", logs=False)
+    est.fit({"training": digits}, job_name="ps-cnn", logs=False)
+    return est.latest_training_job.describe()
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    out = tmp_path_factory.mktemp("digits")
+    _load("make_digits", os.path.join(EXAMPLES, "data", "make_digits.py")).write_digits(str(out))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def horovod_job(home, digits):
+    pytest.importorskip("torch")
+    pytest.importorskip("mpi4py")
+    est = shipyard.PyTorch(
+        entry_point="pytorch_mnist.py",
+        source_dir=os.path.join(EXAMPLES, "horovod"),
+        instance_count=2,
+        instance_type="local",
+        distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
+        hyperparameters={"epochs": 1},
+        session=shipyard.Session(home=str(home)),
+    )
+    est.fit({"training": digits}, job_name="hvd", logs=False)
     return est.latest_training_job.describe()
 
 
@@ -134,3 +159,19 @@ def test_keras_fit_under_parameter_servers_is_timed_and_planned(keras_ps_job):
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())  # as a person reads it, whatever the wrapping
     assert "step timing: " in text and "(keras fit); 8 warm-up step(s) excluded" in text
+
+
+@pytest.mark.timeout(240)
+def test_horovod_steps_are_timed_with_their_allreduce(horovod_job):
+    assert horovod_job["TrainingJobStatus"] == "Completed", horovod_job.get("FailureReason")
+    timing = horovod_job["Shipyard"]["StepTiming"]
+    assert timing["Source"] == "horovod allreduce" and timing["Workers"] == 2
+    assert sorted(w["Host"] for w in timing["PerWorker"]) == ["algo-1", "algo-2"]
+    # both ranks step together: the same number of steps each
+    assert len({w["Steps"] for w in timing["PerWorker"]}) == 1 and timing["Steps"] > 10
+    assert 0 <= timing["CommSeconds"] <= timing["MedianStepSeconds"]
+    res = cli("plan", "hvd", "--instance-type", "10gbit", "--gradient-bytes", "1e6", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["measured"]["step_s"] == pytest.approx(timing["MedianStepSeconds"])
+    assert "horovod allreduce" in plan["measured"]["sources"]["step_time"]

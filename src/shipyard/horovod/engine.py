@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from shipyard import settings
+from shipyard.runtime import steptiming
 
 from . import errors
 from .asyncq import Runner
@@ -157,6 +158,16 @@ class Engine:
         if path:
             self.start_timeline(path)
 
+        # this rank's step times (runtime/steptiming.py): the DistributedOptimizers mark
+        # each step and its exposed gradient exchange; None outside a shipyard job
+        timing_path = steptiming.path_beside(settings.get("SHIPYARD_REPORT_PATH"))
+        self.steps: steptiming.StepRecorder | None = (
+            steptiming.StepRecorder(
+                timing_path, "horovod allreduce", settings.get("SHIPYARD_CURRENT_HOST")
+            )
+            if timing_path
+            else None
+        )
         self.fusion_threshold = fusion_threshold()
         self.negotiator = Negotiator(self._timeline)
         self.executor = Executor(self.negotiator, self._timeline)

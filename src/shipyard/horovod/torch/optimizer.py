@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import warnings
 from typing import cast
 
@@ -332,6 +333,7 @@ class _DistributedOptimizer:
             self._hvd_should_sync = True
 
     def step(self, closure=None):
+        waited = time.perf_counter()
         if self._hvd_should_sync:
             if self._hvd_synchronized:
                 warnings.warn(
@@ -341,8 +343,14 @@ class _DistributedOptimizer:
                     stacklevel=2,
                 )
             self.synchronize()
+        waited = time.perf_counter() - waited  # the exchange backward did not hide
         self._hvd_synchronized = False
-        return super().step(closure)
+        result = super().step(closure)
+        steps = getattr(self._hvd_engine, "steps", None)  # shipyard times each step (engine.py)
+        if steps is not None:
+            steps.comm(waited)
+            steps.mark()
+        return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if any(b.handle is not None for b in self._hvd_buckets):
