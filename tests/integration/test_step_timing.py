@@ -20,6 +20,7 @@ import os
 import pytest
 
 import shipyard
+from shipyard.errors import JobFailedError
 from tests.integration.test_cli import cli
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
@@ -175,3 +176,45 @@ def test_horovod_steps_are_timed_with_their_allreduce(horovod_job):
     plan = json.loads(res.stdout)
     assert plan["measured"]["step_s"] == pytest.approx(timing["MedianStepSeconds"])
     assert "horovod allreduce" in plan["measured"]["sources"]["step_time"]
+
+
+FAILS_AFTER = """
+import sys
+import numpy as np
+from shipyard.ps.client import PSClient
+steps = int(sys.argv[sys.argv.index("--steps") + 1])
+client = PSClient()
+client.register({"w": np.zeros(1000, dtype="float32")})
+for _ in range(steps):
+    client.push_pull({"w": np.ones(1000, dtype="float32")})
+raise SystemExit("the script's own error after %d steps" % steps)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_failed_job_is_planned_from_the_steps_it_ran_or_refused_in_one_line(home, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text(FAILS_AFTER)
+    for name, steps in (("fails-late", 40), ("fails-early", 1)):
+        est = shipyard.PyTorch(
+            entry_point="train.py",
+            source_dir=str(src),
+            instance_count=1,
+            instance_type="local",
+            hyperparameters={"steps": steps},
+            distribution={"parameter_server": {"enabled": True}},
+            session=shipyard.Session(home=str(home)),
+        )
+        with pytest.raises(JobFailedError):
+            est.fit(job_name=name, logs=False)
+    late = cli("plan", "fails-late", "--instance-type", "1gbit", "--json")
+    assert late.returncode == 0, late.stderr
+    sources = json.loads(late.stdout)["measured"]["sources"]
+    assert sources["job_status"].startswith("Failed: planned from the steps it ran (")
+    assert sources["step_time"].startswith("measured by shipyard: ")
+    early = cli("plan", "fails-early", "--instance-type", "1gbit")
+    assert early.returncode == 2
+    said = " ".join(early.stderr.split())  # one line, whatever the terminal's wrapping
+    assert "is Failed and cannot be planned: shipyard timed none of its steps" in said
+    assert "logs -f" not in said

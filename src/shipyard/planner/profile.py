@@ -204,8 +204,8 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
             sources["step_time"] = f"{where} / {steps} steps ({origin})"
     if not step_s or step_s <= 0:
         raise PlanInputError(
-            f"job {name!r} measured no step time (shipyard times Keras fit and shipyard.ps "
-            "steps itself): log one and declare it in metric_definitions (Name 'step_time', "
+            f"job {name!r} measured no step time (shipyard times the steps of Keras fit, "
+            "shipyard.ps and Horovod with PyTorch itself): log one and declare it in metric_definitions (Name 'step_time', "
             "seconds per step), or give --step-time SECONDS or --steps N (steps per worker "
             "the job ran)"
         )
@@ -280,7 +280,7 @@ def _step_timing(desc: Mapping[str, Any], given: Inputs) -> dict[str, Any]:
             f"ran; plan needs {step_files.MIN_STEPS})"
         )
     else:
-        why = "shipyard timed none of its steps (it ended before training, or ran no Keras fit or shipyard.ps steps)"
+        why = "shipyard timed none of its steps (it ended before training, or its steps were none shipyard times: Keras fit, shipyard.ps, Horovod with PyTorch)"
     raise PlanInputError(
         f"job {name!r} is {status} and cannot be planned: {why}; give --step-time SECONDS "
         "or plan a job that ran longer"
