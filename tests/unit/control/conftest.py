@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import pytest
 
 from shipyard.agent.config import AgentConfig
@@ -62,6 +63,15 @@ class Job:
 
     def secondary(self) -> list[str]:
         return [str(t["secondary_status"]) for t in self.store.transitions(self.name)]
+
+
+@pytest.fixture(autouse=True)
+def no_process_started():
+    """The point of this tier: the controller's rules run without starting a process."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not started, f"a controller unit test started processes: {started}"
 
 
 @pytest.fixture
