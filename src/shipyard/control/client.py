@@ -148,9 +148,7 @@ class ControlPlane(JobReader):
             runner=spec.dist.runner_for(spec.framework),
         )
 
-    def submit(
-        self, spec: JobSpec, log=None, identity: dict[str, str] | None = None
-    ) -> JobRecord:
+    def submit(self, spec: JobSpec, log=None, identity: dict[str, str] | None = None) -> JobRecord:
         """Validate, stage, record. On any error nothing is left but the refusal (a
         SIGTERM meanwhile too: it interrupts like Ctrl-C, and the reservation is undone).
         ``identity``: what the job's processes get to reach a service as themselves (a
@@ -158,9 +156,7 @@ class ControlPlane(JobReader):
         with terminate_as_interrupt():
             return self._submit(spec, log, identity or {})
 
-    def _submit(
-        self, spec: JobSpec, log=None, identity: dict[str, str] | None = None
-    ) -> JobRecord:
+    def _submit(self, spec: JobSpec, log=None, identity: dict[str, str] | None = None) -> JobRecord:
         check_runner(spec)
         framework_env, env_request = self._framework_env(spec)
         backends.validate(
