@@ -266,6 +266,17 @@ def _at_width(page, base: str, width: int) -> None:
         back = tuple(255 - a * (255 - c) for c in (r, g, b))  # over the white card
         fill = labels.nth(i).evaluate("t => getComputedStyle(t).fill")
         assert _contrast(_rgb(fill), back) >= 4.5, (i, fill, back)
+    # smoothing, as TensorBoard's: the raw line stays, faint, under the smoothed one
+    loss = page.locator(".metric[data-metric=train_loss]")
+    assert loss.locator("path.raw").count() == 0
+    page.fill("#smoothing", "0.9")
+    loss.locator("path.raw").wait_for(state="attached")
+    raw, smooth = (
+        loss.locator("path.raw").get_attribute("d"),
+        loss.locator("path.series").get_attribute("d"),
+    )
+    assert raw.split(" ")[0] == smooth.split(" ")[0] and raw != smooth  # debiased: same start
+    assert page.inner_text("#smoothing-value") == "0.90"
     # a finished job has no stop button; it has a TensorBoard one
     assert page.locator("#stop").count() == 0 and page.locator("#tensorboard").count() == 1
     assert _overflow(page) <= 0, (width, _wide(page))
@@ -280,6 +291,8 @@ def _at_width(page, base: str, width: int) -> None:
         "acc-job",
         "loss-b",
     ]
+    page.fill("#overlay-smoothing", "0.6")
+    until(lambda: page.locator("#overlay path.raw").count() == 2)
     page.select_option("#overlay-metric", "accuracy")
     until(lambda: page.locator("#overlay path.series").count() == 1)
     assert _overflow(page) <= 0, (width, _wide(page))

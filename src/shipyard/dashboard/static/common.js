@@ -91,9 +91,22 @@ function axis(lo, hi, opts) {
   return { lo: ticks[0], hi: ticks[ticks.length - 1], ticks, decimals: d };
 }
 
+// TensorBoard's smoothing: an exponential moving average, debiased so the first points
+// are not pulled towards zero; weight 0 leaves the points as they are.
+function smoothed(points, weight) {
+  if (!weight) return points;
+  let last = 0, n = 0;
+  return points.map(([x, y]) => {
+    last = last * weight + (1 - weight) * y;
+    n++;
+    return [x, last / (1 - Math.pow(weight, n))];
+  });
+}
+
 // A line plot: series = [{name, points: [[x, y], ...]}] with ticked axes; opts.unit
 // names x's unit ("s" by default), opts.xFormat / opts.yFormat turn a value into its
-// label ("12.5 %"), opts.zero puts zero on the y axis, opts.xTicks gives x's ticks.
+// label ("12.5 %"), opts.zero puts zero on the y axis, opts.xTicks gives x's ticks,
+// opts.smooth (0..0.99) draws each series smoothed over its raw line, faint.
 function linePlot(series, opts) {
   const o = opts || {};
   const W = o.width || 480, H = o.height || 200, B = 26;
@@ -131,6 +144,14 @@ function linePlot(series, opts) {
   series.forEach((s, i) => {
     if (!s.points.length) return;  // (its colour stays its own: s.color, else its place)
     const color = COLORS[(s.color ?? i) % COLORS.length];
+    const line = (pts) => pts.map((p, j) => `${j ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(" ");
+    if (o.smooth) {
+      root.appendChild(svg("path", { d: line(s.points), fill: "none", stroke: color, "stroke-width": 1.2, "stroke-opacity": 0.3, class: "raw" }));
+      const path = svg("path", { d: line(smoothed(s.points, o.smooth)), fill: "none", stroke: color, "stroke-width": 1.8, class: "series" });
+      path.appendChild(svg("title", {}, `${s.name} (smoothed ${o.smooth})`));
+      root.appendChild(path);
+      return;
+    }
     const d = s.points.map((p, j) => `${j ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(" ");
     const path = svg("path", { d, fill: "none", stroke: color, "stroke-width": 1.8, class: "series" });
     path.appendChild(svg("title", {}, s.name));

@@ -44,6 +44,19 @@ function timeline(d) {
   return root;
 }
 
+// the metric charts' smoothing (the slider above them; the compare page's overlay too)
+let smoothing = 0, lastDescribed = null;
+
+function smoothingControl(id, redraw) {
+  const input = document.getElementById(id), shown = document.getElementById(`${id}-value`);
+  input.value = String(smoothing);
+  input.addEventListener("input", () => {
+    smoothing = Number(input.value);
+    shown.textContent = smoothing.toFixed(2);
+    redraw();
+  });
+}
+
 function metricPlots(points, start, ended) {
   const byName = new Map();
   for (const p of points) {
@@ -64,7 +77,7 @@ function metricPlots(points, start, ended) {
     const series = [...hosts.entries()].map(([h, pts]) => ({
       name: h, points: byOrder ? pts.map((p, i) => [i, p[1]]) : pts }));
     return el("div", { class: "card metric", "data-metric": name },
-      el("strong", {}, name), linePlot(series, { unit: byOrder ? "#" : "s" }), legend([...hosts.keys()]));
+      el("strong", {}, name), linePlot(series, { unit: byOrder ? "#" : "s", smooth: smoothing }), legend([...hosts.keys()]));
   });
 }
 
@@ -139,6 +152,7 @@ async function refreshSingle() {
     for (let i = 1; i <= d.ResourceConfig.InstanceCount; i++) select.appendChild(el("option", { value: `algo-${i}` }, `algo-${i}`));
   }
   const start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
+  lastDescribed = d;
   setChildren(document.getElementById("metrics"), ...metricPlots(d.Shipyard.MetricHistory || [], start, d.TrainingJobStatus !== "InProgress"));
   actions.update(d.TrainingJobStatus);
   setChildren(document.getElementById("report"), drawReport(d.Shipyard.DistributionReport));
@@ -173,8 +187,14 @@ async function refreshCompare() {
 const actions = new Actions(names[0], document.getElementById("actions"));
 
 if (names.length > 1) {
+  smoothingControl("overlay-smoothing", () => redrawOverlay());
   refreshCompare().catch((e) => console.warn(e.message));
 } else {
+  smoothingControl("smoothing", () => {
+    if (!lastDescribed) return;
+    const d = lastDescribed, start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
+    setChildren(document.getElementById("metrics"), ...metricPlots(d.Shipyard.MetricHistory || [], start, d.TrainingJobStatus !== "InProgress"));
+  });
   document.getElementById("host").addEventListener("change", (ev) => { logHost = ev.target.value; resetLogs(); });
   document.getElementById("noise").addEventListener("change", (ev) => { logNoise = ev.target.checked; resetLogs(); });
   const tick = async () => {
