@@ -10,9 +10,10 @@ numbers for it (under ParameterServerStrategy that would wait for every step, an
 tf_keras refuses other batch-level callbacks there). A coordinator schedules steps
 ahead, so a batch's end there is only its scheduling (1.5 ms measured, where Keras'
 own epoch line said 52 ms/step): under ParameterServerStrategy the callback times
-whole epochs (``on_epoch_end`` waits for the epoch's steps) and marks the first epoch
-as warm-up. A ``fit`` whose callbacks are passed positionally
-is left alone. Python 3.7-compatible: jobs may run old frameworks.
+whole epochs (Keras waits for the epoch's steps before ``on_epoch_end``, and before
+the validation ``fit`` may run, which ``on_test_begin`` cuts off) and marks the first
+epoch as warm-up. A ``fit`` whose callbacks are passed positionally
+or a ``CallbackList`` is left alone. Python 3.7-compatible: jobs may run old frameworks.
 """
 
 import os
@@ -45,6 +46,12 @@ def _callback_class(module):
 
         def on_epoch_begin(self, epoch, logs=None):
             self._shipyard_epoch = (time.perf_counter(), 0)
+            self._shipyard_steps_end = None
+
+        def on_test_begin(self, logs=None):
+            # fit's validation runs after the epoch's steps, before on_epoch_end
+            if getattr(self, "_shipyard_steps_end", 0) is None:
+                self._shipyard_steps_end = time.perf_counter()
 
         def on_train_batch_begin(self, batch, logs=None):
             if not getattr(self, "_shipyard_ahead", False):
@@ -60,9 +67,10 @@ def _callback_class(module):
         def on_epoch_end(self, epoch, logs=None):
             if getattr(self, "_shipyard_ahead", False) and hasattr(self, "_shipyard_epoch"):
                 start, count = self._shipyard_epoch
+                end = getattr(self, "_shipyard_steps_end", None) or time.perf_counter()
                 first = self._shipyard_epochs == 0
                 self._shipyard_epochs += 1
-                self._shipyard_recorder.add_group(time.perf_counter() - start, count, first)
+                self._shipyard_recorder.add_group(end - start, count, first)
 
         def on_train_end(self, logs=None):
             self._shipyard_recorder.flush()
@@ -82,10 +90,10 @@ def _patch(module):
         return
 
     def timed_fit(self, *args, **kwargs):
-        if len(args) < 6:  # callbacks not passed positionally
-            callbacks = list(kwargs.get("callbacks") or [])
-            callbacks.append(cls(_recorder))
-            kwargs["callbacks"] = callbacks
+        given = kwargs.get("callbacks")
+        # a list (or none), not passed positionally: a CallbackList is the user's own
+        if len(args) < 6 and (given is None or isinstance(given, (list, tuple))):
+            kwargs["callbacks"] = list(given or []) + [cls(_recorder)]
         return fit(self, *args, **kwargs)
 
     timed_fit._shipyard_steps = True

@@ -236,6 +236,10 @@ def test_keras3_model_fit_under_multi_worker_mirrored_trains_across_instances(
         assert "Epoch 4/4" in text
     accuracy = float(logs["algo-1"].split("test_accuracy=")[1].split()[0])
     assert accuracy > 0.6
+    # shipyard timed each worker's fit batches with no change to the script (issue 39)
+    timing = desc["Shipyard"]["StepTiming"]
+    assert (timing["Source"], timing["Workers"]) == ("keras fit", 2), timing
+    assert timing["Steps"] > 0 and timing["WarmupStepsExcluded"] >= 4
 
 
 def test_bad_input_is_refused_before_anything_starts(session, write_script, home):
