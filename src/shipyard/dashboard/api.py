@@ -15,6 +15,8 @@
 * ``GET /api/jobs/{name}/plan?instance_type=A,B&instances=2,4``: ``shipyard plan``'s
   prediction for a finished job (see ``plan``), or ``plannable: false`` with the
   planner's message saying what the job lacks and how to get it;
+* ``GET /api/jobs/{name}/logs/download?timestamps=1&format=text|json&host=&noise=1``:
+  the whole log as a file, as ``shipyard logs`` prints it (hosts merged in time order);
 * ``POST /api/jobs/{name}/stop``: asks a running job to stop (``shipyard stop``'s
   request; the answer does not wait for it to end), 409 for a job that has ended;
 * ``POST /api/jobs/{name}/tensorboard``: starts (or finds) TensorBoard over the job's
@@ -107,6 +109,38 @@ def logs(
         "skipped": page.skipped,
         "terminal": record.terminal,
     }
+
+
+class BadLogRequestError(ShipyardError):
+    """A log download asked for a host the job does not have, or a format it has not."""
+
+
+def log_download(
+    control: ControlPlane,
+    name: str,
+    host: str | None = None,
+    noise: bool = False,
+    timestamps: bool = True,
+    as_json: bool = False,
+) -> tuple[str, str]:
+    """(file name, text) of the whole log as ``shipyard logs [--timestamps|--json]``
+    prints it: every host merged in the order the lines were written. Read whole, as
+    the command reads it, so the server calls it off its event loop."""
+    from shipyard.control.reading import host_names
+    from shipyard.observe import logtimes
+
+    record = control.get(name)
+    hosts = host_names(record.spec_data)
+    if host and host not in hosts:
+        raise BadLogRequestError(
+            f"job {name!r} has no host {host!r}; its hosts are {', '.join(hosts)}"
+        )
+    lines = logtimes.shown(
+        logtimes.TimedReader(control.log_files(name)).poll(flush=True), host, noise
+    )
+    if as_json:
+        return f"{name}.jsonl", "".join(logtimes.as_json(ln) + "\n" for ln in lines)
+    return f"{name}.log", "".join(logtimes.as_text(ln, timestamps) + "\n" for ln in lines)
 
 
 class JobEndedError(ShipyardError):

@@ -21,7 +21,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -160,6 +160,31 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
             return _page("job.html")
         return _page("notfound.html", 404)
 
+    async def download_logs(request: Request) -> Response:
+        """The whole log as a file (``shipyard logs``' text, or ``--json``'s lines)."""
+        q = request.query_params
+        fmt = q.get("format", "text")
+        if fmt not in ("text", "json") or q.get("timestamps", "1") not in ("0", "1"):
+            return _json({"error": "pass format=text or format=json, and timestamps=1 or 0"}, 400)
+        name = request.path_params["name"]
+        try:
+            filename, text = await run_in_threadpool(
+                api.log_download,
+                control,
+                name,
+                q.get("host") or None,
+                q.get("noise") == "1",
+                q.get("timestamps", "1") == "1",
+                fmt == "json",
+            )
+        except JobNotFoundError as exc:
+            return not_found(exc)
+        except api.BadLogRequestError as exc:
+            return _json({"error": str(exc)}, 400)
+        headers = dict(SECURITY_HEADERS)
+        headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return PlainTextResponse(text, headers=headers)
+
     async def stop_job(request: Request) -> Response:
         try:
             return _json(await run_in_threadpool(api.stop, control, request.path_params["name"]))
@@ -193,6 +218,7 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
             Route("/api/jobs", list_jobs),
             Route("/api/jobs/{name}", one_job),
             Route("/api/jobs/{name}/logs", job_logs),
+            Route("/api/jobs/{name}/logs/download", download_logs),
             Route("/api/jobs/{name}/metrics", job_metrics),
             Route("/api/jobs/{name}/utilization", job_utilization),
             Route("/api/jobs/{name}/plan", job_plan),

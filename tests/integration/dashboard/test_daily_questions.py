@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import time
 import urllib.request
@@ -157,6 +158,28 @@ def test_stop_api_answers_and_guards(jobs, ui):
     assert _call(base, "/api/jobs/live-other/stop")[0] == 405  # a GET changes nothing
     status, body = _call(base, "/api/jobs/loss-b/tensorboard", "POST", {"Origin": base})
     assert status == 409 and "no TensorBoard output" in body["error"], body
+
+
+STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[algo-1\] ")
+
+
+def test_log_download_as_shipyard_logs_prints_it(jobs, ui):
+    base, _ = ui
+    url = base + "/api/jobs/acc-job/logs/download?timestamps=1"
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        assert resp.headers["Content-Disposition"] == 'attachment; filename="acc-job.log"'
+        lines = resp.read().decode().splitlines()
+    epochs = [ln for ln in lines if "train_loss=" in ln]
+    assert len(epochs) == 6 and all(STAMPED.match(ln) for ln in epochs), epochs
+    assert epochs[0].endswith("[algo-1] epoch 0 train_loss=1.000 accuracy=0.900")
+    with urllib.request.urlopen(url + "&format=json", timeout=60) as resp:
+        objects = [json.loads(ln) for ln in resp.read().decode().splitlines()]
+    assert {"host": "algo-1"}.items() <= objects[0].items() and "time" in objects[0]
+    status, body = _call(base, "/api/jobs/acc-job/logs/download?host=algo-7")
+    assert status == 400 and "its hosts are algo-1" in body["error"], body
+    status, body = _call(base, "/api/jobs/acc-job/logs/download?format=xml")
+    assert status == 400 and "format=text or format=json" in body["error"], body
+    assert _call(base, "/api/jobs/nope-job/logs/download")[0] == 404
 
 
 def _browser(pw):
@@ -357,6 +380,12 @@ def test_stop_button_stops_a_running_job(jobs, ui):
         try:
             page = _page(browser, 820, errors)
             page.goto(base + "/jobs/live-job")
+            page.wait_for_selector("#log .line")
+            with page.expect_download() as info:  # the log link: a file with times
+                page.click("#log-download")
+            assert info.value.suggested_filename == "live-job.log"
+            first = pathlib.Path(info.value.path()).read_text().splitlines()[0]
+            assert STAMPED.match(first), first
             page.click("#stop")
             page.wait_for_selector("#stop-confirm")
             page.click("#stop-cancel")  # the confirm step: cancelled, nothing sent

@@ -117,8 +117,21 @@ async function pollPages() {
   }
 }
 
+// the whole log as a file, as shipyard logs --timestamps (or --json) prints it, for the
+// host and noise shown
+function downloadLinks() {
+  const q = new URLSearchParams({ timestamps: "1" });
+  if (logHost) q.set("host", logHost);
+  if (logNoise) q.set("noise", "1");
+  const base = `/api/jobs/${encodeURIComponent(names[0])}/logs/download`;
+  document.getElementById("log-download").setAttribute("href", safeHref(`${base}?${q}`));
+  q.set("format", "json");
+  document.getElementById("log-download-json").setAttribute("href", safeHref(`${base}?${q}`));
+}
+
 function resetLogs() {
   logCursor = null;
+  downloadLinks();
   logGen++;
   setChildren(document.getElementById("log"));
   pollLogs().catch((e) => console.warn(e.message));
@@ -190,6 +203,7 @@ if (names.length > 1) {
   smoothingControl("overlay-smoothing", () => redrawOverlay());
   refreshCompare().catch((e) => console.warn(e.message));
 } else {
+  downloadLinks();
   smoothingControl("smoothing", () => {
     if (!lastDescribed) return;
     const d = lastDescribed, start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
