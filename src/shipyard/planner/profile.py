@@ -191,7 +191,9 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
     elif timing:
         step_s = float(timing["MedianStepSeconds"])
         sources["step_time"] = "measured by shipyard: " + step_files.describe_line(timing)
-        steps = steps or max(1, int(timing["StepsRun"]) // max(1, int(timing["Workers"])))
+        # steps per worker: a coordinator (one timed process) ran every worker's steps
+        timed = max(1, int(timing["Workers"]), workers)
+        steps = steps or max(1, int(timing["StepsRun"]) // timed)
     elif steps:
         span = _training_span(report)
         where = "the traffic timeline's training span"

@@ -196,3 +196,13 @@ def test_the_dashboard_plan_card_plans_a_failed_job_or_says_why_in_one_line():
     with pytest.raises(PlanInputError) as err:
         card.predict(failed, card.Query())
     assert "\n" not in str(err.value) and "logs -f" not in str(err.value)
+
+
+def test_a_coordinator_s_steps_are_shared_by_the_workers():
+    desc = _timed_desc(AlgorithmSpecification={"TrainingImage": "tensorflow"})
+    del desc["Shipyard"]["DistributionReport"]["shards"]  # TF reports no push counts
+    desc["Shipyard"]["StepTiming"].update(Workers=1, StepsRun=20, Source="keras fit")
+    m = from_describe(desc)
+    assert m.profile.distribution == "tf_parameter_server"
+    # 20 coordinator steps over 2 workers: 10 each, so 24200 B / 10 / 2 / 1100 B = 1.1
+    assert m.profile.push_overhead == pytest.approx(1.1)
