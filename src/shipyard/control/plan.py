@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import secrets
+from typing import Any
 
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
@@ -125,6 +126,36 @@ def input_data_config(spec: JobSpec) -> dict[str, dict[str, str]]:
     return out
 
 
+# TensorFlow releases before ParameterServerStrategy's coordinator (2.4) have only the
+# TF1 way, every instance running the script in SageMaker's master/worker/ps layout
+TF2_PS_SINCE = (2, 4)
+
+
+def runner_options(spec: JobSpec) -> dict[str, Any]:
+    """The distribution's options for its runner. A TensorFlow parameter_server job asking
+    for a release before 2.4 gets SageMaker's own layout (``master`` = algo-1, the script on
+    every instance) unless it names one: its scripts are TF1 scripts, and the tf2 layout's
+    coordinator does not exist there (the tf-distribution-options notebook's 1.13)."""
+    dist = spec.dist
+    options = dict(dist.options, kind=dist.kind)
+    if (
+        dist.runner_for(spec.framework) == "tf_parameter_server"
+        and "layout" not in options
+        and _tf_release(spec.framework_version) < TF2_PS_SINCE
+    ):
+        options["layout"] = "sagemaker"
+    return options
+
+
+def _tf_release(version: str | None) -> tuple[int, int]:
+    """``"1.13"`` -> (1, 13); no version or not a number: the newest (the installed)."""
+    parts = (version or "").split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return (99, 0)
+
+
 def agent_config(
     spec: JobSpec,
     staged: StagedCode,
@@ -155,7 +186,7 @@ def agent_config(
         entry_point=staged.entry_point,
         instances_dir=os.path.join(home.job_dir(spec.job_name), "instances"),
         runner=dist.runner_for(spec.framework),
-        runner_options=dict(dist.options, kind=dist.kind),
+        runner_options=runner_options(spec),
         framework_module=FRAMEWORK_MODULES.get(spec.framework or ""),
         environment={**spec.environment, **(identity or {})},
         # in a sandbox the instance's interface on the job network is eth0, as on SageMaker

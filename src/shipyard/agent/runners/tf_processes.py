@@ -84,7 +84,9 @@ def server_spec(
 ) -> ProcessSpec:
     failure_file = os.path.join(ctx.paths.agent_dir, f"{name.replace(':', '-')}.failure")
     argv = [
-        sys.executable,
+        # the job's interpreter: the server speaks the job's TensorFlow (a framework
+        # environment's 1.13 or 2.4, not the agent's own release)
+        ctx.config.python or sys.executable,
         "-m",
         "shipyard.tf.server",
         "--name",
