@@ -223,12 +223,13 @@ def _resolve(req: Request) -> Resolution:
             asked_files = registry.fetch_filenames(package, registry.index_url(index))
         else:
             asked_files = files
-        oldest = tuple(int(p) for p in (req.min_python or "3.0").split("."))
-        elsewhere = {
+        oldest = _minor(req.min_python or "3.0")
+        every = {
             py: registry.installable_versions(asked_files, registry.tags_for(py))
             for py in interpreters.available()
-            if py != _python() and tuple(int(p) for p in py.split(".")) >= oldest
+            if py != _python()
         }
+        elsewhere = {py: v for py, v in every.items() if _minor(py) >= oldest}
         found = resolve(
             req.framework,
             req.asked,
@@ -247,10 +248,39 @@ def _resolve(req: Request) -> Resolution:
         if found.version is None or not found.installed:
             raise
     if found.version is None:
+        too_old = [py for py, v in every.items() if _minor(py) < oldest and _has(v, req.asked)]
+        if too_old:  # the release runs, but not with the job's distribution there
+            raise EnvironmentRefused(
+                f"framework_version {req.asked!r} runs only in Python {too_old[-1]}, where "
+                f"this job's distribution cannot: its MPI processes (Horovod, the "
+                f"data-parallel library) need mpi4py, which has no release for Python "
+                f"{too_old[-1]} that installs from a wheel; from Python {req.min_python} on "
+                f"it runs ({_oldest_release(every, oldest, fw.display)}), or run this "
+                "release with distribution={'parameter_server': {'enabled': True}}"
+            )
         raise EnvironmentRefused(found.reason or f"framework_version {req.asked!r}")
     if found.index_url is not None:
         found = replace(found, index_url=index)
     return found
+
+
+def _minor(py: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in py.split("."))
+
+
+def _has(versions: list[str], asked: str) -> bool:
+    want = parse(asked)
+    return want is not None and any(
+        (v := parse(s)) is not None and v[: len(want)] == want for s in versions
+    )
+
+
+def _oldest_release(every: dict[str, list[str]], oldest: tuple[int, ...], display: str) -> str:
+    """'TensorFlow 2.2.0 is the oldest release there': the nearest that would run."""
+    found = sorted(
+        (v, s) for py, vs in every.items() if _minor(py) >= oldest for s in vs if (v := parse(s))
+    )
+    return f"{display} {found[0][1]} is the oldest release there" if found else "no release here"
 
 
 def index_of(framework: str) -> str | None:

@@ -80,3 +80,35 @@ def test_the_notebooks_tf_1_13_parameter_server_estimator_trains_on_2_instances(
     # every variable on a parameter server: w, b, the global step and Adam's slots
     assert {v["key"] for v in report["placement"]} >= {"w", "b", "global_step"}
     assert all(s["answered"] and s["bytes_in"] > 0 for s in report["shards"])
+
+
+def test_the_notebooks_horovod_estimator_at_1_13_is_refused_naming_what_would_run(
+    session, write_script, monkeypatch
+):
+    """Its Horovod estimator (``distribution={'mpi': ...}``) cannot run TensorFlow 1.13 here:
+    1.13 has wheels for Python 3.7 only, where mpi4py has none (a source build bakes its
+    build directory into its library path). The job fails before any instance starts,
+    naming why and what would run."""
+    from shipyard.environments import interpreters
+    from shipyard.errors import JobFailedError
+
+    if interpreters.find("3.7") is None:
+        pytest.skip("no Python 3.7 on this machine (pyenv install 3.7 or uv python install 3.7)")
+    monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)
+    est = shipyard.TensorFlow(
+        entry_point="train.py",
+        source_dir=write_script("train.py", "import horovod.tensorflow as hvd\n"),
+        instance_count=2,
+        instance_type="ml.c5.large",
+        framework_version="1.13",
+        py_version="py3",
+        distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
+        session=session,
+    )
+    with pytest.raises(JobFailedError):
+        est.fit(job_name="tf113-hvd")
+    desc = est.latest_training_job.describe()
+    reason = desc["FailureReason"]
+    assert "framework_version '1.13' runs only in Python 3.7" in reason
+    assert "need mpi4py" in reason and "parameter_server" in reason
+    assert not desc["Shipyard"].get("Resources")  # no instance started
