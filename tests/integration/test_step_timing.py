@@ -121,7 +121,7 @@ def test_shipyard_ps_steps_are_timed_and_planned_from(ps_job):
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
     assert plan["measured"]["step_s"] == pytest.approx(timing["MedianStepSeconds"])
-    assert plan["measured"]["sources"]["step_time"].startswith("measured by shipyard: ")
+    assert plan["measured"]["sources"]["step_time"].startswith("measured by shipyard (")
     assert "shipyard.ps client" in plan["measured"]["sources"]["step_time"]
     # given still wins, and says over what
     given = cli("plan", "ps-cnn", "--instance-type", "1gbit", "--step-time", "0.5", "--json")
@@ -159,7 +159,8 @@ def test_keras_fit_under_parameter_servers_is_timed_and_planned(keras_ps_job):
     shown = cli("describe", "k-ps")
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())  # as a person reads it, whatever the wrapping
-    assert "step timing: " in text and "(keras fit); 8 warm-up step(s) excluded" in text
+    assert "step timing: measured by shipyard (keras fit): " in text
+    assert "of 1 worker(s); 8 warm-up step(s) excluded" in text
 
 
 @pytest.mark.timeout(240)
@@ -212,7 +213,7 @@ def test_a_failed_job_is_planned_from_the_steps_it_ran_or_refused_in_one_line(ho
     assert late.returncode == 0, late.stderr
     sources = json.loads(late.stdout)["measured"]["sources"]
     assert sources["job_status"].startswith("Failed: planned from the steps it ran (")
-    assert sources["step_time"].startswith("measured by shipyard: ")
+    assert sources["step_time"].startswith("measured by shipyard (")
     early = cli("plan", "fails-early", "--instance-type", "1gbit")
     assert early.returncode == 2
     said = " ".join(early.stderr.split())  # one line, whatever the terminal's wrapping

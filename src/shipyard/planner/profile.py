@@ -190,7 +190,7 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         sources["step_time"] = "the job's step-time metric" + _unused(timing)
     elif timing:
         step_s = float(timing["MedianStepSeconds"])
-        sources["step_time"] = "measured by shipyard: " + step_files.describe_line(timing)
+        sources["step_time"] = step_files.describe_line(timing)
         # steps per worker: a coordinator (one timed process) ran every worker's steps
         timed = max(1, int(timing["Workers"]), workers)
         steps = steps or max(1, int(timing["StepsRun"]) // timed)

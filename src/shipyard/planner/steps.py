@@ -128,10 +128,10 @@ def summarize(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def describe_line(timing: Mapping[str, Any]) -> str:
     """One line for a person: where the steps came from and what they took."""
     line = (
-        f"{timing['MedianStepSeconds']:.4g}s per step (median; p90 "
-        f"{timing['P90StepSeconds']:.4g}s) over {timing['Steps']} steps of "
-        f"{timing['Workers']} worker(s), measured by shipyard ({timing['Source']}); "
-        f"{timing['WarmupStepsExcluded']} warm-up step(s) excluded"
+        f"measured by shipyard ({timing['Source']}): {timing['MedianStepSeconds']:.4g}s per "
+        f"step (median; p90 {timing['P90StepSeconds']:.4g}s) over {timing['Steps']} steps "
+        f"of {timing['Workers']} worker(s); {timing['WarmupStepsExcluded']} warm-up step(s) "
+        "excluded"
     )
     if timing.get("CommSeconds") is not None:
         line += (
