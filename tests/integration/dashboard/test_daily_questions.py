@@ -289,6 +289,23 @@ def _at_width(page, base: str, width: int) -> None:
         back = tuple(255 - a * (255 - c) for c in (r, g, b))  # over the white card
         fill = labels.nth(i).evaluate("t => getComputedStyle(t).fill")
         assert _contrast(_rgb(fill), back) >= 4.5, (i, fill, back)
+    # zoom: a drag across the plot narrows its x axis to the points inside; a double-click undoes it
+    assert acc.locator("circle.point").count() == 6
+    acc.locator("svg").scroll_into_view_if_needed()  # the mouse moves inside the window
+    box = acc.locator("svg").bounding_box()
+    mid = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + 0.45 * box["width"], mid)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 0.8 * box["width"], mid, steps=4)
+    page.mouse.up()
+    acc = page.locator(".metric[data-metric=accuracy][data-zoomed='1']")
+    acc.wait_for()
+    assert 1 <= acc.locator("circle.point").count() < 6
+    assert acc.locator("text.x-label").all_text_contents() != xs
+    acc.locator("svg").dblclick()
+    acc = page.locator(".metric[data-metric=accuracy][data-zoomed='0']")
+    acc.wait_for()
+    assert acc.locator("circle.point").count() == 6
     # smoothing, as TensorBoard's: the raw line stays, faint, under the smoothed one
     loss = page.locator(".metric[data-metric=train_loss]")
     assert loss.locator("path.raw").count() == 0

@@ -110,6 +110,10 @@ function smoothed(points, weight) {
 function linePlot(series, opts) {
   const o = opts || {};
   const W = o.width || 480, H = o.height || 200, B = 26;
+  if (o.xRange) {  // zoomed in: the points inside the range (and their y range)
+    const [a, b] = o.xRange;
+    series = series.map((s) => Object.assign({}, s, { points: s.points.filter((p) => p[0] >= a && p[0] <= b) }));
+  }
   const all = series.flatMap((s) => s.points);
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", class: "plot" });
   if (!all.length) return root;
@@ -117,6 +121,7 @@ function linePlot(series, opts) {
   const unit = o.unit || "s";
   let xa;
   if (o.xTicks) xa = { lo: Math.min(...o.xTicks), hi: Math.max(...o.xTicks), ticks: o.xTicks, decimals: 0 };
+  else if (o.xRange) xa = axis(o.xRange[0], o.xRange[1], { count: 5, integer: unit === "#" });
   else {
     let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
     if (x1 === x0) { x0 = Math.max(0, x0 - 1); x1 += 1; }  // one time (or step)
@@ -130,6 +135,8 @@ function linePlot(series, opts) {
   const R = 14, T = 8;
   const X = (x) => L + ((x - xa.lo) / (xa.hi - xa.lo)) * (W - L - R);
   const Y = (y) => H - B - ((y - ya.lo) / (ya.hi - ya.lo)) * (H - B - T);
+  // what zoomable() needs to turn a pointer's position back into an x value
+  Object.assign(root.dataset, { w: W, l: L, r: R, x0: xa.lo, x1: xa.hi });
   for (const t of ya.ticks) {
     root.appendChild(svg("line", { x1: L, y1: Y(t), x2: W - R, y2: Y(t), stroke: "#e5e7eb", class: "grid" }));
     root.appendChild(svg("text", { x: L - 4, y: Y(t) + 4, "text-anchor": "end", class: "y-label" }, yLabel(t)));
@@ -164,6 +171,29 @@ function linePlot(series, opts) {
       }
     }
   });
+  return root;
+}
+
+// Drag across a plot to zoom into that x range (onZoom([lo, hi])); double-click to zoom
+// back out (onReset). Pointer positions are turned into x values with the plot's own
+// scale, kept on the svg by linePlot.
+function zoomable(root, onZoom, onReset) {
+  let from = null;
+  const valueAt = (clientX) => {
+    const box = root.getBoundingClientRect(), d = root.dataset;
+    const vx = ((clientX - box.left) * Number(d.w)) / box.width;
+    const f = Math.min(1, Math.max(0, (vx - Number(d.l)) / (Number(d.w) - Number(d.l) - Number(d.r))));
+    return Number(d.x0) + f * (Number(d.x1) - Number(d.x0));
+  };
+  root.addEventListener("pointerdown", (ev) => { from = ev.clientX; ev.preventDefault(); });
+  root.addEventListener("pointerup", (ev) => {
+    if (from === null) return;
+    const [a, b] = [from, ev.clientX].sort((p, q) => p - q);
+    from = null;
+    if (b - a >= 6 && root.dataset.x0 !== undefined) onZoom([valueAt(a), valueAt(b)]);
+  });
+  root.addEventListener("dblclick", () => onReset());
+  root.classList.add("zoomable");
   return root;
 }
 

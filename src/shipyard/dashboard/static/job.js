@@ -46,6 +46,13 @@ function timeline(d) {
 
 // the metric charts' smoothing (the slider above them; the compare page's overlay too)
 let smoothing = 0, lastDescribed = null;
+const zoomed = new Map();  // metric name -> [from, to] on its x axis, while zoomed in
+
+function redrawMetrics() {
+  if (!lastDescribed) return;
+  const d = lastDescribed, start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
+  setChildren(document.getElementById("metrics"), ...metricPlots(d.Shipyard.MetricHistory || [], start, d.TrainingJobStatus !== "InProgress"));
+}
 
 function smoothingControl(id, redraw) {
   const input = document.getElementById(id), shown = document.getElementById(`${id}-value`);
@@ -76,8 +83,11 @@ function metricPlots(points, start, ended) {
     const byOrder = xs.length > 1 && Math.max(...xs) - Math.min(...xs) < 0.5;
     const series = [...hosts.entries()].map(([h, pts]) => ({
       name: h, points: byOrder ? pts.map((p, i) => [i, p[1]]) : pts }));
-    return el("div", { class: "card metric", "data-metric": name },
-      el("strong", {}, name), linePlot(series, { unit: byOrder ? "#" : "s", smooth: smoothing }), legend([...hosts.keys()]));
+    const plot = zoomable(linePlot(series, { unit: byOrder ? "#" : "s", smooth: smoothing, xRange: zoomed.get(name) }),
+      (range) => { zoomed.set(name, range); redrawMetrics(); },
+      () => { zoomed.delete(name); redrawMetrics(); });
+    return el("div", { class: "card metric", "data-metric": name, "data-zoomed": zoomed.has(name) ? "1" : "0" },
+      el("strong", {}, name), plot, legend([...hosts.keys()]));
   });
 }
 
@@ -204,11 +214,7 @@ if (names.length > 1) {
   refreshCompare().catch((e) => console.warn(e.message));
 } else {
   downloadLinks();
-  smoothingControl("smoothing", () => {
-    if (!lastDescribed) return;
-    const d = lastDescribed, start = Date.parse(d.TrainingStartTime || d.CreationTime) / 1000;
-    setChildren(document.getElementById("metrics"), ...metricPlots(d.Shipyard.MetricHistory || [], start, d.TrainingJobStatus !== "InProgress"));
-  });
+  smoothingControl("smoothing", redrawMetrics);
   document.getElementById("host").addEventListener("change", (ev) => { logHost = ev.target.value; resetLogs(); });
   document.getElementById("noise").addEventListener("change", (ev) => { logNoise = ev.target.checked; resetLogs(); });
   const tick = async () => {

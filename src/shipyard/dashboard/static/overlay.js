@@ -25,10 +25,13 @@ function overlayPlot(described, metric) {
     name: s.hosts > 1 ? `${job} (${s.host})` : job,
     points: byOrder ? s.points.map((p, i) => [i, p[1]]) : s.points,
   }));
-  return [linePlot(series, { unit: byOrder ? "#" : "s", width: 720, height: 240, smooth: smoothing }), legend(series.map((s) => s.name))];
+  const plot = zoomable(linePlot(series, { unit: byOrder ? "#" : "s", width: 720, height: 240, smooth: smoothing, xRange: overlayZoom }),
+    (range) => { overlayZoom = range; redrawOverlay(); }, () => { overlayZoom = undefined; redrawOverlay(); });
+  return [plot, legend(series.map((s) => s.name))];
 }
 
-let redrawOverlay = () => {};  // set once the overlay is drawn (the smoothing slider calls it)
+let redrawOverlay = () => {};
+let overlayZoom;  // [from, to] on the x axis while zoomed in  // set once the overlay is drawn (the smoothing slider calls it)
 
 function overlay(described) {
   const box = document.getElementById("overlay");
@@ -45,6 +48,7 @@ function overlay(described) {
   const select = el("select", { id: "overlay-metric" }, ...metrics.map((m) => el("option", { value: m }, m)));
   const chart = el("div", { class: "overlay-chart" });
   const draw = () => setChildren(chart, ...overlayPlot(described, select.value));
+  select.addEventListener("change", () => { overlayZoom = undefined; });
   redrawOverlay = draw;
   select.addEventListener("change", draw);
   setChildren(box, el("p", {}, "metric ", select, " of each job, on one chart"), chart);
