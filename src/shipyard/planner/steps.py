@@ -55,9 +55,36 @@ def read(job_dir: str, agent_dirs: Mapping[str, str]) -> list[dict[str, Any]]:
                 )
             except (OSError, ValueError):
                 continue
-            if isinstance(doc, dict) and doc.get("schema") == SCHEMA and doc.get("steps"):
+            if _valid(doc):
                 docs.append(dict(doc, host=host))
     return docs
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def _valid(doc: Any) -> bool:
+    """A file of this schema with numbers where numbers go: the job wrote it, and a
+    describe must not fail on what a script left in its own tree."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not doc.get("steps"):
+        return False
+    steps = doc["steps"]
+    return (
+        isinstance(steps, list)
+        and all(
+            isinstance(s, list)
+            and len(s) == 2
+            and _number(s[0])
+            and (s[1] is None or _number(s[1]))
+            for s in steps
+        )
+        and all(
+            doc.get(k) is None or _number(doc[k]) for k in ("count", "started", "first_step_at")
+        )
+        and (doc.get("warmup_steps") is None or _number(doc["warmup_steps"]))
+        and isinstance(doc.get("source"), str)
+    )
 
 
 def _quantile(values: Sequence[float], q: float) -> float:

@@ -67,6 +67,17 @@ def test_summary_excludes_warm_up_and_splits_compute_from_comm(tmp_path):
     _worker(a2, 12, [3.0, 1.0] + [0.12] * 18, [0.5, 0.5] + [0.04] * 18)
     with open(os.path.join(a2, f"{PREFIX}13.json"), "w") as fh:
         fh.write("{not json")  # a broken file is skipped
+    for pid, bad in enumerate(
+        (
+            {"steps": [["x", None]]},
+            {"steps": [[0.1]]},
+            {"steps": [[0.1, None]], "count": "many"},
+            {"steps": [[0.1, None]], "source": 3},
+            {"steps": [[-1, None]]},
+        )
+    ):  # what a script could leave in its own tree: skipped, describe does not fail
+        with open(os.path.join(a2, f"{PREFIX}9{pid}.json"), "w") as fh:
+            json.dump({"schema": "shipyard.steps/v1", "source": "x", **bad}, fh)
     os.symlink("/etc/passwd", os.path.join(a1, f"{PREFIX}14.json"))  # a link is not followed
     docs = steps.read(str(job), {"algo-1": a1, "algo-2": a2, "algo-3": str(job / "none")})
     assert sorted(d["host"] for d in docs) == ["algo-1", "algo-2"]
