@@ -1,24 +1,30 @@
 """``shipyard server``'s S3 against a public S3 conformance suite (issue 27).
 
-The suite is ceph/s3-tests (its boto3 half, ``s3tests_boto3/functional``); its code is not
-part of shipyard and is never committed here: point ``--suite`` at a checkout of it (the
-directory that holds ``s3tests_boto3/``) and run it with a Python that has what the suite
-imports (boto3, munch, pytz, isodate, python-dateutil, requests, pytest), e.g. a throw-away
-venv. This script only needs the standard library.
+The suite is ceph/s3-tests; its code is not part of shipyard and is never committed here:
+point ``--suite`` at a checkout of it (the directory that holds ``s3tests/functional/``, or
+``s3tests_boto3/functional/`` in checkouts before 2024) and run it with a Python that has
+what the suite imports (its requirements.txt: boto3, munch, gevent, isodate, requests, pytz,
+httplib2, lxml, PyYAML, pytest; pytest-timeout if present bounds each test), e.g. a
+throw-away venv. This script only needs the standard library.
 
 What it does: starts ``shipyard server`` on a fresh temporary ``SHIPYARD_HOME`` and a free
 loopback port, writes the suite's ``s3tests.conf`` (host, port, the key ``shipyard server
-env`` prints, a bucket prefix), runs pytest over the suite with a junit report, and groups
-the results by feature from the test names (the suite's own markers are nose ``@attr``
-tags, not pytest markers, so names are what every version of the suite has in common).
-The server has one identity: the suite's "alt" and "tenant" users get the same key, so tests
-that expect another user to be refused fail (ACLs are out of scope).
+env`` prints, a bucket prefix, and every section the current ``s3tests.conf.SAMPLE`` asks
+for: ``[s3 tenant]`` with its ``tenant``, ``[iam]``, ``[iam root]``, ``[iam alt root]``),
+runs pytest over the whole suite with a junit report, and groups the results by feature
+from the file and test names (names are what every version of the suite has in common).
+The server has one identity: the suite's "alt", "tenant" and IAM users get the same key, so
+tests that expect another user to be refused fail (ACLs are out of scope). IAM, STS, SNS and
+S3 Select are other services shipyard does not serve: their files are run and counted in
+groups of their own, outside the SageMaker-relevant groups.
 
     /tmp/s3-venv/bin/python benchmarks/s3_conformance.py --suite /tmp/s3-tests
     ... --src /tmp/before/src      # another tree's server (a before/after comparison)
     ... -k multipart               # a part of the suite
 
-Ends with ``RESULT s3_conformance passed=... failed=... groups=name:passed/total,...``.
+Ends with ``RESULT s3_conformance passed=... total=... sagemaker_groups=passed/total
+groups=name:passed/total,...``; the SageMaker-relevant groups are those served (not
+``OUT_OF_SCOPE``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # server answers NotImplemented by design come first, so "copy of a versioned object" is
 # counted under versioning, not copy.
 GROUPS: tuple[tuple[str, str], ...] = (
+    ("iam-sts-sns", r"^(iam|sts|sns)::"),
+    ("s3select", r"^s3select::"),
     ("versioning", r"version"),
     ("acl", r"acl|anonymous|anon_|not_owned|grant"),
     ("tagging", r"tagging|_tags?_"),
@@ -66,6 +74,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("object", r"object|atomic|100_continue"),
 )
 OUT_OF_SCOPE = (
+    "iam-sts-sns",
+    "s3select",
     "versioning",
     "acl",
     "tagging",
@@ -78,9 +88,21 @@ OUT_OF_SCOPE = (
 )
 
 
-def group_of(name: str) -> str:
-    """The feature group of a suite test, from its name."""
+# the suite's files of other services (their tests never reach S3's API)
+OTHER_SERVICES = {
+    "test_iam": "iam",
+    "test_sts": "sts",
+    "test_sns": "sns",
+    "test_s3select": "s3select",
+}
+
+
+def group_of(name: str, module: str = "") -> str:
+    """The feature group of a suite test, from its file (``module``) and name."""
     bare = name.split("[")[0].removeprefix("test_")
+    service = OTHER_SERVICES.get(module.rsplit(".", 1)[-1])
+    if service:
+        bare = f"{service}::{bare}"
     for group, pattern in GROUPS:
         if re.search(pattern, bare):
             return group
@@ -137,21 +159,27 @@ def credentials(python: str, src: str, home: str, port: int) -> tuple[str, str]:
 
 
 def write_conf(path: str, port: int, key: str, secret: str) -> None:
+    """The suite's config: every section its ``configure()`` reads, all with the one key."""
+    sections = ("s3 main", "s3 alt", "s3 tenant", "iam", "iam root", "iam alt root")
     users = "".join(
-        f"[s3 {who}]\ndisplay_name = shipyard\nuser_id = shipyard\nemail = {who}@shipyard.local\n"
-        f"access_key = {key}\nsecret_key = {secret}\n\n"
-        for who in ("main", "alt", "tenant")
+        f"[{who}]\ndisplay_name = shipyard\nuser_id = shipyard\n"
+        f"email = {who.replace(' ', '-')}@shipyard.local\n"
+        f"access_key = {key}\nsecret_key = {secret}\n"
+        + ("tenant = shipyard\n" if who == "s3 tenant" else "")
+        + "\n"
+        for who in sections
     )
     with open(path, "w") as fh:
         fh.write(
             f"[DEFAULT]\nhost = 127.0.0.1\nport = {port}\nis_secure = False\n"
-            "ssl_verify = False\n\n[fixtures]\nbucket prefix = conf-{random}-\n\n" + users
+            "ssl_verify = False\n\n[fixtures]\nbucket prefix = conf-{random}-\n"
+            "iam name prefix = s3-tests-\niam path prefix = /s3-tests/\n\n" + users
         )
 
 
-def read_junit(path: str) -> dict[str, str]:
-    """test name -> passed | failed | skipped."""
-    outcome: dict[str, str] = {}
+def read_junit(path: str) -> dict[tuple[str, str], str]:
+    """(module, test name) -> passed | failed | skipped (a test failing its teardown failed)."""
+    outcome: dict[tuple[str, str], str] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         tags = {child.tag for child in case}
         if "skipped" in tags:
@@ -160,22 +188,35 @@ def read_junit(path: str) -> dict[str, str]:
             state = "failed"
         else:
             state = "passed"
-        outcome[case.get("name", "?")] = state
+        test = (case.get("classname", ""), case.get("name", "?"))
+        if outcome.get(test) != "failed":  # a teardown error is a second entry
+            outcome[test] = state
     return outcome
+
+
+def suite_dir(suite: str) -> str:
+    """The suite's tests: ``s3tests/functional`` today, ``s3tests_boto3/functional`` before."""
+    for layout in ("s3tests", "s3tests_boto3"):
+        tests = os.path.join(suite, layout, "functional")
+        if os.path.isdir(tests):
+            return tests
+    raise SystemExit(
+        f"--suite {suite}: neither s3tests/functional/ nor s3tests_boto3/functional/ is "
+        "there; point --suite at the root of a ceph/s3-tests checkout"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", required=True, help="checkout holding s3tests_boto3/")
+    parser.add_argument("--suite", required=True, help="root of a ceph/s3-tests checkout")
     parser.add_argument("--src", default=os.path.join(ROOT, "src"), help="shipyard's src/")
     parser.add_argument("--server-python", default=None, help="Python that runs the server")
     parser.add_argument("-k", default=None, help="pytest -k expression (a part of the suite)")
     parser.add_argument("--junit", default=None, help="keep the junit report here")
     parser.add_argument("--show-failed", action="store_true", help="list every failed test")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per test (hang guard)")
     args = parser.parse_args()
-    tests = os.path.join(args.suite, "s3tests_boto3", "functional")
-    if not os.path.isdir(tests):
-        raise SystemExit(f"--suite {args.suite}: no s3tests_boto3/functional/ there")
+    tests = suite_dir(args.suite)
     server_python = args.server_python or os.path.join(ROOT, ".venv", "bin", "python")
     if not os.path.exists(server_python):
         server_python = sys.executable
@@ -192,19 +233,24 @@ def main() -> None:
         cmd += ["--junitxml", junit, "-o", "junit_family=xunit2"]
         if args.k:
             cmd += ["-k", args.k]
+        has_timeout = subprocess.run(
+            [sys.executable, "-c", "import pytest_timeout"], capture_output=True, check=False
+        )
+        if has_timeout.returncode == 0:
+            cmd += ["--timeout", str(args.timeout)]
         env = dict(os.environ, S3TEST_CONF=conf, AWS_DEFAULT_REGION="us-east-1")
         env.pop("AWS_ACCESS_KEY_ID", None)
         env.pop("AWS_SECRET_ACCESS_KEY", None)
+        log = os.path.join(work, "pytest.log")
         try:
-            subprocess.run(
-                cmd,
-                cwd=args.suite,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                check=False,
-            )
+            with open(log, "wb") as out:
+                subprocess.run(cmd, cwd=args.suite, env=env, stdout=out, stderr=out, check=False)
         except KeyboardInterrupt:
             pass
+        if not os.path.exists(junit):
+            with open(log, errors="replace") as fh:
+                tail = fh.read()[-3000:]
+            raise SystemExit(f"pytest wrote no report (is the suite's Python complete?):\n{tail}")
         outcome = read_junit(junit)
     finally:
         proc.terminate()
@@ -215,8 +261,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)  # the server's home; the report was read
 
     table: dict[str, list[int]] = {}
-    for name, state in outcome.items():
-        row = table.setdefault(group_of(name), [0, 0])
+    for (module, name), state in outcome.items():
+        row = table.setdefault(group_of(name, module), [0, 0])
         if state != "skipped":
             row[1] += 1
             row[0] += state == "passed"
@@ -226,12 +272,14 @@ def main() -> None:
         scope = "NotImplemented by design" if group in OUT_OF_SCOPE else "served"
         print(f"{group:<14} {passed:>6} {total:>6}  {scope}")
     if args.show_failed:
-        for name in sorted(n for n, s in outcome.items() if s == "failed"):
-            print(f"FAILED {group_of(name):<14} {name}")
+        for module, name in sorted(t for t, s in outcome.items() if s == "failed"):
+            print(f"FAILED {group_of(name, module):<14} {module.rsplit('.', 1)[-1]}::{name}")
     passed = sum(row[0] for row in table.values())
-    failed = sum(row[1] - row[0] for row in table.values())
+    total = sum(row[1] for row in table.values())
+    served = [row for group, row in table.items() if group not in OUT_OF_SCOPE]
+    sagemaker = f"{sum(r[0] for r in served)}/{sum(r[1] for r in served)}"
     groups = ",".join(f"{g}:{p}/{t}" for g, (p, t) in sorted(table.items()))
-    result("s3_conformance", passed=passed, failed=failed, groups=groups)
+    result("s3_conformance", passed=passed, total=total, sagemaker_groups=sagemaker, groups=groups)
 
 
 if __name__ == "__main__":

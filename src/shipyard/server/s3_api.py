@@ -139,7 +139,7 @@ class _Chunked:
 
 
 # query parameters that select an operation (the others only qualify one)
-SELECTORS = frozenset({"uploads", "uploadId", "partNumber", "delete", "location"})
+SELECTORS = frozenset({"uploads", "uploadId", "partNumber", "delete", "location", "versions"})
 _NONE: frozenset[str] = frozenset()
 # (has bucket, has key, method, selectors) -> S3Api method
 ROUTES: dict[tuple[bool, bool, str, frozenset[str]], str] = {
@@ -150,6 +150,7 @@ ROUTES: dict[tuple[bool, bool, str, frozenset[str]], str] = {
     (True, False, "GET", _NONE): "list_objects",
     (True, False, "GET", frozenset({"location"})): "get_location",
     (True, False, "GET", frozenset({"uploads"})): "list_uploads",
+    (True, False, "GET", frozenset({"versions"})): "list_versions",
     (True, False, "POST", frozenset({"delete"})): "delete_objects",
     (True, True, "PUT", _NONE): "put_object",
     (True, True, "PUT+copy", _NONE): "copy_object",
@@ -447,6 +448,9 @@ class S3Api:
 
     def list_uploads(self, req: Request, bucket: str, key: str) -> Response:
         return listings.uploads(self.store, req, bucket)
+
+    def list_versions(self, req: Request, bucket: str, key: str) -> Response:
+        return listings.versions(self.store, req, bucket)
 
     def list_parts(self, req: Request, bucket: str, key: str) -> Response:
         return listings.parts(self.store, req, bucket, key)

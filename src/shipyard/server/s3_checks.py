@@ -45,6 +45,9 @@ SERVED_PARAMS = frozenset(
         "part-number-marker",
         "delete",
         "location",
+        # ListObjectVersions of an unversioned bucket (each key's one version, null)
+        "versions",
+        "version-id-marker",
         # GetObject's response overrides
         "response-content-type",
         "response-content-disposition",

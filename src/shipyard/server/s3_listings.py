@@ -1,5 +1,5 @@
-"""S3's listings: buckets, a bucket's objects (v1 and v2), multipart uploads and an
-upload's parts.
+"""S3's listings: buckets, a bucket's objects (v1 and v2) and their versions, multipart
+uploads and an upload's parts.
 
 Split from :mod:`shipyard.server.s3_api` (issue 26): these read the store and write one
 XML page each, with S3's pagination rules (markers and continuation tokens, common
@@ -47,23 +47,15 @@ def buckets(store: ObjectStore) -> Response:
     return xml_response("ListAllMyBucketsResult", f"{OWNER}<Buckets>{items}</Buckets>", ns=NS)
 
 
-def objects(store: ObjectStore, req: Request, bucket: str) -> Response:
-    v2 = req.arg("list-type") == "2"
-    prefix = req.arg("prefix", "") or ""
-    delimiter = req.arg("delimiter", "") or ""
-    try:
-        max_keys = max(0, min(1000, int(req.arg("max-keys", "1000") or 1000)))
-    except ValueError:
-        raise ApiError("InvalidArgument", "max-keys must be an integer") from None
-    if v2:
-        token = req.arg("continuation-token")
-        start = urllib.parse.unquote(token) if token else (req.arg("start-after", "") or "")
-    else:
-        start = req.arg("marker", "") or ""
-    encoding = req.arg("encoding-type")
-    if encoding not in (None, "url"):
-        raise ApiError("InvalidArgument", f"encoding-type {encoding!r}: the only one is 'url'")
-    contents: list[tuple[str, int, str, float]] = []
+Entry = tuple[str, int, str, float]  # key, size, etag, last modified
+
+
+def _page(
+    store: ObjectStore, bucket: str, prefix: str, delimiter: str, start: str, max_keys: int
+) -> tuple[list[Entry], list[str], bool, str]:
+    """One page of keys after ``start``: (objects, common prefixes, truncated, last
+    entry), common prefixes rolled up under ``delimiter`` as S3 does."""
+    contents: list[Entry] = []
     prefixes: list[str] = []
     truncated, last = False, start
     scan_from = start
@@ -97,6 +89,26 @@ def objects(store: ObjectStore, req: Request, bucket: str) -> Response:
             continue
         if truncated:
             break
+    return contents, prefixes, truncated, last
+
+
+def objects(store: ObjectStore, req: Request, bucket: str) -> Response:
+    v2 = req.arg("list-type") == "2"
+    prefix = req.arg("prefix", "") or ""
+    delimiter = req.arg("delimiter", "") or ""
+    try:
+        max_keys = max(0, min(1000, int(req.arg("max-keys", "1000") or 1000)))
+    except ValueError:
+        raise ApiError("InvalidArgument", "max-keys must be an integer") from None
+    if v2:
+        token = req.arg("continuation-token")
+        start = urllib.parse.unquote(token) if token else (req.arg("start-after", "") or "")
+    else:
+        start = req.arg("marker", "") or ""
+    encoding = req.arg("encoding-type")
+    if encoding not in (None, "url"):
+        raise ApiError("InvalidArgument", f"encoding-type {encoding!r}: the only one is 'url'")
+    contents, prefixes, truncated, last = _page(store, bucket, prefix, delimiter, start, max_keys)
     enc = (lambda text: urllib.parse.quote(text, safe="/")) if encoding else str
     # ListObjects (v1) echoes Prefix as sent even with encoding-type=url (botocore does
     # not decode it there); ListObjectsV2 encodes it like the keys
@@ -195,3 +207,57 @@ def parts(store: ObjectStore, req: Request, bucket: str, key: str) -> Response:
             + "</Part>"
         )
     return xml_response("ListPartsResult", "".join(parts), ns=NS)
+
+
+def versions(store: ObjectStore, req: Request, bucket: str) -> Response:
+    """ListObjectVersions of a bucket that is not versioned, as S3 answers it: each key's one
+    version, ``null``, the latest. Tools that empty a bucket list versions (the suite's own
+    cleanup, ``aws s3api``, Terraform's force_destroy); a 501 left them unable to."""
+    prefix = req.arg("prefix", "") or ""
+    delimiter = req.arg("delimiter", "") or ""
+    key_marker = req.arg("key-marker", "") or ""
+    version_marker = req.arg("version-id-marker", "") or ""
+    if version_marker and version_marker != "null":
+        raise ApiError(
+            "InvalidArgument",
+            f"version-id-marker {version_marker!r}: the only version here is 'null'",
+        )
+    if version_marker and not key_marker:
+        raise ApiError("InvalidArgument", "a version-id-marker needs a key-marker")
+    limit = max(0, min(1000, int_arg(req, "max-keys", 1000)))
+    encoding = req.arg("encoding-type")
+    if encoding not in (None, "url"):
+        raise ApiError("InvalidArgument", f"encoding-type {encoding!r}: the only one is 'url'")
+    store.bucket_region(bucket)  # NoSuchBucket
+    found, prefixes, truncated, last = _page(store, bucket, prefix, delimiter, key_marker, limit)
+    enc = (lambda text: urllib.parse.quote(text, safe="/")) if encoding else str
+    parts = [
+        tag("Name", bucket),
+        tag("Prefix", enc(prefix)),
+        tag("KeyMarker", enc(key_marker)),
+        tag("VersionIdMarker", version_marker),
+        tag("MaxKeys", limit),
+    ]
+    if delimiter:
+        parts.append(tag("Delimiter", enc(delimiter)))
+    if encoding:
+        parts.append(tag("EncodingType", encoding))
+    parts.append(tag("IsTruncated", "true" if truncated else "false"))
+    if truncated:
+        parts += [tag("NextKeyMarker", enc(last)), tag("NextVersionIdMarker", "null")]
+    for key, size, etag, modified in found:
+        parts.append(
+            "<Version>"
+            + tag("Key", enc(key))
+            + tag("VersionId", "null")
+            + tag("IsLatest", "true")
+            + tag("LastModified", iso(modified))
+            + tag("ETag", f'"{etag}"')
+            + tag("Size", size)
+            + OWNER
+            + tag("StorageClass", "STANDARD")
+            + "</Version>"
+        )
+    for common in prefixes:
+        parts.append(f"<CommonPrefixes>{tag('Prefix', enc(common))}</CommonPrefixes>")
+    return xml_response("ListVersionsResult", "".join(parts), ns=NS)
