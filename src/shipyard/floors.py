@@ -55,8 +55,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ),
     # the Horovod-compatible collectives, under the data-parallel library's API built on them
     ("horovod",),
-    # object stores and the debugger-hook shapes the SDK and the server share
-    ("storage", "debugger"),
+    # object stores, the debugger-hook shapes the SDK and the server share, and the one
+    # HTTP layer (uvicorn adapter, limits, refusals) every shipyard server is served by
+    ("storage", "debugger", "http"),
     # the one validated description of a job
     ("spec",),
     # what a spec is made of, the settings, and the process helpers every process uses

@@ -1,10 +1,11 @@
-"""``shipyard server`` on uvicorn: the HTTP stack the model server and the dashboard use.
+"""``shipyard server`` on the HTTP layer every shipyard server uses (``shipyard.http``).
 
 Why not ``ThreadingHTTPServer`` any more (issue 27): its listen backlog was 5 and it ran a
 thread per connection, so with 100 clients connecting at once a quarter got no answer for
 10-30 s, and an idle connection was never closed. uvicorn (httptools on uvloop where
 installed) accepts on an event loop with a real backlog; what uvicorn lacks of its own is
-added by ``GuardedProtocol``, as ``serving/front_end.py`` does for the model server:
+added by ``shipyard.http``'s ``GuardedProtocol`` (in its ASGI mode; the model server uses
+its fast path), with the API server's own ``Limits`` (``api_limits``):
 
 - a deadline for a whole request head from its first byte (slowloris: 408, then close),
   and a cap on its size counted as it arrives (431: httptools has none of its own);
@@ -29,13 +30,12 @@ import asyncio
 import concurrent.futures
 import io
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
+from shipyard.http.adapter import sweep_forever, uvicorn_server
+from shipyard.http.limits import Limits
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, json_response
 
@@ -53,103 +53,30 @@ class Handler(Protocol):
     def error_for(self, req: Request, status: int, code: str, message: str) -> Response: ...
 
 
-@dataclass
-class Limits:
-    """The connection limits; defaults sized for a team's notebooks and instances."""
+def api_limits(**overrides: Any) -> Limits:
+    """The API server's connection limits, sized for a team's notebooks and instances
+    (``overrides`` names others: tests shorten the deadlines)."""
+    values: dict[str, Any] = {
+        "head_timeout": 30.0,  # a whole request line + headers, from its first byte
+        "max_head": 64 << 10,  # their size (S3's own limit on headers is 8 KB of metadata)
+        "read_timeout": 60.0,  # a body with no byte for this long while it is awaited
+        "body_timeout": None,  # an S3 upload of 5 GB may take long, but never stall
+        "keepalive_timeout": 75.0,  # an idle connection (also one that never sent)
+        "max_connections": 4096,  # open connections; more are answered 503 and closed
+        "max_body": None,  # each service decides (Request.read_body: 413)
+    }
+    values.update(overrides)
+    return Limits(**values)
 
-    head_timeout: float = 30.0  # a whole request line + headers, from its first byte
-    max_head: int = 64 << 10  # their size (S3's own limit on headers is 8 KB of metadata)
-    read_timeout: float = 60.0  # a body with no byte for this long while it is awaited
-    keepalive_timeout: float = 75.0  # an idle connection (also one that never sent)
-    max_connections: int = 4096  # open connections; more are answered 503 and closed
+
+@dataclass
+class Pools:
+    """The server's threads and sockets (the connection limits are ``Limits``')."""
+
     backlog: int = 4096  # the listen queue (the kernel caps it at net.core.somaxconn)
     threads: int = 64  # requests handled at once (SQLite/disk work, small bodies)
     upload_threads: int = 32  # requests with a body over PRELOAD (streamed) at once
     shutdown_grace: float = 10.0  # SIGTERM: requests in flight get this long to finish
-
-
-class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the limits above (``limits`` is set on the
-    subclass ``build`` makes: uvicorn constructs protocols itself)."""
-
-    limits: Limits
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.last_data = time.monotonic()
-        self.head_since: float | None = None  # first byte of a head still incomplete
-        self.head_bytes = 0  # bytes read while that head was incomplete
-        self.in_body = False  # a request whose body has not all arrived
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        cap = self.limits.max_connections
-        if len(self.connections) >= cap:
-            body = (
-                f"shipyard server has {cap} connections open, its limit; retry shortly or "
-                "reuse a keep-alive connection"
-            ).encode()
-            self.transport = transport  # uvicorn's connection_lost closes it again
-            transport.write(
-                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
-                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
-            )
-            transport.close()
-            return
-        super().connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.last_data = time.monotonic()
-        super().data_received(data)
-        if self.head_since is not None and not self.transport.is_closing():
-            # httptools keeps a head's pieces until it ends: count them as they come
-            self.head_bytes += len(data)
-            if self.head_bytes > self.limits.max_head:
-                self._refuse(
-                    b"431 Request Header Fields Too Large",
-                    f"request line and headers are over {self.limits.max_head} bytes",
-                )
-
-    def _refuse(self, status: bytes, message: str) -> None:
-        body = message.encode()
-        self.transport.write(
-            b"HTTP/1.1 %s\r\ncontent-type: text/plain\r\nconnection: close\r\n"
-            b"content-length: %d\r\n\r\n%s" % (status, len(body), body)
-        )
-        self.transport.close()
-
-    def on_message_begin(self) -> None:
-        self.head_since = time.monotonic()
-        self.head_bytes = 0
-        super().on_message_begin()
-
-    def on_headers_complete(self) -> None:
-        self.head_since = None
-        self.in_body = True
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        self.in_body = False
-        super().on_message_complete()
-
-    def tick(self, now: float) -> None:
-        """Once a second: the head deadline, a stalled body, a connection never used."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        limits = self.limits
-        if self.head_since is not None:
-            if now - self.head_since > limits.head_timeout:
-                self._refuse(
-                    b"408 Request Timeout",
-                    f"request headers not complete within {limits.head_timeout:g} s",
-                )
-        elif self.in_body and self.cycle is not None and not self.cycle.response_complete:
-            # the handler waits on this body (a paused read is the handler being slow)
-            if not self.flow.read_paused and now - self.last_data > limits.read_timeout:
-                log.info("closing a connection whose request body stalled")
-                transport.close()
-        elif self.cycle is None and now - self.last_data > limits.keepalive_timeout:
-            transport.close()  # connected and never sent a request
 
 
 class _BodyStream(io.RawIOBase):
@@ -332,46 +259,29 @@ async def _send(
 
 
 class Server:
-    """uvicorn serving ``api`` on an already-bound socket, with ``Limits``."""
+    """uvicorn serving ``api`` on an already-bound socket, with ``Limits`` and ``Pools``."""
 
-    def __init__(self, api: Handler, limits: Limits | None = None) -> None:
-        import uvicorn
-
-        self.limits = limits or Limits()
+    def __init__(
+        self, api: Handler, limits: Limits | None = None, pools: Pools | None = None
+    ) -> None:
+        self.limits = limits or api_limits()
+        self.pools = pools or Pools()
         self.pool = concurrent.futures.ThreadPoolExecutor(
-            self.limits.threads, thread_name_prefix="shipyard-api"
+            self.pools.threads, thread_name_prefix="shipyard-api"
         )
         self.uploads = concurrent.futures.ThreadPoolExecutor(
-            self.limits.upload_threads, thread_name_prefix="shipyard-upload"
+            self.pools.upload_threads, thread_name_prefix="shipyard-upload"
         )
-        protocol = type("BoundGuardedProtocol", (GuardedProtocol,), {"limits": self.limits})
-        config = uvicorn.Config(
+        self.server = uvicorn_server(
             app_for(api, self.pool, self.uploads, self.limits),
-            http=protocol,
-            ws="none",
-            lifespan="off",
-            interface="asgi3",
-            access_log=False,
-            log_config=None,
-            log_level="warning",
-            server_header=False,
-            headers=[("server", "shipyard")],
-            timeout_keep_alive=int(self.limits.keepalive_timeout),
-            backlog=self.limits.backlog,
-            timeout_graceful_shutdown=int(self.limits.shutdown_grace),
+            self.limits,
+            name="shipyard server",
+            backlog=self.pools.backlog,
+            shutdown_grace=self.pools.shutdown_grace,
         )
-        self.server = uvicorn.Server(config)
-
-    async def _sweep(self) -> None:
-        while not self.server.should_exit:
-            await asyncio.sleep(1.0)
-            now = time.monotonic()
-            for conn in list(self.server.server_state.connections):
-                if isinstance(conn, GuardedProtocol):
-                    conn.tick(now)
 
     async def serve(self, sock: Any) -> None:
-        sweep = asyncio.get_running_loop().create_task(self._sweep())
+        sweep = asyncio.get_running_loop().create_task(sweep_forever(self.server))
         try:
             await self.server.serve(sockets=[sock])
         finally:

@@ -10,9 +10,9 @@ runs a server; control/endpoints.py starts one per endpoint as a detached proces
     user_module.py  inference.py contracts (TF handlers, model_fn/input_fn/...)
     service.py      one model directory served: routing of invocations and TFS calls
     batching.py     dynamic batching of concurrent requests into one model call
-    http_types.py   HttpRequest / HttpResponse: the handler seam below HTTP
+    http_types.py   HttpRequest / HttpResponse (shipyard.http's): the handler seam below HTTP
     asgi.py         that handler as an ASGI application
-    front_end.py    HTTP/1.1: uvicorn (httptools, uvloop) + deadlines, caps, 413/431 early
+    front_end.py    a worker's limits on shipyard.http's uvicorn adapter (fast path)
     app.py          the routes (SageMaker hosting, TF Serving REST), errors as {"error": ...}
     server.py       master process: socket, worker processes, state file
     worker.py       one worker process

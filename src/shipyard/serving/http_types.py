@@ -1,31 +1,9 @@
-"""The request and response a serving worker's handler sees, whatever HTTP front end
-parsed them: ``handler(HttpRequest) -> HttpResponse`` is the seam between HTTP
-(``front_end.py``) and the model server (``app.py``)."""
+"""The request and response a serving worker's handler sees: the HTTP layer's own
+(``shipyard.http.types``), named here too because the model server's modules import
+them from their package."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from shipyard.http.types import Handler, HttpRequest, HttpResponse
 
-
-@dataclass
-class HttpRequest:
-    method: str
-    path: str  # percent-decoded, without the query
-    query: str
-    headers: dict[str, str]  # lower-case names; a repeated header keeps its last value
-    body: bytes = b""
-
-    def header(self, name: str, default: str = "") -> str:
-        return self.headers.get(name, default)
-
-
-@dataclass
-class HttpResponse:
-    status: int
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: list[tuple[str, str]] = field(default_factory=list)
-
-
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+__all__ = ["Handler", "HttpRequest", "HttpResponse"]

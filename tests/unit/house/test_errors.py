@@ -15,8 +15,8 @@ SRC = pathlib.Path(__file__).resolve().parents[3] / "src" / "shipyard"
 # signals that steer control flow inside one module and never reach a caller
 CONTROL_FLOW = {
     "shipyard.control.supervisor.StopRequested",  # a signal handler ends the monitor loop
-    "shipyard.serving.front_end._HeadTooLarge",  # out of an httptools callback: answer 431
-    "shipyard.serving.front_end._Refused",  # out of an httptools callback: stop parsing
+    "shipyard.http.protocol._HeadTooLarge",  # out of an httptools callback: answer 431
+    "shipyard.http.protocol._Refused",  # out of an httptools callback: stop parsing
     "shipyard.server.compose.serve._Stop",
     # an instance's pid 1 runs with `python -S` (stdlib only): it prints what it refused
     "shipyard.sandbox.init.Refused",  # a SIGTERM handler ends the local endpoint's loop

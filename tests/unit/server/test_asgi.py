@@ -62,11 +62,11 @@ class Handler:
 
 
 class Running:
-    def __init__(self, handler: Handler, limits: asgi.Limits) -> None:
+    def __init__(self, handler: Handler, limits: asgi.Limits, pools: asgi.Pools) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.server = asgi.Server(handler, limits)
+        self.server = asgi.Server(handler, limits, pools)
         self.thread = threading.Thread(
             target=lambda: asyncio.run(self.server.serve(self.sock)), daemon=True
         )
@@ -92,7 +92,9 @@ def serve(tmp_path):
 
     def start(**limits) -> tuple[Running, Handler]:
         handler = Handler(str(tmp_path))
-        run = Running(handler, asgi.Limits(**limits))
+        names = ("threads", "upload_threads", "backlog", "shutdown_grace")
+        pools = asgi.Pools(**{name: limits.pop(name) for name in names if name in limits})
+        run = Running(handler, asgi.api_limits(**limits), pools)
         running.append(run)
         return run, handler
 

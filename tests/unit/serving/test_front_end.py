@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from shipyard.serving import front_end
+from shipyard.http import protocol
 from shipyard.serving.front_end import FrontEnd
 from shipyard.serving.http_types import HttpRequest, HttpResponse
 from shipyard.serving.protocol import error_body
@@ -164,7 +164,7 @@ def test_chunked_body_expect_continue_and_head(srv):
 
 def test_body_over_the_limit_is_refused_while_it_arrives(srv, monkeypatch):
     # the lingering close after each 413 (2 s in service) shortened: the test waits out two
-    monkeypatch.setattr(front_end, "LINGER_SECONDS", 0.5)
+    monkeypatch.setattr(protocol, "LINGER_SECONDS", 0.5)
     # announced: answered from the headers; a client that sends it all still reads the 413
     s, buf = connect(srv.port), bytearray()
     s.sendall(post("/big", b"x" * (LIMIT * 50)))
