@@ -19,8 +19,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+
+from tests.integration.server.shapes import ShapeRecorder
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -207,3 +211,37 @@ def fast_polls(monkeypatch):
 
     monkeypatch.setattr(sagemaker.session, "time", _Time())
     yield
+
+
+_SHAPES: ShapeRecorder | None = None
+
+
+@pytest.fixture(autouse=True)
+def sagemaker_answers_match_botocore_shapes() -> Iterator[None]:
+    """Fail a test whose SageMaker calls got an answer that breaks botocore's output shape
+    of the operation (shapes.py): required members present, types right."""
+    global _SHAPES
+    from botocore.history import get_global_history_recorder
+
+    if _SHAPES is None:
+        _SHAPES = ShapeRecorder()
+        recorder = get_global_history_recorder()
+        recorder.add_handler(_SHAPES)
+        recorder.enable()
+    _SHAPES.take()  # what an earlier test's background threads left is not this test's
+    yield
+    found = _SHAPES.take()
+    if found:
+        pytest.fail(
+            "shipyard server answered outside botocore's output shape:\n" + "\n".join(found[:20])
+        )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many SageMaker answers the shape fixture checked, by operation."""
+    if _SHAPES is not None and _SHAPES.checked:
+        total = sum(_SHAPES.checked.values())
+        ops = ", ".join(f"{op} {n}" for op, n in sorted(_SHAPES.checked.items()))
+        terminalreporter.write_line(
+            f"botocore output shapes: {total} SageMaker answers checked ({ops})"
+        )
