@@ -135,6 +135,16 @@ def sm_env_vars(config: AgentConfig, host: str, paths: InstancePaths) -> dict[st
     return mapping.to_env_vars(values)
 
 
+def framework_env_lib(python: str | None) -> str | None:
+    """A framework environment's ``lib`` when it holds Open MPI's library: mpi4py built
+    there from source (Python 3.7) finds it through ``LD_LIBRARY_PATH``, its own RUNPATH
+    naming the directory it was built in (shipyard.environments.builder)."""
+    if not python:
+        return None
+    lib = os.path.join(os.path.dirname(os.path.dirname(python)), "lib")
+    return lib if os.path.exists(os.path.join(lib, "libmpi.so")) else None
+
+
 def process_env(
     config: AgentConfig, host: str, paths: InstancePaths, base: dict[str, str] | None = None
 ) -> dict[str, str]:
@@ -179,6 +189,11 @@ def process_env(
         python_path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(python_path)
     env.update(resolver.env_for(config.addresses, host))
+    env_lib = framework_env_lib(config.python)
+    if env_lib:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (env_lib, env.get("LD_LIBRARY_PATH")) if p
+        )
     if config.sandboxed:
         # NCCL would also consider pasta's tap0, which has the host's address in every
         # instance; the job network is eth0 (as SageMaker's containers set it)

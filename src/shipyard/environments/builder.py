@@ -311,12 +311,41 @@ def _build_into(
         cwd = os.path.dirname(os.path.abspath(user_requirements))
         install += ["-r", os.path.abspath(user_requirements)]
         what += " with the job's requirements.txt"
-    _run([*install, *requirements, *deps], f"installing {what}", env, cwd, should_stop)
+    # mpi4py from source (a Python it has no wheel for) is built once Open MPI is in
+    wheels = [d for d in deps if d != MPI4PY_SOURCE]
+    _run([*install, *requirements, *wheels], f"installing {what}", env, cwd, should_stop)
+    if MPI4PY_SOURCE in deps:
+        _mpi4py_from_source(tmp, install, env, should_stop)
     # shipyard itself: a link to the package in use (source checkout or installed)
     import shipyard
 
     package = os.path.dirname(os.path.abspath(shipyard.__file__))
     os.symlink(package, os.path.join(_site_packages(tmp, python), "shipyard"))
+
+
+# mpi4py publishes wheels from Python 3.8 on; before, this dependency is built from source
+# against the environment's Open MPI (the last series with Python 3.7 in its range)
+MPI4PY_SOURCE = "mpi4py>=3.1,<4"
+
+
+def _mpi4py_from_source(
+    tmp: str, install: list[str], env: dict[str, str], should_stop: ShouldStop | None
+) -> None:
+    """mpi4py for a Python it has no wheel for (3.7: TensorFlow 1.x's Horovod scripts),
+    compiled against the Open MPI wheel the environment just got (its ``mpicc`` and
+    headers). The build bakes its directory into the library's RUNPATH, and uv caches the
+    built wheel for later environments, so the library is found at run time through the
+    environment's ``lib`` on ``LD_LIBRARY_PATH`` (shipyard.agent.environment sets it)."""
+    bin_dir = os.path.join(tmp, "bin")
+    build_env = dict(env, MPICC=os.path.join(bin_dir, "mpicc"))
+    build_env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
+    _run(
+        [*install, MPI4PY_SOURCE],
+        "building mpi4py against the environment's Open MPI (no wheel for this Python)",
+        build_env,
+        None,
+        should_stop,
+    )
 
 
 def _write_ready(

