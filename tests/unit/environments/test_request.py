@@ -94,8 +94,16 @@ def test_the_exactness_setting_refuses_any_substitute(installed, monkeypatch, tm
         job.resolution(job.Request("pytorch", "2.1"), str(tmp_path))
 
 
-def test_a_job_whose_runner_needs_mpi4py_asks_for_python_3_8_or_newer(installed):
-    assert job.request("tensorflow", "2.4.1", "py37", runner="mpi").min_python == "3.8"
+def test_a_job_whose_runner_needs_mpi4py_asks_for_python_3_7_or_newer(installed):
+    assert job.request("tensorflow", "2.4.1", "py37", runner="mpi").min_python == "3.7"
     assert job.request("tensorflow", "2.4.1", "py37", runner="plain").min_python is None
     back = job.Request.from_json(job.request("tensorflow", "2.4.1", runner="mpi").to_json())
-    assert back.min_python == "3.8"
+    assert back.min_python == "3.7"
+
+
+def test_in_python_3_7_mpi4py_is_built_from_source_and_part_of_the_key():
+    from shipyard.environments import builder
+
+    pins = job._pinned("3.7")
+    assert builder.MPI4PY_SOURCE in pins and not any(p.startswith("mpi4py==") for p in pins)
+    assert builder.MPI4PY_SOURCE not in job._pinned("3.8") + job._pinned(None)
