@@ -233,7 +233,21 @@ def create_app(home: str | None = None, bind: str = "127.0.0.1") -> Guard:
 
 
 def serve(host: str, port: int, home: str | None = None) -> None:
-    """Run until Ctrl-C (uvicorn's own signal handling)."""
-    import uvicorn
+    """Run until Ctrl-C (uvicorn's own signal handling), on the HTTP layer every shipyard
+    server uses (``shipyard.http``), with a local dashboard's limits."""
+    from shipyard.http import adapter
+    from shipyard.http.limits import Limits
 
-    uvicorn.run(create_app(home, host), host=host, port=port, log_level="warning", access_log=False)
+    limits = Limits(
+        head_timeout=30.0,  # a request head in 30 s from its first byte (408)
+        max_head=64 << 10,  # 431 beyond
+        read_timeout=60.0,  # a POST body with no byte this long: closed
+        body_timeout=None,
+        keepalive_timeout=5.0,  # uvicorn's own default, as before
+        max_connections=256,  # a few browser tabs' worth, with their live-log streams
+        max_body=None,  # the routes read no large body
+    )
+    server = adapter.uvicorn_server(
+        create_app(home, host), limits, name="shipyard ui", lifespan="on", host=host, port=port
+    )
+    adapter.run(adapter.serve(server))

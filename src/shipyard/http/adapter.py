@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from typing import Any, Literal
 
 from shipyard.http.limits import Limits
@@ -24,10 +25,13 @@ def uvicorn_server(
     backlog: int = 2048,
     shutdown_grace: float = 10.0,
     lifespan: Literal["auto", "on", "off"] = "off",
+    host: str = "127.0.0.1",
+    port: int = 8000,
 ) -> Any:
     """A ``uvicorn.Server`` serving ``app`` (ASGI 3) through ``GuardedProtocol`` with
     ``limits``; with ``handler``, requests take the fast path to it instead of ``app``
-    (which then only has to exist). ``name`` says who refuses at the connection cap."""
+    (which then only has to exist). ``name`` says who refuses at the connection cap;
+    ``host``/``port`` are bound only when ``serve`` is given no socket."""
     import uvicorn
 
     check_uvicorn()
@@ -37,6 +41,8 @@ def uvicorn_server(
     protocol = type("BoundGuardedProtocol", (GuardedProtocol,), attrs)
     config = uvicorn.Config(
         app,
+        host=host,
+        port=port,
         http=protocol,
         ws="none",
         loop="none",  # the caller's loop (uvloop where installed: run() or the worker)
@@ -69,6 +75,30 @@ async def sweep_forever(server: Any) -> None:
     while not server.should_exit:
         await asyncio.sleep(1.0)
         sweep(server)
+
+
+async def serve(server: Any, sockets: list[Any] | None = None) -> None:
+    """``server.serve`` (uvicorn's signal handling: SIGINT/SIGTERM let requests in flight
+    finish) with the sweep running beside it."""
+    ticking = asyncio.get_running_loop().create_task(sweep_forever(server))
+    try:
+        await server.serve(sockets=sockets)
+    finally:
+        ticking.cancel()
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` to its end on uvloop when it is installed (Python 3.11+), else on
+    asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None  # type: ignore[assignment]
+    if uvloop is None or not hasattr(asyncio, "Runner"):  # Runner: Python 3.11+
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def install_uvloop() -> bool:

@@ -136,6 +136,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self._body_len = 0
         self._begun = 0  # requests begun on this connection
         self.in_body = False  # ASGI mode: a request whose body has not all arrived
+        # the mode, read by every parser callback: an instance flag (not the class's
+        # ``handler`` looked up through the type on each call)
+        self.asgi = self.handler is None
 
     # -- transport events -------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -155,7 +158,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_data = time.monotonic()
-        if self.handler is None:
+        if self.asgi:
             self._asgi_data_received(data)
             return
         if self.discarding:
@@ -230,7 +233,7 @@ class GuardedProtocol(HttpToolsProtocol):
         (uvicorn arms its timer only after a first response)."""
         if self.refusal is not None or self.transport is None or self.transport.is_closing():
             return
-        if self.handler is None:
+        if self.asgi:
             self._asgi_tick(now)
             return
         limits = self.limits
@@ -257,7 +260,7 @@ class GuardedProtocol(HttpToolsProtocol):
                 self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.handler is None:
+        if self.asgi:
             super().connection_lost(exc)
             return
         # uvicorn's, less its cycle's message event (an exchange has none to wake)
@@ -280,7 +283,7 @@ class GuardedProtocol(HttpToolsProtocol):
     # list and cycle, then its receive/send turn them into messages and back): the
     # per-request Python the profile in docs/decisions.md (issue 19) counted.
     def on_message_begin(self) -> None:
-        if self.handler is None:
+        if self.asgi:
             self.head_since = time.monotonic()
             self._head_raw = 0
             super().on_message_begin()
@@ -292,7 +295,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_raw = self._head_len = self._body_len = 0
 
     def on_url(self, url: bytes) -> None:
-        if self.handler is None:
+        if self.asgi:
             super().on_url(url)
             return
         self._head_len += len(url)
@@ -301,7 +304,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.cycle.url += url  # type: ignore[union-attr]
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.handler is None:
+        if self.asgi:
             super().on_header(name, value)
             return
         self._head_len += len(name) + len(value)
@@ -316,7 +319,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.head_since = None
-        if self.handler is None:
+        if self.asgi:
             self.in_body = True
             super().on_headers_complete()
             return
@@ -354,7 +357,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self.pipeline.append(ex)
 
     def on_body(self, body: bytes) -> None:
-        if self.handler is None:
+        if self.asgi:
             super().on_body(body)
             return
         self._body_len += len(body)
@@ -369,7 +372,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.cycle.chunks.append(body)  # type: ignore[union-attr]
 
     def on_message_complete(self) -> None:
-        if self.handler is None:
+        if self.asgi:
             self.in_body = False
             super().on_message_complete()
             return
@@ -430,7 +433,7 @@ class GuardedProtocol(HttpToolsProtocol):
         )
 
     def on_response_complete(self) -> None:
-        if self.handler is None:
+        if self.asgi:
             super().on_response_complete()
             return
         if self.refusal is not None and not self.pipeline:

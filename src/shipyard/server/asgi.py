@@ -34,7 +34,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
-from shipyard.http.adapter import sweep_forever, uvicorn_server
+from shipyard.http import adapter
+from shipyard.http.adapter import uvicorn_server
 from shipyard.http.limits import Limits
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, json_response
@@ -281,11 +282,9 @@ class Server:
         )
 
     async def serve(self, sock: Any) -> None:
-        sweep = asyncio.get_running_loop().create_task(sweep_forever(self.server))
         try:
-            await self.server.serve(sockets=[sock])
+            await adapter.serve(self.server, [sock])
         finally:
-            sweep.cancel()
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.uploads.shutdown(wait=False, cancel_futures=True)
 
@@ -296,12 +295,4 @@ class Server:
 def run(server: Server, sock: Any) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn's handling: requests in flight finish), on
     uvloop when it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        uvloop = None  # type: ignore[assignment]
-    if uvloop is None or not hasattr(asyncio, "Runner"):  # Runner: Python 3.11+
-        asyncio.run(server.serve(sock))
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(server.serve(sock))
+    adapter.run(server.serve(sock))
