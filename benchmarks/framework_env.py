@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from shipyard.environments import builder, job, registry, resolver
+from shipyard.environments import builder, job
 
 
 def _phase_seconds(desc: dict) -> float:
@@ -88,6 +88,8 @@ def jobs(version: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--version", default="2.4.1")
+    ap.add_argument("--py-version", default=None, help="SageMaker's py_version, e.g. py37")
+    ap.add_argument("--runner", default="plain", help="the job's runner (mpi: mpi4py too)")
     ap.add_argument("--root", default=None)
     ap.add_argument("--jobs", action="store_true")
     args = ap.parse_args()
@@ -95,37 +97,42 @@ def main() -> None:
         jobs(args.version)
         return
     root = args.root or tempfile.mkdtemp(prefix="shipyard-envs-")
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
     t0 = time.monotonic()
-    available = registry.available("tensorflow-cpu")
-    registry_s = time.monotonic() - t0
-    r = resolver.resolve(
-        "tensorflow", args.version, available, job.installed_version("tensorflow"), python
+    # the job's own resolution: the exact release in the Python it was built for first
+    found = job.resolution(
+        job.Request("tensorflow", args.version, args.py_version, job.min_python(args.runner))
     )
-    print(r.reason or f"{args.version}: exact", flush=True)
-    if r.version is None or r.installed:
+    registry_s = time.monotonic() - t0
+    print(found.reason or f"{args.version}: exact", flush=True)
+    if found.installed:
         return
-    deps = builder.RUNTIME_DEPS + builder.pinned_installed(job.PINNED)
-    first = builder.build(root, r.requirements, deps, r.index_url)
-    again = builder.build(root, r.requirements, deps, r.index_url)
+    requirements, deps, index = job.build_args(found)
+    first = builder.build(root, requirements, deps, index, python=found.python)
+    again = builder.build(root, requirements, deps, index, python=found.python)
     probe = subprocess.run(
-        [first.python, "-c", "import tensorflow as tf; print(tf.__version__, tf.keras.__name__)"],
+        [
+            first.python,
+            "-c",
+            "import sys, tensorflow as tf; print(tf.__version__, sys.version.split()[0])",
+        ],
         capture_output=True,
         text=True,
         check=False,
     )
+    result = {
+        "registry_query_s": round(registry_s, 2),
+        "chosen": found.version,
+        "python": found.python or f"{sys.version_info.major}.{sys.version_info.minor}",
+        "first_build_s": round(first.seconds, 1),
+        "first_was_built": first.built,
+        "cached_start_s": round(again.seconds, 5),
+        "cached_was_built": again.built,
+        "holds": probe.stdout.strip().splitlines()[-1:] or probe.stderr[-300:],
+    }
+    print(json.dumps(result))
     print(
-        json.dumps(
-            {
-                "registry_query_s": round(registry_s, 2),
-                "chosen": r.version,
-                "first_build_s": round(first.seconds, 1),
-                "first_was_built": first.built,
-                "cached_start_s": round(again.seconds, 5),
-                "cached_was_built": again.built,
-                "holds": probe.stdout.strip(),
-            }
-        )
+        f"RESULT framework_env version={found.version} python={result['python']} "
+        f"first_build_s={result['first_build_s']} cached_start_s={result['cached_start_s']}"
     )
 
 
