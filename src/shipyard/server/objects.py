@@ -232,7 +232,9 @@ class ObjectStore:
 
     def delete(self, bucket: str, key: str, cond: Precondition | None = None) -> None:
         """Remove (bucket, key) (nothing to remove is no error, as in S3), only if ``cond``
-        (If-Match, last-modified time, size) holds: checked in the delete's transaction."""
+        (If-Match, last-modified time, size) holds: checked in the delete's transaction. A
+        missing object is 204 whatever the condition, as S3's DeleteObject answers ("if the
+        ETag matches or if the object doesn't exist ... 204")."""
         self.bucket_region(bucket)
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
@@ -241,8 +243,8 @@ class ObjectStore:
                     "SELECT file, etag, modified, size FROM objects WHERE bucket=? AND key=?",
                     (bucket, key.encode()),
                 ).fetchone()
-                if cond:
-                    cond.check(key, row and (row[1], row[2], row[3]), early=True)
+                if cond and row:
+                    cond.check(key, (row[1], row[2], row[3]), early=True)
                 db.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, key.encode()))
                 db.execute("COMMIT")
             except BaseException:

@@ -34,7 +34,7 @@ from shipyard.server.s3_checks import (
     check_key,
     check_sub_resources,
 )
-from shipyard.server.s3_conditions import Precondition, write_precondition
+from shipyard.server.s3_conditions import Precondition, http_date, write_precondition
 from shipyard.server.s3_listings import NS
 from shipyard.server.s3_listings import int_arg as _int_arg
 from shipyard.server.s3_listings import iso as _iso
@@ -650,7 +650,12 @@ def _delete_entry(node: ET.Element) -> tuple[str, Precondition | None]:
     if etag is None and when is None and size is None:
         return fields.get("Key", ""), None
     try:
-        modified = dt.datetime.fromisoformat(when.strip()).timestamp() if when else None
+        # botocore sends an HTTP date (the model's rfc822); ISO 8601 is taken too
+        modified = (
+            (http_date(when) or dt.datetime.fromisoformat(when.strip()).timestamp())
+            if when
+            else None
+        )
         length = int(size) if size is not None else None
     except ValueError:
         raise ApiError(

@@ -60,3 +60,55 @@ def test_a_version_marker_other_than_null_is_refused(s3) -> None:
         s3.list_object_versions(Bucket=BUCKET, KeyMarker="a", VersionIdMarker="3HL4kqtJ")
     assert info.value.response["Error"]["Code"] == "InvalidArgument"
     assert "null" in info.value.response["Error"]["Message"]
+
+
+def error_of(exc_info) -> tuple[int, str]:
+    response = exc_info.value.response
+    return response["ResponseMetadata"]["HTTPStatusCode"], response["Error"]["Code"]
+
+
+def test_if_none_match_naming_an_etag_guards_a_put(s3) -> None:
+    """``If-None-Match: <etag>`` on PutObject: refused (412, nothing written) when the object
+    has that ETag, written otherwise; it was 501 for any value but ``*``."""
+    etag = s3.put_object(Bucket=BUCKET, Key="inm", Body=b"one")["ETag"]
+    with pytest.raises(s3.exceptions.ClientError) as info:
+        s3.put_object(Bucket=BUCKET, Key="inm", Body=b"two", IfNoneMatch=etag)
+    assert error_of(info) == (412, "PreconditionFailed")
+    assert s3.get_object(Bucket=BUCKET, Key="inm")["Body"].read() == b"one"
+    s3.put_object(Bucket=BUCKET, Key="inm", Body=b"three", IfNoneMatch='"0badetag"')
+    assert s3.get_object(Bucket=BUCKET, Key="inm")["Body"].read() == b"three"
+    s3.put_object(Bucket=BUCKET, Key="inm-new", Body=b"x", IfNoneMatch=etag)  # no object yet
+    assert s3.get_object(Bucket=BUCKET, Key="inm-new")["Body"].read() == b"x"
+
+
+def test_a_conditional_delete_of_a_missing_key_is_204(s3) -> None:
+    """S3's DeleteObject: "if the ETag matches or if the object doesn't exist, 204"; it was
+    404 NoSuchKey, which failed cleanups that delete conditionally and retry."""
+    for kwargs in ({"IfMatch": "*"}, {"IfMatch": '"0badetag"'}, {"IfMatchSize": 3}):
+        answer = s3.delete_object(Bucket=BUCKET, Key="never-written", **kwargs)
+        assert answer["ResponseMetadata"]["HTTPStatusCode"] == 204
+    s3.put_object(Bucket=BUCKET, Key="cdel", Body=b"abc")
+    with pytest.raises(s3.exceptions.ClientError) as info:
+        s3.delete_object(Bucket=BUCKET, Key="cdel", IfMatch='"0badetag"')
+    assert error_of(info) == (412, "PreconditionFailed")
+    s3.delete_object(Bucket=BUCKET, Key="cdel", IfMatchSize=3)
+    with pytest.raises(s3.exceptions.ClientError):
+        s3.head_object(Bucket=BUCKET, Key="cdel")
+
+
+def test_delete_objects_takes_botocores_last_modified_time(s3) -> None:
+    """DeleteObjects' per-object ``LastModifiedTime`` as botocore sends it (an HTTP date,
+    the model's rfc822 format): it was refused as MalformedXML."""
+    import datetime as dt
+
+    s3.put_object(Bucket=BUCKET, Key="lmt", Body=b"x")
+    mtime = s3.head_object(Bucket=BUCKET, Key="lmt")["LastModified"]
+    stale = dt.datetime(2015, 1, 1, tzinfo=dt.timezone.utc)
+    answer = s3.delete_objects(
+        Bucket=BUCKET, Delete={"Objects": [{"Key": "lmt", "LastModifiedTime": stale}]}
+    )
+    assert [e["Code"] for e in answer["Errors"]] == ["PreconditionFailed"]
+    answer = s3.delete_objects(
+        Bucket=BUCKET, Delete={"Objects": [{"Key": "lmt", "LastModifiedTime": mtime}]}
+    )
+    assert [d["Key"] for d in answer["Deleted"]] == ["lmt"]

@@ -48,7 +48,10 @@ def test_a_delete_condition_reads_size_and_time_and_refuses_if_none_match():
         501,
         "NotImplemented",
     )
-    assert code(lambda: write_precondition({"if-none-match": '"e"'}))[0] == 501
+    named = write_precondition({"if-none-match": '"e"'})  # ETags on a write: evaluated
+    named.check("k", None, early=True)
+    named.check("k", OBJ, early=True)
+    assert code(lambda: named.check("k", ("e", OBJ[1], 10), True)) == (412, "PreconditionFailed")
 
 
 @pytest.mark.parametrize(
