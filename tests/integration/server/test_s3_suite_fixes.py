@@ -112,3 +112,26 @@ def test_delete_objects_takes_botocores_last_modified_time(s3) -> None:
         Bucket=BUCKET, Delete={"Objects": [{"Key": "lmt", "LastModifiedTime": mtime}]}
     )
     assert [d["Key"] for d in answer["Deleted"]] == ["lmt"]
+
+
+def test_a_one_part_multipart_object_answers_its_parts_count(s3) -> None:
+    """GET/HEAD ?partNumber=1 of a multipart object of one part names ``PartsCount`` (1) as
+    S3 does; it was left out (only objects of several parts had it), and a downloader that
+    fetches parts by number (``PartsCount`` from part 1) stopped at KeyError."""
+    upload = s3.create_multipart_upload(Bucket=BUCKET, Key="one-part")["UploadId"]
+    etag = s3.upload_part(
+        Bucket=BUCKET, Key="one-part", UploadId=upload, PartNumber=1, Body=b"p" * 1000
+    )["ETag"]
+    done = s3.complete_multipart_upload(
+        Bucket=BUCKET,
+        Key="one-part",
+        UploadId=upload,
+        MultipartUpload={"Parts": [{"ETag": etag, "PartNumber": 1}]},
+    )
+    head = s3.head_object(Bucket=BUCKET, Key="one-part", PartNumber=1)
+    assert head["PartsCount"] == 1 and head["ETag"] == done["ETag"]
+    got = s3.get_object(Bucket=BUCKET, Key="one-part", PartNumber=1)
+    assert got["PartsCount"] == 1 and got["Body"].read() == b"p" * 1000
+    s3.put_object(Bucket=BUCKET, Key="single", Body=b"body")  # not multipart: the whole
+    whole = s3.get_object(Bucket=BUCKET, Key="single", PartNumber=1)
+    assert "PartsCount" not in whole and whole["Body"].read() == b"body"
