@@ -203,8 +203,8 @@ class GuardedProtocol(HttpToolsProtocol):
                 )
 
     def _refuse_now(self, status: int, message: str) -> None:
-        """ASGI mode's refusal: written at once, then close (uvicorn's cycle owns the
-        order of answers; nothing of it is waiting once a head is incomplete)."""
+        """ASGI mode's refusal: written at once, then close, as the API server always
+        did (uvicorn's cycle owns the order of answers and has no queue to join)."""
         self.transport.write(self._answer(status, message))
         self.transport.close()
 
