@@ -322,8 +322,11 @@ class S3Api:
             raise ApiError("EntityTooLarge", "an object (or part) is at most 5 GiB", 400)
         sha_header = req.headers.get("x-amz-content-sha256", "")
         digests = Digests(req.headers)
-        chunked = "aws-chunked" in req.headers.get("content-encoding", "") or (
-            sha_header.startswith("STREAMING-")
+        # framed when the signer says so (STREAMING-*) or sends the decoded length; a bare
+        # "Content-Encoding: aws-chunked" over a plain signed body is only a stored coding
+        chunked = sha_header.startswith("STREAMING-") or (
+            "aws-chunked" in req.headers.get("content-encoding", "")
+            and "x-amz-decoded-content-length" in req.headers
         )
         if chunked:
             try:
@@ -591,8 +594,9 @@ def _meta(req: Request) -> dict[str, str]:
     meta = {k: _meta_text(v) for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
     for name in STORED_HEADERS:
         value = req.headers.get(name)
-        if name == "content-encoding" and value is not None:
-            value = ",".join(
+        if name == "content-encoding" and value is not None and "aws-chunked" in value:
+            # kept as sent but for the transfer coding ("deflate, gzip" stays so)
+            value = ", ".join(
                 part.strip() for part in value.split(",") if part.strip() != "aws-chunked"
             )
         if value:

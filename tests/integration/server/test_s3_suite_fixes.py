@@ -135,3 +135,15 @@ def test_a_one_part_multipart_object_answers_its_parts_count(s3) -> None:
     s3.put_object(Bucket=BUCKET, Key="single", Body=b"body")  # not multipart: the whole
     whole = s3.get_object(Bucket=BUCKET, Key="single", PartNumber=1)
     assert "PartsCount" not in whole and whole["Body"].read() == b"body"
+
+
+def test_content_encoding_round_trips_as_sent(s3) -> None:
+    """A Content-Encoding of several codings comes back as sent (it came back without the
+    space: "deflate,gzip"), and ``aws-chunked``, the transfer's own, is dropped."""
+    for sent, kept in (
+        ("deflate, gzip", "deflate, gzip"),
+        ("gzip, aws-chunked", "gzip"),
+        ("aws-chunked, deflate, gzip", "deflate, gzip"),
+    ):
+        s3.put_object(Bucket=BUCKET, Key="enc", Body=b"x", ContentEncoding=sent)
+        assert s3.head_object(Bucket=BUCKET, Key="enc")["ContentEncoding"] == kept
