@@ -253,7 +253,7 @@ class S3Api:
 
     # -- buckets --------------------------------------------------------------------------
     def list_buckets(self, req: Request, bucket: str, key: str) -> Response:
-        return listings.buckets(self.store)
+        return listings.buckets(self.store, req)
 
     def create_bucket(self, req: Request, bucket: str, key: str) -> Response:
         region = req.region

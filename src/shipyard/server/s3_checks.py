@@ -45,6 +45,8 @@ SERVED_PARAMS = frozenset(
         "part-number-marker",
         "delete",
         "location",
+        # ListBuckets' pages
+        "max-buckets",
         # ListObjectVersions of an unversioned bucket (each key's one version, null)
         "versions",
         "version-id-marker",

@@ -39,12 +39,25 @@ def int_arg(req: Request, name: str, default: int) -> int:
     return number
 
 
-def buckets(store: ObjectStore) -> Response:
+def buckets(store: ObjectStore, req: Request) -> Response:
+    """ListBuckets, paginated as S3 has since 2024 (``max-buckets``, a continuation token:
+    the last name given, ``prefix``); without them every bucket, as before."""
+    limit = int_arg(req, "max-buckets", 10000)
+    if not 1 <= limit <= 10000:
+        raise ApiError("InvalidArgument", f"max-buckets must be from 1 to 10000, not {limit}")
+    prefix = req.arg("prefix", "") or ""
+    after = urllib.parse.unquote(req.arg("continuation-token", "") or "")
+    found = [(n, c) for n, c in store.buckets() if n.startswith(prefix) and n > after]
+    page, more = found[:limit], len(found) > limit
     items = "".join(
-        f"<Bucket>{tag('Name', n)}{tag('CreationDate', iso(c))}</Bucket>"
-        for n, c in store.buckets()
+        f"<Bucket>{tag('Name', n)}{tag('CreationDate', iso(c))}</Bucket>" for n, c in page
     )
-    return xml_response("ListAllMyBucketsResult", f"{OWNER}<Buckets>{items}</Buckets>", ns=NS)
+    inner = f"{OWNER}<Buckets>{items}</Buckets>"
+    if more:
+        inner += tag("ContinuationToken", urllib.parse.quote(page[-1][0]))
+    if prefix:
+        inner += tag("Prefix", prefix)
+    return xml_response("ListAllMyBucketsResult", inner, ns=NS)
 
 
 Entry = tuple[str, int, str, float]  # key, size, etag, last modified

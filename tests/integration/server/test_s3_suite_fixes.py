@@ -147,3 +147,18 @@ def test_content_encoding_round_trips_as_sent(s3) -> None:
     ):
         s3.put_object(Bucket=BUCKET, Key="enc", Body=b"x", ContentEncoding=sent)
         assert s3.head_object(Bucket=BUCKET, Key="enc")["ContentEncoding"] == kept
+
+
+def test_list_buckets_in_pages(s3) -> None:
+    """ListBuckets with ``MaxBuckets`` and a continuation token, as S3 pages it since 2024
+    (boto3's list_buckets paginator sends them); ``max-buckets`` was 501."""
+    for name in ("page-a", "page-b", "page-c"):
+        s3.create_bucket(Bucket=name)
+    first = s3.list_buckets(MaxBuckets=2, Prefix="page-")
+    assert [b["Name"] for b in first["Buckets"]] == ["page-a", "page-b"]
+    rest = s3.list_buckets(
+        MaxBuckets=2, Prefix="page-", ContinuationToken=first["ContinuationToken"]
+    )
+    assert [b["Name"] for b in rest["Buckets"]] == ["page-c"] and "ContinuationToken" not in rest
+    pages = s3.get_paginator("list_buckets").paginate(PaginationConfig={"PageSize": 1})
+    assert {"page-a", "page-b", "page-c"} <= {b["Name"] for p in pages for b in p["Buckets"]}
