@@ -20,7 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from shipyard.agent.config import AgentConfig
-from shipyard.control.reading import FRAMEWORK_ENV_NAME  # describe reads it from there
+from shipyard.control.reading import (  # describe reads it from there
+    FRAMEWORK_ENV_NAME,
+    framework_environment,
+)
 from shipyard.environments import job as framework_envs
 from shipyard.environments import node
 from shipyard.environments.builder import BuildCancelled, EnvironmentBuildError
@@ -149,12 +152,8 @@ def substitution_note(job_dir: str) -> str | None:
     """One line for a failed job's FailureReason when its framework version was not the one
     asked (the nearest of the same API generation ran): the script may have failed for that
     very difference, and the reason is what most users read, not the log or describe."""
-    try:
-        with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), encoding="utf-8") as fh:
-            env = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(env, dict) or env.get("Exact") is not False or not env.get("Version"):
+    env = framework_environment(job_dir)
+    if env is None or env.get("Exact") is not False or not env.get("Version"):
         return None
     return (
         f"Framework: {env.get('Framework')} {env['Version']} ran, not the asked "

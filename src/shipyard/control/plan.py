@@ -20,6 +20,7 @@ from shipyard.agent.config import AgentConfig
 from shipyard.agent.config_sandbox import SandboxPlan
 from shipyard.control.home import Home
 from shipyard.control.staging import StagedCode
+from shipyard.environments.resolver import parse
 from shipyard.errors import ValidationError
 from shipyard.spec import (
     CHECKPOINT_LOCAL_PATH,
@@ -149,11 +150,8 @@ def runner_options(spec: JobSpec) -> dict[str, Any]:
 
 def _tf_release(version: str | None) -> tuple[int, int]:
     """``"1.13"`` -> (1, 13); no version or not a number: the newest (the installed)."""
-    parts = (version or "").split(".")
-    try:
-        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-    except ValueError:
-        return (99, 0)
+    v = parse(version or "")
+    return (v[0], v[1] if len(v) > 1 else 0) if v else (99, 0)
 
 
 def agent_config(

