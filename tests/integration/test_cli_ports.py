@@ -16,15 +16,6 @@ SHIPYARD = os.path.join(os.path.dirname(sys.executable), "shipyard")
 pytestmark = pytest.mark.timeout(120)
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def _answers(url: str, deadline: float) -> int:
     while time.monotonic() < deadline:
         try:
@@ -37,9 +28,10 @@ def _answers(url: str, deadline: float) -> int:
 
 def test_server_and_ui_run_side_by_side_with_their_defaults(tmp_path):
     from shipyard.cli.observe import DASHBOARD_PORT
+    from shipyard.observe.tensorboard import port_free
     from shipyard.server.env import DEFAULT_PORT
 
-    if not (_free(DEFAULT_PORT) and _free(DASHBOARD_PORT)):
+    if not (port_free("127.0.0.1", DEFAULT_PORT) and port_free("127.0.0.1", DASHBOARD_PORT)):
         pytest.skip(f"port {DEFAULT_PORT} or {DASHBOARD_PORT} is taken on this machine")
     env = dict(os.environ, SHIPYARD_HOME=str(tmp_path / "home"))
     procs = [

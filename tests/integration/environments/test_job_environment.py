@@ -65,17 +65,13 @@ KERAS24_SCRIPT = KERAS2_SCRIPT.replace("Adam(lr=0.01)", "Adam(lr=0.001, decay=1e
 
 
 def test_a_keras_2_script_asking_for_2_4_1_runs_on_tensorflow_2_4_1_in_python_3_7(
-    session, write_script, monkeypatch, capsys, caplog, shared_envs
+    session, write_script, monkeypatch, capsys, caplog, shared_envs, python_3_7
 ):
     """The TF 2.4 workshop's script (``Adam(lr=...)``, py_version='py37') on the very
     version it asks for, in the Python its py_version names (SageMaker's 2.4.1 image is
     py37): TensorFlow 2.4.1 has no wheel for this Python, and pyenv's 3.7 is here."""
     import logging
 
-    from shipyard.environments import interpreters
-
-    if interpreters.find("3.7") is None:
-        pytest.skip("no Python 3.7 on this machine (pyenv install 3.7 or uv python install 3.7)")
     monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)  # the default: auto
     monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", shared_envs)
     est = shipyard.TensorFlow(
@@ -131,14 +127,10 @@ print("TF1 OK", flush=True)
 
 
 def test_a_tensorflow_1_script_runs_on_tensorflow_1_13_in_python_3_7(
-    session, write_script, monkeypatch, capsys, shared_envs
+    session, write_script, monkeypatch, capsys, shared_envs, python_3_7
 ):
     """The tf-distribution-options notebook's framework_version='1.13': tf.logging, sessions
     and tf.contrib run on TensorFlow 1.13 (published as ``tensorflow``) in Python 3.7."""
-    from shipyard.environments import interpreters
-
-    if interpreters.find("3.7") is None:
-        pytest.skip("no Python 3.7 on this machine (pyenv install 3.7 or uv python install 3.7)")
     monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)
     monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", shared_envs)
     est = shipyard.TensorFlow(
@@ -161,10 +153,8 @@ def test_a_tensorflow_1_script_runs_on_tensorflow_1_13_in_python_3_7(
 
 
 def test_with_no_python_for_2_4_1_the_script_runs_on_the_nearest_keras_2_release(
-    session, write_script, monkeypatch, capsys, caplog, shared_envs, no_other_pythons
+    session, write_script, monkeypatch, capsys, shared_envs, no_other_pythons
 ):
-    import logging
-
     monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)  # the default: auto
     monkeypatch.setenv("SHIPYARD_ENVIRONMENTS_DIR", shared_envs)
     est = shipyard.TensorFlow(
@@ -177,8 +167,7 @@ def test_with_no_python_for_2_4_1_the_script_runs_on_the_nearest_keras_2_release
         environment={"TF_CPP_MIN_LOG_LEVEL": "3"},
         session=session,
     )
-    with caplog.at_level(logging.INFO, logger="shipyard"):
-        est.fit(job_name="keras2-on-2-13")
+    est.fit(job_name="keras2-on-2-13")
     desc = est.latest_training_job.describe()
     assert desc["TrainingJobStatus"] == "Completed", desc.get("FailureReason")
     out, _ = capsys.readouterr()

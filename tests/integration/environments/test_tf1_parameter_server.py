@@ -49,12 +49,8 @@ print("TF1 PS OK", task["type"], flush=True)
 
 
 def test_the_notebooks_tf_1_13_parameter_server_estimator_trains_on_2_instances(
-    session, write_script, monkeypatch, capsys
+    session, write_script, monkeypatch, capsys, python_3_7
 ):
-    from shipyard.environments import interpreters
-
-    if interpreters.find("3.7") is None:
-        pytest.skip("no Python 3.7 on this machine (pyenv install 3.7 or uv python install 3.7)")
     monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)
     est = shipyard.TensorFlow(
         entry_point="train.py",
@@ -108,15 +104,11 @@ print("weights", hvd.rank(), last.ravel().round(5).tolist(), flush=True)
 
 
 def test_the_notebooks_horovod_estimator_at_1_13_trains_on_2_instances(
-    session, write_script, monkeypatch, capsys
+    session, write_script, monkeypatch, capsys, python_3_7
 ):
     """Its Horovod estimator (``distribution={'mpi': ...}``) on TensorFlow 1.13 in Python 3.7:
     mpi4py has no wheel there, so the environment builds it against its Open MPI; both ranks
     train the same weights (the broadcast and the allreduce did their work)."""
-    from shipyard.environments import interpreters
-
-    if interpreters.find("3.7") is None:
-        pytest.skip("no Python 3.7 on this machine (pyenv install 3.7 or uv python install 3.7)")
     monkeypatch.delenv("SHIPYARD_FRAMEWORK_ENVS", raising=False)
     est = shipyard.TensorFlow(
         entry_point="train.py",
