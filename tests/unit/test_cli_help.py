@@ -44,3 +44,17 @@ def test_no_command_labels_a_flag_with_a_type() -> None:
     assert "<int>" in train  # options that take a value keep their type
     # a repeatable option names what to pass, not a Python type (issue 41)
     assert "<list[str]>" not in train and "NAME=VALUE" in train and "KEY=VALUE" in train
+
+
+def test_arguments_are_named_in_capitals_and_never_typed_as_a_list() -> None:
+    """``shipyard tensorboard JOBS`` read ``{jobs}... <list[str]>`` (issue 41); every
+    command's positional arguments now read as gh's and kubectl's do."""
+    runner = CliRunner()
+    for path in _paths(typer.main.get_command(app)):
+        output = runner.invoke(app, [*path, "--help"], terminal_width=120).output
+        assert "<list[" not in output, (path, output)
+        assert "{job}" not in output and "{jobs}" not in output, (path, output)
+    board = runner.invoke(app, ["tensorboard", "--help"], terminal_width=120).output
+    assert "{JOBS}..." in board and "JOBS" in board and "<str>" in board
+    describe = runner.invoke(app, ["describe", "--help"], terminal_width=120).output
+    assert "{JOB}" in describe

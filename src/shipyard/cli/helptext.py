@@ -25,15 +25,37 @@ def _commands(command: Any) -> Iterator[Any]:
 def tidy_flags(command: Any) -> None:
     """Give every flag of ``command`` itself (``--help`` too) no type label, and every
     repeatable option without a metavar of its own its name, repeatable (``TAG...``),
-    where typer prints the Python type ``<list[str]>`` (issue 41)."""
+    where typer prints the Python type ``<list[str]>`` (issue 41); and every positional
+    argument its name in capitals, as ``gh`` and ``kubectl`` write them (``JOB``,
+    ``{JOBS}...``), where typer prints ``{job}`` in the usage line and the list's
+    ``<list[str]>`` beside it."""
     help_option = command.get_help_option(typer.Context(command))
     for param in [*command.params, help_option]:
         if param is None or param.metavar is not None:
             continue
-        if getattr(param, "is_flag", False):
+        if getattr(param, "param_type_name", "") == "argument":
+            _name_argument(param)
+        elif getattr(param, "is_flag", False):
             param.metavar = ""
         elif getattr(param, "multiple", False):
             param.metavar = f"{(param.name or 'value').upper()}..."
+
+
+def _name_argument(param: Any) -> None:
+    """``JOB <str>`` for one value, ``JOBS <str>`` for several (the usage line's dots,
+    ``{JOBS}...``, say the repetition; typer braces a required argument there)."""
+    many = param.nargs != 1
+    param.metavar = (param.name or "value").upper()
+    if many:
+        shown = param.display_type
+
+        def element_type(ctx: Any) -> str:
+            label: str = shown(ctx)
+            if label.startswith("<list[") and label.endswith("]>"):
+                return "<" + label[len("<list[") : -len("]>")] + ">"
+            return label
+
+        param.display_type = element_type
 
 
 def untyped_flags(root: Any) -> None:
