@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shipyard.agent.config import AgentConfig
+from shipyard.jobplan.config import AgentConfig
 
 
 def local_config(instances_dir: str, addresses: dict[str, str], **fields: Any) -> AgentConfig:

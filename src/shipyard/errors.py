@@ -98,7 +98,7 @@ class JobFailedError(ShipyardError):
 
 
 class AgentConfigError(ValidationError):
-    """An agent.json (shipyard.agent.config) whose fields are missing or mistyped; the
+    """An agent.json (shipyard.jobplan.config) whose fields are missing or mistyped; the
     message names the field."""
 
 

@@ -38,6 +38,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("backends",),
     # one per instance: lays out /opt/ml, starts the runner's processes
     ("agent",),
+    # the job's contract: agent.json, the sandbox plan, the instance tree, what a runner
+    # plans; control, backends and the agent all read it (issue 36)
+    ("jobplan",),
     # the performance model behind `shipyard plan` (reads job records and the shaping tags)
     ("planner",),
     # libraries: the ones imported by user scripts inside instances (ps, horovod, tf,

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from shipyard.agent.config import AgentConfig
-from shipyard.agent.config_sandbox import JOB_NETWORK, NODE_NETWORK, OFF, PER_NODE, SandboxPlan
+from shipyard.jobplan.config import AgentConfig
+from shipyard.jobplan.config_sandbox import JOB_NETWORK, NODE_NETWORK, OFF, PER_NODE, SandboxPlan
 from shipyard.errors import AgentConfigError, ValidationError
 from tests.agent_configs import local_config
 

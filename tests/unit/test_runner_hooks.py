@@ -8,9 +8,9 @@ import pytest
 
 from shipyard import distribution as d
 from shipyard.agent.__main__ import own_failure_text
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.agent.processes import Supervisor
-from shipyard.agent.runners.api import ProcessSpec
+from shipyard.jobplan.runner import ProcessSpec
 from shipyard.errors import DistributionError
 
 

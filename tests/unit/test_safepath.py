@@ -201,8 +201,8 @@ def test_a_download_into_the_tree_removes_links_an_earlier_attempt_left(tmp_path
 
 
 def test_the_config_jsons_of_a_retried_tree_are_not_written_through_links(tmp_path):
-    from shipyard.agent.config import AgentConfig
-    from shipyard.agent.layout import build_tree, paths_for
+    from shipyard.jobplan.config import AgentConfig
+    from shipyard.jobplan.layout import build_tree, paths_for
 
     victim = tmp_path / "victim"
     victim.write_text("HOST")

@@ -126,7 +126,7 @@ def test_doctor_names_each_missing_protection_with_its_fix(monkeypatch):
 def test_describe_lists_each_instances_missing_protections(tmp_path):
     import json
 
-    from shipyard.agent.layout import InstancePaths
+    from shipyard.jobplan.layout import InstancePaths
     from shipyard.control.disk_full import NO_VOLUME
     from shipyard.control.job_end import missing_protections
 

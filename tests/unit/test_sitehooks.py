@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from shipyard.agent.environment import process_env
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.runtime import sitehooks
 from tests.agent_configs import local_config
 
@@ -63,7 +63,7 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path):
 
 
 def test_every_job_process_gets_the_site_dir_and_the_resolver_only_without_a_sandbox(tmp_path):
-    from shipyard.agent.config_sandbox import JOB_NETWORK, SandboxPlan
+    from shipyard.jobplan.config_sandbox import JOB_NETWORK, SandboxPlan
 
     for sandbox, switch in ((SandboxPlan(), "1"), (SandboxPlan(JOB_NETWORK), "0")):
         config = local_config(str(tmp_path), {"algo-1": "127.0.0.1"}, sandbox=sandbox)

@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from shipyard.agent.processes import wait_gone
+from shipyard.runtime.reaping import wait_gone
 
 # A parent that starts a child which exits at once, and never reaps it: the child stays
 # a zombie for as long as this parent lives (the test's stand-in for a slow init).
@@ -61,7 +61,7 @@ def test_descendants_reads_proc_as_psutil_does():
     psutil only when something is (a no-op instance ends without its 20 ms)."""
     import os
 
-    from shipyard.agent.processes import descendants
+    from shipyard.runtime.reaping import descendants
 
     child = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys, time; "

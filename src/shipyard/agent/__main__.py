@@ -19,12 +19,12 @@ from typing import Any
 
 from shipyard import settings
 from shipyard.agent import channels, runners
-from shipyard.agent.config import AgentConfig
+from shipyard.jobplan.config import AgentConfig
 from shipyard.agent.entry_point import python_dir, user_command
 from shipyard.agent.environment import process_env
-from shipyard.agent.layout import InstancePaths, build_tree, paths_for
+from shipyard.jobplan.layout import InstancePaths, build_tree, paths_for
 from shipyard.agent.processes import Outcome, Supervisor
-from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.runtime import commandline, failure, safepath
 from shipyard.runtime.lifeline import arm_death_signal
 

@@ -16,7 +16,7 @@ import shlex
 import sys
 
 from shipyard.agent import mapping
-from shipyard.agent.config import AgentConfig
+from shipyard.jobplan.config import AgentConfig
 from shipyard.agent.environment import module_name
 
 

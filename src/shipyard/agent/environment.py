@@ -11,8 +11,8 @@ import os
 from typing import Any
 
 from shipyard.agent import mapping
-from shipyard.agent.config import AgentConfig
-from shipyard.agent.layout import GROUP_NAME, InstancePaths, resource_config
+from shipyard.jobplan.config import AgentConfig
+from shipyard.jobplan.layout import GROUP_NAME, InstancePaths, resource_config
 
 _DISTRIBUTION_FLAGS = (
     "sagemaker_mpi_enabled",
@@ -150,8 +150,8 @@ def process_env(
 ) -> dict[str, str]:
     """The full environment of the user process: inherited < user's < SageMaker's. What
     is inherited of the agent's own environment is only the essentials
-    (shipyard.agent.inherited): never the submitter's keys."""
-    from shipyard.agent.inherited import essentials
+    (shipyard.jobplan.inherited): never the submitter's keys."""
+    from shipyard.jobplan.inherited import essentials
     from shipyard.runtime import resolver, sitehooks  # local: keeps the pure part import-light
 
     env = essentials(os.environ if base is None else base)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 
 SIGTERM_STATUS = -15

@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import psutil
 
-from shipyard.agent.config import AgentConfig
-from shipyard.agent.processes import wait_gone
+from shipyard.jobplan.config import AgentConfig
+from shipyard.runtime.reaping import wait_gone
 from shipyard.backends import resources
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 from shipyard.errors import BackendError

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
 from shipyard.control import disk_full, envphase, plan
 from shipyard.control.home import Home

@@ -41,7 +41,7 @@ import tempfile
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from shipyard.agent import inherited
+from shipyard.jobplan import inherited
 from shipyard.sandbox import confine, fsview, kernel, pidns, probe
 from shipyard.sandbox.instance import OPT_ML, InstanceSandbox, enter_without_network
 from shipyard.serving import server

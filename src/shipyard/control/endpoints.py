@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from shipyard.agent.processes import kill_survivors, wait_gone
+from shipyard.runtime.reaping import kill_survivors, wait_gone
 from shipyard.control import schema, staging
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import StrEnum

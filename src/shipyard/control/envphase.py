@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from shipyard.agent.config import AgentConfig
+from shipyard.jobplan.config import AgentConfig
 from shipyard.control.reading import (  # describe reads it from there
     FRAMEWORK_ENV_NAME,
     framework_environment,

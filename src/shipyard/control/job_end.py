@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from shipyard import settings
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.control import disk_full
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event, IllegalTransition

@@ -15,9 +15,9 @@ from typing import Any
 
 from shipyard import distribution as dist_mod
 from shipyard import instance_types
-from shipyard.agent import config_sandbox
-from shipyard.agent.config import AgentConfig
-from shipyard.agent.config_sandbox import SandboxPlan
+from shipyard.jobplan import config_sandbox
+from shipyard.jobplan.config import AgentConfig
+from shipyard.jobplan.config_sandbox import SandboxPlan
 from shipyard.control.home import Home
 from shipyard.control.staging import StagedCode
 from shipyard.environments.resolver import parse
@@ -167,7 +167,7 @@ def agent_config(
 ) -> AgentConfig:
     """What every agent of the job reads. The job's environment is its spec's and what
     shipyard gives it (``identity``: a credential of its own from `shipyard server`),
-    never the submitter's: the agent adds only the essentials (shipyard.agent.inherited)."""
+    never the submitter's: the agent adds only the essentials (shipyard.jobplan.inherited)."""
     res = instance_types.resolve(spec.instance_type)
     dist = spec.dist
     return AgentConfig(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from shipyard.agent.config import AgentConfig
+from shipyard.jobplan.config import AgentConfig
 from shipyard.runtime import safepath
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from shipyard.agent.config import AgentConfig
+from shipyard.jobplan.config import AgentConfig
 from shipyard.backends.inprocess import InProcessBackend
 from shipyard.control.home import Home
 from shipyard.control.policies import (

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.agent.runners import torch_distributed as runner
-from shipyard.agent.runners.api import InstanceContext
+from shipyard.jobplan.runner import InstanceContext
 from shipyard.ddp import announce, contract, shim_path
 from shipyard.errors import DistributionError
 from shipyard.instance_types import InstanceResources

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from tests.agent_configs import local_config
 
-from shipyard.agent.layout import paths_for
+from shipyard.jobplan.layout import paths_for
 from shipyard.agent.runners import mpi
-from shipyard.agent.runners.api import InstanceContext
+from shipyard.jobplan.runner import InstanceContext
 from shipyard.errors import DistributionError
 from shipyard.instance_types import InstanceResources
 from shipyard.mpi import command as mpi_command

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from shipyard.agent.layout import paths_for
+from shipyard.jobplan.layout import paths_for
 from shipyard.agent.runners import native_ps
-from shipyard.agent.runners.api import InstanceContext
+from shipyard.jobplan.runner import InstanceContext
 from shipyard.errors import DistributionError
 from shipyard.ps import worker as ps_worker
 from shipyard.ps.consistency import WorkerTable, job_outcome

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from shipyard.agent.inherited import essentials
+from shipyard.jobplan.inherited import essentials
 from shipyard.errors import ValidationError
 from shipyard.sandbox import fsview
 from shipyard.server.errors import ApiError

@@ -14,9 +14,9 @@ import os
 
 import pytest
 
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.agent.runners import multi_worker_mirrored, tf_parameter_server
-from shipyard.agent.runners.api import InstanceContext
+from shipyard.jobplan.runner import InstanceContext
 from tests.agent_configs import local_config
 
 HOSTS = ["algo-1", "algo-2", "algo-3"]

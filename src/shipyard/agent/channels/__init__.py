@@ -20,9 +20,9 @@ from shipyard.agent.channels import fastfile, file, fuse
 from shipyard.agent.channels.checkpoints import CheckpointSync
 from shipyard.agent.channels.pipe import fifo_path, make_fifo
 from shipyard.agent.channels.source import ChannelSource
-from shipyard.agent.config import AgentConfig
-from shipyard.agent.layout import InstancePaths, checkpoint_dir
-from shipyard.agent.runners.api import ProcessSpec
+from shipyard.jobplan.config import AgentConfig
+from shipyard.jobplan.layout import InstancePaths, checkpoint_dir
+from shipyard.jobplan.runner import ProcessSpec
 
 Log = Callable[[str], None]
 

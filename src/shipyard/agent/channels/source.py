@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from shipyard import storage
 from shipyard.agent.channels.sharding import select
-from shipyard.agent.config import AgentConfig
+from shipyard.jobplan.config import AgentConfig
 from shipyard.storage import ObjectInfo, Store
 
 

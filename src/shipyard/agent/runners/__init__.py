@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 
 # runner name -> module implementing ``plan(ctx) -> list[ProcessSpec]``
 _RUNNERS = {

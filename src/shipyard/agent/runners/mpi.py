@@ -51,7 +51,7 @@ import warnings
 from typing import Any
 
 from shipyard import settings
-from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.ddp import shim_path as ddp_shim_path
 from shipyard.errors import DistributionError
 from shipyard.mpi import command as mpi_command

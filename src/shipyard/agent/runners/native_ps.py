@@ -30,8 +30,8 @@ import os
 import sys
 from typing import Any
 
-from shipyard.agent import layout
-from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.jobplan import layout
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.errors import DistributionError
 
 

@@ -8,7 +8,7 @@ script that calls ``init_process_group`` finds its peers.
 
 from __future__ import annotations
 
-from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 
 PYTORCH_MODULE = "sagemaker_pytorch_container.training:main"
 MASTER_PORT = "7777"

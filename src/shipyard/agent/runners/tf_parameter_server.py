@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shipyard.agent.runners import plain
-from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.agent.runners.tf_processes import (
     private_ports,
     relay_arg,

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.runtime.traffic import peer_env
 from shipyard.tf import cluster
 from shipyard.tf.server import SECRET_ENV

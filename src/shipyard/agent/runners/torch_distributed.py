@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from shipyard import settings
-from shipyard.agent.runners.api import InstanceContext, ProcessSpec
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.ddp import contract, shim_path
 from shipyard.errors import DistributionError
 

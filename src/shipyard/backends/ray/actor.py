@@ -17,8 +17,8 @@ import sys
 import threading
 from dataclasses import replace
 
-from shipyard.agent import config_sandbox
-from shipyard.agent.config_sandbox import SandboxPlan
+from shipyard.jobplan import config_sandbox
+from shipyard.jobplan.config_sandbox import SandboxPlan
 from shipyard.backends.ray.node import (
     NodeLayout,
     interface_of,

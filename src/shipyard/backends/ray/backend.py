@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard import settings
-from shipyard.agent.config import AgentConfig
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.config import AgentConfig
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 from shipyard.backends.ray import node as ray_node
 from shipyard.backends.ray import placement as ray_placement

@@ -24,7 +24,7 @@ import time
 
 import psutil
 
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.backends.api import LaunchSpec
 from shipyard.backends.local import LocalBackend
 from shipyard.backends.ray.node import NodeLayout

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from shipyard.agent.config_sandbox import SandboxPlan
+from shipyard.jobplan.config_sandbox import SandboxPlan
 from shipyard.errors import AgentConfigError
 
 
@@ -53,7 +53,7 @@ class AgentConfig:
     # environment the agent inherits.
     data: dict[str, Any] = field(default_factory=dict)
     # The instance sandbox (shipyard.sandbox): who writes which form, and what each field
-    # means, in shipyard.agent.config_sandbox.
+    # means, in shipyard.jobplan.config_sandbox.
     sandbox: SandboxPlan = field(default_factory=SandboxPlan)
     # The framework environment's interpreter for the job's own processes
     # (shipyard.environments); None: the installed environment's, the agent's own.

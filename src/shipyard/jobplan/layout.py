@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from shipyard.agent.config import AgentConfig
+from shipyard.jobplan.config import AgentConfig
 from shipyard.runtime import safepath
 
 GROUP_NAME = "homogeneousCluster"

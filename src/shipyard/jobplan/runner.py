@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from shipyard.agent.config import AgentConfig
-from shipyard.agent.layout import InstancePaths
+from shipyard.jobplan.config import AgentConfig
+from shipyard.jobplan.layout import InstancePaths
 
 
 @dataclass
