@@ -5,7 +5,11 @@ Groups as SageMaker names them: ``/aws/sagemaker/TrainingJobs`` (stream
 ``/aws/sagemaker/TransformJobs`` (stream ``<name>/<name>``). Requests are validated
 against botocore's model of the logs service (contract.py) before they are read. The SDK's ``logs_for_job``
 resumes a stream by (timestamp, events to skip), so every line keeps the timestamp it
-was first read at: ``_Stream`` indexes each file's lines (offset, time) as it grows.
+was given when first read: ``_Stream`` indexes each file's lines (offset, time) as it grows.
+That time is when the line was written, from the log's ``.times`` sidecar (the times
+``shipyard logs --timestamps`` shows, ``observe.logtimes``); a line the sidecar does not
+yet hold takes the file's modification time. Before, every line took the moment the server
+first read it, so a server started after a job ended stamped the whole log with one time.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shipyard.observe.logs import hidden_raw_line
+from shipyard.observe.logtimes import TimeIndex
 from shipyard.runtime import safepath
 from shipyard.server.contract import Contract, unknown_operation
 from shipyard.server.errors import ApiError
@@ -29,32 +34,38 @@ MAX_EVENTS = 10000
 
 
 class _Stream:
-    """One log file's lines, each with the time it was first seen (ms)."""
+    """One log file's lines, each with the time it was written (ms), fixed when first read."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.lines: list[tuple[int, int, int]] = []  # (timestamp ms, offset, length)
         self.read_to = 0
+        self.last = 0  # timestamps never go back within a stream (the SDK resumes by them)
+        self.times = TimeIndex(path)
         self.lock = threading.Lock()
 
     def refresh(self) -> None:
         with self.lock:
             try:
-                size = os.path.getsize(self.path)
+                stat = os.stat(self.path)
             except OSError:
                 return
-            if size <= self.read_to:
+            if stat.st_size <= self.read_to:
                 return
-            now = int(time.time() * 1000)
+            unnoted = int(min(stat.st_mtime, time.time()) * 1000)
             with safepath.open_record(self.path, "rb") as fh:  # a link: refused
                 fh.seek(self.read_to)
-                data = fh.read(size - self.read_to)
+                data = fh.read(stat.st_size - self.read_to)
+            self.times.refresh()
             offset = self.read_to
             while True:
                 cut = data.find(b"\n")
                 if cut < 0:
                     break  # a partial last line waits for its newline
-                self.lines.append((now, offset, cut))
+                written = self.times.time_of(offset + cut + 1)
+                at = unnoted if written is None else int(written * 1000)
+                self.last = max(self.last, at)
+                self.lines.append((self.last, offset, cut))
                 offset += cut + 1
                 data = data[cut + 1 :]
             self.read_to = offset

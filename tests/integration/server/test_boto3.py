@@ -186,6 +186,7 @@ def test_create_describe_until_completed_and_the_cli_sees_the_same_job(server, s
     body = boto3.client("s3").get_object(Bucket=staged, Key=model.split("/", 3)[3])["Body"]
     with tarfile.open(fileobj=io.BytesIO(body.read())) as tar:
         assert json.load(tar.extractfile("model.json")) == {"rows": 3}
+    time.sleep(3)  # the server first reads the log well after the job ended (see below)
     logs = boto3.client("logs")
     streams = logs.describe_log_streams(
         logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="boto-plain/"
@@ -197,6 +198,10 @@ def test_create_describe_until_completed_and_the_cli_sees_the_same_job(server, s
         startFromHead=True,
     )["events"]
     assert any("host algo-1 args ['--epochs', '2']" in e["message"] for e in events)
+    # each event carries when its line was written (the log's times), not when the server
+    # first read it, which was after the job had ended (issue 41)
+    ended_ms = desc["TrainingEndTime"].timestamp() * 1000
+    assert all(e["timestamp"] <= ended_ms + 1000 for e in events), (ended_ms, events)
     # the same record as shipyard's own CLI and SDK show
     from shipyard.control.client import ControlPlane
 
