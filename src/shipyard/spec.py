@@ -71,6 +71,23 @@ class MetricDefinition(_Model):
         return value
 
 
+DEFAULT_VOLUME_GB = 30  # SageMaker's default VolumeSizeInGB
+MIN_VOLUME_GB, MAX_VOLUME_GB = 1, 16384  # SageMaker's range
+
+
+def check_volume_size(value: Any) -> int:
+    """``value`` as a VolumeSizeInGB (a whole number in SageMaker's range), or ValueError
+    saying what was wrong."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"VolumeSizeInGB must be a whole number of GB, got {value!r}")
+    if not MIN_VOLUME_GB <= value <= MAX_VOLUME_GB:
+        raise ValueError(
+            f"VolumeSizeInGB must be between {MIN_VOLUME_GB} and {MAX_VOLUME_GB} GB "
+            f"(SageMaker's range), got {value}"
+        )
+    return value
+
+
 def host_names(instance_count: int) -> list[str]:
     """SageMaker's host names for a job of ``instance_count`` instances."""
     return [f"algo-{i}" for i in range(1, instance_count + 1)]
@@ -155,6 +172,9 @@ class JobSpec(_Model):
     tensorboard: TensorBoardSpec | None = None
     environment: dict[str, str] = Field(default_factory=dict)
     max_run: int = 24 * 60 * 60
+    # ResourceConfig.VolumeSizeInGB: each instance's /opt/ml is a disk of this size where
+    # the machine can make one (shipyard.sandbox.disk)
+    volume_size_gb: int = DEFAULT_VOLUME_GB
     max_retry_attempts: int = 0
     metric_definitions: list[MetricDefinition] = Field(default_factory=list)
     tags: list[dict[str, str]] = Field(default_factory=list)
@@ -194,6 +214,11 @@ class JobSpec(_Model):
         if value < 1:
             raise ValueError(f"max_run must be a positive number of seconds, got {value}")
         return value
+
+    @field_validator("volume_size_gb", mode="before")
+    @classmethod
+    def _volume(cls, value: Any) -> int:
+        return check_volume_size(value)
 
     @field_validator("max_retry_attempts")
     @classmethod

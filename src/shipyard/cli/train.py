@@ -84,6 +84,9 @@ def train(
     max_run: int = typer.Option(
         24 * 3600, "--max-run", help="seconds before the job is stopped (MaxRuntimeExceeded)"
     ),
+    volume_size: int = typer.Option(
+        30, "--volume-size", help="GB of each instance's disk under /opt/ml (VolumeSizeInGB)"
+    ),
     max_retry_attempts: int = typer.Option(
         0, "--max-retry-attempts", help="restarts of every instance after a failed attempt"
     ),
@@ -139,6 +142,7 @@ def train(
             base_job_name=base_job_name,
             output_path=output_path,
             max_run=max_run,
+            volume_size=volume_size,
             max_retry_attempts=max_retry_attempts,
             tags=[
                 {"Key": k, "Value": v}

@@ -230,7 +230,7 @@ def describe(cp: JobReader, record: JobRecord, utilization: bool = True) -> dict
         "ResourceConfig": {
             "InstanceType": spec.get("instance_type", "local"),
             "InstanceCount": spec.get("instance_count", 1),
-            "VolumeSizeInGB": 30,
+            "VolumeSizeInGB": spec.get("volume_size_gb", 30),
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": spec.get("max_run", 24 * 60 * 60)},
         "CreationTime": _ts(record.created_at),

@@ -39,7 +39,6 @@ if not _root.handlers and not logging.getLogger().handlers:
 _AWS_ONLY = (
     "role",
     "keep_alive_period_in_seconds",
-    "volume_size",
     "volume_kms_key",
     "output_kms_key",
     "subnets",
@@ -180,12 +179,19 @@ class EstimatorBase:
             session: The shipyard.Session the job goes to (or ``sagemaker_session=``).
             **kwargs: SageMaker SDK v1 names (``train_instance_count``, ...) with a
                 DeprecationWarning; options that only mean something on AWS (``role``,
-                ``volume_size``, ``subnets``, ...) are accepted and ignored.
+                ``subnets``, ...) are accepted and ignored; ``volume_size`` (GB, default
+                30) is each instance's disk under /opt/ml (shipyard.sandbox.disk).
         """
         kwargs = _renamed(dict(kwargs))
         instance_count = kwargs.pop("instance_count", instance_count)
         instance_type = kwargs.pop("instance_type", instance_type)
         max_run = kwargs.pop("max_run", max_run)
+        from shipyard.spec import DEFAULT_VOLUME_GB, check_volume_size
+
+        try:  # refused here, as SageMaker's SDK user learns it at once
+            self.volume_size = check_volume_size(kwargs.pop("volume_size", DEFAULT_VOLUME_GB))
+        except ValueError as exc:
+            raise ValidationError(f"volume_size: {exc}") from None
         distribution = kwargs.pop("distribution", distribution)
         from shipyard.debugger import tensorboard_spec
 
@@ -283,6 +289,7 @@ class EstimatorBase:
             tensorboard=self._tensorboard,
             environment=self.environment,
             max_run=self.max_run,
+            volume_size_gb=self.volume_size,
             max_retry_attempts=self.max_retry_attempts,
             metric_definitions=self.metric_definitions,
             tags=self.tags,
@@ -470,6 +477,7 @@ class EstimatorBase:
             output_path=spec.output_path,
             environment=dict(spec.environment),
             max_run=spec.max_run,
+            volume_size=spec.volume_size_gb,
             metric_definitions=[m.model_dump() for m in spec.metric_definitions],
             max_retry_attempts=spec.max_retry_attempts,
             session=session,

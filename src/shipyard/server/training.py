@@ -32,7 +32,7 @@ from shipyard.server.job_creds import grants_for, job_environment
 from shipyard.server.job_keys import KeyTable
 from shipyard.server.objects import ObjectStore
 from shipyard.server.records import Records
-from shipyard.spec import TENSORBOARD_LOCAL_PATH, check_local_path, validated
+from shipyard.spec import DEFAULT_VOLUME_GB, TENSORBOARD_LOCAL_PATH, check_local_path, validated
 
 log = logging.getLogger("shipyard.server")
 # instances of unfinished jobs at once (SageMaker's per-account quota; one machine's sense)
@@ -285,6 +285,8 @@ class TrainingApi:
             tensorboard=self._tensorboard(req.get("TensorBoardOutputConfig")),
             environment=req.get("Environment") or {},
             max_run=int(stopping.get("MaxRuntimeInSeconds") or 24 * 3600),
+            # checked by the spec (1..16384, SageMaker's range); absent: SageMaker's 30
+            volume_size_gb=resources.get("VolumeSizeInGB", DEFAULT_VOLUME_GB),
             max_retry_attempts=int(
                 (req.get("RetryStrategy") or {}).get("MaximumRetryAttempts") or 0
             ),
