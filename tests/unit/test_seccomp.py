@@ -157,3 +157,54 @@ def test_masks_follow_runc_and_keep_the_instances_own_files():
     assert "/etc/shadow" in keys["secrets"] and "/etc/gshadow" in keys["secrets"]
     assert all(not os.path.islink(p) for p in keys["fresh"])  # /var/run -> /run: once
     assert all(any(masks._under(p, top) for top in keys["fresh"]) for p in keys["keep_own"])
+
+
+def _no_compiler(monkeypatch):
+    """libseccomp's binding made unimportable and the compiler refusing to run."""
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)
+
+    def refuse():
+        raise AssertionError("compiled again where the cached program should be read")
+
+    monkeypatch.setattr(seccomp, "compile_filter", refuse)
+
+
+@pytest.mark.skipif(not seccomp.kernel_has_seccomp(), reason="no seccomp in this kernel")
+def test_the_filter_is_compiled_once_per_machine_and_then_read_back(tmp_path, monkeypatch):
+    """Issue 40: each agent imported libseccomp's binding (two ldconfig runs) to compile
+    the same program; later agents read the first one's from the private cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first, why = seccomp.build()
+    if first is None:
+        pytest.skip(why or "no filter")
+    cached = tmp_path / "shipyard" / seccomp.cache_name()
+    assert cached.read_bytes() == first and oct(cached.stat().st_mode & 0o777) == "0o600"
+    _no_compiler(monkeypatch)
+    assert seccomp.build() == (first, None)
+
+
+@pytest.mark.skipif(not seccomp.kernel_has_seccomp(), reason="no seccomp in this kernel")
+@pytest.mark.parametrize("spoil", ["writable by others", "truncated", "a link", "empty"])
+def test_a_cached_program_that_could_be_anyones_is_compiled_again(tmp_path, monkeypatch, spoil):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    good, why = seccomp.build()
+    if good is None:
+        pytest.skip(why or "no filter")
+    cached = tmp_path / "shipyard" / seccomp.cache_name()
+    if spoil == "writable by others":
+        cached.write_bytes(b"\0" * 8)
+        cached.chmod(0o666)
+    elif spoil == "truncated":
+        cached.write_bytes(good[:-3])
+    elif spoil == "a link":
+        other = tmp_path / "elsewhere.bpf"
+        other.write_bytes(b"\0" * 8)
+        cached.unlink()
+        cached.symlink_to(other)
+    else:
+        cached.write_bytes(b"")
+    compiled = []
+    real = seccomp.compile_filter
+    monkeypatch.setattr(seccomp, "compile_filter", lambda: compiled.append(1) or real())
+    assert seccomp.build() == (good, None) and compiled == [1]
+    assert cached.read_bytes() == good and not cached.is_symlink()  # replaced, whole

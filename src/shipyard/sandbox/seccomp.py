@@ -16,8 +16,14 @@ kernel still refuses a capability-less process access to any process holding
 capabilities (the agent, the instance's init). ``name_to_handle_at`` stays allowed
 (Docker allows it); ``open_by_handle_at`` does not (the "shocker" escape).
 
-Built with libseccomp (through the ``pyseccomp`` ctypes binding) once per instance, in
-the agent; exported as a BPF program and handed to the launcher
+Built with libseccomp (through the ``pyseccomp`` ctypes binding) once per machine and
+version of this module: the BPF program is kept in the user's private cache
+(``<cache>/seccomp-<sha256 of this file and the machine>.bpf``, the bind shim's cache
+directory, shipyard.sandbox.bindshim) and read from there by every later agent.
+Importing the binding cost each agent 20-60 ms on a loaded 2-core machine (two
+``ldconfig -p`` runs of ``ctypes.util.find_library``), four times at once for a
+4-instance job; reading the cached program costs well under a millisecond
+(docs/decisions.md). The agent hands the program to the launcher
 (shipyard.sandbox.launch), which loads it as the last step before the job's exec, so
 every descendant of the job's processes inherits it.
 """
@@ -25,7 +31,9 @@ every descendant of the job's processes inherits it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 
@@ -164,9 +172,96 @@ def kernel_has_seccomp() -> bool:
 
 def build() -> tuple[bytes | None, str | None]:
     """The filter as a BPF program (``struct sock_filter`` array) for this machine's
-    architectures, or None and why not (the job then runs without it, said)."""
+    architectures, or None and why not (the job then runs without it, said): the
+    cached program when there is one (see the module docstring), else compiled and
+    cached."""
     if not kernel_has_seccomp():
         return None, MISSING_KERNEL
+    name = cache_name()
+    for directory in _cache_dirs():
+        cached = _read_cached(os.path.join(directory, name))
+        if cached is not None:
+            return cached, None
+    bpf, why = compile_filter()
+    if bpf is not None:
+        _store(bpf, name)
+    return bpf, why
+
+
+# struct sock_filter is 8 bytes; the kernel takes at most BPF_MAXINSNS (4096) of them
+INSN_SIZE = 8
+MAX_PROGRAM = 4096 * INSN_SIZE
+
+
+def cache_name() -> str:
+    """The cached program's file name: this module's source (the rules and how they
+    are added) and the machine's architecture decide the program."""
+    with open(__file__, "rb") as fh:
+        digest = hashlib.sha256(fh.read() + os.uname().machine.encode())
+    return f"seccomp-{digest.hexdigest()[:16]}.bpf"
+
+
+def _cache_dirs() -> list[str]:
+    from shipyard.sandbox import bindshim
+
+    return bindshim._cache_dirs()
+
+
+def _read_cached(path: str) -> bytes | None:
+    """The program at ``path`` when it is a plausible one this user alone could have
+    written (a regular file, ours, writable by nobody else, in a directory likewise),
+    else None: whatever lies there is loaded into every job's processes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        parent = os.stat(os.path.dirname(path))
+        trusted = all(
+            s.st_uid == os.geteuid() and not s.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            for s in (st, parent)
+        )
+        if not trusted or not stat.S_ISREG(st.st_mode):
+            return None
+        if not 0 < st.st_size <= MAX_PROGRAM or st.st_size % INSN_SIZE:
+            return None
+        data = os.read(fd, st.st_size + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == st.st_size else None
+
+
+def _store(bpf: bytes, name: str) -> None:
+    """Keep the program for later agents: a private temporary file renamed into place
+    (concurrent agents of one job each write a whole, identical file); a cache that
+    cannot be written only costs the next agent a compile."""
+    from shipyard.sandbox import bindshim
+
+    for directory in _cache_dirs():
+        if not bindshim._private_dir(directory):
+            continue
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".seccomp-", suffix=".bpf", dir=directory)
+        except OSError:
+            continue
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(bpf)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, os.path.join(directory, name))
+            return
+        except OSError:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+
+
+def compile_filter() -> tuple[bytes | None, str | None]:
+    """The filter compiled by libseccomp now (``build`` without the cache)."""
     try:
         import pyseccomp
     except (ImportError, OSError, AttributeError):  # no binding, or no libseccomp.so.2
