@@ -1,19 +1,23 @@
 """A job that filled the disk under its ``/opt/ml``: the FailureReason names the disk.
 
 A script that runs out of disk dies with ``OSError: [Errno 28] No space left on device``
-somewhere in a traceback; the user cannot tell from it which disk, how big it is, or
-that on this machine it is not a volume of ``VolumeSizeInGB`` at all. An instance's
-``/opt/ml`` is its tree under the job's directory, on the host's filesystem, shared with
-the host and every other instance and job, with no size of its own (issue 37, measured
-options in docs/decisions.md); describe says so in ``Shipyard.MissingProtections``
-(:data:`NO_VOLUME`), and a failure whose text says the disk was full gets a first line
-naming that filesystem, its mount point and what is free on it now (:func:`verdict`).
+somewhere in a traceback; the user cannot tell from it which disk, how big it is, or what
+filled it. Where the instance had its disk of ``VolumeSizeInGB`` (control.job_disks,
+shipyard.sandbox.disk), a failure whose text says a disk was full gets a first line
+naming that disk, its size and what in ``/opt/ml`` filled it (:func:`verdict`). Where it
+had none (not root, no loop devices, the Ray backend), ``/opt/ml`` is its tree on the
+host's filesystem, shared with the host and every other instance and job; describe says
+so in ``Shipyard.MissingProtections`` (:data:`NO_VOLUME`, or the reason recorded), and the
+first line names that filesystem, its mount point and what is free on it now.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
+
+from shipyard.control import job_disks
 
 NO_VOLUME = (
     "no disk of VolumeSizeInGB: /opt/ml is the instance's tree on the host's filesystem, "
@@ -24,13 +28,20 @@ _FULL = re.compile(r"\[Errno (28|122)\]|No space left on device|Disk quota excee
 
 def verdict(failure_text: str, tree: str) -> str | None:
     """The first line of a FailureReason whose text says a disk was full, naming the
-    filesystem under the instance's ``/opt/ml`` (``tree`` on the host); None otherwise."""
+    disk under the instance's ``/opt/ml`` (``tree`` on the host); None otherwise."""
     if not _FULL.search(failure_text):
         return None
+    size_gb = _disk_size(tree)
+    if size_gb is not None:
+        return (
+            f"the instance's disk of VolumeSizeInGB ({size_gb} GB) under /opt/ml is full"
+            f"{_filled_by(tree)}; write less there or ask for a larger VolumeSizeInGB "
+            "(volume_size, --volume-size)"
+        )
     try:
-        stat = os.statvfs(tree)
-        free = _size(stat.f_bavail * stat.f_frsize)
-        total = _size(stat.f_blocks * stat.f_frsize)
+        fs = os.statvfs(tree)
+        free = _size(fs.f_bavail * fs.f_frsize)
+        total = _size(fs.f_blocks * fs.f_frsize)
         where = f"the host's filesystem mounted at {mount_point(tree)} ({free} free of {total} now)"
     except OSError:
         where = "the host's filesystem"
@@ -39,6 +50,64 @@ def verdict(failure_text: str, tree: str) -> str | None:
         "VolumeSizeInGB (this machine gives an instance no disk of its own); free space "
         "there or set SHIPYARD_HOME to a larger disk"
     )
+
+
+def _disk_size(tree: str) -> int | None:
+    """The size of the instance's own disk when it had one (its record, <job>/disks.json)."""
+    job_dir = os.path.dirname(os.path.dirname(tree))  # <job>/instances/algo-k
+    entry = (job_disks.read_record(job_dir) or {}).get(os.path.basename(tree)) or {}
+    if not entry or entry.get("Missing") or not isinstance(entry.get("SizeInGB"), int):
+        return None
+    return int(entry["SizeInGB"])
+
+
+WALK_LIMIT = 200_000  # entries counted before the sizes are given as they stand
+
+
+def _filled_by(tree: str) -> str:
+    """``: model/ 1.1 GiB, checkpoints/ 20.0 MiB`` (the largest top-level entries of the
+    tree, by blocks used; walked by descriptor, no link followed: the job's other
+    instances may still write it), or "" when nothing there is large."""
+    try:
+        top = os.open(tree, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    budget = [WALK_LIMIT]
+    try:
+        sizes = {
+            e.name + ("/" if e.is_dir(follow_symlinks=False) else ""): _used(top, e.name, budget)
+            for e in os.scandir(top)
+        }
+    finally:
+        os.close(top)
+    largest = sorted(((n, v) for n, v in sizes.items() if v >= 1 << 20), key=lambda x: -x[1])
+    if not largest:
+        return ""
+    return ": " + ", ".join(f"{name} {_size(v)}" for name, v in largest[:3])
+
+
+def _used(dir_fd: int, name: str, budget: list[int]) -> int:
+    """Bytes of blocks used by ``name`` (below ``dir_fd``) and everything in it."""
+    budget[0] -= 1
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return 0
+    total = st.st_blocks * 512
+    if not stat.S_ISDIR(st.st_mode) or budget[0] <= 0:
+        return total
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return total
+    try:
+        for entry in os.scandir(fd):
+            if budget[0] <= 0:
+                break
+            total += _used(fd, entry.name, budget)
+    finally:
+        os.close(fd)
+    return total
 
 
 def mount_point(path: str) -> str:

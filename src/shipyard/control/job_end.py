@@ -25,12 +25,12 @@ from collections.abc import Callable
 from typing import TextIO
 
 from shipyard import settings
-from shipyard.jobplan.layout import InstancePaths
-from shipyard.control import disk_full
+from shipyard.control import disk_full, job_disks
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import Event, IllegalTransition
 from shipyard.control.store import JobRecord, Store
 from shipyard.errors import StorageError
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.runtime import safepath
 from shipyard.storage.retry import Patience
 
@@ -68,11 +68,16 @@ def lost_processes(job_dir: str, hosts: list[str]) -> list[dict]:
 
 
 def missing_protections(job_dir: str, hosts: list[str]) -> list[dict]:
-    """The sandbox protections each instance ran without, and why (issue 31); no
-    instance has a disk of VolumeSizeInGB (control.disk_full)."""
+    """The sandbox protections each instance ran without, and why (issue 31); an
+    instance without a disk of VolumeSizeInGB is one (control.job_disks)."""
+    disks = job_disks.read_record(job_dir)
     out = []
     for host in hosts:
-        out.append({"Host": host, "Missing": disk_full.NO_VOLUME})
+        entry = (disks or {}).get(host) or {}
+        if disks is None or not entry:  # no disk planned (before issue 37, never launched)
+            out.append({"Host": host, "Missing": disk_full.NO_VOLUME})
+        elif entry.get("Missing"):
+            out.append({"Host": host, "Missing": job_disks.missing_text(str(entry["Missing"]))})
         path = instance_paths(job_dir, host).missing_protections_file
         try:
             text = safepath.read_text(job_dir, path, RECORD_LIMIT)

@@ -44,6 +44,7 @@ from shipyard.control.hooks import (
     LogPump,
     Utilization,
 )
+from shipyard.control.job_disks import JobDisks
 from shipyard.control.job_end import JobEnd
 from shipyard.control.lifecycle import AttemptKind, Event, JobStatus
 from shipyard.control.policies import AttemptResult, Policies
@@ -118,6 +119,14 @@ class JobSupervisor:
         if hasattr(self.backend, "should_stop"):  # ends a launch waiting for GPUs
             self.backend.should_stop = self.should_stop
         self.end = JobEnd(home, store, self.record, stream, self._first_log)
+        # each instance's /opt/ml a disk of VolumeSizeInGB, from the first launch to the end
+        self.disks = JobDisks(
+            self.record.job_dir,
+            self.hosts,
+            self.spec.volume_size_gb,
+            getattr(self.backend, "name", "unknown"),
+            self.end.say,
+        )
         self.plan = SubmittedPlan(os.path.join(self.record.job_dir, "agent.json"))
         config = self.plan.config()
         self.deciding = set(
@@ -162,6 +171,7 @@ class JobSupervisor:
         # current before its launch: an error after the backend started the instances
         # (recording them) still stops them
         self.current = Attempt(self.job, number)
+        self.disks.ensure()
         self.current.launch(env)
 
     def _stop_instances(self) -> None:
@@ -208,6 +218,7 @@ class JobSupervisor:
                 )
         except KeyboardInterrupt:
             self._stop_instances()
+            self.disks.release()
             if self.current is not None:
                 self.current.end(AttemptResult(AttemptKind.STOPPED))
             self._safe_transition(Event.STOP_REQUESTED, "Stop requested (interrupted)")
@@ -215,12 +226,15 @@ class JobSupervisor:
             raise
         except BaseException as exc:
             self._stop_instances()
+            self.disks.release()
             self._safe_transition(
                 Event.FAILED,
                 "Internal error",
                 f"InternalServerError: {type(exc).__name__}: {exc}"[:1024],
             )
             raise
+        finally:  # a launch refused with its disks made
+            self.disks.release()
 
     def _start(self) -> JobRecord | None:
         """The hooks' first phase (the framework environment), before any instance
@@ -274,6 +288,7 @@ class JobSupervisor:
         unsaved = None
         for hook in self.hooks:
             unsaved = hook.on_job_end(result) or unsaved
+        self.disks.release()  # after the last upload, before the job is seen ended
         if unsaved is not None:
             return self.end.not_saved(unsaved, self.should_stop())
         if result.kind is AttemptKind.SUCCEEDED:

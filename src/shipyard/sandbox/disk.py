@@ -68,7 +68,12 @@ class Disk:
     host: str
     tree: str  # the mount point: <job>/instances/algo-k
     image: str  # <job>/disks/algo-k.img
-    size_gb: int
+    size_gb: int  # as asked (VolumeSizeInGB)
+    size: int  # bytes it has: less where the host's filesystem had less free (capped)
+
+    @property
+    def capped(self) -> bool:
+        return self.size < self.size_gb * GIB
 
 
 def missing_reason() -> str | None:
@@ -86,22 +91,46 @@ def image_path(job_dir: str, host: str) -> str:
     return os.path.join(job_dir, DISKS_DIR, f"{host}.img")
 
 
-def create(job_dir: str, host: str, size_gb: int) -> Disk:
-    """Make and mount the disk of ``host`` over its tree (created empty if absent).
-    Raises OSError with what failed; nothing is left behind when it does."""
+MIN_DISK = 16 << 20  # below this the host's filesystem is too full for a disk
+FREE_SHARE = 0.9  # of the host's free space, split among the job's instances
+
+
+def disk_size(free: int, size_gb: int, instances: int) -> int:
+    """Bytes of an instance's disk: ``size_gb`` GiB, or less where the host's filesystem
+    has less free than the job's instances together ask for. A sparse image larger than
+    the free space would take the host's last blocks, and then a job's writes fail as
+    I/O errors of its disk, long after write() returned, rather than as ENOSPC at once.
+    Raises OSError when what is left is too small to be a disk."""
+    share = int(free * FREE_SHARE) // max(1, instances) // (1 << 20) << 20
+    size = min(size_gb * GIB, share)
+    if size < MIN_DISK:
+        raise OSError(
+            errno.ENOSPC,
+            f"the host's filesystem has {free / (1 << 20):.0f} MiB free, too little for "
+            f"{instances} disk(s)",
+        )
+    return size
+
+
+def create(job_dir: str, host: str, size_gb: int, instances: int = 1) -> Disk:
+    """Make and mount the disk of ``host`` over its tree (created empty if absent), one of
+    ``instances`` sharing the host's free space. Raises OSError with what failed; nothing
+    is left behind when it does."""
     check_volume_size(size_gb)
     tree = os.path.join(job_dir, "instances", host)
     os.makedirs(tree, exist_ok=True)
     os.makedirs(os.path.join(job_dir, DISKS_DIR), mode=0o700, exist_ok=True)
     image = image_path(job_dir, host)
     owner = os.stat(tree, follow_symlinks=False)
+    fs = os.statvfs(os.path.dirname(image))
+    size = disk_size(fs.f_bavail * fs.f_frsize, size_gb, instances)
     try:
-        _make_image(image, size_gb, owner.st_uid, owner.st_gid)
+        size = _make_image(image, size, owner.st_uid, owner.st_gid)
         _mount_image(job_dir, tree, image)
     except BaseException:
         _unlink(image)
         raise
-    return Disk(host=host, tree=tree, image=image, size_gb=size_gb)
+    return Disk(host=host, tree=tree, image=image, size_gb=size_gb, size=size)
 
 
 def create_all(job_dir: str, hosts: list[str], size_gb: int) -> dict[str, Disk | str]:
@@ -112,7 +141,7 @@ def create_all(job_dir: str, hosts: list[str], size_gb: int) -> dict[str, Disk |
 
     def one(host: str) -> Disk | str:
         try:
-            return create(job_dir, host, size_gb)
+            return create(job_dir, host, size_gb, len(hosts))
         except OSError as exc:
             return f"its disk could not be made: {exc}"
 
@@ -120,21 +149,23 @@ def create_all(job_dir: str, hosts: list[str], size_gb: int) -> dict[str, Disk |
         return dict(zip(hosts, pool.map(one, hosts)))
 
 
-def _make_image(image: str, size_gb: int, uid: int, gid: int) -> None:
+def _make_image(image: str, size: int, uid: int, gid: int) -> int:
+    """A sparse image of ``size`` bytes with an empty ext4 on it; returns its size."""
     fd = os.open(image, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
             try:
-                os.ftruncate(fd, size_gb * GIB)  # sparse: no block is allocated
+                os.ftruncate(fd, size)  # sparse: no block is allocated
             except OSError as exc:
-                if exc.errno != errno.EFBIG or size_gb * GIB < EXT4_MAX_FILE:
+                if exc.errno != errno.EFBIG or size < EXT4_MAX_FILE:
                     raise
                 # 16384 GB is one byte past what ext4 holds in a file (16 TiB - 4 KiB)
-                os.ftruncate(fd, EXT4_MAX_FILE - (1 << 20))
+                size = EXT4_MAX_FILE - (1 << 20)
+                os.ftruncate(fd, size)
         except OSError as exc:
             raise OSError(
                 exc.errno,
-                f"the host's filesystem cannot hold a sparse file of {size_gb} GB "
+                f"the host's filesystem cannot hold a sparse file of {size / GIB:.1f} GB "
                 f"({os.strerror(exc.errno or 0)})",
             ) from None
     finally:
@@ -148,6 +179,7 @@ def _make_image(image: str, size_gb: int, uid: int, gid: int) -> None:
     )
     if done.returncode != 0:
         raise OSError(f"mkfs.ext4 failed: {done.stderr.decode(errors='replace').strip()}")
+    return size
 
 
 def _loop_config(image_fd: int) -> bytes:
