@@ -4,7 +4,10 @@ Checks are cheap and import no framework (a package's presence and version are r
 its metadata): instance sandboxes (namespaces, iproute2, pasta for outbound traffic),
 instance types' limits (cgroups),
 death signals (setpriv), the bind shim of Ray nodes (built here with ``cc`` on first use),
-FUSE (FastFile mode), MPI, TensorFlow, PyTorch, GPUs.
+FUSE (FastFile mode), MPI, TensorFlow, PyTorch, GPUs. Below the table, this machine's
+ceiling for emulated runs (``same-machine ceiling: X Gbit/s between instances, N cores
+shared``, :mod:`shipyard.planner.ceiling`): measured once (about half a second) and
+cached in the home; ``--measure`` measures it again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import importlib.metadata
 import importlib.util
 import os
 import shutil
+import time
 from dataclasses import dataclass
 
 import typer
@@ -211,6 +215,12 @@ def doctor(
         "--settings",
         help="print every SHIPYARD_* setting, its value and where it came from (env or default)",
     ),
+    measure: bool = typer.Option(
+        False,
+        "--measure",
+        help="measure this machine's same-machine ceiling again (what two instances move "
+        "between them, the cores they share) instead of reading the cached one",
+    ),
 ) -> None:
     """What this machine supports (sandboxes, FUSE, MPI, TF, torch, GPUs), each gap's fix."""
     if show_settings:
@@ -219,7 +229,34 @@ def doctor(
     # a terminal: the table wraps to its width; a pipe: one line per check, nothing cut
     from shipyard.cli.output import out_console
 
-    out_console().print(table(checks()))
+    console = out_console()
+    console.print(table(checks()))
+    for line in ceiling_lines(measure):
+        console.print(line)
+
+
+def ceiling_lines(refresh: bool = False) -> list[Text]:
+    """The same-machine ceiling (cached in the home; measured when missing or asked) as
+    two lines: the figure, then how and where it was measured."""
+    from shipyard.control.home import default_home
+    from shipyard.planner import ceiling
+
+    home = default_home()
+    cached = None if refresh else ceiling.load(home)
+    found = cached or ceiling.get(home, refresh=True)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(found.measured_at))
+    how = f"cached (measured {when})" if cached else f"measured now in {found.seconds:.1f} s"
+    where = f" over {found.path}" if found.path else ""
+    return [
+        Text(found.line()),
+        Text(
+            f"  {how}{where}, load average {found.load_average:.2f} then (other work "
+            f"lowers it: measure on a quiet machine); cores: {found.cores_source}; in "
+            f"{ceiling.cache_path(home)} "
+            "(`shipyard doctor --measure` measures again)",
+            style="dim",
+        ),
+    ]
 
 
 def print_settings() -> None:

@@ -38,7 +38,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PROBE_SECONDS = 0.25
+from shipyard.planner import model
+
+PROBE_SECONDS = 0.4  # in all, over the probe's rounds
 PROBE_TIMEOUT_S = 20.0
 
 
@@ -57,6 +59,7 @@ class Ceiling:
     seconds: float = 0.0  # how long the measurement took, start-up included
     measured_at: float = 0.0  # time.time()
     reason: str = ""
+    load_average: float = 0.0  # 1-minute, when measured: other work lowers the ceiling
 
     @property
     def bytes_per_s(self) -> float | None:
@@ -70,6 +73,10 @@ class Ceiling:
             else f"unknown between instances ({self.reason})"
         )
         return f"same-machine ceiling: {rate}, {self.cores:g} cores shared"
+
+    def machine(self) -> model.Machine:
+        """What the model needs of it (:func:`shipyard.planner.model.same_machine`)."""
+        return model.Machine(self.cores, self.bytes_per_s, self.reason)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -87,6 +94,7 @@ class Ceiling:
             seconds=float(data.get("seconds") or 0),
             measured_at=float(data.get("measured_at") or 0),
             reason=str(data.get("reason") or ""),
+            load_average=float(data.get("load_average") or 0),
         )
 
 
@@ -144,6 +152,7 @@ def measure(seconds: float = PROBE_SECONDS) -> Ceiling:
     """Measure now: the probe in a child process (its namespaces die with it), the cores
     here."""
     cores, cores_source = shared_cores()
+    load_average = os.getloadavg()[0]
     started = time.monotonic()
     argv = [sys.executable, "-m", "shipyard.planner.ceiling_probe", str(seconds)]
     rate: float | None = None
@@ -172,6 +181,7 @@ def measure(seconds: float = PROBE_SECONDS) -> Ceiling:
         seconds=time.monotonic() - started,
         measured_at=time.time(),
         reason=reason,
+        load_average=load_average,
     )
 
 

@@ -23,6 +23,7 @@ from shipyard.runtime.lifeline import die_with_parent
 from shipyard.sandbox import kernel, network, probe, tools
 
 CONNECT_TRIES = 200
+ROUNDS = 2
 CHUNK = 4 << 20  # bytes per sendall: large writes, as the ps client's and gloo's are
 SUBNET = "10.251.0"
 VETH_PATH = "veth pairs on a bridge between two network namespaces (the instances' job network)"
@@ -30,7 +31,8 @@ LOOPBACK_PATH = "this machine's loopback (no instance sandbox here: instances sh
 
 
 def run(seconds: float) -> dict:
-    """``{"path": ..., "directions": [Gbit/s, Gbit/s]}`` for ``seconds`` of streaming."""
+    """``{"path": ..., "directions": [Gbit/s, Gbit/s]}``: the better of :data:`ROUNDS`
+    rounds that stream ``seconds`` in all."""
     if probe.support().ok:
         left, right, host = _namespaces()
         path = "veth"
@@ -40,13 +42,15 @@ def run(seconds: float) -> dict:
         path = "loopback"
     server = _in(left, lambda: socket.create_server((host, 0)))
     port = server.getsockname()[1]
-    client = _in(right, lambda: _connect(host, port))
-    accepted, _ = server.accept()
+    best: list[float] = []
+    for _ in range(ROUNDS):  # the better round: another process's burst is not the machine
+        client = _in(right, lambda: _connect(host, port))
+        accepted, _ = server.accept()
+        got = _stream_both_ways(client, accepted, seconds / ROUNDS)
+        if sum(got) > sum(best):
+            best = got
     server.close()
-    return {
-        "path": VETH_PATH if path == "veth" else LOOPBACK_PATH,
-        "directions": _stream_both_ways(client, accepted, seconds),
-    }
+    return {"path": VETH_PATH if path == "veth" else LOOPBACK_PATH, "directions": best}
 
 
 def _ip(batch: str, pass_fds: tuple[int, ...] = ()) -> None:

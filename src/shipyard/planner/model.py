@@ -38,6 +38,17 @@ otherwise).
   1 Gbit/s ran 240 ms per step, the max form said 211 ms, this one 230 ms). A real cluster's
   instances each have their own cores, so this applies only to predicting a run on the
   machine that measured (``shipyard plan --shared-host CORES``, the accuracy benchmark).
+- **The same machine** (:func:`same_machine`, :class:`Machine` from
+  :mod:`shipyard.planner.ceiling`): a run emulated here gets neither the emulated rate
+  nor cores of its own. Its link is ``min(emulated rate, this machine's ceiling)``, the
+  ceiling being what two instances here measured moving each way at once (``tc`` slows a
+  link, it cannot speed the machine up: two shared cores moved 8-12 Gbit/s each way, so
+  a 10 Gbit/s emulation is capped, bottleneck ``host network``); and its K workers share
+  the machine's N cores as above (compute stretched to ``K * compute / N`` once K > N).
+  Parameter servers are not counted among K: their CPU is the data path's own, paced by
+  the bytes, which the ceiling measured with its senders and receivers on the same cores.
+  Where the ceiling could not be measured there is no prediction (:class:`Unpredictable`
+  says why), not a number that ignores it.
 """
 
 from __future__ import annotations
@@ -387,6 +398,52 @@ def _spread(profile: Profile, link: Link, n: int, row: Row, why: str) -> Row:
             f"(DistributedOptimizer(chunk_bytes={int(small)})) would spread them"
         )
     return replace(row, advice=f"{why}{how}; predicted speedup x{speedup:.2f}", speedup=speedup)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The one machine an emulated run's instances share: the ``cores`` every instance's
+    processes run on and the bytes per second two instances move each way
+    (``bytes_per_s``; None where it could not be measured, ``why`` says why)."""
+
+    cores: float
+    bytes_per_s: float | None
+    why: str = ""
+
+
+class Unpredictable(ValueError):
+    """A same-machine prediction the model cannot make: the message says why."""
+
+
+def on_machine(link: Link, machine: Machine) -> Link:
+    """The link an emulated run here gets: the emulated rate, at most the machine's."""
+    if machine.bytes_per_s is None or machine.bytes_per_s <= 0:
+        raise Unpredictable(
+            f"this machine's ceiling between instances is unknown ({machine.why or 'not measured'})"
+        )
+    if link.bytes_per_s <= machine.bytes_per_s:
+        return link
+    return replace(link, bytes_per_s=machine.bytes_per_s)
+
+
+def same_machine(profile: Profile, link: Link, n: int, machine: Machine) -> Row:
+    """``n`` instances emulating ``link`` on this machine: the link capped at the
+    machine's ceiling, the workers sharing its cores (module docstring, "the same
+    machine"). ``profile``'s compute must have been read with the same machine
+    (``profile.Inputs(machine=...)``). Raises :class:`Unpredictable` without a ceiling."""
+    capped = on_machine(link, machine)
+    row = predict(replace(profile, host_cores=machine.cores), capped, n)
+    if capped is not link and (row.bottleneck == "nic" or row.bottleneck.startswith("hot ps")):
+        gbit = capped.bytes_per_s * 8 / 1e9
+        row = replace(
+            row,
+            bottleneck="host network",
+            advice=(
+                f"this machine moves {gbit:.1f} Gbit/s between instances, below the emulated "
+                f"{link.bytes_per_s * 8 / 1e9:g} Gbit/s: real {link.name} instances would not wait for it"
+            ),
+        )
+    return row
 
 
 def predict(profile: Profile, link: Link, n: int) -> Row:

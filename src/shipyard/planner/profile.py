@@ -61,6 +61,9 @@ class Inputs:
     distribution: str | None = None  # plan as this distribution instead of the job's
     allreduce: str | None = None  # ring (NCCL, gloo) or reduce_bcast (Open MPI's default)
     host_cores: float | None = None  # predict runs on this machine: its cores are shared
+    # predict runs on this machine (planner.ceiling): its cores shared, its links capped at
+    # what two instances here move; the measured run's communication is read the same way
+    machine: model.Machine | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,11 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
             + (f" ({timing['Steps']} timed after warm-up)" if timing else "")
         )
     link, link_source = measured_link(desc)
+    host_cores = given.host_cores
+    if given.machine is not None:
+        link, link_source = _on_machine(link, link_source, given.machine)
+        host_cores = host_cores or given.machine.cores
+        sources["same_machine"] = _machine_line(given.machine)
     sources["measured_network"] = link_source
     push, pull = _overheads(report, variables, workers, steps)
     base = model.Profile(
@@ -230,7 +238,7 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         pull_overhead=pull,
         chunk_bytes=float(report.get("chunk_bytes") or model.DEFAULT_CHUNK_BYTES),
         allreduce=given.allreduce or "ring",
-        host_cores=given.host_cores,
+        host_cores=host_cores,
     )
     if given.host_cores:
         sources["shared_host"] = (
@@ -241,20 +249,48 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
     else:
         comm = model.predict(base, link, instances).comm_s if link else 0.0
         compute = model.compute_of(
-            step_s, comm, workers, given.host_cores, model.collective(base.distribution)
+            step_s, comm, workers, host_cores, model.collective(base.distribution)
         )
         sources["compute_time"] = (
             f"measured here: step time {step_s:.4g}s"
             + (f" less {comm:.4g}s of predicted communication" if comm else "")
             + (
-                f", at most {given.host_cores:g} cores' share of {workers} workers"
-                if given.host_cores and workers > given.host_cores
+                f", at most {host_cores:g} cores' share of {workers} workers"
+                if host_cores and workers > host_cores
                 else ""
             )
             + f" on {instance_type}"
         )
     profile = replace(base, compute_s=compute, compute_source=sources["compute_time"])
     return Measured(profile, instances, instance_type, step_s, sources)
+
+
+def _on_machine(
+    link: model.Link | None, source: str, machine: model.Machine
+) -> tuple[model.Link | None, str]:
+    """The measured run's link as this machine gave it: an unshaped run moved at the
+    machine's ceiling, a shaped one at most at it (unchanged where it is unknown)."""
+    if machine.bytes_per_s is None:
+        return link, source
+    gbit = machine.bytes_per_s * 8 / 1e9
+    if link is None:
+        here = model.Link("this machine", machine.bytes_per_s, framing=model.TCP_FRAMING)
+        return here, f"unshaped: this machine's {gbit:.1f} Gbit/s between instances (measured)"
+    if link.bytes_per_s <= machine.bytes_per_s:
+        return link, source
+    return (
+        model.on_machine(link, machine),
+        f"{source}, capped at this machine's {gbit:.1f} Gbit/s between instances (measured)",
+    )
+
+
+def _machine_line(machine: model.Machine) -> str:
+    rate = (
+        f"{machine.bytes_per_s * 8 / 1e9:.1f} Gbit/s between instances"
+        if machine.bytes_per_s is not None
+        else f"ceiling unknown ({machine.why})"
+    )
+    return f"this machine: {rate}, {machine.cores:g} cores shared"
 
 
 def _step_timing(desc: Mapping[str, Any], given: Inputs) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from shipyard.planner import model
 from shipyard.planner.model import Row
 
 BAR = "#"
@@ -30,3 +31,17 @@ def plot(rows: Sequence[Row], width: int = 40) -> str:
                 f"  {r.instances:>4} | {bar:<{width}} {r.steps_per_s:10.2f}  {r.efficiency:4.0%}"
             )
     return "\n".join(lines)
+
+
+def same_machine_cell(
+    profile: model.Profile, link: model.Link, n: int, machine: model.Machine
+) -> str:
+    """The planner's steps/s for ``n`` instances emulating ``link`` on this machine, or
+    why there is none (a table beside measured runs must not show a number that ignores
+    the machine it stands next to)."""
+    try:
+        row = model.same_machine(profile, link, n, machine)
+    except model.Unpredictable as exc:
+        return f"(no prediction: {exc})"
+    capped = " (capped: host network)" if row.bottleneck == "host network" else ""
+    return f"{row.steps_per_s:.2f}{capped}"
