@@ -2,10 +2,17 @@
 
     python benchmarks/launch_overhead.py [--runs 15] [--instances 4] [--backends local,ray]
     python benchmarks/launch_overhead.py --backends local,local-nosandbox   # issue 15
+    python benchmarks/launch_overhead.py --backends local,local-nosandbox \
+        --trees before=/tmp/a/src,after=/tmp/b/src                         # issue 40
 
 ``local`` runs instances in sandboxes where this machine supports them (shipyard.sandbox);
 ``local-nosandbox`` is the same backend with SHIPYARD_SANDBOX=off (plain processes), so
 the sandbox's own cost is the difference of those two, measured interleaved.
+
+``--trees LABEL=SRC,...`` runs every backend once per source tree (``PYTHONPATH=SRC``,
+e.g. two ``git archive`` exports: before and after a change), so an A/B of two versions
+is measured in one sitting, interleaved; each tree's container share (sandboxed minus
+unsandboxed) is printed.
 
 All are measured side by side in one run, interleaved, as wall time of a fresh
 `python -c` process (so interpreter start-up and `import shipyard` are counted on our
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,10 +44,41 @@ est.fit(logs=False)
 """
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+CPU: dict[str, list[float]] = {}  # per label: CPU seconds (user+sys) of each run's tree
+
+
+def timed(cmd: list[str], env: dict[str, str], label: str = "") -> float:
+    """The wall time of ``cmd``; its whole process tree's CPU time goes to CPU[label]
+    (orphans included: this process is their subreaper and reaps them here)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    _reap_orphans()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    CPU.setdefault(label, []).append(cpu)
+    return wall
+
+
+def _become_subreaper() -> None:
+    """Orphaned descendants (an instance's init or pasta outliving its agent) come to
+    this process, so their CPU time is counted (Linux; elsewhere they are not)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _reap_orphans(limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.01)
 
 
 def start_ray_cluster(nodes: int):
@@ -72,8 +111,16 @@ def main() -> None:
         help="comma-separated: local, local-nosandbox, local-nocgroups, ray (ray starts a "
         "local cluster)",
     )
+    parser.add_argument(
+        "--trees",
+        default="",
+        help="LABEL=SRC,...: each backend run with PYTHONPATH=SRC per tree (an A/B of two "
+        "source trees in one sitting)",
+    )
     args = parser.parse_args()
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    kinds = [b.strip() for b in args.backends.split(",") if b.strip()]
+    trees = dict(t.split("=", 1) for t in args.trees.split(",") if t.strip())
+    backends = [f"{b}@{label}" for label in trees for b in kinds] if trees else kinds
     cluster = start_ray_cluster(args.instances) if "ray" in backends else None
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -86,7 +133,8 @@ def main() -> None:
             jobs = {}
             envs = {}
             for backend in backends:
-                extra = f", backend='ray', address={cluster.address!r}" if backend == "ray" else ""
+                kind, _, label = backend.partition("@")
+                extra = f", backend='ray', address={cluster.address!r}" if kind == "ray" else ""
                 home = os.path.join(tmp, "home-" + backend)
                 jobs[backend] = [
                     sys.executable,
@@ -94,19 +142,23 @@ def main() -> None:
                     JOB.format(src=src, n=args.instances, home=home, extra=extra),
                 ]
                 envs[backend] = dict(env)
-                if backend == "local-nosandbox":
+                if label:
+                    envs[backend]["PYTHONPATH"] = trees[label]
+                if kind == "local-nosandbox":
                     envs[backend]["SHIPYARD_SANDBOX"] = "off"
-                if backend == "local-nocgroups":  # the cgroups' own cost (issue 31)
+                if kind == "local-nocgroups":  # the cgroups' own cost (issue 31)
                     envs[backend]["SHIPYARD_CGROUPS"] = "off"
             plain = [sys.executable, noop]
+            _become_subreaper()
             for backend, cmd in jobs.items():
                 timed(cmd, envs[backend])  # warm the page cache (and Ray's worker pool)
             timed(plain, env)
+            CPU.clear()
             times: dict[str, list[float]] = {b: [] for b in [*backends, "plain"]}
             for _ in range(args.runs):
                 for backend, cmd in jobs.items():
-                    times[backend].append(timed(cmd, envs[backend]))
-                times["plain"].append(timed(plain, env))
+                    times[backend].append(timed(cmd, envs[backend], backend))
+                times["plain"].append(timed(plain, env, "plain"))
     finally:
         if cluster is not None:
             cluster.shutdown()
@@ -121,6 +173,20 @@ def main() -> None:
             f"{medians[backend] - base:.3f} s" + ("  (goal < 1.0 s)" if backend == "local" else "")
         )
         print(f"  ratio job/noop ({backend}): {medians[backend] / base:.1f}x")
+        print(f"  CPU time (user+sys, whole tree): median {statistics.median(CPU[backend]):.3f} s")
+    shares, cpu_shares = {}, {}
+    for label in trees or {"": ""}:
+        at = f"@{label}" if label else ""
+        if f"local{at}" in medians and f"local-nosandbox{at}" in medians:
+            shares[label] = medians[f"local{at}"] - medians[f"local-nosandbox{at}"]
+            cpu_shares[label] = statistics.median(CPU[f"local{at}"]) - statistics.median(
+                CPU[f"local-nosandbox{at}"]
+            )
+            print(
+                f"the container's share{' (' + label + ')' if label else ''} (sandboxed minus "
+                f"unsandboxed, medians): {shares[label]:.3f} s  (goal <= 0.2 s); "
+                f"CPU time {cpu_shares[label]:.3f} s"
+            )
     if "local" in medians and "ray" in medians:
         print(
             f"ray/local (medians): {medians['ray'] / medians['local']:.2f}x over "
@@ -132,8 +198,14 @@ def main() -> None:
         "launch_overhead",
         instances=args.instances,
         noop_s=base,
-        **{f"{b.replace('-', '_')}_overhead_s": medians[b] - base for b in backends},
+        **{f"{_key(b)}_overhead_s": medians[b] - base for b in backends},
+        **{f"share{'_' + _key(label) if label else ''}_s": v for label, v in shares.items()},
+        **{f"cpu_share{'_' + _key(lb) if lb else ''}_s": v for lb, v in cpu_shares.items()},
     )
+
+
+def _key(name: str) -> str:
+    return name.replace("-", "_").replace("@", "_")
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def test_ray_sandbox_is_decided_on_each_node(monkeypatch):
     the local backend's namespaces on the node's own network, or the reason why not."""
     from shipyard.jobplan.config_sandbox import NODE_NETWORK, OFF, PER_NODE, SandboxPlan
     from shipyard.backends.ray.actor import node_sandbox
-    from shipyard.control.plan import sandbox_config
+    from shipyard.jobplan.plan import sandbox_config
     from shipyard.sandbox import probe
 
     monkeypatch.delenv("SHIPYARD_SANDBOX", raising=False)
@@ -123,3 +123,56 @@ def test_a_ray_gpu_instance_divides_exactly_the_gpus_ray_granted_its_actor():
     assert ray_gpus("ml.p3.2xlarge", []) == {"SHIPYARD_GPUS": "none"}
     assert ray_gpus("ml.m5.xlarge", [0]) == {}  # a CPU type: Ray granted no GPU to divide
     assert ray_gpus("local_gpu", [0]) == {}  # the whole node's, as on the local backend
+
+
+def test_the_network_holder_waits_on_its_instances_without_polling(monkeypatch):
+    """Issue 40: the holder looked at its instances every 0.1 s, and the backend waits for
+    it at the end of every launch; it now wakes when the last of them ends. Instances
+    named in two lines, one already gone, a garbled word ignored."""
+    import os
+    import threading
+
+    from shipyard.sandbox import network
+
+    def no_sleep(_seconds: float) -> None:
+        raise AssertionError("the holder polled")
+
+    monkeypatch.setattr(network.time, "sleep", no_sleep)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    first = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    second = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    read_end, write_end = os.pipe()
+    returned = threading.Event()
+    watcher = threading.Thread(
+        target=lambda: (network.watch(60.0, stdin=read_end), returned.set()), daemon=True
+    )
+    try:
+        watcher.start()
+        os.write(write_end, f"pids {first.pid} x{gone.pid}\npids {second.pid}".encode())
+        os.write(write_end, f" {gone.pid}\n".encode())
+        first.communicate(b"")
+        assert not returned.wait(0.3)  # the second is still running
+        assert second.stdin is not None
+        second.stdin.close()  # it ends, not reaped here: a zombie counts as ended
+        assert returned.wait(30.0)  # a hang guard only
+    finally:
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()
+        os.close(write_end)
+        os.close(read_end)
+
+
+def test_the_network_holder_gives_up_when_no_instance_is_named():
+    import os
+
+    from shipyard.sandbox import network
+
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"pids\n")
+        network.watch(0.2, stdin=read_end)  # returns: the attach timeout
+    finally:
+        os.close(write_end)
+        os.close(read_end)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 from shipyard.runtime.lifeline import die_with_parent
@@ -61,25 +61,81 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _read_pids(pids: list[int]) -> None:
-    for line in sys.stdin:
-        word, _, rest = line.partition(" ")
-        if word == "pids":
-            pids.extend(int(p) for p in rest.split())
+FALLBACK_POLL_S = 0.1  # pids without a pidfd (kernels before 5.3): looked at this often
 
 
-def watch(attach_timeout: float, poll: float = 0.1) -> None:
-    """Return once the job's instances have all ended (see the module docstring)."""
-    pids: list[int] = []
-    threading.Thread(target=_read_pids, args=(pids,), daemon=True).start()
-    started = time.monotonic()
-    while True:
-        if pids:
-            if not any(_running(p) for p in list(pids)):
-                return
-        elif time.monotonic() - started > attach_timeout:
+class _Instances:
+    """The agents the holder serves: each watched through a pidfd (readable once the
+    process has ended, zombie or not), or by polling where the kernel has none."""
+
+    def __init__(self, poller: select.poll) -> None:
+        self.poller = poller
+        self.pidfds: set[int] = set()
+        self.polled: list[int] = []
+        self.named = False  # any pid given yet
+
+    def add(self, pid: int) -> None:
+        self.named = True
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # already gone
             return
-        time.sleep(poll)
+        except (OSError, AttributeError):  # no pidfd here
+            self.polled.append(pid)
+            return
+        self.pidfds.add(fd)
+        self.poller.register(fd, select.POLLIN)
+
+    def ended(self, fd: int) -> bool:
+        """``fd`` was one of the pidfds (now closed)."""
+        if fd not in self.pidfds:
+            return False
+        self.poller.unregister(fd)
+        self.pidfds.discard(fd)
+        os.close(fd)
+        return True
+
+    def all_ended(self) -> bool:
+        self.polled = [p for p in self.polled if _running(p)]
+        return self.named and not self.pidfds and not self.polled
+
+
+def watch(attach_timeout: float, stdin: int = 0) -> None:
+    """Return once the job's instances have all ended (see the module docstring): a
+    wait on their pidfds and on ``stdin`` (``pids 123 124`` lines), with no sleep in
+    between, so the holder ends, and the backend's wait for it with it, as soon as the
+    last agent has (a poll every 0.1 s had added 50 ms on average to every launch)."""
+    poller = select.poll()
+    poller.register(stdin, select.POLLIN)
+    instances = _Instances(poller)
+    deadline = time.monotonic() + attach_timeout
+    pending = b""
+    try:
+        while not instances.all_ended():
+            if instances.named:
+                timeout_ms = int(FALLBACK_POLL_S * 1000) if instances.polled else None
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                timeout_ms = max(1, int(left * 1000))
+            for fd, _ in poller.poll(timeout_ms):
+                if instances.ended(fd):
+                    continue
+                chunk = os.read(stdin, 4096)
+                if not chunk:  # the backend closed its end: the pids known are all
+                    poller.unregister(stdin)
+                    continue
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    word, _, rest = line.decode(errors="replace").partition(" ")
+                    if word == "pids":
+                        for pid in rest.split():
+                            if pid.isdigit():
+                                instances.add(int(pid))
+    finally:
+        for fd in list(instances.pidfds):
+            instances.ended(fd)
 
 
 def main(argv: list[str] | None = None) -> int:
