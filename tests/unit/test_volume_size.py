@@ -142,3 +142,12 @@ def test_other_failures_get_no_disk_line(tmp_path):
     assert (
         disk_full.verdict("ZeroDivisionError", os.path.join(job_dir, "instances", "algo-1")) is None
     )
+
+
+def test_a_disk_smaller_than_asked_says_so(tmp_path):
+    job_dir = _job(tmp_path, {"algo-1": {"SizeInGB": 30, "Bytes": 40 << 20, "Missing": None}})
+    line = disk_full.verdict(FULL, os.path.join(job_dir, "instances", "algo-1"))
+    assert line is not None and line.startswith(
+        "the instance's disk under /opt/ml (40.0 MiB, less than its VolumeSizeInGB of 30 GB: "
+        "the host's filesystem had no more free) is full"
+    )

@@ -31,12 +31,19 @@ def verdict(failure_text: str, tree: str) -> str | None:
     disk under the instance's ``/opt/ml`` (``tree`` on the host); None otherwise."""
     if not _FULL.search(failure_text):
         return None
-    size_gb = _disk_size(tree)
-    if size_gb is not None:
+    disk = _disk(tree)
+    if disk is not None:
+        size_gb, size = disk
+        if size is not None and size < size_gb << 30:
+            which = (
+                f"the instance's disk under /opt/ml ({_size(size)}, less than its "
+                f"VolumeSizeInGB of {size_gb} GB: the host's filesystem had no more free)"
+            )
+        else:
+            which = f"the instance's disk of VolumeSizeInGB ({size_gb} GB) under /opt/ml"
         return (
-            f"the instance's disk of VolumeSizeInGB ({size_gb} GB) under /opt/ml is full"
-            f"{_filled_by(tree)}; write less there or ask for a larger VolumeSizeInGB "
-            "(volume_size, --volume-size)"
+            f"{which} is full{_filled_by(tree)}; write less there or ask for a larger "
+            "VolumeSizeInGB (volume_size, --volume-size)"
         )
     try:
         fs = os.statvfs(tree)
@@ -52,13 +59,15 @@ def verdict(failure_text: str, tree: str) -> str | None:
     )
 
 
-def _disk_size(tree: str) -> int | None:
-    """The size of the instance's own disk when it had one (its record, <job>/disks.json)."""
+def _disk(tree: str) -> tuple[int, int | None] | None:
+    """The instance's own disk when it had one: (VolumeSizeInGB, the bytes it got), from
+    its record (<job>/disks.json); None when /opt/ml was the host's filesystem."""
     job_dir = os.path.dirname(os.path.dirname(tree))  # <job>/instances/algo-k
     entry = (job_disks.read_record(job_dir) or {}).get(os.path.basename(tree)) or {}
     if not entry or entry.get("Missing") or not isinstance(entry.get("SizeInGB"), int):
         return None
-    return int(entry["SizeInGB"])
+    size = entry.get("Bytes")
+    return int(entry["SizeInGB"]), size if isinstance(size, int) else None
 
 
 WALK_LIMIT = 200_000  # entries counted before the sizes are given as they stand
