@@ -33,6 +33,7 @@ from shipyard.server.s3_checks import (
     check_headers,
     check_key,
     check_sub_resources,
+    check_uri,
 )
 from shipyard.server.s3_conditions import Precondition, http_date, write_precondition
 from shipyard.server.s3_listings import NS
@@ -199,6 +200,7 @@ class S3Api:
     def _handle(self, req: Request) -> Response:
         """Route on method, path and the query's operation selectors together, as S3 does:
         ``DELETE /b?location`` is not DeleteBucket, and is refused as such."""
+        check_uri(req.raw_path)
         bucket, key = self._split(req)
         q = req.query
         m = req.method

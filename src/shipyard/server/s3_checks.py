@@ -8,7 +8,8 @@ one this server understands; anything else (``tagging``, ``acl``, ``cors``, ``li
 read or written.
 
 Digests: ``Content-MD5`` and ``x-amz-checksum-{crc32,sha1,sha256}`` are checked against the
-bytes received (``BadDigest`` / ``InvalidDigest``), as S3 does; CRC32C and CRC64NVME need a
+bytes received (``BadDigest``; a malformed value is ``InvalidDigest`` for Content-MD5 and
+``InvalidRequest`` for a checksum, as S3 answers); CRC32C and CRC64NVME need a
 native library botocore only uses when awscrt is installed, and are refused by name.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import urllib.parse
 import zlib
 from collections.abc import Mapping
 
@@ -95,6 +97,16 @@ def check_sub_resources(method: str, query: Mapping[str, list[str]]) -> None:
         )
 
 
+def check_uri(raw_path: str) -> None:
+    """S3's keys are UTF-8: a path whose percent-escapes decode to other bytes (``%AE%8A``,
+    Latin-1) is 400 InvalidURI with S3's message, not a lookup of the key with each such
+    byte replaced by U+FFFD (which answered 404, or wrote under the mangled name)."""
+    try:
+        urllib.parse.unquote(raw_path, errors="strict")
+    except UnicodeDecodeError:
+        raise ApiError("InvalidURI", "Couldn't parse the specified URI.") from None
+
+
 def check_key(key: str) -> None:
     """S3's key rules: at most 1,024 bytes of UTF-8; no NUL (it breaks every listing)."""
     if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
@@ -164,23 +176,31 @@ class Digests:
         }
         for name, want in self.expected.items():
             if base64.b64encode(got[name]).decode() != want:
-                label = "Content-MD5" if name == "md5" else f"x-amz-checksum-{name}"
+                label = "Content-MD5" if name == "md5" else name.upper()
                 raise ApiError(
                     "BadDigest",
-                    f"the body's {label} is {base64.b64encode(got[name]).decode()}, not the "
-                    f"{want} sent; the body was changed or cut on its way (nothing was stored)",
+                    # S3's own sentence first (clients match on it), then what differed
+                    f"The {label} you specified did not match the calculated checksum. "
+                    f"The body's is {base64.b64encode(got[name]).decode()}, not the {want} "
+                    "sent: it was changed or cut on its way (nothing was stored).",
                 )
 
 
 def _b64(value: str, header: str, size: int) -> str:
+    """A digest header's value, normalised; a value that is not the base64 of ``size``
+    bytes is refused as S3 refuses it: ``InvalidDigest`` for Content-MD5, 400
+    ``InvalidRequest`` "Value for x-amz-checksum-... header is invalid." for the others
+    (``BadDigest`` is kept for a well-formed digest the body does not match)."""
     try:
         raw = base64.b64decode(value.strip(), validate=True)
     except ValueError:
         raw = b""
     if len(raw) != size:
-        raise ApiError(
-            "InvalidDigest", f"{header} {value!r} is not a base64 digest of {size} bytes"
-        )
+        if header == "Content-MD5":
+            raise ApiError(
+                "InvalidDigest", f"{header} {value!r} is not a base64 digest of {size} bytes"
+            )
+        raise ApiError("InvalidRequest", f"Value for {header} header is invalid.")
     return base64.b64encode(raw).decode()
 
 
