@@ -72,9 +72,9 @@ def test_refused_before_anything_starts(session, src, home, tmp_path, override, 
 def test_a_distribution_without_its_runner_is_refused_not_run_plain(
     session, src, home, monkeypatch
 ):
-    from shipyard.agent import runners
+    from shipyard.jobplan import runners
 
-    monkeypatch.delitem(runners._RUNNERS, "mpi")
+    monkeypatch.delitem(runners.RULES, "mpi")
     est = shipyard.Estimator(
         entry_point="train.py",
         source_dir=src,

@@ -84,12 +84,12 @@ def test_unknown_keys_in_a_section_are_refused_with_a_spelling_hint(given, hint)
 
 
 def test_known_keys_cover_what_the_runners_accept():
-    from shipyard.agent.runners import mpi, torch_distributed
+    from shipyard.jobplan.runners import MPI_OPTIONS, TORCH_OPTIONS
     from shipyard.ps import options as ps_options
     from shipyard.tf import cluster
 
-    assert set(mpi.OPTIONS) <= set(d.SECTION_KEYS[d.MPI])
-    torch_keys = torch_distributed._OPTIONS - {"kind", "custom_mpi_options"}  # that one: smddp
+    assert set(MPI_OPTIONS) <= set(d.SECTION_KEYS[d.MPI])
+    torch_keys = TORCH_OPTIONS - {"kind", "custom_mpi_options"}  # that one: smddp
     assert torch_keys <= set(d.SECTION_KEYS[d.TORCH_DISTRIBUTED])
     assert set(cluster.PS_OPTION_KEYS) <= set(d.SECTION_KEYS[d.PARAMETER_SERVER])
     ps_keys = set(ps_options._KNOWN) | set(ps_options._PASSTHROUGH) - {"kind"}

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from shipyard.control.plan import runner_options
+from shipyard.jobplan.plan import runner_options_for
 from shipyard.spec import validated
+
+
+def runner_options(spec):
+    """agent.json's runner_options for the spec (what JobPlan.runner_options returns)."""
+    dist = spec.dist
+    raw = dict(dist.options, kind=dist.kind)
+    return runner_options_for(dist.runner_for(spec.framework), raw, spec.framework_version)
 
 
 def _spec(version, options=None, framework="tensorflow"):

@@ -117,22 +117,31 @@ def test_leases_are_held_while_their_process_lives(tmp_path):
 
 def test_plan_named_type_gets_cpusets_memory_gpus():
     plan = resources.plan(
-        "ml.p3.8xlarge", HOSTS, available_cpus=list(range(64)), available_gpus=["0", "1"]
+        instance_types.resolve("ml.p3.8xlarge"),
+        HOSTS,
+        available_cpus=list(range(64)),
+        available_gpus=["0", "1"],
     )
     assert plan.limits["algo-1"].cpus == tuple(range(32))
     assert plan.limits["algo-2"].cpus == tuple(range(32, 64))
     assert plan.limits["algo-1"].memory_bytes == min(244 * GIB, instance_types.machine_memory())
     assert plan.division.gpus == {"algo-1": ["0"], "algo-2": ["1"]}
-    local = resources.plan("local", HOSTS, available_cpus=[0, 1], available_gpus=["0"])
+    local = resources.plan(
+        instance_types.resolve("local"), HOSTS, available_cpus=[0, 1], available_gpus=["0"]
+    )
     assert local.limits["algo-1"].cpus == () and local.limits["algo-1"].memory_bytes is None
     assert local.limits["algo-1"].pids_max == resources.PIDS_MAX_DEFAULT
     assert local.division.gpus == {"algo-1": [], "algo-2": []}
-    everything = resources.plan("local_gpu", HOSTS, available_cpus=[0], available_gpus=["0", "1"])
+    everything = resources.plan(
+        instance_types.resolve("local_gpu"), HOSTS, available_cpus=[0], available_gpus=["0", "1"]
+    )
     assert everything.division.gpus == {"algo-1": ["0", "1"], "algo-2": ["0", "1"]}
 
 
 def test_unlimited_is_said_with_its_reason_and_fix():
-    plan = resources.plan("ml.m5.large", HOSTS, available_cpus=[0, 1], available_gpus=[])
+    plan = resources.plan(
+        instance_types.resolve("ml.m5.large"), HOSTS, available_cpus=[0, 1], available_gpus=[]
+    )
     none = cgroups.Hierarchy(0, reason="cgroup v1 and this user may not", fix="run as root")
     lines = plan.summary(none)
     assert any(
@@ -183,6 +192,10 @@ def test_a_bad_sharing_setting_refuses_the_launch_saying_what_to_use(monkeypatch
     monkeypatch.setenv("SHIPYARD_GPU_SHARING", "maybe")
     with pytest.raises(BackendError, match="wait, share"):
         resources.allot(
-            "ml.m5.large", HOSTS, "job", str(tmp_path), str(tmp_path / "logs" / "algo-1.log")
+            instance_types.resolve("ml.m5.large"),
+            HOSTS,
+            "job",
+            str(tmp_path),
+            str(tmp_path / "logs" / "algo-1.log"),
         )
     assert not (tmp_path / "resources.json").exists()

@@ -19,11 +19,11 @@ from typing import Any
 
 from shipyard import settings
 from shipyard.agent import channels, runners
-from shipyard.jobplan.config import AgentConfig
 from shipyard.agent.entry_point import python_dir, user_command
 from shipyard.agent.environment import process_env
-from shipyard.jobplan.layout import InstancePaths, build_tree, paths_for
 from shipyard.agent.processes import Outcome, Supervisor
+from shipyard.jobplan.config import AgentConfig
+from shipyard.jobplan.layout import InstancePaths, build_tree, paths_for
 from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.runtime import commandline, failure, safepath
 from shipyard.runtime.lifeline import arm_death_signal
@@ -322,7 +322,7 @@ def _run(
         log(f"{host}: {note}")
     command = user_command(config, paths.code)
     ctx = InstanceContext(config=config, host=host, paths=paths, env=env, user_command=command)
-    specs = runners.get(config.runner)(ctx)
+    specs = runners.get(config.runner).plan(ctx)
     services = data.services()
     spare = list(spare or ())
     spawn: Any = _start

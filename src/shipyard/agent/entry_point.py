@@ -16,8 +16,8 @@ import shlex
 import sys
 
 from shipyard.agent import mapping
-from shipyard.jobplan.config import AgentConfig
 from shipyard.agent.environment import module_name
+from shipyard.jobplan.config import AgentConfig
 
 
 def python_dir(agent_dir: str, python: str | None = None) -> str:

@@ -178,7 +178,12 @@ def process_env(
     )
     if config.framework_module:
         env["SAGEMAKER_TRAINING_MODULE"] = config.framework_module
-    python_path = [paths.code, *config.extra_python_path, sitehooks.site_dir()]
+    from shipyard import ddp, tf  # package paths only: neither imports its framework
+
+    # then the step-timing hooks (issue 39), chained from site_dir's sitecustomize: Keras
+    # fit and TF1 sessions (tf/_hook), torch DDP (ddp/_hook), in every job process
+    timing_hooks = [os.path.join(os.path.dirname(tf.__file__), "_hook"), ddp.timing_hook_path()]
+    python_path = [paths.code, *config.extra_python_path, sitehooks.site_dir(), *timing_hooks]
     # in a sandbox libc itself resolves algo-k (/etc/hosts)
     env[sitehooks.PYTHON_RESOLVER_ENV] = "0" if config.sandboxed else "1"
     if config.input_data_config:  # `from sagemaker_tensorflow import PipeModeDataset`

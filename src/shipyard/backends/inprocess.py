@@ -22,8 +22,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from shipyard.jobplan.layout import InstancePaths
 from shipyard.backends.api import InstanceHandle, LaunchSpec
+from shipyard.jobplan.layout import InstancePaths
 
 SIGTERM_STATUS = -15
 SIGKILL_STATUS = -9

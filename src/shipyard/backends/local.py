@@ -27,11 +27,11 @@ from collections.abc import Callable
 
 import psutil
 
-from shipyard.jobplan.config import AgentConfig
-from shipyard.runtime.reaping import wait_gone
 from shipyard.backends import resources
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 from shipyard.errors import BackendError
+from shipyard.jobplan.config import AgentConfig
+from shipyard.runtime.reaping import wait_gone
 
 HOLDER_START_TIMEOUT_S = 10.0
 
@@ -58,7 +58,7 @@ class LocalBackend:
             sandbox = config.sandbox if config is not None and config.sandboxed else None
             if config is not None:
                 allotment = resources.allot(
-                    config.instance_type,
+                    config.resources(),
                     [s.host for s in specs],
                     specs[0].job_name,
                     os.path.dirname(specs[0].config_path),

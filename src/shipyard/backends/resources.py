@@ -19,6 +19,7 @@ from typing import Any
 
 from shipyard import instance_types, settings
 from shipyard.errors import BackendError
+from shipyard.instance_types import InstanceResources
 from shipyard.sandbox import cgroups, gpus
 
 RESOURCES_NAME = "resources.json"
@@ -32,17 +33,20 @@ def pids_max() -> int:
 
 @dataclass
 class Plan:
-    instance_type: str
+    resources: InstanceResources
     limits: dict[str, cgroups.Limits]
     division: gpus.Division
     notes: list[str] = field(default_factory=list)
     memory_bytes: int | None = None
     machine_gpus: list[str] = field(default_factory=list)
 
+    @property
+    def instance_type(self) -> str:
+        return self.resources.instance_type
+
     def summary(self, hierarchy: cgroups.Hierarchy) -> list[str]:
         """The lines algo-1's log shows once."""
-        res = instance_types.resolve(self.instance_type)
-        lines = [res.describe()]
+        lines = [self.resources.describe()]
         if hierarchy.usable:
             cpus = {h: cgroups.cpu_list(lim.cpus) for h, lim in self.limits.items() if lim.cpus}
             where = f"cpuset {', '.join(f'{h}: {c}' for h, c in cpus.items())}; " if cpus else ""
@@ -86,15 +90,16 @@ class Plan:
 
 
 def plan(
-    instance_type: str,
+    res: InstanceResources,
     hosts: list[str],
     available_cpus: list[int] | None = None,
     available_gpus: list[str] | None = None,
     held_gpus: dict[str, str] | None = None,
     policy: str = gpus.WAIT,
 ) -> Plan:
-    """Pure given its inputs (the machine's CPUs and GPUs default to this machine's)."""
-    res = instance_types.resolve(instance_type)
+    """Pure given its inputs (the machine's CPUs and GPUs default to this machine's).
+    ``res``: the instance type as resolved once for the job (AgentConfig.resources)."""
+    instance_type = res.instance_type
     if available_cpus is None:
         available_cpus = sorted(os.sched_getaffinity(0))
     if available_gpus is None:
@@ -126,7 +131,7 @@ def plan(
         for host, cpus in zip(hosts, cpu_sets, strict=True)
     }
     return Plan(
-        instance_type,
+        res,
         limits,
         division,
         memory_bytes=res.memory_bytes,
@@ -236,7 +241,7 @@ class Allotment:
 
 
 def allot(
-    instance_type: str,
+    res: InstanceResources,
     hosts: list[str],
     job: str,
     job_dir: str,
@@ -252,7 +257,7 @@ def allot(
         raise BackendError(str(exc)) from None
     said_wait = False
     while True:
-        the_plan = plan(instance_type, hosts, held_gpus=gpus.held(), policy=policy)
+        the_plan = plan(res, hosts, held_gpus=gpus.held(), policy=policy)
         blocked = the_plan.division.blocked
         if not blocked:
             break

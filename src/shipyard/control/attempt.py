@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from shipyard.jobplan.layout import InstancePaths
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
 from shipyard.control import disk_full, envphase, plan
 from shipyard.control.home import Home
@@ -24,6 +23,7 @@ from shipyard.control.hooks import Hook
 from shipyard.control.lifecycle import AttemptKind, InstanceStatus
 from shipyard.control.policies import AttemptResult, Policies
 from shipyard.control.store import InstanceRecord, JobRecord, Store
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.runtime import safepath
 
 POLL_SECONDS = 0.02

@@ -15,59 +15,23 @@ import subprocess
 import sys
 from typing import TextIO
 
-from shipyard import backends, instance_types, settings
-from shipyard import distribution as dist_mod
-from shipyard.agent import runners
+from shipyard import backends
 from shipyard.control import envphase, legacy_mode, plan, staging, versions
 from shipyard.control.interrupt import terminate_as_interrupt
 from shipyard.control.lifecycle import Event
 from shipyard.control.reading import JobReader, describe
 from shipyard.control.store import JobRecord
-from shipyard.environments import job as framework_envs
 from shipyard.errors import (
     ChannelError,
-    DistributionError,
     JobExistsError,
     StorageError,
     ValidationError,
 )
-from shipyard.sandbox import shaping
+from shipyard.jobplan.plan import JobPlan, build
 from shipyard.spec import ChannelSpec, JobSpec
 
 FRAMEWORK_ENV_NAME = envphase.FRAMEWORK_ENV_NAME
-__all__ = ["ControlPlane", "JobReader", "describe", "check_runner"]  # describe: the server's
-
-
-def check_runner(spec: JobSpec) -> None:
-    """Refuse, at submission, a distribution this build cannot run or options its runner
-    rejects (each runner's optional ``validate``), so nothing is half-started."""
-    custom = settings.text("SHIPYARD_CUSTOM_INSTANCE_FAMILIES").replace(",", " ").split()
-    instance_types.check_family(spec.instance_type, frozenset(custom))  # ml.q9.*: refused
-    runner = spec.dist.runner_for(spec.framework)
-    if spec.dist.kind == dist_mod.SMDDP and spec.framework == "tensorflow":
-        refusal = dist_mod.smddp_tensorflow_refusal(spec.framework_version)
-        if refusal:
-            raise DistributionError(refusal)
-    if runner == "tf_parameter_server" and spec.framework not in (None, "tensorflow"):
-        raise DistributionError(
-            "distribution['parameter_server']['implementation']='tensorflow' needs the "
-            f"TensorFlow estimator, not {spec.framework!r}; use 'shipyard' (shipyard.ps)"
-        )
-    if runner not in runners.available():
-        planned = runners.PLANNED.get(runner, "a later release")
-        raise DistributionError(
-            f"distribution {spec.dist.kind!r} is recognised but its runner is not available "
-            f"in this version of shipyard yet (coming with: {planned}); it will not be run as "
-            "a plain job. Remove `distribution` to train without it."
-        )
-    # the options as the runner gets them on the instances (plan.agent_config): with the kind,
-    # so a runner serving several kinds names the one the user asked for
-    runners.validate(
-        runner,
-        dict(spec.dist.options, kind=spec.dist.kind),
-        spec.instance_count,
-        instance_types.resolve(spec.instance_type),
-    )
+__all__ = ["ControlPlane", "JobReader", "describe"]  # describe: the server's
 
 
 def channel_source(ch: ChannelSpec, mode: str, instance_count: int) -> str:
@@ -128,26 +92,6 @@ class ControlPlane(JobReader):
     records validated."""
 
     # -- submission -----------------------------------------------------------------------
-    def _framework_env(
-        self, spec: JobSpec
-    ) -> tuple[framework_envs.Prepared, framework_envs.Request | None]:
-        """The framework environment the job's processes run in: the installed one (when
-        nothing else is asked, or SHIPYARD_FRAMEWORK_ENVS=off), or a request the job's
-        first phase prepares (control.envphase) before any instance starts. Nothing here
-        queries the registry or builds: submission returns at once."""
-        installed = framework_envs.Prepared(None, None, None)
-        if not framework_envs.enabled():
-            return installed, None
-        matched = framework_envs.installed_match(spec.framework, spec.framework_version)
-        if matched is not None:
-            return matched, None
-        return installed, framework_envs.request(
-            spec.framework,
-            spec.framework_version,
-            spec.py_version,
-            runner=spec.dist.runner_for(spec.framework),
-        )
-
     def submit(self, spec: JobSpec, log=None, identity: dict[str, str] | None = None) -> JobRecord:
         """Validate, stage, record. On any error nothing is left but the refusal (a
         SIGTERM meanwhile too: it interrupts like Ctrl-C, and the reservation is undone).
@@ -157,14 +101,8 @@ class ControlPlane(JobReader):
             return self._submit(spec, log, identity or {})
 
     def _submit(self, spec: JobSpec, log=None, identity: dict[str, str] | None = None) -> JobRecord:
-        check_runner(spec)
-        framework_env, env_request = self._framework_env(spec)
-        backends.validate(
-            self.backend,
-            spec.instance_count,
-            spec.instance_type,
-            spec.dist.runner_for(spec.framework),
-        )
+        job_plan = build(spec, self.backend)  # every refusal of the spec itself
+        backends.validate(self.backend, spec.instance_count, spec.instance_type, job_plan.runner)
         sources = {
             ch.name: channel_source(ch, spec.channel_mode(ch), spec.instance_count)
             for ch in spec.channels
@@ -186,21 +124,18 @@ class ControlPlane(JobReader):
         if spec.code_location:
             check_location("code_location", spec.code_location)
         spec = spec.model_copy(update={"output_path": output_path})
+        job_plan = job_plan.with_spec(spec)
         job_dir = self.home.job_dir(spec.job_name)
         code_location = spec.code_location or output_path
         # The name is reserved (atomically, with the job's subnet) before anything is
         # staged: of concurrent submits of one name exactly one gets here, the others
         # leave with JobExistsError having touched nothing.
-        shape = shaping.from_tags(spec.tags, spec.instance_type)  # bad values refused here
-        sandbox = plan.sandbox_config(self.backend, spec.enable_network_isolation)
-        if shape is not None:
-            sandbox = sandbox.with_network(shape.to_json())
         record = self.store.create_job(
             spec,
             {},
             job_dir,
             self.backend,
-            functools.partial(plan.choose_subnet, sandboxed=sandbox.sandboxed),
+            functools.partial(plan.choose_subnet, sandboxed=job_plan.sandbox.sandboxed),
             owner_pid=os.getpid(),
         )
         try:
@@ -222,28 +157,19 @@ class ControlPlane(JobReader):
                 local_dir=os.path.join(job_dir, "source"),
                 exclude=self._never_bundled(spec, code_location),
                 # a framework environment installs requirements.txt in its own resolve
-                requirements=env_request is None,
+                requirements=job_plan.env_request is None,
             )
             legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
-            encoded = plan.hyperparameters(spec, staged, self.home)
+            encoded = plan.hyperparameters(job_plan, staged, self.home)
             assert record.subnet is not None  # chosen with the reservation
-            config = plan.agent_config(
-                spec,
-                staged,
-                encoded,
-                self.home,
-                record.subnet,
-                sources,
-                sandbox=sandbox,
-                python=framework_env.python,
-                identity=identity,
-            )
+            job_plan = job_plan.with_subnet(record.subnet)
+            config = plan.agent_config(job_plan, staged, encoded, self.home, sources, identity)
             os.makedirs(os.path.join(job_dir, "logs"))
-            if env_request is not None:
-                envphase.write_request(job_dir, env_request)
-            elif framework_env.resolution is not None:
+            if job_plan.env_request is not None:
+                envphase.write_request(job_dir, job_plan.env_request)
+            elif job_plan.framework_env.resolution is not None:
                 with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), "w") as fh:
-                    json.dump(framework_env.describe(), fh)
+                    json.dump(job_plan.framework_env.describe(), fh)
             with open(os.path.join(job_dir, "job.json"), "w") as fh:
                 fh.write(spec.model_dump_json(indent=1))
             # agent.json holds the job's secret: readable by its owner only
@@ -268,24 +194,33 @@ class ControlPlane(JobReader):
             self.store.delete_job(spec.job_name)
             raise
         if log:
-            log(instance_types.resolve(spec.instance_type).describe())
-            if env_request is not None:
-                log(
-                    f"framework_version {env_request.asked!r} ({env_request.framework}): its "
-                    "environment is prepared before the instances start (built with uv on "
-                    "first use, then cached)"
-                )
-            elif framework_env.note:
-                log(framework_env.note)
-            elif framework_env.python is None:
-                for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
-                    log(line)
-            for note in staged.notes:
-                log(note)
-            hidden = plan.checkpoint_note(spec, self.home)
-            if hidden:
-                log(hidden)
+            self._say(job_plan, staged, log)
         return record
+
+    def _say(self, job_plan: JobPlan, staged: staging.StagedCode, log) -> None:
+        """What the submitter is told: the instances, the framework environment, notes."""
+        spec, framework_env, env_request = (
+            job_plan.spec,
+            job_plan.framework_env,
+            job_plan.env_request,
+        )
+        log(job_plan.resources.describe())
+        if env_request is not None:
+            log(
+                f"framework_version {env_request.asked!r} ({env_request.framework}): its "
+                "environment is prepared before the instances start (built with uv on "
+                "first use, then cached)"
+            )
+        elif framework_env.note:
+            log(framework_env.note)
+        elif framework_env.python is None:
+            for line in versions.notes(spec.framework, spec.framework_version, spec.py_version):
+                log(line)
+        for note in staged.notes:
+            log(note)
+        hidden = plan.checkpoint_note(spec, self.home)
+        if hidden:
+            log(hidden)
 
     def _never_bundled(self, spec: JobSpec, code_location: str) -> tuple[str, ...]:
         """Local directories shipyard writes to: never part of a code bundle, even when a

@@ -188,12 +188,17 @@ def _enter(endpoint_dir: str, model_dir: str, missing: list[str]) -> bool:
 def _allot(
     args: argparse.Namespace, log_path: str, missing: list[str]
 ) -> resources.Allotment | None:
+    from shipyard import instance_types
     from shipyard.backends import resources  # here: the init builds the view meanwhile
 
     name = os.path.basename(os.path.normpath(args.endpoint_dir))
     try:
         allotment = resources.allot(
-            args.instance_type, [HOST], f"endpoint-{name}", args.endpoint_dir, log_path
+            instance_types.resolve(args.instance_type),
+            [HOST],
+            f"endpoint-{name}",
+            args.endpoint_dir,
+            log_path,
         )
     except Exception as exc:  # noqa: BLE001 - the endpoint serves unlimited, and says so
         missing.append(f"limits: no cgroup for {args.instance_type} ({exc})")

@@ -31,11 +31,11 @@ from typing import Any
 
 import psutil
 
-from shipyard.runtime.reaping import kill_survivors, wait_gone
 from shipyard.control import schema, staging
 from shipyard.control.home import Home
 from shipyard.control.lifecycle import StrEnum
 from shipyard.errors import EndpointError, EndpointNotFoundError, ValidationError
+from shipyard.runtime.reaping import kill_survivors, wait_gone
 
 
 class EndpointStatus(StrEnum):

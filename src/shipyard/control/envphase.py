@@ -19,7 +19,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from shipyard.jobplan.config import AgentConfig
 from shipyard.control.reading import (  # describe reads it from there
     FRAMEWORK_ENV_NAME,
     framework_environment,
@@ -28,6 +27,7 @@ from shipyard.environments import job as framework_envs
 from shipyard.environments import node
 from shipyard.environments.builder import BuildCancelled, EnvironmentBuildError
 from shipyard.errors import ShipyardError
+from shipyard.jobplan.config import AgentConfig
 
 REQUEST_NAME = "framework-environment.request.json"
 REASON_LIMIT = 1024

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from shipyard import instance_types
-from shipyard.agent import runners
 from shipyard.backends import get as get_backend
 from shipyard.backends.api import Backend
 from shipyard.control import envphase
@@ -129,9 +128,7 @@ class JobSupervisor:
         )
         self.plan = SubmittedPlan(os.path.join(self.record.job_dir, "agent.json"))
         config = self.plan.config()
-        self.deciding = set(
-            runners.deciding_hosts(config.runner, config.runner_options, self.hosts)
-        )
+        self.deciding = set(config.deciding_hosts())
         self.hooks: list[Hook] = standard_hooks(self) if hooks is None else list(hooks)
         self.job = JobContext(
             home,

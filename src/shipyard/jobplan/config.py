@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shipyard.jobplan.config_sandbox import SandboxPlan
 from shipyard.errors import AgentConfigError
+from shipyard.jobplan.config_sandbox import SandboxPlan
+
+if TYPE_CHECKING:
+    from shipyard.instance_types import InstanceResources
+    from shipyard.jobplan.options import RunnerOptions
 
 
 @dataclass
@@ -72,6 +76,26 @@ class AgentConfig:
     def mounted(self) -> bool:
         """The instance sees its tree at /opt/ml and is named algo-k (every sandbox)."""
         return self.sandbox.contained
+
+    def options(self) -> RunnerOptions:
+        """``runner_options`` typed for ``runner`` (jobplan.options), as submission
+        accepted them."""
+        from shipyard.jobplan.runners import RULES
+
+        return RULES[self.runner]().restore(self.runner_options, len(self.hosts), self.num_gpus)
+
+    def deciding_hosts(self) -> list[str]:
+        """The instances whose success ends the job (the runner's rule)."""
+        from shipyard.jobplan.runners import RULES
+
+        return RULES[self.runner]().deciding_hosts(self.options(), self.hosts)
+
+    def resources(self) -> InstanceResources:
+        """What each instance gets of the machine that runs it (its type, resolved there:
+        a Ray node resolves it on itself)."""
+        from shipyard import instance_types
+
+        return instance_types.resolve(self.instance_type)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (what agent.json holds, and what Ray ships to its nodes)."""

@@ -8,11 +8,13 @@ stopped once every main process has ended, so nothing outlives the job.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from shipyard.jobplan.config import AgentConfig
 from shipyard.jobplan.layout import InstancePaths
+from shipyard.jobplan.options import RunnerOptions
 
 
 @dataclass
@@ -52,4 +54,17 @@ class InstanceContext:
 
 
 class Runner(Protocol):
+    """One runner: the control plane calls ``validate`` (at submission: the user's options
+    in, typed options out, or a DistributionError) and ``deciding_hosts``; the agent calls
+    ``plan`` on each instance. The control plane's half is ``jobplan.runners.Rules``; the
+    agent's classes (``shipyard.agent.runners.RUNNERS``) add ``plan`` to it."""
+
+    name: ClassVar[str]
+
+    def validate(
+        self, raw: Mapping[str, Any], instance_count: int, resources: Any
+    ) -> RunnerOptions: ...
+
+    def deciding_hosts(self, options: RunnerOptions, hosts: Sequence[str]) -> list[str]: ...
+
     def plan(self, ctx: InstanceContext) -> list[ProcessSpec]: ...

@@ -15,6 +15,7 @@ import stat
 import pytest
 
 import shipyard
+from shipyard import instance_types
 from shipyard.backends import resources
 from shipyard.sandbox import cgroups, gpus, probe
 
@@ -37,19 +38,23 @@ def test_rules_take_the_nodes_numbers_else_the_index(tmp_path):
 
 def test_each_named_instance_is_denied_the_gpus_it_was_not_given():
     machine = ["0", "1", "2", "3"]
-    plan = resources.plan("ml.p3.2xlarge", ["algo-1", "algo-2"], [0, 1], machine)
+    plan = resources.plan(
+        instance_types.resolve("ml.p3.2xlarge"), ["algo-1", "algo-2"], [0, 1], machine
+    )
     assert plan.division.gpus == {"algo-1": ["0"], "algo-2": ["1"]}
     denied = {h: lim.denied_devices for h, lim in plan.limits.items()}
     assert denied["algo-1"] == tuple(gpus.device_rules(["1", "2", "3"]))
     assert denied["algo-2"] == tuple(gpus.device_rules(["0", "2", "3"]))
-    cpu = resources.plan("ml.m5.large", ["algo-1"], [0, 1], machine)
+    cpu = resources.plan(instance_types.resolve("ml.m5.large"), ["algo-1"], [0, 1], machine)
     assert cpu.limits["algo-1"].denied_devices == tuple(gpus.device_rules(machine))
     for whole in ("local", "local_gpu"):  # the whole machine: nothing denied
-        plan = resources.plan(whole, ["algo-1", "algo-2"], [0, 1], machine)
+        plan = resources.plan(instance_types.resolve(whole), ["algo-1", "algo-2"], [0, 1], machine)
         assert all(not lim.denied_devices for lim in plan.limits.values())
     assert not any(
         lim.denied_devices
-        for lim in resources.plan("ml.p3.2xlarge", ["algo-1"], [0, 1], []).limits.values()
+        for lim in resources.plan(
+            instance_types.resolve("ml.p3.2xlarge"), ["algo-1"], [0, 1], []
+        ).limits.values()
     )
 
 

@@ -133,11 +133,15 @@ def _resources(cpus: int, gpus: int) -> InstanceResources:
 
 def test_validate_refuses_more_ranks_than_gpus_and_warns_beyond_cpus(caplog):
     with pytest.raises(DistributionError, match="NCCL needs one GPU per rank"):
-        runner.validate({"processes_per_host": 5, "kind": "torch_distributed"}, 1, _resources(8, 4))
+        runner.TorchDistributedRunner().validate(
+            {"processes_per_host": 5, "kind": "torch_distributed"}, 1, _resources(8, 4)
+        )
     with caplog.at_level(logging.WARNING, logger="shipyard"):
-        runner.validate({"processes_per_host": 3, "kind": "pytorchddp"}, 2, _resources(2, 0))
+        runner.TorchDistributedRunner().validate(
+            {"processes_per_host": 3, "kind": "pytorchddp"}, 2, _resources(2, 0)
+        )
     assert "exceeds the 2 CPU(s)" in caplog.text
-    runner.validate({"processes_per_host": 4}, 1, _resources(8, 4))  # fine
+    runner.TorchDistributedRunner().validate({"processes_per_host": 4}, 1, _resources(8, 4))  # fine
 
 
 @pytest.mark.parametrize(
@@ -150,7 +154,7 @@ def test_validate_refuses_more_ranks_than_gpus_and_warns_beyond_cpus(caplog):
 )
 def test_validate_refuses_bad_options(options, match):
     with pytest.raises(DistributionError, match=match):
-        runner.validate(options, 1, _resources(2, 0))
+        runner.TorchDistributedRunner().validate(options, 1, _resources(2, 0))
 
 
 def test_ports_are_the_same_everywhere_and_join_keys_name_ranks():

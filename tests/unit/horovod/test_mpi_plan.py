@@ -27,9 +27,9 @@ GPU4 = InstanceResources("ml.g5.12xlarge", num_cpus=48, num_gpus=4, nominal_cpus
 
 
 def test_processes_per_host_defaults_to_gpus_else_one():
-    assert mpi.processes_per_host({}, 0) == 1
-    assert mpi.processes_per_host({}, 4) == 4
-    assert mpi.processes_per_host({"processes_per_host": 3}, 4) == 3
+    assert mpi.mpi_processes_per_host({}, 0) == 1
+    assert mpi.mpi_processes_per_host({}, 4) == 4
+    assert mpi.mpi_processes_per_host({"processes_per_host": 3}, 4) == 3
 
 
 @pytest.mark.parametrize(
@@ -42,25 +42,25 @@ def test_processes_per_host_defaults_to_gpus_else_one():
 )
 def test_validate_refuses_bad_options(options, match):
     with pytest.raises(DistributionError, match=match):
-        mpi.validate(dict(options, enabled=True), 2, CPU)
+        mpi.MpiRunner().validate(dict(options, enabled=True), 2, CPU)
 
 
 def test_validate_gpus_and_cpus():
     with pytest.raises(DistributionError, match="processes_per_host <= 4"):
-        mpi.validate({"enabled": True, "processes_per_host": 8}, 1, GPU4)
-    mpi.validate({"enabled": True}, 2, GPU4)
+        mpi.MpiRunner().validate({"enabled": True, "processes_per_host": 8}, 1, GPU4)
+    mpi.MpiRunner().validate({"enabled": True}, 2, GPU4)
     with pytest.warns(UserWarning, match="more than the 2 CPU"):
-        mpi.validate({"enabled": True, "processes_per_host": 3}, 1, CPU)
+        mpi.MpiRunner().validate({"enabled": True, "processes_per_host": 3}, 1, CPU)
 
 
 def test_validate_without_mpirun(monkeypatch, tmp_path):
     monkeypatch.setenv("SHIPYARD_MPIRUN", str(tmp_path / "nope"))
     with pytest.raises(DistributionError, match="needs mpirun"):
-        mpi.validate({"enabled": True}, 2, CPU)
+        mpi.MpiRunner().validate({"enabled": True}, 2, CPU)
 
 
 def test_only_the_master_decides():
-    assert mpi.deciding_hosts({}, ["algo-1", "algo-2", "algo-3"]) == ["algo-1"]
+    assert mpi.MpiRunner().deciding_hosts({}, ["algo-1", "algo-2", "algo-3"]) == ["algo-1"]
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,7 @@ def context(tmp_path, host, options, checkpoint_local_path=None):
 )
 def test_bad_options_raise_distribution_errors(options, message):
     with pytest.raises(DistributionError) as err:
-        native_ps.validate(dict(options, enabled=True), 2, None)
+        native_ps.NativePSRunner().validate(dict(options, enabled=True), 2, None)
     assert message in str(err.value) and "distribution['parameter_server']" in str(err.value)
 
 

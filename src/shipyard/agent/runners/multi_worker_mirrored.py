@@ -16,9 +16,7 @@ imports Keras, and says so in one log line (shipyard.tf.keras_compat).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.agent.runners.tf_processes import (
     private_ports,
     relay_arg,
@@ -27,26 +25,9 @@ from shipyard.agent.runners.tf_processes import (
     user_env,
     with_hook,
 )
-from shipyard.errors import DistributionError
-from shipyard.tf import EXTRA, cluster, installed, keras_compat
-
-
-def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
-    unknown = sorted(k for k in options if k not in cluster.MWMS_OPTION_KEYS and k != "kind")
-    if unknown:
-        raise DistributionError(
-            f"unknown distribution['multi_worker_mirrored_strategy'] key(s) {unknown}; known: "
-            f"{list(cluster.MWMS_OPTION_KEYS)}"
-        )
-    if "port" in options:
-        cluster._check_port(
-            options["port"], "distribution['multi_worker_mirrored_strategy']['port']"
-        )
-    if not installed("tensorflow"):
-        raise DistributionError(
-            "distribution 'multi_worker_mirrored_strategy' needs TensorFlow, which is not "
-            f"installed here: {EXTRA}"
-        )
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
+from shipyard.jobplan.runners import MWMSRules
+from shipyard.tf import cluster, keras_compat
 
 
 def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) -> list[ProcessSpec]:
@@ -76,3 +57,8 @@ def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) ->
         f"{ctx.host}: multi_worker_mirrored_strategy {me.name} at {ctx.address}:{me.port}"
     )
     return specs
+
+
+class MWMSRunner(MWMSRules):
+    def plan(self, ctx: InstanceContext) -> list[ProcessSpec]:
+        return plan(ctx)

@@ -32,28 +32,13 @@ from typing import Any
 
 from shipyard.jobplan import layout
 from shipyard.jobplan.runner import InstanceContext, ProcessSpec
-from shipyard.errors import DistributionError
-
-
-def _options(options: dict[str, Any], instance_count: int):  # -> shipyard.ps.options.PSOptions
-    from shipyard.ps.errors import PSConfigError
-    from shipyard.ps.options import PSOptions
-
-    try:
-        return PSOptions.parse(options, instance_count)
-    except PSConfigError as exc:
-        raise DistributionError(f"distribution['parameter_server']: {exc}") from None
-
-
-def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
-    """Refuse bad options at submission (unknown policy or mode, max_staleness < 0, counts)."""
-    _options(options, instance_count)
+from shipyard.jobplan.runners import NativePSRules, ps_options
 
 
 def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     config = ctx.config
     hosts = config.hosts
-    opts = _options(dict(config.runner_options), len(hosts))
+    opts = ps_options(config.runner_options, len(hosts))
     addresses = [config.addresses[h] for h in hosts]
     endpoints = [opts.shard_endpoint(i, addresses) for i in range(opts.num_shards)]
     num_workers = len(hosts) * opts.workers_per_host
@@ -128,3 +113,8 @@ def _shard(
         user_facing=False,
         failure_file=failure_file,
     )
+
+
+class NativePSRunner(NativePSRules):
+    def plan(self, ctx: InstanceContext) -> list[ProcessSpec]:
+        return plan(ctx)

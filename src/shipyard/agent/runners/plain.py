@@ -9,6 +9,7 @@ script that calls ``init_process_group`` finds its peers.
 from __future__ import annotations
 
 from shipyard.jobplan.runner import InstanceContext, ProcessSpec
+from shipyard.jobplan.runners import PlainRules
 
 PYTORCH_MODULE = "sagemaker_pytorch_container.training:main"
 MASTER_PORT = "7777"
@@ -34,3 +35,8 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     env = dict(ctx.env)
     env.update(torch_env(ctx))
     return [ProcessSpec(name="user", argv=list(ctx.user_command), env=env, cwd=ctx.paths.code)]
+
+
+class PlainRunner(PlainRules):
+    def plan(self, ctx: InstanceContext) -> list[ProcessSpec]:
+        return plan(ctx)

@@ -26,10 +26,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from shipyard.agent.runners import plain
-from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.agent.runners.tf_processes import (
     private_ports,
     relay_arg,
@@ -38,8 +36,9 @@ from shipyard.agent.runners.tf_processes import (
     user_env,
     with_hook,
 )
-from shipyard.errors import DistributionError
-from shipyard.tf import EXTRA, cluster, installed
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
+from shipyard.jobplan.runners import TFParameterServerRules
+from shipyard.tf import cluster
 
 LEGACY_KERAS_NOTE = (
     "parameter_server (tf2 layout): TF_USE_LEGACY_KERAS=1 is set, so tf.keras is tf_keras "
@@ -47,26 +46,6 @@ LEGACY_KERAS_NOTE = (
     "training: for a Keras 3 script use {'parameter_server': {'enabled': True, "
     "'implementation': 'shipyard'}}"
 )
-
-
-def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
-    options = {k: v for k, v in options.items() if k != "kind"}  # as plan() reads them
-    cluster.check_ps_options(options)
-    if not installed("tensorflow"):
-        raise DistributionError(
-            "distribution 'parameter_server' runs TensorFlow's parameter servers, but "
-            f"TensorFlow is not installed here: {EXTRA}"
-        )
-    if cluster.layout_of(options) == "tf2" and not installed("tf_keras"):
-        raise DistributionError(
-            "distribution 'parameter_server' (tf2 layout) needs tf_keras for "
-            f"ParameterServerStrategy with model.fit, and it is not installed: {EXTRA}"
-        )
-
-
-def deciding_hosts(options: dict[str, Any], hosts: list[str]) -> list[str]:
-    """Only the chief's (master's) result decides; the other instances only serve."""
-    return hosts[:1]
 
 
 def with_chief_model_dir(ctx: InstanceContext, argv: list[str]) -> list[str]:
@@ -197,3 +176,8 @@ def _chief_spec(
         *ctx.user_command,
     ]
     return ProcessSpec(name=task.name, argv=argv, env=env, cwd=ctx.paths.code)
+
+
+class TFParameterServerRunner(TFParameterServerRules):
+    def plan(self, ctx: InstanceContext) -> list[ProcessSpec]:
+        return plan(ctx)

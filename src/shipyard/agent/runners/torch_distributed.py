@@ -21,71 +21,16 @@ import sys
 from typing import Any
 
 from shipyard import settings
-from shipyard.jobplan.runner import InstanceContext, ProcessSpec
 from shipyard.ddp import contract, shim_path
-from shipyard.errors import DistributionError
+from shipyard.jobplan.runner import InstanceContext, ProcessSpec
+from shipyard.jobplan.runners import TorchDistributedRules, torch_kind
 
 logger = logging.getLogger("shipyard.agent")
 SHIM_ENV = "SHIPYARD_SMDDP_SHIM"  # "off": leave the smdistributed shim off PYTHONPATH
-_OPTIONS = {
-    "enabled",
-    "kind",
-    "processes_per_host",
-    "master_port",
-    "rendezvous_timeout",
-    "custom_mpi_options",
-}
 
 
 def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
     return int(options.get("processes_per_host") or num_gpus or 1)
-
-
-def _kind(options: dict[str, Any]) -> str:
-    return str(options.get("kind") or "torch_distributed")
-
-
-def validate(options: dict[str, Any], instance_count: int, resources: Any) -> None:
-    """Refuse options that cannot work; warn about ones that only run slowly."""
-    where = f"distribution[{_kind(options)!r}]"
-    port = options.get("master_port", contract.DEFAULT_MASTER_PORT)
-    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535 - 16:
-        raise DistributionError(
-            f"{where}['master_port'] must be an integer port in 1024..65519, got {port!r}"
-        )
-    timeout = options.get("rendezvous_timeout", contract.DEFAULT_RENDEZVOUS_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise DistributionError(
-            f"{where}['rendezvous_timeout'] must be a number of seconds > 0, got {timeout!r}"
-        )
-    unknown = sorted(set(options) - _OPTIONS)
-    if unknown:
-        logger.warning(
-            "%s: ignoring unknown option(s) %s (known: processes_per_host, "
-            "master_port, rendezvous_timeout)",
-            where,
-            unknown,
-        )
-    if "processes_per_host" not in options:
-        return
-    ppn = options["processes_per_host"]
-    if resources.num_gpus and ppn > resources.num_gpus:
-        raise DistributionError(
-            f"{where}['processes_per_host']={ppn} but {resources.instance_type!r} has "
-            f"{resources.num_gpus} GPU(s) per instance here: NCCL needs one GPU per rank. "
-            f"Use processes_per_host <= {resources.num_gpus} or leave it out (one per GPU)."
-        )
-    if ppn > resources.num_cpus:
-        logger.warning(
-            "%s['processes_per_host']=%d exceeds the %d CPU(s) of %r here: the ranks will "
-            "share cores and each step waits for the slowest; it works, but slower than "
-            "processes_per_host=%d.",
-            where,
-            ppn,
-            resources.num_cpus,
-            resources.instance_type,
-            resources.num_cpus,
-        )
 
 
 def plan(ctx: InstanceContext) -> list[ProcessSpec]:
@@ -184,8 +129,13 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
             )
         )
     ctx.notes.append(
-        f"{ctx.host}: {_kind(options)} via DDP: ranks "
+        f"{ctx.host}: {torch_kind(options)} via DDP: ranks "
         f"{nproc * ctx.host_index}..{nproc * (ctx.host_index + 1) - 1} of "
         f"{nproc * len(hosts)}, MASTER_ADDR={master_addr}"
     )
     return specs
+
+
+class TorchDistributedRunner(TorchDistributedRules):
+    def plan(self, ctx: InstanceContext) -> list[ProcessSpec]:
+        return plan(ctx)

@@ -17,8 +17,6 @@ import sys
 import threading
 from dataclasses import replace
 
-from shipyard.jobplan import config_sandbox
-from shipyard.jobplan.config_sandbox import SandboxPlan
 from shipyard.backends.ray.node import (
     NodeLayout,
     interface_of,
@@ -27,6 +25,8 @@ from shipyard.backends.ray.node import (
     write_private,
 )
 from shipyard.environments.node import on_node as framework_env_on_node
+from shipyard.jobplan import config_sandbox
+from shipyard.jobplan.config_sandbox import SandboxPlan
 from shipyard.runtime.lifeline import die_with_parent
 
 # Environment a Ray worker carries that must not reach the job's processes: Ray's own

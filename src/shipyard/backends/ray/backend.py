@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard import settings
-from shipyard.jobplan.config import AgentConfig
-from shipyard.jobplan.layout import InstancePaths
 from shipyard.backends.api import InstanceHandle, LaunchSpec
 from shipyard.backends.ray import node as ray_node
 from shipyard.backends.ray import placement as ray_placement
 from shipyard.backends.ray.connect import connect, resolve_address
 from shipyard.errors import BackendError, ValidationError
+from shipyard.jobplan.config import AgentConfig
+from shipyard.jobplan.layout import InstancePaths
 
 STOP_MARGIN_S = 10.0
 # What the submitting machine's environment passes on to the nodes (the rest is theirs).

@@ -24,10 +24,10 @@ import time
 
 import psutil
 
-from shipyard.jobplan.layout import InstancePaths
 from shipyard.backends.api import LaunchSpec
 from shipyard.backends.local import LocalBackend
 from shipyard.backends.ray.node import NodeLayout
+from shipyard.jobplan.layout import InstancePaths
 
 EXIT_FILE = "keeper.exit"
 
