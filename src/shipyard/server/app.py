@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shipyard.control.home import Home
-from shipyard.server import asgi, credentials, job_policy
+from shipyard.server import asgi, credentials, job_policy, s3_preflight
 from shipyard.server.errors import ApiError
-from shipyard.server.guard import MONITORING_PATH, Names, authorize
+from shipyard.server.guard import MONITORING_PATH, Names, authorize, check_host, guess_service
 from shipyard.server.http import (
     Request,
     Response,
@@ -95,6 +95,9 @@ class ApiServer:
                 runtime.preread(req)
             if req.raw_path == CREDENTIALS_PATH and isinstance(self.keys, KeyTable):
                 return container_credentials(req, self.keys, self.names)
+            if req.method == "OPTIONS" and "s3" in self.services and guess_service(req) == "s3":
+                check_host(headers, self.names, "s3")  # a CORS preflight: never signed
+                return s3_preflight.answer(req)
             service = authorize(req, self.keys, self.names)
             grant = self.keys.grant(req.access_key) if isinstance(self.keys, KeyTable) else None
             if grant is not None:  # a job's own key: what its role allows, nothing else
