@@ -104,11 +104,8 @@ class JobDisks:
         from shipyard.sandbox import disk
 
         disks, self.disks = self.disks, {}
-        for host in sorted(disks):
-            try:
-                note = disk.release(disks[host], self.job_dir)
-            except OSError as exc:
-                note = f"{host}'s disk could not be released: {exc}"
+        notes = disk.release_all([disks[h] for h in sorted(disks)], self.job_dir)
+        for note in notes.values():
             if note:
                 self.say(f"[shipyard] WARNING: {note}")
 

@@ -302,6 +302,20 @@ def release(disk: Disk, job_dir: str) -> str | None:
     return note
 
 
+def release_all(disks: list[Disk], job_dir: str) -> dict[str, str | None]:
+    """``release`` for every disk at once (the copies and unmounts overlap): per host,
+    None or what went wrong."""
+
+    def one(d: Disk) -> str | None:
+        try:
+            return release(d, job_dir)
+        except OSError as exc:
+            return f"{d.host}'s disk could not be released: {exc}"
+
+    with ThreadPoolExecutor(max_workers=max(1, len(disks))) as pool:
+        return dict(zip([d.host for d in disks], pool.map(one, disks)))
+
+
 def _unmount(tree: str) -> None:
     """Unmount; a busy disk (something on the host still in it) is detached lazily: the
     kernel frees it, and its loop device, with the last reference."""
