@@ -163,3 +163,66 @@ def test_checkpoint_local_path_stays_writable_and_shared(tmp_path):
     config.checkpoint_local_path = str(tmp_path / "ckpt")  # type: ignore[attr-defined]
     view = fsview.view(config, python=["/srv/venv"])
     assert str(tmp_path / "ckpt") in view["keep_rw"]
+
+
+def test_the_instance_init_starts_without_json_re_or_glob():
+    """Issue 40: one init per instance, all started at once; ``json``, ``re`` (and the
+    ``enum`` behind it) and ``glob`` were a third of its start-up."""
+    import subprocess
+    import sys
+
+    from shipyard.sandbox import pidns
+
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import init; "
+        "print(' '.join(m for m in ('json', 're', 'glob', 'enum') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe, os.path.dirname(pidns.INIT)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == []
+
+
+def test_the_view_reaches_the_init_whole_and_its_answer_comes_back():
+    from shipyard.sandbox import init as instance_init
+
+    odd = ["/a b/c,d;e=f", "/tmp/ü", os.fsdecode(b"/x\xff"), ""]
+    view = {"root_overlay": True, "overlay": [], "mask": odd, "keep_ro": ["/x"], "off": False}
+    text = instance_init.encode_view(view)
+    assert "\n" not in text and "\0" not in text
+    decoded = instance_init.decode_view(text)
+    assert decoded["mask"] == odd[:3]  # an empty path names nothing: dropped
+    assert decoded["root_overlay"] == ["1"] and decoded["off"] == [] and decoded["overlay"] == []
+    assert decoded["keep_ro"] == ["/x"]
+    answer = instance_init.encode_view({"missing": ["/proc/kcore is visible: EPERM; ok"]})
+    assert instance_init.decode_view(answer)["missing"] == ["/proc/kcore is visible: EPERM; ok"]
+    assert instance_init.decode_view("") == {}
+
+
+def test_mountinfo_escapes_are_decoded_without_re():
+    from shipyard.sandbox.init import unescape
+
+    assert unescape(r"/mnt/a\040b\011c\012d\134e") == "/mnt/a b\tc\nd\\e"
+    assert unescape("/plain") == "/plain"
+    assert unescape(r"/odd\09x\1") == r"/odd\09x\1"  # not an escape: kept
+
+
+def test_the_agent_expands_the_views_patterns_for_the_init(tmp_path, monkeypatch):
+    from shipyard.sandbox import pidns
+
+    (tmp_path / "ssh_host_rsa_key").write_text("")
+    (tmp_path / "ssh_host_rsa_key.pub").write_text("")
+    view = {
+        "devices": ["null", "zero", "nvidia*", "no-such-device"],
+        "secrets": [str(tmp_path / "ssh_host_*key"), str(tmp_path / "absent")],
+        "mask": ["/home"],
+    }
+    expanded = pidns.expand_patterns(view)
+    assert expanded["secrets"] == [str(tmp_path / "ssh_host_rsa_key")]
+    assert {"null", "zero"} <= set(expanded["devices"])
+    assert "no-such-device" not in expanded["devices"]
+    assert not any("*" in d for d in expanded["devices"])
+    assert expanded["mask"] == ["/home"] and view["devices"][2] == "nvidia*"  # not changed

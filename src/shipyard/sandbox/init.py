@@ -3,8 +3,11 @@
 Run by path with ``python -S`` (stdlib only: no site, about 15 ms to start) as the first
 child of the agent's spawner (shipyard.sandbox.pidns). It unshares a mount namespace,
 mounts a ``/proc`` of the instance's PID namespace, sets up the view the job's processes
-get (the ``SHIPYARD_INIT_VIEW`` JSON, built by shipyard.sandbox.fsview), prints one line
-(``ready`` and a JSON list of what it could not protect, with why) and then only reaps.
+get (``SHIPYARD_INIT_VIEW``, built by shipyard.sandbox.fsview, in ``encode_view``'s
+form), prints one line (``ready`` and what it could not protect, with why, in the same
+form) and then only reaps. It imports neither ``json`` nor ``re`` nor ``glob`` nor
+``enum`` (a third of its start-up; the agent expands the view's glob patterns,
+shipyard.sandbox.pidns.expand_patterns): one is started per instance, all at once.
 
 The view, in the order it is built (each step on its own: one the kernel refuses is
 named, the others still hold):
@@ -31,13 +34,14 @@ named, the others still hold):
 from __future__ import annotations
 
 import ctypes
-import glob
-import json
 import os
-import re
-import signal
 import stat
 import sys
+
+try:  # the C module: the ``signal`` wrapper only adds enums (and imports enum for them)
+    import _signal as signal
+except ImportError:  # pragma: no cover - another interpreter
+    import signal
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -109,9 +113,65 @@ def _mount_points() -> list[tuple[str, str]]:
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
         for line in fh:
             left, _, right = line.partition(" - ")
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), left.split()[4])
-            out.append((point, right.split()[0]))
+            out.append((unescape(left.split()[4]), right.split()[0]))
     return out
+
+
+OCTAL = frozenset("01234567")
+
+
+def unescape(field: str) -> str:
+    """A mountinfo field with the kernel's octal escapes (``\\040`` for a space, ``\\134``
+    for a backslash) decoded."""
+    if "\\" not in field:
+        return field
+    first, *rest = field.split("\\")
+    out = [first]
+    for part in rest:
+        if len(part) >= 3 and OCTAL.issuperset(part[:3]):
+            out.append(chr(int(part[:3], 8)) + part[3:])
+        else:
+            out.append("\\" + part)
+    return "".join(out)
+
+
+MAGIC = frozenset("*?[")
+
+
+def expand(pattern: str) -> list[str]:
+    """The existing paths a glob pattern names, sorted (``glob`` imported only for a
+    pattern with wildcards: the agent hands this init expanded ones)."""
+    if not MAGIC.intersection(pattern):
+        return [pattern] if os.path.lexists(pattern) else []
+    import glob
+
+    return sorted(glob.glob(pattern))
+
+
+def encode_view(view: dict) -> str:
+    """A view (or a list under the key ``missing``) as one line of ``key=hex,hex;...``:
+    each item's UTF-8 bytes in hex (any path, no quoting), a True flag as one ``1``, a
+    False one as none; read back by ``decode_view`` without ``json``."""
+    fields = []
+    for key, value in view.items():
+        if isinstance(value, bool):
+            items = ["1"] if value else []
+        elif isinstance(value, str):
+            items = [value]
+        else:
+            items = list(value)
+        fields.append(key + "=" + ",".join(os.fsencode(i).hex() for i in items))
+    return ";".join(fields)
+
+
+def decode_view(text: str) -> dict[str, list[str]]:
+    """``encode_view``'s inverse: each key's items (a flag's: ``["1"]`` or ``[]``)."""
+    view: dict[str, list[str]] = {}
+    for field in text.split(";"):
+        key, _, items = field.partition("=")
+        if key:
+            view[key] = [os.fsdecode(bytes.fromhex(i)) for i in items.split(",") if i]
+    return view
 
 
 def _outermost(points: list[str]) -> list[str]:
@@ -372,7 +432,7 @@ def _private_dev(names: list[str]) -> list[str]:
     permission alone, no capability needed: the raw disk would be the whole host."""
     fds: dict[str, int] = {}
     for pattern in names:
-        for path in glob.glob(os.path.join("/dev", pattern)):
+        for path in expand(os.path.join("/dev", pattern)):
             try:
                 fds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
@@ -440,7 +500,7 @@ def _masks(proc: list[str], secrets: list[str]) -> list[str]:
     """runc's masked paths and the host's secrets (shipyard.sandbox.masks): a directory
     covered by an empty read-only tmpfs, a file by ``/dev/null``, read-only."""
     missing = []
-    paths = [*proc, *(p for pattern in secrets for p in sorted(glob.glob(pattern)))]
+    paths = [*proc, *(p for pattern in secrets for p in expand(pattern))]
     for path in paths:
         try:
             if os.path.isdir(path):
@@ -487,8 +547,8 @@ def main() -> None:
         sys.stdout.write(f"error: {exc}\n")
         sys.stdout.flush()
         os._exit(1)
-    missing = build(json.loads(os.environ.get("SHIPYARD_INIT_VIEW") or "{}"))
-    sys.stdout.write("ready " + json.dumps(missing) + "\n")
+    missing = build(decode_view(os.environ.get("SHIPYARD_INIT_VIEW") or ""))
+    sys.stdout.write("ready " + encode_view({"missing": missing}) + "\n")
     sys.stdout.flush()
     os.close(1)
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])

@@ -23,7 +23,6 @@ ends the kernel kills whatever is left in the namespace: nothing outlives an ins
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import select
@@ -123,7 +122,9 @@ def begin(view: dict | None = None) -> Starting:
     the agent makes later (a FastFile channel) is not in it, so such jobs begin after
     their mounts."""
     from shipyard.runtime.lifeline import death_signal_argv
+    from shipyard.sandbox import init as instance_init
 
+    text = instance_init.encode_view(expand_patterns(view or {}))
     try:
         spawner = Spawner()
     except OSError as exc:
@@ -135,7 +136,7 @@ def begin(view: dict | None = None) -> Starting:
             stdout=subprocess.PIPE,
             env={
                 "SHIPYARD_PROCESS_NAME": "instance-init",
-                "SHIPYARD_INIT_VIEW": json.dumps(view or {}),
+                "SHIPYARD_INIT_VIEW": text,
                 "PATH": os.defpath,
             },
             cwd="/",
@@ -157,7 +158,30 @@ def finish(starting: Starting) -> tuple[ProcessNamespace | None, list[str]]:
         init.kill()
         init.wait()
         return None, [f"no PID namespace: the instance's init could not start ({answer})"]
-    return ProcessNamespace(init, spawner), [f"filesystem: {m}" for m in json.loads(rest or "[]")]
+    from shipyard.sandbox import init as instance_init
+
+    missing = instance_init.decode_view(rest).get("missing", [])
+    return ProcessNamespace(init, spawner), [f"filesystem: {m}" for m in missing]
+
+
+def expand_patterns(view: dict) -> dict:
+    """``view`` with its glob patterns (``devices`` under /dev, ``secrets``) expanded to
+    the paths that exist now, in this mount namespace, which the init's is a copy of:
+    the init then needs no ``glob`` (nor the ``re`` behind it) to start."""
+    from shipyard.sandbox import init as instance_init
+
+    expanded = dict(view)
+    if "devices" in view:
+        expanded["devices"] = [
+            os.path.relpath(path, "/dev")
+            for pattern in view["devices"]
+            for path in instance_init.expand(os.path.join("/dev", pattern))
+        ]
+    if "secrets" in view:
+        expanded["secrets"] = [
+            p for pattern in view["secrets"] for p in instance_init.expand(pattern)
+        ]
+    return expanded
 
 
 def _answer(init: subprocess.Popen) -> str:
