@@ -281,7 +281,7 @@ def _worker_env(
 ) -> dict[str, str]:
     """What the workers start from: the essentials of this process's environment (as a
     training job's: never the keys of the process that created the endpoint, `shipyard
-    server`'s among them; agent.inherited), without ``TMPDIR`` (a host directory the view
+    server`'s among them; jobplan.inherited), without ``TMPDIR`` (a host directory the view
     does not have), the model's environment, its requirements on ``PYTHONPATH``, and the
     GPUs of its instance type."""
     base = {k: v for k, v in inherited.essentials(os.environ).items() if k != "TMPDIR"}

@@ -5,7 +5,7 @@ One frozen dataclass instead of the dict it replaces, which had two shapes (the 
 backend's and a Ray node's) read through a dozen ``.get`` calls that each guessed which
 shape they held. Who writes which mode:
 
-* the control plane (``control.plan.sandbox_config``): ``job_network`` or ``off`` for the
+* the control plane (``jobplan.plan.sandbox_config``): ``job_network`` or ``off`` for the
   local backend; ``per_node`` (or ``off``) for Ray, whose nodes may differ;
 * each Ray node (``backends.ray.actor.node_sandbox``) turns ``per_node`` into
   ``node_network`` or ``off`` for its own instances, with its own reason and address.

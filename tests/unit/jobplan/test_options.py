@@ -165,9 +165,10 @@ def test_tensorflow_parameter_servers_need_the_tensorflow_estimator(monkeypatch)
 def test_the_agent_registers_one_runner_class_per_rules_class():
     """The agent's runners and the control plane's rules hold the same names, and each
     runner class is its rules class plus ``plan``: the one protocol."""
-    from shipyard.agent.runners import RUNNERS
+    from shipyard.agent.runners import RUNNERS, runner_class
 
     assert set(RUNNERS) == set(RULES)
-    for name, runner in RUNNERS.items():
+    for name in RUNNERS:
+        runner = runner_class(name)
         assert issubclass(runner, RULES[name]) and runner.name == name
         assert callable(runner().plan)
