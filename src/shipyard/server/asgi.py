@@ -186,7 +186,11 @@ def app_for(
             return
         req.length = length  # -1: a chunked body (uvicorn decodes it), S3 uploads only
         stream: _BodyStream | None = None
-        if 0 <= length <= PRELOAD:
+        # uvicorn answers "100 Continue" on the app's first receive(): a client that waits
+        # for it gets it only when the handler reads the body, after the request's headers
+        # are authenticated (a refusal is its final answer, and no body is sent)
+        waits = headers.get("expect", "").strip().lower() == "100-continue"
+        if 0 <= length <= PRELOAD and not waits:
             chunks = []
             while True:
                 message = await receive()

@@ -176,22 +176,20 @@ def authorize(req: Request, keys: Mapping[str, str], names: Names) -> str:
         )
     req.region = sc.region
     req.access_key = sc.access_key
-    sigv4.verify(
-        sc,
-        req.method,
-        req.raw_path,
-        req.raw_query,
-        req.headers,
-        signed_body_hash(service, req),
-        keys,
-    )
+    declared = signed_body_hash(service, req)
+    sigv4.verify(sc, req.method, req.raw_path, req.raw_query, req.headers, declared, keys)
+    if service == "s3" and len(declared) == 64:
+        # checked where the body is read (Request.read_body; uploads as they stream to
+        # disk): only once the headers are authenticated and the operation wants it, so a
+        # client waiting on "Expect: 100-continue" is told to send only then
+        req.signed_sha256 = declared
     return service
 
 
 def signed_body_hash(service: str, req: Request) -> str:
     """The payload hash the signature covers. Other services: the body's, read now.
-    S3: the x-amz-content-sha256 header, which the body must then match (small bodies
-    are checked here, uploads as they stream to disk, in s3_api.py)."""
+    S3: the x-amz-content-sha256 header, which the body must then match (checked where
+    it is read: ``Request.read_body``, or as an upload streams to disk in s3_api.py)."""
     if service != "s3":
         if req.length < 0:
             raise ApiError("MissingContentLength", f"{service} requests need a Content-Length", 411)
@@ -204,9 +202,4 @@ def signed_body_hash(service: str, req: Request) -> str:
             "accepted; sign the whole payload or send UNSIGNED-PAYLOAD",
             501,
         )
-    if len(declared) == 64 and 0 <= req.length <= 1 << 20:
-        if hashlib.sha256(req.body).hexdigest() != declared:
-            raise ApiError(
-                "XAmzContentSHA256Mismatch", "the body does not match its signed SHA-256"
-            )
     return declared

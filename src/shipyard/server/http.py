@@ -6,6 +6,7 @@ straight to disk, every other service reads a bounded ``body``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import urllib.parse
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ class Request:
     service: str = ""
     region: str = "us-east-1"
     access_key: str = ""  # who signed it (set once the signature's scope is read)
+    signed_sha256: str = ""  # the body's signed SHA-256 (hex), checked when it is read
     _body: bytes | None = None
 
     @property
@@ -61,7 +63,12 @@ class Request:
                     f"the request body is {self.length} bytes; at most {limit} are accepted" + why,
                     413,
                 )
-            self._body = self.stream.read(self.length) if self.length else b""
+            body = self.stream.read(self.length) if self.length else b""
+            if self.signed_sha256 and hashlib.sha256(body).hexdigest() != self.signed_sha256:
+                raise ApiError(
+                    "XAmzContentSHA256Mismatch", "the body does not match its signed SHA-256"
+                )
+            self._body = body
         return self._body
 
     def json(self) -> dict[str, Any]:
