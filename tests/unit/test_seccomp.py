@@ -208,3 +208,20 @@ def test_a_cached_program_that_could_be_anyones_is_compiled_again(tmp_path, monk
     monkeypatch.setattr(seccomp, "compile_filter", lambda: compiled.append(1) or real())
     assert seccomp.build() == (good, None) and compiled == [1]
     assert cached.read_bytes() == good and not cached.is_symlink()  # replaced, whole
+
+
+@pytest.mark.skipif(not seccomp.kernel_has_seccomp(), reason="no seccomp in this kernel")
+def test_reading_the_cached_program_imports_nothing_heavy(tmp_path):
+    """The cached program is read where each agent starts: neither the binding nor
+    hashlib (OpenSSL), tempfile or pathlib (the bind shim's module) comes with it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    code = (
+        "import sys; from shipyard.sandbox import seccomp; bpf, why = seccomp.build(); "
+        "heavy = ('pyseccomp', 'hashlib', 'tempfile', 'pathlib', 'shipyard.sandbox.bindshim'); "
+        "print(bpf is not None, ' '.join(m for m in heavy if m in sys.modules))"
+    )
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if not first.stdout.startswith("True"):
+        pytest.skip(f"no filter here: {first.stdout} {first.stderr}")
+    again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert again.stdout.split() == ["True"], again.stdout + again.stderr

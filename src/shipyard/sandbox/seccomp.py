@@ -30,11 +30,10 @@ every descendant of the job's processes inherits it.
 
 from __future__ import annotations
 
+import binascii
 import errno
-import hashlib
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 
 # namespace flags of clone(2)/unshare(2)
@@ -178,6 +177,9 @@ def build() -> tuple[bytes | None, str | None]:
     if not kernel_has_seccomp():
         return None, MISSING_KERNEL
     name = cache_name()
+    cached = _read_cached(os.path.join(_user_cache_dir(), name))
+    if cached is not None:  # nothing imported beyond this module's own imports
+        return cached, None
     for directory in _cache_dirs():
         cached = _read_cached(os.path.join(directory, name))
         if cached is not None:
@@ -195,10 +197,21 @@ MAX_PROGRAM = 4096 * INSN_SIZE
 
 def cache_name() -> str:
     """The cached program's file name: this module's source (the rules and how they
-    are added) and the machine's architecture decide the program."""
+    are added) and the machine's architecture decide the program. A CRC, not a
+    cryptographic hash (``hashlib`` loads OpenSSL: 3-6 ms per agent): the name only
+    tells versions of this file apart; the file's trust comes from where it lies
+    (``_read_cached``)."""
     with open(__file__, "rb") as fh:
-        digest = hashlib.sha256(fh.read() + os.uname().machine.encode())
-    return f"seccomp-{digest.hexdigest()[:16]}.bpf"
+        source = fh.read()
+    key = binascii.crc32(source + os.uname().machine.encode())
+    return f"seccomp-{key:08x}-{len(source)}.bpf"
+
+
+def _user_cache_dir() -> str:
+    """``bindshim._cache_dirs()[0]`` without importing the bind shim (pathlib, hashlib:
+    10-15 ms of an agent's start): where the program is found but on a first run."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "shipyard")
 
 
 def _cache_dirs() -> list[str]:
@@ -238,6 +251,8 @@ def _store(bpf: bytes, name: str) -> None:
     """Keep the program for later agents: a private temporary file renamed into place
     (concurrent agents of one job each write a whole, identical file); a cache that
     cannot be written only costs the next agent a compile."""
+    import tempfile
+
     from shipyard.sandbox import bindshim
 
     for directory in _cache_dirs():
@@ -266,6 +281,8 @@ def compile_filter() -> tuple[bytes | None, str | None]:
         import pyseccomp
     except (ImportError, OSError, AttributeError):  # no binding, or no libseccomp.so.2
         return None, MISSING_LIBRARY
+    import tempfile
+
     filt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     for arch in _compat_arches(pyseccomp):
         try:
