@@ -28,9 +28,11 @@ from ..errors import UnsupportedError
 from ..ops import Average, Min
 from .keras_hooks import (
     Keras3Hooks,
+    TF1KerasHooks,
     TFKerasHooks,
     check_keras,
     is_keras3_optimizer,
+    is_tf1_keras_optimizer,
     keras_version,
 )
 
@@ -92,6 +94,14 @@ def wrap_optimizer(
                     "backward_passes_per_step conflicts with the optimizer's gradient_accumulation_steps"
                 )
             config["gradient_accumulation_steps"] = settings["bpps"]
+    elif is_tf1_keras_optimizer(optimizer):
+        mixin = TF1KerasHooks
+        if settings["bpps"] > 1:
+            raise UnsupportedError(
+                "backward_passes_per_step > 1 with TensorFlow 1.x Keras optimizers is not "
+                "supported by shipyard.horovod (nor was it by Horovod then); use 1"
+            )
+        name = None  # TF 1.x Keras optimizers take no name
     else:
         mixin = TFKerasHooks
         if settings["bpps"] > 1:
@@ -119,24 +129,61 @@ def wrap_in_place(optimizer, compression=None, **kw):
     if is_keras3_optimizer(optimizer):
         check_keras(keras_version(), optimizer.__class__, 1)
         mixin = Keras3Hooks
+    elif is_tf1_keras_optimizer(optimizer):
+        mixin = TF1KerasHooks
     optimizer.__class__ = _subclass(mixin, optimizer.__class__)
     optimizer._hvd_init(settings)
     return optimizer
 
 
 # ---------------------------------------------------------------- learning-rate helpers
+# TensorFlow 1.x Keras optimizers hold ``lr`` and ``momentum`` as graph variables (read and
+# written through the session, ``K.get_value``/``K.set_value``); Keras 3 and tf_keras hold
+# ``learning_rate`` as a variable that converts to numpy and takes a float on assignment.
+def _lr_name(opt) -> str:
+    return "learning_rate" if hasattr(opt, "learning_rate") else "lr"
+
+
+def _graph_variable(value) -> bool:
+    import tensorflow as tf
+
+    return not tf.executing_eagerly() and isinstance(value, tf.Variable)
+
+
+def _get_hyper(opt, name: str) -> float:
+    value = getattr(opt, name)
+    if _graph_variable(value):
+        import tensorflow as tf
+
+        return float(tf.keras.backend.get_value(value))
+    return float(np.asarray(value))
+
+
+def _set_hyper(opt, name: str, new: float) -> None:
+    value = getattr(opt, name)
+    if _graph_variable(value):
+        import tensorflow as tf
+
+        tf.keras.backend.set_value(value, new)
+    else:
+        setattr(opt, name, new)
+
+
 def _get_lr(opt) -> float:
-    return float(np.asarray(opt.learning_rate))
+    return _get_hyper(opt, _lr_name(opt))
 
 
 def _set_lr(opt, value: float) -> None:
-    opt.learning_rate = value
+    _set_hyper(opt, _lr_name(opt), value)
 
 
 def _momentum_var(opt):
-    """Momentum as a variable we may change per batch (tf_keras legacy optimizers), else None."""
+    """Momentum as a value we may change per batch (tf_keras legacy optimizers; TF 1.x
+    Keras' SGD, whose momentum is a variable), else None."""
     hyper = getattr(opt, "_hyper", None)
     if isinstance(hyper, dict) and "momentum" in hyper:
+        return opt
+    if is_tf1_keras_optimizer(opt) and _graph_variable(getattr(opt, "momentum", None)):
         return opt
     return None
 
@@ -145,7 +192,16 @@ def _optimizer_variables(opt) -> list:
     v = getattr(opt, "variables", None)
     if callable(v):
         v = v()
+    if v is None and is_tf1_keras_optimizer(opt):
+        v = opt.weights  # TF 1.x Keras: the iteration count and the slots
     return list(v or [])
+
+
+def _run_in_session(op, keras_module) -> None:
+    """A graph op (TF 1.x: a collective built by a callback) run in Keras' session; eager
+    collectives are done already (``op`` is None)."""
+    if op is not None:
+        keras_module.backend.get_session().run(op)
 
 
 CALLBACKS = (
@@ -206,17 +262,19 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
                 np.array([1 if variables else 0], np.int32), name="bcast-callback:built", op=Min
             )
             if int(built_everywhere[0]):
-                broadcast_variables(variables, root_rank=self.root_rank)
+                _run_in_session(broadcast_variables(variables, self.root_rank), keras_module)
 
         def on_train_batch_end(self, batch, logs=None):
             from . import broadcast_variables
 
             if self.broadcast_done:
                 return
-            broadcast_variables(self._model_variables(), root_rank=self.root_rank)
+            op = broadcast_variables(self._model_variables(), root_rank=self.root_rank)
+            _run_in_session(op, keras_module)
             opt = getattr(self.model, "optimizer", None)
             if opt is not None:
-                broadcast_variables(_optimizer_variables(opt), root_rank=self.root_rank)
+                op = broadcast_variables(_optimizer_variables(opt), root_rank=self.root_rank)
+                _run_in_session(op, keras_module)
             self.broadcast_done = True
 
     class MetricAverageCallback(Callback):
@@ -238,12 +296,16 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
 
     class LearningRateScheduleCallback(Callback):
         """lr = initial_lr * multiplier(epoch) between start_epoch and end_epoch, per epoch
-        (staircase) or per batch."""
+        (staircase) or per batch.
+
+        ``initial_lr`` left out (Horovod up to 0.20: ``LearningRateScheduleCallback(multiplier,
+        start_epoch=0, ...)``, no initial_lr) is the optimizer's learning rate when training
+        begins, as those releases read it."""
 
         def __init__(
             self,
-            initial_lr,
-            multiplier,
+            initial_lr=None,
+            multiplier=None,
             start_epoch=0,
             end_epoch=None,
             staircase=True,
@@ -252,6 +314,19 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
             *args,
         ):
             super().__init__()
+            if multiplier is None:
+                if initial_lr is None:
+                    raise TypeError(
+                        f"{type(self).__name__} needs a multiplier (a number or a function "
+                        "of the epoch)"
+                    )
+                initial_lr, multiplier = None, initial_lr  # Horovod <= 0.20: multiplier only
+            elif callable(initial_lr):
+                raise TypeError(
+                    f"{type(self).__name__}(multiplier, start_epoch, ...) is Horovod 0.20's "
+                    "positional order; give the rest by keyword (start_epoch=..., "
+                    "end_epoch=...) or pass initial_lr first, as Horovod 0.21 and later take it"
+                )
             self.initial_lr = initial_lr
             self.start_epoch = start_epoch
             self.end_epoch = end_epoch
@@ -276,12 +351,12 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
             _set_lr(opt, new)
             holder = _momentum_var(opt) if self.momentum_correction else None
             if holder is not None and old > 0:
-                self.restore_momentum = float(np.asarray(holder.momentum))
-                holder.momentum = self.restore_momentum * new / old
+                self.restore_momentum = _get_hyper(holder, "momentum")
+                _set_hyper(holder, "momentum", self.restore_momentum * new / old)
 
         def _restore(self):
             if self.restore_momentum is not None:
-                self.model.optimizer.momentum = self.restore_momentum
+                _set_hyper(self.model.optimizer, "momentum", self.restore_momentum)
                 self.restore_momentum = None
 
         def on_train_begin(self, logs=None):
@@ -323,11 +398,15 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
                 logs["lr"] = _get_lr(self.model.optimizer)
 
     class LearningRateWarmupCallback(LearningRateScheduleCallback):
-        """Ramp lr from initial_lr / size to initial_lr over ``warmup_epochs`` (Goyal et al.)."""
+        """Ramp lr from initial_lr / size to initial_lr over ``warmup_epochs`` (Goyal et al.).
+
+        ``initial_lr`` left out (Horovod up to 0.20, e.g. the tf-distribution-options
+        notebook's ``LearningRateWarmupCallback(warmup_epochs=5, verbose=1)``): the
+        optimizer's learning rate when training begins, as those releases read it."""
 
         def __init__(
             self,
-            initial_lr,
+            initial_lr=None,
             warmup_epochs=5,
             momentum_correction=True,
             steps_per_epoch=None,

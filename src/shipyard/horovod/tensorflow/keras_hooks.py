@@ -60,6 +60,13 @@ def is_keras3_optimizer(opt: Any) -> bool:
     return keras.__version__.split(".")[0] >= "3" and isinstance(opt, keras.optimizers.Optimizer)
 
 
+def is_tf1_keras_optimizer(opt: Any) -> bool:
+    """A TensorFlow 1.x Keras optimizer (``tf.keras.optimizers.Adam(lr=...)`` in TF <= 1.15):
+    ``fit`` builds its update ops from ``get_updates`` -> ``get_gradients`` and never calls
+    ``apply_gradients``, so the reduction hooks ``get_gradients`` there, as Horovod 0.16 did."""
+    return callable(getattr(opt, "get_updates", None)) and not hasattr(opt, "apply_gradients")
+
+
 def keras_version() -> str:
     import keras
 
@@ -101,6 +108,14 @@ class Keras3Hooks(_Settings):
         if self._hvd_settings["bpps"] > 1:
             grads = _reduce(grads, self._hvd_settings)
         return super()._clip_gradients(grads)
+
+
+class TF1KerasHooks(_Settings):
+    """Mixed in front of a TensorFlow 1.x Keras optimizer class: the gradients its graph
+    applies are reduced (one fused py_function node, run with every training step)."""
+
+    def get_gradients(self, loss, params):
+        return _reduce(super().get_gradients(loss, params), self._hvd_settings)
 
 
 class TFKerasHooks(_Settings):

@@ -107,10 +107,16 @@ def broadcast(value, root_rank, name=None):
 
 
 def broadcast_global_variables(root_rank):
-    raise RuntimeError(
-        "broadcast_global_variables() needs TF1 sessions; with TF2/Keras use "
-        "hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank) or hvd.broadcast_variables(model.variables, root_rank)"
-    )
+    """TF 1.x graph mode: every global variable takes ``root_rank``'s value, run in Keras'
+    session (as Horovod's Keras API did then)."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "broadcast_global_variables() needs TF1 sessions; with TF2/Keras use "
+            "hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank) or hvd.broadcast_variables(model.variables, root_rank)"
+        )
+    from shipyard.horovod.tensorflow import broadcast_global_variables as _tf_bcast
+
+    return tf.keras.backend.get_session().run(_tf_bcast(root_rank))
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none):
