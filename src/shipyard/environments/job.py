@@ -28,6 +28,7 @@ from typing import Any
 from shipyard.environments import builder, interpreters, registry
 from shipyard.environments.resolver import (
     FRAMEWORKS,
+    Framework,
     Resolution,
     matches,
     parse,
@@ -153,6 +154,11 @@ def installed_match(framework: str | None, framework_version: str | None) -> Pre
 # and older Pythons get neither
 MPI4PY_RUNNERS = frozenset({"mpi"})
 MPI4PY_PYTHON = "3.7"
+# the oldest Python any job's environment is built in: shipyard's in-job parts (the job
+# processes' sitecustomize hooks, the TF placement report, step timing, shipyard.horovod,
+# ddp and ps, the runners' rank wrappers) use ``from __future__ import annotations``, which
+# Python 3.6 cannot compile; tests/unit/house/test_old_pythons.py imports them all in 3.7
+IN_JOB_PYTHON = "3.7"
 
 
 def min_python(runner: str) -> str | None:
@@ -228,7 +234,7 @@ def _resolve(req: Request) -> Resolution:
             asked_files = registry.fetch_filenames(package, registry.index_url(index))
         else:
             asked_files = files
-        oldest = python_key(req.min_python or "3.0")
+        oldest = max(python_key(req.min_python or IN_JOB_PYTHON), python_key(IN_JOB_PYTHON))
         every = {
             py: registry.installable_versions(asked_files, registry.tags_for(py))
             for py in interpreters.available()
@@ -260,17 +266,26 @@ def _resolve(req: Request) -> Resolution:
         if found.version is None or not found.installed:
             raise
     if found.version is None:
+        floor = ".".join(map(str, oldest))
         too_old = [py for py, v in every.items() if python_key(py) < oldest and _has(v, req.asked)]
-        if too_old:  # the release runs, but not with the job's distribution there
-            raise EnvironmentRefused(
-                f"framework_version {req.asked!r} runs only in Python {too_old[-1]}, where "
-                f"this job's distribution cannot: its MPI processes (Horovod, the "
-                f"data-parallel library) need mpi4py, which shipyard installs in Python "
-                f"{req.min_python} and later; from Python {req.min_python} on it runs "
-                f"({_oldest_release(every, oldest, fw.display)}), or run this release "
-                "with distribution={'parameter_server': {'enabled': True}}"
+        if too_old:  # the release runs there, but shipyard's in-job parts do not
+            why = (
+                "its MPI processes (Horovod, the data-parallel library) need mpi4py, which "
+                f"shipyard installs in Python {floor} and later"
+                if req.min_python
+                else "shipyard's in-job parts (the job processes' hooks, the TF placement "
+                f"report, step timing, Horovod, shipyard.ps) need Python {floor} or later"
             )
-        raise EnvironmentRefused(found.reason or f"framework_version {req.asked!r}")
+            raise EnvironmentRefused(
+                f"framework_version {req.asked!r} runs only in Python {too_old[-1]} here, "
+                f"where this job cannot: {why}; from Python {floor} on it would run "
+                f"({_oldest_release(every, oldest, fw.display)}: ask for it)"
+            )
+        nearest = _nearest_elsewhere(req.asked, every, oldest, fw)
+        reason = found.reason or f"framework_version {req.asked!r}"
+        if nearest is not None:
+            reason += f"; {nearest}"
+        raise EnvironmentRefused(reason)
     if found.index_url is not None:
         found = replace(found, index_url=index)
     return found
@@ -293,6 +308,35 @@ def _oldest_release(every: dict[str, list[str]], oldest: tuple[int, ...], displa
         if (v := parse(s))
     )
     return f"{display} {found[0][1]} is the oldest release there" if found else "no release here"
+
+
+def _nearest_elsewhere(
+    asked: str, every: dict[str, list[str]], oldest: tuple[int, ...], fw: Framework
+) -> str | None:
+    """'TensorFlow 1.13.2 (the same API generation) runs here in Python 3.7: ask for
+    framework_version='1.13'': the nearest release of the asked one's generation that
+    another Python of this machine can run, for a refusal to name; None when none can."""
+    want = parse(asked)
+    generation = next((g for g in fw.generations if want and g.holds(want)), None)
+    if want is None or generation is None:
+        return None
+    found = [
+        (v, py)
+        for py, vs in every.items()
+        if python_key(py) >= oldest
+        for s in vs
+        if (v := parse(s)) is not None and generation.holds(v)
+    ]
+    if not found:
+        return None
+    minor = want[1] if len(want) > 1 else 0
+    v, py = min(found, key=lambda f: (abs(f[0][1] - minor) + 100 * abs(f[0][0] - want[0]), f[0]))
+    v = max(w for w, p in found if w[:2] == v[:2] and p == py)  # its newest patch there
+    shown = ".".join(map(str, v))
+    return (
+        f"{fw.display} {shown} (the same API generation) runs here in Python {py}: ask for "
+        f"framework_version='{v[0]}.{v[1]}'"
+    )
 
 
 def index_of(framework: str) -> str | None:
