@@ -14,7 +14,8 @@ live, and what goes between the servers?" This demo answers it:
 4. before you pay, "ml.p2.xlarge or ml.p2.8xlarge (networks about eight times apart), and
    how many?": the CNN (in torch, through shipyard.ps) runs on 2 instances under each
    type's emulated network (the ``shipyard:network`` tag), measured side by side with
-   what the planner predicted for each, then the planner's table up to 64 instances
+   what the planner predicted for each on this machine (its measured ceiling between
+   instances and its shared cores, ``shipyard doctor``), then the planner's table up to 64 instances
    (where shaping is unavailable it says so and plans from an unshaped run);
 5. the model is deployed and answers JSON, JSON lines and CSV (an inference.py);
 6. a batch transform scores a file of images;
@@ -102,13 +103,19 @@ def measure_cnn(session, stamp: str, name: str, tags: list) -> dict:
 
 def before_you_pay(session, stamp: str) -> None:
     """ml.p2.xlarge or ml.p2.8xlarge, and how many? Measured here under each type's
-    network, side by side with the planner's prediction of the same run (this machine's
-    cores shared by both instances: ``--shared-host``), then the planner's table for real
-    instances up to 64, from the first measurement (what ``shipyard plan JOB`` prints)."""
+    network, side by side with the planner's prediction of the same run on this machine
+    (``shipyard.planner.ceiling``: each emulated network capped at what two instances here
+    move, this machine's cores shared by both; no figure where that ceiling is unknown),
+    then the planner's table for real instances up to 64, from the first measurement (what
+    ``shipyard plan JOB`` prints)."""
     from shipyard import instance_types
-    from shipyard.planner import model
+    from shipyard.planner import ceiling, model, render
     from shipyard.planner.profile import Inputs, PlanInputError, from_describe
     from shipyard.sandbox import shaping
+
+    load = os.getloadavg()[0]
+    here_ceiling = ceiling.get(session.home)  # cached; measured first (about a second) if not
+    machine = here_ceiling.machine()
 
     links = {
         t: model.Link(t, instance_types.network(t).bytes_per_s, framing=model.TCP_FRAMING)
@@ -130,7 +137,7 @@ def before_you_pay(session, stamp: str) -> None:
         measured["unshaped"] = measure_cnn(session, stamp, "unshaped", [])
     first = next(iter(measured.values()))
     try:
-        here = from_describe(first, Inputs(host_cores=float(instance_types.machine_cpus())))
+        here = from_describe(first, Inputs(machine=machine))
         real = from_describe(first)
     except PlanInputError as exc:
         out.print(f"no plan: {exc}")
@@ -138,21 +145,27 @@ def before_you_pay(session, stamp: str) -> None:
     table = Table("2 instances, network of", "measured steps/s", "planner, same machine")
     for t, desc in measured.items():
         got = from_describe(desc).step_s
-        predicted = model.predict(here.profile, links[t], 2).steps_per_s if t in links else 0
         table.add_row(
             f"{t} ({instance_types.network(t).describe()})" if t in links else t,
             f"{2 / got:.2f}",
-            "(the planner's input)" if desc is first else f"{predicted:.2f}",
+            "(the planner's input)"
+            if desc is first or t not in links
+            else render.same_machine_cell(here.profile, links[t], 2, machine),
         )
     out.print(table)
-    two = model.predict(here.profile, links[P2_TYPES[0]], 2)
     out.print(
-        f"at 2 instances the network is {two.comm_s / two.step_s:.0%} of a step on "
-        f"{P2_TYPES[0]}, so both types measure much alike here (within this machine's noise: "
-        "other work shares its cores); what they differ in shows at more instances. Compute "
-        f"per step {real.profile.compute_s * 1e3:.0f} ms, measured on this machine's CPU (a "
-        "p2's GPU is faster: give `shipyard plan --compute-time`); the planner, for real "
-        "instances:"
+        f"same machine: {here_ceiling.line().removeprefix('same-machine ceiling: ')} "
+        f"(`shipyard doctor`), each emulated network capped at it; load average {load:.2f} "
+        f"on {here_ceiling.cores:g} cores before these runs (other work on them slows the "
+        "measured runs, not the figure)",
+        markup=False,
+    )
+    two = model.predict(real.profile, links[P2_TYPES[0]], 2)
+    out.print(
+        f"for real instances, at 2 the network is {two.comm_s / two.step_s:.0%} of a step on "
+        f"{P2_TYPES[0]}; what the types differ in shows at more instances. Compute per step "
+        f"{real.profile.compute_s * 1e3:.0f} ms, measured on this machine's CPU (a p2's GPU "
+        "is faster: give `shipyard plan --compute-time`); the planner, for real instances:"
     )
     rows = {
         (r.instance_type, r.instances): r
