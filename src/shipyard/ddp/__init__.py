@@ -29,3 +29,9 @@ def shim_path() -> str:
     """Directory to put on PYTHONPATH so ``import smdistributed.dataparallel...`` resolves
     to shipyard's shim (smddp mapped onto nccl or gloo)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
+
+
+def timing_hook_path() -> str:
+    """Directory whose ``sitecustomize`` times torch DDP's steps (shipyard/ddp/steptiming.py);
+    the agent puts it on every job process's PYTHONPATH."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")

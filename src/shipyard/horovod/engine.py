@@ -161,8 +161,9 @@ class Engine:
         # this rank's step times (runtime/steptiming.py): the DistributedOptimizers mark
         # each step and its exposed gradient exchange; None outside a shipyard job
         timing_path = steptiming.path_beside(settings.get("SHIPYARD_REPORT_PATH"))
+        # (the process's one recorder: Keras fit or a TF1 session may time the steps)
         self.steps: steptiming.StepRecorder | None = (
-            steptiming.StepRecorder(
+            steptiming.shared(
                 timing_path, "horovod allreduce", settings.get("SHIPYARD_CURRENT_HOST")
             )
             if timing_path

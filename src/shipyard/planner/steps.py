@@ -7,7 +7,9 @@ reads them (from the job's tree: no link followed, size-limited, a bad file skip
 keeps warm-up apart: a worker's first steps (graph tracing, the first allocation, the
 first connections) are excluded, :func:`warmup_steps` of them, before the medians are
 taken over every worker's remaining steps. Compute and communication are given where the
-source measured communication (the ps client times its push/pull calls).
+source measured communication (the ps client times its push/pull calls, Horovod its
+allreduce, DDP its buckets); overlap (communication hidden behind compute) and bytes per
+step where the source sees them (DDP's buckets, Horovod's fused gradients).
 """
 
 from __future__ import annotations
@@ -74,9 +76,9 @@ def _valid(doc: Any) -> bool:
         isinstance(steps, list)
         and all(
             isinstance(s, list)
-            and len(s) == 2
+            and len(s) in (2, 4)
             and _number(s[0])
-            and (s[1] is None or _number(s[1]))
+            and all(v is None or _number(v) for v in s[1:])
             for s in steps
         )
         and all(
@@ -102,6 +104,7 @@ def _r(value: float | None) -> float | None:
 def summarize(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The job's step timing ({} when no worker was timed)."""
     kept: list[tuple[float, float | None]] = []
+    extra: list[tuple[float | None, float | None]] = []  # (overlap, bytes) where recorded
     workers = []
     warm = warm_s = 0.0
     run = 0
@@ -113,6 +116,7 @@ def summarize(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             skip = known
         mine = steps[skip:]
         kept.extend(mine)
+        extra.extend((_opt(s[2]), _opt(s[3])) for s in doc["steps"][skip:] if len(s) == 4)
         warm += skip
         warm_s += sum(s for s, _ in steps[:skip])
         run += int(doc.get("count") or len(steps))
@@ -144,12 +148,24 @@ def summarize(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "P90StepSeconds": _r(_quantile(times, 0.9)),
         "ComputeSeconds": None,
         "CommSeconds": None,
+        "OverlapSeconds": None,
+        "BytesPerStep": None,
         "PerWorker": workers,
     }
     if len(comms) == len(kept):
         summary["CommSeconds"] = _r(_quantile(comms, 0.5))
         summary["ComputeSeconds"] = _r(_quantile([s - (c or 0.0) for s, c in kept], 0.5))
+    overlaps = [o for o, _ in extra if o is not None]
+    sent = [b for _, b in extra if b is not None]
+    if overlaps and len(overlaps) == len(kept):
+        summary["OverlapSeconds"] = _r(_quantile(overlaps, 0.5))
+    if sent and len(sent) == len(kept):
+        summary["BytesPerStep"] = int(_quantile(sent, 0.5))
     return summary
+
+
+def _opt(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def describe_line(timing: Mapping[str, Any]) -> str:
@@ -165,4 +181,8 @@ def describe_line(timing: Mapping[str, Any]) -> str:
             f"; compute {timing['ComputeSeconds']:.4g}s + communication "
             f"{timing['CommSeconds']:.4g}s"
         )
+    if timing.get("OverlapSeconds") is not None:
+        line += f" ({timing['OverlapSeconds']:.4g}s more hidden behind compute)"
+    if timing.get("BytesPerStep") is not None:
+        line += f"; {timing['BytesPerStep']:,} bytes exchanged per step"
     return line

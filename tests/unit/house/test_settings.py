@@ -71,6 +71,7 @@ def test_the_scanner_finds_names(tmp_path: pathlib.Path) -> None:
 READ_EXEMPT = {
     "runtime/_site/sitecustomize.py",
     "tf/_hook/sitecustomize.py",
+    "ddp/_hook/sitecustomize.py",
     "sandbox/init.py",  # an instance's pid 1, run with `python -S`: stdlib only, by design
     "sandbox/launch.py",  # a job process's launcher, `python -I -S`: stdlib only, by design
 }

@@ -18,6 +18,7 @@ gradients (``IndexedSlices``) are allgathered unless ``sparse_as_dense=True``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +30,9 @@ from shipyard.horovod.basics import *  # the framework-neutral API, listed once
 from .. import engine as _engine
 from ..compression import Compressor, NoneCompressor, compression_for  # noqa: F401 - re-exported
 from ..ops import check_process_set, resolve_op
+
+#: how the step recorder names a step (or its communication) Horovod's reduction saw
+STEP_SOURCE = "horovod allreduce"
 
 # ---------------------------------------------------------------- compression
 Compression = compression_for(lambda t: t.dtype.is_floating, tf.cast, tf.float16)
@@ -156,6 +160,28 @@ def grouped_allreduce(
     """Reduce a list of dense tensors with one fused call (one py_function in a graph)."""
     check_process_set(process_set)
     op = resolve_op(op, average)
+    return _grouped_allreduce(tensors, op, compression, prescale_factor, postscale_factor, name)
+
+
+def _step_reduce(arrs, names, op, prescale, postscale):
+    """A training step's gradients (the optimizer wrapper's and the tape's reduction):
+    reduced, and timed into this rank's step recorder (runtime/steptiming.py): the wait
+    is the step's communication; where no other library times the steps (Keras ``fit``,
+    a TF1 session), each reduction ends one."""
+    engine = _eng()
+    start = time.perf_counter()
+    out = engine.grouped_allreduce(arrs, names, op, prescale, postscale)
+    steps = engine.steps
+    if steps is not None:
+        waited = time.perf_counter() - start
+        steps.comm(waited, nbytes=sum(a.nbytes for a in arrs), source=STEP_SOURCE)
+        if steps.claim(STEP_SOURCE):
+            steps.mark()
+    return out
+
+
+def _grouped_allreduce(tensors, op, compression, prescale, postscale, name, step=False):
+    """``grouped_allreduce``'s work; ``step``: these are a training step's gradients."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
         return []
@@ -163,7 +189,9 @@ def grouped_allreduce(
     wide = [_widen(c) for c, _ in comp]
     names = None if name is None else [f"{name}.{i}" for i in range(len(tensors))]
     outs = _np_call(
-        lambda arrs: _eng().grouped_allreduce(arrs, names, op, prescale_factor, postscale_factor),
+        lambda arrs: (_step_reduce if step else _eng().grouped_allreduce)(
+            arrs, names, op, prescale, postscale
+        ),
         [w for w, _ in wide],
         [w.dtype for w, _ in wide],
         [w.shape for w, _ in wide],
@@ -349,12 +377,8 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, prescale, postsca
         if op == Adasum:
             reduced = [allreduce(g, op=op, compression=compression) for g in dense]
         else:
-            reduced = grouped_allreduce(
-                dense,
-                op=op,
-                compression=compression,
-                prescale_factor=prescale,
-                postscale_factor=postscale,
+            reduced = _grouped_allreduce(
+                dense, op, compression, prescale, postscale, None, step=True
             )
         for i, r in zip(dense_idx, reduced):
             out[i] = r

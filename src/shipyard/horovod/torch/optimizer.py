@@ -347,7 +347,7 @@ class _DistributedOptimizer:
         self._hvd_synchronized = False
         result = super().step(closure)
         steps = getattr(self._hvd_engine, "steps", None)  # shipyard times each step (engine.py)
-        if steps is not None:
+        if steps is not None and steps.claim("horovod allreduce"):
             steps.comm(waited)
             steps.mark()
         return result

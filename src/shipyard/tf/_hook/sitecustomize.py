@@ -7,11 +7,14 @@ set by the runners:
   variable placement (shipyard/tf/placement.py);
 * ``SHIPYARD_KERAS_MWMS_COMPAT`` (multi_worker_mirrored_strategy): make Keras 3
   ``model.fit`` work with more than one worker (shipyard/tf/keras_compat.py);
-* ``SHIPYARD_REPORT_PATH`` (every job process): time Keras ``fit``'s training steps into
-  a file beside the report (shipyard/tf/steptiming.py).
+* ``SHIPYARD_REPORT_PATH`` (every job process): time Keras ``fit``'s training steps and
+  TF1 ``Session.run``'s training runs into a file beside the report
+  (shipyard/tf/steptiming.py).
 
-Chains on to the next ``sitecustomize`` on sys.path (skipping that one and this
-one) so a user's own customization still runs.
+The agent puts it on every job process's PYTHONPATH (the TF runners name it once more);
+each part is imported only when its variable is set. Chains on to the next
+``sitecustomize`` on sys.path after this directory (skipping shipyard's own) so a user's
+own customization (or the DDP hook) still runs, and no hook runs twice.
 """
 
 import os as _os
@@ -25,28 +28,32 @@ def _install() -> None:
     if not placement_file and not keras_compat and not report_path:
         return
     try:
-        from shipyard.runtime import steptiming as _files
-        from shipyard.tf import keras_compat as _compat
-        from shipyard.tf import placement
-        from shipyard.tf import steptiming as _steps
+        if report_path:
+            from shipyard.runtime import steptiming as _files
+            from shipyard.tf import steptiming as _steps
+
+            _steps.install(_files.path_beside(report_path))
+        if placement_file:
+            from shipyard.tf import placement
+
+            placement.install(placement_file)
+        if keras_compat:
+            from shipyard.tf import keras_compat as _compat
+
+            _compat.install()
     except ImportError:
         return
-    if report_path:
-        _steps.install(_files.path_beside(report_path))
-    if placement_file:
-        placement.install(placement_file)
-    if keras_compat:
-        _compat.install()
 
 
 def _chain() -> None:
     here = _os.path.dirname(_os.path.abspath(__file__))
     site = _os.path.join(_os.path.dirname(_os.path.dirname(here)), "runtime", "_site")
-    skip = {here, site}
+    paths = [_os.path.abspath(p or ".") for p in _sys.path]
+    after = len(paths) - paths[::-1].index(here) if here in paths else 0
+    others = [p for p in _sys.path[after:] if _os.path.abspath(p or ".") not in (here, site)]
     import importlib.machinery
     import importlib.util
 
-    others = [p for p in _sys.path if _os.path.abspath(p or ".") not in skip]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
     if spec is None or spec.loader is None:
         return
