@@ -187,23 +187,23 @@ def test_the_instance_init_starts_without_json_re_or_glob():
 
 
 def test_the_view_reaches_the_init_whole_and_its_answer_comes_back():
-    from shipyard.sandbox import init as instance_init
+    from shipyard.sandbox import viewbuild
 
     odd = ["/a b/c,d;e=f", "/tmp/ü", os.fsdecode(b"/x\xff"), ""]
     view = {"root_overlay": True, "overlay": [], "mask": odd, "keep_ro": ["/x"], "off": False}
-    text = instance_init.encode_view(view)
+    text = viewbuild.encode_view(view)
     assert "\n" not in text and "\0" not in text
-    decoded = instance_init.decode_view(text)
+    decoded = viewbuild.decode_view(text)
     assert decoded["mask"] == odd[:3]  # an empty path names nothing: dropped
     assert decoded["root_overlay"] == ["1"] and decoded["off"] == [] and decoded["overlay"] == []
     assert decoded["keep_ro"] == ["/x"]
-    answer = instance_init.encode_view({"missing": ["/proc/kcore is visible: EPERM; ok"]})
-    assert instance_init.decode_view(answer)["missing"] == ["/proc/kcore is visible: EPERM; ok"]
-    assert instance_init.decode_view("") == {}
+    answer = viewbuild.encode_view({"missing": ["/proc/kcore is visible: EPERM; ok"]})
+    assert viewbuild.decode_view(answer)["missing"] == ["/proc/kcore is visible: EPERM; ok"]
+    assert viewbuild.decode_view("") == {}
 
 
 def test_mountinfo_escapes_are_decoded_without_re():
-    from shipyard.sandbox.init import unescape
+    from shipyard.sandbox.viewbuild import unescape
 
     assert unescape(r"/mnt/a\040b\011c\012d\134e") == "/mnt/a b\tc\nd\\e"
     assert unescape("/plain") == "/plain"
@@ -226,3 +226,26 @@ def test_the_agent_expands_the_views_patterns_for_the_init(tmp_path, monkeypatch
     assert "no-such-device" not in expanded["devices"]
     assert not any("*" in d for d in expanded["devices"])
     assert expanded["mask"] == ["/home"] and view["devices"][2] == "nvidia*"  # not changed
+
+
+def test_the_init_script_is_small_and_builds_the_view_from_cached_bytecode():
+    """Python compiles a script run by path at every start (the init's 500 lines cost
+    5-6 ms of CPU per instance); the mounting is a module, read from its bytecode."""
+    import subprocess
+    import sys
+
+    from shipyard.sandbox import pidns
+
+    with open(pidns.INIT, encoding="utf-8") as fh:
+        assert len(fh.read()) < 4000
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import init; "
+        "print(type(init.viewbuild.__loader__).__name__, init.viewbuild.build.__name__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe, os.path.dirname(pidns.INIT)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["SourceFileLoader", "build"]

@@ -122,9 +122,9 @@ def begin(view: dict | None = None) -> Starting:
     the agent makes later (a FastFile channel) is not in it, so such jobs begin after
     their mounts."""
     from shipyard.runtime.lifeline import death_signal_argv
-    from shipyard.sandbox import init as instance_init
+    from shipyard.sandbox import viewbuild
 
-    text = instance_init.encode_view(expand_patterns(view or {}))
+    text = viewbuild.encode_view(expand_patterns(view or {}))
     try:
         spawner = Spawner()
     except OSError as exc:
@@ -158,9 +158,9 @@ def finish(starting: Starting) -> tuple[ProcessNamespace | None, list[str]]:
         init.kill()
         init.wait()
         return None, [f"no PID namespace: the instance's init could not start ({answer})"]
-    from shipyard.sandbox import init as instance_init
+    from shipyard.sandbox import viewbuild
 
-    missing = instance_init.decode_view(rest).get("missing", [])
+    missing = viewbuild.decode_view(rest).get("missing", [])
     return ProcessNamespace(init, spawner), [f"filesystem: {m}" for m in missing]
 
 
@@ -168,19 +168,17 @@ def expand_patterns(view: dict) -> dict:
     """``view`` with its glob patterns (``devices`` under /dev, ``secrets``) expanded to
     the paths that exist now, in this mount namespace, which the init's is a copy of:
     the init then needs no ``glob`` (nor the ``re`` behind it) to start."""
-    from shipyard.sandbox import init as instance_init
+    from shipyard.sandbox import viewbuild
 
     expanded = dict(view)
     if "devices" in view:
         expanded["devices"] = [
             os.path.relpath(path, "/dev")
             for pattern in view["devices"]
-            for path in instance_init.expand(os.path.join("/dev", pattern))
+            for path in viewbuild.expand(os.path.join("/dev", pattern))
         ]
     if "secrets" in view:
-        expanded["secrets"] = [
-            p for pattern in view["secrets"] for p in instance_init.expand(pattern)
-        ]
+        expanded["secrets"] = [p for pattern in view["secrets"] for p in viewbuild.expand(pattern)]
     return expanded
 
 

@@ -19,7 +19,7 @@ CONTROL_FLOW = {
     "shipyard.http.protocol._Refused",  # out of an httptools callback: stop parsing
     "shipyard.server.compose.serve._Stop",
     # an instance's pid 1 runs with `python -S` (stdlib only): it prints what it refused
-    "shipyard.sandbox.init.Refused",  # a SIGTERM handler ends the local endpoint's loop
+    "shipyard.sandbox.viewbuild.Refused",  # a SIGTERM handler ends the local endpoint's loop
 }
 
 
