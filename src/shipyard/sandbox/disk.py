@@ -262,17 +262,54 @@ def _unescape(field: str) -> str:
     return field.encode().decode("unicode_escape") if "\\" in field else field
 
 
-def loop_backing_files() -> list[str]:
-    """Every attached loop device's backing file (sysfs)."""
-    out = []
+def detach_others(own_instances: str) -> int:
+    """In an instance's new mount namespace (a copy of the host's): detach every other
+    job's disk. A copy holds its file system, so the other job's unmount at its end would
+    not free its loop device, nor the host space of its deleted image, until this
+    instance ended. Only shipyard disks are touched: a loop-backed mount at
+    ``<job>/instances/<host>`` whose backing file is ``<job>/disks/<host>.img``. Returns
+    how many were detached."""
+    own = os.path.abspath(own_instances).rstrip("/") + "/"
+    backing = _loop_backing()
+    detached = 0
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        try:
+            source = fields[fields.index("-", 6) + 2]
+        except (ValueError, IndexError):
+            continue
+        point = _unescape(fields[4])
+        image = backing.get(os.path.basename(source))
+        if image is None or point.startswith(own):
+            continue
+        job_dir = os.path.dirname(os.path.dirname(point))
+        if image.removesuffix(" (deleted)") != image_path(job_dir, os.path.basename(point)):
+            continue
+        if _libc.umount2(os.fsencode(point), MNT_DETACH | UMOUNT_NOFOLLOW) == 0:
+            detached += 1
+    return detached
+
+
+def _loop_backing() -> dict[str, str]:
+    """Each attached loop device's name (``loop3``) and its backing file."""
+    out = {}
     base = "/sys/block"
     for name in os.listdir(base) if os.path.isdir(base) else []:
+        if not name.startswith("loop"):
+            continue
         try:
             with open(os.path.join(base, name, "loop", "backing_file"), encoding="utf-8") as fh:
-                out.append(fh.read().strip())
+                out[name] = fh.read().strip()
         except OSError:
             continue
     return out
+
+
+def loop_backing_files() -> list[str]:
+    """Every attached loop device's backing file (sysfs)."""
+    return list(_loop_backing().values())
 
 
 def release(disk: Disk, job_dir: str) -> str | None:

@@ -266,6 +266,10 @@ def _name_and_mount(box: InstanceSandbox) -> None:
     kernel.sethostname(box.host)
     # nothing mounted here may propagate back to the host's mount namespace
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
+    # other jobs' disks of VolumeSizeInGB, copied with the host's mounts: let them go
+    from shipyard.sandbox import disk
+
+    disk.detach_others(os.path.dirname(box.tree))
     hosts_file = os.path.join(box.tree, "agent", "hosts")
     os.makedirs(os.path.dirname(hosts_file), exist_ok=True)
     with open(hosts_file, "w", encoding="ascii") as fh:

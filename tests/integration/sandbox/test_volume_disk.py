@@ -183,3 +183,18 @@ def test_an_agent_killed_with_sigkill_leaves_no_disk(session, write_script):
     record = _ended(session, "killed-disk")
     assert record.status.value == "Failed", record.status
     assert _left_after_a_while(job_dir) == NONE_LEFT
+
+
+@pytest.mark.timeout(600)
+def test_a_job_s_disk_goes_while_a_later_job_still_runs(session, write_script):
+    """A later job's instances copy the host's mounts, the earlier job's disk among them:
+    they let it go, so the earlier job's end frees its loop device and image at once."""
+    first, first_dir = _started(session, write_script, "earlier-disk")
+    later, later_dir = _started(session, write_script, "later-disk")
+    first.latest_training_job.stop()
+    assert _ended(session, "earlier-disk").status.value == "Stopped"
+    assert _left_after_a_while(first_dir) == NONE_LEFT
+    assert not session.control.get("later-disk").terminal  # it held no copy
+    later.latest_training_job.stop()
+    _ended(session, "later-disk")
+    assert _left_after_a_while(later_dir) == NONE_LEFT
