@@ -1,0 +1,108 @@
+"""How well the planner's "same machine" figure matches ``make demo``'s "before you pay" runs (issue 39).
+
+    .venv/bin/python benchmarks/same_machine.py [--runs 3] [--keep-ceiling]
+
+The demo's runs, as the demo makes them (``examples/demo.py``'s ``measure_cnn``: the
+tutorials' CNN through shipyard.ps on 2 instances, each instance's link shaped with the
+``shipyard:network`` tag) at ml.p2.xlarge's 1.25 Gbit/s and ml.p2.8xlarge's 10 Gbit/s.
+This machine's ceiling (``shipyard.planner.ceiling``) is measured first (``--keep-ceiling``:
+the cached one), then each run of one network is predicted from the run of the other
+network in the same round (``model.same_machine``, the profile read with
+``Inputs(machine=...)``, as the demo reads it), and compared with what it measured
+(worker steps per second: 2 / the mean of the hosts' timed step).
+
+Prints one line per prediction with the 1-minute load average before the round (other
+work on this machine's cores slows the measured runs, not the figure), what the model
+without the ceiling said, and ends with
+``RESULT same_machine err_p2_xlarge=.. err_p2_8xlarge=.. ceiling_gbit=.. load=.. runs=..``:
+each error the median over the rounds of |predicted - measured| / measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "examples" / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _result import result  # noqa: E402
+
+NETWORKS = {"ml.p2.xlarge": "1.25gbit", "ml.p2.8xlarge": "10gbit"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="rounds of both networks")
+    parser.add_argument("--keep-ceiling", action="store_true", help="use the cached ceiling")
+    args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    import demo
+
+    import shipyard
+    from shipyard import instance_types
+    from shipyard.planner import ceiling, model
+    from shipyard.planner.profile import Inputs, from_describe
+    from shipyard.sandbox import probe, shaping
+
+    if not probe.support().ok or not shaping.support().tbf:
+        sys.exit("no instance sandbox or no tc's tbf here: the demo's shaped runs cannot run")
+    home = os.environ.get("SHIPYARD_HOME") or tempfile.mkdtemp(prefix="shipyard-bench-")
+    session = shipyard.Session(home=home)
+    found = ceiling.get(home, refresh=not args.keep_ceiling)
+    print(found.line(), f"(load average {found.load_average:.2f} when measured)", flush=True)
+    machine = found.machine()
+    links = {
+        t: model.Link(t, instance_types.network(t).bytes_per_s, framing=model.TCP_FRAMING)
+        for t in NETWORKS
+    }
+    errors: dict[str, list[float]] = {t: [] for t in NETWORKS}
+    loads = []
+    for r in range(args.runs):
+        load = os.getloadavg()[0]
+        loads.append(load)
+        stamp = f"{time.strftime('%H%M%S')}r{r}"
+        descs = {
+            t: demo.measure_cnn(
+                session,
+                stamp,
+                t.removeprefix("ml.").replace(".", "-"),
+                [{"Key": shaping.TAG, "Value": rate}],
+            )
+            for t, rate in NETWORKS.items()
+        }
+        for target, other in (("ml.p2.8xlarge", "ml.p2.xlarge"), ("ml.p2.xlarge", "ml.p2.8xlarge")):
+            measured = 2 / from_describe(descs[target]).step_s
+            ref = from_describe(descs[other], Inputs(machine=machine))
+            predicted = model.same_machine(ref.profile, links[target], 2, machine).steps_per_s
+            old_ref = from_describe(descs[other], Inputs(host_cores=machine.cores))
+            old = model.predict(old_ref.profile, links[target], 2).steps_per_s
+            err = abs(predicted - measured) / measured
+            errors[target].append(err)
+            print(
+                f"round {r} load {load:.2f}: {target} measured {measured:.2f} steps/s, "
+                f"predicted from {other} {predicted:.2f} ({err:.1%}); "
+                f"without the ceiling {old:.2f} ({abs(old - measured) / measured:.1%})",
+                flush=True,
+            )
+    result(
+        "same_machine",
+        err_p2_xlarge=statistics.median(errors["ml.p2.xlarge"]),
+        err_p2_8xlarge=statistics.median(errors["ml.p2.8xlarge"]),
+        ceiling_gbit=found.gbit_per_s or 0.0,
+        load=statistics.median(loads),
+        runs=args.runs,
+    )
+
+
+if __name__ == "__main__":
+    main()
