@@ -123,14 +123,22 @@ def load(home: str | os.PathLike[str]) -> Ceiling | None:
 
 def get(home: str | os.PathLike[str], refresh: bool = False) -> Ceiling:
     """The cached ceiling, measured (and cached) first when missing or ``refresh``. An
-    unmeasurable one is cached too, with its reason, so every call does not retry it."""
+    unmeasurable one is cached too, with its reason, so every call does not retry it.
+    One measured while more work than cores ran is measured again once the machine is
+    quiet (:func:`stale`): other work's share of the cores is not this machine's ceiling."""
     if not refresh:
         found = load(home)
-        if found is not None:
+        if found is not None and not stale(found):
             return found
     found = measure()
     save(home, found)
     return found
+
+
+def stale(found: Ceiling) -> bool:
+    """Measured on an overloaded machine (1-minute load above its cores), quiet now
+    (below half of them)."""
+    return found.load_average > found.cores and os.getloadavg()[0] < found.cores / 2
 
 
 def save(home: str | os.PathLike[str], found: Ceiling) -> Path:

@@ -138,6 +138,17 @@ def test_the_ceiling_is_cached_per_machine_and_read_back(tmp_path, monkeypatch):
     assert calls == [1, 1, 1]
 
 
+def test_a_ceiling_measured_under_load_is_measured_again_when_quiet(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(ceiling, "measure", lambda: calls.append(1) or _ceiling())
+    ceiling.save(tmp_path, _ceiling(gbit_per_s=2.3, load_average=18.4))
+    monkeypatch.setattr(ceiling.os, "getloadavg", lambda: (12.0, 12.0, 12.0))
+    assert ceiling.get(tmp_path).gbit_per_s == 2.3 and calls == []  # still loaded: kept
+    monkeypatch.setattr(ceiling.os, "getloadavg", lambda: (0.4, 3.0, 9.0))
+    assert ceiling.get(tmp_path).gbit_per_s == 9.5 and calls == [1]  # quiet: measured again
+    assert ceiling.get(tmp_path).gbit_per_s == 9.5 and calls == [1]  # and cached
+
+
 def test_an_unmeasurable_ceiling_says_why():
     found = _ceiling(gbit_per_s=None, reason="iproute2's `ip` is not installed")
     assert found.line() == (
