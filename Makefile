@@ -54,8 +54,13 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || \
 	  scripts/apt-install "the dashboard's browser tests are skipped" $(APT_WAIT) chromium
 
+# The suite on TEST_WORKERS pytest-xdist workers: integration and e2e tests go to a worker a
+# module at a time (the Ray backend's package at once), so each shared setup is made once;
+# unit tests are spread one by one (tests/conftest.py, xdist_group_of). Measured in
+# docs/decisions.md ("make test in parallel"); TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 2
 test: $(STAMP) sandbox-tools browser bytecode
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup tests
 
 # The documentation site, strict (a broken link or a reference the code no longer backs fails
 # the build), into build/site; its reference pages are generated from the code

@@ -77,3 +77,54 @@ def host_listeners(job_dir: str) -> list[tuple[int, str, int]]:
             (proc.pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN
         ]
     return found
+
+
+# ---- parallel runs (`make test`: pytest-xdist, -n 2 --dist loadgroup) ------------------------
+# A whole-package group: the Ray backend tests share one 3-node cluster (package-scoped
+# fixture in tests/integration/ray_backend/conftest.py); split across workers, each worker
+# would start a cluster of its own (3 raylets, ~25 s of CPU) and the two would fight for the
+# 2 cores the cluster's placement tests count on.
+PACKAGE_GROUPS = ("tests/integration/ray_backend/",)
+
+
+def xdist_group_of(nodeid: str) -> str | None:
+    """The worker group of a test under ``--dist loadgroup``: None (any worker, test by
+    test) for the unit tier; one group per module for integration and e2e tests, so a
+    module's shared setup (a server, a job run that several tests inspect, its
+    module-scoped fixtures) is made once, on one worker; one group per package in
+    PACKAGE_GROUPS."""
+    path = nodeid.split("::", 1)[0]
+    for package in PACKAGE_GROUPS:
+        if path.startswith(package):
+            return package.rstrip("/")
+    if path.startswith(("tests/integration/", "tests/e2e/")):
+        return path
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the markers into node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group_of(item.nodeid)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+# what the server tests' shape fixture counted on each worker (tests/integration/server/
+# conftest.py hands it over in workeroutput), summed here on the controller
+_SHAPES_FROM_WORKERS: dict[str, int] = {}
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when xdist is not loaded
+def pytest_testnodedown(node, error) -> None:
+    from tests.integration.server.shapes import SHAPES_CHECKED
+
+    for op, n in getattr(node, "workeroutput", {}).get(SHAPES_CHECKED, {}).items():
+        _SHAPES_FROM_WORKERS[op] = _SHAPES_FROM_WORKERS.get(op, 0) + n
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _SHAPES_FROM_WORKERS:
+        from tests.integration.server.shapes import summary
+
+        terminalreporter.write_line(summary(_SHAPES_FROM_WORKERS))

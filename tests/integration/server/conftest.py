@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.server.shapes import ShapeRecorder
+from tests.integration.server.shapes import SHAPES_CHECKED, ShapeRecorder, summary
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -237,11 +237,15 @@ def sagemaker_answers_match_botocore_shapes() -> Iterator[None]:
         )
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under pytest-xdist, a worker hands its counts to the controller, which prints the
+    suite's total (tests/conftest.py): a worker's own terminal summary is never shown."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and _SHAPES is not None:
+        workeroutput[SHAPES_CHECKED] = dict(_SHAPES.checked)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """How many SageMaker answers the shape fixture checked, by operation."""
     if _SHAPES is not None and _SHAPES.checked:
-        total = sum(_SHAPES.checked.values())
-        ops = ", ".join(f"{op} {n}" for op, n in sorted(_SHAPES.checked.items()))
-        terminalreporter.write_line(
-            f"botocore output shapes: {total} SageMaker answers checked ({ops})"
-        )
+        terminalreporter.write_line(summary(_SHAPES.checked))

@@ -18,6 +18,8 @@ import threading
 from typing import Any
 
 SERVICE = "sagemaker"
+# the key of a pytest-xdist worker's counts in its workeroutput (server/conftest.py)
+SHAPES_CHECKED = "sagemaker_shapes_checked"
 
 #: (operation, required member) botocore's model requires that shipyard leaves out on
 #: purpose, and while which status: left to the lead (issue 36's report) rather than
@@ -130,3 +132,9 @@ class ShapeRecorder:
         with self._lock:
             found, self.found = self.found, []
         return found
+
+
+def summary(checked: dict[str, int]) -> str:
+    """The suite's one-line account of the answers checked, by operation."""
+    ops = ", ".join(f"{op} {n}" for op, n in sorted(checked.items()))
+    return f"botocore output shapes: {sum(checked.values())} SageMaker answers checked ({ops})"
