@@ -45,10 +45,15 @@ def test_a_zombie_someone_else_has_yet_to_reap_counts_as_gone():
 
 
 def test_own_children_are_reaped_and_running_ones_reported():
-    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done = subprocess.Popen(["true"])
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         done_proc, running_proc = psutil.Process(done.pid), psutil.Process(running.pid)
+        # ended (a zombie of ours) before the short wait: on a loaded machine a child that
+        # is still starting would be reported running, which is right, but not this test
+        deadline = time.monotonic() + 60
+        while done_proc.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert wait_gone([done_proc, running_proc], timeout=0.3) == [running_proc]
         assert not psutil.pid_exists(done.pid)  # reaped, not left a zombie
     finally:
