@@ -5,25 +5,24 @@ and renamed into place, so a reader never sees half an object and a crash leaves
 torn one; an SQLite index (``s3/index.db``, WAL) maps (bucket, key) to file, size, ETag
 and metadata. Keys are arbitrary (``a`` and ``a/b`` can both exist, as in S3), which a
 key-as-path layout could not hold; listing is a range scan on the index, in S3's
-UTF-8 byte order. Multipart uploads keep their parts under ``uploads/<id>/`` until
-completed (concatenated into one object) or aborted. Everything survives a restart.
+UTF-8 byte order. Multipart uploads (``object_uploads``, ``store.multipart``) keep their
+parts under ``uploads/<id>/`` until completed or aborted. Everything survives a restart.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
 from shipyard.server.errors import ApiError
 from shipyard.server.local_db import LocalDb
+from shipyard.server.object_record import Obj
+from shipyard.server.object_uploads import UploadStore
 from shipyard.server.s3_checks import Digests
 from shipyard.server.s3_conditions import Precondition
 
@@ -36,7 +35,7 @@ CREATE TABLE IF NOT EXISTS objects (
 );
 CREATE TABLE IF NOT EXISTS uploads (
     id TEXT PRIMARY KEY, bucket TEXT NOT NULL, key BLOB NOT NULL, content_type TEXT,
-    meta TEXT, created REAL
+    meta TEXT, created REAL, checksum TEXT
 );
 CREATE TABLE IF NOT EXISTS completed (
     id TEXT PRIMARY KEY, bucket TEXT NOT NULL, key BLOB NOT NULL, etag TEXT NOT NULL,
@@ -54,21 +53,9 @@ RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 CHUNK = 1 << 20
 MAX_OBJECT = 5 << 30
-PARTS = ".parts"  # beside a multipart object's file: its part sizes (JSON)
-MIN_PART = 5 << 20  # every part but the last, as S3 (EntityTooSmall)
-COMPLETED_KEPT = 24 * 3600  # how long a completed upload answers a repeated Complete
-
-
-@dataclass
-class Obj:
-    bucket: str
-    key: str
-    file: str
-    size: int
-    etag: str
-    modified: float
-    content_type: str | None
-    meta: dict[str, str]
+# beside a multipart object's file: its parts' sizes and checksums (JSON: {"sizes": [...],
+# "checksums": [...]}; a bare list of sizes from the version before checksums)
+PARTS = ".parts"
 
 
 def no_bucket(bucket: str) -> ApiError:
@@ -82,6 +69,7 @@ class ObjectStore:
             os.makedirs(os.path.join(root, sub), exist_ok=True)
         self.db_path = os.path.join(root, "index.db")
         self._db = LocalDb(self.db_path, _SCHEMA)
+        self.multipart = UploadStore(self)  # multipart uploads (object_uploads.py)
 
     # -- buckets --------------------------------------------------------------------------
     def create_bucket(self, name: str, region: str) -> None:
@@ -177,7 +165,7 @@ class ObjectStore:
         content_type: str | None,
         meta: dict[str, str],
         cond: Precondition | None = None,
-        parts: list[int] | None = None,
+        parts: dict | None = None,
     ) -> Obj:
         """Move a finished temporary file into place as (bucket, key), only if ``cond``
         (If-None-Match: *, If-Match) holds for the object it replaces: checked in the same
@@ -191,7 +179,7 @@ class ObjectStore:
         final = self._new_file()
         os.makedirs(os.path.dirname(final), exist_ok=True)
         size = os.path.getsize(tmp)
-        if parts:  # a multipart object's part sizes, for GET ?partNumber
+        if parts:  # a multipart object's parts, for GET ?partNumber and GetObjectAttributes
             with open(final + PARTS, "w") as fh:
                 json.dump(parts, fh)
         os.replace(tmp, final)
@@ -282,167 +270,6 @@ class ObjectStore:
                 return
             yield key, size, etag, modified
 
-    # -- multipart ------------------------------------------------------------------------
-    def start_upload(self, bucket: str, key: str, content_type: str | None, meta: dict) -> str:
-        self.bucket_region(bucket)
-        upload_id = uuid.uuid4().hex
-        os.makedirs(os.path.join(self.root, "uploads", upload_id))
-        with self._db() as db:
-            db.execute(
-                "INSERT INTO uploads VALUES (?,?,?,?,?,?)",
-                (upload_id, bucket, key.encode(), content_type, json.dumps(meta), time.time()),
-            )
-        return upload_id
-
-    def _upload(self, upload_id: str, bucket: str, key: str) -> tuple[str | None, dict]:
-        with self._db() as db:
-            row = db.execute(
-                "SELECT bucket, key, content_type, meta FROM uploads WHERE id=?", (upload_id,)
-            ).fetchone()
-        if row is None or row[0] != bucket or bytes(row[1]).decode() != key:
-            raise ApiError(
-                "NoSuchUpload", f"no multipart upload {upload_id!r} for s3://{bucket}/{key}", 404
-            )
-        return row[2], json.loads(row[3] or "{}")
-
-    def put_part(self, upload_id: str, bucket: str, key: str, number: int, tmp: str, md5: str):
-        try:
-            self._upload(upload_id, bucket, key)
-            if not 1 <= number <= 10000:
-                raise ApiError("InvalidArgument", "part numbers go from 1 to 10000")
-        except ApiError:
-            os.unlink(tmp)
-            raise
-        part_dir = os.path.join(self.root, "uploads", upload_id)
-        os.replace(tmp, os.path.join(part_dir, f"{number:05d}"))
-        with open(os.path.join(part_dir, f"{number:05d}.md5"), "w") as fh:
-            fh.write(md5)
-
-    def complete_upload(
-        self,
-        upload_id: str,
-        bucket: str,
-        key: str,
-        parts: list[tuple[int, str]],
-        cond: Precondition | None = None,
-    ) -> Obj:
-        """Concatenate the parts into the object, only if ``cond`` (If-None-Match: *,
-        If-Match) holds: checked before the parts are read and again as the object is
-        committed; a refused Complete keeps the upload, as S3 does. A Complete repeated
-        after success (a client retrying a response it lost) answers the object it made, as
-        S3 does, while that object is still the one the upload wrote."""
-        try:
-            content_type, meta = self._upload(upload_id, bucket, key)
-        except ApiError as err:
-            done = self._completed(upload_id, bucket, key)
-            if done is None:
-                raise err from None
-            return done
-        if cond:
-            cond.check(key, self.current(bucket, key), early=True)
-        part_dir = os.path.join(self.root, "uploads", upload_id)
-        if not parts or [n for n, _ in parts] != sorted({n for n, _ in parts}):
-            raise ApiError("InvalidPartOrder", "list the parts once each, in ascending order")
-        digests = b""
-        sizes = []
-        tmp = os.path.join(self.root, "tmp", uuid.uuid4().hex)
-        try:
-            with open(tmp, "wb") as out:
-                for index, (number, etag) in enumerate(parts):
-                    path = os.path.join(part_dir, f"{number:05d}")
-                    try:
-                        with open(path + ".md5") as fh:
-                            md5 = fh.read()
-                    except OSError:
-                        raise ApiError("InvalidPart", f"part {number} was not uploaded") from None
-                    if etag.strip('"') != md5:
-                        raise ApiError("InvalidPart", f"part {number}'s ETag does not match")
-                    digests += bytes.fromhex(md5)
-                    sizes.append(os.path.getsize(path))
-                    if index < len(parts) - 1 and sizes[-1] < MIN_PART:
-                        raise ApiError(
-                            "EntityTooSmall",
-                            f"part {number} is {sizes[-1]} bytes; every part but the last "
-                            f"must be at least {MIN_PART} bytes (5 MiB); the upload is kept",
-                        )
-                    with open(path, "rb") as fh:
-                        shutil.copyfileobj(fh, out, CHUNK)
-        except BaseException:
-            _unlink(tmp)
-            raise
-        etag = f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"
-        obj = self.commit(bucket, key, tmp, etag, content_type, meta, cond, parts=sizes)
-        now = time.time()
-        with self._db() as db:
-            db.execute("DELETE FROM completed WHERE created < ?", (now - COMPLETED_KEPT,))
-            db.execute(
-                "INSERT OR REPLACE INTO completed VALUES (?,?,?,?,?)",
-                (upload_id, bucket, key.encode(), etag, now),
-            )
-        self.abort_upload(upload_id, bucket, key)
-        return obj
-
-    def _completed(self, upload_id: str, bucket: str, key: str) -> Obj | None:
-        """The object a finished upload made, if it is still there unchanged."""
-        with self._db() as db:
-            row = db.execute(
-                "SELECT bucket, key, etag FROM completed WHERE id=?", (upload_id,)
-            ).fetchone()
-        if row is None or row[0] != bucket or bytes(row[1]).decode() != key:
-            return None
-        try:
-            obj = self.get(bucket, key)
-        except ApiError:
-            return None
-        return obj if obj.etag == row[2] else None
-
-    def uploads(
-        self, bucket: str, prefix: str, key_marker: str, id_marker: str, limit: int
-    ) -> list[tuple[str, str, float]]:
-        """In-progress uploads (key, id, started) after the markers, in (key, id) order:
-        what ListMultipartUploads answers, so a cleanup finds what a crash left."""
-        self.bucket_region(bucket)
-        with self._db() as db:
-            rows = db.execute(
-                "SELECT key, id, created FROM uploads WHERE bucket=? AND key>=? ORDER BY key, id",
-                (bucket, max(prefix, key_marker).encode()),
-            ).fetchall()
-        out = []
-        for key_b, upload_id, created in rows:
-            key = bytes(key_b).decode()
-            if not key.startswith(prefix):
-                break
-            if key_marker and (key, upload_id) <= (key_marker, id_marker or "\uffff"):
-                continue
-            out.append((key, upload_id, created or 0.0))
-            if len(out) > limit:
-                break
-        return out
-
-    def parts(self, upload_id: str, bucket: str, key: str) -> list[tuple[int, str, int, float]]:
-        """(number, md5, size, modified) of an upload's parts, in order."""
-        self._upload(upload_id, bucket, key)
-        part_dir = os.path.join(self.root, "uploads", upload_id)
-        out = []
-        for name in sorted(os.listdir(part_dir)):
-            if not name.isdigit():
-                continue
-            path = os.path.join(part_dir, name)
-            try:
-                with open(path + ".md5") as fh:
-                    md5 = fh.read()
-                st = os.stat(path)
-            except OSError:
-                continue  # a part being replaced right now
-            out.append((int(name), md5, st.st_size, st.st_mtime))
-        return out
-
-    def abort_upload(self, upload_id: str, bucket: str, key: str) -> None:
-        self._upload(upload_id, bucket, key)
-        with self._db() as db:
-            db.execute("DELETE FROM uploads WHERE id=?", (upload_id,))
-        shutil.rmtree(os.path.join(self.root, "uploads", upload_id), ignore_errors=True)
-
     def sweep_temp(self) -> None:
         """At start: temporary files of requests a previous run did not finish."""
         tmp = os.path.join(self.root, "tmp")
@@ -450,13 +277,27 @@ class ObjectStore:
             _unlink(os.path.join(tmp, name))
 
 
+def _layout(obj: Obj) -> dict:
+    try:
+        with open(obj.file + PARTS) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return {"sizes": data} if isinstance(data, list) else data if isinstance(data, dict) else {}
+
+
 def part_sizes(obj: Obj) -> list[int] | None:
     """A multipart object's part sizes (None: not kept, e.g. an object from before)."""
     try:
-        with open(obj.file + PARTS) as fh:
-            return [int(n) for n in json.load(fh)]
-    except (OSError, ValueError, TypeError):
+        return [int(n) for n in _layout(obj)["sizes"]]
+    except (KeyError, ValueError, TypeError):
         return None
+
+
+def part_checksums(obj: Obj) -> list[str] | None:
+    """A multipart object's parts' checksums, in order (None: its upload had none)."""
+    sums = _layout(obj).get("checksums")
+    return [str(v) for v in sums] if isinstance(sums, list) else None
 
 
 def _unlink_object(path: str) -> None:

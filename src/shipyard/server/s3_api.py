@@ -16,17 +16,16 @@ import hashlib
 import io
 import os
 import re
-import time
 import urllib.parse
 import uuid
 import xml.etree.ElementTree as ET
 from typing import BinaryIO
 
-from shipyard.server import s3_conditions
+from shipyard.server import s3_attributes, s3_conditions
 from shipyard.server import s3_listings as listings
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request, Response, tag, xml_response
-from shipyard.server.objects import Obj, ObjectStore, part_sizes
+from shipyard.server.objects import Obj, ObjectStore, part_checksums, part_sizes
 from shipyard.server.s3_checks import (
     MAX_DELETE_KEYS,
     Digests,
@@ -37,11 +36,13 @@ from shipyard.server.s3_checks import (
 )
 from shipyard.server.s3_conditions import Precondition, http_date, write_precondition
 from shipyard.server.s3_listings import NS
-from shipyard.server.s3_listings import int_arg as _int_arg
 from shipyard.server.s3_listings import iso as _iso
+from shipyard.server.s3_meta import STORED_HEADERS, request_meta
+from shipyard.server.s3_multipart import OPERATIONS, MultipartApi, local, part_number
 
 MAX_OBJECT = 5 << 30
 CHECKSUM = "x-amz-checksum-"  # an object's stored checksums: meta keys by this prefix
+CHECKSUM_TYPE = "x-amz-checksum-type"  # ... and its type (COMPOSITE for most multipart ones)
 MAX_XML_BODY = 8 << 20  # a DeleteObjects of 1,000 keys of 1,024 bytes fits
 CHUNK_READ = 1 << 20
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -53,17 +54,6 @@ RESPONSE_OVERRIDES = {
     "response-content-language": "Content-Language",
     "response-cache-control": "Cache-Control",
     "response-expires": "Expires",
-}
-# standard headers an object keeps from its PUT (beside Content-Type and x-amz-meta-*)
-STORED_HEADERS = {
-    name.lower(): name
-    for name in (
-        "Cache-Control",
-        "Content-Disposition",
-        "Content-Encoding",
-        "Content-Language",
-        "Expires",
-    )
 }
 
 
@@ -140,7 +130,9 @@ class _Chunked:
 
 
 # query parameters that select an operation (the others only qualify one)
-SELECTORS = frozenset({"uploads", "uploadId", "partNumber", "delete", "location", "versions"})
+SELECTORS = frozenset(
+    {"uploads", "uploadId", "partNumber", "delete", "location", "versions", "attributes"}
+)
 _NONE: frozenset[str] = frozenset()
 # (has bucket, has key, method, selectors) -> S3Api method
 ROUTES: dict[tuple[bool, bool, str, frozenset[str]], str] = {
@@ -158,6 +150,7 @@ ROUTES: dict[tuple[bool, bool, str, frozenset[str]], str] = {
     (True, True, "PUT", frozenset({"uploadId", "partNumber"})): "upload_part",
     (True, True, "PUT+copy", frozenset({"uploadId", "partNumber"})): "upload_part_copy",
     (True, True, "GET", _NONE): "get_object",
+    (True, True, "GET", frozenset({"attributes"})): "get_attributes",
     (True, True, "HEAD", _NONE): "get_object",
     (True, True, "GET", frozenset({"uploadId"})): "list_parts",
     (True, True, "POST", frozenset({"uploads"})): "start_upload",
@@ -177,6 +170,7 @@ class S3Api:
     def __init__(self, store: ObjectStore, hosts: tuple[str, ...] = ()) -> None:
         self.store = store
         self.hosts = hosts  # names the server answers to (virtual-hosted style)
+        self.multipart = MultipartApi(self)  # the multipart operations (s3_multipart.py)
 
     def _split(self, req: Request) -> tuple[str, str]:
         host = req.headers.get("host", "").rsplit(":", 1)[0]
@@ -223,7 +217,8 @@ class S3Api:
                 501,
             )
         check_headers(route, req.headers)  # what is not served changes nothing
-        return getattr(self, route)(req, bucket, key)
+        target = self.multipart if route in OPERATIONS else self
+        return getattr(target, route)(req, bucket, key)
 
     def head_bucket(self, req: Request, bucket: str, key: str) -> Response:
         self.store.bucket_region(bucket)
@@ -237,15 +232,6 @@ class S3Api:
         region = self.store.bucket_region(bucket)
         inner = "" if region == "us-east-1" else region
         return xml_response("LocationConstraint", inner, ns=NS)
-
-    def start_upload(self, req: Request, bucket: str, key: str) -> Response:
-        upload = self.store.start_upload(bucket, key, req.headers.get("content-type"), _meta(req))
-        inner = tag("Bucket", bucket) + tag("Key", key) + tag("UploadId", upload)
-        return xml_response("InitiateMultipartUploadResult", inner, ns=NS)
-
-    def abort_upload(self, req: Request, bucket: str, key: str) -> Response:
-        self.store.abort_upload(req.arg("uploadId") or "", bucket, key)
-        return Response(204)
 
     def delete_object(self, req: Request, bucket: str, key: str) -> Response:
         """DeleteObject, conditional on If-Match (and the last-modified time and size S3
@@ -288,7 +274,7 @@ class S3Api:
                 "If-Match/If-None-Match headers; nothing was deleted",
                 501,
             )
-        entries = [_delete_entry(node) for node in root if _local(node.tag) == "Object"]
+        entries = [_delete_entry(node) for node in root if local(node.tag) == "Object"]
         if len(entries) > MAX_DELETE_KEYS:
             raise ApiError(
                 "MalformedXML",
@@ -315,15 +301,18 @@ class S3Api:
         return xml_response("DeleteResult", "".join(done), ns=NS)
 
     # -- objects --------------------------------------------------------------------------
-    def _receive(self, req: Request) -> tuple[str, str, dict[str, str]]:
+    def receive(
+        self, req: Request, want: str | None = None
+    ) -> tuple[str, str, dict[str, str], Digests]:
         """The request body into a temporary file: (path, md5 hex, the x-amz-checksum-*
-        it was sent with, to keep). Its signed SHA-256, Content-MD5 and x-amz-checksum-*
+        it was sent with, to keep, and its digests: ``want`` names an algorithm whose value
+        is needed whatever was sent). Its signed SHA-256, Content-MD5 and x-amz-checksum-*
         (headers, or trailers after an aws-chunked body, read to its end) are checked; a
         mismatch stores nothing."""
         if req.length > MAX_OBJECT:
             raise ApiError("EntityTooLarge", "an object (or part) is at most 5 GiB", 400)
         sha_header = req.headers.get("x-amz-content-sha256", "")
-        digests = Digests(req.headers)
+        digests = Digests(req.headers, want)
         # framed when the signer says so (STREAMING-*) or sends the decoded length; a bare
         # "Content-Encoding: aws-chunked" over a plain signed body is only a stored coding
         chunked = sha_header.startswith("STREAMING-") or (
@@ -364,12 +353,12 @@ class S3Api:
             raise ApiError(
                 "XAmzContentSHA256Mismatch", "the body does not match its signed SHA-256"
             )
-        return tmp, md5, digests.checksums()
+        return tmp, md5, digests.checksums(), digests
 
     def put_object(self, req: Request, bucket: str, key: str) -> Response:
         cond = self._precondition(req, bucket, key)  # refused before the body is read
-        tmp, md5, checksums = self._receive(req)
-        meta = _meta(req) | checksums
+        tmp, md5, checksums, _ = self.receive(req)
+        meta = request_meta(req) | checksums
         obj = self.store.commit(bucket, key, tmp, md5, req.headers.get("content-type"), meta, cond)
         return Response(200, b"", {"ETag": f'"{obj.etag}"'} | checksums)
 
@@ -382,7 +371,7 @@ class S3Api:
             cond.check(key, self.store.current(bucket, key), early=True)
         return cond
 
-    def _source(self, req: Request) -> Obj:
+    def source(self, req: Request) -> Obj:
         raw = req.headers["x-amz-copy-source"]
         path, _, version = raw.partition("?")
         if version and version != "versionId=null":
@@ -396,7 +385,7 @@ class S3Api:
         return self.store.get(src_bucket, src_key)
 
     def copy_object(self, req: Request, bucket: str, key: str) -> Response:
-        src = self._source(req)
+        src = self.source(req)
         s3_conditions.check(req.headers, src.etag, src.modified, s3_conditions.COPY_SOURCE)
         directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
         if directive not in ("COPY", "REPLACE"):
@@ -410,7 +399,7 @@ class S3Api:
         content_type, meta = src.content_type, src.meta
         if directive == "REPLACE":  # new metadata; the checksums stay the bytes' own
             content_type = req.headers.get("content-type")
-            meta = _meta(req) | {k: v for k, v in src.meta.items() if k.startswith(CHECKSUM)}
+            meta = request_meta(req) | {k: v for k, v in src.meta.items() if k.startswith(CHECKSUM)}
         cond = self._precondition(req, bucket, key)  # the destination's conditions
         with open(src.file, "rb") as fh:
             tmp, _, _ = self.store.write_temp(fh, src.size)
@@ -418,47 +407,11 @@ class S3Api:
         inner = tag("ETag", f'"{obj.etag}"') + tag("LastModified", _iso(obj.modified))
         return xml_response("CopyObjectResult", inner, ns=NS)
 
-    def upload_part_copy(self, req: Request, bucket: str, key: str) -> Response:
-        """UploadPartCopy: a part made of (a range of) an existing object, as boto3's
-        managed ``copy()`` of anything over its multipart threshold sends."""
-        number = _part_number(req)
-        src = self._source(req)
-        s3_conditions.check(req.headers, src.etag, src.modified, s3_conditions.COPY_SOURCE)
-        start, length = 0, src.size
-        rng = req.headers.get("x-amz-copy-source-range")
-        if rng:
-            match = _RANGE.match(rng.strip())
-            if not match or not match[1] or not match[2]:
-                raise ApiError(
-                    "InvalidArgument", f"x-amz-copy-source-range {rng!r} is not bytes=a-b"
-                )
-            start, end = int(match[1]), int(match[2])
-            if end < start:
-                raise ApiError(
-                    "InvalidArgument", f"x-amz-copy-source-range {rng!r} ends before it starts"
-                )
-            if end >= src.size:
-                raise ApiError(
-                    "InvalidRange",
-                    f"x-amz-copy-source-range {rng!r} is outside the {src.size}-byte source",
-                    416,
-                )
-            length = end - start + 1
-        with open(src.file, "rb") as fh:
-            fh.seek(start)
-            tmp, md5, _ = self.store.write_temp(fh, length)
-        self.store.put_part(req.arg("uploadId") or "", bucket, key, number, tmp, md5)
-        inner = tag("ETag", f'"{md5}"') + tag("LastModified", _iso(time.time()))
-        return xml_response("CopyPartResult", inner, ns=NS)
-
-    def list_uploads(self, req: Request, bucket: str, key: str) -> Response:
-        return listings.uploads(self.store, req, bucket)
+    def get_attributes(self, req: Request, bucket: str, key: str) -> Response:
+        return s3_attributes.answer(req, self.store.get(bucket, key))
 
     def list_versions(self, req: Request, bucket: str, key: str) -> Response:
         return listings.versions(self.store, req, bucket)
-
-    def list_parts(self, req: Request, bucket: str, key: str) -> Response:
-        return listings.parts(self.store, req, bucket, key)
 
     def get_object(self, req: Request, bucket: str, key: str) -> Response:
         """GetObject and HeadObject. A GET opens the object's file before it answers: the
@@ -507,7 +460,7 @@ class S3Api:
                 headers[header] = value
         start, length, status = 0, obj.size, 200
         if req.arg("partNumber") is not None:
-            number = _part_number(req)
+            number = part_number(req)
             sizes = part_sizes(obj) if "-" in obj.etag else [obj.size]
             if sizes is None:
                 raise ApiError(
@@ -527,6 +480,8 @@ class S3Api:
                 headers["Content-Range"] = f"bytes {start}-{end}/{obj.size}"
                 headers["x-amz-mp-parts-count"] = str(len(sizes))
                 headers["Content-Length"] = str(length)
+                if wants:
+                    headers |= _part_checksum(obj, number)
                 if req.method == "HEAD":
                     return Response(status, b"", headers)
                 return Response(status, b"", headers, file=obj.file, offset=start, length=length)
@@ -550,75 +505,6 @@ class S3Api:
             return Response(status, b"", headers)
         return Response(status, b"", headers, file=obj.file, offset=start, length=length)
 
-    def upload_part(self, req: Request, bucket: str, key: str) -> Response:
-        number = _part_number(req)
-        tmp, md5, checksums = self._receive(req)
-        self.store.put_part(req.arg("uploadId") or "", bucket, key, number, tmp, md5)
-        return Response(200, b"", {"ETag": f'"{md5}"'} | checksums)
-
-    def complete_upload(self, req: Request, bucket: str, key: str) -> Response:
-        try:
-            root = ET.fromstring(req.body)
-        except ET.ParseError:
-            raise ApiError("MalformedXML", "CompleteMultipartUpload is not XML") from None
-        parts = []
-        for part in (node for node in root.iter() if _local(node.tag) == "Part"):
-            fields = {_local(child.tag): child.text or "" for child in part}
-            number = fields.get("PartNumber", "").strip()
-            etag = fields.get("ETag", "")
-            if not number.isdigit():
-                raise ApiError("MalformedXML", f"PartNumber {number[:20]!r} is not a number")
-            parts.append((int(number), etag))
-        cond = write_precondition(req.headers)
-        obj = self.store.complete_upload(req.arg("uploadId") or "", bucket, key, parts, cond)
-        inner = tag("Bucket", bucket) + tag("Key", key) + tag("ETag", f'"{obj.etag}"')
-        return xml_response("CompleteMultipartUploadResult", inner, ns=NS)
-
-
-def _local(name: str) -> str:
-    """An XML tag without its namespace: S3 reads request bodies sent with or without it."""
-    return name.rsplit("}", 1)[-1]
-
-
-def _part_number(req: Request) -> int:
-    number = _int_arg(req, "partNumber", 0)
-    if not 1 <= number <= 10000:
-        raise ApiError("InvalidArgument", "partNumber must be a whole number from 1 to 10000")
-    return number
-
-
-def _meta(req: Request) -> dict[str, str]:
-    """What an object keeps from the request that writes it: user metadata as text (RFC
-    2047 encoded-words decoded and raw UTF-8 bytes, which the HTTP layer read as Latin-1,
-    taken as UTF-8, as S3 stores them) and the standard headers S3 keeps (Cache-Control,
-    Content-Disposition, Content-Encoding without ``aws-chunked``, Content-Language,
-    Expires), under their lower-case names."""
-    meta = {k: _meta_text(v) for k, v in req.headers.items() if k.startswith("x-amz-meta-")}
-    for name in STORED_HEADERS:
-        value = req.headers.get(name)
-        if name == "content-encoding" and value is not None and "aws-chunked" in value:
-            # kept as sent but for the transfer coding ("deflate, gzip" stays so)
-            value = ", ".join(
-                part.strip() for part in value.split(",") if part.strip() != "aws-chunked"
-            )
-        if value:
-            meta[name] = value
-    return meta
-
-
-def _meta_text(value: str) -> str:
-    if "=?" in value:
-        try:
-            return str(email.header.make_header(email.header.decode_header(value)))
-        except (ValueError, LookupError):
-            return value
-    if not value.isascii():
-        try:
-            return value.encode("latin-1").decode("utf-8")
-        except (UnicodeEncodeError, UnicodeDecodeError):
-            return value
-    return value
-
 
 def _meta_header(value: str) -> str:
     """Non-ASCII metadata goes back as an RFC 2047 encoded-word, as S3 sends it."""
@@ -640,18 +526,28 @@ def _object_headers(obj: Obj, checksums: bool = False) -> dict[str, str]:
         if name in STORED_HEADERS:
             headers[STORED_HEADERS[name]] = value
         elif name.startswith(CHECKSUM):
-            if checksums:
+            if checksums and name != CHECKSUM_TYPE:
                 headers[name] = value
-                headers["x-amz-checksum-type"] = "FULL_OBJECT"
+                headers[CHECKSUM_TYPE] = obj.meta.get(CHECKSUM_TYPE, "FULL_OBJECT")
         else:
             headers[name] = _meta_header(value)
     return headers
 
 
+def _part_checksum(obj: Obj, number: int) -> dict[str, str]:
+    """Part ``number``'s checksum of a multipart object whose upload kept them, with the
+    object's checksum type (S3 answers these to GET/HEAD ?partNumber in checksum mode)."""
+    sums = part_checksums(obj)
+    names = [name for name in obj.meta if name.startswith(CHECKSUM) and name != CHECKSUM_TYPE]
+    if not sums or not names or number > len(sums) or not sums[number - 1]:
+        return {}
+    return {names[0]: sums[number - 1], CHECKSUM_TYPE: obj.meta.get(CHECKSUM_TYPE, "FULL_OBJECT")}
+
+
 def _delete_entry(node: ET.Element) -> tuple[str, Precondition | None]:
     """One DeleteObjects <Object>: its key and the conditions S3 evaluates per object
     (ETag, LastModifiedTime, Size)."""
-    fields = {_local(child.tag): (child.text or "") for child in node}
+    fields = {local(child.tag): (child.text or "") for child in node}
     etag, when, size = fields.get("ETag"), fields.get("LastModifiedTime"), fields.get("Size")
     if etag is None and when is None and size is None:
         return fields.get("Key", ""), None

@@ -47,6 +47,8 @@ SERVED_PARAMS = frozenset(
         "part-number-marker",
         "delete",
         "location",
+        # GetObjectAttributes
+        "attributes",
         # ListBuckets' pages
         "max-buckets",
         # ListObjectVersions of an unversioned bucket (each key's one version, null)
@@ -120,7 +122,9 @@ def check_key(key: str) -> None:
 class Digests:
     """Running digests of a body, and the check of those its headers declare."""
 
-    def __init__(self, headers: Mapping[str, str]) -> None:
+    def __init__(self, headers: Mapping[str, str], want: str | None = None) -> None:
+        """``want``: an algorithm whose value is needed whatever the client sends (a
+        multipart upload's, kept per part)."""
         self.expected: dict[str, str] = {}
         md5 = headers.get("content-md5")
         if md5 is not None:
@@ -142,7 +146,7 @@ class Digests:
         self.sha256 = hashlib.sha256()
         # a trailer's checksum is known only after the body: x-amz-trailer names it ahead
         trailer = headers.get("x-amz-trailer", "").lower()
-        wants_sha1 = "sha1" in self.expected or "x-amz-checksum-sha1" in trailer
+        wants_sha1 = "sha1" in self.expected or "x-amz-checksum-sha1" in trailer or want == "sha1"
         self.sha1 = hashlib.sha1() if wants_sha1 else None
         self.crc32 = 0  # always: zlib's CRC32 costs little beside the disk write
 
@@ -167,13 +171,20 @@ class Digests:
         :meth:`verify`."""
         return {f"x-amz-checksum-{k}": v for k, v in self.expected.items() if k != "md5"}
 
-    def verify(self) -> None:
-        got = {
+    def _got(self) -> dict[str, bytes]:
+        return {
             "md5": self.md5.digest(),
             "sha256": self.sha256.digest(),
             "sha1": self.sha1.digest() if self.sha1 is not None else b"",
             "crc32": self.crc32.to_bytes(4, "big"),
         }
+
+    def value(self, name: str) -> str:
+        """The body's ``name`` checksum (crc32, sha1, sha256), base64, as S3 writes it."""
+        return base64.b64encode(self._got()[name]).decode()
+
+    def verify(self) -> None:
+        got = self._got()
         for name, want in self.expected.items():
             if base64.b64encode(got[name]).decode() != want:
                 label = "Content-MD5" if name == "md5" else name.upper()

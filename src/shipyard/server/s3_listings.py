@@ -167,7 +167,7 @@ def uploads(store: ObjectStore, req: Request, bucket: str) -> Response:
     key_marker = req.arg("key-marker", "") or ""
     id_marker = req.arg("upload-id-marker", "") or ""
     limit = int_arg(req, "max-uploads", 1000)
-    found = store.uploads(bucket, prefix, key_marker, id_marker, limit)
+    found = store.multipart.uploads(bucket, prefix, key_marker, id_marker, limit)
     truncated = len(found) > limit
     found = found[:limit]
     parts = [
@@ -196,7 +196,8 @@ def parts(store: ObjectStore, req: Request, bucket: str, key: str) -> Response:
     upload_id = req.arg("uploadId") or ""
     marker = int_arg(req, "part-number-marker", 0)
     limit = int_arg(req, "max-parts", 1000)
-    found = [p for p in store.parts(upload_id, bucket, key) if p[0] > marker]
+    _, _, kind, _ = store.multipart.get(upload_id, bucket, key)
+    found = [p for p in store.multipart.parts(upload_id, bucket, key) if p[0] > marker]
     truncated = len(found) > limit
     found = found[:limit]
     parts = [
@@ -208,15 +209,19 @@ def parts(store: ObjectStore, req: Request, bucket: str, key: str) -> Response:
         tag("IsTruncated", "true" if truncated else "false"),
         tag("StorageClass", "STANDARD"),
     ]
+    if kind is not None:  # the upload's checksum, and each part's below
+        parts.append(tag("ChecksumAlgorithm", kind.algorithm.upper()))
+        parts.append(tag("ChecksumType", kind.type))
     if found:
         parts.append(tag("NextPartNumberMarker", found[-1][0]))
-    for number, md5, size, modified in found:
+    for number, md5, size, modified, checksum in found:
         parts.append(
             "<Part>"
             + tag("PartNumber", number)
             + tag("LastModified", iso(modified))
             + tag("ETag", f'"{md5}"')
             + tag("Size", size)
+            + (tag(kind.member, checksum) if kind is not None and checksum else "")
             + "</Part>"
         )
     return xml_response("ListPartsResult", "".join(parts), ns=NS)
