@@ -17,7 +17,8 @@ import uuid
 import pytest
 
 from shipyard.agent.__main__ import NODE_NETWORK_ISOLATION_NOTE
-from shipyard.control.disk_full import NO_VOLUME
+from shipyard.control.job_disks import NOT_LOCAL
+from shipyard.control.job_disks import missing_text as no_disk
 from shipyard.sandbox import probe
 from tests.integration.ray_backend.test_ray_backend import _assert_on_nodes
 
@@ -118,8 +119,13 @@ def test_a_ray_instance_sees_only_itself_and_holds_no_privilege(
     assert not os.path.exists(etc_file)  # the instance's /etc layer went with it
     # what the nodes could not give is said, not hidden: here only network isolation,
     # in describe and in every instance's log
-    assert [m for m in missing if m["Missing"] != NO_VOLUME] == [
-        {"Host": h, "Missing": NODE_NETWORK_ISOLATION_NOTE} for h in ("algo-1", "algo-2")
+    assert missing == [
+        entry
+        for h in ("algo-1", "algo-2")
+        for entry in (
+            {"Host": h, "Missing": no_disk(NOT_LOCAL.format(backend="ray"))},
+            {"Host": h, "Missing": NODE_NETWORK_ISOLATION_NOTE},
+        )
     ]
     for instance in desc["Shipyard"]["Instances"]:
         with open(instance["LogPath"], encoding="utf-8") as fh:
