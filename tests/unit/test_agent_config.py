@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from shipyard.errors import AgentConfigError, ValidationError
 from shipyard.jobplan.config import AgentConfig
 from shipyard.jobplan.config_sandbox import JOB_NETWORK, NODE_NETWORK, OFF, PER_NODE, SandboxPlan
-from shipyard.errors import AgentConfigError, ValidationError
 from tests.agent_configs import local_config
 
 

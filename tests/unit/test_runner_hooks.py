@@ -8,10 +8,10 @@ import pytest
 
 from shipyard import distribution as d
 from shipyard.agent.__main__ import own_failure_text
-from shipyard.jobplan.layout import InstancePaths
 from shipyard.agent.processes import Supervisor
-from shipyard.jobplan.runner import ProcessSpec
 from shipyard.errors import DistributionError
+from shipyard.jobplan.layout import InstancePaths
+from shipyard.jobplan.runner import ProcessSpec
 
 
 @pytest.mark.parametrize(

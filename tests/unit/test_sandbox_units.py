@@ -89,8 +89,8 @@ def test_doctor_reports_each_capability_with_a_fix_for_what_is_missing(monkeypat
 def test_ray_sandbox_is_decided_on_each_node(monkeypatch):
     """The control plane asks; each Ray node answers with what its own kernel allows:
     the local backend's namespaces on the node's own network, or the reason why not."""
-    from shipyard.jobplan.config_sandbox import NODE_NETWORK, OFF, PER_NODE, SandboxPlan
     from shipyard.backends.ray.actor import node_sandbox
+    from shipyard.jobplan.config_sandbox import NODE_NETWORK, OFF, PER_NODE, SandboxPlan
     from shipyard.jobplan.plan import sandbox_config
     from shipyard.sandbox import probe
 

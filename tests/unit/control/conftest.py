@@ -14,7 +14,6 @@ from typing import Any
 import psutil
 import pytest
 
-from shipyard.jobplan.config import AgentConfig
 from shipyard.backends.inprocess import InProcessBackend
 from shipyard.control.home import Home
 from shipyard.control.policies import (
@@ -26,6 +25,7 @@ from shipyard.control.policies import (
 )
 from shipyard.control.store import Store
 from shipyard.control.supervisor import JobSupervisor
+from shipyard.jobplan.config import AgentConfig
 from shipyard.spec import validated
 
 

@@ -13,12 +13,12 @@ import sys
 
 import pytest
 
-from shipyard.jobplan.layout import InstancePaths
 from shipyard.agent.runners import torch_distributed as runner
-from shipyard.jobplan.runner import InstanceContext
 from shipyard.ddp import announce, contract, shim_path
 from shipyard.errors import DistributionError
 from shipyard.instance_types import InstanceResources
+from shipyard.jobplan.layout import InstancePaths
+from shipyard.jobplan.runner import InstanceContext
 from tests.agent_configs import local_config
 
 

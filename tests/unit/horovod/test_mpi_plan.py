@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from tests.agent_configs import local_config
 
-from shipyard.jobplan.layout import paths_for
 from shipyard.agent.runners import mpi
-from shipyard.jobplan.runner import InstanceContext
 from shipyard.errors import DistributionError
 from shipyard.instance_types import InstanceResources
+from shipyard.jobplan.layout import paths_for
+from shipyard.jobplan.runner import InstanceContext
 from shipyard.mpi import command as mpi_command
 from shipyard.mpi import launch as mpi_launch
 from shipyard.mpi import rank as mpi_rank

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from shipyard.jobplan.layout import paths_for
 from shipyard.agent.runners import native_ps
-from shipyard.jobplan.runner import InstanceContext
 from shipyard.errors import DistributionError
+from shipyard.jobplan.layout import paths_for
+from shipyard.jobplan.runner import InstanceContext
 from shipyard.ps import worker as ps_worker
 from shipyard.ps.consistency import WorkerTable, job_outcome
 from shipyard.ps.errors import PSError

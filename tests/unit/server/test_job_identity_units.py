@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from shipyard.jobplan.inherited import essentials
 from shipyard.errors import ValidationError
+from shipyard.jobplan.inherited import essentials
 from shipyard.sandbox import fsview
 from shipyard.server.errors import ApiError
 from shipyard.server.http import Request

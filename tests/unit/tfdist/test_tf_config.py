@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from shipyard.jobplan.layout import InstancePaths
 from shipyard.agent.runners import multi_worker_mirrored, tf_parameter_server
+from shipyard.jobplan.layout import InstancePaths
 from shipyard.jobplan.runner import InstanceContext
 from tests.agent_configs import local_config
 
