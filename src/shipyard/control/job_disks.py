@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from typing import Any
 
 RECORD_NAME = "disks.json"
 NOT_LOCAL = (
@@ -60,6 +61,7 @@ class JobDisks:
         self.say = say
         self.disks: dict = {}
         self.planned = False
+        self.reaper: Any = None  # releases the disks if this process is killed
 
     def ensure(self) -> None:
         if self.planned:
@@ -72,6 +74,7 @@ class JobDisks:
         else:
             made = {h: NOT_LOCAL.format(backend=self.backend) for h in self.hosts}
         self.disks = {h: d for h, d in made.items() if isinstance(d, disk.Disk)}
+        self.reaper = disk.start_reaper(list(self.disks.values()))
         record = {
             h: {
                 "SizeInGB": self.size_gb,
@@ -105,6 +108,8 @@ class JobDisks:
 
         disks, self.disks = self.disks, {}
         notes = disk.release_all([disks[h] for h in sorted(disks)], self.job_dir)
+        reaper, self.reaper = self.reaper, None
+        disk.stop_reaper(reaper)
         for note in notes.values():
             if note:
                 self.say(f"[shipyard] WARNING: {note}")

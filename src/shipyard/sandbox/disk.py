@@ -353,6 +353,59 @@ def release_all(disks: list[Disk], job_dir: str) -> dict[str, str | None]:
         return dict(zip([d.host for d in disks], pool.map(one, disks)))
 
 
+REAPER_SCRIPT = """
+read line && [ "$line" = released ] && exit 0
+while [ $# -ge 2 ]; do
+  tree=$1; image=$2; shift 2
+  kept="$image.kept"
+  rm -rf "$kept" && mkdir -m 700 "$kept" || continue
+  for part in model output agent; do
+    [ -e "$tree/$part" ] && cp -R -P --preserve=timestamps "$tree/$part" "$kept/" 2>/dev/null
+  done
+  umount -l "$tree" 2>/dev/null
+  for part in model output agent; do
+    [ -e "$kept/$part" ] && rm -rf "$tree/$part" && mv "$kept/$part" "$tree/"
+  done
+  rm -rf "$kept"
+  rm -f "$image"
+done
+"""
+
+
+def start_reaper(disks: list[Disk]) -> subprocess.Popen | None:
+    """A shell holding a pipe from this process (the supervisor): told ``released`` when
+    ``release_all`` is done, it exits; when the pipe closes without it (the supervisor
+    was killed), it does what ``release`` would (keep ``model/``, ``output/``, ``agent/``
+    without following a link, unmount lazily, delete the image), so no disk outlives its
+    job (the cgroups' reaper works the same way, shipyard.sandbox.cgroups)."""
+    if not disks:
+        return None
+    args = [part for d in disks for part in (d.tree, d.image)]
+    try:
+        return subprocess.Popen(
+            ["/bin/sh", "-c", REAPER_SCRIPT, "shipyard-disk-reaper", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a signal to the supervisor's group does not reach it
+            close_fds=True,
+        )
+    except OSError:
+        return None
+
+
+def stop_reaper(reaper: subprocess.Popen | None) -> None:
+    """The disks are released: the reaper exits without touching them."""
+    if reaper is None or reaper.stdin is None:
+        return
+    try:
+        reaper.stdin.write(b"released\n")
+        reaper.stdin.close()
+        reaper.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def _unmount(tree: str) -> None:
     """Unmount; a busy disk (something on the host still in it) is detached lazily: the
     kernel frees it, and its loop device, with the last reference."""

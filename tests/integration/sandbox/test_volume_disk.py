@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import tarfile
 import time
 
@@ -198,3 +200,36 @@ def test_a_job_s_disk_goes_while_a_later_job_still_runs(session, write_script):
     later.latest_training_job.stop()
     _ended(session, "later-disk")
     assert _left_after_a_while(later_dir) == NONE_LEFT
+
+
+@pytest.mark.timeout(600)
+def test_a_supervisor_killed_with_sigkill_leaves_no_disk(write_script, home):
+    """The supervisor's disk reaper (a shell holding a pipe from it) releases the disks
+    when the supervisor dies without doing it: what the host keeps of the tree stays."""
+    src = write_script("sleep.py", SLEEP)
+    code = (
+        "import shipyard\n"
+        f"e = shipyard.Estimator(entry_point='sleep.py', source_dir={src!r}, "
+        "instance_count=1, instance_type='local', volume_size=2)\n"
+        "e.fit(job_name='killed-supervisor')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    job_dir = os.path.join(str(home), "jobs", "killed-supervisor")
+    mark = os.path.join(job_dir, "instances", "algo-1", "model", "started")
+    deadline = time.monotonic() + 240
+    try:
+        while not os.path.exists(mark):
+            assert time.monotonic() < deadline, "the job did not start"
+            assert proc.poll() is None, "the job's process ended"
+            time.sleep(0.2)
+        assert _leftovers(job_dir)["mounts"], "the disk is mounted while the job runs"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _left_after_a_while(job_dir) == NONE_LEFT
+    assert os.path.exists(mark)  # model/ kept on the host
