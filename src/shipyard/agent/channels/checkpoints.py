@@ -5,6 +5,9 @@ script runs, new or changed files are uploaded every SHIPYARD_CHECKPOINT_SYNC_SE
 (default 10) by a background thread; when the script has ended a last pass uploads
 what is left. Files are uploaded whole; a file still being written is uploaded again
 on the next pass once its size or mtime changes. Local deletions are not propagated.
+The last pass waits for a store that is away (a restarted ``shipyard server``) as the
+job's artifact upload does (shipyard.storage.retry, ``SHIPYARD_UPLOAD_PATIENCE``; the
+supervisor's max_run ends the wait at the latest), said in the instance's log (issue 37).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from shipyard import settings, storage
 from shipyard.agent.channels.file import download_objects
 from shipyard.errors import StorageError
 from shipyard.runtime import safepath
+from shipyard.storage.retry import Patience, patiently
 
 
 class CheckpointSync:
@@ -44,6 +48,7 @@ class CheckpointSync:
         )
         self.uploaded: dict[str, tuple[int, int]] = {}
         self.refused: set[str] = set()  # links said once each
+        self.sent = 0  # files uploaded, every pass together
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -109,6 +114,7 @@ class CheckpointSync:
                 finally:
                     os.close(fd)
                 self.uploaded[entry.rel] = stamp
+                self.sent += 1
                 count += 1
         return count
 
@@ -127,5 +133,14 @@ class CheckpointSync:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
-        count = self.sync_once()
+        before = self.sent
+        cap = settings.number("SHIPYARD_UPLOAD_PATIENCE")
+        patience = Patience(
+            cap,
+            f"at most SHIPYARD_UPLOAD_PATIENCE={cap:g} s, within the job's max_run",
+            say=lambda message: self.log(f"{self.what}: {message}"),
+        )
+        # a pass cut short is taken up again: what it uploaded is not sent twice
+        patiently(f"uploading {self.what} to {self.base.uri}", self.sync_once, patience)
+        count = self.sent - before
         self.log(f"{self.what}: {count} file(s) uploaded to {self.base.uri} at the end")
