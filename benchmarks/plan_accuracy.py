@@ -25,6 +25,20 @@ shared host (``Inputs.host_cores``, ``shipyard plan --shared-host``);
 ``--no-shared-host`` predicts as if each instance had cores of its own. ``--save DIR``
 keeps every run's describe output and ``--replay DIR`` predicts them again.
 
+Unmodified scripts (issue 39, ``--cases unmodified``; ``all`` runs both sets): the
+project's own examples, run as written, with no step-time metric declared, so the planner
+reads the step time shipyard measured itself (describe's ``Shipyard.StepTiming``) and
+the gradient bytes shipyard counted (DDP's buckets, Horovod's reduction; a parameter
+server job's placement report):
+
+- ``keras_ps``: ``examples/tensorflow/cifar10_ps.py``, Keras ``fit`` under TensorFlow's
+  ParameterServerStrategy (the coordinator's epochs are timed);
+- ``horovod_keras``: ``examples/horovod/keras3_mnist.py``, ``import horovod.tensorflow.keras``;
+- ``ddp``: ``examples/pytorch/ddp_cnn.py`` under ``torch_distributed`` (gloo).
+
+Measured there: worker steps per second = workers / shipyard's median step (warm-up
+excluded), the same reading the planner makes of the reference.
+
 Prints one line per run and ends with
 ``RESULT plan_accuracy median_abs_err=.. max_abs_err=.. runs=..`` (relative errors).
 ``--quick``: 100 Mbit/s only, 2 and 3 instances.
@@ -135,29 +149,112 @@ DISTRIBUTIONS = {
 }
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# the unmodified examples: framework, source dir, entry point, distribution,
+# hyperparameters, channels ("digits" or "cifar": made by the examples' data scripts),
+# and the collective the planner models (None: a parameter-server job)
+UNMODIFIED = {
+    "keras_ps": (
+        "tensorflow",
+        "tensorflow",
+        "cifar10_ps.py",
+        {"parameter_server": {"enabled": True}},
+        {"epochs": 3, "steps_per_epoch": 16, "batch_size": 16},
+        "cifar",
+        None,
+    ),
+    "horovod_keras": (
+        "tensorflow",
+        "horovod",
+        "keras3_mnist.py",
+        {"mpi": {"enabled": True, "processes_per_host": 1}},
+        {"epochs": 2, "warmup-epochs": 1},
+        "digits",
+        "reduce_bcast",  # Open MPI's allreduce for 2-4 ranks (see BENCHMARKS.md)
+    ),
+    "ddp": (
+        "pytorch",
+        "pytorch",
+        "ddp_cnn.py",
+        {"torch_distributed": {"enabled": True}},
+        {"epochs": 2},
+        "digits",
+        "ring",  # gloo's allreduce
+    ),
+}
+
+
+def make_data(tmp: Path) -> dict[str, dict[str, str]]:
+    """The examples' inputs, made by their own data scripts (nothing downloaded)."""
+    import importlib.util
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, EXAMPLES / "data" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    digits = tmp / "digits"
+    digits.mkdir()
+    load("make_digits").write_digits(str(digits))
+    cifar = tmp / "cifar"
+    make = load("make_cifar_tfrecords")
+    for split, n, seed in (("train", 256, 1), ("eval", 32, 2)):
+        (cifar / split).mkdir(parents=True)
+        make.write(str(cifar / split / f"{split}.tfrecords"), n, seed)
+    return {
+        "digits": {"training": str(digits)},
+        "cifar": {"train": str(cifar / "train"), "eval": str(cifar / "eval")},
+    }
+
+
 def run(
-    session, src, kind: str, rate: str, n: int, steps: int, batch: int, keep: Path | None
+    session,
+    src,
+    kind: str,
+    rate: str,
+    n: int,
+    steps: int,
+    batch: int,
+    keep: Path | None,
+    data: dict[str, dict[str, str]] | None = None,
 ) -> dict:
     """One job; returns its describe output (read from ``keep`` when replaying, written
     there when recording: ``--save``/``--replay`` re-predict recorded runs offline)."""
     import shipyard
 
-    entry, distribution = DISTRIBUTIONS[kind]
     name = f"{kind.replace('_', '-')}-{rate}-{n}"
     if keep is not None and session is None:
         return json.loads((keep / f"{name}.json").read_text())
-    est = shipyard.PyTorch(
-        entry_point=entry,
-        source_dir=str(src),
-        instance_count=n,
-        instance_type="local",
-        session=session,
-        distribution=distribution,
-        environment={"STEPS": str(steps), "BATCH": str(batch)},
-        metric_definitions=[{"Name": "step_time", "Regex": r"step_time=([0-9.e-]+)"}],
-        tags=[] if rate == "unshaped" else [{"Key": "shipyard:network", "Value": rate}],
-    )
-    est.fit(job_name=name, logs=False)
+    tags = [] if rate == "unshaped" else [{"Key": "shipyard:network", "Value": rate}]
+    if kind in UNMODIFIED:
+        framework, folder, entry, distribution, hps, channels, _ = UNMODIFIED[kind]
+        cls = shipyard.TensorFlow if framework == "tensorflow" else shipyard.PyTorch
+        est = cls(
+            entry_point=entry,
+            source_dir=str(EXAMPLES / folder),
+            instance_count=n,
+            instance_type="local",
+            session=session,
+            distribution=distribution,
+            hyperparameters=hps,
+            tags=tags,
+        )
+        est.fit((data or {}).get(channels), job_name=name, logs=False)
+    else:
+        entry, distribution = DISTRIBUTIONS[kind]
+        est = shipyard.PyTorch(
+            entry_point=entry,
+            source_dir=str(src),
+            instance_count=n,
+            instance_type="local",
+            session=session,
+            distribution=distribution,
+            environment={"STEPS": str(steps), "BATCH": str(batch)},
+            metric_definitions=[{"Name": "step_time", "Regex": r"step_time=([0-9.e-]+)"}],
+            tags=tags,
+        )
+        est.fit(job_name=name, logs=False)
     desc = session.control.describe(name)
     desc["LoadAverage"] = os.getloadavg()[0]  # this shared machine's, as the job ended
     if keep is not None:
@@ -171,7 +268,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--only", choices=sorted(DISTRIBUTIONS), help="one distribution")
+    parser.add_argument(
+        "--only", choices=sorted([*DISTRIBUTIONS, *UNMODIFIED]), help="one distribution"
+    )
+    parser.add_argument(
+        "--cases",
+        choices=("tutorial", "unmodified", "all"),
+        default="all",
+        help="the tutorial CNN's scripts (timed by the script), the unmodified examples "
+        "(timed by shipyard), or both",
+    )
     parser.add_argument(
         "--no-shared-host", action="store_true", help="predict as if each instance had its cores"
     )
@@ -180,7 +286,7 @@ def main() -> None:
     args = parser.parse_args()
     import shipyard
     from shipyard.planner import model
-    from shipyard.planner.profile import Inputs, from_describe
+    from shipyard.planner.profile import from_describe
     from shipyard.sandbox import shaping
 
     rates = ["100mbit"] if args.quick else ["100mbit", "1gbit"]
@@ -193,23 +299,23 @@ def main() -> None:
         (src / "hvd.py").write_text(HVD_SCRIPT)
         session = None if args.replay else shipyard.Session(home=str(Path(tmp, "home")))
         keep = args.replay or args.save
-        for kind in [args.only] if args.only else list(DISTRIBUTIONS):
-            # Open MPI's default allreduce for 2-4 ranks is reduce + broadcast (measured:
-            # see BENCHMARKS.md); the ring's prediction is printed beside it
-            given = (
-                Inputs(gradient_bytes=GRADIENT_BYTES, allreduce="reduce_bcast")
-                if kind == "horovod"
-                else Inputs()
-            )
-            if not args.no_shared_host:  # every instance runs on this machine's cores
-                given = replace(given, host_cores=float(len(os.sched_getaffinity(0))))
+        data = None if args.replay else make_data(Path(tmp))
+        kinds = {
+            "tutorial": list(DISTRIBUTIONS),
+            "unmodified": list(UNMODIFIED),
+            "all": [*DISTRIBUTIONS, *UNMODIFIED],
+        }[args.cases]
+        for kind in [args.only] if args.only else kinds:
             # the references: 2 instances unshaped (what a user's job is: `shipyard plan`'s
             # usual input) and 2 instances at the lowest rate (the compute is then the step
             # less the predicted communication)
             runs = {
-                ("unshaped", 2): run(session, src, kind, "unshaped", 2, *shape_args(args), keep),
-                (rates[0], 2): run(session, src, kind, rates[0], 2, *shape_args(args), keep),
+                (r, 2): run(session, src, kind, r, 2, *shape_args(args), keep, data)
+                for r in ("unshaped", rates[0])
             }
+            given = inputs_for(kind, runs[("unshaped", 2)])
+            if not args.no_shared_host:  # every instance runs on this machine's cores
+                given = replace(given, host_cores=float(len(os.sched_getaffinity(0))))
             refs = {r: from_describe(runs[(r, 2)], given) for r in errors}
             for r, ref in refs.items():
                 print(
@@ -223,7 +329,7 @@ def main() -> None:
                 link = model.Link(rate, shape.rate_bytes_per_s, framing=model.TCP_FRAMING)
                 for n in counts:
                     desc = runs.get((rate, n)) or run(
-                        session, src, kind, rate, n, *shape_args(args), keep
+                        session, src, kind, rate, n, *shape_args(args), keep, data
                     )
                     measured = n / from_describe(desc, given).step_s
                     said = []
@@ -260,6 +366,25 @@ def main() -> None:
 
 def shape_args(args) -> tuple[int, int]:
     return args.steps, args.batch
+
+
+def inputs_for(kind: str, reference: dict):
+    """What the planner is given besides the job: the collective it models and, for an
+    allreduce job, the gradient bytes (the tutorial CNN's known size; for an unmodified
+    script what shipyard counted per step in the reference run)."""
+    from shipyard.planner.profile import Inputs
+
+    if kind == "horovod":
+        # Open MPI's default allreduce for 2-4 ranks is reduce + broadcast (measured:
+        # see BENCHMARKS.md); the ring's prediction is printed beside it
+        return Inputs(gradient_bytes=GRADIENT_BYTES, allreduce="reduce_bcast")
+    if kind in UNMODIFIED and UNMODIFIED[kind][6] is not None:
+        timing = (reference.get("Shipyard") or {}).get("StepTiming") or {}
+        counted = timing.get("BytesPerStep")
+        if not counted:
+            raise SystemExit(f"{kind}: shipyard counted no gradient bytes in {timing}")
+        return Inputs(gradient_bytes=float(counted), allreduce=UNMODIFIED[kind][6])
+    return Inputs()
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ def ps_job(home, digits):
         instance_count=2,
         instance_type="local",
         distribution={"parameter_server": {"enabled": True}},
+        # the script's own epoch lines, timestamped as they are logged: the steps' own
+        # timing, to check shipyard's against (named so the planner does not use it)
+        metric_definitions=[{"Name": "ps_step", "Regex": r"epoch=\d+ step=(\d+)"}],
         session=shipyard.Session(home=str(home)),
     )
     est.fit({"training": digits}, job_name="ps-cnn", logs=False)
@@ -129,6 +132,32 @@ def test_shipyard_ps_steps_are_timed_and_planned_from(ps_job):
     assert json.loads(given.stdout)["measured"]["sources"]["step_time"].startswith(
         "given (--step-time) (wins over shipyard's measured "
     )
+
+
+@pytest.mark.timeout(240)
+def test_ps_cnn_is_planned_from_a_step_within_20_percent_of_its_own_timestamps(ps_job):
+    """Issue 39's ps_cnn: planned from the step shipyard measured, which agrees with the
+    seconds per step between the script's own epoch lines (not wall time over steps)."""
+    assert ps_job["TrainingJobStatus"] == "Completed", ps_job.get("FailureReason")
+    lines: dict[str, list[tuple[float, float]]] = {}
+    for m in ps_job["Shipyard"]["MetricHistory"]:
+        if m["MetricName"] == "ps_step":
+            at = m["Timestamp"]
+            at = at.timestamp() if hasattr(at, "timestamp") else float(at)
+            lines.setdefault(m["Host"], []).append((at, float(m["Value"])))
+    own = []
+    for points in lines.values():
+        (t0, s0), (t1, s1) = min(points), max(points)
+        assert s1 > s0, points
+        own.append((t1 - t0) / (s1 - s0))
+    assert len(own) == 2
+    own_s = sum(own) / len(own)
+    res = cli("plan", "ps-cnn", "--instance-type", "ml.p2.xlarge", "--instances", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    planned = json.loads(res.stdout)["measured"]["step_s"]
+    assert abs(planned - own_s) / own_s <= 0.20, (planned, own_s)
+    wall = ps_job["TrainingTimeInSeconds"] / (ps_job["Shipyard"]["StepTiming"]["StepsRun"] / 2)
+    assert wall > 1.5 * own_s  # what the plan was made from before: start-up included
 
 
 @pytest.mark.tensorflow

@@ -12,7 +12,9 @@ ahead, so a batch's end there is only its scheduling (1.5 ms measured, where Ker
 own epoch line said 52 ms/step): under ParameterServerStrategy the callback times
 whole epochs (Keras waits for the epoch's steps before ``on_epoch_end``, and before
 the validation ``fit`` may run, which ``on_test_begin`` cuts off) and marks the first
-epoch as warm-up. A ``fit`` whose callbacks are passed positionally
+epoch as warm-up. Its W workers run the epoch's steps side by side, so a worker's step
+(what the planner scales, as it does every other source's) is W times the epoch over its
+steps: Keras' own "ms/step" is the cluster's interval, W times shorter. A ``fit`` whose callbacks are passed positionally
 or a ``CallbackList`` is left alone.
 
 TF1 graphs (``tf.compat.v1.Session``, ``MonitoredTrainingSession``, whose wrapped
@@ -28,6 +30,7 @@ Horovod allreduce inside the step adds its communication to it. Python 3.7-compa
 jobs may run old frameworks.
 """
 
+import json
 import os
 import time
 
@@ -61,6 +64,7 @@ def _callback_class(module):
             # a coordinator (ParameterServerStrategy) schedules steps ahead: a batch's
             # end is its scheduling, an epoch's end waits for them all
             self._shipyard_ahead = bool(getattr(strategy, "_should_use_with_coordinator", False))
+            self._shipyard_workers = _workers(strategy) if self._shipyard_ahead else 1
             self._shipyard_epochs = 0
 
         def on_epoch_begin(self, epoch, logs=None):
@@ -92,12 +96,29 @@ def _callback_class(module):
                 first = self._shipyard_epochs == 0
                 self._shipyard_epochs += 1
                 if self._shipyard_recorder.claim(KERAS_SOURCE):
-                    self._shipyard_recorder.add_group(end - start, count, first)
+                    # W workers ran the epoch's steps side by side: each one's step took
+                    # W times the interval at which the cluster finished them
+                    seconds = (end - start) * self._shipyard_workers
+                    self._shipyard_recorder.add_group(seconds, count, first)
 
         def on_train_end(self, logs=None):
             self._shipyard_recorder.flush()
 
     return ShipyardStepTimes
+
+
+def _workers(strategy):
+    """How many workers a coordinator's steps run on (its cluster's ``worker`` tasks)."""
+    try:
+        spec = strategy._cluster_resolver.cluster_spec()
+        return max(1, int(spec.num_tasks("worker")))
+    except (AttributeError, ValueError, TypeError):
+        pass
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+        return max(1, len(cluster.get("worker") or []))
+    except (ValueError, AttributeError):
+        return 1
 
 
 def _patch(module):
