@@ -49,7 +49,8 @@ class TFParameterServerOptions:
     layout: str
     """``tf2`` (a coordinator and ParameterServerStrategy) or ``sagemaker`` (TF1's
     master/worker/ps, the script on every instance)."""
-    ports: Mapping[str, int] | None
+    ports: Mapping[str, int]
+    """Each role's port (the layout's defaults where the section names none)."""
     raw: Mapping[str, Any]
     runner: Literal["tf_parameter_server"] = "tf_parameter_server"
     kind: str = "parameter_server"

@@ -121,9 +121,8 @@ class TFParameterServerRules(Rules):
         from shipyard.tf import cluster
 
         options = {k: v for k, v in raw.items() if k != "kind"}
-        ports = cluster.ports_of(options) if "ports" in options else None
         return TFParameterServerOptions(
-            layout=cluster.layout_of(options), ports=ports, raw=dict(raw)
+            layout=cluster.layout_of(options), ports=cluster.ports_of(options), raw=dict(raw)
         )
 
     def deciding_hosts(self, options: RunnerOptions, hosts: Sequence[str]) -> list[str]:
@@ -319,7 +318,7 @@ class MpiRules(Rules):
         return MpiOptions(
             kind=str(raw.get("kind") or "mpi"),
             processes_per_host=mpi_processes_per_host(raw, num_gpus),
-            custom_mpi_options=str(raw.get("custom_mpi_options", "")),
+            custom_mpi_options=str(raw.get("custom_mpi_options") or ""),
             raw=dict(raw),
         )
 

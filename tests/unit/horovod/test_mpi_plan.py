@@ -27,9 +27,11 @@ GPU4 = InstanceResources("ml.g5.12xlarge", num_cpus=48, num_gpus=4, nominal_cpus
 
 
 def test_processes_per_host_defaults_to_gpus_else_one():
-    assert mpi.mpi_processes_per_host({}, 0) == 1
-    assert mpi.mpi_processes_per_host({}, 4) == 4
-    assert mpi.mpi_processes_per_host({"processes_per_host": 3}, 4) == 3
+    from shipyard.jobplan.runners import mpi_processes_per_host
+
+    assert mpi_processes_per_host({}, 0) == 1
+    assert mpi_processes_per_host({}, 4) == 4
+    assert mpi_processes_per_host({"processes_per_host": 3}, 4) == 3
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ from typing import Any
 from shipyard import settings
 from shipyard.ddp import shim_path as ddp_shim_path
 from shipyard.jobplan.runner import InstanceContext, ProcessSpec
-from shipyard.jobplan.runners import MpiRules, mpi_processes_per_host
+from shipyard.jobplan.runners import MpiRules
 from shipyard.mpi import command as mpi_command
 from shipyard.mpi import rsh as mpi_rsh
 from shipyard.sandbox import bindshim
@@ -172,8 +172,8 @@ def rank_command(user_command: list[str]) -> list[str]:
 
 def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     config = ctx.config
-    options = config.runner_options
-    env = rank_python_path(ctx.env, options.get("kind"))
+    options = MpiRules().restore(config.runner_options, len(config.hosts), config.num_gpus)
+    env = rank_python_path(ctx.env, options.kind)
     if config.sandboxed:
         env = {**sandbox_mca(config.network_interface_name), **env}
     elif config.sandbox.decided_on_node:  # Ray
@@ -207,7 +207,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
             )
         ]
 
-    ppn = mpi_processes_per_host(options, config.num_gpus)
+    ppn = options.processes_per_host
     agent_dir = ctx.paths.agent_dir
     failure_file = os.path.join(agent_dir, FAILURE_FILE)
     run_dir = os.path.join(agent_dir, RUN_DIR)
@@ -244,9 +244,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
             ),
         },
     )
-    nccl_debug, extra = mpi_command.parse_custom_mpi_options(
-        str(options.get("custom_mpi_options") or "")
-    )
+    nccl_debug, extra = mpi_command.parse_custom_mpi_options(options.custom_mpi_options)
     if remote:
         extra = [*_rsh_launch_args(ctx, plan_file, ppn), *extra]
     program = [

@@ -31,9 +31,9 @@ from shipyard.tf import cluster, keras_compat
 
 
 def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) -> list[ProcessSpec]:
-    options = ctx.config.runner_options
     hosts = ctx.config.hosts
-    tasks = cluster.mwms_tasks(hosts, int(options.get("port") or cluster.MWMS_PORT))
+    options = MWMSRules().restore(ctx.config.runner_options, len(hosts), 0)
+    tasks = cluster.mwms_tasks(hosts, options.port)
     (me,) = cluster.tasks_on(tasks, ctx.host)
     ports = private_ports([me], picker)
     config = cluster.encode(cluster.tf_config(tasks, ctx.config.addresses, me, ports[me]))

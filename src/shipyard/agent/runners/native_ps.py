@@ -32,13 +32,13 @@ from typing import Any
 
 from shipyard.jobplan import layout
 from shipyard.jobplan.runner import InstanceContext, ProcessSpec
-from shipyard.jobplan.runners import NativePSRules, ps_options
+from shipyard.jobplan.runners import NativePSRules
 
 
 def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     config = ctx.config
     hosts = config.hosts
-    opts = ps_options(config.runner_options, len(hosts))
+    opts = NativePSRules().restore(config.runner_options, len(hosts), 0).ps
     addresses = [config.addresses[h] for h in hosts]
     endpoints = [opts.shard_endpoint(i, addresses) for i in range(opts.num_shards)]
     num_workers = len(hosts) * opts.workers_per_host

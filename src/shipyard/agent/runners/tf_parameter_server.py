@@ -72,9 +72,9 @@ def plan(ctx: InstanceContext, picker: Callable[[], int] = cluster.free_port) ->
             "without parameter servers (as SageMaker does); TF_CONFIG is not set"
         )
         return plain.plan(ctx)
-    options = {k: v for k, v in ctx.config.runner_options.items() if k != "kind"}
-    layout = cluster.layout_of(options)
-    tasks = cluster.ps_tasks(layout, hosts, cluster.ports_of(options))
+    options = TFParameterServerRules().restore(ctx.config.runner_options, len(hosts), 0)
+    layout = options.layout
+    tasks = cluster.ps_tasks(layout, hosts, options.ports)
     mine = cluster.tasks_on(tasks, ctx.host)
     ports = private_ports(mine, picker)
     ip = ctx.address

@@ -18,37 +18,30 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
 
 from shipyard import settings
 from shipyard.ddp import contract, shim_path
 from shipyard.jobplan.runner import InstanceContext, ProcessSpec
-from shipyard.jobplan.runners import TorchDistributedRules, torch_kind
+from shipyard.jobplan.runners import TorchDistributedRules
 
 logger = logging.getLogger("shipyard.agent")
 SHIM_ENV = "SHIPYARD_SMDDP_SHIM"  # "off": leave the smdistributed shim off PYTHONPATH
 
 
-def processes_per_host(options: dict[str, Any], num_gpus: int) -> int:
-    return int(options.get("processes_per_host") or num_gpus or 1)
-
-
 def plan(ctx: InstanceContext) -> list[ProcessSpec]:
     config = ctx.config
-    options = config.runner_options
+    options = TorchDistributedRules().restore(config.runner_options, len(config.hosts), 0)
     hosts = list(config.hosts)
-    nproc = processes_per_host(options, config.num_gpus)
+    nproc = options.processes_per_host or config.num_gpus or 1
     master_addr = config.addresses[hosts[0]]
     # what the ranks see: the name, as SageMaker's launcher passes it, where libc resolves
     # it (an instance sandbox); else the address, for native code that cannot
     rank_master_addr = hosts[0] if config.sandboxed else master_addr
     attempt = settings.optional_integer("SHIPYARD_ATTEMPT", ctx.env) or 1
     max_restarts = settings.optional_integer("SHIPYARD_MAX_RETRY_ATTEMPTS", ctx.env) or 0
-    master_ports = contract.master_ports(
-        int(options.get("master_port", contract.DEFAULT_MASTER_PORT))
-    )
+    master_ports = contract.master_ports(options.master_port)
     announce_ports = ",".join(map(str, contract.announce_ports(config.job_secret, config.job_name)))
-    timeout = str(float(options.get("rendezvous_timeout", contract.DEFAULT_RENDEZVOUS_TIMEOUT)))
+    timeout = str(options.rendezvous_timeout)
     work = os.path.join(ctx.paths.agent_dir, "ddp", f"attempt-{attempt}")
     os.makedirs(work, exist_ok=True)
     rank_failure = os.path.join(work, "failure")
@@ -129,7 +122,7 @@ def plan(ctx: InstanceContext) -> list[ProcessSpec]:
             )
         )
     ctx.notes.append(
-        f"{ctx.host}: {torch_kind(options)} via DDP: ranks "
+        f"{ctx.host}: {options.kind} via DDP: ranks "
         f"{nproc * ctx.host_index}..{nproc * (ctx.host_index + 1) - 1} of "
         f"{nproc * len(hosts)}, MASTER_ADDR={master_addr}"
     )
