@@ -249,3 +249,49 @@ def test_the_init_script_is_small_and_builds_the_view_from_cached_bytecode():
         check=True,
     )
     assert done.stdout.split() == ["SourceFileLoader", "build"]
+
+
+def test_star_patterns_expand_as_glob_does_without_it(tmp_path, monkeypatch):
+    """The view's patterns (``nvidia*``, ``ssh_host_*key``) are expanded in every
+    sandboxed agent: glob's regular expressions are not needed for them."""
+    import glob
+    import sys
+
+    names = "a ab abc .ab xay nvidia0 nvidiactl nvidia-uvm ssh_host_rsa_key "
+    names += "ssh_host_rsa_key.pub ssh_host_ed25519_key aa"
+    for name in names.split():
+        (tmp_path / name).write_text("")
+    patterns = "nvidia* * ssh_host_*key a*b*c *a* .a* a* *key x*y* ** a*a ab*b* none*".split()
+    expected = {p: sorted(glob.glob(f"{tmp_path}/{p}")) for p in patterns}
+    expected["[ab]*"] = sorted(glob.glob(f"{tmp_path}/[ab]*"))
+    from shipyard.sandbox import viewbuild
+
+    assert viewbuild.expand(f"{tmp_path}/[ab]*") == expected["[ab]*"]  # glob's, still
+    monkeypatch.setitem(sys.modules, "glob", None)
+    for pattern in patterns:
+        assert viewbuild.expand(f"{tmp_path}/{pattern}") == expected[pattern], pattern
+    assert viewbuild.expand(f"{tmp_path}/missing/x*") == []
+
+
+def test_the_s3_endpoint_port_is_read_as_urllib_reads_it():
+    from urllib.parse import urlsplit
+
+    from shipyard.agent.__main__ import url_host_port
+
+    urls = [
+        "http://127.0.0.1:9000",
+        "http://localhost:9000/bucket?x=1",
+        "https://LOCALHOST/",
+        "http://[::1]:9100/",
+        "http://[::1]",
+        "http://user:pw@127.0.0.1:8080/p",
+        "https://s3.example.com",
+        "http://127.0.0.1:9000#frag",
+    ]
+    for url in urls:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        assert url_host_port(url) == (parts.hostname, port), url
+    assert url_host_port("http://127.0.0.1:port/") is None
+    assert url_host_port("http://127.0.0.1:70000/") is None
+    assert url_host_port("127.0.0.1:9000") is None  # not a URL

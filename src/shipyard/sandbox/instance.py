@@ -25,8 +25,12 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from shipyard.sandbox import datanet, kernel, network, shaping, tools
+from shipyard.sandbox import datanet, kernel, network, tools
+
+if TYPE_CHECKING:
+    from shipyard.sandbox import shaping
 
 OPT_ML = "/opt/ml"
 ETC_HOSTS = "/etc/hosts"
@@ -352,11 +356,15 @@ def _attach(box: InstanceSandbox, job_net: int, own_net: int) -> None:
             pass_fds=(own_net,),
         )
         if box.shape is not None:  # what the instance receives
+            from shipyard.sandbox import shaping
+
             box.notes.extend(shaping.apply(veth, box.shape))
     finally:
         kernel.setns(own_net, kernel.CLONE_NEWNET)
     _ip(f"link set lo up\naddr add {box.address}/{PREFIX_LEN} dev eth0\nlink set eth0 up\n")
     if box.shape is not None:  # what it sends; a failure is said once, by the first
+        from shipyard.sandbox import shaping
+
         notes = shaping.apply("eth0", box.shape)
         box.notes.extend(n for n in notes if n not in box.notes)
 

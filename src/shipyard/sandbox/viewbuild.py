@@ -131,13 +131,42 @@ MAGIC = frozenset("*?[")
 
 
 def expand(pattern: str) -> list[str]:
-    """The existing paths a glob pattern names, sorted (``glob`` imported only for a
-    pattern with wildcards: the agent hands this init expanded ones)."""
+    """The existing paths a glob pattern names, sorted, as ``glob.glob`` finds them. A
+    pattern whose wildcards are only ``*`` in its last part (``/dev/nvidia*``,
+    ``/etc/ssh/ssh_host_*key``) is matched here: ``glob`` compiles each pattern to a
+    regular expression (``re``'s compiler: 1-5 ms of every sandboxed agent's start);
+    anything else goes to ``glob``."""
     if not MAGIC.intersection(pattern):
         return [pattern] if os.path.lexists(pattern) else []
-    import glob
+    directory, _, name = pattern.rpartition("/")
+    if "?" in name or "[" in name or MAGIC.intersection(directory) or not directory:
+        import glob
 
-    return sorted(glob.glob(pattern))
+        return sorted(glob.glob(pattern))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    parts = name.split("*")
+    return sorted(
+        f"{directory}/{n}"
+        for n in names
+        if _stars_match(n, parts) and (name.startswith(".") or not n.startswith("."))
+    )
+
+
+def _stars_match(name: str, parts: list[str]) -> bool:
+    """``name`` matches the pattern ``"*".join(parts)`` (``*``: any run of characters)."""
+    first, *middle, last = parts
+    if len(name) < len(first) + len(last) or not (name.startswith(first) and name.endswith(last)):
+        return False
+    at, end = len(first), len(name) - len(last)
+    for part in middle:
+        found = name.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
 
 
 def encode_view(view: dict) -> str:
