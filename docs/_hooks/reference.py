@@ -407,7 +407,7 @@ def sdk_reference() -> str:
         "The public names of `import shipyard` (as `import sagemaker` offers them), generated "
         "from the code: each class's constructor and public methods with every argument's "
         "type, default and meaning. Arguments the SageMaker SDK accepts that mean nothing "
-        "without AWS (`role`, `volume_size`, `subnets`, ...) are accepted and ignored.",
+        "without AWS (`role`, `subnets`, ...) are accepted and ignored.",
         "",
     ]
     placed = [n for names in SDK_GROUPS.values() for n in names]
