@@ -134,6 +134,7 @@ class EstimatorBase:
         py_version: str | None = None,
         container_log_level: int = logging.INFO,
         enable_network_isolation: bool = False,
+        volume_size: int = 30,
         session: Session | None = None,
         **kwargs: Any,
     ) -> None:
@@ -176,20 +177,22 @@ class EstimatorBase:
             container_log_level: The ``logging`` level the toolkit logs at inside the job
                 (``SM_LOG_LEVEL``).
             enable_network_isolation: No outbound traffic from the (sandboxed) instances.
+            volume_size: GB of each instance's disk under ``/opt/ml`` (SageMaker's
+                ``VolumeSizeInGB``, 1..16384): a sparse disk of its own where shipyard runs
+                as root, the host's filesystem (said in describe) elsewhere.
             session: The shipyard.Session the job goes to (or ``sagemaker_session=``).
             **kwargs: SageMaker SDK v1 names (``train_instance_count``, ...) with a
                 DeprecationWarning; options that only mean something on AWS (``role``,
-                ``subnets``, ...) are accepted and ignored; ``volume_size`` (GB, default
-                30) is each instance's disk under /opt/ml (shipyard.sandbox.disk).
+                ``subnets``, ...) are accepted and ignored.
         """
         kwargs = _renamed(dict(kwargs))
         instance_count = kwargs.pop("instance_count", instance_count)
         instance_type = kwargs.pop("instance_type", instance_type)
         max_run = kwargs.pop("max_run", max_run)
-        from shipyard.spec import DEFAULT_VOLUME_GB, check_volume_size
+        from shipyard.spec import check_volume_size
 
         try:  # refused here, as SageMaker's SDK user learns it at once
-            self.volume_size = check_volume_size(kwargs.pop("volume_size", DEFAULT_VOLUME_GB))
+            self.volume_size = check_volume_size(kwargs.pop("volume_size", volume_size))
         except ValueError as exc:
             raise ValidationError(f"volume_size: {exc}") from None
         distribution = kwargs.pop("distribution", distribution)
