@@ -151,3 +151,23 @@ def test_a_disk_smaller_than_asked_says_so(tmp_path):
         "the instance's disk under /opt/ml (40.0 MiB, less than its VolumeSizeInGB of 30 GB: "
         "the host's filesystem had no more free) is full"
     )
+
+
+def _request(resources):
+    return {
+        "TrainingJobName": "v",
+        "HyperParameters": {"sagemaker_program": '"train.py"'},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, **resources},
+    }
+
+
+def test_the_servers_resource_config_carries_the_size(tmp_path):
+    from shipyard.server.training import TrainingApi
+
+    api = TrainingApi(None, None, None, str(tmp_path))  # type: ignore[arg-type]
+    spec = api.spec_from_request(_request({"VolumeSizeInGB": 5}), "tensorflow", str(tmp_path))
+    assert spec.volume_size_gb == 5
+    spec = api.spec_from_request(_request({}), "tensorflow", str(tmp_path))
+    assert spec.volume_size_gb == 30
+    with pytest.raises(ValidationError, match="VolumeSizeInGB must be between 1 and 16384"):
+        api.spec_from_request(_request({"VolumeSizeInGB": 0}), "tensorflow", str(tmp_path))
