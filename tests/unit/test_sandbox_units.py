@@ -176,3 +176,16 @@ def test_the_network_holder_gives_up_when_no_instance_is_named():
     finally:
         os.close(write_end)
         os.close(read_end)
+
+
+def test_a_sandboxed_agents_start_imports_no_pydantic():
+    """Issue 40: the instance's sandbox (its disk's detach among its steps) imported
+    shipyard.spec, and with it pydantic: 0.1-0.4 s of CPU in every sandboxed agent."""
+    code = (
+        "import sys, shipyard.agent.__main__\n"
+        "from shipyard.sandbox import confine, disk, fsview, instance, pidns, seccomp\n"
+        "print(' '.join(m for m in ('pydantic', 'shipyard.spec') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []

@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 from shipyard.runtime import safepath
 from shipyard.sandbox import kernel, tools
-from shipyard.spec import check_volume_size
 
 GIB = 1 << 30
 EXT4_MAX_FILE = 16 << 40  # a file on ext4 with 4 KiB blocks stays below 16 TiB
@@ -116,6 +115,8 @@ def create(job_dir: str, host: str, size_gb: int, instances: int = 1) -> Disk:
     """Make and mount the disk of ``host`` over its tree (created empty if absent), one of
     ``instances`` sharing the host's free space. Raises OSError with what failed; nothing
     is left behind when it does."""
+    from shipyard.spec import check_volume_size  # pydantic: not in every agent's start
+
     check_volume_size(size_gb)
     tree = os.path.join(job_dir, "instances", host)
     os.makedirs(tree, exist_ok=True)
