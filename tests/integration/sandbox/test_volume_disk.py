@@ -233,3 +233,18 @@ def test_a_supervisor_killed_with_sigkill_leaves_no_disk(write_script, home):
         proc.wait()
     assert _left_after_a_while(job_dir) == NONE_LEFT
     assert os.path.exists(mark)  # model/ kept on the host
+
+
+def test_a_tree_that_is_a_link_gets_no_disk_and_nothing_is_left(tmp_path):
+    """The disk is mounted through an fd of the tree opened without following a link:
+    a link at the tree's name (never there unless planted) is refused, not followed."""
+    job_dir = tmp_path / "job"
+    (job_dir / "instances").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, job_dir / "instances" / "algo-1")
+    made = disk.create_all(str(job_dir), ["algo-1"], 1)
+    assert isinstance(made["algo-1"], str) and "could not be made" in made["algo-1"]
+    assert not [m for m in disk.mount_points() if m.startswith(str(tmp_path))]
+    assert os.listdir(job_dir / disk.DISKS_DIR) == []
+    assert _left_after_a_while(str(job_dir)) == NONE_LEFT
