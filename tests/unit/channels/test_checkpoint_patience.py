@@ -24,7 +24,7 @@ class _AwayThenBack:
             raise self.error("Could not connect to the endpoint URL: http://127.0.0.1:1/")
         with open(path, "rb") as fh:
             fh.read()
-        self.keys.append(location.key if hasattr(location, "key") else str(location))
+        self.keys.append(location.uri)
 
 
 def _sync(tmp_path, store, what="checkpoints"):
