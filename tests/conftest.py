@@ -102,12 +102,22 @@ def xdist_group_of(nodeid: str) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the markers into node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = xdist_group_of(item.nodeid)
-        if group is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when xdist is not loaded
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` with xdist_group_of's groups, given to the scheduler directly
+    rather than as xdist_group marks: a mark renames every test it groups (``nodeid@group``),
+    which makes the durations and failures hard to read and their ids not runnable."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # an explicit xdist_group mark
+                return super()._split_scope(nodeid)
+            return xdist_group_of(nodeid) or nodeid
+
+    return ModuleGroups(config, log)
 
 
 # what the server tests' shape fixture counted on each worker (tests/integration/server/
