@@ -18,7 +18,7 @@ capabilities (the agent, the instance's init). ``name_to_handle_at`` stays allow
 
 Built with libseccomp (through the ``pyseccomp`` ctypes binding) once per machine and
 version of this module: the BPF program is kept in the user's private cache
-(``<cache>/seccomp-<sha256 of this file and the machine>.bpf``, the bind shim's cache
+(``<cache>/seccomp-<CRC of this file and the machine>-<size>.bpf``, the bind shim's cache
 directory, shipyard.sandbox.bindshim) and read from there by every later agent.
 Importing the binding cost each agent 20-60 ms on a loaded 2-core machine (two
 ``ldconfig -p`` runs of ``ctypes.util.find_library``), four times at once for a
