@@ -1,8 +1,9 @@
-"""Horovod 0.16-0.20's Keras callback signatures, which the tf-distribution-options notebook
-uses: ``LearningRateWarmupCallback(warmup_epochs=5, verbose=1)`` and
+"""Horovod 0.16-0.20's Keras callbacks as the tf-distribution-options notebook uses them:
+``LearningRateWarmupCallback(warmup_epochs=5, verbose=1)`` and
 ``LearningRateScheduleCallback(multiplier=..., start_epoch=...)`` with no ``initial_lr``
 (those releases read it from the optimizer when training begins; 0.21 made it the first
-argument). One rank, Keras 3: the TF 1.x Keras path runs in the notebook's own test
+argument), and ``MetricAverageCallback`` leaving numpy scalars numpy scalars. One rank,
+Keras 3: the TF 1.x Keras path runs in the notebook's own test
 (tests/integration/environments/test_tf_distribution_notebook.py)."""
 
 from __future__ import annotations
@@ -45,3 +46,14 @@ def test_the_0_20_positional_order_is_refused_naming_the_keywords(single_rank):
         hvd.callbacks.LearningRateScheduleCallback(lambda epoch: 0.5, 1)
     with pytest.raises(TypeError, match="needs a multiplier"):
         hvd.callbacks.LearningRateScheduleCallback()
+
+
+def test_averaged_metrics_keep_their_numpy_types(single_rank):
+    """TF 1.x Keras logs numpy scalars and Horovod 0.16 gave them back as such; the
+    notebook's save_history keeps only lists of np.float32/np.float64."""
+    import shipyard.horovod.tensorflow.keras as hvd
+
+    logs = {"loss": np.float32(1.5), "acc": np.float64(0.25), "lr": 0.001}
+    hvd.callbacks.MetricAverageCallback().on_epoch_end(0, logs)
+    assert type(logs["loss"]) is np.float32 and logs["loss"] == np.float32(1.5)
+    assert type(logs["acc"]) is np.float64 and type(logs["lr"]) is float

@@ -292,7 +292,11 @@ def make_callbacks(keras_module) -> types.SimpleNamespace:
             values = np.array([float(np.asarray(logs[k])) for k in keys], np.float64)
             reduced = _engine.get().allreduce(values, name="metrics:" + ",".join(keys))
             for k, v in zip(keys, reduced.tolist()):
-                logs[k] = v
+                # each value keeps its type: TF 1.x Keras logs numpy scalars, and scripts
+                # test for them (the notebook's save_history keeps np.float32/np.float64
+                # lists only, so python floats emptied its history)
+                old = logs[k]
+                logs[k] = old.dtype.type(v) if isinstance(old, np.generic) else v
 
     class LearningRateScheduleCallback(Callback):
         """lr = initial_lr * multiplier(epoch) between start_epoch and end_epoch, per epoch
