@@ -94,7 +94,7 @@ def test_a_job_filling_its_disk_is_told_which_disk(tmp_path):
         in first
     ), reason
     assert "No space left on device" in reason  # the script's own error follows
-    assert "algo-1's disk is 0.04 GiB, not 30 GB" in log, log
+    assert "the disk of algo-1 is 0.04 GiB, not 30 GB" in log, log
     missing = [m["Missing"] for m in job["Shipyard"]["MissingProtections"]]
     assert not any("VolumeSizeInGB" in m for m in missing), missing
 

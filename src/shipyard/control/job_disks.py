@@ -87,21 +87,8 @@ class JobDisks:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(record, fh)
         os.replace(tmp, record_path(self.job_dir))
-        if self.disks:
-            self.say(
-                f"[shipyard] /opt/ml of {', '.join(sorted(self.disks))} is a disk of "
-                f"{self.size_gb} GB each (VolumeSizeInGB)"
-            )
-        for d in sorted(self.disks.values(), key=lambda d: d.host):
-            if d.capped:
-                self.say(
-                    f"[shipyard] WARNING: {d.host}'s disk is {d.size / (1 << 30):.2f} GiB, not "
-                    f"{self.size_gb} GB: the host's filesystem has less free than the job's "
-                    "instances ask for"
-                )
-        for host, why in sorted(made.items()):
-            if host not in self.disks:
-                self.say(f"[shipyard] {host}: protection missing: {missing_text(str(why))}")
+        for line in _log_lines(made, self.size_gb, disk.Disk):
+            self.say(line)
 
     def release(self) -> None:
         from shipyard.sandbox import disk
@@ -113,6 +100,41 @@ class JobDisks:
         for note in notes.values():
             if note:
                 self.say(f"[shipyard] WARNING: {note}")
+
+
+def _log_lines(made: dict, size_gb: int, disk_type: type) -> list[str]:
+    """What algo-1's log says of the disks, one line per fact shared by the instances it
+    applies to: "each instance" when it is all of them, so algo-1's log names another
+    host only where the hosts differ (``shipyard logs --host algo-1`` stays algo-1's)."""
+    hosts = sorted(made)
+
+    def who(group: list[str]) -> str:
+        return "each instance" if group == hosts and len(hosts) > 1 else ", ".join(group)
+
+    lines = []
+    disks: dict[str, Any] = {h: d for h, d in made.items() if isinstance(d, disk_type)}
+    if disks:
+        lines.append(
+            f"[shipyard] /opt/ml of {who(sorted(disks))} is a disk of {size_gb} GB "
+            "(VolumeSizeInGB)"
+        )
+    capped: dict[int, list[str]] = {}
+    for host in sorted(disks):
+        if disks[host].capped:
+            capped.setdefault(disks[host].size, []).append(host)
+    for size, group in sorted(capped.items()):
+        lines.append(
+            f"[shipyard] WARNING: the disk of {who(group)} is {size / (1 << 30):.2f} GiB, "
+            f"not {size_gb} GB: the host's filesystem has less free than the job's "
+            "instances ask for"
+        )
+    missing: dict[str, list[str]] = {}
+    for host in hosts:
+        if host not in disks:
+            missing.setdefault(str(made[host]), []).append(host)
+    for why, group in sorted(missing.items()):
+        lines.append(f"[shipyard] {who(group)}: protection missing: {missing_text(why)}")
+    return lines
 
 
 def missing_text(why: str) -> str:

@@ -112,7 +112,7 @@ def test_a_job_within_its_disk_succeeds_and_its_model_is_kept(session, write_scr
     job_dir = desc["Shipyard"]["JobDir"]
     with open(os.path.join(job_dir, "logs", "algo-1.log"), encoding="utf-8") as fh:
         log = fh.read()
-    assert "/opt/ml of algo-1, algo-2 is a disk of 1 GB each" in log
+    assert "/opt/ml of each instance is a disk of 1 GB (VolumeSizeInGB)" in log
     sizes = [int(line.split()[1]) for line in log.splitlines() if line.startswith("opt-ml-size")]
     assert sizes and all(0.9 * (1 << 30) < s <= (1 << 30) for s in sizes), sizes
     with tarfile.open(out / "within-disk" / "output" / "model.tar.gz") as tar:
