@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.lazy import lazy, needs
 
-tf = pytest.importorskip("tensorflow")
+pytestmark = needs("tensorflow")
+tf = lazy("tensorflow")
 
 
 def _fit(callbacks, lr=0.1, epochs=2):
