@@ -17,6 +17,7 @@ import atexit
 import json
 import os
 import re
+import sys
 import threading
 from types import ModuleType
 from typing import Any
@@ -70,7 +71,12 @@ class Recorder:
 
     def write(self) -> None:
         with self._lock:
-            data = {"pid": os.getpid(), "variables": list(self.variables)}
+            data = {
+                "pid": os.getpid(),
+                # the release the script ran (the report's advice differs for TF 1.x)
+                "tensorflow": getattr(sys.modules.get("tensorflow"), "__version__", None),
+                "variables": list(self.variables),
+            }
         tmp = self.path + ".tmp"
         try:
             with open(tmp, "w", encoding="utf-8") as fh:

@@ -28,7 +28,18 @@ _NO_PS_FIX = (
 )
 
 
-def no_ps_warning(layout: str, chief: str = "algo-1") -> str:
+# TensorFlow 1.x has neither tf.distribute.ParameterServerStrategy nor a Keras `fit` that
+# reads TF_CONFIG (the tf-distribution-options notebook's train_ps.py at 1.13)
+_NO_PS_FIX_TF1 = (
+    "TensorFlow 1.x's Keras fit reads no TF_CONFIG: build the graph under "
+    "tf.train.replica_device_setter(cluster=tf.train.ClusterSpec(TF_CONFIG's cluster)) and "
+    "train in a tf.train.MonitoredTrainingSession, or make the model an Estimator "
+    "(tf.keras.estimator.model_to_estimator) and train it with "
+    "tf.estimator.train_and_evaluate, which reads TF_CONFIG."
+)
+
+
+def no_ps_warning(layout: str, chief: str = "algo-1", tensorflow: str | None = None) -> str:
     """Nothing was placed on a ps: who trained what depends on the layout. In the tf2
     layout only the chief runs the script (ParameterServerStrategy's one coordinator; the
     other instances only serve), so it alone trained; in SageMaker's layout every
@@ -47,7 +58,8 @@ def no_ps_warning(layout: str, chief: str = "algo-1") -> str:
             "every instance ran the script and trained its own copy of the model; the "
             "parameter servers held nothing. "
         )
-    return head + what + _NO_PS_FIX
+    tf1 = bool(tensorflow) and str(tensorflow).split(".")[0] == "1"
+    return head + what + (_NO_PS_FIX_TF1 if tf1 else _NO_PS_FIX)
 
 
 NO_PS_WARNING = no_ps_warning("tf2")  # the default layout's
@@ -209,7 +221,8 @@ def build(
     warnings = []
     local = [v for v in variables if v.get("ps_task") is None]
     if script_ok and not entries:
-        warnings.append(no_ps_warning(layout, hosts[0] if hosts else "algo-1"))
+        chief = hosts[0] if hosts else "algo-1"
+        warnings.append(no_ps_warning(layout, chief, (placement or {}).get("tensorflow")))
     return {
         "schema": SCHEMA,
         "implementation": "tensorflow",
