@@ -39,9 +39,7 @@ def test_py36_asked_builds_in_python_3_7_where_the_in_job_parts_run(machine, tmp
     assert (found.version, found.python, found.exact) == ("1.13.2", "3.7", True)
 
 
-def test_a_release_only_python_3_6_runs_is_refused_naming_the_nearest_that_would(
-    machine, tmp_path
-):
+def test_a_release_only_python_3_6_runs_is_refused_naming_the_nearest_that_would(machine, tmp_path):
     with pytest.raises(job.EnvironmentRefused) as refused:
         job.resolution(job.Request("tensorflow", "1.12", "py36"), str(tmp_path))
     said = str(refused.value)
