@@ -150,6 +150,7 @@ DISTRIBUTIONS = {
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+REUSE = False  # --reuse: a run saved by an interrupted --save is read, not run again
 # the unmodified examples: framework, source dir, entry point, distribution,
 # hyperparameters, channels ("digits" or "cifar": made by the examples' data scripts),
 # and the collective the planner models (None: a parameter-server job)
@@ -224,7 +225,7 @@ def run(
     import shipyard
 
     name = f"{kind.replace('_', '-')}-{rate}-{n}"
-    if keep is not None and session is None:
+    if keep is not None and (session is None or (REUSE and (keep / f"{name}.json").exists())):
         return json.loads((keep / f"{name}.json").read_text())
     tags = [] if rate == "unshaped" else [{"Key": "shipyard:network", "Value": rate}]
     if kind in UNMODIFIED:
@@ -283,7 +284,14 @@ def main() -> None:
     )
     parser.add_argument("--save", type=Path, help="write each run's describe output here")
     parser.add_argument("--replay", type=Path, help="re-predict the runs saved in this folder")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --save: runs already saved there are not run again",
+    )
     args = parser.parse_args()
+    global REUSE
+    REUSE = args.reuse
     import shipyard
     from shipyard.planner import model
     from shipyard.planner.profile import from_describe
