@@ -126,9 +126,9 @@ def test_doctor_names_each_missing_protection_with_its_fix(monkeypatch):
 def test_describe_lists_each_instances_missing_protections(tmp_path):
     import json
 
-    from shipyard.jobplan.layout import InstancePaths
     from shipyard.control.disk_full import NO_VOLUME
     from shipyard.control.job_end import missing_protections
+    from shipyard.jobplan.layout import InstancePaths
 
     for host, missing in (("algo-1", ["no PID namespace: the kernel refused one (EPERM)"]),):
         path = InstancePaths(str(tmp_path / "instances" / host)).missing_protections_file
