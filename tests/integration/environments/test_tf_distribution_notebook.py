@@ -262,7 +262,7 @@ def test_the_horovod_estimator_trains_on_2_instances_with_tf_1_13(
     }
     # two ranks, trained together: rank 0's broadcast and the allreduced gradients leave
     # both with the same trainable weights. Measured on this test's data: equal to the
-    # printed digits in 3 of 4 runs, 2.3e-7 apart (relative, sum of |w|) in one; 1.7e-5
+    # printed digits in 2 of 3 runs, 2.3e-7 apart (relative, sum of |w|) in one; 1.7e-5
     # apart when each rank applies its own gradients (DistributedOptimizer's reduction
     # left out), so 2e-6 tells the two apart.
     assert set(finals) == {"0", "1"}, streamed[-3000:]
