@@ -36,6 +36,13 @@ print("loss", loss.item())
 dist.destroy_process_group()
 """.replace("{STEPS}", str(STEPS))
 DDP_BYTES = (64 * 256 + 256 + 256 * 10 + 10) * 4  # every gradient, float32, once per step
+# the same, written for SageMaker's data parallel library (shipyard's smddp shim)
+SMDDP_SCRIPT = DDP_SCRIPT.replace(
+    "from torch.nn.parallel import DistributedDataParallel as DDP",
+    "import smdistributed.dataparallel.torch.torch_smddp\n"
+    "from smdistributed.dataparallel.torch.parallel.distributed import "
+    "DistributedDataParallel as DDP",
+).replace('init_process_group("gloo")', 'init_process_group(backend="smddp")')
 
 TF1_SCRIPT = """
 import numpy as np
@@ -170,6 +177,25 @@ def test_torch_ddp_steps_are_timed_with_their_buckets(home, tmp_path):
     assert timing["OverlapSeconds"] is not None
     assert timing["BytesPerStep"] == DDP_BYTES
     _planned_from_measurement("ddp-steps", timing, "torch DDP", DDP_BYTES)
+
+
+@pytest.mark.timeout(300)
+def test_smddp_scripts_are_timed_as_the_ddp_they_run_on(home, tmp_path):
+    pytest.importorskip("torch")
+    assert "smdistributed" in SMDDP_SCRIPT and "gloo" not in SMDDP_SCRIPT
+    desc = _run(
+        home,
+        tmp_path,
+        "pytorch",
+        SMDDP_SCRIPT,
+        "smddp-steps",
+        instances=2,
+        distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+    )
+    timing = desc["Shipyard"]["StepTiming"]
+    assert timing["Source"] == "torch DDP" and timing["Workers"] == 2
+    assert [w["Steps"] for w in timing["PerWorker"]] == [STEPS - 1, STEPS - 1]
+    assert timing["CommSeconds"] > 0 and timing["BytesPerStep"] == DDP_BYTES
 
 
 @pytest.mark.tensorflow
