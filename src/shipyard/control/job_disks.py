@@ -115,8 +115,7 @@ def _log_lines(made: dict, size_gb: int, disk_type: type) -> list[str]:
     disks: dict[str, Any] = {h: d for h, d in made.items() if isinstance(d, disk_type)}
     if disks:
         lines.append(
-            f"[shipyard] /opt/ml of {who(sorted(disks))} is a disk of {size_gb} GB "
-            "(VolumeSizeInGB)"
+            f"[shipyard] /opt/ml of {who(sorted(disks))} is a disk of {size_gb} GB (VolumeSizeInGB)"
         )
     capped: dict[int, list[str]] = {}
     for host in sorted(disks):
