@@ -2,8 +2,8 @@
 wait for a busy package manager, then go on without the optional tools and say which;
 the demo's own process shows no TensorFlow start-up noise.
 
-(The doctor's advice and ``--help`` have their own tests: tests/unit/test_doctor_advice.py,
-tests/unit/test_cli_help.py.)"""
+(The doctor's advice and ``--help`` have their own tests: tests/unit/cli/test_doctor_advice.py,
+tests/unit/cli/test_cli_help.py.)"""
 
 from __future__ import annotations
 

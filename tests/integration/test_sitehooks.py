@@ -1,5 +1,5 @@
 """shipyard's job-process ``sitecustomize`` with real torch: the exit guard sees gloo's
-worker threads (a real interpreter with a gloo group; tests/unit/test_sitehooks.py holds
+worker threads (a real interpreter with a gloo group; tests/unit/runtime/test_sitehooks.py holds
 the hooks' other rules)."""
 
 import os
@@ -14,7 +14,7 @@ pytestmark = needs("torch")
 
 
 def run_python(code: str, env: dict[str, str], *extra_path: str) -> subprocess.CompletedProcess:
-    """As tests/unit/test_sitehooks.py's: the way the agent starts a job's processes."""
+    """As tests/unit/runtime/test_sitehooks.py's: the way the agent starts a job's processes."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("SHIPYARD_")}
     base.update(env)
     base["PYTHONPATH"] = os.pathsep.join([sitehooks.site_dir(), *extra_path])

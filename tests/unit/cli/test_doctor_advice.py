@@ -13,7 +13,7 @@ from rich.console import Console
 
 from shipyard.cli.doctor import Check, checks, table
 
-PYPROJECT = pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml"
+PYPROJECT = pathlib.Path(__file__).resolve().parents[3] / "pyproject.toml"
 EXTRAS = sorted(tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"])
 
 
