@@ -107,14 +107,16 @@ def test_ctrl_c_in_fit_stops_the_job(session, write_script, home):
         text=True,
     )
     job_dir = os.path.join(str(home), "jobs", "ctrlc-job")
-    deadline = time.monotonic() + 20
+    # hang guards (60 s), under the script's 120 s sleep: another pytest-xdist worker's job
+    # on the same 2 cores slows the start and the stop (20 s ran out under -n 2)
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         logs = [os.path.join(job_dir, "logs", f"algo-{i}.log") for i in (1, 2)]
         if all(os.path.exists(p) and "running" in open(p).read() for p in logs):
             break
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=20)
+    out, _ = proc.communicate(timeout=60)
     assert "interrupted" in out
     record = session.control.get("ctrlc-job")
     assert (record.status, record.secondary_status) == ("Stopped", "Stopped")
