@@ -20,7 +20,8 @@ jobs are not touched. Here the instance's tree (``<job>/instances/algo-k``) gets
 
 ``release`` at the job's end (after the last upload): what the host keeps of a tree
 (``model/``, ``output/``, ``agent/``: what the Ray backend brings back from its nodes
-too) is copied beside it, the disk unmounted, the copy moved into the now-empty tree and
+too; and ``input/config/``, the contract files, for a user looking at how the instance
+was configured) is copied beside it, the disk unmounted, the copy moved into the now-empty tree and
 the image deleted. The copy never follows a link the job left (links stay links) and
 keeps no set-uid bit. Measured in docs/decisions.md (issue 37).
 
@@ -49,7 +50,9 @@ from shipyard.sandbox import kernel, tools
 GIB = 1 << 30
 EXT4_MAX_FILE = 16 << 40  # a file on ext4 with 4 KiB blocks stays below 16 TiB
 DISKS_DIR = "disks"  # in the job's directory, beside instances/
-KEPT_PARTS = ("model", "output", "agent")  # what the host keeps of a tree (Ray's too)
+# what the host keeps of a tree (Ray's too), and the contract files shipyard wrote for the
+# instance (input/config: what a user reads to see how the instance was configured)
+KEPT_PARTS = ("model", "output", "agent", "input/config")
 
 LOOP_CTL_GET_FREE = 0x4C82
 LOOP_CONFIGURE = 0x4C0A
@@ -363,8 +366,11 @@ while [ $# -ge 2 ]; do
   for part in model output agent; do
     [ -e "$tree/$part" ] && cp -R -P --preserve=timestamps "$tree/$part" "$kept/" 2>/dev/null
   done
+  if [ -d "$tree/input/config" ] && [ ! -L "$tree/input" ] && [ ! -L "$tree/input/config" ]; then
+    mkdir -m 700 "$kept/input" && cp -R -P --preserve=timestamps "$tree/input/config" "$kept/input/"
+  fi
   umount -l "$tree" 2>/dev/null
-  for part in model output agent; do
+  for part in model output agent input; do
     [ -e "$kept/$part" ] && rm -rf "$tree/$part" && mv "$kept/$part" "$tree/"
   done
   rm -rf "$kept"
@@ -376,8 +382,8 @@ done
 def start_reaper(disks: list[Disk]) -> subprocess.Popen | None:
     """A shell holding a pipe from this process (the supervisor): told ``released`` when
     ``release_all`` is done, it exits; when the pipe closes without it (the supervisor
-    was killed), it does what ``release`` would (keep ``model/``, ``output/``, ``agent/``
-    without following a link, unmount lazily, delete the image), so no disk outlives its
+    was killed), it does what ``release`` would (keep ``model/``, ``output/``, ``agent/``,
+    ``input/config/`` without following a link, unmount lazily, delete the image), so no disk outlives its
     job (the cgroups' reaper works the same way, shipyard.sandbox.cgroups)."""
     if not disks:
         return None
@@ -421,14 +427,32 @@ def _unmount(tree: str) -> None:
 
 
 def _copy_parts(tree: str, dest: str, parts: Iterable[str]) -> None:
+    """Each part (``a`` or ``a/b``) copied to the same place under ``dest``; a part that is
+    missing, or has a link or a non-directory on its way, is left out."""
     tree_fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         for part in parts:
+            *parents, name = part.split("/")
+            fds: list[int] = []
             try:
-                st = os.stat(part, dir_fd=tree_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            _copy_entry(tree_fd, part, st, os.path.join(dest, part))
+                fd = tree_fd
+                try:
+                    for parent in parents:
+                        fd = os.open(
+                            parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd
+                        )
+                        fds.append(fd)
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                        continue
+                    raise
+                if parents:
+                    os.makedirs(os.path.join(dest, *parents), mode=0o700, exist_ok=True)
+                _copy_entry(fd, name, st, os.path.join(dest, part))
+            finally:
+                for opened in fds:
+                    os.close(opened)
     finally:
         os.close(tree_fd)
 

@@ -120,6 +120,8 @@ def test_a_job_within_its_disk_succeeds_and_its_model_is_kept(session, write_scr
     for host in ("algo-1", "algo-2"):  # kept on the host after the disk is gone
         kept = os.path.join(job_dir, "instances", host, "model", "weights.bin")
         assert os.path.getsize(kept) == 64 << 20
+        config = os.path.join(job_dir, "instances", host, "input", "config")
+        assert os.path.isfile(os.path.join(config, "resourceconfig.json"))  # the contract
     assert not any("VolumeSizeInGB" in m["Missing"] for m in desc["Shipyard"]["MissingProtections"])
     assert _left_after_a_while(job_dir) == NONE_LEFT
 
