@@ -211,7 +211,9 @@ class Sampler:
         point["MemoryUtilization"] = round(100.0 * memory / limit, 2) if limit else None
         try:
             disk = shutil.disk_usage(inst.tree)
-            point["DiskUtilization"] = round(100.0 * disk.used / disk.total, 2)
+            # four decimals: an instance's own disk of VolumeSizeInGB (issue 37) holds a
+            # few MB of a 30 GB disk early on, which two decimals showed as an empty 0.0
+            point["DiskUtilization"] = round(100.0 * disk.used / disk.total, 4)
         except OSError:
             pass
         net = net_bytes(inst.pid)
