@@ -33,6 +33,7 @@ from functools import lru_cache
 
 from shipyard import settings
 from shipyard.runtime.lifeline import pid_alive
+from shipyard.sandbox import shellreaper
 
 OFF_VALUES = ("off", "0", "false", "no")
 # v1 controllers an instance uses: cpuset (its CPUs), memory (hard limit, OOM count),
@@ -477,17 +478,7 @@ done
 def _start_reaper(dirs: list[str]) -> subprocess.Popen | None:
     """A shell holding a pipe from this process: when the pipe closes (this process
     released the cgroups, or died), it kills what is left in them and removes them."""
-    try:
-        return subprocess.Popen(
-            ["/bin/sh", "-c", REAPER_SCRIPT, "shipyard-cgroup-reaper", *dirs],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a signal to the launcher's group does not reach it
-            close_fds=True,
-        )
-    except OSError:
-        return None
+    return shellreaper.start(REAPER_SCRIPT, "shipyard-cgroup-reaper", dirs)
 
 
 def create(job: str, limits: dict[str, Limits], hierarchy: Hierarchy | None = None) -> JobCgroups:

@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from shipyard.runtime import safepath
-from shipyard.sandbox import kernel, tools
+from shipyard.sandbox import kernel, shellreaper, tools
 
 GIB = 1 << 30
 EXT4_MAX_FILE = 16 << 40  # a file on ext4 with 4 KiB blocks stays below 16 TiB
@@ -388,17 +388,7 @@ def start_reaper(disks: list[Disk]) -> subprocess.Popen | None:
     if not disks:
         return None
     args = [part for d in disks for part in (d.tree, d.image)]
-    try:
-        return subprocess.Popen(
-            ["/bin/sh", "-c", REAPER_SCRIPT, "shipyard-disk-reaper", *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a signal to the supervisor's group does not reach it
-            close_fds=True,
-        )
-    except OSError:
-        return None
+    return shellreaper.start(REAPER_SCRIPT, "shipyard-disk-reaper", args)
 
 
 def stop_reaper(reaper: subprocess.Popen | None) -> None:
