@@ -18,7 +18,6 @@ own customization (or the DDP hook) still runs, and no hook runs twice.
 """
 
 import os as _os
-import sys as _sys
 
 
 def _install() -> None:
@@ -46,19 +45,11 @@ def _install() -> None:
 
 
 def _chain() -> None:
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    site = _os.path.join(_os.path.dirname(_os.path.dirname(here)), "runtime", "_site")
-    paths = [_os.path.abspath(p or ".") for p in _sys.path]
-    after = len(paths) - paths[::-1].index(here) if here in paths else 0
-    others = [p for p in _sys.path[after:] if _os.path.abspath(p or ".") not in (here, site)]
-    import importlib.machinery
-    import importlib.util
-
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
-    if spec is None or spec.loader is None:
+    try:
+        from shipyard.runtime.sitehooks import chain_after
+    except ImportError:
         return
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    chain_after(_os.path.dirname(_os.path.abspath(__file__)))
 
 
 _install()
