@@ -101,6 +101,26 @@ class ControlPlane(JobReader):
             return self._submit(spec, log, identity or {})
 
     def _submit(self, spec: JobSpec, log=None, identity: dict[str, str] | None = None) -> JobRecord:
+        """A pipeline of four steps with one rollback: every refusal that needs nothing
+        written comes first (``_checked``); then the name is reserved (``_reserve``);
+        what follows is this submit's own, undone as a whole on any error or interrupt."""
+        job_plan, sources = self._checked(spec)
+        record = self._reserve(job_plan)
+        staged = None
+        try:
+            staged = self._stage(job_plan)
+            record = self._write_job(job_plan, record, staged, sources, identity or {})
+        except BaseException:
+            self._rollback(job_plan, staged)
+            raise
+        if log:
+            self._say(job_plan, staged, log)
+        return record
+
+    def _checked(self, spec: JobSpec) -> tuple[JobPlan, dict[str, str]]:
+        """The spec's plan with its output_path normalized, and each channel's source;
+        refuses (nothing written) a bad spec, a backend that cannot run it, a missing
+        channel or bucket, and a name already taken."""
         job_plan = build(spec, self.backend)  # every refusal of the spec itself
         backends.validate(self.backend, spec.instance_count, spec.instance_type, job_plan.runner)
         sources = {
@@ -124,12 +144,14 @@ class ControlPlane(JobReader):
         if spec.code_location:
             check_location("code_location", spec.code_location)
         spec = spec.model_copy(update={"output_path": output_path})
-        job_plan = job_plan.with_spec(spec)
+        return job_plan.with_spec(spec), sources
+
+    def _reserve(self, job_plan: JobPlan) -> JobRecord:
+        """The name and the job's subnet, reserved atomically, and the job's directory:
+        of concurrent submits of one name exactly one gets past here, the others leave
+        with JobExistsError having touched nothing."""
+        spec = job_plan.spec
         job_dir = self.home.job_dir(spec.job_name)
-        code_location = spec.code_location or output_path
-        # The name is reserved (atomically, with the job's subnet) before anything is
-        # staged: of concurrent submits of one name exactly one gets here, the others
-        # leave with JobExistsError having touched nothing.
         record = self.store.create_job(
             spec,
             {},
@@ -146,56 +168,67 @@ class ControlPlane(JobReader):
                 f"job directory {job_dir} already exists (left by an earlier job of that "
                 "name?); pick another job name or remove the directory"
             ) from None
-        staged = None
-        try:
-            # staging shows its own progress: bundling and upload bars, pip's spinner
-            staged = staging.stage(
-                spec.code,
-                spec.job_name,
-                code_location,
-                self.home.requirements_cache,
-                local_dir=os.path.join(job_dir, "source"),
-                exclude=self._never_bundled(spec, code_location),
-                # a framework environment installs requirements.txt in its own resolve
-                requirements=job_plan.env_request is None,
-            )
-            legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
-            encoded = plan.hyperparameters(job_plan, staged, self.home)
-            assert record.subnet is not None  # chosen with the reservation
-            job_plan = job_plan.with_subnet(record.subnet)
-            config = plan.agent_config(job_plan, staged, encoded, self.home, sources, identity)
-            os.makedirs(os.path.join(job_dir, "logs"))
-            if job_plan.env_request is not None:
-                envphase.write_request(job_dir, job_plan.env_request)
-            elif job_plan.framework_env.resolution is not None:
-                with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), "w") as fh:
-                    json.dump(job_plan.framework_env.describe(), fh)
-            with open(os.path.join(job_dir, "job.json"), "w") as fh:
-                fh.write(spec.model_dump_json(indent=1))
-            # agent.json holds the job's secret: readable by its owner only
-            with open(
-                os.open(
-                    os.path.join(job_dir, "agent.json"),
-                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                    0o600,
-                ),
-                "w",
-            ) as fh:
-                fh.write(config.to_json())
-            if config.shared_dir:
-                os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
-            self.store.update(spec.job_name, hyperparameters=encoded)
-            record = self.store.get(spec.job_name)
-        except BaseException:
-            # everything here is this submit's own: the name was reserved above
-            shutil.rmtree(job_dir, ignore_errors=True)
-            if staged is not None:
-                staging.discard(staged)
-            self.store.delete_job(spec.job_name)
-            raise
-        if log:
-            self._say(job_plan, staged, log)
         return record
+
+    def _stage(self, job_plan: JobPlan) -> staging.StagedCode:
+        """The code bundled and uploaded; staging shows its own progress (bundling and
+        upload bars, pip's spinner)."""
+        spec = job_plan.spec
+        assert spec.output_path is not None  # normalized by _checked
+        code_location = spec.code_location or spec.output_path
+        staged = staging.stage(
+            spec.code,
+            spec.job_name,
+            code_location,
+            self.home.requirements_cache,
+            local_dir=os.path.join(self.home.job_dir(spec.job_name), "source"),
+            exclude=self._never_bundled(spec, code_location),
+            # a framework environment installs requirements.txt in its own resolve
+            requirements=job_plan.env_request is None,
+        )
+        legacy_mode.check_bundle(staged.bundle_path, staged.entry_point)
+        return staged
+
+    def _write_job(
+        self,
+        job_plan: JobPlan,
+        record: JobRecord,
+        staged: staging.StagedCode,
+        sources: dict[str, str],
+        identity: dict[str, str],
+    ) -> JobRecord:
+        """The job's files (agent.json readable by its owner only: it holds the job's
+        secret) and the record's hyperparameters; the record as it then stands."""
+        spec = job_plan.spec
+        job_dir = self.home.job_dir(spec.job_name)
+        encoded = plan.hyperparameters(job_plan, staged, self.home)
+        assert record.subnet is not None  # chosen with the reservation
+        job_plan = job_plan.with_subnet(record.subnet)
+        config = plan.agent_config(job_plan, staged, encoded, self.home, sources, identity)
+        os.makedirs(os.path.join(job_dir, "logs"))
+        if job_plan.env_request is not None:
+            envphase.write_request(job_dir, job_plan.env_request)
+        elif job_plan.framework_env.resolution is not None:
+            with open(os.path.join(job_dir, FRAMEWORK_ENV_NAME), "w") as fh:
+                json.dump(job_plan.framework_env.describe(), fh)
+        with open(os.path.join(job_dir, "job.json"), "w") as fh:
+            fh.write(spec.model_dump_json(indent=1))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        with open(os.open(os.path.join(job_dir, "agent.json"), flags, 0o600), "w") as fh:
+            fh.write(config.to_json())
+        if config.shared_dir:
+            os.makedirs(os.path.join(config.shared_dir, "model"), exist_ok=True)
+        self.store.update(spec.job_name, hyperparameters=encoded)
+        return self.store.get(spec.job_name)
+
+    def _rollback(self, job_plan: JobPlan, staged: staging.StagedCode | None) -> None:
+        """Everything after the reservation is this submit's own: its directory, its
+        staged code and the reserved name go."""
+        name = job_plan.spec.job_name
+        shutil.rmtree(self.home.job_dir(name), ignore_errors=True)
+        if staged is not None:
+            staging.discard(staged)
+        self.store.delete_job(name)
 
     def _say(self, job_plan: JobPlan, staged: staging.StagedCode, log) -> None:
         """What the submitter is told: the instances, the framework environment, notes."""
