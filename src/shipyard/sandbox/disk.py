@@ -143,14 +143,24 @@ def create_all(job_dir: str, hosts: list[str], size_gb: int) -> dict[str, Disk |
     if why is not None:
         return {h: why for h in hosts}
 
-    def one(host: str) -> Disk | str:
-        try:
-            return create(job_dir, host, size_gb, len(hosts))
-        except OSError as exc:
-            return f"its disk could not be made: {exc}"
+    made: dict[str, Disk | str] = {}  # filled by the threads as each disk is mounted
 
-    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-        return dict(zip(hosts, pool.map(one, hosts)))
+    def one(host: str) -> None:
+        try:
+            made[host] = create(job_dir, host, size_gb, len(hosts))
+        except OSError as exc:
+            made[host] = f"its disk could not be made: {exc}"
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+            list(pool.map(one, hosts))
+    except BaseException:
+        # Ctrl-C (or SIGTERM as one) reaches this thread only; leaving the pool waited for
+        # the threads, so every disk they mounted is in `made`, and none may stay mounted
+        # with no one left to release it
+        release_all([d for d in made.values() if isinstance(d, Disk)], job_dir)
+        raise
+    return {h: made[h] for h in hosts}
 
 
 def _make_image(image: str, size: int, uid: int, gid: int) -> int:
