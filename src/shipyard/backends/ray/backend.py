@@ -240,11 +240,17 @@ class RayBackend:
             self._teardown(ray, launch)
 
     def _watch(self, ray: Any, launch: _Launch) -> None:
+        """One round per ``interval`` (0.01 s doubling to 0.2 s while nothing comes back,
+        0.02 s after new log bytes). ``ray.wait`` returns as soon as every tick is back,
+        which is at once when nothing changed: unpaced, this loop asked each actor for its
+        log as fast as Ray answers, which kept every InstanceActor and the supervisor busy
+        for the whole job (a core's quarter per instance, measured in docs/decisions.md)."""
         interval = 0.01
         while True:
             running = [i for i in launch.instances if i.code is None]
             if not running:
                 return
+            round_start = time.monotonic()
             for inst in running:
                 if inst.pending is None:
                     inst.pending = inst.actor.tick.remote()
@@ -267,6 +273,9 @@ class RayBackend:
                 if code is not None:
                     self._collect(ray, inst, code)
             interval = 0.02 if got_data else min(interval * 2, 0.2)
+            rest = round_start + interval - time.monotonic()
+            if rest > 0 and any(i.code is None for i in launch.instances):
+                time.sleep(rest)
 
     def _collect(self, ray: Any, inst: _Instance, code: int) -> None:
         """Bring the instance's results home, then publish its exit status."""
