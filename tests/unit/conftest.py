@@ -8,11 +8,16 @@ The budget is wall time, so it is scaled by the machine's load (the 1-minute loa
 per CPU, never below 1): on a loaded 2-core machine where every test takes four times as
 long, the budget is four times as long too, and a quiet machine holds the plain figure.
 Setup and teardown (fixtures) are not counted; pytest-timeout still stops a real hang.
+
+It also notes which frameworks were loaded once this run's collection finished
+(house/test_collection.py asserts none): collecting imports every collected test module,
+so the run itself is the probe, at no cost (the whole suite under ``make test``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -61,3 +66,19 @@ def pytest_runtest_call(item: pytest.Item):
     if reason is not None:
         pytest.fail(reason, pytrace=False)
     return result
+
+
+FRAMEWORKS = ("tensorflow", "torch", "ray", "keras", "tf_keras", "jax")
+# filled when this process's collection finishes: (frameworks loaded, test files collected)
+COLLECTED: tuple[list[str], list[str]] | None = None
+
+
+def frameworks_in(modules: dict[str, object] | set[str]) -> list[str]:
+    """The frameworks among the names of loaded modules (``sys.modules``)."""
+    return sorted(m for m in FRAMEWORKS if m in modules)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global COLLECTED
+    files = sorted({item.nodeid.split("::", 1)[0] for item in session.items})
+    COLLECTED = (frameworks_in(sys.modules), files)

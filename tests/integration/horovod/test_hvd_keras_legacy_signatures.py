@@ -4,7 +4,9 @@
 (those releases read it from the optimizer when training begins; 0.21 made it the first
 argument), and ``MetricAverageCallback`` leaving numpy scalars numpy scalars. One rank,
 Keras 3: the TF 1.x Keras path runs in the notebook's own test
-(tests/integration/environments/test_tf_distribution_notebook.py)."""
+(tests/integration/environments/test_tf_distribution_notebook.py). Real TensorFlow (its
+import alone 7-10 s of CPU), so not in the unit tier (issue 36: ``make test-fast`` imports
+no framework); tests/unit/horovod holds the engine's other single-rank tests."""
 
 from __future__ import annotations
 
@@ -12,8 +14,22 @@ import numpy as np
 import pytest
 from tests.lazy import lazy, needs
 
+import shipyard.horovod as hvd_engine
+
 pytestmark = needs("tensorflow")
 tf = lazy("tensorflow")
+
+
+@pytest.fixture
+def single_rank(monkeypatch):
+    """An initialized single-rank engine (no MPI launcher variables, no timeline): as
+    tests/unit/horovod/conftest.py's."""
+    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "HOROVOD_TIMELINE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SHIPYARD_HOROVOD_BACKEND", "self")
+    hvd_engine.init()
+    yield
+    hvd_engine.shutdown()
 
 
 def _fit(callbacks, lr=0.1, epochs=2):
