@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+from tests.unit.sources import parsed
+
 import shipyard.horovod as hvd
 
 HOROVOD = pathlib.Path(hvd.__file__).parent
@@ -15,7 +17,7 @@ MAX_CLASS_LINES = 400
 
 def _classes(root: pathlib.Path):
     for path in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef):
                 yield path.relative_to(root.parent), node
 

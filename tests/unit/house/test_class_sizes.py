@@ -7,13 +7,15 @@ from __future__ import annotations
 import ast
 import pathlib
 
+from tests.unit.sources import parsed
+
 SRC = pathlib.Path(__file__).resolve().parents[3] / "src" / "shipyard"
 LIMIT = 400
 
 
 def _classes():
     for path in sorted(SRC.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 yield path.relative_to(SRC.parent), node

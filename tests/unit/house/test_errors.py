@@ -10,6 +10,7 @@ import importlib
 import pathlib
 
 from shipyard.errors import ShipyardError
+from tests.unit.sources import parsed
 
 SRC = pathlib.Path(__file__).resolve().parents[3] / "src" / "shipyard"
 # signals that steer control flow inside one module and never reach a caller
@@ -30,7 +31,7 @@ def exception_classes(root: pathlib.Path) -> list[tuple[str, str]]:
     for path in sorted(root.rglob("*.py")):
         parts = list(path.relative_to(root.parent).with_suffix("").parts)
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef):
                 bases = {
                     b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases

@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 from shipyard import floors
+from tests.unit.sources import parsed
 
 SRC = pathlib.Path(__file__).resolve().parents[3] / "src" / "shipyard"
 FRAMEWORKS = ("tensorflow", "torch", "keras", "tf_keras", "horovod", "mpi4py", "ray")
@@ -38,7 +39,7 @@ def package_of(path: pathlib.Path) -> list[str]:
 def imports(path: pathlib.Path, text: str | None = None) -> list[tuple[int, str]]:
     """Every module a file imports, relative imports resolved (``from ..agent import x``
     inside shipyard/serving is shipyard.agent)."""
-    tree = ast.parse(path.read_text() if text is None else text, str(path))
+    tree = parsed(path) if text is None else ast.parse(text, str(path))
     package = package_of(path)
     found = []
     for node in ast.walk(tree):
@@ -73,7 +74,7 @@ def _is_module(dotted: str) -> bool:
 def shipyard_imports(path: pathlib.Path) -> list[tuple[int, str]]:
     """The shipyard modules a file imports, relative to ``shipyard`` (``from shipyard
     import settings`` is ``settings``; ``from shipyard.ps import wire`` is ``ps.wire``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = parsed(path)
     package = package_of(path)
     found = []
     for node in ast.walk(tree):

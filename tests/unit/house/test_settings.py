@@ -14,6 +14,7 @@ import pytest
 
 from shipyard import settings
 from shipyard.errors import SettingError, ShipyardError
+from tests.unit.sources import parsed
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 # SHIPYARD_PS_* in prose is a family, not a variable: a name never ends with "_".
@@ -104,10 +105,7 @@ def environ_reads(root: pathlib.Path) -> list[str]:
     """Every read of a SHIPYARD_* variable from the process environment under ``root``:
     ``os.environ.get/pop/[...]/setdefault``, ``os.getenv``, ``in os.environ``, also through
     a local name bound to ``os.environ``. Writes into a child's env are not reads."""
-    trees = {
-        str(p.relative_to(root)): ast.parse(p.read_text(encoding="utf-8"))
-        for p in sorted(root.rglob("*.py"))
-    }
+    trees = {str(p.relative_to(root)): parsed(p) for p in sorted(root.rglob("*.py"))}
     every, per = _constants(trees)
     found = []
     for rel, tree in trees.items():

@@ -21,6 +21,7 @@ from tests.unit.server.test_asgi import GUARD, read_all
 from tests.unit.server.test_asgi import Handler as ApiHandler
 from tests.unit.server.test_asgi import Running as ApiRunning
 from tests.unit.serving.test_front_end import Running as WorkerRunning
+from tests.unit.sources import parsed
 
 SRC = pathlib.Path(__file__).resolve().parents[3] / "src" / "shipyard"
 UVICORN_PROTOCOLS = {"HttpToolsProtocol", "H11Protocol"}
@@ -29,7 +30,7 @@ UVICORN_PROTOCOLS = {"HttpToolsProtocol", "H11Protocol"}
 def test_one_module_subclasses_uvicorns_protocol() -> None:
     found = []
     for path in sorted(SRC.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef):
                 bases = {
                     b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
