@@ -5,16 +5,19 @@
 The demo's runs, as the demo makes them (``examples/demo.py``'s ``measure_cnn``: the
 tutorials' CNN through shipyard.ps on 2 instances, each instance's link shaped with the
 ``shipyard:network`` tag) at ml.p2.xlarge's 1.25 Gbit/s and ml.p2.8xlarge's 10 Gbit/s.
-This machine's ceiling (``shipyard.planner.ceiling``) is measured first (``--keep-ceiling``:
-the cached one), then each run of one network is predicted from the run of the other
-network in the same round (``model.same_machine``, the profile read with
-``Inputs(machine=...)``, as the demo reads it), and compared with what it measured
-(worker steps per second: 2 / the mean of the hosts' timed step).
+This machine's ceiling (``shipyard.planner.ceiling``: the link between two instances and
+shipyard.ps' CPU per byte) is measured first (``--keep-ceiling``: the cached one), then
+each run of one network is predicted from the run of the other network in the same round
+(``model.same_machine``, the profile read with ``Inputs(machine=...)``, as the demo reads
+it), and compared with what it measured (worker steps per second: 2 / the mean of the
+hosts' timed step).
 
 Prints one line per prediction with the 1-minute load average before the round (other
-work on this machine's cores slows the measured runs, not the figure), what the model
-without the ceiling said, and ends with
-``RESULT same_machine err_p2_xlarge=.. err_p2_8xlarge=.. ceiling_gbit=.. load=.. runs=..``:
+work on this machine's cores slows the measured runs, not the figure), the measured run's
+own split (the ps client's compute and push/pull medians), the predicted compute,
+communication, step and bottleneck, what the model said before issue 39's transport term
+(shared cores only, compute derived from the link), and ends with
+``RESULT same_machine err_p2_xlarge=.. err_p2_8xlarge=.. ceiling_gbit=.. ps_cpu_s_per_gb=.. load=.. runs=..``:
 each error the median over the rounds of |predicted - measured| / measured.
 """
 
@@ -82,16 +85,21 @@ def main() -> None:
         }
         for target, other in (("ml.p2.8xlarge", "ml.p2.xlarge"), ("ml.p2.xlarge", "ml.p2.8xlarge")):
             measured = 2 / from_describe(descs[target]).step_s
+            split = descs[target]["Shipyard"].get("StepTiming") or {}
             ref = from_describe(descs[other], Inputs(machine=machine))
-            predicted = model.same_machine(ref.profile, links[target], 2, machine).steps_per_s
-            old_ref = from_describe(descs[other], Inputs(host_cores=machine.cores))
-            old = model.predict(old_ref.profile, links[target], 2).steps_per_s
+            row = model.same_machine(ref.profile, links[target], 2, machine)
+            predicted = row.steps_per_s
+            old = _before(descs[other], links[target], machine)
             err = abs(predicted - measured) / measured
             errors[target].append(err)
             print(
-                f"round {r} load {load:.2f}: {target} measured {measured:.2f} steps/s, "
-                f"predicted from {other} {predicted:.2f} ({err:.1%}); "
-                f"without the ceiling {old:.2f} ({abs(old - measured) / measured:.1%})",
+                f"round {r} load {load:.2f}: {target} measured {measured:.2f} steps/s "
+                f"(step {_ms(split.get('MedianStepSeconds'))}: compute "
+                f"{_ms(split.get('ComputeSeconds'))} + push/pull {_ms(split.get('CommSeconds'))}), "
+                f"predicted from {other} {predicted:.2f} ({err:.1%}: compute "
+                f"{_ms(row.compute_s)}, link {_ms(row.comm_s)}, step {_ms(row.step_s)}, "
+                f"{row.bottleneck}); before (HEAD's model) {old:.2f} "
+                f"({abs(old - measured) / measured:.1%})",
                 flush=True,
             )
     result(
@@ -99,9 +107,29 @@ def main() -> None:
         err_p2_xlarge=statistics.median(errors["ml.p2.xlarge"]),
         err_p2_8xlarge=statistics.median(errors["ml.p2.8xlarge"]),
         ceiling_gbit=found.gbit_per_s or 0.0,
+        ps_cpu_s_per_gb=found.ps_cpu_s_per_gb or 0.0,
         load=statistics.median(loads),
         runs=args.runs,
     )
+
+
+def _before(desc: dict, link, machine) -> float:  # noqa: ANN001 - planner types, imported late
+    """What the model said before issue 39's transport term, on the same run: the link
+    capped at the ceiling and the cores shared, the transport free, the compute derived
+    from the step less the link's time (the job's step timing not read)."""
+    from dataclasses import replace
+
+    from shipyard.planner import model
+    from shipyard.planner.profile import Inputs, from_describe
+
+    bare = dict(desc, Shipyard={k: v for k, v in desc["Shipyard"].items() if k != "StepTiming"})
+    free = replace(machine, ps_cpu_s_per_byte=0.0)
+    ref = from_describe(bare, Inputs(machine=free))
+    return model.same_machine(ref.profile, link, 2, free).steps_per_s
+
+
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1e3:.1f} ms"
 
 
 if __name__ == "__main__":

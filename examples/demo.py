@@ -105,7 +105,9 @@ def before_you_pay(session, stamp: str) -> None:
     """ml.p2.xlarge or ml.p2.8xlarge, and how many? Measured here under each type's
     network, side by side with the planner's prediction of the same run on this machine
     (``shipyard.planner.ceiling``: each emulated network capped at what two instances here
-    move, this machine's cores shared by both; no figure where that ceiling is unknown),
+    move, this machine's cores shared by both, with the CPU shipyard.ps' push/pull costs
+    them per byte; the measured run's compute as its workers measured it; no figure
+    where the ceiling is unknown),
     then the planner's table for real instances up to 64, from the first measurement (what
     ``shipyard plan JOB`` prints)."""
     from shipyard import instance_types
@@ -155,7 +157,8 @@ def before_you_pay(session, stamp: str) -> None:
     out.print(table)
     out.print(
         f"same machine: {here_ceiling.line().removeprefix('same-machine ceiling: ')} "
-        f"(`shipyard doctor`), each emulated network capped at it; load average {load:.2f} "
+        f"(`shipyard doctor`), each emulated network capped at it and the transport's CPU "
+        f"charged on the shared cores; load average {load:.2f} "
         f"on {here_ceiling.cores:g} cores before these runs (other work on them slows the "
         "measured runs, not the figure)",
         markup=False,

@@ -62,7 +62,8 @@ def test_two_instance_types_measured_side_by_side_then_the_table_to_64(demo, ses
     assert float(fast.split("│")[3].split()[0]) > 0, fast
     assert ceiling.cache_path(session.home).is_file()  # measured once, cached in the home
     assert re.search(
-        r"same machine: \d+\.\d Gbit/s between instances, \d+ cores shared \(`shipyard doctor`\)",
+        r"same machine: \d+\.\d Gbit/s between instances, \d+ cores shared; shipyard.ps "
+        r"push/pull \d+\.\d\d CPU-s per GB \(`shipyard doctor`\)",
         said,
     ), said
     # the table: every count to 64, and the 8x faster network is faster at 64
@@ -75,7 +76,9 @@ def test_without_shaping_it_says_so_and_plans_from_an_unshaped_run(demo, session
     monkeypatch.setattr(
         shaping, "support", lambda: shaping.Support(False, False, "tc: not in this test")
     )
-    unknown = ceiling.Ceiling(ceiling.machine_key(), None, 2.0, "t", reason="probe: not here")
+    unknown = ceiling.Ceiling(
+        ceiling.machine_key(), None, 2.0, "t", reason="probe: not here", ps_reason="not here"
+    )
     monkeypatch.setattr(ceiling, "get", lambda home, refresh=False: unknown)
     demo.before_you_pay(session, "t2")
     said = demo.captured.getvalue()

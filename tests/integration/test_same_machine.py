@@ -14,7 +14,8 @@ from shipyard.planner import ceiling
 from tests.integration.test_cli import cli
 
 LINE = re.compile(
-    r"^same-machine ceiling: (\d+(?:\.\d+)?) Gbit/s between instances, (\d+(?:\.\d+)?) cores shared$",
+    r"^same-machine ceiling: (\d+(?:\.\d+)?) Gbit/s between instances, (\d+(?:\.\d+)?) cores "
+    r"shared; shipyard.ps push/pull (\d+\.\d\d) CPU-s per GB$",
     re.M,
 )
 
@@ -29,10 +30,11 @@ def test_doctor_shows_the_ceiling_and_caches_it(home):
     assert first.returncode == 0, first.stderr
     match = LINE.search(first.stdout)
     assert match, first.stdout[-2000:]
-    assert float(match.group(1)) > 0 and float(match.group(2)) >= 1
+    assert float(match.group(1)) > 0 and float(match.group(2)) >= 1 and float(match.group(3)) > 0
     assert "measured now in" in first.stdout
     cached = _cached(home)
     assert f"{cached['gbit_per_s']:.1f}" == match.group(1)
+    assert f"{cached['ps_cpu_s_per_gb']:.2f}" == match.group(3)
     assert len(cached["directions"]) == 2 and cached["key"] == ceiling.machine_key()
     assert cached["path"] in (
         "veth pairs on a bridge between two network namespaces (the instances' job network)",
@@ -51,15 +53,23 @@ def test_doctor_shows_the_ceiling_and_caches_it(home):
     assert _cached(home)["measured_at"] > cached["measured_at"]
 
 
-def test_the_probe_leaves_no_process_behind():
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    found = ceiling.measure(0.1)
+def test_the_probes_leave_no_process_behind():
+    before = {p.pid for p in psutil.process_iter()}
+    found = ceiling.measure(0.1, 0.3)
     assert found.gbit_per_s is not None and found.gbit_per_s > 0, found.reason
-    assert found.seconds < 10  # a generous hang guard, not a timing assertion
+    # shipyard.ps between two instances: some CPU per byte (tens of ms per GB at least,
+    # below a minute: a hang guard on the figure, not a benchmark)
+    assert found.ps_cpu_s_per_gb is not None, found.ps_reason
+    assert 0.01 < found.ps_cpu_s_per_gb < 60
+    assert found.ps_gbyte_per_s is not None and found.ps_gbyte_per_s > 0
+    assert found.seconds < 60  # a generous hang guard, not a timing assertion
     left = [
         p
         for p in psutil.process_iter(["cmdline"])
-        if "shipyard.planner.ceiling_probe" in " ".join(p.info.get("cmdline") or [])
-        and p.pid not in before
+        if p.pid not in before
+        and any(
+            mark in " ".join(p.info.get("cmdline") or [])
+            for mark in ("shipyard.planner.ceiling_probe", "transport_probe", "shipyard-ps-probe-")
+        )
     ]
     assert left == []

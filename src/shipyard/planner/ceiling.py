@@ -17,12 +17,19 @@ measured once, the way the instances use it, and cached per machine:
 - **the cores the instances share**: this process's CPU affinity, lowered by a cgroup
   CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``) on its cgroup or any parent.
 
+- **what shipyard.ps' push/pull costs the shared cores**: CPU seconds per payload byte of
+  the transport itself, workers and shards together, measured between two instances
+  (:mod:`shipyard.planner.transport_probe`). Why: at 10 Gbit/s the demo's CNN spent
+  9.3 ms a step in push/pull where the link needs 4.2 ms, and its step (41 ms) was what
+  two cores take for both workers' compute plus that CPU, not the link (issue 39).
+
 Cached as ``<SHIPYARD_HOME>/planner/ceiling-<host>-<kernel>-<cpus>cpu.json`` (another
 machine, kernel or CPU count is another file); ``shipyard doctor`` shows it (measuring
 when missing), ``shipyard doctor --measure`` measures again, and a same-machine prediction
-asked where none is cached measures first. The probe is a child process
-(``python -m shipyard.planner.ceiling_probe``) whose namespaces, bridge and veths go
-with it; it takes about half a second.
+asked where none is cached measures first (a file without the transport's figure, from
+before it was measured, is measured again). The probes are child processes
+(``python -m shipyard.planner.ceiling_probe``, ``... transport_probe``) whose namespaces,
+bridge, veths and shards go with them; together they take a few seconds.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from shipyard.planner import model
 
 PROBE_SECONDS = 0.4  # in all, over the probe's rounds
 PROBE_TIMEOUT_S = 20.0
+TRANSPORT_SECONDS = 1.0  # the transport probe's timed window (shard start-up not counted)
+TRANSPORT_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -60,23 +69,38 @@ class Ceiling:
     measured_at: float = 0.0  # time.time()
     reason: str = ""
     load_average: float = 0.0  # 1-minute, when measured: other work lowers the ceiling
+    # shipyard.ps' push/pull between two instances here: CPU seconds per GB of payload
+    # (workers and shards together; None: not measurable, ``ps_reason`` says why) and
+    # the payload GB/s both workers moved while it was measured
+    ps_cpu_s_per_gb: float | None = None
+    ps_gbyte_per_s: float | None = None
+    ps_reason: str = ""
 
     @property
     def bytes_per_s(self) -> float | None:
         return None if self.gbit_per_s is None else self.gbit_per_s * 1e9 / 8
 
     def line(self) -> str:
-        """``same-machine ceiling: 9.8 Gbit/s between instances, 2 cores shared``."""
+        """``same-machine ceiling: 9.8 Gbit/s between instances, 2 cores shared; shipyard.ps
+        push/pull 0.95 CPU-s per GB``."""
         rate = (
             f"{self.gbit_per_s:.1f} Gbit/s between instances"
             if self.gbit_per_s is not None
             else f"unknown between instances ({self.reason})"
         )
-        return f"same-machine ceiling: {rate}, {self.cores:g} cores shared"
+        ps = (
+            f"{self.ps_cpu_s_per_gb:.2f} CPU-s per GB"
+            if self.ps_cpu_s_per_gb is not None
+            else f"unknown ({self.ps_reason})"
+        )
+        return (
+            f"same-machine ceiling: {rate}, {self.cores:g} cores shared; shipyard.ps push/pull {ps}"
+        )
 
     def machine(self) -> model.Machine:
         """What the model needs of it (:func:`shipyard.planner.model.same_machine`)."""
-        return model.Machine(self.cores, self.bytes_per_s, self.reason)
+        per_byte = None if self.ps_cpu_s_per_gb is None else self.ps_cpu_s_per_gb / 1e9
+        return model.Machine(self.cores, self.bytes_per_s, self.reason, per_byte, self.ps_reason)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -84,6 +108,8 @@ class Ceiling:
     @classmethod
     def from_json(cls, data: dict) -> Ceiling:
         rate = data.get("gbit_per_s")
+        ps = data["ps_cpu_s_per_gb"]  # KeyError: a file from before it was measured
+        moved = data.get("ps_gbyte_per_s")
         return cls(
             key=str(data["key"]),
             gbit_per_s=None if rate is None else float(rate),
@@ -95,6 +121,9 @@ class Ceiling:
             measured_at=float(data.get("measured_at") or 0),
             reason=str(data.get("reason") or ""),
             load_average=float(data.get("load_average") or 0),
+            ps_cpu_s_per_gb=None if ps is None else float(ps),
+            ps_gbyte_per_s=None if moved is None else float(moved),
+            ps_reason=str(data.get("ps_reason") or ""),
         )
 
 
@@ -156,9 +185,11 @@ def save(home: str | os.PathLike[str], found: Ceiling) -> Path:
     return path
 
 
-def measure(seconds: float = PROBE_SECONDS) -> Ceiling:
-    """Measure now: the probe in a child process (its namespaces die with it), the cores
-    here."""
+def measure(
+    seconds: float = PROBE_SECONDS, transport_seconds: float = TRANSPORT_SECONDS
+) -> Ceiling:
+    """Measure now: the probes in child processes (their namespaces die with them), the
+    cores here."""
     cores, cores_source = shared_cores()
     load_average = os.getloadavg()[0]
     started = time.monotonic()
@@ -179,6 +210,7 @@ def measure(seconds: float = PROBE_SECONDS) -> Ceiling:
         reason = f"the probe did not finish in {PROBE_TIMEOUT_S:g} s"
     except (OSError, ValueError) as exc:
         reason = f"the probe could not run: {exc}"
+    ps, ps_reason = _transport(transport_seconds)
     return Ceiling(
         key=machine_key(),
         gbit_per_s=rate,
@@ -190,7 +222,26 @@ def measure(seconds: float = PROBE_SECONDS) -> Ceiling:
         measured_at=time.time(),
         reason=reason,
         load_average=load_average,
+        ps_cpu_s_per_gb=None if ps is None else float(ps["cpu_s_per_gb"]),
+        ps_gbyte_per_s=None if ps is None else float(ps["gbyte_per_s"]),
+        ps_reason=ps_reason,
     )
+
+
+def _transport(seconds: float) -> tuple[dict | None, str]:
+    """The transport probe's result, or None and why not."""
+    argv = [sys.executable, "-m", "shipyard.planner.transport_probe", str(seconds)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TRANSPORT_TIMEOUT_S)
+        lines = done.stdout.strip().splitlines()
+        found = json.loads(lines[-1]) if lines else {}
+    except subprocess.TimeoutExpired:
+        return None, f"the shipyard.ps probe did not finish in {TRANSPORT_TIMEOUT_S:g} s"
+    except (OSError, ValueError) as exc:
+        return None, f"the shipyard.ps probe could not run: {exc}"
+    if done.returncode == 0 and found.get("cpu_s_per_gb"):
+        return found, ""
+    return None, str(found.get("error") or done.stderr.strip()[-300:] or "no result")
 
 
 def shared_cores(

@@ -49,6 +49,18 @@ otherwise).
   the bytes, which the ceiling measured with its senders and receivers on the same cores.
   Where the ceiling could not be measured there is no prediction (:class:`Unpredictable`
   says why), not a number that ignores it.
+  **shipyard.ps' own CPU** (``Machine.ps_cpu_s_per_byte``, measured between two instances
+  here by :mod:`shipyard.planner.transport_probe`): every worker's step pushes its
+  gradient and pulls the values back through client, shard and kernel, on the same
+  shared cores, whatever the link's rate. A global step then needs ``K * compute + X``
+  CPU-seconds, X = that cost per byte x ``2 * K * gradient bytes``, so a step lasts at
+  least ``(K * compute + X) / N``, bottleneck ``host CPU`` when that wins. Measured
+  (issue 39, the demo's CNN on 2 instances, 2 cores): 33 ms of compute and 9.3 ms of
+  push/pull a step at 10 Gbit/s where the link needs 4.2 ms; the step, 41 ms, is the
+  two workers' compute plus ~18 ms of transport CPU over two cores. Only shipyard.ps
+  (the transport probed), and only in a same-machine prediction (``Profile.
+  host_cpu_s_per_byte``, set by :func:`same_machine` and a same-machine reading): a real
+  cluster's instances have cores of their own.
 """
 
 from __future__ import annotations
@@ -136,6 +148,9 @@ class Profile:
     allreduce: str = "ring"  # or "reduce_bcast": what Open MPI's default picks for few ranks
     notes: tuple[str, ...] = field(default_factory=tuple)
     host_cores: float | None = None  # every instance on one machine of this many cores
+    # CPU seconds the transport costs the shared cores per payload byte moved (a pushed
+    # or pulled byte): set only for a same-machine prediction of shipyard.ps
+    host_cpu_s_per_byte: float = 0.0
 
     @property
     def gradient_bytes(self) -> float:
@@ -211,14 +226,19 @@ def place(
     return loads
 
 
-def shared_host_step(compute_s: float, workers: int, host_cores: float | None) -> float:
+def shared_host_step(
+    compute_s: float, workers: int, host_cores: float | None, extra_cpu_s: float = 0.0
+) -> float:
     """The shortest worker step ``workers`` processes sharing ``host_cores`` cores allow:
     together they have ``host_cores`` CPU-seconds per second and each step costs one
-    worker ``compute_s`` of them, so a step lasts at least ``workers * compute_s / cores``
-    (0 where the workers have cores of their own: ``host_cores`` None or enough)."""
-    if not host_cores or workers <= host_cores:
+    worker ``compute_s`` of them, plus ``extra_cpu_s`` for all of them together (the
+    transport's CPU of one global step), so a step lasts at least
+    ``(workers * compute_s + extra_cpu_s) / cores`` (0 where the workers have cores of
+    their own and nothing else runs on them: ``host_cores`` None, or enough of them and
+    no extra)."""
+    if not host_cores or (workers <= host_cores and extra_cpu_s <= 0):
         return 0.0
-    return workers * compute_s / host_cores
+    return (workers * compute_s + extra_cpu_s) / host_cores
 
 
 # The floor of a compute derived from a communication-bound step. It was a tenth, which
@@ -239,21 +259,30 @@ def compute_of(
     workers: int,
     host_cores: float | None,
     collective: bool = False,
+    extra_cpu_s: float = 0.0,
 ) -> float:
     """The compute per step that explains a measured ``step_s``: the inverse of
     ``max(compute + comm, workers * compute / cores)`` or, for a synchronous collective,
     of ``max(compute, workers * compute / cores) + comm`` (see ``_row``). In the first
     both terms grow with compute, so the compute is the smaller of the two that each
     alone would explain (never below ``MIN_COMPUTE_SHARE`` of the step: a communication
-    estimate above the measured step is the model's error, not a step without compute)."""
+    estimate above the measured step is the model's error, not a step without compute).
+    ``extra_cpu_s``: the transport's CPU of one global step on the shared cores (the
+    second form is then ``(workers * compute + extra) / cores``)."""
     floor = step_s * MIN_COMPUTE_SHARE
     stretch = workers / host_cores if host_cores and workers > host_cores else 1.0
     if collective:
         return max((step_s - comm_s) / stretch, floor)
     candidates = [step_s - comm_s]
-    if stretch > 1.0:
-        candidates.append(step_s / stretch)
+    if host_cores and (stretch > 1.0 or extra_cpu_s > 0):
+        candidates.append((step_s * host_cores - extra_cpu_s) / workers)
     return max(min(candidates), floor)
+
+
+def transport_cpu_s(profile: Profile, workers: int) -> float:
+    """The transport's CPU-seconds of one global step on a shared host: every worker
+    pushes its gradient and pulls the values back, at ``host_cpu_s_per_byte``."""
+    return profile.host_cpu_s_per_byte * 2 * workers * profile.gradient_bytes
 
 
 def _row(
@@ -270,7 +299,8 @@ def _row(
     hidden = min(comm * profile.overlap, profile.compute_s)
     workers = n * profile.processes_per_host
     alone = profile.compute_s + comm - hidden
-    host = shared_host_step(profile.compute_s, workers, profile.host_cores)
+    extra = transport_cpu_s(profile, workers) if profile.distribution in PS else 0.0
+    host = shared_host_step(profile.compute_s, workers, profile.host_cores, extra)
     step = max(profile.compute_s, host) + comm - hidden if collective else max(alone, host)
     rate = workers / step
     name = bottleneck if comm - hidden > profile.compute_s else "compute"
@@ -404,11 +434,28 @@ def _spread(profile: Profile, link: Link, n: int, row: Row, why: str) -> Row:
 class Machine:
     """The one machine an emulated run's instances share: the ``cores`` every instance's
     processes run on and the bytes per second two instances move each way
-    (``bytes_per_s``; None where it could not be measured, ``why`` says why)."""
+    (``bytes_per_s``; None where it could not be measured, ``why`` says why), and the
+    CPU seconds shipyard.ps' push/pull costs those cores per payload byte
+    (``ps_cpu_s_per_byte``; None where it could not be measured, ``ps_why`` says why)."""
 
     cores: float
     bytes_per_s: float | None
     why: str = ""
+    ps_cpu_s_per_byte: float | None = None
+    ps_why: str = ""
+
+    def transport_cost(self, distribution: str) -> float:
+        """CPU seconds per payload byte a run of ``distribution`` pays on these cores:
+        shipyard.ps' measured cost (raises :class:`Unpredictable` where it is unknown);
+        0 for the others (their transports were not probed)."""
+        if distribution != "shipyard_ps":
+            return 0.0
+        if self.ps_cpu_s_per_byte is None:
+            raise Unpredictable(
+                "shipyard.ps' push/pull cost on this machine is unknown "
+                f"({self.ps_why or 'not measured'}): `shipyard doctor --measure`"
+            )
+        return self.ps_cpu_s_per_byte
 
 
 class Unpredictable(ValueError):
@@ -432,7 +479,22 @@ def same_machine(profile: Profile, link: Link, n: int, machine: Machine) -> Row:
     machine"). ``profile``'s compute must have been read with the same machine
     (``profile.Inputs(machine=...)``). Raises :class:`Unpredictable` without a ceiling."""
     capped = on_machine(link, machine)
-    row = predict(replace(profile, host_cores=machine.cores), capped, n)
+    here = replace(
+        profile,
+        host_cores=machine.cores,
+        host_cpu_s_per_byte=machine.transport_cost(profile.distribution),
+    )
+    row = predict(here, capped, n)
+    extra = transport_cpu_s(here, n * here.processes_per_host)
+    if row.bottleneck == "host CPU" and extra > 0:
+        row = replace(
+            row,
+            advice=(
+                f"shipyard.ps' push/pull costs {extra * 1e3:.1f} ms of CPU a step here (measured "
+                f"per byte), on the {machine.cores:g} cores the workers compute on: real "
+                f"{link.name} instances have cores of their own"
+            ),
+        )
     if capped is not link and (row.bottleneck == "nic" or row.bottleneck.startswith("hot ps")):
         gbit = capped.bytes_per_s * 8 / 1e9
         row = replace(

@@ -106,7 +106,8 @@ def test_the_demo_s_case_capped_equals_a_link_at_the_ceiling():
     """The demo: measured at 1.25 Gbit/s, predicted at 10 Gbit/s on a machine that moves
     8 Gbit/s: the figure is the 8 Gbit/s link's, below the uncapped 10 Gbit/s one."""
     p = model.Profile("shipyard_ps", 0.04, (2.5e6, 2.5e6), placement="greedy_bytes")
-    machine = model.Machine(cores=2, bytes_per_s=8 * GBIT)
+    # the cap alone: a transport that costs the cores nothing
+    machine = model.Machine(cores=2, bytes_per_s=8 * GBIT, ps_cpu_s_per_byte=0.0)
     ten = model.Link("ml.p2.8xlarge", 10 * GBIT, framing=model.TCP_FRAMING)
     eight = model.Link("8gbit", 8 * GBIT, framing=model.TCP_FRAMING)
     got = model.same_machine(p, ten, 2, machine)
@@ -115,7 +116,13 @@ def test_the_demo_s_case_capped_equals_a_link_at_the_ceiling():
 
 
 def _ceiling(**over) -> ceiling.Ceiling:
-    fields = {"key": ceiling.machine_key(), "gbit_per_s": 9.5, "cores": 2.0, "cores_source": "t"}
+    fields = {
+        "key": ceiling.machine_key(),
+        "gbit_per_s": 9.5,
+        "cores": 2.0,
+        "cores_source": "t",
+        "ps_cpu_s_per_gb": 0.9,
+    }
     fields.update(over)
     return ceiling.Ceiling(**fields)  # type: ignore[arg-type]
 
@@ -127,8 +134,11 @@ def test_the_ceiling_is_cached_per_machine_and_read_back(tmp_path, monkeypatch):
     assert calls == [1] and ceiling.cache_path(tmp_path).is_file()
     assert ceiling.get(tmp_path) == first and calls == [1]  # read from the cache
     assert ceiling.get(tmp_path, refresh=True) == first and calls == [1, 1]
-    assert first.line() == "same-machine ceiling: 9.5 Gbit/s between instances, 2 cores shared"
-    assert first.machine() == model.Machine(2.0, 9.5e9 / 8, "")
+    assert first.line() == (
+        "same-machine ceiling: 9.5 Gbit/s between instances, 2 cores shared; "
+        "shipyard.ps push/pull 0.90 CPU-s per GB"
+    )
+    assert first.machine() == model.Machine(2.0, 9.5e9 / 8, "", 0.9e-9)
     # another machine's file under this name, or a broken one, is measured again
     ceiling.cache_path(tmp_path).write_text(json.dumps(_ceiling(key="elsewhere").to_json()))
     assert ceiling.load(tmp_path) is None
@@ -150,13 +160,33 @@ def test_a_ceiling_measured_under_load_is_measured_again_when_quiet(tmp_path, mo
 
 
 def test_an_unmeasurable_ceiling_says_why():
-    found = _ceiling(gbit_per_s=None, reason="iproute2's `ip` is not installed")
+    found = _ceiling(
+        gbit_per_s=None,
+        reason="iproute2's `ip` is not installed",
+        ps_cpu_s_per_gb=None,
+        ps_reason="a probe shard exited with 1",
+    )
     assert found.line() == (
         "same-machine ceiling: unknown between instances (iproute2's `ip` is not installed), "
-        "2 cores shared"
+        "2 cores shared; shipyard.ps push/pull unknown (a probe shard exited with 1)"
     )
     assert found.machine().bytes_per_s is None
+    assert found.machine().ps_cpu_s_per_byte is None
+    assert found.machine().ps_why == "a probe shard exited with 1"
     assert ceiling.Ceiling.from_json(found.to_json()) == found
+
+
+def test_a_cached_ceiling_without_the_transport_s_cost_is_measured_again(tmp_path, monkeypatch):
+    """A file from before the transport was probed holds no ``ps_cpu_s_per_gb``: read as
+    missing, so the next call measures both."""
+    calls = []
+    monkeypatch.setattr(ceiling, "measure", lambda: calls.append(1) or _ceiling())
+    old = _ceiling().to_json()
+    del old["ps_cpu_s_per_gb"]
+    ceiling.cache_path(tmp_path).parent.mkdir(parents=True)
+    ceiling.cache_path(tmp_path).write_text(json.dumps(old))
+    assert ceiling.load(tmp_path) is None
+    assert ceiling.get(tmp_path).ps_cpu_s_per_gb == 0.9 and calls == [1]
 
 
 def test_cgroup_quotas_lower_the_shared_cores(tmp_path):
