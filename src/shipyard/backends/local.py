@@ -56,6 +56,10 @@ class LocalBackend:
         try:
             config = _config(specs)
             sandbox = config.sandbox if config is not None and config.sandboxed else None
+            # the holder first: its bridge comes up while the cgroups are made; agents
+            # start without waiting for it, each waits for the part it needs
+            if sandbox is not None:
+                holder = self._start_holder(sandbox.rootless)
             if config is not None:
                 allotment = resources.allot(
                     config.resources(),
@@ -65,8 +69,6 @@ class LocalBackend:
                     specs[0].log_path,
                     self.should_stop,
                 )
-            if sandbox is not None:  # agents start meanwhile; each waits for what it needs
-                holder = self._start_holder(sandbox.rootless, specs[0].env)
             for spec in specs:
                 os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
                 argv = [
@@ -118,17 +120,17 @@ class LocalBackend:
             raise BackendError(f"could not start instance {host}: {exc}") from exc
         return handles
 
-    def _start_holder(self, rootless: bool, env: dict[str, str]) -> subprocess.Popen:
-        """The job network's holder (``_wait_ready``: until its bridge exists)."""
-        argv = [sys.executable, "-m", "shipyard.sandbox.network", "--parent", str(os.getpid())]
-        if rootless:
-            argv.append("--rootless")
+    def _start_holder(self, rootless: bool) -> subprocess.Popen:
+        """The job network's holder (``_wait_ready``: until its bridge exists), in an
+        environment of its own: nothing of the job's (``PYTHON*``) reaches it."""
+        from shipyard.sandbox import network
+
         return subprocess.Popen(
-            argv,
+            network.holder_argv(os.getpid(), rootless),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=env,
+            env={"PATH": os.defpath},
             start_new_session=True,
             close_fds=True,
         )

@@ -237,7 +237,7 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
         helpers = [
             p
             for p in psutil.Process(proc.pid).children()
-            if "sandbox.network" in " ".join(p.cmdline())
+            if "sandbox/network.py" in " ".join(p.cmdline())
         ]
         assert len(helpers) == 1
         inodes = set(_namespaces(helpers[0].pid).values()) - set(_namespaces(os.getpid()).values())

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+
+import pytest
 
 from shipyard.runtime.traffic import _hex_address, _owners_in_other_namespaces
 from shipyard.sandbox.instance import hosts_text
@@ -176,6 +179,78 @@ def test_the_network_holder_gives_up_when_no_instance_is_named():
     finally:
         os.close(write_end)
         os.close(read_end)
+
+
+def _run_holder(argv: list[str]) -> tuple[str, bool, str]:
+    """Start a network holder from ``argv`` (its python under ``-X importtime``): its
+    first line, whether its namespace had the bridge then, and what it imported; it
+    is ended by closing its stdin (no instance named: nothing to hold)."""
+    at = next(i for i, word in enumerate(argv) if word == sys.executable) + 1
+    argv = [*argv[:at], "-X", "importtime", *argv[at:]]
+    holder = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": os.defpath},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        line = holder.stdout.readline().decode().strip()
+        with open(f"/proc/{holder.pid}/net/dev", encoding="ascii") as fh:
+            bridged = any(row.split(":")[0].strip() == "br0" for row in fh.readlines()[2:])
+        holder.stdin.close()
+        holder.wait(timeout=30)  # a hang guard only
+        assert holder.stderr is not None
+        errors = holder.stderr.read()
+    finally:
+        holder.kill()
+        holder.wait()
+    return line, bridged, errors.decode()
+
+
+def _imported(importtime: str) -> set[str]:
+    return {
+        row.split("|")[-1].strip()
+        for row in importtime.splitlines()
+        if row.startswith("import time:") and "|" in row
+    } - {"package"}
+
+
+HEAVY = {"argparse", "subprocess", "typing", "gettext", "shutil", "site", "enum", "shipyard"}
+
+
+@pytest.mark.parametrize("with_unshare", [True, False])
+def test_the_network_holder_starts_with_the_stdlib_only(monkeypatch, with_unshare):
+    """Issue 40: the holder ran as ``python -m shipyard.sandbox.network``: site and the
+    environment's .pth files, argparse, subprocess, shipyard's package (typing): 70-95 ms
+    of CPU per job. Now util-linux ``unshare`` makes its namespaces (or, without it, the
+    holder through ctypes) and it imports os/select/sys/time beyond Python's own start."""
+    from shipyard.sandbox import network, probe, tools
+
+    if not probe.support().ok:
+        pytest.skip(probe.support().reason)
+    rootless = probe.support().rootless
+    if not with_unshare:
+        found = tools.find
+        monkeypatch.setattr(tools, "find", lambda name: None if name == "unshare" else found(name))
+    argv = network.holder_argv(os.getpid(), rootless)
+    assert any(os.path.basename(word) == "unshare" for word in argv) == with_unshare
+    line, bridged, errors = _run_holder(argv)
+    assert (line, bridged) == ("ready", True), errors
+    heavy = HEAVY | ({"ctypes"} if with_unshare else set())
+    assert _imported(errors) & heavy == set()
+
+
+def test_the_network_holder_says_why_it_has_no_bridge():
+    from shipyard.sandbox import network, probe
+
+    if not probe.support().ok:
+        pytest.skip(probe.support().reason)
+    argv = network.holder_argv(os.getpid(), probe.support().rootless)
+    argv[argv.index("--ip") + 1] = "/bin/false"
+    line, bridged, _ = _run_holder(argv)
+    assert line.startswith("error: ip failed") and not bridged
 
 
 def test_a_sandboxed_agents_start_imports_no_pydantic():
