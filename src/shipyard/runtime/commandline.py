@@ -1,7 +1,8 @@
 """A job process's command as its user wrote it, for the lines a user reads.
 
 Every process of a sandboxed instance starts through the instance's launcher
-(``<agent python> -I -S .../sandbox/launch.py [--bind SRC DST]... -- PROGRAM ARGS``), and a
+(``<agent python> -I -S .../sandbox/launch.py [--bind SRC DST]... -- PROGRAM ARGS``, or the
+compiled ``.../shipyard-launch-<version> [--bind SRC DST]... -- PROGRAM ARGS``), and a
 framework environment's interpreter is a long path; SageMaker's log and FailureReason show
 ``python train.py --epochs 1``. This module gives that form back: the launcher's part goes
 (everything up to its ``--``), and an interpreter path is named by its file name. The full
@@ -16,13 +17,17 @@ import re
 import shlex
 
 _LAUNCHER = os.path.join("sandbox", "launch.py")
+_COMPILED_LAUNCHER = "shipyard-launch-"  # shipyard.sandbox.launchbin.PREFIX
 _INTERPRETER = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
 def as_written(argv: list[str]) -> list[str]:
     """``argv`` without the launcher, its interpreter as ``python`` (or ``python3.7``)."""
     words = list(argv)
-    if any(w.endswith(_LAUNCHER) for w in words[:4]) and "--" in words:
+    launched = any(w.endswith(_LAUNCHER) for w in words[:4]) or (
+        bool(words) and os.path.basename(words[0]).startswith(_COMPILED_LAUNCHER)
+    )
+    if launched and "--" in words:
         words = words[words.index("--") + 1 :]
     if words and os.sep in words[0] and _INTERPRETER.match(os.path.basename(words[0])):
         words[0] = os.path.basename(words[0])

@@ -17,8 +17,10 @@ set the sandbox up and does the instance's data transfers); a capability-less pr
 cannot trace it or read its fds, since the kernel refuses ptrace access to a process
 holding capabilities its caller lacks.
 
-Measured: the launcher costs about 12 ms more per process than the util-linux chain it
-replaced (the interpreter's start; docs/decisions.md). ``confined_argv`` (util-linux
+Measured: the Python launcher cost about 12 ms more per process than the util-linux chain
+it replaced (the interpreter's start; docs/decisions.md), 20-30 ms of CPU on a loaded
+machine; where a compiler is there it runs compiled (``launch.c``, shipyard.sandbox.launchbin:
+about 1 ms). ``confined_argv`` (util-linux
 ``setpriv``, about a millisecond) stays for processes whose environment is shipyard's
 own.
 """
@@ -71,8 +73,18 @@ def confined(argv: list[str]) -> bool:
 
 
 def launcher_argv() -> list[str]:
-    """The launcher, run by the agent's interpreter: isolated (``-I``: no ``PYTHON*``
-    variable, no user site, not the working directory on ``sys.path``), no site."""
+    """The launcher: compiled (shipyard.sandbox.launchbin: about 1 ms of CPU per process,
+    the interpreter's start 20-30 ms) where this machine can build it, else run by the
+    agent's interpreter: isolated (``-I``: no ``PYTHON*`` variable, no user site, not the
+    working directory on ``sys.path``), no site."""
+    from shipyard.sandbox import launchbin
+
+    compiled = launchbin.path()
+    return [compiled] if compiled else python_launcher_argv()
+
+
+def python_launcher_argv() -> list[str]:
+    """The launcher as a Python script (where no compiled one can be built)."""
     return [sys.executable, "-I", "-S", LAUNCHER]
 
 

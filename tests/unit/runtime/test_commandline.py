@@ -28,6 +28,12 @@ def test_the_launcher_and_the_interpreter_path_go():
     assert shown([*LAUNCHED[:-2], "--name", "a b"]) == "python train.py --name 'a b'"
 
 
+def test_the_compiled_launcher_goes_too():
+    """Issue 40: the launcher runs compiled where it can be built (sandbox/launchbin)."""
+    compiled = ["/root/.cache/shipyard/shipyard-launch-0badcafe-9000", *LAUNCHED[4:]]
+    assert as_written(compiled) == ["python", "train.py", "--epochs", "1"]
+
+
 def test_a_command_without_the_launcher_keeps_its_words():
     assert as_written(["mpirun", "-np", "2", "python", "t.py"]) == [
         "mpirun",

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from shipyard.sandbox import confine, launch, masks, seccomp
+from shipyard.sandbox import confine, launch, launchbin, masks, seccomp
 
 # what issue 37 names: the calls a container runtime's default profile refuses
 MUST_DENY = """
@@ -108,7 +108,9 @@ def test_the_launch_environment_carries_the_jobs_variables_inert():
         b"\x00" * 8,
     )
     assert argv == [*confine.launcher_argv(), "--", "python", "train.py"]
-    assert argv[1:3] == ["-I", "-S"]  # no PYTHON* variable, no site
+    # compiled, or Python with no PYTHON* variable and no site
+    assert len(argv) == 4 or argv[1:3] == ["-I", "-S"]
+    assert confine.python_launcher_argv()[1:3] == ["-I", "-S"]
     # nothing a loader, libc or interpreter reads: only PATH, the plan and the carried
     assert "LD_PRELOAD" not in env and "PYTHONPATH" not in env and env["PATH"] == os.defpath
     assert set(env) == {"PATH", confine.PLAN} | {
@@ -146,6 +148,75 @@ def test_the_launcher_says_what_failed_and_exits_125(tmp_path):
     )
     assert done.returncode == 125
     assert "cannot change directory to" in done.stderr and "missing" in done.stderr
+
+
+REPORT = "pwd; env | sort; grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status"
+
+
+def _both_launchers() -> list[list[str]]:
+    compiled = launchbin.path()
+    if compiled is None:
+        pytest.skip("no C compiler or private cache here: the Python launcher runs alone")
+    return [confine.python_launcher_argv(), [compiled]]
+
+
+def _launched(launcher: list[str], plan: dict[str, bytes], env: dict[str, str], *program: str):
+    full = {confine.PLAN: launch.encode_plan(plan), "PATH": os.defpath, **env}
+    return subprocess.run(
+        [*launcher, "--", *program], env=full, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_compiled_launcher_does_what_the_python_one_does(tmp_path):
+    """Issue 40: ``python -I -S launch.py`` was 20-30 ms of CPU per job process; the
+    compiled launcher (launch.c) must leave a process exactly as the Python one does:
+    its view's mount namespace, its directory, no capability, no_new_privs, the seccomp
+    filter, the job's variables only (searched in the job's PATH), and the same failures."""
+    bpf, _ = seccomp.build()
+    plan = {"cwd": os.fsencode(tmp_path)}
+    if os.geteuid() == 0:  # joining a mount namespace needs CAP_SYS_ADMIN
+        plan["mnt"] = b"/proc/self/ns/mnt"
+    if bpf:
+        plan["seccomp"] = bpf
+    carried = {
+        launch.ENV_PREFIX + "PATH": "/nowhere:/usr/bin:/bin",
+        launch.ENV_PREFIX + "LD_PRELOAD": "",
+        launch.ENV_PREFIX + "AB": "c=d",
+        "SHIPYARD_PROCESS_NAME": "user",
+    }
+    runs = []
+    for launcher in _both_launchers():
+        ok = _launched(launcher, plan, carried, "sh", "-c", REPORT)
+        missing_dir = _launched(launcher, {"cwd": os.fsencode(tmp_path / "no")}, {}, "true")
+        missing_program = _launched(launcher, plan, carried, "no-such-program")
+        usage = subprocess.run([*launcher, "true"], capture_output=True, text=True)
+        runs.append(
+            [(r.returncode, r.stdout, r.stderr) for r in (ok, missing_dir, missing_program, usage)]
+        )
+    python, compiled = runs
+    assert compiled == python
+    assert python[0][0] == 0 and "NoNewPrivs:\t1" in python[0][1]
+    assert "CapBnd:\t0000000000000000" in python[0][1] and "\nAB=c=d\n" in python[0][1]
+    assert confine.PLAN not in python[0][1] and (not bpf or "Seccomp:\t2" in python[0][1])
+    assert [r[0] for r in python[1:]] == [125, 127, 125]
+
+
+def test_a_compiled_launcher_anyone_could_have_written_is_not_run(tmp_path, monkeypatch):
+    _both_launchers()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(launchbin, "_FOUND", [])
+    built = launchbin.path()
+    assert built is not None and built.startswith(str(tmp_path))
+    assert launchbin.trusted(built)
+    os.chmod(built, 0o777)  # writable by others
+    assert not launchbin.trusted(built)
+    os.chmod(built, 0o700)
+    os.chmod(os.path.dirname(built), 0o777)  # its directory writable by others
+    assert not launchbin.trusted(built)
+    os.chmod(os.path.dirname(built), 0o700)
+    link = tmp_path / "link"
+    link.symlink_to(built)
+    assert not launchbin.trusted(str(link))
 
 
 def test_masks_follow_runc_and_keep_the_instances_own_files():
