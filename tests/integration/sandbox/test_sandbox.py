@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 import shipyard
-from shipyard.sandbox import probe
+from shipyard.sandbox import network, probe
 from tests.conftest import host_listeners, job_processes
 
 pytestmark = pytest.mark.skipif(
@@ -237,7 +237,7 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
         helpers = [
             p
             for p in psutil.Process(proc.pid).children()
-            if "sandbox/network.py" in " ".join(p.cmdline())
+            if network.HOLDER in p.cmdline()
         ]
         assert len(helpers) == 1
         inodes = set(_namespaces(helpers[0].pid).values()) - set(_namespaces(os.getpid()).values())
