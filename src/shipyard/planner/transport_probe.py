@@ -13,10 +13,11 @@ on a bridge; this machine's loopback where there is no instance sandbox), a
 ``python -m shipyard.ps.server`` shard in each, and a worker process in each that does
 ``PSClient.push_pull`` of :data:`MODEL` (the tutorials' CNN's 5 MB in the default chunks)
 against both shards, both workers at once, as a 2-instance job does. Measured: the CPU
-seconds of both workers (``getrusage``, their threads and the kernel work done in their
-context) and both shards (``/proc``) over the timed window, divided by the payload bytes
-moved (every step pushes the model's bytes and pulls them back). CPU time, not wall time:
-another session's work on the cores slows the probe but barely changes what a byte costs.
+seconds of both workers and both shards (the scheduler's run time of each of their
+threads, the kernel's TCP work done in their context included) over the timed window,
+divided by the payload bytes moved (every step pushes the model's bytes and pulls them
+back). CPU time, not wall time: another session's work on the cores slows the probe far
+more than it changes what a byte costs.
 
 The window is split into :data:`ROUNDS` rounds and the cheapest round is kept: other work
 on the cores only adds to what a byte costs (context switches, cache misses), and the
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import secrets
 import signal
 import subprocess
@@ -37,8 +37,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import psutil
 
 from shipyard.planner import ceiling_probe
 from shipyard.runtime.lifeline import die_with_parent
@@ -138,13 +136,13 @@ def _measure(
         for _, ready_r, _, _ in workers:
             if os.read(ready_r, 1) != b"1":
                 raise RuntimeError("a probe worker could not register with the shards")
-        procs = [psutil.Process(p.pid) for p in shards]
+        pids = [p.pid for p in shards]
         for _ in range(ROUNDS):
-            before = sum(_cpu(p) for p in procs)
+            before = sum(_cpu(p) for p in pids)
             for _, _, go_w, _ in workers:
                 os.write(go_w, b"1")
             results = [json.loads(_read_line(done_r)) for _, _, _, done_r in workers]
-            rounds.append(_round(results, sum(_cpu(p) for p in procs) - before))
+            rounds.append(_round(results, sum(_cpu(p) for p in pids) - before))
     finally:
         for pid, ready_r, go_w, done_r in workers:
             for fd in (ready_r, go_w, done_r):
@@ -196,9 +194,19 @@ def _fork_in(netns: int) -> int:
     return pid
 
 
-def _cpu(proc: psutil.Process) -> float:
-    times = proc.cpu_times()
-    return float(times.user + times.system)
+def _cpu(pid: int) -> float:
+    """Seconds every thread of ``pid`` has run on a CPU (``/proc/PID/task/*/schedstat``:
+    the scheduler's nanoseconds, not tick samples, which at a few hundred ms of CPU
+    would be 4 ms grains; the kernel's TCP work done in the thread's context included)."""
+    total = 0
+    base = f"/proc/{pid}/task"
+    for tid in os.listdir(base):
+        try:
+            with open(f"{base}/{tid}/schedstat", encoding="ascii") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
 
 
 def _worker(
@@ -228,16 +236,14 @@ def _worker(
         if os.read(go, 1) != b"1":  # the parent gave up
             client.close()
             return 1
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        c0 = usage.ru_utime + usage.ru_stime
+        c0 = _cpu(os.getpid())
         t0 = time.perf_counter()
         steps = 0
         while time.perf_counter() - t0 < seconds or steps == 0:
             client.push_pull(grads, outs=outs)
             steps += 1
         wall = time.perf_counter() - t0
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = usage.ru_utime + usage.ru_stime - c0
+        cpu = _cpu(os.getpid()) - c0
         line = json.dumps({"steps": steps, "cpu_s": cpu, "wall_s": wall}) + "\n"
         os.write(done, line.encode())
     os.close(done)
@@ -251,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         found = run(float(args[0]) if args else 0.5)
-    except (OSError, RuntimeError, subprocess.SubprocessError, ValueError, psutil.Error) as exc:
+    except (OSError, RuntimeError, subprocess.SubprocessError, ValueError) as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return 1
     print(json.dumps(found), flush=True)
