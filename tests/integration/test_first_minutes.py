@@ -83,7 +83,8 @@ import demo
 if {quiet!r}:
     demo.load_tensorflow_quietly()
 from make_cifar_tfrecords import write
-write(os.path.join(tempfile.mkdtemp(), "t.tfrecords"), 8, 1)
+write(os.path.join(tempfile.mkdtemp(), "t.tfrecords"), 8, 1)  # no TensorFlow of its own
+import tensorflow  # what the demo's process loads (at once when quietly loaded first)
 print("written")
 """
 
