@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from shipyard import settings
+from shipyard.runtime.tf_import import import_tensorflow
 from shipyard.serving.errors import BadRequest, ModelLoadError, NotFound
 from shipyard.serving.protocol import Signature, TensorSpec
 from shipyard.serving.tf_eager import DirectCall, warn_if_untested
@@ -67,8 +68,7 @@ class TFServable(Servable):
     """A SavedModel's signatures, called as concrete functions (no TF Serving binary)."""
 
     def __init__(self, name: str, version: int, path: str) -> None:
-        import tensorflow as tf
-
+        tf = import_tensorflow()  # without Keras: signatures need none (runtime/tf_import.py)
         warn_if_untested(tf.__version__)
         self._tf = tf
         try:
@@ -168,8 +168,7 @@ class TF1Servable(Servable):
     and fetching the tensors their signature defs name. ``Session.run`` is thread-safe."""
 
     def __init__(self, name: str, version: int, path: str) -> None:
-        import tensorflow as tf
-
+        tf = import_tensorflow()
         v1 = tf.compat.v1
         self._tf = tf
         self._session = v1.Session(graph=tf.Graph())

@@ -72,7 +72,7 @@ def parse_relay(text: str) -> tuple[str, tuple[str, int], tuple[str, int]]:
 def start_server(task_type: str, task_index: int, cpu_only: bool):
     """Start this process's TensorFlow server from TF_CONFIG's cluster."""
     with quiet_stderr():
-        from shipyard.tf.bare_import import import_tensorflow
+        from shipyard.runtime.tf_import import import_tensorflow
 
         tf = import_tensorflow()  # a server runs no Keras code: ~2 s less CPU to start
 

@@ -1,16 +1,19 @@
-"""Import TensorFlow without Keras, for shipyard's own TensorFlow processes.
+"""Import TensorFlow without Keras, for shipyard's own TensorFlow processes (the ps and
+worker servers of shipyard.tf, the model server's TensorFlow servables).
 
 TensorFlow 2.16 and later import Keras while ``import tensorflow`` runs ("an eager load
 for Keras' code", inside a try/except ImportError), and Keras 3 imports scikit-learn,
 SciPy and pandas when they are installed (its scikit-learn wrappers). A parameter server
 or a serving-only worker (``python -m shipyard.tf.server --serve``) runs no Keras code:
-the chief sends it graph functions of TensorFlow's own ops. Refusing Keras while
-TensorFlow imports saved about 2 s of the ~7.5 s of CPU each such process spent
-starting on the test machine (docs/decisions.md), in every process of every
-parameter-server job.
+the chief sends it graph functions of TensorFlow's own ops; a model server calls a
+SavedModel's signatures, which ``tf.saved_model.load`` restores without Keras (a user's
+inference handlers that use Keras import it as usual, once TensorFlow is in). Refusing
+Keras while TensorFlow imports saves about a third of the CPU such a process spends
+importing it (9.0 -> 5.8 s on the test machine, docs/decisions.md), in every ps and
+worker server of every parameter-server job and every TensorFlow model server.
 
-Only shipyard's server processes use this; a user's script imports TensorFlow as usual.
-Older TensorFlows are imported plainly: their Keras import is not known to be guarded.
+A user's training script imports TensorFlow as usual. Older TensorFlows are imported
+plainly: their Keras import is not known to be guarded.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ class _Refuse(importlib.abc.Loader):
     raises ImportError."""
 
     def create_module(self, spec: Any) -> None:
-        raise ImportError(f"{spec.name} is not imported in this process (shipyard.tf)")
+        raise ImportError(
+            f"{spec.name} is not imported in this process (shipyard.runtime.tf_import)"
+        )
 
     def exec_module(self, module: Any) -> None:  # never reached: create_module raises
         raise ImportError(f"{module.__name__} is not imported in this process")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from shipyard.tf import bare_import
+from shipyard.runtime import tf_import as bare_import
 
 FRAMEWORK = """
 import importlib.util
