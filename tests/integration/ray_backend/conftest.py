@@ -65,6 +65,11 @@ BRIDGE_NS = f"shyray{_TAG}-br"
 # Ray's own daemons on a node: killing them is losing the machine (workers follow).
 RAY_DAEMONS = ("raylet", "dashboard/agent.py", "runtime_env/agent/main.py", "log_monitor.py")
 START_TIMEOUT_S = 120.0
+# No Ray log monitor on any node: it streams Ray workers' stdout to drivers, which shipyard
+# does not use (an instance's log comes back through its actor's ticks), and each one
+# rescans the node's log files every 0.1 s for the whole package (4 nodes: ~3 s of CPU a
+# minute, measured at load 5-8, issue 36).
+LOG_MONITOR = False
 
 
 def _ip(*args: str) -> None:
@@ -192,6 +197,7 @@ class RayCluster:
                     "num_cpus": 0,
                     "node_ip_address": HEAD_IP,
                     "include_dashboard": False,
+                    "include_log_monitor": LOG_MONITOR,
                     "_system_config": SYSTEM_CONFIG,
                 },
             )
@@ -222,6 +228,7 @@ class RayCluster:
                 f"--num-cpus={NODE_CPUS}",
                 f"--object-store-memory={150 * 1024 * 1024}",
                 "--disable-usage-stats",
+                f"--include-log-monitor={LOG_MONITOR}",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
