@@ -26,9 +26,6 @@ torch = lazy("torch")
 
 SCRIPT = """
 import argparse, os, signal, sys, time
-import numpy as np
-import torch
-import shipyard.ps.torch as ps_torch
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=10)
@@ -37,8 +34,11 @@ p.add_argument("--kill-rank", type=int, default=-1)
 p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--fail", type=int, default=0)
 args = p.parse_args()
-if args.fail:
+if args.fail:  # before torch's import: failing needs none (2-3 s of CPU per worker)
     raise ValueError("the training script failed on purpose")
+import numpy as np
+import torch
+import shipyard.ps.torch as ps_torch
 rank, world = int(os.environ["SHIPYARD_PS_RANK"]), int(os.environ["SHIPYARD_PS_NUM_WORKERS"])
 torch.manual_seed(0)
 net = torch.nn.Linear(4, 3)
