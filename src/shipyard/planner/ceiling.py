@@ -20,7 +20,7 @@ measured once, the way the instances use it, and cached per machine:
 - **what shipyard.ps' push/pull costs the shared cores**: CPU seconds per payload byte of
   the transport itself, workers and shards together, measured between two instances
   (:mod:`shipyard.planner.transport_probe`). Why: at 10 Gbit/s the demo's CNN spent
-  9.3 ms a step in push/pull where the link needs 4.2 ms, and its step (41 ms) was what
+  9.3 ms a step in push/pull where the link needs 4.8 ms, and its step (41 ms) was what
   two cores take for both workers' compute plus that CPU, not the link (issue 39).
 
 Cached as ``<SHIPYARD_HOME>/planner/ceiling-<host>-<kernel>-<cpus>cpu.json`` (another

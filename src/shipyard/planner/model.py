@@ -56,7 +56,7 @@ otherwise).
   CPU-seconds, X = that cost per byte x ``2 * K * gradient bytes``, so a step lasts at
   least ``(K * compute + X) / N``, bottleneck ``host CPU`` when that wins. Measured
   (issue 39, the demo's CNN on 2 instances, 2 cores): 33 ms of compute and 9.3 ms of
-  push/pull a step at 10 Gbit/s where the link needs 4.2 ms; the step, 41 ms, is the
+  push/pull a step at 10 Gbit/s where the link needs 4.8 ms; the step, 41 ms, is the
   two workers' compute plus ~18 ms of transport CPU over two cores. Only shipyard.ps
   (the transport probed), and only in a same-machine prediction (``Profile.
   host_cpu_s_per_byte``, set by :func:`same_machine` and a same-machine reading): a real

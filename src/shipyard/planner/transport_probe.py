@@ -4,7 +4,7 @@ Why: an emulated run's instances share this machine's cores, and the transport's
 (the client's and the shard's message handling, MACs, copies, and the kernel's TCP over
 the veths) runs on those cores too. It does not shrink with a faster emulated link: the
 demo's CNN measured, per worker step, about 33 ms of compute at both 1.25 and 10 Gbit/s,
-26.7 ms of push/pull at 1.25 but 9.3 ms at 10 Gbit/s, where the link needs 4.2 ms (issue
+26.7 ms of push/pull at 1.25 but 9.3 ms at 10 Gbit/s, where the link needs 4.8 ms (issue
 39). Charging these CPU seconds on the shared cores is what the "same machine" model
 lacked (:func:`shipyard.planner.model.same_machine`).
 
