@@ -45,6 +45,12 @@ def plan(
         "--shared-host",
         help="predict runs on one machine of this many cores (emulated instances share them)",
     ),
+    same_machine: bool = typer.Option(
+        False,
+        "--same-machine",
+        help="predict emulated runs on this machine with its measured ceiling (`shipyard "
+        "doctor`): links capped, cores shared, shipyard.ps' CPU charged, as `make demo` does",
+    ),
     as_json: bool = typer.Option(False, "--json", help="the predictions as JSON"),
 ) -> None:
     """Predict steps/s, scaling efficiency and the bottleneck at other types and counts."""
@@ -64,17 +70,37 @@ def plan(
                 f"--shared-host {shared_host:g}: give this machine's core count, e.g. "
                 "--shared-host $(nproc)"
             )
+        if same_machine and shared_host is not None:
+            raise ValidationError(
+                "--same-machine and --shared-host: give one (--same-machine reads this "
+                "machine's cores from its measured ceiling)"
+            )
+        machine = _machine() if same_machine else None
         counts = targets.counts(instances)
         kinds: list[str | None] = [d.strip() for d in (distribution or "").split(",") if d.strip()]
         rows = []
         measured = None
         for kind in kinds or [None]:
             given = Inputs(
-                compute_time, step_time, steps, gradient_bytes, kind, allreduce, shared_host
+                compute_time,
+                step_time,
+                steps,
+                gradient_bytes,
+                kind,
+                allreduce,
+                shared_host,
+                machine,
             )
             measured = from_describe(desc, given)
             wanted = targets.links(instance_type or measured.instance_type, measured.instance_type)
-            rows.extend(model.plan(measured.profile, wanted, counts))
+            if machine is None:
+                rows.extend(model.plan(measured.profile, wanted, counts))
+            else:
+                rows.extend(
+                    model.same_machine(measured.profile, link, n, machine)
+                    for link in wanted
+                    for n in counts
+                )
     except (ValidationError, ValueError) as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     assert measured is not None
@@ -118,6 +144,15 @@ def plan(
         )
     out.print(table)
     out.print(render.plot(rows), highlight=False, markup=False)
+
+
+def _machine():  # noqa: ANN202 - planner.model.Machine, imported late like the rest
+    """This machine's cached ceiling (measured first where none is): the one `make demo`
+    and `shipyard doctor` use."""
+    from shipyard.control.home import default_home
+    from shipyard.planner import ceiling
+
+    return ceiling.get(default_home()).machine()
 
 
 def register(app: typer.Typer) -> None:
