@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from tests.lazy import needs
 
-pytestmark = needs("tensorflow")
+# a test that starts its flavour's shared job waits for both scripts (hang guard)
+pytestmark = [needs("tensorflow"), pytest.mark.timeout(400)]
 
 COMMON = r"""
 import os
@@ -181,13 +182,13 @@ def _check(res, tags):
         )
 
 
-def test_keras3_fit_and_gradient_tape_match_one_process(run_mpi):
-    res = run_mpi(KERAS3, 2, timeout=150)
+def test_keras3_fit_and_gradient_tape_match_one_process(keras_runs):
+    res = keras_runs["keras3"]
     _check(res, ["FIT", "BPPS", "TAPE", "OK"])
 
 
-def test_tf_keras_legacy_fit_matches_one_process(run_mpi):
-    res = run_mpi(LEGACY, 2, timeout=150)
+def test_tf_keras_legacy_fit_matches_one_process(keras_runs):
+    res = keras_runs["tf_keras"]
     _check(res, ["LEGACY", "OK"])
     assert len(res.lines("LEGACY ")) == 4
 
@@ -251,8 +252,38 @@ print(f"OK {r}", flush=True)
 """
 
 
+class KerasRuns:
+    """One 2-rank job per Keras flavour, run when a test of that flavour first asks and
+    shared by the tests of that flavour: the fit / tape script (KERAS3 or LEGACY), then
+    CALLBACK_SCRIPT, in the same processes. Each rank imports TensorFlow and Keras once per
+    flavour instead of once per test (~8 s of CPU a rank); the scripts' checks and prints
+    are unchanged (each prints its own "OK r")."""
+
+    FIRST = {"keras3": KERAS3, "tf_keras": LEGACY}
+
+    def __init__(self, mpirun: str, tmp_path_factory) -> None:
+        self.mpirun, self.tmp_path_factory = mpirun, tmp_path_factory
+        self.done: dict = {}
+
+    def __getitem__(self, flavour: str):
+        from tests.integration.horovod.conftest import in_sequence, launch_mpi
+
+        if flavour not in self.done:
+            workdir = self.tmp_path_factory.mktemp(f"keras-{flavour}")
+            script = in_sequence(workdir, self.FIRST[flavour], CALLBACK_SCRIPT)
+            env = {"KERAS_FLAVOUR": flavour}
+            self.done[flavour] = launch_mpi(self.mpirun, workdir, script, 2, env=env, timeout=330)
+        return self.done[flavour]
+
+
+@pytest.fixture(scope="module")
+def keras_runs(mpirun, tmp_path_factory) -> KerasRuns:
+    return KerasRuns(mpirun, tmp_path_factory)
+
+
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
-def test_callbacks_leave_every_rank_identical_lazy_and_eager_models(run_mpi, flavour):
-    res = run_mpi(CALLBACK_SCRIPT, 2, env={"KERAS_FLAVOUR": flavour}, timeout=180)
+def test_callbacks_leave_every_rank_identical_lazy_and_eager_models(keras_runs, flavour):
+    res = keras_runs[flavour]
     _check(res, ["OK"])
+    assert len(res.lines("OK ")) == 4, res.stdout  # both scripts ran to their end
     assert len(res.lines("SAME ")) == 8, res.stdout
