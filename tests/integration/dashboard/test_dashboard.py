@@ -14,6 +14,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.error
@@ -46,7 +47,7 @@ print({EVIL!r}, flush=True)
 SECRET = "s3cret-token-of-the-user"
 RUNNING_SCRIPT = """
 import time
-for i in range(400):
+for i in range(2400):  # 10 minutes: running through every test of the module (stopped after)
     print(f"tick {i}", flush=True)
     time.sleep(0.25)
 """
@@ -102,34 +103,50 @@ def _report(no_ps: bool) -> dict:
     )
 
 
-@pytest.fixture
-def jobs(session, write_script):
-    def run(name, script, wait=True, report=None, count=2):
-        est = shipyard.Estimator(
-            entry_point="t.py",
-            source_dir=write_script("t.py", script),
-            instance_count=count,
-            instance_type="local",
-            session=session,
-            metric_definitions=[{"Name": "<b>loss</b>", "Regex": r"loss=([0-9.]+)"}],
-            environment={"API_KEY": SECRET},
-        )
-        est.fit(job_name=name, wait=wait, logs=False)
-        if report is not None:
-            job_dir = session.control.get(name).job_dir
-            with open(os.path.join(job_dir, "distribution-report.json"), "w") as fh:
-                json.dump(report, fh)
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """The module's jobs, run once and inspected by every test that takes ``jobs`` (they
+    were run again for each of the five, 4 jobs each). The two log tests change a log, so
+    each has a job of its own (``log-pages``, ``log-fifo``); the others only read."""
+    home = tmp_path_factory.mktemp("dashboard") / "shipyard-home"
+    src = tmp_path_factory.mktemp("src")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHIPYARD_HOME", str(home))
+        mp.setenv("AWS_REGION", "us-east-1")
+        session = shipyard.Session(home=str(home))
 
-    run("ps-job", DONE_SCRIPT, report=_report(False))
-    run("no-strategy", DONE_SCRIPT, report=_report(True))
-    run("one-point", 'print("loss=0.500")', count=1)
-    run("live-job", RUNNING_SCRIPT, wait=False)
-    yield session
-    session.control.stop("live-job")
+        def run(name, script, wait=True, report=None, count=2):
+            (src / "t.py").write_text(textwrap.dedent(script))
+            est = shipyard.Estimator(
+                entry_point="t.py",
+                source_dir=str(src),
+                instance_count=count,
+                instance_type="local",
+                session=session,
+                metric_definitions=[{"Name": "<b>loss</b>", "Regex": r"loss=([0-9.]+)"}],
+                environment={"API_KEY": SECRET},
+            )
+            est.fit(job_name=name, wait=wait, logs=False)
+            if report is not None:
+                job_dir = session.control.get(name).job_dir
+                with open(os.path.join(job_dir, "distribution-report.json"), "w") as fh:
+                    json.dump(report, fh)
+
+        run("ps-job", DONE_SCRIPT, report=_report(False))
+        run("no-strategy", DONE_SCRIPT, report=_report(True))
+        run("one-point", 'print("loss=0.500")', count=1)
+        run("log-pages", DONE_SCRIPT)
+        run("log-fifo", DONE_SCRIPT)
+        run("live-job", RUNNING_SCRIPT, wait=False)
+        try:
+            yield session
+        finally:
+            session.control.stop("live-job")
 
 
-@pytest.fixture
-def ui(home):
+@pytest.fixture(scope="module")
+def ui(jobs):
+    """``shipyard ui`` on the module's jobs (SHIPYARD_HOME is set while ``jobs`` lives)."""
     with serve_ui() as served:
         yield served
 
@@ -223,18 +240,18 @@ def test_only_its_own_host_and_origin_and_environment_on_request(jobs, ui):
 
 def test_logs_are_read_a_page_at_a_time_from_a_cursor(jobs, ui):
     base, _ = ui
-    (path,) = [p for h, p in jobs.control.log_files("ps-job").items() if h == "algo-1"]
+    (path,) = [p for h, p in jobs.control.log_files("log-pages").items() if h == "algo-1"]
     with open(path, "a") as fh:
         fh.writelines(f"big {i} {'z' * 80}\n" for i in range(40_000))  # ~3.6 MB more
         fh.write("the very last line\n")
-    status, first = _call(base, "/api/jobs/ps-job/logs?host=algo-1")
+    status, first = _call(base, "/api/jobs/log-pages/logs?host=algo-1")
     assert status == 200 and first["skipped"] > 3_000_000  # the tail, not the whole log
     assert first["lines"][-1] == {"label": "algo-1", "text": "the very last line"}
     assert not first["more"] and first["terminal"]
     # from the start: every line once, in bounded pages
     cursor, texts, pages = "algo-1:0,algo-2:0", [], 0
     while True:
-        status, page = _call(base, f"/api/jobs/ps-job/logs?host=algo-1&cursor={cursor}")
+        status, page = _call(base, f"/api/jobs/log-pages/logs?host=algo-1&cursor={cursor}")
         assert status == 200
         texts += [line["text"] for line in page["lines"]]
         cursor, pages = page["cursor"], pages + 1
@@ -246,9 +263,9 @@ def test_logs_are_read_a_page_at_a_time_from_a_cursor(jobs, ui):
     ]
     with open(path, "a") as fh:
         fh.write("appended later\n")
-    _, later = _call(base, f"/api/jobs/ps-job/logs?cursor={cursor}")
+    _, later = _call(base, f"/api/jobs/log-pages/logs?cursor={cursor}")
     assert [line["text"] for line in later["lines"]] == ["appended later"]
-    status, body = _call(base, "/api/jobs/ps-job/logs?cursor=algo-1:oops")
+    status, body = _call(base, "/api/jobs/log-pages/logs?cursor=algo-1:oops")
     assert status == 400 and "HOST:OFFSET" in body["error"]
 
 
@@ -256,12 +273,12 @@ def test_a_log_read_that_waits_does_not_hold_up_other_requests(jobs, ui):
     """A log file that blocks its reader (a FIFO: open waits for a writer) stands for any
     slow read. Read on the event loop, it froze every other request; off it, only its own."""
     base, _ = ui
-    (path,) = [p for h, p in jobs.control.log_files("ps-job").items() if h == "algo-2"]
+    (path,) = [p for h, p in jobs.control.log_files("log-fifo").items() if h == "algo-2"]
     os.unlink(path)
     os.mkfifo(path)
     answers: list = []
     poll = threading.Thread(
-        target=lambda: answers.append(_call(base, "/api/jobs/ps-job/logs?cursor=algo-2:0")),
+        target=lambda: answers.append(_call(base, "/api/jobs/log-fifo/logs?cursor=algo-2:0")),
         daemon=True,
     )
     poll.start()
@@ -269,7 +286,7 @@ def test_a_log_read_that_waits_does_not_hold_up_other_requests(jobs, ui):
         time.sleep(0.5)  # the poll is now waiting in open()
         assert poll.is_alive() and not answers
         status, listed = _call(base, "/api/jobs")  # hang guard: _call's 60 s timeout
-        assert status == 200 and any(j["TrainingJobName"] == "ps-job" for j in listed)
+        assert status == 200 and any(j["TrainingJobName"] == "log-fifo" for j in listed)
     finally:
         with open(path, "w") as fifo:  # let the waiting read go
             fifo.write("through the pipe\n")
