@@ -33,20 +33,28 @@ opt.close()
 """
 
 
-@pytest.fixture
-def ps_job(session, write_script):
-    src = write_script("train.py", SCRIPT)
-    est = shipyard.PyTorch(
-        entry_point="train.py",
-        source_dir=src,
-        instance_count=2,
-        instance_type="local",
-        session=session,
-        distribution={"parameter_server": {"enabled": True}},
-        metric_definitions=[{"Name": "step_time", "Regex": "step_time=([0-9.e-]+)"}],
-    )
-    est.fit(job_name="ps-job", logs=False)
-    return "ps-job"
+@pytest.fixture(scope="module")
+def ps_job(tmp_path_factory):
+    """One measured shipyard.ps job (2 instances, torch), run once for the module's tests
+    that plan from it (it was run again for each); their ``shipyard plan`` reads it from
+    this module's SHIPYARD_HOME."""
+    home = tmp_path_factory.mktemp("plan") / "shipyard-home"
+    src = tmp_path_factory.mktemp("src")
+    (src / "train.py").write_text(SCRIPT)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHIPYARD_HOME", str(home))
+        mp.setenv("AWS_REGION", "us-east-1")
+        est = shipyard.PyTorch(
+            entry_point="train.py",
+            source_dir=str(src),
+            instance_count=2,
+            instance_type="local",
+            session=shipyard.Session(home=str(home)),
+            distribution={"parameter_server": {"enabled": True}},
+            metric_definitions=[{"Name": "step_time", "Regex": "step_time=([0-9.e-]+)"}],
+        )
+        est.fit(job_name="ps-job", logs=False)
+        yield "ps-job"
 
 
 def test_plan_of_a_measured_parameter_server_job(ps_job):
