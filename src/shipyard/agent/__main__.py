@@ -121,7 +121,16 @@ def enter_sandbox(
         forward_ports=loopback_ports(config),
         shape=_shape(plan.network),
     )
-    enter(box)
+    enter(box)  # its network follows (connect_sandbox), once its init has begun
+    return InstancePaths(OPT_ML), box
+
+
+def connect_sandbox(config: AgentConfig, host: str, box: Any) -> None:
+    """The instance's network on the job's bridge (shipyard.sandbox.instance.connect),
+    after ``enter`` and the init's start: the init builds the view meanwhile."""
+    from shipyard.sandbox.instance import connect
+
+    connect(box)
     if box.shape is not None and host == config.hosts[0]:
         from shipyard.sandbox import shaping
 
@@ -130,12 +139,11 @@ def enter_sandbox(
         from shipyard.sandbox import datanet
 
         datanet.route_connections(box.data_net, box.own_net)
-    if plan.isolation and host == config.hosts[0]:
+    if config.sandbox.isolation and host == config.hosts[0]:
         log(
             "network isolation: instances have no network beyond the job's; "
             "the agents transfer channels, checkpoints and the model"
         )
-    return InstancePaths(OPT_ML), box
 
 
 def _shape(network: Any) -> Any:
@@ -297,6 +305,8 @@ def run_instance(
     # (on 2 cores, 4 instances: 70-150 ms each that was waited for in turn); a job whose
     # channels mount (FastFile) starts it after them: its view copies the mounts of now
     starting = early_init(config, host) if box is not None else None
+    if box is not None and box.holder_pid is not None:
+        connect_sandbox(config, host, box)
     stage_code(config.submit_directory, paths.code)
     if box is not None:  # pasta started meanwhile; channels may need the network now
         from shipyard.sandbox.instance import wait_outbound

@@ -264,3 +264,63 @@ def test_a_sandboxed_agents_start_imports_no_pydantic():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+def test_the_init_begins_before_the_veth_is_attached(monkeypatch, tmp_path):
+    """Issue 40: the agent waited 60-70 ms for its instance's init (loaded 2-core machine),
+    which began only after the veth's two ``ip`` runs; the init now begins first and the
+    network is attached while it builds the view."""
+    from types import SimpleNamespace
+
+    from shipyard.agent import __main__ as agent
+
+    order: list[str] = []
+    monkeypatch.setattr(agent, "build_tree", lambda config, host, paths: paths)
+    monkeypatch.setattr(agent, "early_init", lambda config, host: order.append("init"))
+    monkeypatch.setattr(agent, "connect_sandbox", lambda c, h, box: order.append("network"))
+
+    class _Stop(Exception):
+        pass
+
+    def stop(*_a):
+        order.append("code")
+        raise _Stop
+
+    monkeypatch.setattr(agent, "stage_code", stop)
+
+    class Box:
+        holder_pid = 1
+
+    class Config:
+        submit_directory = str(tmp_path)
+
+    try:
+        paths = SimpleNamespace(code=str(tmp_path / "code"))
+        agent.run_instance(Config(), "algo-1", None, paths, Box())  # type: ignore[arg-type]
+    except _Stop:
+        pass
+    assert order == ["init", "network", "code"]
+
+
+def test_pasta_is_pointed_at_the_instances_namespace_by_fd():
+    """pasta's shell opens its target whenever it runs; /proc/<agent>/ns/net named the
+    namespace of the agent's thread at that moment, which is the job's while the veth is
+    attached (``connect``), so the target is the agent's fd of the instance's own."""
+    import io
+
+    from shipyard.sandbox.instance import InstanceSandbox, _release_pasta
+
+    box = InstanceSandbox(holder_pid=1, host="algo-1", hosts={}, tree="/t", own_net=7)
+
+    class Waiter:
+        stdin = io.BytesIO()
+
+    waiter = Waiter()
+    waiter.stdin.close = lambda: None  # type: ignore[method-assign]
+    _release_pasta(box, waiter)  # type: ignore[arg-type]
+    assert waiter.stdin.getvalue() == f"/proc/{os.getpid()}/fd/7\n".encode()
+    box.data_net = 9  # network isolation: the agent's data network
+    waiter.stdin = io.BytesIO()
+    waiter.stdin.close = lambda: None  # type: ignore[method-assign]
+    _release_pasta(box, waiter)  # type: ignore[arg-type]
+    assert waiter.stdin.getvalue() == f"/proc/{os.getpid()}/fd/9\n".encode()
