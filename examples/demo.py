@@ -64,17 +64,6 @@ def step(n: int, text: str) -> None:
     out.rule(f"[bold]{n}. {text}[/]  [dim]{time.monotonic() - _t0:.0f} s[/]")
 
 
-def load_tensorflow_quietly() -> None:
-    """Import TensorFlow with its start-up noise (absl's pre-init warning, the CUDA
-    probe, CPU-feature and oneDNN lines) held back, as shipyard's own TensorFlow
-    processes do (``shipyard.tf.server.quiet_stderr``); a failing import still shows it.
-    The demo's process needs TensorFlow only to write the TFRecords."""
-    from shipyard.tf.server import quiet_stderr
-
-    with quiet_stderr():
-        import tensorflow  # noqa: F401
-
-
 def report_of(estimator) -> dict | None:
     desc = estimator.latest_training_job.describe()
     return desc["Shipyard"].get("DistributionReport")
@@ -196,7 +185,6 @@ def main() -> None:
     data = tempfile.mkdtemp(prefix="shipyard-demo-")
     try:
         step(1, "CIFAR-10-shaped TFRecords (generated: 512 train, 128 eval)")
-        load_tensorflow_quietly()
         inputs = {}
         for split, n, seed in (("train", 512, 1), ("eval", 128, 2)):
             os.makedirs(os.path.join(data, split))

@@ -79,28 +79,20 @@ def test_make_goes_on_once_the_package_manager_is_free():
 PROBE = """
 import os, sys, tempfile
 sys.path.insert(0, {examples!r})
+sys.path.insert(0, {data!r})
 import demo
-if {quiet!r}:
-    demo.load_tensorflow_quietly()
 from make_cifar_tfrecords import write
-write(os.path.join(tempfile.mkdtemp(), "t.tfrecords"), 8, 1)  # no TensorFlow of its own
-import tensorflow  # what the demo's process loads (at once when quietly loaded first)
-print("written")
+write(os.path.join(tempfile.mkdtemp(), "t.tfrecords"), 8, 1)
+print("loaded:", sorted(m for m in ("tensorflow", "torch", "keras") if m in sys.modules))
 """
 
 
-@pytest.mark.slow
-@pytest.mark.tensorflow
-def test_the_demo_process_hides_tensorflow_start_up_noise():
-    pytest.importorskip("tensorflow")
-
-    def run(quiet: bool) -> list[str]:
-        code = PROBE.format(examples=str(ROOT / "examples"), quiet=quiet)
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0 and "written" in done.stdout, done.stderr
-        return [line for line in done.stderr.splitlines() if is_noise(line)]
-
-    assert run(quiet=False), "TensorFlow printed no start-up noise here: the probe shows nothing"
-    assert run(quiet=True) == []
+def test_the_demo_process_loads_no_framework_so_prints_no_start_up_noise():
+    # the demo's own process only writes the TFRecords (by hand, make_cifar_tfrecords):
+    # TensorFlow's start-up noise (absl's pre-init warning, the CUDA probe, oneDNN lines)
+    # cannot reach the demo's console, and its 7-10 s import is not paid there
+    code = PROBE.format(examples=str(ROOT / "examples"), data=str(ROOT / "examples" / "data"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "loaded: []" in done.stdout, done.stdout
+    assert [line for line in done.stderr.splitlines() if is_noise(line)] == []
