@@ -234,11 +234,7 @@ def test_killed_supervisor_leaves_no_namespace_mount_or_helper(session, write_sc
         proc.kill()
         pytest.fail("instances did not start")
     try:
-        helpers = [
-            p
-            for p in psutil.Process(proc.pid).children()
-            if network.HOLDER in p.cmdline()
-        ]
+        helpers = [p for p in psutil.Process(proc.pid).children() if network.HOLDER in p.cmdline()]
         assert len(helpers) == 1
         inodes = set(_namespaces(helpers[0].pid).values()) - set(_namespaces(os.getpid()).values())
         for p in job_processes(job_dir):
