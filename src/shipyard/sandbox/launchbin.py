@@ -10,7 +10,9 @@ machine that runs it, once per source version, as the bind shim is
 private temporary file, then an atomic rename). Whatever lies there runs with the
 agent's privileges, so it is used only when the file and its directory are this user's
 and writable by nobody else (as the seccomp program's cache, shipyard.sandbox.seccomp).
-Without a compiler or such a directory the Python launcher runs, as before.
+Without a compiler (or with one that fails: a marker beside it says so, and no later
+agent tries again for that source version) or such a directory the Python launcher runs,
+as before.
 """
 
 from __future__ import annotations
@@ -78,7 +80,18 @@ def _find_or_build() -> str | None:
         if trusted(candidate):
             return candidate
         if bindshim._private_dir(directory):
-            return candidate if _compile(candidate) and trusted(candidate) else None
+            # a compiler that failed once fails again: said by a marker, so that not
+            # every agent of every job pays for a failing build (100-300 ms of CPU)
+            failed = candidate + ".failed"
+            if os.path.exists(failed):
+                return None
+            if _compile(candidate) and trusted(candidate):
+                return candidate
+            try:
+                os.close(os.open(failed, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            except OSError:
+                pass
+            return None
     return None
 
 

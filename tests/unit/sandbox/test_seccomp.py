@@ -296,3 +296,21 @@ def test_reading_the_cached_program_imports_nothing_heavy(tmp_path):
         pytest.skip(f"no filter here: {first.stdout} {first.stderr}")
     again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert again.stdout.split() == ["True"], again.stdout + again.stderr
+
+
+def test_a_failing_compiler_is_tried_once_per_launcher_version(tmp_path, monkeypatch):
+    """A compiler that cannot build the launcher (no kernel headers, say) would cost every
+    agent of every job a failed build; the failure is remembered beside the binary."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tries: list[str] = []
+
+    def failing(target: str) -> bool:
+        tries.append(target)
+        return False
+
+    monkeypatch.setattr(launchbin, "_compile", failing)
+    for _ in range(3):
+        monkeypatch.setattr(launchbin, "_FOUND", [])
+        assert launchbin.path() is None
+    assert len(tries) == 1
+    assert confine.launcher_argv() == confine.python_launcher_argv()
