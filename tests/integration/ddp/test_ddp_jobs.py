@@ -209,7 +209,7 @@ def test_smddp_example_unmodified_then_killed_rank_resumes_from_checkpoint(sessi
         py_version="py311",
         max_retry_attempts=1,
         checkpoint_local_path=str(checkpoints),
-        hyperparameters={"backend": "smddp", "epochs": 5, "checkpoint-dir": str(checkpoints)},
+        hyperparameters={"backend": "smddp", "epochs": 3, "checkpoint-dir": str(checkpoints)},
         distribution={
             "smdistributed": {"dataparallel": {"enabled": True, "processes_per_host": 2}}
         },
