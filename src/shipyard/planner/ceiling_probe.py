@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from shipyard.runtime.lifeline import die_with_parent
 from shipyard.sandbox import kernel, network, probe, tools
@@ -172,17 +173,22 @@ def _drain(sock: socket.socket) -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``SECONDS``: measure and print one JSON line (what ``ceiling.measure`` reads); a
-    failure is a JSON line with ``error``, exit 1."""
+def probe_main(measure: Callable[[float], dict], default_s: float, argv: list[str] | None) -> int:
+    """A probe's command line (this one's and transport_probe's): ``SECONDS``, measure and
+    print one JSON line (what ``ceiling`` reads); a failure is a JSON line with ``error``,
+    exit 1."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        found = run(float(args[0]) if args else 0.25)
+        found = measure(float(args[0]) if args else default_s)
     except (OSError, RuntimeError, subprocess.SubprocessError, ValueError) as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return 1
     print(json.dumps(found), flush=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return probe_main(run, 0.25, argv)
 
 
 if __name__ == "__main__":

@@ -252,16 +252,7 @@ def _worker(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``SECONDS``: measure and print one JSON line (what ``ceiling.measure`` reads); a
-    failure is a JSON line with ``error``, exit 1."""
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        found = run(float(args[0]) if args else 0.5)
-    except (OSError, RuntimeError, subprocess.SubprocessError, ValueError) as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
-        return 1
-    print(json.dumps(found), flush=True)
-    return 0
+    return ceiling_probe.probe_main(run, 0.5, argv)
 
 
 if __name__ == "__main__":
