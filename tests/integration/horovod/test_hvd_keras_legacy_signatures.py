@@ -14,22 +14,8 @@ import numpy as np
 import pytest
 from tests.lazy import lazy, needs
 
-import shipyard.horovod as hvd_engine
-
 pytestmark = needs("tensorflow")
 tf = lazy("tensorflow")
-
-
-@pytest.fixture
-def single_rank(monkeypatch):
-    """An initialized single-rank engine (no MPI launcher variables, no timeline): as
-    tests/unit/horovod/conftest.py's."""
-    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "HOROVOD_TIMELINE"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("SHIPYARD_HOROVOD_BACKEND", "self")
-    hvd_engine.init()
-    yield
-    hvd_engine.shutdown()
 
 
 def _fit(callbacks, lr=0.1, epochs=2):

@@ -15,18 +15,6 @@ hvd = lazy("shipyard.horovod.torch")  # imports torch
 
 
 @pytest.fixture
-def single_rank(monkeypatch):
-    """An initialized single-rank engine (no MPI launcher variables, no timeline): as
-    tests/unit/horovod/conftest.py's."""
-    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "HOROVOD_TIMELINE"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("SHIPYARD_HOROVOD_BACKEND", "self")
-    hvd_engine.init()
-    yield
-    hvd_engine.shutdown()
-
-
-@pytest.fixture
 def single(single_rank):
     return hvd
 
