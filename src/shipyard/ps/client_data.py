@@ -78,6 +78,10 @@ class DataPath:
         self._open_result: dict[str, np.ndarray] = {}
         # this worker's step times (runtime/steptiming.py), when the client records them
         self.recorder: StepRecorder | None = None
+        # a split-phase step's overlap: when its first begin call came (perf_counter), and
+        # the seconds its begin calls took (the worker's own sending, not compute)
+        self._first_sent: float | None = None
+        self._begin_s = 0.0
 
     @property
     def keys(self) -> list[str]:
@@ -130,11 +134,12 @@ class DataPath:
         self._timed(t0)
         return {n: result[n] for n in names}
 
-    def _stepped(self, comm_s: float) -> None:
+    def _stepped(self, comm_s: float, overlap_s: float | None = None) -> None:
         """A step ended: its communication seconds (with any push/pull since the last
-        step) go to the step recorder, which times the step from the previous one."""
+        step) go to the step recorder, which times the step from the previous one;
+        ``overlap_s``: the seconds its requests travelled behind the worker's compute."""
         if self.recorder is not None:
-            self.recorder.comm(comm_s)
+            self.recorder.comm(comm_s, overlap=overlap_s)
             self.recorder.mark()
 
     def _timed(self, t0: float) -> None:
@@ -233,7 +238,12 @@ class DataPath:
         ``push_pull_end``."""
         t0 = time.perf_counter()
         self._push_pull_begin(grads, outs)
-        self._timed(t0)
+        took = time.perf_counter() - t0
+        if self._first_sent is None:
+            self._first_sent = t0
+        self._begin_s += took
+        if self.recorder is not None:
+            self.recorder.comm(took)
 
     def _push_pull_begin(
         self, grads: Mapping[str, ArrayLike], outs: Mapping[str, np.ndarray] | None
@@ -278,8 +288,21 @@ class DataPath:
         result, self._open_result = self._open_result, {}
         self._exchange.wait(rids)
         self._state.step += 1
-        self._stepped(time.perf_counter() - t0)
+        self._stepped(time.perf_counter() - t0, self._overlap(t0))
         return result
+
+    def _overlap(self, end_at: float) -> float | None:
+        """Seconds this split-phase step's requests were on the wire while the worker
+        computed: from its first push_pull_begin to push_pull_end, less the time inside its
+        begin calls (the worker's own sending; None: no begin this step). Why: gradients pushed from backward's
+        hooks travel while the rest of backward runs; the step's push/pull wait alone
+        hides that (issue 39: at 1.25 Gbit/s the demo's CNN waited 20 ms a step where its
+        link needs 37 ms), and the planner predicts another link's step from this window."""
+        first, self._first_sent = self._first_sent, None
+        spent, self._begin_s = self._begin_s, 0.0
+        if first is None:
+            return None
+        return max(0.0, end_at - first - spent)
 
     def next_step(self) -> int:
         """Advance this worker's step counter (after a manual push/pull sequence)."""
