@@ -7,7 +7,9 @@ same instance is free (it never crosses the NIC). The model does not assume that
 communication overlaps computation: on the CPUs this model is checked on, gloo and the
 parameter-server clients compete with compute for the same cores, so a step is
 ``compute + communication`` (``Profile.overlap`` lets a caller who has measured overlap say
-otherwise).
+otherwise, and ``Profile.overlap_window`` is the part of the compute a job's pushed
+gradients were measured to travel behind: shipyard.ps pushes each gradient from
+backward's hooks, so up to that much of the link's time hides, :func:`hidden_s`).
 
 - **Ring allreduce** (Horovod, torch_distributed, MultiWorkerMirrored): every rank sends and
   receives ``2(R-1)/R * S`` bytes for S gradient bytes over R ranks, in ``2(R-1)`` sequential
@@ -61,6 +63,11 @@ otherwise).
   (the transport probed), and only in a same-machine prediction (``Profile.
   host_cpu_s_per_byte``, set by :func:`same_machine` and a same-machine reading): a real
   cluster's instances have cores of their own.
+  The compute a same-machine run measured is wall time, and the transport's work that
+  ran while the workers computed (shards, client I/O threads, the kernel's TCP) is in
+  it; the cores' bound nets that share out (``Profile.transport_in_compute``, the share
+  of the time in flight the ps client measured behind compute, :func:`own_compute_s`)
+  before adding the transport's CPU whole, so it is counted once.
 """
 
 from __future__ import annotations
@@ -151,6 +158,13 @@ class Profile:
     # CPU seconds the transport costs the shared cores per payload byte moved (a pushed
     # or pulled byte): set only for a same-machine prediction of shipyard.ps
     host_cpu_s_per_byte: float = 0.0
+    # measured by the job (the shipyard.ps client's split, a same-machine reading): the
+    # share of a worker's compute that its pushed gradients travel behind (the overlap
+    # window over the compute; 0: not measured, ``overlap`` applies), and the share of
+    # the transport's CPU that ran while the workers computed (their measured compute
+    # holds it: the shared cores' bound takes it out before adding the transport's CPU)
+    overlap_window: float = 0.0
+    transport_in_compute: float = 0.0
 
     @property
     def gradient_bytes(self) -> float:
@@ -285,6 +299,31 @@ def transport_cpu_s(profile: Profile, workers: int) -> float:
     return profile.host_cpu_s_per_byte * 2 * workers * profile.gradient_bytes
 
 
+def hidden_s(profile: Profile, comm: float) -> float:
+    """The communication of a step hidden behind its compute: with a measured overlap
+    window (``Profile.overlap_window``), as much of ``comm`` as fits in that part of the
+    compute (a slow link's transfer outlasts the window, a fast one's fits whole; issue
+    39: the demo's CNN pushes its 4.7 MB dense gradient early in backward, and at 1.25
+    Gbit/s waited 20 ms of the 37 ms its link needs); else the share ``overlap`` of it."""
+    if profile.overlap_window > 0:
+        return min(comm, profile.overlap_window * profile.compute_s)
+    return min(comm * profile.overlap, profile.compute_s)
+
+
+def own_compute_s(profile: Profile, workers: int, extra_cpu_s: float) -> float:
+    """A worker's compute net of the transport's CPU that ran on the shared cores while it
+    computed: the share ``Profile.transport_in_compute`` of the global step's
+    ``extra_cpu_s``, spread over the busy cores (one per worker, at most the machine's).
+    Why: the compute a same-machine run measured is wall time, stretched by the shards'
+    and the clients' I/O work that preempted it; the shared cores' bound adds the
+    transport's CPU whole, so it would be counted twice (issue 39: at 10 Gbit/s the
+    prediction from the 1.25 Gbit/s run's 34 ms compute was 18% slow)."""
+    if not profile.host_cores or profile.transport_in_compute <= 0 or extra_cpu_s <= 0:
+        return profile.compute_s
+    busy = max(float(workers), profile.host_cores)
+    return max(0.0, profile.compute_s - profile.transport_in_compute * extra_cpu_s / busy)
+
+
 def _row(
     profile: Profile,
     link: Link,
@@ -296,11 +335,13 @@ def _row(
 ) -> Row:
     """One row; ``collective``: every rank waits for the others each step (a synchronous
     allreduce), so a shared host stretches the compute phase, not the whole step."""
-    hidden = min(comm * profile.overlap, profile.compute_s)
+    hidden = hidden_s(profile, comm)
     workers = n * profile.processes_per_host
     alone = profile.compute_s + comm - hidden
     extra = transport_cpu_s(profile, workers) if profile.distribution in PS else 0.0
-    host = shared_host_step(profile.compute_s, workers, profile.host_cores, extra)
+    host = shared_host_step(
+        own_compute_s(profile, workers, extra), workers, profile.host_cores, extra
+    )
     step = max(profile.compute_s, host) + comm - hidden if collective else max(alone, host)
     rate = workers / step
     name = bottleneck if comm - hidden > profile.compute_s else "compute"

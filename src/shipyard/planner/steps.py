@@ -9,7 +9,8 @@ first connections) are excluded, :func:`warmup_steps` of them, before the median
 taken over every worker's remaining steps. Compute and communication are given where the
 source measured communication (the ps client times its push/pull calls, Horovod its
 allreduce, DDP its buckets); overlap (communication hidden behind compute) and bytes per
-step where the source sees them (DDP's buckets, Horovod's fused gradients).
+step where the source sees them (DDP's buckets, Horovod's fused gradients; the shipyard.ps
+client's split-phase steps: the time its pushed gradients travelled behind compute).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ instances on 2 cores); every figure is computed by hand, so each term can fail a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shipyard.planner import model, render
@@ -147,3 +149,59 @@ def test_the_demo_s_pair_predicted_from_its_slow_run():
     old = from_describe(_demo_run(), Inputs(host_cores=2))
     before = model.predict(old.profile, model.Link("x", 10 * GBIT, framing=model.TCP_FRAMING), 2)
     assert (before.steps_per_s - measured) / measured > 0.3
+
+
+# --- the measured overlap and the transport's CPU inside the measured compute (issue 39)
+
+
+def test_a_measured_overlap_window_hides_the_link_up_to_its_length():
+    """At 1.25 Gbit/s the link needs 32 ms a step (5 MB); a window of half a 30 ms
+    compute hides 15 ms of it: 30 + 32 - 15 = 47 ms (charged whole after compute: 62 ms).
+    At 10 Gbit/s the 4 ms fit whole: the step is the compute."""
+    link_s = 5e6 / (1.25 * GBIT)
+    plain = model.predict(_ps(0.030), SLOW, 2)
+    assert plain.step_s == pytest.approx(0.030 + link_s)
+    windowed = model.predict(replace(_ps(0.030), overlap_window=0.5), SLOW, 2)
+    assert windowed.step_s == pytest.approx(0.030 + link_s - 0.015)
+    fast = model.predict(replace(_ps(0.030), overlap_window=0.5), TEN, 2)
+    assert fast.step_s == pytest.approx(0.030)
+    assert model.hidden_s(replace(_ps(0.030), overlap_window=0.5), 0.004) == pytest.approx(0.004)
+
+
+def test_the_cores_bound_counts_the_transport_s_cpu_once():
+    """2 workers on 2 cores measured 34 ms of compute while half of the transport's 18 ms
+    of CPU a global step ran behind it: 4.5 ms of it in each worker's compute. The cores'
+    bound is (2 x (34 - 4.5) + 18) / 2 = 38.5 ms, not (2 x 34 + 18) / 2 = 43 ms."""
+    here = replace(_ps(0.034), host_cores=2, host_cpu_s_per_byte=PER_BYTE)
+    assert model.predict(here, TEN, 2).step_s == pytest.approx(0.043)
+    netted = replace(here, transport_in_compute=0.5)
+    assert model.own_compute_s(netted, 2, 0.018) == pytest.approx(0.034 - 0.0045)
+    row = model.predict(netted, TEN, 2)
+    assert row.step_s == pytest.approx(0.0385) and row.bottleneck == "host CPU"
+    # 4 workers on the 2 cores: the transport's CPU spreads over the 4 computes
+    assert model.own_compute_s(netted, 4, 0.036) == pytest.approx(0.034 - 0.5 * 0.036 / 4)
+    # cores of their own (a real cluster) or no transport: the compute as measured
+    assert model.own_compute_s(replace(netted, host_cores=None), 2, 0.018) == 0.034
+    assert model.own_compute_s(netted, 2, 0.0) == 0.034
+
+
+def test_a_same_machine_reading_takes_the_overlap_the_ps_client_measured():
+    """The client's window (18 ms behind 32.6 ms of compute, 26.7 ms waited): the profile
+    hides up to 55% of the compute's worth of link and nets 40% of the transport's CPU out
+    of the compute; a split without an overlap (a job from before it was recorded), a
+    plan for real instances and a given compute leave both at 0."""
+    m = from_describe(_demo_run(OverlapSeconds=0.018), Inputs(machine=_machine()))
+    assert m.profile.overlap_window == pytest.approx(0.018 / 0.0326)
+    assert m.profile.transport_in_compute == pytest.approx(0.018 / (0.018 + 0.0267))
+    assert m.sources["overlap"].startswith("measured by shipyard: pushed gradients travel")
+    assert from_describe(_demo_run(), Inputs(machine=_machine())).profile.overlap_window == 0.0
+    assert from_describe(_demo_run(OverlapSeconds=0.018)).profile.overlap_window == 0.0
+    given = from_describe(
+        _demo_run(OverlapSeconds=0.018), Inputs(machine=_machine(), compute_s=0.01)
+    )
+    assert given.profile.overlap_window == 0.0 and given.profile.transport_in_compute == 0.0
+    # the 1.25 Gbit/s run predicted again from itself: 61 ms measured; charged after the
+    # compute the link makes it 33.6 + 33.5 = 67 ms, behind the window 67 - 18.5 = 49 ms
+    row = model.same_machine(m.profile, SLOW, 2, _machine())
+    link_s = 5e6 / (1.25 * GBIT)
+    assert row.step_s == pytest.approx(m.profile.compute_s + link_s - 0.018 * 0.061 / 0.0593)
