@@ -1,6 +1,8 @@
 """How well the planner's "same machine" figure matches ``make demo``'s "before you pay" runs (issue 39).
 
-    .venv/bin/python benchmarks/same_machine.py [--runs 3] [--keep-ceiling]
+    .venv/bin/python benchmarks/same_machine.py [--runs 3] [--keep-ceiling] [--save FILE]
+    .venv/bin/python benchmarks/same_machine.py --replay FILE
+
 
 The demo's runs, as the demo makes them (``examples/demo.py``'s ``measure_cnn``: the
 tutorials' CNN through shipyard.ps on 2 instances, each instance's link shaped with the
@@ -24,6 +26,7 @@ each error the median over the rounds of |predicted - measured| / measured.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -46,9 +49,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="rounds of both networks")
     parser.add_argument("--keep-ceiling", action="store_true", help="use the cached ceiling")
+    parser.add_argument("--save", help="write the rounds' describes and the ceiling here (JSON)")
+    parser.add_argument(
+        "--replay", help="predict the rounds a --save wrote again, with this tree's model"
+    )
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.replay:
+        replay(Path(args.replay))
+        return
     import demo
 
     import shipyard
@@ -70,6 +80,7 @@ def main() -> None:
     }
     errors: dict[str, list[float]] = {t: [] for t in NETWORKS}
     loads = []
+    saved: list[dict] = []
     for r in range(args.runs):
         load = os.getloadavg()[0]
         loads.append(load)
@@ -83,6 +94,11 @@ def main() -> None:
             )
             for t, rate in NETWORKS.items()
         }
+        saved.append({"load": load, "describes": descs})
+        if args.save:
+            Path(args.save).write_text(
+                json.dumps({"ceiling": found.to_json(), "rounds": saved}, default=str)
+            )
         for target, other in (("ml.p2.8xlarge", "ml.p2.xlarge"), ("ml.p2.xlarge", "ml.p2.8xlarge")):
             measured = 2 / from_describe(descs[target]).step_s
             split = descs[target]["Shipyard"].get("StepTiming") or {}
@@ -95,8 +111,8 @@ def main() -> None:
             print(
                 f"round {r} load {load:.2f}: {target} measured {measured:.2f} steps/s "
                 f"(step {_ms(split.get('MedianStepSeconds'))}: compute "
-                f"{_ms(split.get('ComputeSeconds'))} + push/pull {_ms(split.get('CommSeconds'))}), "
-                f"predicted from {other} {predicted:.2f} ({err:.1%}: compute "
+                f"{_ms(split.get('ComputeSeconds'))} + push/pull {_ms(split.get('CommSeconds'))}, "
+                f"overlap {_ms(split.get('OverlapSeconds'))}), predicted from {other} {predicted:.2f} ({err:.1%}: compute "
                 f"{_ms(row.compute_s)}, link {_ms(row.comm_s)}, step {_ms(row.step_s)}, "
                 f"{row.bottleneck}); before (HEAD's model) {old:.2f} "
                 f"({abs(old - measured) / measured:.1%})",
@@ -110,6 +126,44 @@ def main() -> None:
         ps_cpu_s_per_gb=found.ps_cpu_s_per_gb or 0.0,
         load=statistics.median(loads),
         runs=args.runs,
+    )
+
+
+def replay(path: Path) -> None:
+    """The rounds a ``--save`` wrote, predicted again with this tree's model (the same
+    runs, so a model change is compared without the machine's noise between runs)."""
+    from shipyard import instance_types
+    from shipyard.planner import ceiling, model
+    from shipyard.planner.profile import Inputs, from_describe
+
+    data = json.loads(path.read_text())
+    found = ceiling.Ceiling.from_json(data["ceiling"])
+    machine = found.machine()
+    print(found.line(), f"(load average {found.load_average:.2f} when measured)")
+    errors: dict[str, list[float]] = {t: [] for t in NETWORKS}
+    for r, rnd in enumerate(data["rounds"]):
+        descs = rnd["describes"]
+        for target, other in (("ml.p2.8xlarge", "ml.p2.xlarge"), ("ml.p2.xlarge", "ml.p2.8xlarge")):
+            link = model.Link(
+                target, instance_types.network(target).bytes_per_s, framing=model.TCP_FRAMING
+            )
+            measured = 2 / from_describe(descs[target]).step_s
+            split = descs[target]["Shipyard"].get("StepTiming") or {}
+            ref = from_describe(descs[other], Inputs(machine=machine))
+            row = model.same_machine(ref.profile, link, 2, machine)
+            err = abs(row.steps_per_s - measured) / measured
+            errors[target].append(err)
+            print(
+                f"round {r} load {rnd['load']:.2f}: {target} measured {measured:.2f} "
+                f"(step {_ms(split.get('MedianStepSeconds'))}: compute "
+                f"{_ms(split.get('ComputeSeconds'))} + push/pull {_ms(split.get('CommSeconds'))}"
+                f", overlap {_ms(split.get('OverlapSeconds'))}), predicted {row.steps_per_s:.2f} "
+                f"({err:.1%}: compute {_ms(row.compute_s)}, link {_ms(row.comm_s)}, step "
+                f"{_ms(row.step_s)}, {row.bottleneck})"
+            )
+    print(
+        f"replay err_p2_xlarge={statistics.median(errors['ml.p2.xlarge']):.4f} "
+        f"err_p2_8xlarge={statistics.median(errors['ml.p2.8xlarge']):.4f}"
     )
 
 
