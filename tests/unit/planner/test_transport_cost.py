@@ -205,3 +205,34 @@ def test_a_same_machine_reading_takes_the_overlap_the_ps_client_measured():
     row = model.same_machine(m.profile, SLOW, 2, _machine())
     link_s = 5e6 / (1.25 * GBIT)
     assert row.step_s == pytest.approx(m.profile.compute_s + link_s - 0.018 * 0.061 / 0.0593)
+
+
+def test_the_wait_the_link_did_not_explain_is_a_floor_of_the_wait():
+    """A worker waited 9.3 ms after compute for a link that needed 4 ms, all of it in
+    flight behind its 15 ms window: the 9.3 ms are the transport's own (the shards'
+    updates and replies, the last pieces' receive) and stay at any link; a slow link's
+    longer wait still wins (32 - 15 = 17 ms)."""
+    tail = replace(_ps(0.027), overlap_window=15 / 27, transport_wait_s=0.0093)
+    assert model.waited_s(tail, 0.004) == pytest.approx(0.0093)
+    assert model.predict(tail, TEN, 2).step_s == pytest.approx(0.027 + 0.0093)
+    assert model.waited_s(tail, 0.032) == pytest.approx(0.032 - 0.015)
+    assert model.waited_s(replace(tail, transport_wait_s=0.0), 0.004) == 0.0
+    # read from the run: 10 Gbit/s, 37.1 ms a step (the metric), 26.8 ms compute + 9.3 ms
+    # push/pull, a 15 ms window; the link needs 5 MB x framing / 10 Gbit/s = 4.2 ms, inside
+    # the window, so all of the wait (scaled to the step like the compute) is the transport's
+    desc = _demo_run(
+        MedianStepSeconds=0.0371, ComputeSeconds=0.0268, CommSeconds=0.0093, OverlapSeconds=0.015
+    )
+    desc["Tags"] = [{"Key": "shipyard:network", "Value": "10gbit"}]
+    desc["Shipyard"]["MetricHistory"] = [
+        {"MetricName": "step_time", "Value": 0.0371, "Host": h} for h in ("algo-1", "algo-2")
+    ]
+    m = from_describe(desc, Inputs(machine=_machine()))
+    scale = 0.0371 / (0.0268 + 0.0093)
+    assert m.profile.transport_wait_s == pytest.approx(0.0093 * scale)
+    assert "of its wait is not its link's" in m.sources["overlap"]
+    # at 1.25 Gbit/s that run had waited the link less its window instead: no floor left
+    slow = dict(desc, Tags=[{"Key": "shipyard:network", "Value": "1.25gbit"}])
+    link_s = 5e6 * model.TCP_FRAMING / (1.25 * GBIT)
+    assert link_s - 0.015 * scale > 0.0093 * scale
+    assert from_describe(slow, Inputs(machine=_machine())).profile.transport_wait_s == 0.0
