@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from shipyard.sandbox import datanet, kernel, network, tools
+from shipyard.sandbox import datanet, kernel, network, rtnl, tools
 
 if TYPE_CHECKING:
     from shipyard.sandbox import shaping
@@ -84,17 +84,6 @@ def _host_order(item: tuple[str, str]) -> tuple[int, str]:
     host = item[0]
     suffix = host.rsplit("-", 1)[-1]
     return (int(suffix) if suffix.isdigit() else 0, host)
-
-
-def _ip(batch: str, pass_fds: tuple[int, ...] = ()) -> None:
-    ip = tools.find("ip")
-    if ip is None:
-        raise OSError("iproute2's `ip` is not installed")
-    done = subprocess.run(
-        [ip, "-batch", "-"], input=batch.encode(), capture_output=True, pass_fds=pass_fds
-    )
-    if done.returncode != 0:
-        raise OSError(f"ip failed ({batch.strip()!r}): {done.stderr.decode(errors='replace')}")
 
 
 PASTA_READY_TIMEOUT_S = 10.0
@@ -355,24 +344,26 @@ def _links() -> list[str]:
 
 
 def _attach(box: InstanceSandbox, job_net: int, own_net: int) -> None:
-    """A veth pair: ``v<host>`` on the job's bridge, ``eth0`` with the instance's address."""
+    """A veth pair: ``v<host>`` on the job's bridge, ``eth0`` with the instance's address
+    (over netlink, shipyard.sandbox.rtnl: the requests two ``ip -batch`` runs made)."""
     veth = network.veth_name(box.host)
     kernel.setns(job_net, kernel.CLONE_NEWNET)
     try:
         _wait(lambda: network.BRIDGE in _links(), "the job's bridge")
-        _ip(
-            f"link add {veth} type veth peer name eth0 netns /proc/self/fd/{own_net}\n"
-            f"link set {veth} master {network.BRIDGE}\n"
-            f"link set {veth} up\n",
-            pass_fds=(own_net,),
-        )
+        with rtnl.Route() as job:  # what `ip link add/set` asked, without an `ip` process
+            job.add_veth(veth, "eth0", own_net)
+            job.set_master(veth, network.BRIDGE)
+            job.set_up(veth)
         if box.shape is not None:  # what the instance receives
             from shipyard.sandbox import shaping
 
             box.notes.extend(shaping.apply(veth, box.shape))
     finally:
         kernel.setns(own_net, kernel.CLONE_NEWNET)
-    _ip(f"link set lo up\naddr add {box.address}/{PREFIX_LEN} dev eth0\nlink set eth0 up\n")
+    with rtnl.Route() as own:
+        own.set_up("lo")
+        own.add_address("eth0", box.address, PREFIX_LEN)
+        own.set_up("eth0")
     if box.shape is not None:  # what it sends; a failure is said once, by the first
         from shipyard.sandbox import shaping
 
