@@ -68,7 +68,7 @@ backward's hooks, so up to that much of the link's time hides, :func:`hidden_s`)
   it; the cores' bound nets that share out (``Profile.transport_in_compute``, the share
   of the time in flight the ps client measured behind compute, :func:`own_compute_s`)
   before adding the transport's CPU whole, so it is counted once. And the wait after
-  compute is at least what the measured run waited beyond its link's time
+  compute adds, after the link's exposed time, what the measured run waited beyond it
   (``Profile.transport_wait_s``, :func:`waited_s`): the transport's own processing of a
   step's last pieces, which a faster emulated link does not shorten.
 """
@@ -318,12 +318,12 @@ def hidden_s(profile: Profile, comm: float) -> float:
 
 def waited_s(profile: Profile, comm: float) -> float:
     """The communication a worker waits for after its compute: what the overlap leaves of
-    the link's time, but at least the wait the measured run's link did not explain
+    the link's time, then the wait the measured run's link did not explain
     (``Profile.transport_wait_s``: the shards' updates and replies and the client's
-    receive of the last pieces, which do not get faster with the link; issue 39: at 10
-    Gbit/s the demo's CNN waited 9.3 ms a step for a link that needed 4.8 ms, all of it
-    in flight behind backward)."""
-    return max(comm - hidden_s(profile, comm), profile.transport_wait_s)
+    receive of the last pieces, which come after those pieces crossed the link and do
+    not get faster with it; issue 39: at 10 Gbit/s the demo's CNN waited 9.3 ms a step
+    for a link that needed 4.8 ms, all of it in flight behind backward)."""
+    return comm - hidden_s(profile, comm) + profile.transport_wait_s
 
 
 def own_compute_s(profile: Profile, workers: int, extra_cpu_s: float) -> float:
