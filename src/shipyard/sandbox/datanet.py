@@ -19,11 +19,10 @@ control API on the same port, and its channels still arrive.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shipyard.sandbox import kernel, tools
+from shipyard.sandbox import kernel, rtnl, tools
 
 T = TypeVar("T")
 
@@ -33,12 +32,8 @@ def create(own_net: int) -> int:
     instance's own namespace (``own_net``), to which this thread returns."""
     kernel.unshare(kernel.CLONE_NEWNET)
     try:
-        ip = tools.find("ip")
-        if ip is None:
-            raise OSError("iproute2's `ip` is not installed")
-        done = subprocess.run([ip, "link", "set", "lo", "up"], capture_output=True)
-        if done.returncode != 0:
-            raise OSError(f"ip link set lo up failed: {done.stderr.decode(errors='replace')}")
+        with rtnl.Route() as route:  # `ip link set lo up`'s request, without the process
+            route.set_up("lo")
         return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         kernel.setns(own_net, kernel.CLONE_NEWNET)
