@@ -472,4 +472,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from shipyard.runtime.quickexit import exit_now
+
+    exit_now(main())  # without the interpreter's teardown: the supervisor waits for it
