@@ -290,7 +290,9 @@ dist.init_process_group(backend="nccl")
 
 @pytest.mark.timeout(120)
 def test_nccl_on_an_instance_without_gpu_is_explained(session, write_script):
-    """Issue 16 item 5: the reason says the instance has no GPU, not only torch's words."""
+    """Issue 16 item 5: the reason says the instance has no GPU, not only torch's words.
+    One process: the hint is each rank's own (ddp.rank.nccl_hint reads the rank's output),
+    so a second rank would only import torch again (~2.5 s of CPU) to fail the same way."""
     src = write_script("nccl.py", NCCL_ON_CPU)
     est = shipyard.PyTorch(
         entry_point="nccl.py",
@@ -299,7 +301,7 @@ def test_nccl_on_an_instance_without_gpu_is_explained(session, write_script):
         instance_type="local",
         framework_version="2.13",
         py_version="py311",
-        distribution={"torch_distributed": {"enabled": True, "processes_per_host": 2}},
+        distribution={"torch_distributed": {"enabled": True, "processes_per_host": 1}},
         session=session,
     )
     with pytest.raises(JobFailedError) as err:
