@@ -36,7 +36,12 @@ def test_docker_on_path_is_shipyards_stand_in(server) -> None:
     assert info.returncode != 0 and "shipyard" in info.stderr
 
 
-def test_local_mode_trains_deploys_predicts_and_deletes(server, capsys, tmp_path) -> None:
+def test_local_mode_trains_deploys_predicts_and_deletes(
+    server, fast_polls, capsys, tmp_path
+) -> None:
+    # fast_polls: deploy's wait_for_endpoint sleeps its 30 s poll before its first
+    # DescribeEndpoint, even in local mode, where the endpoint is InService once create
+    # returns (the SDK pinged it itself, sagemaker.local.entities' own 5 s loop, unchanged)
     import sagemaker
     from sagemaker.pytorch import PyTorch
 
