@@ -216,7 +216,7 @@ def test_keras3_model_fit_under_multi_worker_mirrored_trains_across_instances(
         source_dir=os.path.join(EXAMPLES, "keras"),
         instance_count=2,
         instance_type="local",
-        hyperparameters={"epochs": 4},
+        hyperparameters={"epochs": 2},
         session=session,
         distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
     )
@@ -233,8 +233,10 @@ def test_keras3_model_fit_under_multi_worker_mirrored_trains_across_instances(
     for text in logs.values():
         assert text.count("patched for model.fit under MultiWorkerMirroredStrategy") == 1
         assert "steps_per_execution=4 -> 1 under MultiWorkerMirroredStrategy" in text
-        assert "Epoch 4/4" in text
+        assert "Epoch 2/2" in text
     accuracy = float(logs["algo-1"].split("test_accuracy=")[1].split()[0])
+    # seeded weights and shards: 0.7611 after these 2 epochs in each of 3 runs (0.88 after
+    # 4); the bar is that it learned, not how well
     assert accuracy > 0.6
     # shipyard timed each worker's fit batches with no change to the script (issue 39)
     timing = desc["Shipyard"]["StepTiming"]
