@@ -18,6 +18,7 @@ from typing import TextIO
 
 from shipyard.backends.api import Backend, InstanceHandle, LaunchSpec
 from shipyard.control import disk_full, envphase, plan
+from shipyard.control.exits import ExitWatch
 from shipyard.control.home import Home
 from shipyard.control.hooks import Hook
 from shipyard.control.lifecycle import AttemptKind, InstanceStatus
@@ -26,7 +27,10 @@ from shipyard.control.store import InstanceRecord, JobRecord, Store
 from shipyard.jobplan.layout import InstancePaths
 from shipyard.runtime import safepath
 
-POLL_SECONDS = 0.02
+POLL_SECONDS = 0.02  # between two looks when an instance's exit is no event (control.exits)
+# when every running instance's exit wakes the wait: the timeout only paces the hooks'
+# log pump and the policies' checks (a stop request, max_run, a signal)
+WATCHED_POLL_SECONDS = 0.1
 
 
 def _job_dir(paths: InstancePaths) -> str:
@@ -190,10 +194,16 @@ class Attempt:
             self._finish_instance(handle, attempt, code, InstanceStatus.COMPLETED, None)
 
     def monitor(self) -> AttemptResult:
-        """Poll until every instance (or every deciding one) succeeded, one failed, or a
-        policy (max_run, a stop) ended the attempt."""
+        """Watch until every instance (or every deciding one) succeeded, one failed, or a
+        policy (max_run, a stop) ended the attempt. Between two looks it waits on the
+        instances' exits where it can (control.exits): an exit is seen when it happens."""
+        with ExitWatch(self.handles) as watch:
+            return self._watch(watch)
+
+    def _watch(self, watch: ExitWatch) -> AttemptResult:
         attempt = self.number
         done: dict[str, int] = {}
+        woke: set[str] = set()
         next_stop_check = 0.0
         delay = 0.002
         while True:
@@ -204,9 +214,12 @@ class Attempt:
             for handle in running:
                 code = self.job.backend.poll(handle)
                 if code is None:
+                    if handle.host in woke:  # its fd woke us, yet it runs: not its exit
+                        watch.forget(handle.host)
                     continue
                 progressed = True
                 done[handle.host] = code
+                watch.forget(handle.host)
                 self._exited(handle, attempt, code)
                 if code != 0:
                     root = self._root_cause(handle.host, attempt, done)
@@ -225,8 +238,11 @@ class Attempt:
                 next_stop_check = now + self.job.policies.stop.check_seconds
                 if self.job.store.get(self.job.name).stop_requested:
                     return AttemptResult(AttemptKind.STOPPED)
-            time.sleep(delay if not progressed else 0)
-            delay = min(delay * 2, POLL_SECONDS)
+            waiting = [h.host for h in self.handles if h.host not in done]
+            # every exit an event: the timeout only paces the hooks and the policies
+            ceiling = WATCHED_POLL_SECONDS if watch.covers(waiting) else POLL_SECONDS
+            woke = watch.wait(0 if progressed else min(delay, ceiling), waiting)
+            delay = min(delay * 2, ceiling)
 
     def _root_cause(self, seen: str, attempt: int, done: dict[str, int]) -> str:
         """The host whose failure came first (the failure policy's choice): the other
