@@ -159,6 +159,25 @@ def test_a_ceiling_measured_under_load_is_measured_again_when_quiet(tmp_path, mo
     assert ceiling.get(tmp_path).gbit_per_s == 9.5 and calls == [1]  # and cached
 
 
+def test_a_ceiling_measured_under_heavy_load_is_measured_again_once_the_load_halves(
+    tmp_path, monkeypatch
+):
+    """make demo at load 2.4 capped its prediction with a ceiling measured at load 21."""
+    calls = []
+    monkeypatch.setattr(ceiling, "measure", lambda: calls.append(1) or _ceiling())
+    ceiling.save(tmp_path, _ceiling(gbit_per_s=1.0, load_average=21.5))
+    monkeypatch.setattr(ceiling.os, "getloadavg", lambda: (2.41, 2.2, 6.0))
+    assert ceiling.get(tmp_path).gbit_per_s == 9.5 and calls == [1]
+    # measured at load 3 on 2 cores and still at 2.5: not half, kept
+    ceiling.save(tmp_path, _ceiling(gbit_per_s=4.0, load_average=3.0))
+    monkeypatch.setattr(ceiling.os, "getloadavg", lambda: (2.5, 2.5, 2.5))
+    assert ceiling.get(tmp_path).gbit_per_s == 4.0 and calls == [1]
+    # measured on a quiet machine: kept whatever the load is now
+    ceiling.save(tmp_path, _ceiling(gbit_per_s=11.0, load_average=0.5))
+    monkeypatch.setattr(ceiling.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert ceiling.get(tmp_path).gbit_per_s == 11.0 and calls == [1]
+
+
 def test_an_unmeasurable_ceiling_says_why():
     found = _ceiling(
         gbit_per_s=None,
