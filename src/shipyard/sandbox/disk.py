@@ -58,6 +58,9 @@ LOOP_CTL_GET_FREE = 0x4C82
 LOOP_CONFIGURE = 0x4C0A
 LO_FLAGS_AUTOCLEAR = 4
 MNT_DETACH = 2
+EXT4_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
+EXT4_GOING_FLAGS_NOLOGFLUSH = 2  # shut down, flush nothing
+EXT4_ROOT_INO = 2
 UMOUNT_NOFOLLOW = 8
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -163,6 +166,17 @@ def create_all(job_dir: str, hosts: list[str], size_gb: int) -> dict[str, Disk |
     return {h: made[h] for h in hosts}
 
 
+# The file system's layout, for an image that lives one job: no journal (nothing to
+# replay), no room to grow (never resized); two backup superblocks, not one per sparse
+# group (sparse_super2), and the block groups' bitmaps and inode tables packed in flex
+# groups of 1024 (-G): the metadata mkfs writes is then a few runs of blocks, not dozens
+# spread over the image, so the sparse image holds 5 extents instead of 28 and its
+# unlink at the job's end frees them in 0.5 ms instead of 1.9 (mkfs 3.6 -> 2.7 ms;
+# 30 GB, median of 9, issue 40)
+FEATURES = "^has_journal,^resize_inode,sparse_super2"
+FLEX_GROUPS = "1024"
+
+
 def _make_image(image: str, size: int, uid: int, gid: int) -> int:
     """A sparse image of ``size`` bytes with an empty ext4 on it; returns its size."""
     fd = os.open(image, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -187,7 +201,7 @@ def _make_image(image: str, size: int, uid: int, gid: int) -> int:
     mkfs = tools.find("mkfs.ext4") or "mkfs.ext4"
     options = f"lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner={uid}:{gid}"
     done = subprocess.run(
-        [mkfs, "-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E", options, image],
+        [mkfs, "-q", "-F", "-m", "0", "-O", FEATURES, "-G", FLEX_GROUPS, "-E", options, image],
         capture_output=True,
         stdin=subprocess.DEVNULL,
     )
@@ -341,6 +355,8 @@ def release(disk: Disk, job_dir: str) -> str | None:
             f"{disk.host}'s tree could not be copied off its disk ({exc}); the disk's "
             f"image is kept at {disk.image}: mount it with `mount -o loop,ro {disk.image} DIR`"
         )
+    if note is None:  # the parts are safe: what the disk still has to write is not
+        _discard_writes(disk)
     _unmount(disk.tree)
     if note is None:
         for part in os.listdir(kept):
@@ -411,6 +427,41 @@ def stop_reaper(reaper: subprocess.Popen | None) -> None:
         reaper.wait(timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         pass
+
+
+def _discard_writes(disk: Disk) -> None:
+    """Shut the disk's file system down (``EXT4_IOC_SHUTDOWN``, no flush) once its kept
+    parts are copied off: the unmount then does not write the job's data, still dirty in
+    the page cache, through the loop device into an image deleted right after (measured:
+    64 MiB in ``model/``, unmount 52 -> 7 ms, the image's unlink 15 -> 1 ms). Done only to
+    the file system whose root is this disk's (its loop device's backing file is
+    ``disk.image``): never to another. Any failure leaves the plain unmount's sync."""
+    try:
+        fd = os.open(disk.tree, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if _is_root_of(fd, disk.image):
+            fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, EXT4_GOING_FLAGS_NOLOGFLUSH.to_bytes(4, "little"))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _is_root_of(fd: int, image: str) -> bool:
+    """Whether ``fd`` is the root directory of the file system on the loop device whose
+    backing file is ``image``."""
+    st = os.fstat(fd)
+    if st.st_ino != EXT4_ROOT_INO or not stat.S_ISDIR(st.st_mode):
+        return False
+    sysfs = f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/loop/backing_file"
+    try:
+        with open(sysfs, encoding="utf-8", errors="replace") as fh:
+            backing = fh.read().rstrip("\n")
+    except OSError:
+        return False
+    return backing == os.path.realpath(image)
 
 
 def _unmount(tree: str) -> None:

@@ -250,3 +250,72 @@ def test_a_tree_that_is_a_link_gets_no_disk_and_nothing_is_left(tmp_path):
     assert not [m for m in disk.mount_points() if m.startswith(str(tmp_path))]
     assert os.listdir(job_dir / disk.DISKS_DIR) == []
     assert _left_after_a_while(str(job_dir)) == NONE_LEFT
+
+
+def _release_seeing_the_image(monkeypatch, tmp_path, mb: int) -> tuple[int, str, dict]:
+    """One disk with ``mb`` MiB in model/, released; returns the bytes the image held
+    when it was deleted, the kept file's path and the leftovers."""
+    job_dir = str(tmp_path / "job")
+    made = disk.create_all(job_dir, ["algo-1"], 1)
+    d = made["algo-1"]
+    assert isinstance(d, disk.Disk), d
+    os.makedirs(os.path.join(d.tree, "model"))
+    with open(os.path.join(d.tree, "model", "weights.bin"), "wb") as fh:
+        for i in range(mb):
+            fh.write(bytes([i % 251 + 1]) * (1 << 20))  # dirty in the page cache
+    held: list[int] = []
+    real_unlink = disk._unlink
+
+    def unlink(path: str) -> None:
+        if path == d.image:
+            held.append(os.stat(path).st_blocks * 512)
+        real_unlink(path)
+
+    monkeypatch.setattr(disk, "_unlink", unlink)
+    assert disk.release(d, job_dir) is None
+    assert len(held) == 1
+    return held[0], os.path.join(d.tree, "model", "weights.bin"), _leftovers(job_dir)
+
+
+def test_a_released_disk_does_not_write_its_data_into_the_image_it_deletes(monkeypatch, tmp_path):
+    """Once model/, output/, agent/ and input/config/ are copied off, what the job wrote
+    and the page cache still holds is not written through the loop device into the
+    image (deleted right after): the image holds little more than what mkfs wrote, and
+    the copy is whole."""
+    mb = 32
+    held, kept, left = _release_seeing_the_image(monkeypatch, tmp_path, mb)
+    assert held < 8 << 20, f"the image took {held >> 20} MiB of the job's data"
+    assert os.path.getsize(kept) == mb << 20
+    with open(kept, "rb") as fh:
+        for i in range(mb):
+            assert fh.read(1 << 20) == bytes([i % 251 + 1]) * (1 << 20), f"MiB {i} differs"
+    assert left == NONE_LEFT
+
+
+def test_a_disk_whose_copy_failed_keeps_a_whole_image(monkeypatch, tmp_path):
+    """When the parts could not be copied off, the image is kept for the user to mount:
+    its file system must then have everything the job wrote (no shutdown)."""
+
+    def refuse(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(disk, "_copy_parts", refuse)
+    job_dir = str(tmp_path / "job")
+    d = disk.create_all(job_dir, ["algo-1"], 1)["algo-1"]
+    assert isinstance(d, disk.Disk), d
+    os.makedirs(os.path.join(d.tree, "model"))
+    with open(os.path.join(d.tree, "model", "weights.bin"), "wb") as fh:
+        fh.write(b"\2" * (4 << 20))
+    note = disk.release(d, job_dir)
+    assert note is not None and d.image in note
+    try:
+        probe = tmp_path / "probe"
+        probe.mkdir()
+        subprocess.run(["mount", "-o", "loop,ro", d.image, str(probe)], check=True)
+        try:
+            with open(probe / "model" / "weights.bin", "rb") as fh:
+                assert fh.read() == b"\2" * (4 << 20)
+        finally:
+            subprocess.run(["umount", str(probe)], check=True)
+    finally:
+        os.unlink(d.image)
