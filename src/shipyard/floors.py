@@ -63,8 +63,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("storage", "debugger", "http"),
     # the one validated description of a job
     ("spec",),
-    # what a spec is made of, the settings, and the process helpers every process uses
-    ("distribution", "instance_types", "settings", "runtime"),
+    # what a spec is made of (its fields and checks without pydantic, issue 40), the
+    # settings, and the process helpers every process uses
+    ("spec_model", "distribution", "instance_types", "settings", "runtime"),
     # the ground: the error tree, and this map
     ("errors", "floors"),
 )

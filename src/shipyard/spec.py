@@ -11,64 +11,97 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Any, ClassVar, Literal
 
 from shipyard import distribution as dist_mod
 from shipyard.errors import ValidationError
+from shipyard.spec_model import (
+    Field,
+    Model,
+    SpecValidationError,
+    check_bool,
+    check_int,
+    check_literal,
+    check_str,
+    check_str_or_false,
+    dict_of,
+    list_of,
+    model,
+    optional,
+)
 
 InputMode = Literal["File", "FastFile", "Pipe"]
 JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+INPUT_MODE = check_literal("File", "FastFile", "Pipe")
+OPTIONAL_STR = optional(check_str)
 
 
-class ChannelSpec(_Model):
+def _channel_name(value: str) -> str:
+    if not re.match(r"^[A-Za-z0-9\.\-_]{1,64}$", value):
+        raise ValueError(f"channel name {value!r} must be 1-64 letters, digits, '.', '-' or '_'")
+    return value
+
+
+class ChannelSpec(Model):
     """One input channel, mirroring sagemaker.inputs.TrainingInput."""
 
     name: str
     uri: str
-    input_mode: InputMode | None = None
-    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
-    compression: Literal["Gzip"] | None = None
-    content_type: str | None = None
-    record_wrapping: Literal["RecordIO"] | None = None
-    s3_data_type: Literal["S3Prefix", "ManifestFile"] = "S3Prefix"
+    input_mode: InputMode | None
+    distribution: Literal["FullyReplicated", "ShardedByS3Key"]
+    compression: Literal["Gzip"] | None
+    content_type: str | None
+    record_wrapping: Literal["RecordIO"] | None
+    s3_data_type: Literal["S3Prefix", "ManifestFile"]
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not re.match(r"^[A-Za-z0-9\.\-_]{1,64}$", value):
-            raise ValueError(
-                f"channel name {value!r} must be 1-64 letters, digits, '.', '-' or '_'"
-            )
-        return value
+    fields: ClassVar[dict[str, Field]] = {
+        "name": Field(check_str, after=(_channel_name,)),
+        "uri": Field(check_str),
+        "input_mode": Field(optional(INPUT_MODE), None),
+        "distribution": Field(
+            check_literal("FullyReplicated", "ShardedByS3Key"), "FullyReplicated"
+        ),
+        "compression": Field(optional(check_literal("Gzip")), None),
+        "content_type": Field(OPTIONAL_STR, None),
+        "record_wrapping": Field(optional(check_literal("RecordIO")), None),
+        "s3_data_type": Field(check_literal("S3Prefix", "ManifestFile"), "S3Prefix"),
+    }
 
 
-class CodeSpec(_Model):
+class CodeSpec(Model):
     """Where the user's code comes from (resolved by control.staging)."""
 
     entry_point: str
-    source_dir: str | None = None
-    dependencies: list[str] = Field(default_factory=list)
-    git_config: dict[str, str] | None = None
+    source_dir: str | None
+    dependencies: list[str]
+    git_config: dict[str, str] | None
+
+    fields: ClassVar[dict[str, Field]] = {
+        "entry_point": Field(check_str),
+        "source_dir": Field(OPTIONAL_STR, None),
+        "dependencies": Field(list_of(check_str), factory=list),
+        "git_config": Field(optional(dict_of(check_str)), None),
+    }
 
 
-class MetricDefinition(_Model):
+def _compiles(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"metric regex {value!r} does not compile: {exc}") from exc
+    return value
+
+
+class MetricDefinition(Model):
     Name: str
     Regex: str
 
-    @field_validator("Regex")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"metric regex {value!r} does not compile: {exc}") from exc
-        return value
+    fields: ClassVar[dict[str, Field]] = {
+        "Name": Field(check_str),
+        "Regex": Field(check_str, after=(_compiles,)),
+    }
 
 
 DEFAULT_VOLUME_GB = 30  # SageMaker's default VolumeSizeInGB
@@ -138,119 +171,148 @@ def nested_in(path: str, top: str) -> bool:
     return path == top or path.startswith(top + "/")
 
 
-class TensorBoardSpec(_Model):
+class TensorBoardSpec(Model):
     """SageMaker's TensorBoardOutputConfig (S3OutputPath, LocalPath)."""
 
     s3_output_path: str
-    local_path: str = TENSORBOARD_LOCAL_PATH
+    local_path: str
+
+    fields: ClassVar[dict[str, Field]] = {
+        "s3_output_path": Field(check_str),
+        "local_path": Field(check_str, TENSORBOARD_LOCAL_PATH),
+    }
 
     def output_uri(self, job_name: str) -> str:
         """Where the files go: SageMaker's ``<S3OutputPath>/<job>/tensorboard-output``."""
         return f"{self.s3_output_path.rstrip('/')}/{job_name}/tensorboard-output"
 
 
-class JobSpec(_Model):
+def _job_name(value: str) -> str:
+    if not JOB_NAME_PATTERN.match(value):
+        raise ValueError(
+            f"job name {value!r} must be 1-63 letters, digits or hyphens, starting "
+            "with a letter or digit (SageMaker's rule)"
+        )
+    return value
+
+
+def _count(value: int) -> int:
+    if value < 1:
+        raise ValueError(f"instance_count must be at least 1, got {value}")
+    return value
+
+
+def _max_run(value: int) -> int:
+    if value < 1:
+        raise ValueError(f"max_run must be a positive number of seconds, got {value}")
+    return value
+
+
+def _retries(value: int) -> int:
+    if not 0 <= value <= 30:
+        raise ValueError(f"max_retry_attempts must be between 0 and 30, got {value}")
+    return value
+
+
+def _hps(value: dict[str, Any]) -> dict[str, Any]:
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"hyperparameter names must be non-empty strings, got {key!r}")
+        try:
+            json.dumps(item, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"hyperparameter {key!r} = {item!r} cannot be JSON-encoded ({exc}); "
+                "use numbers, strings, booleans, lists or dicts of those"
+            ) from exc
+    return value
+
+
+def _env(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not key or "=" in key or "\0" in key:
+            raise ValueError(f"environment variable name {key!r} is not valid")
+    return value
+
+
+class JobSpec(Model):
     """A training job as submitted. Serialized into the job store and the job dir."""
 
     job_name: str
-    framework: Literal["tensorflow", "pytorch"] | None = None
-    framework_version: str | None = None
-    py_version: str | None = None
+    framework: Literal["tensorflow", "pytorch"] | None
+    framework_version: str | None
+    py_version: str | None
     code: CodeSpec
-    hyperparameters: dict[str, Any] = Field(default_factory=dict)
-    instance_count: int = 1
-    instance_type: str = "local"
-    distribution: dict[str, Any] = Field(default_factory=dict)
-    channels: list[ChannelSpec] = Field(default_factory=list)
-    input_mode: InputMode = "File"
-    output_path: str | None = None
-    code_location: str | None = None
-    checkpoint_s3_uri: str | None = None
-    checkpoint_local_path: str | None = None
+    hyperparameters: dict[str, Any]
+    instance_count: int
+    instance_type: str
+    distribution: dict[str, Any]
+    channels: list[ChannelSpec]
+    input_mode: InputMode
+    output_path: str | None
+    code_location: str | None
+    checkpoint_s3_uri: str | None
+    checkpoint_local_path: str | None
     # TensorBoardOutputConfig: what the script writes under local_path is synced to
     # s3_output_path/<job>/tensorboard-output during the job and after it
-    tensorboard: TensorBoardSpec | None = None
-    environment: dict[str, str] = Field(default_factory=dict)
-    max_run: int = 24 * 60 * 60
+    tensorboard: TensorBoardSpec | None
+    environment: dict[str, str]
+    max_run: int
     # ResourceConfig.VolumeSizeInGB: each instance's /opt/ml is a disk of this size where
     # the machine can make one (shipyard.sandbox.disk)
-    volume_size_gb: int = DEFAULT_VOLUME_GB
-    max_retry_attempts: int = 0
-    metric_definitions: list[MetricDefinition] = Field(default_factory=list)
-    tags: list[dict[str, str]] = Field(default_factory=list)
-    model_dir: str | Literal[False] | None = None
-    role: str | None = None
-    container_log_level: int = 20
+    volume_size_gb: int
+    max_retry_attempts: int
+    metric_definitions: list[MetricDefinition]
+    tags: list[dict[str, str]]
+    model_dir: str | Literal[False] | None
+    role: str | None
+    container_log_level: int
     # No outbound traffic from the instances (SageMaker's EnableNetworkIsolation); only
     # enforced where instances run in sandboxes (shipyard.sandbox).
-    enable_network_isolation: bool = False
-    backend: Literal["local"] = "local"
+    enable_network_isolation: bool
+    backend: Literal["local"]
     # Whether the spec may name directories of this machine (a checkpoint_local_path
     # outside /opt/ml, host paths in its hyperparameters and environment bound into the
     # instances): True for the SDK and CLI, whose user owns those paths; False for a job
     # created through `shipyard server`'s API, whose requests never reach the host's files.
-    host_paths: bool = True
+    host_paths: bool
 
-    @field_validator("job_name")
-    @classmethod
-    def _job_name(cls, value: str) -> str:
-        if not JOB_NAME_PATTERN.match(value):
-            raise ValueError(
-                f"job name {value!r} must be 1-63 letters, digits or hyphens, starting "
-                "with a letter or digit (SageMaker's rule)"
-            )
-        return value
+    title: ClassVar[str] = "training job"
+    fields: ClassVar[dict[str, Field]] = {
+        "job_name": Field(check_str, after=(_job_name,)),
+        "framework": Field(optional(check_literal("tensorflow", "pytorch")), None),
+        "framework_version": Field(OPTIONAL_STR, None),
+        "py_version": Field(OPTIONAL_STR, None),
+        "code": Field(model(CodeSpec)),
+        "hyperparameters": Field(dict_of(None), factory=dict, after=(_hps,)),
+        "instance_count": Field(check_int, 1, after=(_count,)),
+        "instance_type": Field(check_str, "local"),
+        "distribution": Field(dict_of(None), factory=dict),
+        "channels": Field(list_of(model(ChannelSpec)), factory=list),
+        "input_mode": Field(INPUT_MODE, "File"),
+        "output_path": Field(OPTIONAL_STR, None),
+        "code_location": Field(OPTIONAL_STR, None),
+        "checkpoint_s3_uri": Field(OPTIONAL_STR, None),
+        "checkpoint_local_path": Field(OPTIONAL_STR, None),
+        "tensorboard": Field(optional(model(TensorBoardSpec)), None),
+        "environment": Field(dict_of(check_str), factory=dict, after=(_env,)),
+        "max_run": Field(check_int, 24 * 60 * 60, after=(_max_run,)),
+        "volume_size_gb": Field(check_int, DEFAULT_VOLUME_GB, before=(check_volume_size,)),
+        "max_retry_attempts": Field(check_int, 0, after=(_retries,)),
+        "metric_definitions": Field(list_of(model(MetricDefinition)), factory=list),
+        "tags": Field(list_of(dict_of(check_str)), factory=list),
+        "model_dir": Field(optional(check_str_or_false), None),
+        "role": Field(OPTIONAL_STR, None),
+        "container_log_level": Field(check_int, 20),
+        "enable_network_isolation": Field(check_bool, False),
+        "backend": Field(check_literal("local"), "local"),
+        "host_paths": Field(check_bool, True),
+    }
+    model_validators: ClassVar[tuple[str, ...]] = (
+        "_checkpoint_local_path",
+        "_channels_unique",
+    )
 
-    @field_validator("instance_count")
-    @classmethod
-    def _count(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"instance_count must be at least 1, got {value}")
-        return value
-
-    @field_validator("max_run")
-    @classmethod
-    def _max_run(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"max_run must be a positive number of seconds, got {value}")
-        return value
-
-    @field_validator("volume_size_gb", mode="before")
-    @classmethod
-    def _volume(cls, value: Any) -> int:
-        return check_volume_size(value)
-
-    @field_validator("max_retry_attempts")
-    @classmethod
-    def _retries(cls, value: int) -> int:
-        if not 0 <= value <= 30:
-            raise ValueError(f"max_retry_attempts must be between 0 and 30, got {value}")
-        return value
-
-    @field_validator("hyperparameters")
-    @classmethod
-    def _hps(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key, item in value.items():
-            if not isinstance(key, str) or not key:
-                raise ValueError(f"hyperparameter names must be non-empty strings, got {key!r}")
-            try:
-                json.dumps(item, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(
-                    f"hyperparameter {key!r} = {item!r} cannot be JSON-encoded ({exc}); "
-                    "use numbers, strings, booleans, lists or dicts of those"
-                ) from exc
-        return value
-
-    @field_validator("environment")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not key or "=" in key or "\0" in key:
-                raise ValueError(f"environment variable name {key!r} is not valid")
-        return value
-
-    @model_validator(mode="after")
     def _checkpoint_local_path(self) -> JobSpec:
         if self.checkpoint_local_path is not None:
             self.checkpoint_local_path = check_local_path(
@@ -260,7 +322,6 @@ class JobSpec(_Model):
             )
         return self
 
-    @model_validator(mode="after")
     def _channels_unique(self) -> JobSpec:
         names = [c.name for c in self.channels]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -283,12 +344,11 @@ class JobSpec(_Model):
 
 
 def validated(**fields: Any) -> JobSpec:
-    """Build a JobSpec, turning pydantic's report into a shipyard ValidationError."""
-    from pydantic import ValidationError as PydanticError
-
+    """Build a JobSpec, its problems (in pydantic's words and order, as before issue 40)
+    one shipyard ValidationError."""
     try:
         return JobSpec(**fields)
-    except PydanticError as exc:
+    except SpecValidationError as exc:
         problems = []
         for err in exc.errors():
             where = ".".join(str(p) for p in err.get("loc", ())) or "job"

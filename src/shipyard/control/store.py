@@ -454,13 +454,12 @@ def _job(row: sqlite3.Row, validate: bool = True) -> JobRecord:
 
 
 def _validated_spec(name: str, spec_json: str) -> JobSpec:
-    from pydantic import ValidationError as PydanticError
-
     from shipyard.spec import JobSpec
+    from shipyard.spec_model import SpecValidationError
 
     try:
         return JobSpec.model_validate_json(spec_json)
-    except PydanticError as exc:
+    except SpecValidationError as exc:
         if exc.errors():
             err = exc.errors()[0]
             raise _corrupt(
