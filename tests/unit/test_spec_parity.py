@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import collections
 import decimal
+import enum
 import json
 import subprocess
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -160,6 +162,9 @@ CASES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "count decimal fraction": lambda m: base(instance_count=decimal.Decimal("2.5")),
     "count decimal inf": lambda m: base(instance_count=decimal.Decimal("inf")),
     "count hex": lambda m: base(instance_count="0x10"),
+    "count IntEnum": lambda m: base(instance_count=enum.IntEnum("N", "ONE TWO").TWO),
+    "code mapping": lambda m: base(code=types.MappingProxyType({"entry_point": "t.py"})),
+    "channels generator": lambda m: base(channels=(c for c in [CH])),
     "count list": lambda m: base(instance_count=[1]),
     "instance_type int": lambda m: base(instance_type=1),
     "distribution list": lambda m: base(distribution=["mpi"]),
@@ -258,6 +263,7 @@ def outcome(module: Any, make: Callable[[Any], dict[str, Any]]) -> tuple[Any, ..
     return (
         "ok",
         job.model_dump(),
+        [type(v).__name__ for v in job.model_dump().values()],  # a str subclass read as str
         job.model_dump_json(),
         job.model_dump_json(indent=1),
         module.validated(**make(module)).model_dump_json(),
