@@ -9,8 +9,8 @@ supervisor died) is imported there. ``ControlPlane`` is a JobReader that also su
 runs jobs, so the SDK, the server and the dashboard read through the same code.
 
 describe() reads the spec as stored (``record.spec_data``, plain JSON dumped from a
-validated JobSpec), never the pydantic model: the same DescribeTrainingJob answer for
-every caller, without pydantic for the CLI.
+validated JobSpec), never the model: the same DescribeTrainingJob answer for every
+caller, without validating the spec for the CLI.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def host_names(spec_data: dict[str, Any]) -> list[str]:
 
 class JobReader:
     """Reads jobs from the store under ``home`` (SHIPYARD_HOME by default).
-    ``validate``: records come back with their spec validated by pydantic (the SDK's and
+    ``validate``: records come back with their spec validated (the SDK's and
     the server's ControlPlane), or as stored (the CLI's read-only commands)."""
 
     validate = True

@@ -11,7 +11,7 @@ wrote in a shape this one does not understand fails loudly here, naming the job,
 instead of deep inside the supervisor or describe. Readers that only show a record
 (``shipyard jobs``, ``describe``, ``logs``: issue 40) ask for it unvalidated
 (``validate=False``) and read ``spec_data``, the spec as stored, so that they start
-without pydantic; ``record.spec`` still validates on first use.
+without building a JobSpec; ``record.spec`` still validates on first use.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from shipyard.control.lifecycle import (
 )
 from shipyard.errors import CorruptRecordError, JobExistsError, JobNotFoundError
 
-if TYPE_CHECKING:  # imported where a record is validated: pydantic is 0.1-0.2 s to start
+if TYPE_CHECKING:  # imported where a record is validated (shipyard.spec_model's rules)
     from shipyard.spec import JobSpec
 
 
@@ -101,7 +101,7 @@ class JobRecord:
     @property
     def spec_data(self) -> dict[str, Any]:
         """The spec as stored, plain JSON (every field, defaults included: it was dumped
-        from a JobSpec), for readers that only show it and so start without pydantic."""
+        from a JobSpec), for readers that only show it and so never validate it."""
         if self._spec_data is None:
             self._spec_data = cast(dict[str, Any], json.loads(self.spec_json))
         return self._spec_data
