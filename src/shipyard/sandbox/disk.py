@@ -121,7 +121,7 @@ def create(job_dir: str, host: str, size_gb: int, instances: int = 1) -> Disk:
     """Make and mount the disk of ``host`` over its tree (created empty if absent), one of
     ``instances`` sharing the host's free space. Raises OSError with what failed; nothing
     is left behind when it does."""
-    from shipyard.spec import check_volume_size  # pydantic: not in every agent's start
+    from shipyard.spec import check_volume_size  # the spec: not in every agent's start
 
     check_volume_size(size_gb)
     tree = os.path.join(job_dir, "instances", host)
