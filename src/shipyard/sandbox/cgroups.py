@@ -328,6 +328,10 @@ class JobCgroups:
         directories that would not go within RELEASE_WAIT_S (normally none)."""
         deadline = time.monotonic() + RELEASE_WAIT_S
         left = self.all_dirs()
+        # a SIGKILLed process leaves its cgroup within a millisecond or so: look again
+        # after 0.5 ms, doubling to 10 ms, where a flat 10 ms made every job's end wait
+        # at least that long for an instance's init or pasta still exiting (issue 40)
+        pause = 0.0005
         while True:
             for cg in self.instances.values():
                 for pid in cg.pids():
@@ -338,7 +342,8 @@ class JobCgroups:
             left = [d for d in left if not _rmdir(d)]
             if not left or time.monotonic() > deadline:
                 break
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
         if self.reaper is not None:  # its work is done: it finds nothing left and exits
             if self.reaper.stdin is not None:
                 self.reaper.stdin.close()
