@@ -186,20 +186,35 @@ class LocalBackend:
         self._holders = [(h, pids) for h, pids in self._holders if h.poll() is None]
 
     def stop(self, handles: list[InstanceHandle], grace: float) -> None:
+        """SIGTERM once to each user process, SIGKILL what is left after ``grace``.
+
+        A live agent is sent the SIGTERM alone: it forwards it to its processes
+        (``terminate_descendants``) and gives them the grace. Signalling its process group
+        and every process of its tree as well made a user's handler run two or three
+        times (a script printing on SIGTERM wrote its line twice, interleaved); SageMaker
+        sends one. Where there is no agent (it has exited, or exits before forwarding),
+        its processes get the SIGTERM from here, once."""
         victims: list[psutil.Process] = []
+        trees: dict[int, list[psutil.Process]] = {}
         for handle in handles:
-            victims.extend(_tree(handle.pid))
-            try:
-                os.killpg(handle.pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for victim in victims:
-            try:
-                victim.send_signal(signal.SIGTERM)
-            except psutil.Error:
-                pass
+            tree = trees[handle.pid] = _tree(handle.pid)
+            victims.extend(tree)
+            if tree and self.poll(handle) is None:
+                _signal(tree[0], signal.SIGTERM)
+            else:
+                trees.pop(handle.pid)
+                try:
+                    os.killpg(handle.pid, signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                for victim in tree:
+                    _signal(victim, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
+            for handle in handles:  # an agent gone: what it left gets the SIGTERM from here
+                if handle.pid in trees and self.poll(handle) is not None:
+                    for victim in _alive(trees.pop(handle.pid)[1:]):
+                        _signal(victim, signal.SIGTERM)
             if all(self.poll(h) is not None for h in handles) and not _alive(victims):
                 break
             time.sleep(0.05)
@@ -261,6 +276,13 @@ def _tree(pid: int) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+def _signal(proc: psutil.Process, signum: int) -> None:
+    try:
+        proc.send_signal(signum)
+    except psutil.Error:
+        pass
 
 
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:

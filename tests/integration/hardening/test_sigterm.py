@@ -109,3 +109,46 @@ def test_sigterm_while_staging_leaves_nothing(home, write_script):
     assert proc.returncode != 0, out
     assert not os.path.exists(job_dir)
     assert not shipyard.Session(home=str(home)).control.store.exists("term-stage")
+
+
+ONE_SIGTERM = """\
+import os, signal, socket, sys, time
+if os.environ["SM_CURRENT_HOST"] == "algo-2":  # fails once algo-1 is ready for a SIGTERM
+    while True:
+        try:
+            socket.create_connection(("algo-1", 7999), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(3)
+got = []
+def bye(*_):
+    got.append(1)
+    print(f"SIGTERM {len(got)}", flush=True)
+    time.sleep(0.5)  # a second SIGTERM arriving now runs this again
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+server = socket.create_server(("", 7999))
+while True:
+    server.accept()[0].close()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_instance_stopped_after_another_failed_gets_one_sigterm(home, session, write_script):
+    """algo-2 fails, so the job stops algo-1: its script's handler must run once, as on
+    SageMaker. The backend signalled the agent's group and every process of its tree and
+    the agent forwarded the signal too: the handler ran two or three times (CI saw a
+    script's "got SIGTERM" line written twice, interleaved)."""
+    est = shipyard.Estimator(
+        entry_point="train.py",
+        source_dir=write_script("train.py", ONE_SIGTERM),
+        instance_count=2,
+        instance_type="local",
+        session=session,
+    )
+    with pytest.raises(Exception, match="algo-2"):
+        est.fit(job_name="one-sigterm", logs=False)
+    assert est.latest_training_job.describe()["TrainingJobStatus"] == "Failed"
+    log = (home / "jobs" / "one-sigterm" / "logs" / "algo-1.log").read_text()
+    assert [line for line in log.splitlines() if line.startswith("SIGTERM")] == ["SIGTERM 1"], log
