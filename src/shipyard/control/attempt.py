@@ -208,15 +208,24 @@ class Attempt:
         delay = 0.002
         while True:
             running = [h for h in self.handles if h.host not in done]
-            for hook in self.job.hooks:
-                hook.on_poll(running)
-            progressed = False
+            codes: dict[str, int] = {}
             for handle in running:
                 code = self.job.backend.poll(handle)
-                if code is None:
-                    if handle.host in woke:  # its fd woke us, yet it runs: not its exit
-                        watch.forget(handle.host)
+                if code is not None:
+                    codes[handle.host] = code
+                elif handle.host in woke:  # its fd woke us, yet it runs: not its exit
+                    watch.forget(handle.host)
+            # the hooks before the exits are handled (the log pump reads what an instance
+            # wrote before it ended, ahead of stopping the others) and with the instances
+            # still running only: woken by an exit, the utilization sampler read the
+            # exited instance as running (0 bytes of memory, CI's utilization test)
+            for hook in self.job.hooks:
+                hook.on_poll([h for h in running if h.host not in codes])
+            progressed = False
+            for handle in running:
+                if handle.host not in codes:
                     continue
+                code = codes[handle.host]
                 progressed = True
                 done[handle.host] = code
                 watch.forget(handle.host)

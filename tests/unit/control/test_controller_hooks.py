@@ -91,3 +91,20 @@ def test_an_error_after_the_launch_stops_the_instances_and_fails_the_job(make_jo
     assert record.failure_reason == "InternalServerError: RuntimeError: sampler exploded"
     assert job.instances() == {"algo-1": ("Stopped", -15), "algo-2": ("Stopped", -15)}
     assert all(backend.poll(h) is not None for h in sup.current.handles)  # no instance left
+
+
+def test_hooks_are_polled_with_the_instances_still_running_only(make_job):
+    """Woken by an instance's exit, the monitor handed the hooks the exited instance as
+    running: the utilization sampler read it then (0 bytes of memory, CI's utilization
+    test). The hooks now see the instances the backend still reports running."""
+    job = make_job(hosts=2)
+    backend = InProcessBackend({"algo-1": Script(seconds=0.01), "algo-2": Script(seconds=0.3)})
+    ended: list[str] = []
+
+    class Running(Hook):
+        def on_poll(self, running):
+            ended.extend(h.host for h in running if backend.poll(h) is not None)
+
+    record = job.supervisor(backend, hooks=[Running()]).run()
+    assert record.status is JobStatus.COMPLETED
+    assert ended == []
