@@ -22,6 +22,7 @@ keepers stop the agents and delete the files.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -47,6 +48,8 @@ NOT_FORWARDED = {
     "SHIPYARD_RAY_ADDRESS",
     "SHIPYARD_RAY_WORKDIR",
 }
+
+_LAUNCH_NUMBERS = itertools.count(1)  # placement groups' names, one per launch
 
 
 def forwarded_env(env: dict[str, str]) -> dict[str, str]:
@@ -131,8 +134,13 @@ class RayBackend:
             )
         except ValidationError as exc:
             raise BackendError(str(exc)) from None
+        # a name per launch: Ray removes a placement group asynchronously, so a retry's
+        # launch right after the failed attempt's teardown found the job's name still
+        # taken ("name 'shipyard:ray-kill' already exists": the retry failed the job)
         pg = placement_group(
-            placement.bundles, strategy=placement.strategy, name=f"shipyard:{config.job_name}"
+            placement.bundles,
+            strategy=placement.strategy,
+            name=f"shipyard:{config.job_name}:{next(_LAUNCH_NUMBERS)}",
         )
         launch = _Launch(pg)
         try:
