@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
+from tests.horovod_fixtures import single_rank  # noqa: F401 - the folder's fixture
 
 import shipyard.horovod as hvd
 from shipyard.mpi import command as mpi_command
@@ -115,16 +116,3 @@ def run_mpi(mpirun, tmp_path):
         return launch_mpi(mpirun, tmp_path, script, np, **kwargs)
 
     return _run
-
-
-@pytest.fixture
-def single_rank(monkeypatch):
-    """An initialized single-rank engine (no MPI launcher variables, no timeline): for this
-    folder's single-process tests (test_hvd_torch_single, the Keras legacy signatures), as
-    tests/unit/horovod/conftest.py's."""
-    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "HOROVOD_TIMELINE"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("SHIPYARD_HOROVOD_BACKEND", "self")
-    hvd.init()
-    yield
-    hvd.shutdown()
