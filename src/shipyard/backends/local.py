@@ -224,10 +224,7 @@ class LocalBackend:
             except (ProcessLookupError, PermissionError):
                 pass
         for victim in _alive(victims):
-            try:
-                victim.kill()
-            except psutil.Error:
-                pass
+            _signal(victim, signal.SIGKILL)
         for handle in handles:
             proc = self._procs.get(handle.pid)
             if proc is not None:
