@@ -532,6 +532,11 @@ SETTINGS: tuple[Setting, ...] = (
     _internal(
         "SHIPYARD_SERVING_REPORT_FD", "The pipe a serving worker reports on.", kind="int", minimum=0
     ),
+    _internal(
+        "SHIPYARD_SERVING_LOAD_FIRST",
+        "A replacement serving worker loads its model before it takes connections.",
+        kind="flag",
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

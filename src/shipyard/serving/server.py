@@ -111,7 +111,11 @@ class Master:
             metrics_dir = prometheus.make_dir()
         self.metrics_dir = metrics_dir
 
-    def spawn(self) -> None:
+    def spawn(self, load_first: bool = False) -> None:
+        """Start one worker. ``load_first``: a replacement beside workers already serving
+        loads its model before it takes connections from the shared socket, so no
+        request reaches it while it loads (the first workers answer /ping 503 instead,
+        which is what a caller waiting for the endpoint wants to see)."""
         env = dict(
             self.base_env,
             **{
@@ -121,6 +125,8 @@ class Master:
                 METRICS_ENV: self.metrics_dir,
             },
         )
+        if load_first:
+            env["SHIPYARD_SERVING_LOAD_FIRST"] = "1"
         # the model directory in argv: `ps` shows what each worker serves
         proc = self.launch(
             [sys.executable, "-m", "shipyard.serving.worker", self.label],
@@ -185,7 +191,7 @@ class Master:
                 self.state("Failed", self.failure)
                 continue
             log.warning("worker %d exited with code %s; starting another", pid, code)
-            self.spawn()
+            self.spawn(load_first=True)
 
     def stop(self, grace: float = 10.0) -> None:
         self.stopping = True

@@ -1,6 +1,7 @@
 """One worker process: loads the model, then serves the shared listening socket.
 
-It answers /ping with 503 while loading and 500 with the reason if loading failed
+A first worker answers /ping with 503 while loading (a replacement takes no connection
+until it has loaded) and 500 with the reason if loading failed
 (never 200), tells the master ``ready`` or ``failed <reason>`` on its report pipe, and
 dies with the master (PR_SET_PDEATHSIG), so a killed endpoint leaves no orphans.
 """
@@ -47,7 +48,13 @@ def _after_load_threads(n: int) -> None:
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", n)))
 
 
-async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> None:
+async def serve(
+    config: ServerConfig, sock: socket.socket, report_fd: int, load_first: bool = False
+) -> None:
+    """Load the model and serve ``sock``. The first workers take connections at once
+    (/ping answers 503 while they load); a replacement (``load_first``) takes none
+    until its model is loaded: the socket is shared, and a request the kernel handed
+    to a loading worker would fail while a ready one was free."""
     from shipyard.serving.app import App, State
     from shipyard.serving.batching import BatchingRunner, DirectRunner
     from shipyard.serving.errors import ShipyardError
@@ -57,7 +64,8 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
 
     state = State(config.max_payload_mb, config.execution_parameters())
     http = FrontEnd(App(state), state.max_payload, error_body)
-    await http.start(sock, backlog=1024)  # /ping answers 503 while the model loads
+    if not load_first:
+        await http.start(sock, backlog=1024)  # /ping answers 503 while the model loads
     model_runner: DirectRunner = DirectRunner()
     if config.batch_size > 1:
         model_runner = BatchingRunner(config.batch_size, config.batch_wait_ms / 1000)
@@ -85,6 +93,8 @@ async def serve(config: ServerConfig, sock: socket.socket, report_fd: int) -> No
     except Exception as exc:  # noqa: BLE001 - any load failure becomes the endpoint's reason
         state.failure = f"loading the model failed: {type(exc).__name__}: {exc}"
         report("failed " + json.dumps(state.failure))
+    if load_first:  # loaded (or failed, and /ping says why): now take connections
+        await http.start(sock, backlog=1024)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -100,7 +110,8 @@ def main() -> None:
     sock = socket.socket(fileno=settings.integer("SHIPYARD_SERVING_FD"))
     report_fd = settings.integer("SHIPYARD_SERVING_REPORT_FD")
     install_uvloop()
-    asyncio.run(serve(config, sock, report_fd))
+    load_first = bool(settings.flag("SHIPYARD_SERVING_LOAD_FIRST"))
+    asyncio.run(serve(config, sock, report_fd, load_first))
 
 
 if __name__ == "__main__":

@@ -76,8 +76,22 @@ def test_endpoint_outlives_its_creator_and_cli_deletes_it(home, tmp_path):
     assert missing.returncode == 3 and "no endpoint named 'survivor'" in missing.stderr
 
 
+# loading takes a while, as a real model's does: a replacement worker must not take
+# requests before its model is loaded (CI once saw a 500 from one that did)
+SLOW_MODEL_FN = """
+import os, time
+import torch
+
+def model_fn(model_dir):
+    time.sleep(2)
+    return torch.jit.load(os.path.join(model_dir, "model.pt"))
+"""
+
+
 def test_cli_serve_detached_with_workers(home, tmp_path):
-    archive, _ = torchscript_archive(str(tmp_path / "m"))
+    archive, _ = torchscript_archive(
+        str(tmp_path / "m"), extra={"code/inference.py": SLOW_MODEL_FN}
+    )
     done = subprocess.run(
         [
             sys.executable,
@@ -112,11 +126,18 @@ def test_cli_serve_detached_with_workers(home, tmp_path):
     worker = next(p for p in procs if "shipyard.serving.worker" in " ".join(p.cmdline()))
     worker.kill()
     worker.wait(10)
+    # every request while the replacement starts and loads is answered by the live one
     deadline = time.monotonic() + 120
-    while len(server_processes(record.endpoint_dir)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    answered = 0
+    while time.monotonic() < deadline:
+        assert len(json.loads(urllib.request.urlopen(req).read())[0]) == 3
+        answered += 1
+        if len(server_processes(record.endpoint_dir)) == 3 and answered >= 40:
+            break
     assert len(server_processes(record.endpoint_dir)) == 3
-    for _ in range(4):
+    # and once it has loaded, both answer
+    time.sleep(3)
+    for _ in range(8):
         assert len(json.loads(urllib.request.urlopen(req).read())[0]) == 3
     assert Endpoints(str(home)).get("cli-ep").status == "InService"
     Endpoints(str(home)).delete("cli-ep")
