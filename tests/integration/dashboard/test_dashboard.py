@@ -308,6 +308,9 @@ def test_pages_in_headless_chromium(jobs, ui):
             # bypass_csp: the escaping must hold on its own (an innerHTML would run the
             # onerror handler then), and the test's own probes need eval
             context = browser.new_context(viewport={"width": 1280, "height": 1000}, bypass_csp=True)
+            # each wait a hang guard, not a timing (playwright's default is 30 s: CI once ran
+            # past it for the ps job's chart with a unit run loading the 2 cores beside it)
+            context.set_default_timeout(90_000)
             page = context.new_page()
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
