@@ -28,6 +28,12 @@ backward's hooks, so up to that much of the link's time hides, :func:`hidden_s`)
   the variables (re-placed for each instance count with the job's policy). The busiest
   NIC (usually the one of the server holding the most bytes: a *hot* ps) paces a global
   step; ``sync`` waits for it every step, ``async``/bounded staleness are capped by it.
+  That is a job whose every worker runs its own loop (shipyard.ps, TF1's
+  ``replica_device_setter``: ``Profile.dispatch`` "worker"). TensorFlow's
+  ParameterServerStrategy hands each step to whichever worker is free, so a worker
+  beside the hot ps runs most of them: ``dispatch`` "coordinator",
+  :mod:`shipyard.planner.coordinator` (slots on their variable's ps, only trainable bytes
+  on the wire, the job's rate the workers' together up to Keras' join each epoch).
 - **A shared host** (``Profile.host_cores``): an emulated run puts every instance on one
   machine, so its W workers share that machine's C cores, while each one's network wait
   leaves its core to the others. The cores then do at most ``C / compute`` worker steps
@@ -171,6 +177,13 @@ class Profile:
     # and the seconds of its wait after compute that its link did not explain (the
     # transport's own processing of a step's last pieces: a floor of the wait)
     transport_wait_s: float = 0.0
+    # how steps reach the workers: "worker" (each runs its own loop: the slowest paces a
+    # global step) or "coordinator" (TensorFlow's ParameterServerStrategy hands each step
+    # to a free worker: planner/coordinator.py), with the trainable bytes each ps held
+    # as measured (used at that count) and the steps between the coordinator's joins
+    dispatch: str = "worker"
+    ps_loads: tuple[float, ...] = ()
+    steps_per_epoch: int | None = None
 
     @property
     def gradient_bytes(self) -> float:
@@ -460,16 +473,29 @@ def parameter_server(profile: Profile, link: Link, n: int, placement: str | None
     imbalanced = n > 1 and share > 1.5 / n
     row = _row(profile, link, n, comm, busiest, f"hot ps:{hot}" if imbalanced else "nic")
     if row.bottleneck.startswith("hot ps") and placement is None:
-        row = _spread(profile, link, n, row, f"ps:{hot} holds {share:.0%} of the bytes: ")
+        row = spread(profile, link, n, row, f"ps:{hot} holds {share:.0%} of the bytes: ")
     return row
 
 
-def _spread(profile: Profile, link: Link, n: int, row: Row, why: str) -> Row:
+def _ps_row(profile: Profile, link: Link, n: int, placement: str | None = None) -> Row:
+    """A parameter-server row as the job's steps are dispatched (``Profile.dispatch``)."""
+    if profile.dispatch == "worker":
+        return parameter_server(profile, link, n, placement)
+    if profile.dispatch == "coordinator" and profile.distribution == "tf_parameter_server":
+        from shipyard.planner import coordinator  # it builds on this module
+
+        return coordinator.row(profile, link, n, placement)
+    raise ValueError(
+        f"dispatch {profile.dispatch!r}: use 'worker', or 'coordinator' for tf_parameter_server"
+    )
+
+
+def spread(profile: Profile, link: Link, n: int, row: Row, why: str) -> Row:
     """Advice for a hot ps: slicing (at the job's chunk size, else at smaller chunks)."""
     small = max(64 * 1024.0, profile.gradient_bytes / (4 * n))
     tries = [("sliced", profile), ("smaller", replace(profile, chunk_bytes=small))]
     best_name, best = max(
-        ((name, parameter_server(p, link, n, "sliced")) for name, p in tries),
+        ((name, _ps_row(p, link, n, "sliced")) for name, p in tries),
         key=lambda t: t[1].steps_per_s,
     )
     speedup = best.steps_per_s / row.steps_per_s
@@ -577,7 +603,7 @@ def predict(profile: Profile, link: Link, n: int) -> Row:
     if kind == SMDDP:
         return smddp(profile, link, n)
     if kind in PS:
-        return parameter_server(profile, link, n)
+        return _ps_row(profile, link, n)
     if kind == PLAIN:  # no distribution: every instance trains its own copy, no traffic
         return _row(profile, link, n, 0.0, 0.0, "compute")
     raise ValueError(f"distribution {kind!r}: use one of {', '.join(DISTRIBUTIONS)}")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shipyard.errors import ValidationError
-from shipyard.planner import model
+from shipyard.planner import coordinator, model
 from shipyard.planner import steps as step_files
 from shipyard.sandbox import shaping
 
@@ -183,6 +183,26 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
             "(parameters x 4 for float32), or run the job once with distribution "
             "parameter_server"
         )
+    # TensorFlow's ParameterServerStrategy (the tf2 layout's one coordinator): placement
+    # with the slots on their variable's ps, and steps handed to free workers
+    coordinated = (
+        kind == "tf_parameter_server"
+        and report.get("implementation") == "tensorflow"
+        and report.get("layout") == "tf2"
+        and not given.gradient_bytes
+    )
+    ps_loads: tuple[float, ...] = ()
+    if coordinated:
+        turns, ps_loads = coordinator.read_placement(
+            report.get("placement") or [], int(report.get("num_shards") or 0)
+        )
+        coordinated = sum(turns) > 0
+    if coordinated:
+        variables = turns
+        sources["gradient_bytes"] = (
+            "the job's placement report: its trainable variables (optimizer slots stay on "
+            "their variable's ps)"
+        )
     workers = instances * per_host
     steps = given.steps or _report_steps(report, workers)
     metric = _metric_step_time(desc)
@@ -230,6 +250,17 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
             per_byte = given.machine.ps_cpu_s_per_byte or 0.0
     sources["measured_network"] = link_source
     push, pull = _overheads(report, variables, workers, steps)
+    epoch = None
+    if coordinated:
+        # the relays count the pulls but not the gradients (TensorFlow's receiver fetches
+        # them over its own connection): no wire overhead is measurable
+        push = pull = 1.0
+        epoch = coordinator.steps_per_epoch(timing)
+        sources["dispatch"] = "TensorFlow's coordinator: each step to the first free worker" + (
+            f", Keras joining them every {epoch} steps (its first epoch's)"
+            if epoch
+            else " (steps per epoch unknown: the workers' rates summed)"
+        )
     base = model.Profile(
         distribution=kind,
         compute_s=step_s,
@@ -243,6 +274,9 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
         allreduce=given.allreduce or "ring",
         host_cores=host_cores,
         host_cpu_s_per_byte=per_byte,
+        dispatch=coordinator.COORDINATOR if coordinated else "worker",
+        ps_loads=ps_loads,
+        steps_per_epoch=epoch,
     )
     if given.host_cores:
         sources["shared_host"] = (
@@ -254,6 +288,13 @@ def from_describe(desc: Mapping[str, Any], given: Inputs | None = None) -> Measu
     elif measured_split is not None:
         compute, sources["compute_time"] = measured_split
         sources["compute_time"] += f" on {instance_type}, on the cores it shared here"
+    elif coordinated and link is not None:
+        compute = coordinator.compute_of(base, link, instances, step_s)
+        sources["compute_time"] = (
+            f"measured here: step time {step_s:.4g}s, of which the coordinator's workers "
+            f"(each its own remote bytes, the epoch's last steps waited for) leave "
+            f"{compute:.4g}s of compute on {instance_type}"
+        )
     else:
         comm = model.predict(base, link, instances).comm_s if link else 0.0
         extra = model.transport_cpu_s(base, workers)
