@@ -24,21 +24,27 @@ cifar10_ps.py, 2 and 3 instances at 100 Mbit/s, three sittings):
 - **Dispatch.** The coordinator hands each step to whichever worker is free, so a
   worker beside the hot ps (no NIC for its bytes) runs many steps while a remote one
   runs few: 42 of 48 steps at 2 instances, 35-37 at 3. Keras waits for every step of an
-  epoch before the next (``on_epoch_end`` joins the coordinator), so a remote worker's
-  last step of the epoch is paid whole: the epoch is simulated step by step
-  (:func:`epoch_s`), or, where the steps per epoch are unknown, the job's rate is the sum
-  of the workers' rates.
+  epoch before the next (``on_epoch_end`` joins the coordinator), so the epoch waits for
+  the remote workers' steps in flight when its queue runs dry (:func:`epoch_s`, an
+  expected tail); where the steps per epoch are unknown, the job's rate is the sum of
+  the workers' rates.
 - **Sharing.** All the workers' transfers are taken to run at once, each direction of
   each NIC shared fairly among the flows crossing it (processor sharing: a small flow
   finishes early, the big ones split the rest), so the hot ps' NIC carries every remote
   worker's pulls and gradients, and a worker beside it still waits its share for the
   small ps elsewhere (3 instances: ~0.16 s a step where it computes 0.07 s; measured
   0.17-0.2 s while it ran).
+
+Not modelled: at 2 instances the worker beside the hot ps ran ~100 ms a step at 100
+Mbit/s (its unshaped step: 63-67 ms; the model gives it 64-68 ms). Its few bytes for the
+other ps and the coordinator's call of every step cross the links the remote worker's
+5 MB transfers fill, and an emulated link is a FIFO queue (tbf, up to 100 ms) where this
+model shares fairly; that worker's steps, and so the job's, are predicted 20-35% fast
+there from a quiet reference (issue 39's runs, BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -143,17 +149,47 @@ def worker_comm(
 
 
 def epoch_s(step_s: Sequence[float], steps: int) -> float:
-    """The time ``steps`` steps take when each goes to the first free worker (worker w
-    takes ``step_s[w]``; all free at the start, the faster first) and the epoch ends with
-    its last step: the coordinator's dispatch and Keras' join at the epoch's end."""
-    free = [(0.0, t, w) for w, t in enumerate(step_s)]
-    heapq.heapify(free)
-    end = 0.0
-    for _ in range(steps):
-        at, t, w = heapq.heappop(free)
-        end = max(end, at + t)
-        heapq.heappush(free, (at + t, t, w))
-    return end
+    """The expected time ``steps`` steps take when each goes to the first free worker
+    (worker w takes ``step_s[w]``; all start together) and the epoch ends with its last
+    step (Keras' join at the epoch's end).
+
+    As a renewal estimate, not a step-by-step replay: the queue of steps runs dry once
+    every worker has started its share, at ``(steps - W) / sum(1 / t_w)``, and the epoch
+    then waits for the steps in flight, each an independent uniform part of its step
+    (the expected longest, :func:`expected_max_residual`). Why: which worker takes an
+    epoch's last steps turns on milliseconds the model does not have. Replayed exactly,
+    the 2-instance cifar10_ps job jumped from 8.9 to 16.6 steps/s for a 0.3 ms change in
+    its compute (63.3 ms is where the worker beside the hot ps finishes the epoch's
+    other 14 steps before the remote worker's first ends); measured, its remote worker
+    ran 2 steps of every epoch in all four sittings, with a reference of 63-99 ms."""
+    workers = len(step_s)
+    if steps <= 0 or workers == 0:
+        return 0.0
+    if steps <= workers:  # one step each for the fastest, all at once
+        return sorted(step_s)[steps - 1]
+    dry = (steps - workers) / sum(1.0 / t for t in step_s)
+    return dry + expected_max_residual(step_s)
+
+
+def expected_max_residual(step_s: Sequence[float]) -> float:
+    """E[max_w U_w], U_w uniform on [0, t_w] and independent: the integral of
+    ``1 - prod_w min(x / t_w, 1)`` over [0, max t], exact piece by piece between the
+    sorted step times (on each piece the product is over the workers still running)."""
+    ordered = sorted(t for t in step_s if t > 0)
+    total, low = 0.0, 0.0
+    for k, high in enumerate(ordered):
+        running = ordered[k:]  # the workers whose step outlasts this piece
+        m = len(running)
+
+        def part(x: float, running: Sequence[float] = running) -> float:
+            product = 1.0
+            for t in running:
+                product *= x / t
+            return x * product
+
+        total += (high - low) - (part(high) - part(low)) / (m + 1)
+        low = high
+    return total
 
 
 def row(
