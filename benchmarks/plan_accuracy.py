@@ -32,7 +32,8 @@ the gradient bytes shipyard counted (DDP's buckets, Horovod's reduction; a param
 server job's placement report):
 
 - ``keras_ps``: ``examples/tensorflow/cifar10_ps.py``, Keras ``fit`` under TensorFlow's
-  ParameterServerStrategy (the coordinator's epochs are timed);
+  ParameterServerStrategy (the coordinator's epochs are timed; planned as the coordinator
+  dispatches, ``planner/coordinator.py``; each run prints how many steps each worker ran);
 - ``horovod_keras``: ``examples/horovod/keras3_mnist.py``, ``import horovod.tensorflow.keras``;
 - ``ddp``: ``examples/pytorch/ddp_cnn.py`` under ``torch_distributed`` (gloo).
 
@@ -362,6 +363,8 @@ def main() -> None:
                         f"(load {desc.get('LoadAverage', 0):.0f}), predicted " + " ".join(said),
                         flush=True,
                     )
+                    if kind == "keras_ps":
+                        print(f"    {worker_steps(desc)}", flush=True)
     for r, errs in errors.items():
         result(
             "plan_accuracy" if r == "unshaped" else f"plan_accuracy_{r}_reference",
@@ -370,6 +373,28 @@ def main() -> None:
             max_abs_err=max(errs),
             runs=len(errs),
         )
+
+
+def worker_steps(desc: dict) -> str:
+    """Which worker ran how many of a ParameterServerStrategy job's steps: each step
+    pulls every ps' trainable variables, so a worker's pulled bytes over them count its
+    steps (the relays do not see the gradients; warm-up epoch included)."""
+    from shipyard.planner import coordinator
+
+    report = (desc.get("Shipyard") or {}).get("DistributionReport") or {}
+    traffic = report.get("traffic") or {}
+    _, loads = coordinator.read_placement(
+        report.get("placement") or [], int(report.get("num_shards") or 0)
+    )
+    hot = max(range(len(loads)), key=lambda j: loads[j], default=None)
+    if hot is None or not loads[hot]:
+        return "steps per worker: no placement report"
+    counts = [
+        f"{peer} {row[hot] / loads[hot]:.1f}"
+        for peer, row in zip(traffic.get("peers") or [], traffic.get("bytes_from_shard") or [])
+        if peer.startswith("worker:")
+    ]
+    return f"steps per worker (pulls of ps:{hot}'s {loads[hot]:,.0f} B): " + ", ".join(counts)
 
 
 def shape_args(args) -> tuple[int, int]:
