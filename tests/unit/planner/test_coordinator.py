@@ -100,6 +100,10 @@ def _keras_ps_desc(entries, shards, instances=2, tags=()) -> dict:
     }
 
 
+def _profile() -> model.Profile:
+    return from_describe(_keras_ps_desc(_run_2(), 2)).profile
+
+
 def test_slots_stay_on_their_variable_s_ps_and_never_cross():
     entries = _run_2()
     # the run's report: 5,740 B on ps:0 and 10,001,164 B on ps:1, slots included
@@ -173,6 +177,9 @@ def test_three_instances_share_the_hot_ps_nic():
     # the worker beside it waits its share for ps:0 and ps:1: 3a + b each way
     assert comm[2] == pytest.approx(2 * (3 * a + b))
     assert busiest == pytest.approx(2 * hot + a + b)
+    # a NIC direction shared by flows of 1, 2 and 5: the 2 ends after 1 + 2 + 2
+    pipe = coordinator._Pipe([5.0, 1.0, 2.0])
+    assert [pipe.finish(x) for x in (1.0, 2.0, 5.0)] == [3.0, 5.0, 8.0]
     # re-placed for 3 from the 2-instance report: the hot ps holds the same variables
     # as the 3-instance run's ps:2 did (and the first Variable's 8 B)
     p = from_describe(_keras_ps_desc(_run_2(), 2)).profile
@@ -190,6 +197,12 @@ def test_the_epoch_waits_for_its_last_step():
     assert coordinator.epoch_s([0.1, 1.0], 16) == pytest.approx(14 / 11 + 0.5 + 0.01 / 6)
     assert coordinator.expected_max_residual([1.0, 1.0]) == pytest.approx(2 / 3)
     assert coordinator.expected_max_residual([0.3]) == pytest.approx(0.15)
+    # a lone worker's 16 steps take 16 of its steps (its phase is no chance), and equal
+    # workers never finish faster than their summed rate
+    assert coordinator.epoch_s([0.5], 16) == pytest.approx(8.0)
+    assert coordinator.epoch_s([0.5, 0.5], 16) == pytest.approx(4.0)
+    lone = model.predict(replace(_profile(), compute_s=0.1), LINK, 1)
+    assert (lone.steps_per_s, lone.efficiency) == (pytest.approx(10.0), pytest.approx(1.0))
     # fewer steps than workers: one each for the fastest, all at once
     assert coordinator.epoch_s([1.0, 0.1, 0.2], 2) == pytest.approx(0.2)
     assert coordinator.epoch_s([1.0, 0.1], 0) == 0.0
