@@ -13,3 +13,7 @@ Layers: ``model`` is pure arithmetic (unit-tested against hand-computed cases),
 terminal plot (``shipyard plan``'s table is in :mod:`shipyard.cli.plan`). Distinct from
 :mod:`shipyard.control.plan`, which plans a job's *launch* (addresses, agent configs).
 """
+
+# the coordinator's rows (TensorFlow's ParameterServerStrategy) register with the model
+# on import: imported here, so that every user of the planner has them
+from shipyard.planner import coordinator as _coordinator  # noqa: F401

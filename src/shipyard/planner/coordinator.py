@@ -273,3 +273,6 @@ def compute_of(profile: model.Profile, link: model.Link, n: int, step_s: float) 
         if high - low <= step_s * 1e-9 or math.isclose(low, high):
             break
     return (low + high) / 2
+
+
+model.PS_DISPATCH[COORDINATOR] = ("tf_parameter_server", row)

@@ -82,7 +82,7 @@ backward's hooks, so up to that much of the link's time hides, :func:`hidden_s`)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 ALLREDUCE = ("horovod", "torch_distributed", "multi_worker_mirrored")
@@ -477,16 +477,24 @@ def parameter_server(profile: Profile, link: Link, n: int, placement: str | None
     return row
 
 
+# How a parameter-server job's rows are predicted, by ``Profile.dispatch``: "worker" is
+# :func:`parameter_server`; "coordinator" (TensorFlow's ParameterServerStrategy) is added
+# by :mod:`shipyard.planner.coordinator`, which builds on this module and registers
+# itself when imported (the package imports it), so no import runs back up from here.
+PsRow = Callable[[Profile, Link, int, "str | None"], Row]
+PS_DISPATCH: dict[str, tuple[str, PsRow]] = {}  # dispatch -> (its distribution, row)
+
+
 def _ps_row(profile: Profile, link: Link, n: int, placement: str | None = None) -> Row:
     """A parameter-server row as the job's steps are dispatched (``Profile.dispatch``)."""
     if profile.dispatch == "worker":
         return parameter_server(profile, link, n, placement)
-    if profile.dispatch == "coordinator" and profile.distribution == "tf_parameter_server":
-        from shipyard.planner import coordinator  # it builds on this module
-
-        return coordinator.row(profile, link, n, placement)
+    distribution, row = PS_DISPATCH.get(profile.dispatch, ("", parameter_server))
+    if distribution and distribution == profile.distribution:
+        return row(profile, link, n, placement)
+    others = ", ".join(f"'{d}' for {dist}" for d, (dist, _) in sorted(PS_DISPATCH.items()))
     raise ValueError(
-        f"dispatch {profile.dispatch!r}: use 'worker', or 'coordinator' for tf_parameter_server"
+        f"dispatch {profile.dispatch!r}: use 'worker'" + (f", or {others}" if others else "")
     )
 
 
