@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
+import select
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 
 from shipyard.mpi.rank import RANK_LINE
 from shipyard.runtime.lifeline import die_with_parent
 
 _TAIL_LINES = 60
+# what mpirun prints when a rank ended the job (MPI_Abort, a fatal error handler): it
+# should then end every rank and exit itself; CI once saw it print this and hang
+ABORT_MARKS = ("MPI_ABORT was invoked", "MPI_ERRORS_ARE_FATAL")
+ABORT_GRACE_S = 30.0
+# after mpirun's exit, how long its children's last lines are still read
+DRAIN_S = 2.0
 
 
 def banner_text(lines: list[str]) -> str:
@@ -50,8 +60,7 @@ def launch(command: list[str], failure_file: str) -> int:
     signal.signal(signal.SIGINT, forward)
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     assert proc.stderr is not None
-    for raw in iter(proc.stderr.readline, b""):
-        line = raw.decode("utf-8", "replace")
+    for line in _lines(proc):
         sys.stderr.write(line)
         sys.stderr.flush()
         if not RANK_LINE.match(line):  # a rank's own (tagged) output is not mpirun's
@@ -65,6 +74,53 @@ def launch(command: list[str], failure_file: str) -> int:
         except FileExistsError:
             pass  # a rank already wrote the root cause
     return code if code > 0 else (128 - code if code < 0 else 0)
+
+
+def _lines(proc: subprocess.Popen) -> Iterator[str]:
+    """mpirun's stderr, line by line, until mpirun has ended: where it says a rank
+    aborted the job and is still running ``ABORT_GRACE_S`` later, it is stopped (SIGTERM,
+    then SIGKILL); once it has exited, what its children still write is read for
+    ``DRAIN_S`` more, not until they close the pipe (a daemon or an rsh client that
+    outlives it would hold the launch, and the job, open)."""
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    pending = b""
+    abort_deadline: float | None = None
+    exited_at: float | None = None
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        chunk = os.read(fd, 65536) if ready else b""
+        if ready and not chunk:
+            break  # every writer closed the pipe
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for raw in complete:
+            line = raw.decode("utf-8", "replace") + "\n"
+            if abort_deadline is None and any(mark in line for mark in ABORT_MARKS):
+                abort_deadline = time.monotonic() + ABORT_GRACE_S
+            yield line
+        now = time.monotonic()
+        if proc.poll() is not None:
+            exited_at = exited_at or now
+            if now - exited_at >= DRAIN_S:
+                break
+        elif abort_deadline is not None and now >= abort_deadline:
+            sys.stderr.write(
+                f"[shipyard] mpirun did not exit {ABORT_GRACE_S:.0f} s after a rank aborted "
+                "the job: stopping it\n"
+            )
+            _stop(proc)
+    if pending:
+        yield pending.decode("utf-8", "replace") + "\n"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def wait() -> int:
