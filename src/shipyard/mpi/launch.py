@@ -96,7 +96,11 @@ def _lines(proc: subprocess.Popen) -> Iterator[str]:
         *complete, pending = pending.split(b"\n")
         for raw in complete:
             line = raw.decode("utf-8", "replace") + "\n"
-            if abort_deadline is None and any(mark in line for mark in ABORT_MARKS):
+            if (
+                abort_deadline is None
+                and not RANK_LINE.match(line)  # mpirun's words, not a script's output
+                and any(mark in line for mark in ABORT_MARKS)
+            ):
                 abort_deadline = time.monotonic() + ABORT_GRACE_S
             yield line
         now = time.monotonic()

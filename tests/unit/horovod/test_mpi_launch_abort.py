@@ -78,3 +78,19 @@ def test_an_abort_mpirun_ends_itself_is_not_signalled(tmp_path, monkeypatch):
         """,
     )
     assert mpi_launch.launch(command, str(tmp_path / "failure.txt")) == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_prints_the_words_does_not_start_the_grace(tmp_path, monkeypatch):
+    """A script's own output (tagged by its rank's wrapper) may say anything."""
+    monkeypatch.setattr(mpi_launch, "ABORT_GRACE_S", 0.5)
+    command = _fake_mpirun(
+        tmp_path,
+        """
+        import sys, time
+        sys.stderr.write("[algo-1 rank 0] MPI_ABORT was invoked, says my log\\n")
+        sys.stderr.flush()
+        time.sleep(2)
+        """,
+    )
+    assert mpi_launch.launch(command, str(tmp_path / "failure.txt")) == 0
