@@ -3,8 +3,9 @@ hang for 120 s after a rank's MPI_ABORT: mpirun printed the abort and never exit
 
 from __future__ import annotations
 
+import contextlib
 import os
-import subprocess
+import signal
 import sys
 import textwrap
 import time
@@ -52,19 +53,24 @@ def test_mpirun_that_hangs_after_an_abort_is_stopped_after_the_grace(tmp_path, m
 @pytest.mark.timeout(60)
 def test_mpirun_gone_while_its_child_holds_the_pipe_ends_the_launch(tmp_path, monkeypatch):
     monkeypatch.setattr(mpi_launch, "DRAIN_S", 0.5)
+    child_pid = tmp_path / "child.pid"
     command = _fake_mpirun(
         tmp_path,
-        """
+        f"""
         import subprocess, sys
         # a child that outlives mpirun with mpirun's stderr (an rsh client, a daemon)
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(child_pid)!r}, "w").write(str(child.pid))
         sys.stderr.write("mpirun: exiting\\n"); sys.stderr.flush()
         sys.exit(3)
         """,
     )
-    code = mpi_launch.launch(command, str(tmp_path / "failure.txt"))
-    assert code == 3
-    subprocess.run(["pkill", "-f", "import time; time.sleep(3600)"], check=False)
+    try:
+        assert mpi_launch.launch(command, str(tmp_path / "failure.txt")) == 3
+    finally:
+        if child_pid.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(child_pid.read_text()), signal.SIGKILL)
 
 
 def test_an_abort_mpirun_ends_itself_is_not_signalled(tmp_path, monkeypatch):
